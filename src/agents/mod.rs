@@ -1,0 +1,1 @@
+//! Agent transports (issue 3).

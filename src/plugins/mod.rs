@@ -1,0 +1,1 @@
+//! The plugin host (seed 000, issue 4).
