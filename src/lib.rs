@@ -2,8 +2,23 @@
 //! command line. The binary's `main` is a thin wrapper over [`cli::run`]; the
 //! library exists so that the benchmark harness and tests reach the same code.
 
+#[macro_use]
+pub mod log;
+
 pub mod agents;
+pub mod cli;
 pub mod clock;
+pub mod config;
+pub mod daemon;
+pub mod errors;
 pub mod ids;
+pub mod ledger;
 pub mod limits;
+pub mod notify;
 pub mod plugins;
+pub mod procs;
+pub mod reactor;
+pub mod signals;
+pub mod socket;
+#[cfg(test)]
+mod testutil;

@@ -1,0 +1,303 @@
+//! The command line: `serve` runs the daemon; every other command is a client
+//! of the daemon socket (issue 2, "What a user gets"). Client commands print
+//! plain text for a person and, with `--json`, the JSON result for a script.
+//!
+//! Exit status, as omniconfluxd(8) lists it: 0 success; 1 the daemon answered
+//! with an error (its stable code and message on stderr) or `serve` failed at
+//! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
+
+pub mod client;
+
+use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::config::{self, PathFlags};
+use client::{CallError, Client};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_ERROR: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_NO_DAEMON: i32 = 3;
+
+/// A command's failure: the one line `main` prints and the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: i32,
+    pub message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure { status: EXIT_USAGE, message: message.into() }
+    }
+}
+
+impl From<CallError> for Failure {
+    fn from(e: CallError) -> Failure {
+        match e {
+            CallError::NoDaemon(m) => Failure { status: EXIT_NO_DAEMON, message: m },
+            CallError::Daemon { code, message, .. } => Failure { status: EXIT_ERROR, message: format!("{code}: {message}") },
+            CallError::Protocol(m) => Failure { status: EXIT_ERROR, message: m },
+        }
+    }
+}
+
+const USAGE: &str = "\
+usage: omniconfluxd [--config PATH] [--state-dir DIR] [--socket PATH] COMMAND [ARGS]
+
+commands:
+  serve                       run the daemon in the foreground
+  status [--json]             whether a daemon answers, and what it holds
+  call METHOD [PARAMS-JSON]   send any method and print the result
+  events [--stream S] [--after N] [--follow] [--json]
+                              print events, one JSON line each
+  stop                        ask the daemon to stop
+  config check [PATH]         validate a config file and print it in full
+  version                     print the version
+
+see omniconfluxd(8)";
+
+/// Parsed global options and the rest of the arguments.
+struct Args {
+    flags: PathFlags,
+    json: bool,
+    rest: Vec<String>,
+}
+
+fn parse_args(raw: Vec<OsString>) -> Result<Args, Failure> {
+    let mut flags = PathFlags::default();
+    let mut json = false;
+    let mut rest = Vec::new();
+    let mut it = raw.into_iter();
+    while let Some(a) = it.next() {
+        let a = a.into_string().map_err(|a| Failure::usage(format!("argument is not UTF-8: {}", a.to_string_lossy())))?;
+        let mut path_value = |name: &str| -> Result<PathBuf, Failure> {
+            let v = it.next().ok_or_else(|| Failure::usage(format!("{name} needs a value")))?;
+            let p = PathBuf::from(v);
+            if p.as_os_str().is_empty() {
+                return Err(Failure::usage(format!("{name} needs a non-empty path")));
+            }
+            Ok(std::path::absolute(&p).unwrap_or(p))
+        };
+        match a.as_str() {
+            "--config" => flags.config = Some(path_value("--config")?),
+            "--state-dir" => flags.state_dir = Some(path_value("--state-dir")?),
+            "--socket" => flags.socket = Some(path_value("--socket")?),
+            "--json" => json = true,
+            "-h" | "--help" => rest.insert(0, "help".into()),
+            "-V" | "--version" => rest.insert(0, "version".into()),
+            _ => rest.push(a),
+        }
+    }
+    Ok(Args { flags, json, rest })
+}
+
+/// Runs the command line; returns the exit status.
+pub fn run(raw: Vec<OsString>) -> i32 {
+    match run_inner(raw) {
+        Ok(()) => EXIT_OK,
+        Err(f) => {
+            eprintln!("omniconfluxd: {}", f.message);
+            f.status
+        }
+    }
+}
+
+fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
+    let args = parse_args(raw)?;
+    let Some(cmd) = args.rest.first().cloned() else {
+        return Err(Failure::usage(format!("no command given\n{USAGE}")));
+    };
+    let rest = &args.rest[1..];
+    match cmd.as_str() {
+        "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        "version" => {
+            println!("omniconfluxd {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        "serve" => {
+            no_more(rest)?;
+            crate::daemon::Daemon::serve(&args.flags).map_err(|e| match e {
+                crate::daemon::ServeError::Config(_) => Failure { status: EXIT_USAGE, message: e.to_string() },
+                crate::daemon::ServeError::Startup(_) => Failure { status: EXIT_ERROR, message: e.to_string() },
+            })
+        }
+        "config" => config_cmd(&args, rest),
+        "status" => {
+            no_more(rest)?;
+            status(&args)
+        }
+        "call" => call(&args, rest),
+        "events" => events(&args, rest),
+        "stop" => {
+            no_more(rest)?;
+            connect(&args)?.call("server.stop", json!({}))?;
+            if !args.json {
+                println!("stop requested");
+            } else {
+                println!("null");
+            }
+            Ok(())
+        }
+        other => Err(Failure::usage(format!("unknown command {other}\n{USAGE}"))),
+    }
+}
+
+fn no_more(rest: &[String]) -> Result<(), Failure> {
+    match rest.first() {
+        None => Ok(()),
+        Some(a) => Err(Failure::usage(format!("unexpected argument {a}"))),
+    }
+}
+
+/// Finds the socket the way the daemon does, and connects.
+fn connect(args: &Args) -> Result<Client, Failure> {
+    let env = config::Env::from_process();
+    let (_, paths) = config::load_effective(&args.flags, &env).map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
+    Ok(Client::connect(&paths.socket)?)
+}
+
+fn config_cmd(args: &Args, rest: &[String]) -> Result<(), Failure> {
+    match rest.first().map(String::as_str) {
+        Some("check") => {}
+        Some(other) => return Err(Failure::usage(format!("unknown config command {other}; expected check"))),
+        None => return Err(Failure::usage("config needs a command: check")),
+    }
+    let path = match rest.get(1) {
+        Some(p) => PathBuf::from(p),
+        None => args.flags.config.clone().unwrap_or_else(|| config::Env::from_process().default_config_path()),
+    };
+    no_more(&rest[2.min(rest.len())..])?;
+    let cfg = if rest.get(1).is_none() && args.flags.config.is_none() && !path.exists() {
+        eprintln!("omniconfluxd: no config file at {}; the defaults are in force", path.display());
+        config::FileConfig::default()
+    } else {
+        config::load(&path).map_err(|e| Failure::usage(e.to_string()))?
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&cfg).unwrap_or_default());
+    } else {
+        print!("{}", cfg.to_toml());
+    }
+    Ok(())
+}
+
+fn status(args: &Args) -> Result<(), Failure> {
+    let info = connect(args)?.call("server.info", json!({}))?;
+    if args.json {
+        println!("{info}");
+        return Ok(());
+    }
+    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    println!("daemon {} is running", s(&info["version"]));
+    println!("instance    {}", s(&info["instance_id"]));
+    println!("started     {}", s(&info["started_at"]));
+    println!("uptime      {}", human_duration(info["uptime_ms"].as_u64().unwrap_or(0)));
+    println!("ledger      {} ({})", s(&info["ledger"]["path"]), s(&info["ledger"]["state"]));
+    if let Some(reason) = info["ledger"]["reason"].as_str() {
+        println!("            {reason}");
+    }
+    let c = &info["counts"];
+    println!("holds       {} events in {} streams, {} connections", c["events"], c["streams"], c["connections"]);
+    println!("you are     {}", s(&info["caller"]["class"]));
+    Ok(())
+}
+
+fn human_duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h {}m", s / 3600, (s / 60) % 60),
+        _ => format!("{}d {}h", s / 86_400, (s / 3600) % 24),
+    }
+}
+
+fn call(args: &Args, rest: &[String]) -> Result<(), Failure> {
+    let method = rest.first().ok_or_else(|| Failure::usage("call needs a METHOD"))?;
+    let params = match rest.get(1) {
+        None => json!({}),
+        Some(text) => {
+            let v: Value = serde_json::from_str(text).map_err(|e| Failure::usage(format!("PARAMS-JSON is not JSON: {e}")))?;
+            if !v.is_object() {
+                return Err(Failure::usage("PARAMS-JSON must be a JSON object"));
+            }
+            v
+        }
+    };
+    no_more(&rest[2.min(rest.len())..])?;
+    let result = connect(args)?.call(method, params)?;
+    if args.json {
+        println!("{result}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
+    let mut stream = None;
+    let mut after: i64 = 0;
+    let mut follow = false;
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--stream" => stream = Some(it.next().ok_or_else(|| Failure::usage("--stream needs a value"))?.clone()),
+            "--after" => {
+                let v = it.next().ok_or_else(|| Failure::usage("--after needs a value"))?;
+                after = v.parse().map_err(|_| Failure::usage(format!("--after needs a whole number, found {v}")))?;
+            }
+            "--follow" | "-f" => follow = true,
+            other => return Err(Failure::usage(format!("unexpected argument {other}"))),
+        }
+    }
+    if stream.is_none() && !follow {
+        return Err(Failure::usage("events needs --stream S, or --follow for every stream"));
+    }
+    let mut client = connect(args)?;
+    let print = |ev: &Value| println!("{ev}");
+    // Subscribe before reading history so that nothing committed in between
+    // is missed; events seen in both are printed once, by seq.
+    let mut live = Vec::new();
+    if follow {
+        let params = match &stream {
+            Some(s) => json!({"streams": [s]}),
+            None => json!({}),
+        };
+        client.call_with("events.subscribe", params, |n| live.push(n["params"].clone()))?;
+    }
+    let mut last = after;
+    if let Some(s) = &stream {
+        loop {
+            let page = client.call_with("events.list", json!({"stream": s, "after_seq": last, "limit": 1000}), |n| {
+                live.push(n["params"].clone())
+            })?;
+            for ev in page["events"].as_array().into_iter().flatten() {
+                print(ev);
+                last = ev["seq"].as_i64().unwrap_or(last);
+            }
+            if page["next_after_seq"].is_null() {
+                break;
+            }
+        }
+    }
+    if !follow {
+        return Ok(());
+    }
+    let fresh = |ev: &Value, last: i64| stream.is_none() || ev["seq"].as_i64().unwrap_or(0) > last;
+    for ev in live.drain(..) {
+        if fresh(&ev, last) {
+            print(&ev);
+        }
+    }
+    while let Some(frame) = client.read_frame()? {
+        if frame["method"] == "event" && fresh(&frame["params"], last) {
+            print(&frame["params"]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,470 @@
+//! `omniconfluxd serve`: the daemon's state and its event loop (DESIGN.md,
+//! "Threads and ownership"; issue 2, "What a user gets").
+//!
+//! [`Daemon`] is owned by the reactor thread. Everything that changes state
+//! happens in one of its handlers, one at a time, so no state needs a lock.
+//! Writes go to the ledger writer as batches with a continuation that runs
+//! here once the batch is committed: a reply, an event fan-out, anything
+//! acknowledged, happens only after the commit.
+//!
+//! Start-up order: block signals, read the config, become child subreaper,
+//! open the ledger, bind the socket, start the signal thread, tell the
+//! service manager READY=1. Stop order (SIGTERM, SIGINT, `server.stop`):
+//! STOPPING=1, close the listener and remove the socket file, answer new
+//! requests with `shutting-down`, wait for queued commits and replies (at
+//! most `SHUTDOWN_DRAIN_MS`), join the ledger threads, exit 0.
+
+use mio::{Events, Token};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::config::{self, FileConfig, Paths};
+use crate::errors::{Code, RpcError};
+use crate::ledger::{self, Appended, Batch, Ledger, Op, WriteError};
+use crate::limits;
+use crate::procs::{CallerClass, Roots};
+use crate::reactor::{Inbox, Msg, Reactor, LISTENER, WAKER};
+use crate::socket::{self, rpc, CloseReason, Server};
+
+/// Who sent a request and where its answer goes.
+#[derive(Clone, Debug)]
+pub struct Req {
+    pub conn: Token,
+    pub id: Value,
+    pub class: CallerClass,
+}
+
+/// What waits for a ledger batch to commit.
+pub type AfterCommit = Box<dyn FnOnce(&mut Daemon, Result<Vec<Appended>, WriteError>)>;
+
+/// A connection's live event subscription.
+pub struct Subscription {
+    pub conn: Token,
+    /// Only these streams, or every stream.
+    pub streams: Option<HashSet<String>>,
+}
+
+/// Why `serve` could not run; `main` turns it into one line and exit code.
+#[derive(Debug)]
+pub enum ServeError {
+    Config(config::ConfigError),
+    Startup(String),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Config(e) => write!(f, "invalid configuration: {e}"),
+            ServeError::Startup(s) => f.write_str(s),
+        }
+    }
+}
+
+pub struct Daemon {
+    pub cfg: FileConfig,
+    pub paths: Paths,
+    pub node_name: String,
+    pub instance_id: String,
+    pub started_at_ms: i64,
+    pub started: Instant,
+    pub reactor: Reactor,
+    pub inbox: Inbox,
+    pub ledger: Ledger,
+    pub socket: Server,
+    pub roots: Roots,
+    pending: HashMap<u64, AfterCommit>,
+    next_ticket: u64,
+    pub subscriptions: HashMap<Token, Subscription>,
+    dirty: HashSet<Token>,
+    pump: Vec<Token>,
+    stopping: Option<Instant>,
+}
+
+impl Daemon {
+    /// Runs the daemon until it is stopped. Returns once everything queued
+    /// was committed and the socket file is gone.
+    pub fn serve(flags: &config::PathFlags) -> Result<(), ServeError> {
+        crate::signals::block().map_err(|e| ServeError::Startup(format!("unable to block signals: {e}")))?;
+        let env = config::Env::from_process();
+        let (cfg, paths) = config::load_effective(flags, &env).map_err(ServeError::Config)?;
+        crate::log::set_level(cfg.log_level());
+        if let Err(e) = crate::procs::become_subreaper() {
+            return Err(ServeError::Startup(format!("unable to become child subreaper: {e}")));
+        }
+        let reactor = Reactor::new().map_err(|e| ServeError::Startup(format!("unable to create the event loop: {e}")))?;
+        let inbox = reactor.inbox();
+        let commit_inbox = inbox.clone();
+        let ledger = Ledger::open(&paths.ledger, Box::new(move |c| {
+            commit_inbox.send(Msg::Committed(c));
+        }))
+        .map_err(|e| ServeError::Startup(e.0))?;
+        if let Some(reason) = &ledger.corrupt {
+            crate::error!("{}", corrupt_line(&paths.ledger, &reason.0));
+        }
+        let mut socket = Server::bind(&paths.socket, cfg.socket.clone()).map_err(|e| ServeError::Startup(e.to_string()))?;
+        socket
+            .register(reactor.poll.registry(), LISTENER)
+            .map_err(|e| ServeError::Startup(format!("unable to watch the socket: {e}")))?;
+        let signal_inbox = inbox.clone();
+        crate::signals::spawn(move |sig| {
+            signal_inbox.send(Msg::Signal(sig));
+        })
+        .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
+        let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
+        let mut d = Daemon {
+            cfg,
+            paths,
+            node_name,
+            instance_id: crate::ids::uuid_v4(),
+            started_at_ms: crate::clock::now_ms(),
+            started: Instant::now(),
+            reactor,
+            inbox,
+            ledger,
+            socket,
+            roots: Roots::default(),
+            pending: HashMap::new(),
+            next_ticket: 0,
+            subscriptions: HashMap::new(),
+            dirty: HashSet::new(),
+            pump: Vec::new(),
+            stopping: None,
+        };
+        crate::info!(
+            "omniconfluxd {} serving on {} with ledger {}",
+            env!("CARGO_PKG_VERSION"),
+            d.paths.socket.display(),
+            d.paths.ledger.display()
+        );
+        crate::notify::notify("READY=1");
+        d.start_integrity_check();
+        d.run();
+        let Daemon { ledger, .. } = d;
+        ledger.close();
+        crate::info!("stopped");
+        Ok(())
+    }
+
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(256);
+        loop {
+            let mut timeout = self.reactor.poll_timeout();
+            if let Some(deadline) = self.stopping {
+                if self.drained() || Instant::now() >= deadline {
+                    if !self.drained() {
+                        crate::warn!("stopping with {} commits and {} bytes of replies not done", self.pending.len(), self.socket.queued_bytes());
+                    }
+                    return;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                timeout = Some(timeout.map_or(left, |t| t.min(left)));
+            }
+            if self.reactor.has_pending() || !self.pump.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
+            if let Err(e) = self.reactor.poll.poll(&mut events, timeout) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    crate::error!("the event loop failed: {e}; stopping");
+                    self.begin_stop("the event loop failed");
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    LISTENER => {
+                        let roots = &self.roots;
+                        self.socket.accept_all(self.reactor.poll.registry(), |s| socket::classify_stream(s, roots));
+                    }
+                    t => {
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.on_readable(t);
+                        }
+                        if ev.is_writable() {
+                            self.dirty.insert(t);
+                        }
+                    }
+                }
+            }
+            for msg in self.reactor.drain() {
+                self.on_msg(msg);
+            }
+            for task in self.reactor.due_timers() {
+                task(self);
+            }
+            for t in std::mem::take(&mut self.pump) {
+                if self.socket.wants_pump(t) {
+                    self.on_readable(t);
+                }
+            }
+            self.flush_dirty();
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.pending.is_empty() && self.socket.queued_bytes() == 0
+    }
+
+    fn on_msg(&mut self, msg: Msg) {
+        match msg {
+            Msg::Signal(sig) => self.on_signal(sig),
+            Msg::Run(task) => task(self),
+            Msg::Committed(list) => {
+                for c in list {
+                    if let Ok(appended) = &c.result {
+                        self.publish(appended);
+                    }
+                    if let Err(WriteError::Corrupt) = &c.result {
+                        self.mark_ledger_corrupt("sqlite reported the database corrupt during a write".into());
+                    }
+                    if let Some(k) = self.pending.remove(&c.ticket) {
+                        k(self, c.result);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_signal(&mut self, sig: libc::c_int) {
+        match sig {
+            libc::SIGTERM | libc::SIGINT => {
+                let name = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+                self.begin_stop(name);
+            }
+            libc::SIGHUP => self.reload(),
+            libc::SIGCHLD => self.reap_children(),
+            _ => {}
+        }
+    }
+
+    /// Reaps every exited child, including descendants re-parented to the
+    /// daemon as subreaper, so none lingers as a zombie.
+    fn reap_children(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with WNOHANG and a valid status pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            self.roots.remove(pid);
+        }
+    }
+
+    fn reload(&mut self) {
+        let path = self.paths.config.clone();
+        let new = if path.exists() {
+            match config::load(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    crate::error!("unable to reload configuration: {e}; keeping the running configuration");
+                    return;
+                }
+            }
+        } else {
+            FileConfig::default()
+        };
+        let report = config::diff(&self.cfg, &new);
+        crate::log::set_level(new.log_level());
+        self.socket.limits = new.socket.clone();
+        let restart_keys = report.needs_restart.clone();
+        // Keys that need a restart keep their running values until then.
+        let mut applied = new;
+        applied.daemon.state_dir = self.cfg.daemon.state_dir.clone();
+        applied.daemon.socket = self.cfg.daemon.socket.clone();
+        applied.daemon.node_name = self.cfg.daemon.node_name.clone();
+        self.cfg = applied;
+        if report.applied.is_empty() && restart_keys.is_empty() {
+            crate::info!("reloaded {}: nothing changed", path.display());
+        } else {
+            crate::info!(
+                "reloaded {}: applied [{}]; needs a restart [{}]",
+                path.display(),
+                report.applied.join(", "),
+                restart_keys.join(", ")
+            );
+        }
+    }
+
+    /// Begins a clean stop; see the module comment for the order.
+    pub fn begin_stop(&mut self, why: &str) {
+        if self.stopping.is_some() {
+            return;
+        }
+        crate::info!("stopping ({why})");
+        crate::notify::notify("STOPPING=1");
+        self.socket.stop_listening(self.reactor.poll.registry());
+        self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_some()
+    }
+
+    fn on_readable(&mut self, t: Token) {
+        match self.socket.read_lines(t) {
+            Ok(lines) => {
+                for line in lines {
+                    self.on_line(t, &line);
+                }
+            }
+            Err(reason) => self.close_conn(t, reason),
+        }
+    }
+
+    fn on_line(&mut self, conn: Token, line: &[u8]) {
+        match rpc::parse(line) {
+            Ok(rpc::Frame::Request { id, method, params }) => {
+                let Some(c) = self.socket.conns.get_mut(&conn) else { return };
+                c.in_flight += 1;
+                let req = Req { conn, id, class: c.class.clone() };
+                if self.stopping.is_some() && method != "ping" {
+                    self.answer(req, Err(RpcError::new(Code::ShuttingDown, "the daemon is stopping")));
+                    return;
+                }
+                crate::socket::methods::dispatch(self, req, &method, params);
+            }
+            Ok(rpc::Frame::Notification { .. }) | Ok(rpc::Frame::Response) => {}
+            Err(refusal) => {
+                let bytes = rpc::error(&refusal.id, &refusal.error, None);
+                self.send(conn, &bytes);
+            }
+        }
+    }
+
+    /// Answers a request: queues the reply and frees its in-flight slot.
+    pub fn answer(&mut self, req: Req, result: Result<Value, RpcError>) {
+        let bytes = match &result {
+            Ok(v) => rpc::reply(&req.id, v),
+            Err(e) => rpc::error(&req.id, e, None),
+        };
+        self.answer_raw(req, bytes);
+    }
+
+    /// Answers with a reply line built by the caller.
+    pub fn answer_raw(&mut self, req: Req, bytes: Vec<u8>) {
+        let Some(c) = self.socket.conns.get_mut(&req.conn) else { return };
+        c.in_flight = c.in_flight.saturating_sub(1);
+        self.send(req.conn, &bytes);
+        if self.socket.wants_pump(req.conn) {
+            self.pump.push(req.conn);
+        }
+    }
+
+    /// Queues bytes to a connection, closing it if it does not read.
+    pub fn send(&mut self, conn: Token, bytes: &[u8]) {
+        match self.socket.queue(conn, bytes) {
+            Ok(()) => {
+                self.dirty.insert(conn);
+            }
+            Err(reason) => self.close_conn(conn, reason),
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        for t in std::mem::take(&mut self.dirty) {
+            if let Err(reason) = self.socket.flush(t) {
+                self.close_conn(t, reason);
+            }
+        }
+    }
+
+    fn close_conn(&mut self, t: Token, reason: CloseReason) {
+        if let Some(c) = self.socket.close(self.reactor.poll.registry(), t) {
+            match reason {
+                CloseReason::Eof => {}
+                other => crate::debug!("closed connection of pid {}: {other:?}", c.peer_pid),
+            }
+        }
+        self.subscriptions.remove(&t);
+        self.dirty.remove(&t);
+    }
+
+    /// Queues `ops` for the ledger; `then` runs here after the commit, or at
+    /// once with the error when the ledger refuses the batch.
+    pub fn write(&mut self, ops: Vec<Op>, then: impl FnOnce(&mut Daemon, Result<Vec<Appended>, WriteError>) + 'static) {
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        match self.ledger.submit(Batch { ticket, ops }) {
+            Ok(()) => {
+                self.pending.insert(ticket, Box::new(then));
+            }
+            Err(e) => then(self, Err(e)),
+        }
+    }
+
+    /// Delivers committed events to the socket subscribers. The line is built
+    /// once per event and queued to every subscribed connection.
+    fn publish(&mut self, events: &[Appended]) {
+        if self.subscriptions.is_empty() {
+            return;
+        }
+        for ev in events {
+            let line = event_line(ev);
+            let targets: Vec<Token> = self
+                .subscriptions
+                .values()
+                .filter(|s| s.streams.as_ref().is_none_or(|set| set.contains(&ev.stream)))
+                .map(|s| s.conn)
+                .collect();
+            for t in targets {
+                self.send(t, &line);
+            }
+        }
+    }
+
+    fn mark_ledger_corrupt(&mut self, reason: String) {
+        if self.ledger.corrupt.is_none() {
+            crate::error!("{}", corrupt_line(&self.paths.ledger, &reason));
+            self.ledger.mark_corrupt(reason);
+        }
+    }
+
+    /// Runs SQLite's quick check on the reader thread once the daemon is
+    /// ready, so that start-up stays fast on a large ledger; a failure turns
+    /// the ledger read-only.
+    fn start_integrity_check(&mut self) {
+        if self.ledger.corrupt.is_some() {
+            return;
+        }
+        let inbox = self.inbox.clone();
+        let _ = self.ledger.read(Box::new(move |conn| {
+            if let Err(problem) = ledger::quick_check(conn) {
+                inbox.run(move |d| d.mark_ledger_corrupt(format!("integrity check failed: {problem}")));
+            }
+        }));
+    }
+}
+
+/// The `event` notification line for one committed event. `data` is JSON
+/// text the daemon serialised itself, so it is embedded as it is.
+pub fn event_line(ev: &Appended) -> Vec<u8> {
+    let mut line = Vec::with_capacity(ev.data.len() + ev.stream.len() + ev.kind.len() + 96);
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{\"stream\":");
+    let _ = serde_json::to_writer(&mut line, &ev.stream);
+    line.extend_from_slice(format!(",\"seq\":{},\"kind\":", ev.seq).as_bytes());
+    let _ = serde_json::to_writer(&mut line, &ev.kind);
+    line.extend_from_slice(b",\"ts\":");
+    let _ = serde_json::to_writer(&mut line, &ev.ts);
+    line.extend_from_slice(b",\"data\":");
+    line.extend_from_slice(ev.data.as_bytes());
+    line.extend_from_slice(b"}}\n");
+    line
+}
+
+fn corrupt_line(path: &std::path::Path, reason: &str) -> String {
+    format!(
+        "ledger at {} cannot be trusted ({reason}); serving reads only and refusing writes with ledger-corrupt. \
+         to recover: stop the daemon, move the file aside (keep it), and start again for a new ledger, \
+         or salvage it with `sqlite3 {} .recover`",
+        path.display(),
+        path.display()
+    )
+}
+
+fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name = raw.trim();
+    if config::valid_node_name(name) { name.to_string() } else { "unknown".into() }
+}

@@ -1,0 +1,110 @@
+//! The daemon socket's error boundary: every failure a method can answer with
+//! is one [`Code`], a stable kebab-case name that programs branch on, carried
+//! as `data.code` beside the JSON-RPC integer (DESIGN.md, "Surfaces and their
+//! conventions"). omniconfluxd(8) lists them; a new one is added there too.
+
+use std::fmt;
+
+/// Stable error codes of the daemon socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// The line is not valid JSON (seed 004, Framing).
+    ParseError,
+    /// Not a JSON-RPC 2.0 request object.
+    InvalidRequest,
+    /// No such method on this surface.
+    MethodNotFound,
+    /// The params do not fit the method; unknown members are refused.
+    InvalidParams,
+    /// The caller is not the operator (DESIGN.md, "Who is calling").
+    OperatorOnly,
+    /// The named thing does not exist.
+    NotFound,
+    /// The ledger is read-only because it cannot be trusted.
+    LedgerCorrupt,
+    /// The ledger's queue is full; try again.
+    LedgerBusy,
+    /// A part of the daemon the call needs failed; the log says why.
+    Unavailable,
+    /// The daemon is stopping and takes no new work.
+    ShuttingDown,
+    /// The daemon already serves the maximum number of connections.
+    TooManyConnections,
+    /// Anything else; the log has the cause.
+    InternalError,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::ParseError => "parse-error",
+            Code::InvalidRequest => "invalid-request",
+            Code::MethodNotFound => "method-not-found",
+            Code::InvalidParams => "invalid-params",
+            Code::OperatorOnly => "operator-only",
+            Code::NotFound => "not-found",
+            Code::LedgerCorrupt => "ledger-corrupt",
+            Code::LedgerBusy => "ledger-busy",
+            Code::Unavailable => "unavailable",
+            Code::ShuttingDown => "shutting-down",
+            Code::TooManyConnections => "too-many-connections",
+            Code::InternalError => "internal-error",
+        }
+    }
+
+    /// The JSON-RPC 2.0 integer: the reserved codes where one fits, -32000
+    /// (server error) for the daemon's own conditions.
+    pub fn rpc(self) -> i64 {
+        match self {
+            Code::ParseError => -32700,
+            Code::InvalidRequest => -32600,
+            Code::MethodNotFound => -32601,
+            Code::InvalidParams => -32602,
+            Code::InternalError => -32603,
+            _ => -32000,
+        }
+    }
+}
+
+/// A failure answered on the daemon socket: a code and one line for a person.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcError {
+    pub code: Code,
+    pub message: String,
+}
+
+impl RpcError {
+    pub fn new(code: Code, message: impl Into<String>) -> RpcError {
+        RpcError { code, message: message.into() }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> RpcError {
+        RpcError::new(Code::InvalidParams, message)
+    }
+
+    pub fn internal() -> RpcError {
+        RpcError::new(Code::InternalError, "the daemon could not complete the request")
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+/// The cause of an I/O error as one lowercase line, without Rust's
+/// "(os error N)" suffix, for messages like "unable to open ledger at PATH:
+/// CAUSE".
+pub fn io_cause(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    let s = match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    };
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_lowercase().chain(c).collect(),
+        None => s,
+    }
+}

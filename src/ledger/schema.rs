@@ -1,0 +1,93 @@
+//! The ledger's schema and its migrations (issue 2, "The ledger"). The
+//! database carries our `application_id` so that a file of another program is
+//! never written to, and `user_version` counts the migrations applied. A
+//! migration is appended to [`MIGRATIONS`], never edited once released.
+
+use rusqlite::Connection;
+
+/// "OMNC" as a big-endian integer: marks a database as an omniconfluxd ledger.
+pub const APPLICATION_ID: i64 = 0x4F4D_4E43;
+
+/// Each entry is one schema version: index 0 takes a new file to version 1.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the event streams. seq rises from 1 within a stream; `streams`
+    // keeps the last seq of each so that appends and counts need no scan.
+    "CREATE TABLE events (
+        stream TEXT NOT NULL,
+        seq    INTEGER NOT NULL CHECK (seq >= 1),
+        kind   TEXT NOT NULL,
+        ts     TEXT NOT NULL,
+        data   TEXT NOT NULL,
+        PRIMARY KEY (stream, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE streams (
+        stream   TEXT PRIMARY KEY,
+        last_seq INTEGER NOT NULL
+    ) WITHOUT ROWID;",
+];
+
+/// The schema version this binary writes.
+pub fn current_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// Why a database cannot be written by this binary.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Untrusted {
+    /// Another program's database.
+    ForeignApplication(i64),
+    /// Written by a newer omniconfluxd; writing could destroy what it added.
+    NewerSchema(i64),
+    /// The tables are not what the version says they are.
+    MissingTable(&'static str),
+}
+
+impl std::fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Untrusted::ForeignApplication(id) => write!(f, "the file belongs to another program (application_id {id})"),
+            Untrusted::NewerSchema(v) => {
+                write!(f, "schema version {v} was written by a newer omniconfluxd (this one knows {})", current_version())
+            }
+            Untrusted::MissingTable(t) => write!(f, "the table {t} is missing"),
+        }
+    }
+}
+
+/// Outcome of preparing a database for writing.
+pub enum Prepared {
+    Ready { migrated_from: i64 },
+    Untrusted(Untrusted),
+}
+
+/// Checks identity and version, then applies the migrations this file lacks
+/// in one transaction. Cheap on any size of ledger: it reads only the header
+/// and the schema table.
+pub fn prepare(conn: &mut Connection) -> rusqlite::Result<Prepared> {
+    let app: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    if app != APPLICATION_ID && !(app == 0 && version == 0 && tables == 0) {
+        return Ok(Prepared::Untrusted(Untrusted::ForeignApplication(app)));
+    }
+    if version > current_version() {
+        return Ok(Prepared::Untrusted(Untrusted::NewerSchema(version)));
+    }
+    if version >= 1 {
+        for t in ["events", "streams"] {
+            let n: i64 = conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))?;
+            if n == 0 {
+                return Ok(Prepared::Untrusted(Untrusted::MissingTable(t)));
+            }
+        }
+    }
+    if version < current_version() {
+        let tx = conn.transaction()?;
+        for m in &MIGRATIONS[version as usize..] {
+            tx.execute_batch(m)?;
+        }
+        tx.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {};", current_version()))?;
+        tx.commit()?;
+    }
+    Ok(Prepared::Ready { migrated_from: version })
+}

@@ -1,0 +1,218 @@
+//! The `ledger-writer` thread: group commit (DESIGN.md, "Threads and
+//! ownership"; "Performance notes").
+//!
+//! It blocks for one batch, then takes every batch already queued (up to
+//! `LEDGER_GROUP_MAX_OPS` operations) and applies them in one transaction,
+//! each batch inside its own savepoint so that one failing batch does not
+//! fail the others. After COMMIT returns, fsync included, it reports every
+//! batch's outcome at once; only then may anything be acknowledged.
+//!
+//! The writer assigns `seq`: it owns the only write connection, so it alone
+//! knows the last committed seq of each stream. A failed batch or commit
+//! forgets the seqs it had taken, so seq never has a gap or a duplicate.
+
+use crossbeam_channel::Receiver;
+use rusqlite::types::Value;
+use rusqlite::{params, Connection};
+use std::collections::HashMap;
+
+use crate::limits;
+
+/// One write.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Appends an event to a stream; the writer assigns its seq.
+    Event { stream: String, kind: String, ts: String, data: String },
+    /// Runs one statement of a record table (a session row, a storage key).
+    Exec { sql: &'static str, params: Vec<Value> },
+}
+
+/// Operations committed together or not at all, and the ticket the reactor
+/// uses to find what waits on them.
+#[derive(Debug)]
+pub struct Batch {
+    pub ticket: u64,
+    pub ops: Vec<Op>,
+}
+
+/// An event as committed, with its seq.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    pub stream: String,
+    pub seq: i64,
+    pub kind: String,
+    pub ts: String,
+    pub data: String,
+}
+
+/// Why a batch was not committed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteError {
+    /// The ledger is read-only (`ledger-corrupt`).
+    Corrupt,
+    /// The writer's queue is full (`ledger-busy`).
+    Busy,
+    /// SQLite refused the batch or the commit; the text is for the log.
+    Failed(String),
+}
+
+/// The outcome of one batch.
+#[derive(Debug)]
+pub struct Committed {
+    pub ticket: u64,
+    pub result: Result<Vec<Appended>, WriteError>,
+}
+
+struct Seqs {
+    last: HashMap<String, i64>,
+}
+
+impl Seqs {
+    fn last(&mut self, tx: &Connection, stream: &str) -> rusqlite::Result<i64> {
+        if let Some(&s) = self.last.get(stream) {
+            return Ok(s);
+        }
+        let s: i64 = tx
+            .query_row("SELECT last_seq FROM streams WHERE stream = ?1", [stream], |r| r.get(0))
+            .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(0) } else { Err(e) })?;
+        self.last.insert(stream.to_string(), s);
+        Ok(s)
+    }
+}
+
+pub fn run(mut conn: Connection, rx: Receiver<Batch>, on_commit: Box<dyn Fn(Vec<Committed>) + Send>) {
+    let mut seqs = Seqs { last: HashMap::new() };
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        let mut ops = group[0].ops.len();
+        while ops < limits::LEDGER_GROUP_MAX_OPS {
+            match rx.try_recv() {
+                Ok(b) => {
+                    ops += b.ops.len();
+                    group.push(b);
+                }
+                Err(_) => break,
+            }
+        }
+        let results = commit_group(&mut conn, &mut seqs, &group);
+        on_commit(results);
+    }
+}
+
+fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<Committed> {
+    let before = seqs.last.clone();
+    let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => return fail_all(group, &e),
+    };
+    let mut outcomes: Vec<Result<Vec<Appended>, WriteError>> = Vec::with_capacity(group.len());
+    for batch in group {
+        let snapshot = seqs.last.clone();
+        let applied = (|| -> rusqlite::Result<Vec<Appended>> {
+            tx.execute_batch("SAVEPOINT batch")?;
+            let mut appended = Vec::new();
+            for op in &batch.ops {
+                match op {
+                    Op::Event { stream, kind, ts, data } => {
+                        let seq = seqs.last(&tx, stream)? + 1;
+                        tx.prepare_cached("INSERT INTO events (stream, seq, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
+                            .execute(params![stream, seq, kind, ts, data])?;
+                        seqs.last.insert(stream.clone(), seq);
+                        appended.push(Appended { stream: stream.clone(), seq, kind: kind.clone(), ts: ts.clone(), data: data.clone() });
+                    }
+                    Op::Exec { sql, params } => {
+                        tx.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params.iter()))?;
+                    }
+                }
+            }
+            tx.execute_batch("RELEASE batch")?;
+            Ok(appended)
+        })();
+        match applied {
+            Ok(a) => outcomes.push(Ok(a)),
+            Err(e) => {
+                let _ = tx.execute_batch("ROLLBACK TO batch; RELEASE batch");
+                seqs.last = snapshot;
+                outcomes.push(Err(WriteError::Failed(cause(&e))));
+            }
+        }
+    }
+    // The last seq of each stream this group touched, written once per group.
+    let touched: Vec<(String, i64)> = seqs
+        .last
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    for (stream, last) in &touched {
+        let r = tx
+            .prepare_cached(
+                "INSERT INTO streams (stream, last_seq) VALUES (?1, ?2)
+                 ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq",
+            )
+            .and_then(|mut s| s.execute(params![stream, last]));
+        if let Err(e) = r {
+            drop(tx);
+            seqs.last = before;
+            return fail_all(group, &e);
+        }
+    }
+    if let Err(e) = tx.commit() {
+        seqs.last = before;
+        return fail_all(group, &e);
+    }
+    group.iter().zip(outcomes).map(|(b, result)| Committed { ticket: b.ticket, result }).collect()
+}
+
+fn cause(e: &rusqlite::Error) -> String {
+    e.to_string().lines().next().unwrap_or("sqlite error").to_lowercase()
+}
+
+fn fail_all(group: &[Batch], e: &rusqlite::Error) -> Vec<Committed> {
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    let err = match e.sqlite_error_code() {
+        Some(DatabaseCorrupt) | Some(NotADatabase) => WriteError::Corrupt,
+        _ => WriteError::Failed(cause(e)),
+    };
+    group.iter().map(|b| Committed { ticket: b.ticket, result: Err(err.clone()) }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{configure, schema};
+
+    fn open(dir: &std::path::Path) -> Connection {
+        let mut c = Connection::open(dir.join("l.sqlite3")).unwrap();
+        configure(&c, true).unwrap().unwrap();
+        assert!(matches!(schema::prepare(&mut c).unwrap(), schema::Prepared::Ready { .. }));
+        c
+    }
+
+    fn ev(stream: &str) -> Op {
+        Op::Event { stream: stream.into(), kind: "k".into(), ts: "t".into(), data: "{}".into() }
+    }
+
+    #[test]
+    fn seq_rises_per_stream_and_a_failed_batch_leaves_no_gap() {
+        let dir = crate::testutil::TempDir::new("writer");
+        let mut conn = open(dir.path());
+        let mut seqs = Seqs { last: HashMap::new() };
+        let bad = Op::Exec { sql: "INSERT INTO no_such_table VALUES (1)", params: vec![] };
+        let group = vec![
+            Batch { ticket: 1, ops: vec![ev("a"), ev("a"), ev("b")] },
+            Batch { ticket: 2, ops: vec![ev("a"), bad] },
+            Batch { ticket: 3, ops: vec![ev("a")] },
+        ];
+        let out = commit_group(&mut conn, &mut seqs, &group);
+        let seq_of = |c: &Committed| c.result.as_ref().unwrap().iter().map(|a| (a.stream.clone(), a.seq)).collect::<Vec<_>>();
+        assert_eq!(seq_of(&out[0]), vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]);
+        assert!(matches!(out[1].result, Err(WriteError::Failed(_))));
+        assert_eq!(seq_of(&out[2]), vec![("a".into(), 3)]);
+        // A fresh writer continues from the committed seq.
+        let mut fresh = Seqs { last: HashMap::new() };
+        let out = commit_group(&mut conn, &mut fresh, &[Batch { ticket: 4, ops: vec![ev("a")] }]);
+        assert_eq!(seq_of(&out[0]), vec![("a".into(), 4)]);
+        assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 5));
+    }
+}

@@ -1,0 +1,246 @@
+//! Who is calling: the caller class of a socket peer (DESIGN.md, "Who is
+//! calling"; issue 2, "Every connection is classified").
+//!
+//! The daemon records the root process of everything it starts (an agent
+//! session, a plugin) by pid *and* start time, and makes itself the child
+//! subreaper at start. A peer is classified by walking its ancestry through
+//! /proc:
+//! - it passes a recorded root (same pid and start time): that root's class;
+//! - it reaches the daemon itself without passing one: a descendant that
+//!   escaped its root by double-forking or setsid, re-parented to the daemon
+//!   as subreaper; it is inside something the daemon started, so it is
+//!   `agent-session` with no known owner;
+//! - it reaches pid 1 first: the operator.
+//!
+//! A recycled pid cannot fool it: the peer is pinned by a pidfd taken when
+//! the connection is accepted (SO_PEERPIDFD where the kernel has it,
+//! pidfd_open otherwise), and the walk is trusted only if that pidfd still
+//! names a live process after the walk; every hop compares start times. A
+//! peer that cannot be verified (it exited, lives in another pid namespace,
+//! or /proc is unreadable) is `unverified`, which like every class but
+//! operator is refused operator-only methods.
+
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// The class of a caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallerClass {
+    Operator,
+    /// Inside an agent session; the session id when it is known.
+    AgentSession(Option<String>),
+    /// Inside a plugin's process tree; the plugin id when it is known.
+    Plugin(Option<String>),
+    /// Could not be verified; treated as untrusted.
+    Unverified,
+}
+
+impl CallerClass {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CallerClass::Operator => "operator",
+            CallerClass::AgentSession(_) => "agent-session",
+            CallerClass::Plugin(_) => "plugin",
+            CallerClass::Unverified => "unverified",
+        }
+    }
+
+    pub fn is_operator(&self) -> bool {
+        matches!(self, CallerClass::Operator)
+    }
+}
+
+/// What a recorded root process belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner {
+    Session(String),
+    Plugin(String),
+}
+
+/// The roots of the process trees the daemon started.
+#[derive(Default)]
+pub struct Roots {
+    by_pid: HashMap<i32, (u64, Owner)>,
+}
+
+impl Roots {
+    /// Records a child the daemon just started. Its start time is read now,
+    /// while the daemon is its parent and it cannot have been reaped.
+    pub fn add(&mut self, pid: i32, owner: Owner) {
+        if let Some(stat) = read_stat(pid) {
+            self.by_pid.insert(pid, (stat.start_time, owner));
+        }
+    }
+
+    pub fn remove(&mut self, pid: i32) {
+        self.by_pid.remove(&pid);
+    }
+
+    fn owner(&self, pid: i32, start_time: u64) -> Option<&Owner> {
+        match self.by_pid.get(&pid) {
+            Some((t, o)) if *t == start_time => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// Process facts from /proc/PID/stat.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stat {
+    pub ppid: i32,
+    pub start_time: u64,
+}
+
+/// Parses /proc/PID/stat. The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted from the last ')'.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) ... starttime(22), so index 1 and 19.
+    Some(Stat { ppid: fields.get(1)?.parse().ok()?, start_time: fields.get(19)?.parse().ok()? })
+}
+
+pub fn read_stat(pid: i32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The longest ancestry walked; a real process tree is far shallower.
+const MAX_DEPTH: usize = 4096;
+
+/// Classifies `pid` by its ancestry. `alive` is asked after the walk whether
+/// the peer is still the process the walk started from.
+pub fn classify(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> bool) -> CallerClass {
+    if pid <= 0 {
+        return CallerClass::Unverified;
+    }
+    let mut cur = pid;
+    let mut class = CallerClass::Unverified;
+    for _ in 0..MAX_DEPTH {
+        if cur == daemon_pid {
+            // Reached the daemon without passing a recorded root: an escaped
+            // descendant (see the module comment). The daemon itself calling
+            // its own socket is not a case: it never does.
+            class = CallerClass::AgentSession(None);
+            break;
+        }
+        if cur <= 1 {
+            class = CallerClass::Operator;
+            break;
+        }
+        let Some(stat) = read_stat(cur) else { break };
+        if let Some(owner) = roots.owner(cur, stat.start_time) {
+            class = match owner {
+                Owner::Session(s) => CallerClass::AgentSession(Some(s.clone())),
+                Owner::Plugin(p) => CallerClass::Plugin(Some(p.clone())),
+            };
+            break;
+        }
+        cur = stat.ppid;
+    }
+    if alive() { class } else { CallerClass::Unverified }
+}
+
+/// Peer credentials of a connected unix socket.
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    /// A pidfd pinning the peer process, when the kernel provides one.
+    pub pidfd: Option<OwnedFd>,
+}
+
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// Reads SO_PEERCRED and pins the peer with a pidfd.
+pub fn peer_of(fd: RawFd) -> Option<Peer> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a valid, writable ucred and `len` holds its size, as
+    // getsockopt(SO_PEERCRED) requires; `fd` is a socket the caller owns.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    if r != 0 {
+        return None;
+    }
+    let mut pidfd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: as above, with an int-sized buffer for SO_PEERPIDFD (Linux 6.5+);
+    // older kernels fail with ENOPROTOOPT and leave it untouched.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERPIDFD, (&mut pidfd as *mut libc::c_int).cast(), &mut len) };
+    let pidfd = if r == 0 && pidfd >= 0 {
+        Some(pidfd)
+    } else if cred.pid > 0 {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, cred.pid, 0) };
+        (fd >= 0).then_some(fd as libc::c_int)
+    } else {
+        None
+    };
+    // SAFETY: each fd above was just returned to us by the kernel and is
+    // owned by nothing else.
+    let pidfd = pidfd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    Some(Peer { pid: cred.pid, uid: cred.uid, pidfd })
+}
+
+/// Whether the process a pidfd names is still running.
+pub fn pidfd_alive(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: signal 0 only checks deliverability; the fd is a live pidfd.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, std::ptr::null::<libc::siginfo_t>(), 0) };
+    r == 0
+}
+
+/// Classifies a connected peer: the public entry point other surfaces use.
+pub fn classify_peer(peer: &Peer, roots: &Roots) -> CallerClass {
+    let daemon_pid = std::process::id() as i32;
+    match &peer.pidfd {
+        Some(fd) => classify(peer.pid, daemon_pid, roots, || pidfd_alive(fd)),
+        // Without a pidfd (a kernel before 5.3) the walk cannot be pinned;
+        // re-reading the peer's start time is the best remaining check.
+        None => {
+            let before = read_stat(peer.pid);
+            classify(peer.pid, daemon_pid, roots, || before.is_some() && read_stat(peer.pid) == before)
+        }
+    }
+}
+
+/// Makes the daemon the child subreaper of everything it starts, so that an
+/// orphaned descendant is re-parented to it rather than to init.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes plain integers.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_awkward_names() {
+        let line = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_stat(line), Some(Stat { ppid: 17, start_time: 987654 }));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn this_test_process_is_the_operator_and_a_recorded_root_is_its_owner() {
+        let me = std::process::id() as i32;
+        let roots = Roots::default();
+        // A daemon pid that is not in our ancestry: we reach init.
+        assert_eq!(classify(me, -5, &roots, || true), CallerClass::Operator);
+        // A dead peer is never trusted.
+        assert_eq!(classify(me, -5, &roots, || false), CallerClass::Unverified);
+        // Our parent as the daemon: we are an escaped descendant.
+        let parent = read_stat(me).unwrap().ppid;
+        assert_eq!(classify(me, parent, &roots, || true), CallerClass::AgentSession(None));
+        // Ourselves recorded as a plugin root.
+        let mut roots = Roots::default();
+        roots.add(me, Owner::Plugin("p".into()));
+        assert_eq!(classify(me, -5, &roots, || true), CallerClass::Plugin(Some("p".into())));
+        // A root recorded with another start time (a recycled pid) is not ours.
+        let mut stale = Roots::default();
+        stale.by_pid.insert(me, (1, Owner::Plugin("p".into())));
+        assert_eq!(classify(me, -5, &stale, || true), CallerClass::Operator);
+    }
+}

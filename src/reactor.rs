@@ -1,0 +1,144 @@
+//! The reactor: one thread that owns the daemon's state and every
+//! non-blocking descriptor, driven by a mio poll (DESIGN.md, "Threads and
+//! ownership"). Workers (the ledger threads, the signal thread, blocking
+//! listeners) reach it only through the bounded [`Inbox`] plus the waker, and
+//! it handles their messages in batches on each wake-up.
+//!
+//! Timers are a heap of deadlines; the poll sleeps until the earliest, so an
+//! idle daemon with no timers sleeps until something happens.
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use mio::{Poll, Token, Waker};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::daemon::Daemon;
+use crate::ledger::Committed;
+use crate::limits;
+
+/// The waker's token.
+pub const WAKER: Token = Token(0);
+/// The daemon socket listener's token.
+pub const LISTENER: Token = Token(1);
+
+/// Work a closure does on the reactor thread with the daemon's state.
+pub type Task = Box<dyn FnOnce(&mut Daemon) + Send>;
+
+/// A message from another thread.
+pub enum Msg {
+    Signal(libc::c_int),
+    Committed(Vec<Committed>),
+    Run(Task),
+}
+
+/// The sending side of the reactor's queue, cloned into every worker.
+#[derive(Clone)]
+pub struct Inbox {
+    tx: Sender<Msg>,
+    waker: Arc<Waker>,
+}
+
+impl Inbox {
+    /// Queues a message and wakes the reactor. Blocks the calling worker
+    /// while the queue is full: a worker is never allowed to outrun the
+    /// reactor without bound. Returns false once the reactor is gone.
+    pub fn send(&self, msg: Msg) -> bool {
+        if self.tx.send(msg).is_err() {
+            return false;
+        }
+        let _ = self.waker.wake();
+        true
+    }
+
+    /// Runs `task` on the reactor thread.
+    pub fn run(&self, task: impl FnOnce(&mut Daemon) + Send + 'static) -> bool {
+        self.send(Msg::Run(Box::new(task)))
+    }
+}
+
+/// The poll, the waker and the receiving side of the inbox.
+pub struct Reactor {
+    pub poll: Poll,
+    rx: Receiver<Msg>,
+    inbox: Inbox,
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    timer_tasks: std::collections::HashMap<u64, Box<dyn FnOnce(&mut Daemon)>>,
+    next_timer: u64,
+}
+
+/// A scheduled timer, for cancelling it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimerId(u64);
+
+impl Reactor {
+    pub fn new() -> std::io::Result<Reactor> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (tx, rx) = bounded(limits::REACTOR_INBOX);
+        Ok(Reactor {
+            poll,
+            rx,
+            inbox: Inbox { tx, waker },
+            timers: BinaryHeap::new(),
+            timer_tasks: Default::default(),
+            next_timer: 0,
+        })
+    }
+
+    pub fn inbox(&self) -> Inbox {
+        self.inbox.clone()
+    }
+
+    /// Runs `task` on the reactor after `after`.
+    pub fn schedule(&mut self, after: Duration, task: impl FnOnce(&mut Daemon) + 'static) -> TimerId {
+        self.next_timer += 1;
+        let id = self.next_timer;
+        self.timers.push(Reverse((Instant::now() + after, id)));
+        self.timer_tasks.insert(id, Box::new(task));
+        TimerId(id)
+    }
+
+    pub fn cancel(&mut self, id: TimerId) {
+        // The heap entry stays until its deadline and then finds no task.
+        self.timer_tasks.remove(&id.0);
+    }
+
+    /// How long the poll may sleep: until the next live timer.
+    pub fn poll_timeout(&mut self) -> Option<Duration> {
+        while let Some(Reverse((at, id))) = self.timers.peek().copied() {
+            if self.timer_tasks.contains_key(&id) {
+                return Some(at.saturating_duration_since(Instant::now()));
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Timers whose deadline has passed.
+    pub fn due_timers(&mut self) -> Vec<Box<dyn FnOnce(&mut Daemon)>> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while let Some(Reverse((at, id))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(t) = self.timer_tasks.remove(&id) {
+                due.push(t);
+            }
+        }
+        due
+    }
+
+    /// Up to one batch of queued messages.
+    pub fn drain(&self) -> Vec<Msg> {
+        self.rx.try_iter().take(limits::REACTOR_BATCH).collect()
+    }
+
+    /// Whether messages are still queued after a batch.
+    pub fn has_pending(&self) -> bool {
+        !self.rx.is_empty()
+    }
+}

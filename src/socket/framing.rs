@@ -1,0 +1,116 @@
+//! Line framing of the daemon socket (seed 004, "Framing"): one JSON object
+//! per line ending in `\n`, empty lines skipped, and a line longer than the
+//! limit closes the connection. Pure: bytes in, lines out.
+
+/// Accumulates bytes from a stream and yields complete lines.
+pub struct LineBuffer {
+    buf: Vec<u8>,
+    /// Where the next line starts.
+    start: usize,
+    /// How far `buf[start..]` has been searched for `\n` already, so that a
+    /// long line arriving in many reads is scanned once.
+    scanned: usize,
+    max: usize,
+}
+
+/// A line exceeded the limit; the connection must be closed.
+#[derive(Debug, PartialEq)]
+pub struct LineTooLong;
+
+impl LineBuffer {
+    pub fn new(max: usize) -> LineBuffer {
+        LineBuffer { buf: Vec::new(), start: 0, scanned: 0, max }
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn extend(&mut self, data: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            self.scanned = 0;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete, non-empty line without its `\n` (and without a
+    /// `\r` before it), or `None` when more bytes are needed.
+    pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineTooLong> {
+        loop {
+            let pending = &self.buf[self.start..];
+            match memchr(&pending[self.scanned..]) {
+                Some(i) => {
+                    let end = self.start + self.scanned + i;
+                    if end - self.start > self.max {
+                        return Err(LineTooLong);
+                    }
+                    let mut line = &self.buf[self.start..end];
+                    if line.last() == Some(&b'\r') {
+                        line = &line[..line.len() - 1];
+                    }
+                    let out = line.to_vec();
+                    self.start = end + 1;
+                    self.scanned = 0;
+                    self.compact();
+                    if out.iter().all(|b| b.is_ascii_whitespace()) {
+                        continue;
+                    }
+                    return Ok(Some(out));
+                }
+                None => {
+                    self.scanned = pending.len();
+                    if pending.len() > self.max {
+                        return Err(LineTooLong);
+                    }
+                    self.compact();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Bytes held that are not yet a complete line.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    fn compact(&mut self) {
+        // Move the partial line to the front once the consumed prefix is the
+        // larger part, so the buffer's memory tracks what is still pending.
+        if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}
+
+fn memchr(hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == b'\n')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_lines_across_reads_and_skips_empty_ones() {
+        let mut b = LineBuffer::new(100);
+        b.extend(b"{\"a\":1}\n\n  \r\n{\"b\"");
+        assert_eq!(b.next_line().unwrap(), Some(b"{\"a\":1}".to_vec()));
+        assert_eq!(b.next_line().unwrap(), None);
+        b.extend(b":2}\r\n");
+        assert_eq!(b.next_line().unwrap(), Some(b"{\"b\":2}".to_vec()));
+        assert_eq!(b.next_line().unwrap(), None);
+        assert_eq!(b.pending(), 0);
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_refused_before_its_end_arrives() {
+        let mut b = LineBuffer::new(8);
+        b.extend(b"123456789");
+        assert_eq!(b.next_line(), Err(LineTooLong));
+        let mut b = LineBuffer::new(8);
+        b.extend(b"12345678\n123456789\n");
+        assert_eq!(b.next_line().unwrap(), Some(b"12345678".to_vec()));
+        assert_eq!(b.next_line(), Err(LineTooLong));
+    }
+}

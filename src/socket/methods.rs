@@ -1,0 +1,270 @@
+//! The method table of the daemon socket: each method's params are decoded
+//! strictly (unknown members refused with `invalid-params`), its caller class
+//! checked, and its answer given now or after a ledger commit or read. The
+//! exchanges are documented, one per method, in omniconfluxd(8).
+//!
+//! | method            | who            | answers                                  |
+//! |-------------------|----------------|------------------------------------------|
+//! | ping              | anyone         | null, before any other rule (seed 004)   |
+//! | server.info       | anyone         | version, started_at, instance_id, caller |
+//! | server.stop       | operator       | null, then the daemon stops              |
+//! | events.list       | anyone         | a page of one stream after a seq         |
+//! | events.append     | operator       | the committed event's seq and ts         |
+//! | events.subscribe  | anyone         | live `event` notifications from now on   |
+//! | events.unsubscribe| anyone         | stops them                               |
+
+use mio::Token;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::daemon::{Daemon, Req, Subscription};
+use crate::errors::{Code, RpcError};
+use crate::ledger::{self, Op, WriteError};
+use crate::limits;
+
+/// Decodes params into `T`, refusing unknown members and wrong types with
+/// serde's own description of what was expected.
+pub fn params<T: DeserializeOwned>(p: Map<String, Value>) -> Result<T, RpcError> {
+    serde_json::from_value(Value::Object(p)).map_err(|e| {
+        let msg = e.to_string();
+        // serde_json appends " at line L column C" for values, which means
+        // nothing for params that came from one line.
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        RpcError::invalid_params(msg)
+    })
+}
+
+/// Refuses a caller that is not the operator.
+pub fn require_operator(req: &Req) -> Result<(), RpcError> {
+    if req.class.is_operator() {
+        Ok(())
+    } else {
+        Err(RpcError::new(Code::OperatorOnly, format!("only the operator may call this; the caller is {}", req.class.name())))
+    }
+}
+
+/// Maps a ledger refusal to the socket's codes.
+pub fn write_error(e: WriteError) -> RpcError {
+    match e {
+        WriteError::Corrupt => RpcError::new(Code::LedgerCorrupt, "the ledger is read-only because it cannot be trusted"),
+        WriteError::Busy => RpcError::new(Code::LedgerBusy, "the ledger's queue is full; try again"),
+        WriteError::Failed(why) => {
+            crate::error!("ledger write failed: {why}");
+            RpcError::new(Code::Unavailable, "the ledger could not commit the change")
+        }
+    }
+}
+
+pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let result = match method {
+        "ping" => Ok(Some(Value::Null)),
+        "server.info" => server_info(d, &req, p),
+        "server.stop" => server_stop(d, &req, p),
+        "events.list" => events_list(d, &req, p),
+        "events.append" => events_append(d, &req, p),
+        "events.subscribe" => events_subscribe(d, &req, p),
+        "events.unsubscribe" => events_unsubscribe(d, &req, p),
+        other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
+    };
+    match result {
+        Ok(Some(v)) => d.answer(req, Ok(v)),
+        Ok(None) => {} // answered later by a continuation
+        Err(e) => d.answer(req, Err(e)),
+    }
+}
+
+/// A handler's outcome: `Some` answers now, `None` means a continuation
+/// answers later.
+type Handled = Result<Option<Value>, RpcError>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let NoParams {} = params(p)?;
+    let mut caller = json!({"class": req.class.name()});
+    match &req.class {
+        crate::procs::CallerClass::AgentSession(Some(s)) => caller["session"] = json!(s),
+        crate::procs::CallerClass::Plugin(Some(p)) => caller["plugin"] = json!(p),
+        _ => {}
+    }
+    let mut info = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "started_at": crate::clock::format_ts(d.started_at_ms),
+        "instance_id": d.instance_id,
+        "uptime_ms": d.started.elapsed().as_millis() as u64,
+        "nodes": [{
+            "id": "",
+            "label": d.node_name,
+            "version": env!("CARGO_PKG_VERSION"),
+            "capabilities": {"spawn_session": false, "terminal": false, "host_wakelock": false},
+        }],
+        "pushPortConfigured": false,
+        "caller": caller,
+        "ledger": {
+            "path": d.paths.ledger.display().to_string(),
+            "schema": ledger::current_version(),
+            "state": if d.ledger.corrupt.is_some() { "read-only" } else { "ok" },
+        },
+        "counts": {"connections": d.socket.conns.len()},
+        "stopping": d.is_stopping(),
+    });
+    if let Some(reason) = &d.ledger.corrupt {
+        info["ledger"]["reason"] = json!(reason.0);
+    }
+    // Event counts come from the reader thread; the rest is known here.
+    let inbox = d.inbox.clone();
+    let req = req.clone();
+    let queued = d.ledger.read(Box::new(move |conn| {
+        let counts = ledger::counts(conn);
+        inbox.run(move |d| {
+            let mut info = info;
+            match counts {
+                Ok((streams, events)) => {
+                    info["counts"]["streams"] = json!(streams);
+                    info["counts"]["events"] = json!(events);
+                }
+                Err(_) => info["counts"]["events"] = Value::Null,
+            }
+            d.answer(req, Ok(info));
+        });
+    }));
+    match queued {
+        Ok(()) => Ok(None),
+        Err(e) => Err(write_error(e)),
+    }
+}
+
+fn server_stop(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let NoParams {} = params(p)?;
+    require_operator(req)?;
+    // The reply is queued before the stop begins, and a stop flushes queued
+    // replies before it exits: "replies first, then stops" (seed 004).
+    d.answer(req.clone(), Ok(Value::Null));
+    d.begin_stop("server.stop");
+    Ok(None)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    stream: String,
+    #[serde(default)]
+    after_seq: i64,
+    limit: Option<usize>,
+}
+
+fn events_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let ListParams { stream, after_seq, limit } = params(p)?;
+    let limit = limit.unwrap_or(limits::EVENTS_PAGE_DEFAULT);
+    if !(1..=limits::EVENTS_PAGE_MAX).contains(&limit) {
+        return Err(RpcError::invalid_params(format!("limit must be 1 to {}", limits::EVENTS_PAGE_MAX)));
+    }
+    if after_seq < 0 {
+        return Err(RpcError::invalid_params("after_seq must be at least 0"));
+    }
+    let inbox = d.inbox.clone();
+    let req = req.clone();
+    d.ledger
+        .read(Box::new(move |conn| {
+            // One more row than asked tells whether another page follows.
+            let page = ledger::list_events(conn, &stream, after_seq, limit + 1);
+            inbox.run(move |d| {
+                let result = match page {
+                    Ok(mut rows) => {
+                        let more = rows.len() > limit;
+                        rows.truncate(limit);
+                        let next = if more { rows.last().map(|r| json!(r.seq)) } else { None };
+                        let events: Vec<Value> = rows
+                            .into_iter()
+                            .map(|r| {
+                                let data = serde_json::from_str::<Value>(&r.data).unwrap_or(Value::Null);
+                                json!({"stream": r.stream, "seq": r.seq, "kind": r.kind, "ts": r.ts, "data": data})
+                            })
+                            .collect();
+                        Ok(json!({"events": events, "next_after_seq": next.unwrap_or(Value::Null)}))
+                    }
+                    Err(e) => {
+                        crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
+                        Err(RpcError::new(Code::LedgerCorrupt, "the ledger could not be read"))
+                    }
+                };
+                d.answer(req, result);
+            });
+        }))
+        .map_err(write_error)?;
+    Ok(None)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppendParams {
+    stream: String,
+    kind: String,
+    #[serde(default)]
+    data: Option<Map<String, Value>>,
+}
+
+/// Streams operators and scripts may write to: their own, named `x-...`,
+/// apart from the streams the daemon writes.
+fn valid_user_stream(s: &str) -> bool {
+    s.len() <= 128 && s.strip_prefix("x-").is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+}
+
+fn valid_kind(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'_')
+}
+
+fn events_append(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let AppendParams { stream, kind, data } = params(p)?;
+    require_operator(req)?;
+    if !valid_user_stream(&stream) {
+        return Err(RpcError::invalid_params("stream must be x- followed by 1 to 126 letters, digits, '-' or '_'"));
+    }
+    if !valid_kind(&kind) {
+        return Err(RpcError::invalid_params("kind must be 1 to 64 lowercase letters, digits, '.', '-' or '_'"));
+    }
+    let data = serde_json::to_string(&Value::Object(data.unwrap_or_default())).unwrap_or_else(|_| "{}".into());
+    if data.len() > limits::EVENT_MAX_DATA_BYTES {
+        return Err(RpcError::invalid_params(format!("data must serialise to at most {} bytes", limits::EVENT_MAX_DATA_BYTES)));
+    }
+    let ts = crate::clock::now_ts();
+    let req = req.clone();
+    d.write(vec![Op::Event { stream, kind, ts, data }], move |d, r| {
+        let result = r.map_err(write_error).map(|appended| match appended.first() {
+            Some(a) => json!({"stream": a.stream, "seq": a.seq, "ts": a.ts}),
+            None => Value::Null,
+        });
+        d.answer(req, result);
+    });
+    Ok(None)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscribeParams {
+    streams: Option<Vec<String>>,
+}
+
+fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let SubscribeParams { streams } = params(p)?;
+    if let Some(s) = &streams {
+        if s.is_empty() || s.len() > limits::SOCKET_MAX_SUBSCRIPTIONS {
+            return Err(RpcError::invalid_params(format!("streams must name 1 to {} streams", limits::SOCKET_MAX_SUBSCRIPTIONS)));
+        }
+    }
+    let conn: Token = req.conn;
+    let filter = streams.clone().map(|v| v.into_iter().collect());
+    // One subscription per connection; a second call replaces the first,
+    // as events.subscribe does for plugins (seed 000).
+    d.subscriptions.insert(conn, Subscription { conn, streams: filter });
+    Ok(Some(json!({"streams": streams})))
+}
+
+fn events_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let NoParams {} = params(p)?;
+    let was = d.subscriptions.remove(&req.conn).is_some();
+    Ok(Some(json!({"subscribed": false, "was_subscribed": was})))
+}
