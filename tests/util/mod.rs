@@ -1,0 +1,329 @@
+//! Test harness: runs the real `omniconfluxd` binary in its own temporary
+//! directory and talks to it as a client would. Readiness and stopping are
+//! awaited through the sd_notify datagrams the daemon sends (READY=1,
+//! STOPPING=1) and through its log lines, never by sleeping. When a test
+//! fails, the guard prints the command, the directory, the exit status and
+//! everything the daemon wrote.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long any wait in a test may take before the test fails. Generous:
+/// the machine may be loaded; nothing is asserted about speed.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_omniconfluxd")
+}
+
+/// A directory under cargo's per-target temp dir, removed when the test
+/// passes and kept (and printed) when it fails.
+pub struct TestDir {
+    pub path: PathBuf,
+}
+
+impl TestDir {
+    pub fn new(name: &str) -> TestDir {
+        let mut b = [0u8; 4];
+        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).expect("urandom");
+        // Short names: a unix socket path must fit in 108 bytes.
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let path = base.join(format!("{}-{:02x}{:02x}{:02x}{:02x}", &name[..name.len().min(12)], b[0], b[1], b[2], b[3]));
+        std::fs::create_dir_all(&path).expect("create test dir");
+        TestDir { path }
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub state: PathBuf,
+    pub args: Vec<String>,
+    child: Option<Child>,
+    notify: UnixDatagram,
+    log: Arc<Mutex<Vec<String>>>,
+    log_rx: mpsc::Receiver<String>,
+    pub status: Option<ExitStatus>,
+}
+
+pub struct Opts {
+    pub config: Option<String>,
+    pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts { config: None, extra_args: Vec::new(), env: Vec::new() }
+    }
+}
+
+impl Daemon {
+    /// Starts a daemon on `dir` and waits for READY=1.
+    pub fn start(dir: &Path) -> Daemon {
+        Daemon::start_with(dir, Opts::default())
+    }
+
+    pub fn start_with(dir: &Path, opts: Opts) -> Daemon {
+        let d = Daemon::spawn(dir, opts);
+        d.expect_notify("READY=1")
+    }
+
+    /// Starts a daemon without waiting for it to become ready.
+    pub fn spawn(dir: &Path, opts: Opts) -> Daemon {
+        let socket = dir.join("run/d.sock");
+        let state = dir.join("state");
+        let notify_path = dir.join(format!("notify-{}", std::process::id()));
+        let _ = std::fs::remove_file(&notify_path);
+        let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
+        let mut args = vec!["--state-dir".to_string(), state.display().to_string(), "--socket".into(), socket.display().to_string()];
+        if let Some(cfg) = &opts.config {
+            let p = dir.join("omniconfluxd.toml");
+            std::fs::write(&p, cfg).expect("write config");
+            args.push("--config".into());
+            args.push(p.display().to_string());
+        } else {
+            // A config path that does not exist would be an error; point the
+            // daemon at an empty one so the operator's own file is never read.
+            let p = dir.join("empty.toml");
+            std::fs::write(&p, "").expect("write config");
+            args.push("--config".into());
+            args.push(p.display().to_string());
+        }
+        args.push("serve".into());
+        args.extend(opts.extra_args.iter().cloned());
+        let mut cmd = Command::new(bin());
+        cmd.args(&args).env("NOTIFY_SOCKET", &notify_path).env_remove("JOURNAL_STREAM").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn daemon");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, log_rx) = mpsc::channel();
+        for pipe in [child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)].into_iter().flatten() {
+            let log = log.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    log.lock().unwrap().push(line.clone());
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        notify.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, status: None }
+    }
+
+    /// Waits for one sd_notify datagram and checks it.
+    pub fn expect_notify(self, want: &str) -> Daemon {
+        let mut buf = [0u8; 256];
+        match self.notify.recv(&mut buf) {
+            Ok(n) => {
+                let got = String::from_utf8_lossy(&buf[..n]).to_string();
+                if got != want {
+                    self.fail(&format!("expected notify {want:?}, got {got:?}"));
+                }
+            }
+            Err(e) => self.fail(&format!("no notify {want:?} within {PATIENCE:?}: {e}")),
+        }
+        self
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    pub fn connect(&self) -> Client {
+        match UnixStream::connect(&self.socket) {
+            Ok(s) => Client::new(s),
+            Err(e) => self.fail(&format!("connect {}: {e}", self.socket.display())),
+        }
+    }
+
+    /// Waits until the daemon writes a log line containing `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        if let Some(l) = self.log.lock().unwrap().iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log_rx.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return l,
+                Ok(_) => {}
+                Err(_) => self.fail(&format!("no log line containing {needle:?}")),
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill with our own child's pid.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Waits for the daemon to exit and returns its status.
+    pub fn wait(&mut self) -> ExitStatus {
+        if let Some(s) = self.status {
+            return s;
+        }
+        let mut child = self.child.take().expect("child");
+        let (tx, rx) = mpsc::channel();
+        let pid = child.id();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(PATIENCE) {
+            Ok(Ok(s)) => {
+                self.status = Some(s);
+                // Let the pipe readers finish so the whole log is kept.
+                s
+            }
+            _ => {
+                // SAFETY: kill our own child that did not exit in time.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                self.fail("daemon did not exit in time")
+            }
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait();
+    }
+
+    pub fn stop(mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait()
+    }
+
+    pub fn fail(&self, what: &str) -> ! {
+        panic!(
+            "{what}\ncommand: {} {}\ndirectory: {}\nstatus: {:?}\ndaemon output:\n{}",
+            bin(),
+            self.args.join(" "),
+            self.dir.display(),
+            self.status,
+            self.log_text()
+        );
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("daemon in {} wrote:\n{}", self.dir.display(), self.log_text());
+        }
+    }
+}
+
+/// A line client of the daemon socket.
+pub struct Client {
+    pub stream: UnixStream,
+    reader: BufReader<UnixStream>,
+    next_id: u64,
+    /// Notifications read while waiting for replies.
+    pub notes: Vec<Value>,
+}
+
+impl Client {
+    pub fn new(stream: UnixStream) -> Client {
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let reader = BufReader::new(stream.try_clone().expect("clone"));
+        Client { stream, reader, next_id: 1, notes: Vec::new() }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write to daemon");
+    }
+
+    /// Reads one line; `None` at end of stream.
+    pub fn read_line(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("daemon sent non-JSON {line:?}: {e}"))),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+            Err(e) => panic!("read from daemon: {e}"),
+        }
+    }
+
+    /// Sends a request and returns the whole reply frame.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(format!("{line}\n").as_bytes());
+        loop {
+            let msg = self.read_line().unwrap_or_else(|| panic!("connection closed waiting for {method}"));
+            if msg.get("id") == Some(&json!(id)) {
+                return msg;
+            }
+            if msg.get("method").is_some() {
+                self.notes.push(msg);
+            }
+        }
+    }
+
+    /// The result of a call that must succeed.
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let r = self.request(method, params);
+        match r.get("error") {
+            Some(e) => panic!("{method} failed: {e}"),
+            None => r["result"].clone(),
+        }
+    }
+
+    /// The stable code of a call that must fail.
+    pub fn error_code(&mut self, method: &str, params: Value) -> String {
+        let r = self.request(method, params);
+        r["error"]["data"]["code"].as_str().unwrap_or_else(|| panic!("{method} did not fail: {r}")).to_string()
+    }
+
+    /// Waits for the next notification with `method`.
+    pub fn next_note(&mut self, method: &str) -> Value {
+        if let Some(i) = self.notes.iter().position(|n| n["method"] == method) {
+            return self.notes.remove(i);
+        }
+        loop {
+            let msg = self.read_line().unwrap_or_else(|| panic!("connection closed waiting for {method}"));
+            if msg["method"] == method {
+                return msg;
+            }
+        }
+    }
+}
+
+/// Runs the binary as a client command and returns (status, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin()).args(args).env_remove("JOURNAL_STREAM").stdin(Stdio::null()).output().expect("run cli");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
