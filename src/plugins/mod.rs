@@ -1,1 +1,9 @@
 //! The plugin host (seed 000, issue 4).
+//!
+//! - [`text`]: the character classes of the page and the cleaning of plugin
+//!   text before a client sees it.
+//! - [`wire`]: the four message shapes, the host's error object, and every
+//!   line the host writes.
+
+pub mod text;
+pub mod wire;
