@@ -4,6 +4,9 @@
 //!   text before a client sees it.
 //! - [`wire`]: the four message shapes, the host's error object, and every
 //!   line the host writes.
+//! - [`calls`]: the typed params of every call a plugin makes, and their
+//!   results (API 1.0 and the 1.1 additions).
 
+pub mod calls;
 pub mod text;
 pub mod wire;
