@@ -135,6 +135,10 @@ pub const PLUGIN_FILE_MAX_BYTES: u64 = 32 * 1024 * 1024;
 /// store and hashes.
 pub const PLUGIN_FOLDER_MAX_BYTES: u64 = 128 * 1024 * 1024;
 
+/// The page gives no bound for the manifest's `main`; 256 characters holds
+/// any real entry path (`dist/main.mjs`) and keeps the approval prompt short.
+pub const PLUGIN_MAIN_MAX: usize = 256;
+
 /// The page gives no size for omniconflux-plugin.json; 64 KiB is far more
 /// than its bounded members can fill.
 pub const PLUGIN_MANIFEST_MAX_BYTES: u64 = 65_536;
