@@ -76,4 +76,137 @@ pub const EVENT_MAX_DATA_BYTES: usize = 1024 * 1024;
 
 // ---- plugin host (seed 000) ----
 
+/// "one JSON object per line, at most 65,536 bytes, in UTF-8" (seed 000, The
+/// four message shapes). Counted without the line feed that ends the line, in
+/// both directions.
+pub const PLUGIN_MAX_LINE: usize = 65_536;
+
+/// "matches ^[A-Za-z0-9_.:-]{1,64}$" (seed 000, Request, id).
+pub const PLUGIN_WIRE_ID_MAX: usize = 64;
+
+/// "error.code [...] at most 64 characters" (seed 000, Failure).
+pub const PLUGIN_ERROR_CODE_MAX: usize = 64;
+
+/// "the host cleans the message and cuts it to 500 characters before a client
+/// sees it. What the host itself sends is also valid against hostError, whose
+/// message is one line of at most 500 characters." (seed 000, Failure)
+pub const PLUGIN_ERROR_MESSAGE_MAX: usize = 500;
+
+/// "events.subscribe [...] kinds: 1 to 9 items" (seed 000, events.subscribe).
+pub const PLUGIN_SUBSCRIBE_KINDS_MAX: usize = 9;
+
+/// "limit: integer, from 1 to 500" (seed 000, sessions.list).
+pub const PLUGIN_SESSIONS_PAGE_MAX: u64 = 500;
+
+/// "limit [...] default 100" (seed 000, sessions.list).
+pub const PLUGIN_SESSIONS_PAGE_DEFAULT: u64 = 100;
+
+/// "cursor: matches ^[a-zA-Z0-9_-]{1,128}$" (seed 000, sessions.list and
+/// seats.list); also the length of a session id.
+pub const PLUGIN_CURSOR_MAX: usize = 128;
+
+/// "A name, never a path: 1 to 64 characters" (seed 000, storage.get, key).
+pub const PLUGIN_STORAGE_KEY_MAX: usize = 64;
+
+/// "Text of at most 16384 characters." (seed 000, storage.set, value)
+pub const PLUGIN_STORAGE_VALUE_MAX_CHARS: usize = 16_384;
+
+/// "bytes: integer from 0 to 65,536: The size of the stored value in bytes of
+/// UTF-8." (seed 000, storage.set result)
+pub const PLUGIN_STORAGE_VALUE_MAX_BYTES: usize = 65_536;
+
+/// "keys: array of objects, at most 128 items" (seed 000, storage.list) and
+/// "The plugin's folder holds 128 keys" (seed 000, quota-exceeded).
+pub const PLUGIN_STORAGE_MAX_KEYS: usize = 128;
+
+/// "bytes: integer from 0 to 1,048,576: The total of the values in bytes of
+/// UTF-8." (seed 000, storage.list)
+pub const PLUGIN_STORAGE_MAX_BYTES: usize = 1_048_576;
+
+/// "repo: string, at most 4,096 characters" (seed 000, tasks.create); the
+/// same bound holds for every absolute path on the page.
+pub const PLUGIN_PATH_MAX: usize = 4_096;
+
+/// "What the builder is asked to do. 1 to 4000 characters, not only spaces."
+/// (seed 000, tasks.create, task)
+pub const PLUGIN_TASK_TEXT_MAX: usize = 4_000;
+
+/// "acceptance.name: string, 1 to 64 characters" (seed 000, tasks.create).
+pub const PLUGIN_ACCEPTANCE_NAME_MAX: usize = 64;
+
+/// "One line of 1 to 900 printable basic Latin characters" (seed 000,
+/// tasks.create, acceptance.command).
+pub const PLUGIN_ACCEPTANCE_COMMAND_MAX: usize = 900;
+
+/// "The one line the operator typed: at most 1024 characters, no control
+/// characters." (seed 000, command.run, input)
+pub const PLUGIN_COMMAND_INPUT_MAX: usize = 1_024;
+
+/// "Plain text of at most 16384 characters. Before any client sees it the host
+/// cleans it: [...] and the result is cut to 16384 bytes." (seed 000,
+/// command.run result, text); the same number bounds both.
+pub const PLUGIN_COMMAND_TEXT_MAX: usize = 16_384;
+
+/// "The plugin's error output, cleaned like every text of a plugin, and of
+/// that the last 4096 bytes, starting at a character boundary." (seed 000,
+/// plugin.get, stderrTail)
+pub const PLUGIN_STDERR_TAIL_MAX: usize = 4_096;
+
+/// "plugin.id: string, 3 to 64 characters" (seed 000, initialize).
+pub const PLUGIN_ID_MIN: usize = 3;
+/// "plugin.id: string, 3 to 64 characters" (seed 000, initialize).
+pub const PLUGIN_ID_MAX: usize = 64;
+
+/// "plugin.version: string, at most 64 characters" (seed 000, initialize).
+pub const PLUGIN_VERSION_MAX: usize = 64;
+
+/// "commands[].pluginName: at most 48 characters. The name in the plugin's
+/// approved manifest." (seed 000, plugin.commands)
+pub const PLUGIN_NAME_MAX: usize = 48;
+
+/// "plugins[].description: string, at most 200 characters" (seed 000,
+/// plugin.list).
+pub const PLUGIN_DESCRIPTION_MAX: usize = 200;
+
+/// "plugins[].publisher: string or null, at most 64 characters" (seed 000,
+/// plugin.list).
+pub const PLUGIN_PUBLISHER_MAX: usize = 64;
+
+/// "plugins[].commands: integer from 0 to 8. How many commands the manifest
+/// declares." (seed 000, plugin.list)
+pub const PLUGIN_COMMANDS_MAX: usize = 8;
+
+/// "commands: [...] each item: at most 32 characters, matches
+/// ^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$" (seed 000, plugin.approve).
+pub const PLUGIN_COMMAND_ID_MAX: usize = 32;
+
+/// "commands[].title: string, at most 48 characters" (seed 000,
+/// plugin.commands).
+pub const PLUGIN_COMMAND_TITLE_MAX: usize = 48;
+
+/// "commands[].description: string or null, at most 120 characters" (seed
+/// 000, plugin.commands).
+pub const PLUGIN_COMMAND_DESCRIPTION_MAX: usize = 120;
+
+/// The page names the folder check "too many files" without a number; 2,000
+/// entries (files, folders and links) holds a bundled plugin with room, and
+/// bounds the walk of a hostile folder.
+pub const PLUGIN_FOLDER_MAX_ENTRIES: usize = 2_000;
+
+/// The page names the folder check "too large files" without a number; 32 MiB
+/// holds any bundled script or wasm module a plugin needs.
+pub const PLUGIN_FILE_MAX_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The page gives no total; 128 MiB bounds what one install copies into the
+/// store and hashes.
+pub const PLUGIN_FOLDER_MAX_BYTES: u64 = 128 * 1024 * 1024;
+
+/// The page gives no bound for the manifest's `main`; 256 characters holds
+/// any real entry path (`dist/main.mjs`) and keeps the approval prompt short.
+pub const PLUGIN_MAIN_MAX: usize = 256;
+
+/// The page gives no size for omniconflux-plugin.json; 64 KiB is far more
+/// than its bounded members can fill.
+pub const PLUGIN_MANIFEST_MAX_BYTES: u64 = 65_536;
+
 // ---- agent transports (issue 3) ----
