@@ -27,6 +27,9 @@
 pub mod acp;
 pub mod stream_json;
 
+#[cfg(test)]
+mod fake_agents_tests;
+
 use serde_json::Value;
 
 /// How the daemon drives a session's agent (seed 000, `data.transport`).
