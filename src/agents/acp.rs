@@ -213,15 +213,7 @@ impl AcpClient {
         step.write(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
         // The spec asks the client to answer every open permission of the
         // turn with `cancelled` once it has cancelled.
-        let keys: Vec<String> = self
-            .agent_requests
-            .iter()
-            .filter(|(_, r)| matches!(r.kind, AgentRequestKind::Permission(_)))
-            .map(|(k, _)| k.clone())
-            .collect();
-        let mut keys = keys;
-        keys.sort();
-        for key in keys {
+        for key in self.permission_keys() {
             if let Some(req) = self.agent_requests.remove(&key) {
                 write_result(&mut step, &req.id, json!({"outcome": {"outcome": "cancelled"}}));
                 step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: true });
@@ -517,6 +509,15 @@ impl AcpClient {
     /// Permissions still open when their turn is over can no longer be
     /// answered usefully; the inbox is told they vanished.
     fn close_requests(&mut self, step: &mut Step) {
+        for key in self.permission_keys() {
+            self.agent_requests.remove(&key);
+            step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: false });
+        }
+    }
+
+    /// Open permission requests, in a stable order so that the lines we
+    /// write do not depend on hash order.
+    fn permission_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self
             .agent_requests
             .iter()
@@ -524,10 +525,7 @@ impl AcpClient {
             .map(|(k, _)| k.clone())
             .collect();
         keys.sort();
-        for key in keys {
-            self.agent_requests.remove(&key);
-            step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: false });
-        }
+        keys
     }
 
     fn check_session(&mut self, params: &Value) -> Result<(), Violation> {
