@@ -210,3 +210,21 @@ pub const PLUGIN_MAIN_MAX: usize = 256;
 pub const PLUGIN_MANIFEST_MAX_BYTES: u64 = 65_536;
 
 // ---- agent transports (issue 3) ----
+
+/// "while a turn runs it waits in the session's queue, at most 32" (issue 3).
+/// A prompt past the 32nd is refused with `CommandError::QueueFull`; nothing
+/// already queued is dropped.
+pub const AGENT_PROMPT_QUEUE: usize = 32;
+
+/// The issue gives no line bound for agent stdout; we take the daemon
+/// socket's: "The maximum line length is 16 MiB." (seed 004, Framing), so
+/// anything a client can hand the daemon can also come back from an agent.
+/// A longer line is a protocol violation of the agent.
+pub const AGENT_MAX_LINE: usize = SOCKET_MAX_LINE;
+
+/// Requests an agent may hold open towards the daemon at once (permissions,
+/// file reads and writes). The issue is silent; every recorded agent waits
+/// on one at a time, so 64 leaves room for parallel tool calls while a
+/// runaway agent cannot grow the approvals inbox without bound. Past it the
+/// agent's line is a protocol violation.
+pub const AGENT_PENDING_REQUESTS: usize = 64;
