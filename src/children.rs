@@ -1,0 +1,472 @@
+//! Child processes the daemon starts (agents, plugins): their stdio pipes on
+//! the reactor's poll, bounded line reading, a bounded stdin queue, the tail
+//! of stderr, signals by pidfd and process group, and exits routed by pid
+//! (DESIGN.md, "Threads and ownership"; "Who is calling").
+//!
+//! Every child runs in its own process group, with the environment the
+//! caller constructs and no descriptor but its three (every descriptor the
+//! daemon opens is close-on-exec). Its root pid and start time are recorded
+//! in [`Roots`] so that its whole tree is classified as its owner's, and a
+//! pidfd pins it so that a signal never reaches a recycled pid. Exits are
+//! reaped centrally on SIGCHLD (the daemon is child subreaper), and
+//! [`Children::exited`] maps the pid back to the child.
+
+use mio::unix::pipe;
+use mio::{Interest, Registry, Token};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use crate::errors::io_cause;
+use crate::procs::{Owner, Roots};
+use crate::socket::framing::LineBuffer;
+
+/// Tokens at or above this value are child pipes.
+pub const FIRST_CHILD_TOKEN: usize = 1 << 40;
+
+pub type ChildId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pipe {
+    Stdin,
+    Stdout,
+    Stderr,
+}
+
+/// What a child's pipes produced.
+#[derive(Debug, PartialEq)]
+pub enum Output {
+    /// One complete stdout line, without its `\n`.
+    Line(Vec<u8>),
+    /// A stdout line went over the limit; the child's stdout is no longer
+    /// read (its framing cannot be trusted).
+    LineTooLong,
+    /// The child closed its stdout.
+    StdoutClosed,
+    /// Writing to stdin failed: the child closed it or exited.
+    StdinClosed,
+}
+
+/// Bounds of one child's pipes.
+#[derive(Clone, Copy, Debug)]
+pub struct PipeLimits {
+    pub max_line: usize,
+    pub max_queued: usize,
+    pub stderr_tail: usize,
+}
+
+struct Child {
+    pid: i32,
+    owner: Owner,
+    pidfd: Option<OwnedFd>,
+    stdin: Option<(pipe::Sender, Token)>,
+    stdout: Option<(pipe::Receiver, Token)>,
+    stderr: Option<(pipe::Receiver, Token)>,
+    lines: LineBuffer,
+    err_tail: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    close_stdin_when_flushed: bool,
+    limits: PipeLimits,
+    exited: bool,
+}
+
+/// Every child the daemon started, by id, token and pid.
+#[derive(Default)]
+pub struct Children {
+    map: HashMap<ChildId, Child>,
+    by_token: HashMap<Token, (ChildId, Pipe)>,
+    by_pid: HashMap<i32, ChildId>,
+    next_token: usize,
+    next_id: ChildId,
+}
+
+/// How a child ended, from waitpid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    pub fn from_wait(status: libc::c_int) -> ExitStatus {
+        if libc::WIFEXITED(status) {
+            ExitStatus { code: Some(libc::WEXITSTATUS(status)), signal: None }
+        } else if libc::WIFSIGNALED(status) {
+            ExitStatus { code: None, signal: Some(libc::WTERMSIG(status)) }
+        } else {
+            ExitStatus { code: None, signal: None }
+        }
+    }
+}
+
+impl Children {
+    /// Starts `cmd` with piped stdio in its own process group, registers its
+    /// pipes and records it as a root of `owner`'s process tree.
+    pub fn spawn(&mut self, registry: &Registry, roots: &mut Roots, mut cmd: Command, owner: Owner, limits: PipeLimits) -> std::io::Result<(ChildId, i32)> {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        let mut child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        roots.add(pid, owner.clone());
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1;
+        // the child cannot have been reaped yet (only we reap, on SIGCHLD,
+        // on this same thread).
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        // SAFETY: a non-negative return is a fresh descriptor owned by nobody else.
+        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut tok = || {
+            self.next_token += 1;
+            Token(FIRST_CHILD_TOKEN + self.next_token)
+        };
+        let (t_in, t_out, t_err) = (tok(), tok(), tok());
+        let mut stdin = child.stdin.take().map(pipe::Sender::from);
+        let mut stdout = child.stdout.take().map(pipe::Receiver::from);
+        let mut stderr = child.stderr.take().map(pipe::Receiver::from);
+        // The std handle is dropped without waiting: exits are reaped on
+        // SIGCHLD by pid.
+        drop(child);
+        if let Some(s) = &mut stdin {
+            s.set_nonblocking(true)?;
+            registry.register(s, t_in, Interest::WRITABLE)?;
+            self.by_token.insert(t_in, (id, Pipe::Stdin));
+        }
+        for (r, t, p) in [(&mut stdout, t_out, Pipe::Stdout), (&mut stderr, t_err, Pipe::Stderr)] {
+            if let Some(r) = r {
+                r.set_nonblocking(true)?;
+                registry.register(r, t, Interest::READABLE)?;
+                self.by_token.insert(t, (id, p));
+            }
+        }
+        self.by_pid.insert(pid, id);
+        self.map.insert(
+            id,
+            Child {
+                pid,
+                owner,
+                pidfd,
+                stdin: stdin.map(|s| (s, t_in)),
+                stdout: stdout.map(|s| (s, t_out)),
+                stderr: stderr.map(|s| (s, t_err)),
+                lines: LineBuffer::new(limits.max_line),
+                err_tail: Vec::new(),
+                out: Vec::new(),
+                out_pos: 0,
+                close_stdin_when_flushed: false,
+                limits,
+                exited: false,
+            },
+        );
+        Ok((id, pid))
+    }
+
+    pub fn owns_token(token: Token) -> bool {
+        token.0 >= FIRST_CHILD_TOKEN
+    }
+
+    pub fn owner(&self, id: ChildId) -> Option<&Owner> {
+        self.map.get(&id).map(|c| &c.owner)
+    }
+
+    pub fn pid(&self, id: ChildId) -> Option<i32> {
+        self.map.get(&id).map(|c| c.pid)
+    }
+
+    /// Handles readiness of one of a child's pipes; returns the child and
+    /// what it produced. Reads until the pipe would block, so that a child
+    /// writing many lines is served in one wake-up.
+    pub fn on_ready(&mut self, registry: &Registry, token: Token) -> Option<(ChildId, Vec<Output>)> {
+        let (id, pipe) = *self.by_token.get(&token)?;
+        let child = self.map.get_mut(&id)?;
+        let mut out = Vec::new();
+        match pipe {
+            Pipe::Stdin => {
+                if Self::flush_child(child).is_err() {
+                    Self::drop_stdin(&mut self.by_token, registry, child);
+                    out.push(Output::StdinClosed);
+                }
+            }
+            Pipe::Stdout => {
+                let mut buf = [0u8; 64 * 1024];
+                loop {
+                    let Some((r, _)) = &mut child.stdout else { break };
+                    match r.read(&mut buf) {
+                        Ok(0) => {
+                            // A partial last line is still a line to judge.
+                            child.lines.extend(b"\n");
+                            Self::take_lines(child, &mut out);
+                            Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
+                            out.push(Output::StdoutClosed);
+                            break;
+                        }
+                        Ok(n) => {
+                            child.lines.extend(&buf[..n]);
+                            if !Self::take_lines(child, &mut out) {
+                                Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
+                            out.push(Output::StdoutClosed);
+                            break;
+                        }
+                    }
+                }
+            }
+            Pipe::Stderr => {
+                let mut buf = [0u8; 16 * 1024];
+                loop {
+                    let Some((r, _)) = &mut child.stderr else { break };
+                    match r.read(&mut buf) {
+                        Ok(0) => {
+                            Self::drop_reader(&mut self.by_token, registry, &mut child.stderr);
+                            break;
+                        }
+                        Ok(n) => {
+                            child.err_tail.extend_from_slice(&buf[..n]);
+                            let max = child.limits.stderr_tail;
+                            if child.err_tail.len() > max * 2 {
+                                let cut = child.err_tail.len() - max;
+                                child.err_tail.drain(..cut);
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            Self::drop_reader(&mut self.by_token, registry, &mut child.stderr);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Some((id, out))
+    }
+
+    /// Moves complete lines to `out`; false when a line went over the limit.
+    fn take_lines(child: &mut Child, out: &mut Vec<Output>) -> bool {
+        loop {
+            match child.lines.next_line() {
+                Ok(Some(l)) => out.push(Output::Line(l)),
+                Ok(None) => return true,
+                Err(_) => {
+                    out.push(Output::LineTooLong);
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn drop_reader(by_token: &mut HashMap<Token, (ChildId, Pipe)>, registry: &Registry, slot: &mut Option<(pipe::Receiver, Token)>) {
+        if let Some((mut r, t)) = slot.take() {
+            let _ = registry.deregister(&mut r);
+            by_token.remove(&t);
+        }
+    }
+
+    fn drop_stdin(by_token: &mut HashMap<Token, (ChildId, Pipe)>, registry: &Registry, child: &mut Child) {
+        if let Some((mut s, t)) = child.stdin.take() {
+            let _ = registry.deregister(&mut s);
+            by_token.remove(&t);
+        }
+        child.out.clear();
+        child.out_pos = 0;
+    }
+
+    fn flush_child(child: &mut Child) -> Result<(), ()> {
+        let Some((s, _)) = &mut child.stdin else { return Err(()) };
+        while child.out_pos < child.out.len() {
+            match s.write(&child.out[child.out_pos..]) {
+                Ok(0) => return Err(()),
+                Ok(n) => child.out_pos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(()),
+            }
+        }
+        child.out.clear();
+        child.out_pos = 0;
+        Ok(())
+    }
+
+    /// Queues bytes for the child's stdin and writes what the pipe takes.
+    /// Err(Full) when the child is not reading and the queue is at its
+    /// bound; Err(Closed) when its stdin is gone.
+    pub fn write(&mut self, registry: &Registry, id: ChildId, bytes: &[u8]) -> Result<(), WriteRefused> {
+        let child = self.map.get_mut(&id).ok_or(WriteRefused::Closed)?;
+        if child.stdin.is_none() || child.close_stdin_when_flushed {
+            return Err(WriteRefused::Closed);
+        }
+        if child.out.len() - child.out_pos + bytes.len() > child.limits.max_queued {
+            return Err(WriteRefused::Full);
+        }
+        child.out.extend_from_slice(bytes);
+        if Self::flush_child(child).is_err() {
+            Self::drop_stdin(&mut self.by_token, registry, child);
+            return Err(WriteRefused::Closed);
+        }
+        Ok(())
+    }
+
+    /// Closes the child's stdin once what is queued has been written: the
+    /// signal to a well-behaved child that no more input comes.
+    pub fn close_stdin(&mut self, registry: &Registry, id: ChildId) {
+        let Some(child) = self.map.get_mut(&id) else { return };
+        if child.out_pos >= child.out.len() {
+            Self::drop_stdin(&mut self.by_token, registry, child);
+        } else {
+            child.close_stdin_when_flushed = true;
+        }
+    }
+
+    /// Whether the child's stdin queue is empty and, if asked to, closed.
+    pub fn finish_pending_close(&mut self, registry: &Registry, id: ChildId) {
+        if let Some(child) = self.map.get_mut(&id) {
+            if child.close_stdin_when_flushed && child.out_pos >= child.out.len() {
+                Self::drop_stdin(&mut self.by_token, registry, child);
+            }
+        }
+    }
+
+    /// Sends `sig` to the child's whole process group. The leader is reached
+    /// through its pidfd, so a recycled pid is never signalled; the group
+    /// signal reaches what the child started in its group.
+    pub fn signal(&self, id: ChildId, sig: libc::c_int) {
+        let Some(child) = self.map.get(&id) else { return };
+        if let Some(fd) = &child.pidfd {
+            // SAFETY: a live pidfd, a valid signal, no siginfo, no flags.
+            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0) };
+        }
+        if !child.exited {
+            // SAFETY: the group id is the leader's pid, which is still ours
+            // (not reaped), so the group cannot have been recycled.
+            unsafe { libc::killpg(child.pid, sig) };
+        }
+    }
+
+    /// The last bytes the child wrote to stderr (the caller cuts it at a
+    /// character boundary as its surface requires).
+    pub fn stderr_tail(&self, id: ChildId) -> Vec<u8> {
+        self.map.get(&id).map(|c| {
+            let max = c.limits.stderr_tail;
+            let start = c.err_tail.len().saturating_sub(max);
+            c.err_tail[start..].to_vec()
+        }).unwrap_or_default()
+    }
+
+    /// Records that `pid` was reaped; returns its child id if it was one of
+    /// ours. The pipes stay registered until they report their close, so no
+    /// output the child wrote before exiting is lost; [`Children::remove`]
+    /// drops everything.
+    pub fn exited(&mut self, pid: i32) -> Option<ChildId> {
+        let id = self.by_pid.remove(&pid)?;
+        if let Some(c) = self.map.get_mut(&id) {
+            c.exited = true;
+        }
+        Some(id)
+    }
+
+    /// Forgets a child and deregisters its pipes.
+    pub fn remove(&mut self, registry: &Registry, id: ChildId) {
+        let Some(mut child) = self.map.remove(&id) else { return };
+        Self::drop_stdin(&mut self.by_token, registry, &mut child);
+        Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
+        Self::drop_reader(&mut self.by_token, registry, &mut child.stderr);
+        self.by_pid.remove(&child.pid);
+    }
+
+    /// Whether the child's stdout is still open.
+    pub fn stdout_open(&self, id: ChildId) -> bool {
+        self.map.get(&id).is_some_and(|c| c.stdout.is_some())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Every live child, for a stop that must signal them all.
+    pub fn ids(&self) -> Vec<ChildId> {
+        self.map.keys().copied().collect()
+    }
+}
+
+/// Why bytes were not queued to a child.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WriteRefused {
+    Full,
+    Closed,
+}
+
+/// Describes a spawn failure in one line.
+pub fn spawn_error(program: &str, e: &std::io::Error) -> String {
+    format!("unable to start {program}: {}", io_cause(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mio::{Events, Poll};
+
+    fn limits() -> PipeLimits {
+        PipeLimits { max_line: 64, max_queued: 1024, stderr_tail: 8 }
+    }
+
+    /// Polls until `done` says the collected output is complete.
+    fn collect(poll: &mut Poll, ch: &mut Children, done: impl Fn(&[Output]) -> bool) -> Vec<Output> {
+        let mut events = Events::with_capacity(16);
+        let mut got = Vec::new();
+        while !done(&got) {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(30))).unwrap();
+            assert!(!events.is_empty(), "no output within 30 s: {got:?}");
+            for ev in events.iter() {
+                if let Some((_, out)) = ch.on_ready(poll.registry(), ev.token()) {
+                    got.extend(out);
+                }
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn lines_in_order_then_close_and_the_stderr_tail() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "read x; echo \"got $x\"; echo second; printf 'abcdefghijkl' >&2; printf partial"]);
+        let (id, _) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        ch.write(poll.registry(), id, b"hello\n").unwrap();
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
+        assert_eq!(
+            got,
+            vec![Output::Line(b"got hello".to_vec()), Output::Line(b"second".to_vec()), Output::Line(b"partial".to_vec()), Output::StdoutClosed]
+        );
+        // stderr may still be arriving; wait for its close via the tail.
+        while ch.stderr_tail(id) != b"efghijkl" {
+            let mut events = Events::with_capacity(4);
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(30))).unwrap();
+            for ev in events.iter() {
+                ch.on_ready(poll.registry(), ev.token());
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_line_stops_reading() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "head -c 200 /dev/zero | tr '\\0' x; echo"]);
+        let (id, _) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::LineTooLong));
+        assert_eq!(got, vec![Output::LineTooLong]);
+        assert!(!ch.stdout_open(id));
+    }
+}
