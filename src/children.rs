@@ -386,6 +386,11 @@ impl Children {
         self.map.get(&id).is_some_and(|c| c.stdout.is_some())
     }
 
+    /// The pids of children not yet reaped.
+    pub fn pids(&self) -> Vec<i32> {
+        self.by_pid.keys().copied().collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -251,15 +251,27 @@ impl Daemon {
         }
     }
 
-    /// Reaps every exited child, including descendants re-parented to the
-    /// daemon as subreaper, so none lingers as a zombie.
+    /// Reaps every exited child of the reactor thread: the agents and
+    /// plugins it started, and descendants re-parented to the daemon as
+    /// subreaper (the kernel attaches them to the thread-group leader, which
+    /// is this thread). It never waits on pid -1: processes a worker thread
+    /// starts (git, probes) are that worker's to wait for, and a wait on -1
+    /// here would steal their exit status.
     fn reap_children(&mut self) {
-        loop {
+        let mut pids = self.children.pids();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
+            pids.extend(list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
             let mut status = 0;
-            // SAFETY: waitpid with WNOHANG and a valid status pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid <= 0 {
-                return;
+            // SAFETY: waitpid on one pid with WNOHANG and a valid status pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r != pid {
+                continue;
             }
             self.roots.remove(pid);
             if let Some(id) = self.children.exited(pid) {
