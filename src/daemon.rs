@@ -215,8 +215,10 @@ impl Daemon {
         }
     }
 
+    /// Nothing left to finish: no commit waits, no request (a ledger read
+    /// included) is unanswered, and every answer is written.
     fn drained(&self) -> bool {
-        self.pending.is_empty() && self.socket.queued_bytes() == 0
+        self.pending.is_empty() && self.socket.in_flight() == 0 && self.socket.queued_bytes() == 0
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -354,6 +356,9 @@ impl Daemon {
                 for line in lines {
                     self.on_line(t, &line);
                 }
+                // A half-closed client with nothing pending is closed after
+                // the flush at the end of this turn of the loop.
+                self.dirty.insert(t);
             }
             Err(reason) => self.close_conn(t, reason),
         }
@@ -412,6 +417,8 @@ impl Daemon {
         for t in std::mem::take(&mut self.dirty) {
             if let Err(reason) = self.socket.flush(t) {
                 self.close_conn(t, reason);
+            } else if self.socket.finished(t) {
+                self.close_conn(t, CloseReason::Eof);
             }
         }
     }

@@ -35,8 +35,9 @@ pub const SOCKET_READ_CHUNK: usize = 64 * 1024;
 pub const EVENTS_PAGE_DEFAULT: usize = 100;
 pub const EVENTS_PAGE_MAX: usize = 1000;
 
-/// Live event subscriptions one socket connection may hold.
-pub const SOCKET_MAX_SUBSCRIPTIONS: usize = 16;
+/// Streams one `events.subscribe` may name; a connection holds one
+/// subscription, which a second call replaces.
+pub const EVENTS_SUBSCRIBE_MAX_STREAMS: usize = 16;
 
 // ---- reactor and workers (DESIGN.md, "Threads and ownership") ----
 
