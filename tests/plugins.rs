@@ -1,0 +1,156 @@
+//! The plugin host through the real binary (issue 4, "Tests"): sample
+//! plugins in node and python installed, approved, run and removed through
+//! the daemon socket; every line the host wrote to them checked against the
+//! schemas; and a hostile plugin for each fault, each ending in the page's
+//! state and reason while the daemon and the other plugins keep running.
+//!
+//! Waiting is on the daemon's log lines and on the plugins' own answers to
+//! command.run (a `report` command answers once what it waits for has
+//! happened), never on sleeps.
+
+mod schema_check;
+mod util;
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use util::{Daemon, Opts, TestDir};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins").join(name)
+}
+
+fn config(extra: &str) -> String {
+    let py = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    format!("[plugins]\nnode = \"node\"\npython = \"{py}\"\nrestart_backoff_ms = 20\n{extra}")
+}
+
+fn start(dir: &TestDir, extra: &str) -> Daemon {
+    Daemon::start_with(&dir.path, Opts { config: Some(config(extra)), ..Opts::default() })
+}
+
+/// Installs and approves the folder; returns the plugin id.
+fn install_approve(c: &mut util::Client, folder: &Path) -> String {
+    let inst = c.call("plugin.install", json!({"path": folder.display().to_string()}));
+    let id = inst["plugin"].as_str().unwrap().to_string();
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    let m = &got["waiting"]["manifest"];
+    let mut perms: Vec<String> = m["permissions"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+    let order = ["events.read", "lists.read", "commands.add", "storage.own", "tasks.create"];
+    perms.sort_by_key(|p| order.iter().position(|o| o == p));
+    let cmds: Vec<Value> = m["commands"].as_array().cloned().unwrap_or_default().iter().map(|c| c["id"].clone()).collect();
+    let r = c.call(
+        "plugin.approve",
+        json!({"plugin": id, "snapshotHash": inst["snapshotHash"], "permissions": perms, "commands": cmds, "operator": "test operator"}),
+    );
+    assert_eq!(r["approved"], json!(true), "{r}");
+    id
+}
+
+fn report(c: &mut util::Client, id: &str, wait: &str) -> Value {
+    let r = c.call("plugin.command.run", json!({"command": format!("{id}.report"), "input": wait}));
+    serde_json::from_str(r["text"].as_str().unwrap()).unwrap()
+}
+
+/// Checks every line the host wrote to a plugin, from the plugin's logs in
+/// its working directory.
+fn check_wire(state: &Path, id: &str) -> usize {
+    let work = state.join("plugins").join(id).join("work");
+    let schemas = schema_check::Schemas::load();
+    let mut asked = HashMap::new();
+    for line in std::fs::read_to_string(work.join("wire-out.jsonl")).unwrap_or_default().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if let (Some(i), Some(m)) = (v["id"].as_str(), v["method"].as_str()) {
+            asked.insert(i.to_string(), m.to_string());
+        }
+    }
+    let text = std::fs::read_to_string(work.join("wire-in.jsonl")).unwrap();
+    let mut n = 0;
+    for line in text.lines() {
+        if let Err(e) = schemas.check_host_line(line, &asked) {
+            panic!("the host wrote a line that is not valid: {e}");
+        }
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn install_approve_run_subscribe_and_get_a_committed_event() {
+    let dir = TestDir::new("pslice");
+    let d = start(&dir, "");
+    let mut c = d.connect();
+    let inst = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
+    assert_eq!(inst["state"], "pending-approval");
+    assert_eq!(inst["installedBy"], "operator");
+    assert_eq!(inst["unchanged"], false);
+    let again = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
+    assert_eq!(again["unchanged"], true);
+    let listed = c.call("plugin.list", json!({}));
+    assert_eq!(listed["plugins"][0]["reason"], "first-approval");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["waiting"]["kind"], "install");
+    let diff = got["waiting"]["diff"].as_array().unwrap();
+    assert_eq!(diff.last().unwrap()["field"], "files");
+    assert_eq!(diff.last().unwrap()["added"], 2);
+    // A stale approval is refused.
+    let stale = c.error_code(
+        "plugin.approve",
+        json!({"plugin": "sample-node", "snapshotHash": inst["snapshotHash"], "permissions": ["storage.own"], "commands": ["report", "note"], "operator": "op"}),
+    );
+    assert_eq!(stale, "plugin-stale-snapshot");
+
+    install_approve(&mut c, &fixture("sample-node"));
+    d.wait_log("plugin sample-node is running");
+    let seen = report(&mut c, "sample-node", "subscribed");
+    assert_eq!(seen["subscribed"], json!(["session.start", "turn.end"]));
+    assert_eq!(seen["sessions"], json!({"sessions": [], "nextCursor": null}));
+    assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
+
+    // A committed turn.end on a session stream is delivered with its seq; a
+    // kind the plugin did not subscribe to and a kind outside the API are not.
+    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.start", "data": {"turn": 1, "mode": "prompt", "chars": 3}}));
+    c.call("events.append", json!({"stream": "x-s1", "kind": "note", "data": {"x": 1}}));
+    let appended = c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed", "secret": "never sent"}}));
+    let seen = report(&mut c, "sample-node", "events:1");
+    let ev = &seen["events"][0];
+    assert_eq!(ev["kind"], "turn.end");
+    assert_eq!(ev["session"], "x-s1");
+    assert_eq!(ev["seq"], appended["seq"]);
+    assert_eq!(ev["data"], json!({"reason": "completed"}));
+    assert_eq!(seen["events"].as_array().unwrap().len(), 1);
+
+    // A note goes to storage, on disk before the answer.
+    let r = c.call("plugin.command.run", json!({"command": "sample-node.note", "input": "check the flaky login test"}));
+    assert_eq!(r["text"], "Saved.");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["storage"], json!({"keys": 2, "bytes": 27}));
+    assert_eq!(got["approval"]["operator"], "test operator");
+    assert!(got["waiting"].is_null());
+    assert_eq!(c.error_code("plugin.command.run", json!({"command": "sample-node.note"})), "invalid-params");
+    assert_eq!(c.error_code("plugin.command.run", json!({"command": "sample-node.nope"})), "command-not-found");
+    let cmds = c.call("plugin.commands", json!({}));
+    assert_eq!(cmds["commands"].as_array().unwrap().len(), 2);
+    assert_eq!(cmds["commands"][0]["command"], "sample-node.note");
+
+    // Disable stops it with shutdown; enable starts it again, and its storage
+    // survived (boots is 2).
+    let r = c.call("plugin.disable", json!({"plugin": "sample-node"}));
+    assert_eq!(r["state"], "disabled");
+    d.wait_log("plugin sample-node exited (code 0)");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["lastExit"]["fault"], Value::Null);
+    c.call("plugin.enable", json!({"plugin": "sample-node"}));
+    d.wait_log_count("plugin sample-node is running", 2);
+    let seen = report(&mut c, "sample-node", "subscribed");
+    assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
+    let n = check_wire(&d.state, "sample-node");
+    assert!(n >= 10, "{n} lines");
+
+    let r = c.call("plugin.remove", json!({"plugin": "sample-node"}));
+    assert_eq!(r, json!({"plugin": "sample-node", "removed": true, "stopped": 0, "worktrees": []}));
+    assert!(!d.state.join("plugins/sample-node").exists());
+    assert_eq!(c.error_code("plugin.get", json!({"plugin": "sample-node"})), "plugin-not-found");
+    d.stop();
+}
