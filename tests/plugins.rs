@@ -154,3 +154,141 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     assert_eq!(c.error_code("plugin.get", json!({"plugin": "sample-node"})), "plugin-not-found");
     d.stop();
 }
+
+/// Writes a hostile plugin's folder: the shared script under its own id.
+fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
+    let folder = dir.join(&format!("src-{kind}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(fixture("hostile/main.py"), folder.join("main.py")).unwrap();
+    let (perms, cmds) = if kind == "inflight" {
+        (json!(["storage.own", "commands.add"]), json!([{"id": "report", "title": "Report", "input": "text"}]))
+    } else {
+        (json!(["storage.own"]), json!([]))
+    };
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": format!("hostile-{kind}"), "name": format!("Hostile {kind}"),
+        "version": "1.0.0", "description": "Misbehaves on purpose.", "main": "main.py", "permissions": perms, "commands": cmds,
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    folder
+}
+
+#[test]
+fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
+    let dir = TestDir::new("phostile");
+    let d = start(
+        &dir,
+        "initialize_timeout_ms = 500\nping_interval_ms = 200\nping_timeout_ms = 300\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
+    );
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-node"));
+    d.wait_log("plugin sample-node is running");
+    report(&mut c, "sample-node", "subscribed");
+    let cases = [
+        ("flood", "flood"),
+        ("oversized", "oversized-line"),
+        ("invalid", "invalid-message"),
+        ("refusals", "refusals"),
+        ("noinit", "initialize-timeout"),
+        ("noping", "unresponsive"),
+        ("balloon", "memory"),
+        ("forkloop", "processes"),
+        ("stdoutclosed", "stdout-closed"),
+        ("exitloop", "exit"),
+    ];
+    for (kind, _) in &cases {
+        install_approve(&mut c, &hostile(&dir, kind));
+    }
+    install_approve(&mut c, &hostile(&dir, "inflight"));
+    // Under bubblewrap the sandbox's own processes hold the plugin's stdout
+    // open, so closing it is found by the next ping (omniconflux-plugin(7)).
+    let isolated = d.log_text().contains("plugins run isolated with bubblewrap");
+    for (kind, fault) in &cases {
+        let fault = if *kind == "stdoutclosed" && isolated { &"unresponsive" } else { fault };
+        d.wait_log(&format!("plugin hostile-{kind}: 3 crashes in 10 minutes"));
+        let got = c.call("plugin.get", json!({"plugin": format!("hostile-{kind}")}));
+        assert_eq!((got["state"].as_str(), got["reason"].as_str()), (Some("failed"), Some("crash-limit")), "{kind}: {got}");
+        assert_eq!(got["lastExit"]["fault"], json!(fault), "{kind}: {got}");
+        assert_eq!(got["crashes"], json!(3), "{kind}");
+        let listed = c.call("plugin.list", json!({"cursor": format!("hostile-{kind}").replace("hostile-", "hostile")}));
+        assert!(listed["plugins"].is_array());
+    }
+    // 17 requests in flight: exactly the 17th is busy.
+    d.wait_log("plugin hostile-inflight is running");
+    let r = c.call("plugin.command.run", json!({"command": "hostile-inflight.report", "input": "now"}));
+    let codes: HashMap<String, String> = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(codes.values().filter(|c| *c == "busy").count(), 1, "{codes:?}");
+    assert_eq!(codes.values().filter(|c| *c == "ok").count(), 16, "{codes:?}");
+    // The daemon and the well-behaved plugin never noticed.
+    c.call("events.append", json!({"stream": "x-s2", "kind": "turn.end", "data": {"reason": "failed"}}));
+    let seen = report(&mut c, "sample-node", "events:1");
+    assert_eq!(seen["events"][0]["session"], "x-s2");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["crashes"], 0);
+    // Enable clears the crash count and starts a failed plugin again.
+    let r = c.call("plugin.enable", json!({"plugin": "hostile-exitloop"}));
+    assert_eq!(r["enabled"], true);
+    let got = c.call("plugin.get", json!({"plugin": "hostile-exitloop"}));
+    assert_ne!(got["reason"], "crash-limit");
+    let pid = d.pid();
+    let status = d.stop();
+    assert!(status.success());
+    // No plugin process outlived the daemon.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+        .filter(|cmd| cmd.contains(&dir.path.display().to_string()) && cmd.contains("main."))
+        .count();
+    assert_eq!(left, 0, "plugin processes of daemon {pid} outlived it");
+}
+
+#[test]
+fn unisolated_a_closed_stdout_is_its_own_fault_and_the_tail_says_why() {
+    let dir = TestDir::new("pnoiso");
+    let d = start(&dir, "isolation = \"none\"\ncrash_limit = 1\n");
+    d.wait_log("plugins run without isolation: plugins.isolation is none");
+    let mut c = d.connect();
+    install_approve(&mut c, &hostile(&dir, "stdoutclosed"));
+    d.wait_log("plugin hostile-stdoutclosed: 1 crashes in 10 minutes");
+    let got = c.call("plugin.get", json!({"plugin": "hostile-stdoutclosed"}));
+    assert_eq!(got["lastExit"]["fault"], "stdout-closed", "{got}");
+    assert!(got["stderrTail"].as_str().unwrap().starts_with("[omniconfluxd] this plugin ran without isolation"), "{got}");
+    d.stop();
+}
+
+#[test]
+fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
+    let dir = TestDir::new("ppython");
+    let d = start(&dir, "");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let r = c.call("plugin.command.run", json!({"command": "sample-py.ask"}));
+    let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["create"]["error"]["code"], "request-cancelled", "{got}");
+    let rid = got["cancel"]["result"]["requestId"].as_str().unwrap().to_string();
+    assert_eq!(got["cancel"]["result"]["cancelled"], true);
+    assert!(rid.starts_with("plugin_"), "{rid}");
+    assert_eq!(got["again"]["error"], json!({"code": "not-pending", "message": "The request is not pending: cancelled", "data": {"state": "cancelled"}}));
+    assert_eq!(got["unknown"]["error"]["data"]["state"], "unknown");
+    let req = c.call("plugin.request.get", json!({"requestId": rid}));
+    assert_eq!(req["state"], "orphaned");
+    assert_eq!(req["call"], "tasks.create");
+    assert_eq!(req["params"]["acceptance"]["command"], "npm test");
+    let digest = req["digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 64);
+    assert_eq!(c.error_code("plugin.request.get", json!({"requestId": "plugin_00000000-0000-4000-8000-000000000000"})), "not-found");
+
+    // Calls outside its permissions and bad params get the page's errors.
+    let r = c.call("plugin.command.run", json!({"command": "sample-py.probe"}));
+    let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["storage"]["error"]["code"], "permission-denied");
+    assert_eq!(got["storage"]["error"]["data"]["permission"], "storage.own");
+    assert_eq!(got["limit"]["error"]["code"], "invalid-params");
+    assert_eq!(got["get"]["error"]["code"], "invalid-params");
+    assert_eq!(got["seats"]["result"], json!({"seats": [], "nextCursor": null}));
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}

@@ -177,6 +177,8 @@ pub struct Run {
     ping_due: Option<String>,
     pub last_event: Option<(EventKind, String)>,
     pub commands: usize,
+    stdout_closed: bool,
+    exited: Option<ExitStatus>,
 }
 
 /// One installed plugin.
@@ -533,6 +535,8 @@ pub fn start(d: &mut Daemon, id: &str) {
         ping_due: None,
         last_event: None,
         commands: 0,
+        stdout_closed: false,
+        exited: None,
     });
     crate::info!("plugin {id} started (pid {pid})");
     send_request(d, id, HostRequest::Initialize(init), HostCall::Initialize);
@@ -600,6 +604,14 @@ pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
             Output::Line(line) => on_line(d, &id, run_no, &line),
             Output::LineTooLong => fault(d, &id, run_no, Fault::OversizedLine),
             Output::StdoutClosed => {
+                let exited = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()).and_then(|r| {
+                    r.stdout_closed = true;
+                    r.exited
+                });
+                if let Some(status) = exited {
+                    finish_exit(d, child, status);
+                    return;
+                }
                 let owner = id.clone();
                 let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS), move |d| {
                     if run_mut(d, &owner, run_no).is_some() {
@@ -986,7 +998,7 @@ fn schedule_ping(d: &mut Daemon, id: &str, run_no: u64) {
 
 fn ping(d: &mut Daemon, id: &str, run_no: u64) {
     let Some(run) = run_mut(d, id, run_no) else { return };
-    if run.stopping.is_some() || run.fault.is_some() {
+    if run.stopping.is_some() || run.fault.is_some() || run.stdout_closed {
         return;
     }
     let Some(hid) = send_request(d, id, HostRequest::Ping, HostCall::Ping) else { return };
@@ -1055,8 +1067,26 @@ pub fn stop(d: &mut Daemon, id: &str, reason: ShutdownReason) {
     add_timer(d, id, t);
 }
 
-/// A plugin process was reaped.
+/// A plugin process was reaped. What it wrote before it exited is read
+/// first: the run ends when its stdout has closed too (or 1 s later, when
+/// a descendant holds it open).
 pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
+    let Some(id) = d.plugins.by_child.get(&child).cloned() else { return };
+    if d.children.stdout_open(child) {
+        let Some(run) = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else { return };
+        run.exited = Some(status);
+        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS), move |d| {
+            if d.plugins.by_child.contains_key(&child) {
+                finish_exit(d, child, status);
+            }
+        });
+        add_timer(d, &id, t);
+        return;
+    }
+    finish_exit(d, child, status);
+}
+
+fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
     let Some(id) = d.plugins.by_child.remove(&child) else { return };
     let raw_tail = d.children.stderr_tail(child);
     d.children.remove(d.reactor.poll.registry(), child);
