@@ -292,3 +292,33 @@ fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
     check_wire(&d.state, "sample-py");
     d.stop();
 }
+
+#[test]
+fn the_command_line_installs_shows_approves_and_runs() {
+    let dir = TestDir::new("pcli");
+    let d = start(&dir, "");
+    let sock = d.socket.display().to_string();
+    let cfg = dir.join("omniconfluxd.toml").display().to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.as_str(), "--socket", sock.as_str(), "plugin"];
+        all.extend_from_slice(args);
+        util::run_cli(&all)
+    };
+    let path = fixture("sample-node").display().to_string();
+    let (code, out, err) = cli(&["install", &path]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("sample-node 1.0.0 installed by the operator"), "{out}");
+    let (code, out, err) = cli(&["approve", "sample-node", "--yes", "--operator", "cli test"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("permissions events.read, lists.read, commands.add, storage.own"), "{err}");
+    assert!(err.contains("main.mjs"), "{err}");
+    d.wait_log("plugin sample-node is running");
+    let (_, out, _) = cli(&["list"]);
+    assert!(out.contains("sample-node") && out.contains("running"), "{out}");
+    let (code, out, _) = cli(&["run", "sample-node.note", "from the cli"]);
+    assert_eq!((code, out.trim()), (0, "Saved."));
+    let (code, _, err) = cli(&["show", "nope-nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("plugin-not-found"), "{err}");
+    d.stop();
+}
