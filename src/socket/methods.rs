@@ -65,6 +65,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "events.append" => events_append(d, &req, p),
         "events.subscribe" => events_subscribe(d, &req, p),
         "events.unsubscribe" => events_unsubscribe(d, &req, p),
+        m if m.starts_with("plugin.") => {
+            crate::plugins::methods::dispatch(d, req, m, p);
+            return;
+        }
         other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
     };
     match result {

@@ -179,6 +179,18 @@ impl Daemon {
         }
     }
 
+    /// Waits until the daemon has written `n` log lines containing `needle`.
+    pub fn wait_log_count(&self, needle: &str, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        let count = || self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).count();
+        while count() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.log_rx.recv_timeout(left).is_err() {
+                self.fail(&format!("fewer than {n} log lines containing {needle:?}"));
+            }
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
