@@ -492,11 +492,15 @@ impl Daemon {
         }
     }
 
-    /// Runs SQLite's quick check on the reader thread once the daemon is
-    /// ready, so that start-up stays fast on a large ledger; a failure turns
-    /// the ledger read-only.
+    /// Runs SQLite's quick check on the reader thread a moment after the
+    /// daemon is ready, so that neither start-up nor the first requests wait
+    /// for a scan of a large ledger; a failure turns the ledger read-only.
     fn start_integrity_check(&mut self) {
-        if self.ledger.corrupt.is_some() {
+        self.reactor.schedule(Duration::from_millis(limits::LEDGER_CHECK_DELAY_MS), |d| d.run_integrity_check());
+    }
+
+    fn run_integrity_check(&mut self) {
+        if self.ledger.corrupt.is_some() || self.stopping.is_some() {
             return;
         }
         let inbox = self.inbox.clone();

@@ -71,6 +71,11 @@ pub const LEDGER_READ_QUEUE: usize = 256;
 /// the length of one commit.
 pub const LEDGER_BUSY_TIMEOUT_MS: u64 = 5_000;
 
+/// How long after start the ledger's integrity check begins: start-up and
+/// the first requests must not wait for a full scan ("with a million events
+/// in the ledger, at most twice the empty-ledger figure", issue 2).
+pub const LEDGER_CHECK_DELAY_MS: u64 = 2_000;
+
 /// The largest `data` document one event may carry; larger payloads (a whole
 /// tool result) belong in their own tables, not in the event stream.
 pub const EVENT_MAX_DATA_BYTES: usize = 1024 * 1024;
