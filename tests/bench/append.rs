@@ -38,7 +38,7 @@ pub fn run() {
     if !util::selected(FIGURE) {
         return;
     }
-    let rounds = util::rounds(5, 2);
+    let rounds = util::rounds(7, 2);
     let window = if util::quick() { Duration::from_millis(600) } else { Duration::from_millis(1500) };
     for placement in util::placements() {
         let (mut v, mut b, mut groups) = (Vec::new(), Vec::new(), Vec::new());

@@ -389,14 +389,22 @@ impl LineClient {
 /// figure, long enough not to steal the core from the server it waits for.
 pub const PROBE_INTERVAL: Duration = Duration::from_micros(250);
 
-/// Waits until the daemon answers `ping` on `socket`; returns when it did.
-pub fn wait_daemon_ready(p: &mut Proc, socket: &Path, timeout: Duration) -> Result<Instant, String> {
+/// When a starting daemon first accepted a connection and when it answered
+/// the ping sent on it.
+pub struct Ready {
+    pub connected: Instant,
+    pub answered: Instant,
+}
+
+/// Waits until the daemon answers `ping` on `socket`.
+pub fn wait_daemon_ready(p: &mut Proc, socket: &Path, timeout: Duration) -> Result<Ready, String> {
     let end = Instant::now() + timeout;
     loop {
         if let Ok(mut c) = LineClient::connect(socket) {
+            let connected = Instant::now();
             if let Ok(line) = c.exchange(PING) {
                 if line.windows(8).any(|w| w == b"\"result\"") {
-                    return Ok(Instant::now());
+                    return Ok(Ready { connected, answered: Instant::now() });
                 }
                 return Err(format!("ping answered with {}", String::from_utf8_lossy(line).trim()));
             }
