@@ -26,6 +26,7 @@ fn main() {
         util::target_dir().join("bench-tmp").display(),
         if util::quick() { "quick rounds" } else { "full rounds" }
     );
+    util::sweep_stale_temp_dirs();
     idle::run();
     start::run();
     ping::run();

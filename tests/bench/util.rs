@@ -239,6 +239,20 @@ impl Drop for TempDir {
     }
 }
 
+/// Removes the directories that earlier runs killed before their cleanup
+/// (SIGKILL, a lost terminal) left under `<target>/bench-tmp/`: those whose
+/// pid prefix names no live process.
+pub fn sweep_stale_temp_dirs() {
+    let Ok(entries) = std::fs::read_dir(target_dir().join("bench-tmp")) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 // ---- child processes ----
 
 /// A child process killed when dropped, on any path out (a panic included),
