@@ -116,7 +116,7 @@ impl Daemon {
         })
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
-        let plugins = crate::plugins::host::load(&cfg, &paths);
+        let plugins = crate::plugins::host::load(&paths);
         let mut d = Daemon {
             cfg,
             paths,
@@ -146,7 +146,13 @@ impl Daemon {
         );
         crate::notify::notify("READY=1");
         d.start_integrity_check();
-        crate::plugins::host::start_all(&mut d);
+        let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
+            crate::plugins::host::isolation_known(d, &probe);
+        });
+        if let Err(e) = probed {
+            crate::error!("unable to start the isolation probe: {e}; plugins run without isolation");
+            crate::plugins::host::isolation_known(&mut d, &Err("the probe could not run".into()));
+        }
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.

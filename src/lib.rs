@@ -13,6 +13,7 @@ pub mod config;
 pub mod daemon;
 pub mod errors;
 pub mod ids;
+pub mod isolation;
 pub mod ledger;
 pub mod limits;
 pub mod notify;
