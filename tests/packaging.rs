@@ -96,12 +96,9 @@ fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
         let new = config::parse(&format!("[{section}]\n{key} = {changed}\n")).expect("a changed value parses");
         let report = config::diff(&FileConfig::default(), &new);
         let full = format!("{section}.{key}");
-        // diff may name a whole section instead of its keys: it reports any
-        // change in [plugins] as `plugins`. The key then follows the section.
-        let named = |list: &Vec<String>| list.contains(&full) || list.contains(&section);
-        let rule = if named(&report.applied) {
+        let rule = if report.applied.contains(&full) {
             "Reload: live"
-        } else if named(&report.needs_restart) {
+        } else if report.needs_restart.contains(&full) {
             "Reload: restart"
         } else {
             panic!("config::diff does not report {full}")
