@@ -449,24 +449,44 @@ pub struct ReloadReport {
     pub needs_restart: Vec<String>,
 }
 
-/// Compares the running config with a newly read one. Paths are fixed for the
-/// life of the process; levels and bounds for new connections apply at once.
+/// Keys a running daemon cannot take over without a restart: its paths and
+/// name, and how plugins are isolated (decided once, at start). Every other
+/// key applies at once or at the next use (a new connection, the next start
+/// of a plugin, the next step of a lane).
+pub const RESTART_KEYS: &[&str] = &["daemon.state_dir", "daemon.socket", "daemon.node_name", "plugins.isolation"];
+
+/// Compares the running config with a newly read one, key by key, so that
+/// the reload log names exactly what changed. Sections are compared through
+/// their TOML form, so a key added to any section is covered without a line
+/// here; an array of tables (`[[seat]]`) is one key.
 pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
     let mut r = ReloadReport::default();
-    let mut note = |changed: bool, key: &str, live: bool| {
-        if changed {
-            if live { r.applied.push(key.into()) } else { r.needs_restart.push(key.into()) }
+    let table = |c: &FileConfig| toml::Table::try_from(c).unwrap_or_default();
+    let (old, new) = (table(old), table(new));
+    let mut names: Vec<&String> = old.keys().chain(new.keys()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let (a, b) = (old.get(name), new.get(name));
+        let keys: Vec<(String, Option<&toml::Value>, Option<&toml::Value>)> = match (a, b) {
+            (Some(toml::Value::Table(ta)), Some(toml::Value::Table(tb))) => {
+                let mut ks: Vec<&String> = ta.keys().chain(tb.keys()).collect();
+                ks.sort();
+                ks.dedup();
+                ks.into_iter().map(|k| (format!("{name}.{k}"), ta.get(k), tb.get(k))).collect()
+            }
+            _ => vec![(name.clone(), a, b)],
+        };
+        for (key, va, vb) in keys {
+            if va != vb {
+                if RESTART_KEYS.contains(&key.as_str()) {
+                    r.needs_restart.push(key);
+                } else {
+                    r.applied.push(key);
+                }
+            }
         }
-    };
-    note(old.daemon.state_dir != new.daemon.state_dir, "daemon.state_dir", false);
-    note(old.daemon.socket != new.daemon.socket, "daemon.socket", false);
-    note(old.daemon.node_name != new.daemon.node_name, "daemon.node_name", false);
-    note(old.daemon.log_level != new.daemon.log_level, "daemon.log_level", true);
-    note(old.socket.max_connections != new.socket.max_connections, "socket.max_connections", true);
-    note(old.socket.max_in_flight != new.socket.max_in_flight, "socket.max_in_flight", true);
-    note(old.socket.max_queued_bytes != new.socket.max_queued_bytes, "socket.max_queued_bytes", true);
-    // Plugin settings apply to the next start of each plugin.
-    note(old.plugins != new.plugins, "plugins", true);
+    }
     r
 }
 
@@ -535,9 +555,11 @@ mod tests {
         let mut new = old.clone();
         new.daemon.log_level = "debug".into();
         new.daemon.socket = "/elsewhere.sock".into();
+        new.plugins.ping_interval_ms += 1;
+        new.plugins.isolation = "none".into();
         let r = diff(&old, &new);
-        assert_eq!(r.applied, vec!["daemon.log_level".to_string()]);
-        assert_eq!(r.needs_restart, vec!["daemon.socket".to_string()]);
+        assert_eq!(r.applied, vec!["daemon.log_level".to_string(), "plugins.ping_interval_ms".to_string()]);
+        assert_eq!(r.needs_restart, vec!["daemon.socket".to_string(), "plugins.isolation".to_string()]);
     }
 
     #[test]
