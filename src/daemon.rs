@@ -75,6 +75,8 @@ pub struct Daemon {
     pub socket: Server,
     pub roots: Roots,
     pub children: Children,
+    /// Seats, sessions and the approvals inbox (issue 3).
+    pub core: crate::core::Core,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -114,6 +116,7 @@ impl Daemon {
         })
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
+        let core_cfg = cfg.clone();
         let mut d = Daemon {
             cfg,
             paths,
@@ -127,6 +130,7 @@ impl Daemon {
             socket,
             roots: Roots::default(),
             children: Children::default(),
+            core: crate::core::Core::new(&core_cfg),
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -142,6 +146,7 @@ impl Daemon {
         );
         crate::notify::notify("READY=1");
         d.start_integrity_check();
+        crate::core::start(&mut d);
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
@@ -274,16 +279,17 @@ impl Daemon {
             return;
         }
         match self.children.owner(id).cloned() {
-            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+            Some(Owner::Session(_)) => crate::core::sessions::on_output(self, id, out),
+            Some(Owner::Plugin(_)) | None => {}
         }
     }
 
     /// Routes a reaped child's exit to its owner.
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
-            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+            Some(Owner::Session(_)) => crate::core::sessions::on_exit(self, id, status),
+            Some(Owner::Plugin(_)) | None => {}
         }
-        let _ = status;
     }
 
     fn reload(&mut self) {
@@ -309,6 +315,7 @@ impl Daemon {
         applied.daemon.socket = self.cfg.daemon.socket.clone();
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
         self.cfg = applied;
+        crate::core::reload(self);
         if report.applied.is_empty() && restart_keys.is_empty() {
             crate::info!("reloaded {}: nothing changed", path.display());
         } else {
@@ -329,6 +336,7 @@ impl Daemon {
         crate::info!("stopping ({why})");
         crate::notify::notify("STOPPING=1");
         self.socket.stop_listening(self.reactor.poll.registry());
+        crate::core::on_stop(self);
         self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
     }
 
@@ -412,6 +420,7 @@ impl Daemon {
             }
         }
         self.subscriptions.remove(&t);
+        self.core.on_conn_closed(t);
         self.dirty.remove(&t);
     }
 

@@ -7,6 +7,7 @@
 //! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
 
 pub mod client;
+pub mod sessions;
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -52,6 +53,11 @@ commands:
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
                               print events, one JSON line each
+  seats [list|probe]          the configured agent harnesses and their state
+  sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]
+                              list, start and drive agent sessions
+  approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]
+                              the approvals inbox; answering is the operator's
   stop                        ask the daemon to stop
   config check [PATH]         validate a config file and print it in full
   version                     print the version
@@ -132,6 +138,9 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             status(&args)
         }
         "call" => call(&args, rest),
+        "seats" => sessions::seats(|| connect(&args), args.json, rest),
+        "sessions" => sessions::sessions(|| connect(&args), args.json, rest),
+        "approvals" => sessions::approvals(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "stop" => {
             no_more(rest)?;

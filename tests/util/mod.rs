@@ -177,6 +177,21 @@ impl Daemon {
         }
     }
 
+    /// Waits until `n` log lines contain `needle`.
+    pub fn wait_log_count(&self, needle: &str, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).count() >= n {
+                return;
+            }
+            // Any new line wakes the check up.
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.log_rx.recv_timeout(left).is_err() {
+                self.fail(&format!("fewer than {n} log lines containing {needle:?}"));
+            }
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
