@@ -293,6 +293,11 @@ pub const TRANSCRIPT_PAGE_MAX: usize = 5_000;
 /// Live transcript subscriptions one connection may hold.
 pub const TRANSCRIPT_SUBS_PER_CONN: usize = 64;
 
+/// "memory per idle session <= 64 KiB" (issue 3, Figures): a line reader
+/// (agent stdout, socket connection) whose buffer grew past this for one
+/// long line gives the memory back once the line is consumed.
+pub const LINE_BUFFER_IDLE_KEEP: usize = 16 * 1024;
+
 /// Seat probes: how long `command --version` may run before the seat is
 /// degraded ("bounded", issue 3).
 pub const SEAT_PROBE_TIMEOUT_MS: u64 = 5_000;
