@@ -21,9 +21,11 @@
 //! | sessions.toolDetail     | anyone   | ToolDetail                                   |
 //! | transcript.subscribe    | anyone   | TranscriptDelta; then `transcript.delta`s    |
 //! | transcript.unsubscribe  | anyone   | null                                         |
-//! | approvals.list          | anyone   | {approvals}                                  |
-//! | approvals.get           | anyone   | the approval                                 |
+//! | approvals.list          | anyone*  | {approvals}                                  |
+//! | approvals.get           | anyone*  | the approval                                 |
 //! | approvals.answer        | operator | the resolved approval, once committed        |
+//!
+//! *a caller inside a session sees only its own session's approvals.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -71,8 +73,8 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.toolDetail" => tool_detail(d, &req, p),
         "transcript.subscribe" => transcript_subscribe(d, &req, p),
         "transcript.unsubscribe" => transcript_unsubscribe(d, &req, p),
-        "approvals.list" => approvals_list(d, p),
-        "approvals.get" => approvals_get(d, p),
+        "approvals.list" => approvals_list(d, &req, p),
+        "approvals.get" => approvals_get(d, &req, p),
         "approvals.answer" => approvals_answer(d, &req, p),
         other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
     };
@@ -315,9 +317,20 @@ struct ApprovalsListParams {
     all: bool,
 }
 
-fn approvals_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+/// Whether `req`'s caller may see `item`: the operator sees every item; a
+/// caller inside a session only its own session's, so that no session
+/// learns what another asks for; anyone else none.
+fn may_see(req: &Req, item: &crate::core::inbox::Item) -> bool {
+    match &req.class {
+        crate::procs::CallerClass::Operator => true,
+        crate::procs::CallerClass::AgentSession(Some(s)) => item.subject.session() == Some(s.as_str()),
+        _ => false,
+    }
+}
+
+fn approvals_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ApprovalsListParams { all } = params(p)?;
-    let items: Vec<Value> = d.core.approvals.list(all).into_iter().map(approvals::to_socket).collect();
+    let items: Vec<Value> = d.core.approvals.list(all).into_iter().filter(|i| may_see(req, i)).map(approvals::to_socket).collect();
     Ok(Some(json!({"approvals": items})))
 }
 
@@ -327,9 +340,9 @@ struct ApprovalRef {
     request_id: String,
 }
 
-fn approvals_get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ApprovalRef { request_id } = params(p)?;
-    d.core.approvals.get(&request_id).map(|i| Some(approvals::to_socket(i))).ok_or_else(|| RpcError::new(Code::NotFound, format!("no approval {request_id}")))
+    d.core.approvals.get(&request_id).filter(|i| may_see(req, i)).map(|i| Some(approvals::to_socket(i))).ok_or_else(|| RpcError::new(Code::NotFound, format!("no approval {request_id}")))
 }
 
 #[derive(Deserialize)]
