@@ -115,9 +115,11 @@ impl Rig {
 
     /// Waits for a session.event of `sid` whose session has `state`.
     fn state(&mut self, sid: &str, state: &str) -> Value {
-        let now = self.c.call("sessions.get", json!({"session_id": sid}));
-        if now["state"] == state {
-            return now;
+        // After a restart a session is back once the daemon has read the
+        // ledger: until then it is unknown, and its `added` event follows.
+        let now = self.c.request("sessions.get", json!({"session_id": sid}));
+        if now["result"]["state"] == state {
+            return now["result"].clone();
         }
         loop {
             let n = self.c.next_note("session.event");

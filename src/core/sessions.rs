@@ -627,9 +627,9 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         Some(Err(e)) => crate::warn!("session {sid}: {e}"),
         None => {}
     }
-    let fresh = st.restored.is_none();
+    // A reopened session is new to this run of the daemon too: `added`.
     let key = sid.clone();
-    finish(d, &key, fx, fresh, Some(Box::new(move |d: &mut Daemon| {
+    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon| {
         let node = d.node_name.clone();
         let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
         then(d, Ok(json!({"session_id": sid, "session": v})));
@@ -1197,6 +1197,11 @@ fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
 }
 
 fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<String>)>) {
+    // The read ran while this run already served requests: what this run
+    // created (a session, a request) is live here and is not the last
+    // run's.
+    let pending: Vec<(String, Option<String>)> = pending.into_iter().filter(|(id, _)| d.core.approvals.get(id).is_none()).collect();
+    let rows: Vec<LiveRow> = rows.into_iter().filter(|r| d.core.sessions.get(&r.0).is_none()).collect();
     // Every request pending when the daemon stopped resolves undelivered.
     for (id, session) in pending {
         let mut fx = Effects::default();

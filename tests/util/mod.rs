@@ -64,6 +64,8 @@ pub struct Daemon {
     notify: UnixDatagram,
     log: Arc<Mutex<Vec<String>>>,
     log_rx: mpsc::Receiver<String>,
+    /// One message per pipe reader that has read its pipe to the end.
+    readers_done: mpsc::Receiver<()>,
     pub status: Option<ExitStatus>,
 }
 
@@ -121,18 +123,21 @@ impl Daemon {
         let mut child = cmd.spawn().expect("spawn daemon");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, log_rx) = mpsc::channel();
+        let (done_tx, readers_done) = mpsc::channel();
         for pipe in [child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)].into_iter().flatten() {
             let log = log.clone();
             let tx = tx.clone();
+            let done_tx = done_tx.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     log.lock().unwrap().push(line.clone());
                     let _ = tx.send(line);
                 }
+                let _ = done_tx.send(());
             });
         }
         notify.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, status: None }
+        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, readers_done, status: None }
     }
 
     /// Waits for one sd_notify datagram and checks it.
@@ -216,6 +221,11 @@ impl Daemon {
             Ok(Ok(s)) => {
                 self.status = Some(s);
                 // Let the pipe readers finish so the whole log is kept.
+                for _ in 0..2 {
+                    if self.readers_done.recv_timeout(PATIENCE).is_err() {
+                        break;
+                    }
+                }
                 s
             }
             _ => {
