@@ -26,6 +26,85 @@ pub struct FileConfig {
     pub daemon: DaemonSection,
     pub socket: SocketSection,
     pub plugins: PluginsSection,
+    pub approvals: ApprovalsSection,
+    /// `[[seat]]` tables: the agent harnesses the operator configured
+    /// (issue 3, "Seats"), in registry order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub seat: Vec<SeatConfig>,
+}
+
+/// One `[[seat]]`: how to start an agent harness and what it runs on.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SeatConfig {
+    /// The registry id (seed 000 seats[].harness).
+    pub harness: String,
+    /// The program: an absolute path, or a name looked up in PATH.
+    pub command: String,
+    /// The approved arguments, before any the transport adds.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `acp` or `stream-json`.
+    pub transport: String,
+    pub provider: String,
+    /// One of seed 000's provider families.
+    pub family: String,
+    /// The model to ask for when `sessions.spawn` names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Variables added to the agent's constructed environment.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Seconds a running turn may go without a line from the agent before
+    /// it ends failed (not counted while an approval waits). Absent: the
+    /// default in limits.rs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_timeout: Option<u64>,
+}
+
+/// The seed's provider families (seed 000, seats[].family).
+pub const FAMILIES: [&str; 8] = ["anthropic", "openai", "google", "xai", "moonshot", "deepseek", "local", "auto"];
+
+/// `[approvals]`: the risk gate, its automatic answers, and the timeout.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsSection {
+    /// Seconds a request waits for an answer; 0 waits without end.
+    pub timeout: u64,
+    /// What a request that timed out becomes: `deny` (the agent is told no)
+    /// or `withdraw` (the request is cancelled, delivered false).
+    pub fallback: String,
+    /// `[[approvals.rule]]`, first match wins; then the built-in labels.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rule: Vec<RiskRule>,
+}
+
+impl Default for ApprovalsSection {
+    fn default() -> Self {
+        ApprovalsSection { timeout: limits::APPROVAL_TIMEOUT_DEFAULT_S, fallback: "deny".into(), rule: Vec::new() }
+    }
+}
+
+/// One rule of the risk gate.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RiskRule {
+    /// An action kind (read, edit, execute, fetch, search, delete, move,
+    /// think, other) or `*`.
+    pub action: String,
+    /// Matches only this tool name (the agent's title for the call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Matches only when every path in the request is inside the session's
+    /// worktree (symlinks resolved).
+    #[serde(default)]
+    pub inside_worktree: bool,
+    /// low, medium or high.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
+    /// allow or deny: answer at once, recorded as this rule's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -195,6 +274,38 @@ fn locate(text: &str, section: &str, key: &str) -> Option<usize> {
     None
 }
 
+/// Action kinds a risk rule may name (ACP ToolKind, as agents::ActionKind).
+const ACTIONS: [&str; 9] = ["read", "edit", "execute", "fetch", "search", "delete", "move", "think", "other"];
+
+/// Finds the line of `key` inside the `n`th `[[table]]` of that name.
+fn locate_nth(text: &str, table: &str, n: usize, key: &str) -> Option<usize> {
+    let header = format!("[[{table}]]");
+    let mut count = 0usize;
+    let mut inside = false;
+    let mut header_line = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.starts_with('[') {
+            inside = line.replace(' ', "") == header && {
+                count += 1;
+                count == n + 1
+            };
+            if inside {
+                header_line = Some(i + 1);
+            }
+            continue;
+        }
+        if inside {
+            if let Some((k, _)) = line.split_once('=') {
+                if k.trim().trim_matches('"') == key {
+                    return Some(i + 1);
+                }
+            }
+        }
+    }
+    header_line
+}
+
 impl FileConfig {
     /// Checks values the types allow but the daemon does not. `text` is the
     /// file's source, used only to name the line.
@@ -273,6 +384,80 @@ impl FileConfig {
         }
         if !(1..=4096).contains(&p.max_processes) {
             return Err(bad("plugins", "max_processes", format!("expected 1 to 4096, found {}", p.max_processes)));
+        }
+        self.check_approvals(text)?;
+        self.check_seats(text)
+    }
+
+    fn check_approvals(&self, text: &str) -> Result<(), ConfigError> {
+        let a = &self.approvals;
+        let bad = |key: &str, line: Option<usize>, message: String| ConfigError { path: None, key: Some(key.into()), line, message };
+        if !matches!(a.fallback.as_str(), "deny" | "withdraw") {
+            return Err(bad("approvals.fallback", locate(text, "approvals", "fallback"), format!("expected deny or withdraw, found {:?}", a.fallback)));
+        }
+        if a.timeout > limits::APPROVAL_TIMEOUT_MAX_S {
+            return Err(bad("approvals.timeout", locate(text, "approvals", "timeout"), format!("expected 0 to {}, found {}", limits::APPROVAL_TIMEOUT_MAX_S, a.timeout)));
+        }
+        for (i, r) in a.rule.iter().enumerate() {
+            let at = |key: &str| locate_nth(text, "approvals.rule", i, key);
+            if r.action != "*" && !ACTIONS.contains(&r.action.as_str()) {
+                return Err(bad("approvals.rule.action", at("action"), format!("expected * or one of {}, found {:?}", ACTIONS.join(", "), r.action)));
+            }
+            if let Some(risk) = &r.risk {
+                if !matches!(risk.as_str(), "low" | "medium" | "high") {
+                    return Err(bad("approvals.rule.risk", at("risk"), format!("expected low, medium or high, found {risk:?}")));
+                }
+            }
+            if let Some(ans) = &r.answer {
+                if !matches!(ans.as_str(), "allow" | "deny") {
+                    return Err(bad("approvals.rule.answer", at("answer"), format!("expected allow or deny, found {ans:?}")));
+                }
+            }
+            if r.risk.is_none() && r.answer.is_none() {
+                return Err(bad("approvals.rule", at("action"), "a rule needs risk, answer, or both".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_seats(&self, text: &str) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, s) in self.seat.iter().enumerate() {
+            let bad = |key: &str, message: String| ConfigError {
+                path: None,
+                key: Some(format!("seat.{key}")),
+                line: locate_nth(text, "seat", i, key),
+                message,
+            };
+            let id_ok = (1..=128).contains(&s.harness.len()) && s.harness.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !id_ok {
+                return Err(bad("harness", format!("expected 1 to 128 letters, digits, '_' or '-', found {:?}", s.harness)));
+            }
+            if !seen.insert(s.harness.clone()) {
+                return Err(bad("harness", format!("the harness {} is configured twice", s.harness)));
+            }
+            if s.command.is_empty() || s.command.contains('\0') {
+                return Err(bad("command", "expected a program name or an absolute path".into()));
+            }
+            if crate::agents::Transport::from_wire_name(&s.transport).is_none() {
+                return Err(bad("transport", format!("expected acp or stream-json, found {:?}", s.transport)));
+            }
+            let p = s.provider.as_bytes();
+            let provider_ok = !p.is_empty() && p.len() <= 64 && p[0].is_ascii_lowercase() && p.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+            if !provider_ok {
+                return Err(bad("provider", format!("expected a lowercase name like anthropic, found {:?}", s.provider)));
+            }
+            if !FAMILIES.contains(&s.family.as_str()) {
+                return Err(bad("family", format!("expected one of {}, found {:?}", FAMILIES.join(", "), s.family)));
+            }
+            for k in s.env.keys() {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err(bad("env", format!("{k:?} is not a variable name")));
+                }
+            }
+            if s.stall_timeout == Some(0) {
+                return Err(bad("stall_timeout", "expected at least 1 second".into()));
+            }
         }
         Ok(())
     }
@@ -505,6 +690,26 @@ mod tests {
         assert_eq!(e.line, Some(3));
         assert_eq!(e.key.as_deref(), Some("frobnicate"));
         assert!(e.message.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn seats_and_rules_are_checked_naming_key_and_line() {
+        let ok = "[[seat]]\nharness = \"claude\"\ncommand = \"claude\"\ntransport = \"stream-json\"\nprovider = \"anthropic\"\nfamily = \"anthropic\"\n";
+        let cfg = parse(ok).unwrap();
+        cfg.check(ok).unwrap();
+        assert_eq!(cfg.seat[0].harness, "claude");
+        let two = format!("{ok}\n[[seat]]\nharness = \"x\"\ncommand = \"x\"\ntransport = \"tmux\"\nprovider = \"p\"\nfamily = \"local\"\n");
+        let e = parse(&two).unwrap().check(&two).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("seat.transport"));
+        assert_eq!(e.line, Some(11));
+        let e = parse("[[seat]]\nharness = \"a\"\nfrob = 1\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("frob"));
+        let rules = "[approvals]\ntimeout = 5\n\n[[approvals.rule]]\naction = \"read\"\nanswer = \"maybe\"\n";
+        let e = parse(rules).unwrap().check(rules).unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("approvals.rule.answer"), Some(6)));
+        let fb = "[approvals]\nfallback = \"shrug\"\n";
+        let e = parse(fb).unwrap().check(fb).unwrap_err();
+        assert_eq!(e.line, Some(2));
     }
 
     #[test]

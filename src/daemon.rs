@@ -77,6 +77,8 @@ pub struct Daemon {
     pub children: Children,
     /// The plugin host (issue 4).
     pub plugins: crate::plugins::host::Host,
+    /// Seats, sessions and the approvals inbox (issue 3).
+    pub core: crate::core::Core,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -117,6 +119,7 @@ impl Daemon {
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
         let plugins = crate::plugins::host::load(&paths);
+        let core_cfg = cfg.clone();
         let mut d = Daemon {
             cfg,
             paths,
@@ -131,6 +134,7 @@ impl Daemon {
             roots: Roots::default(),
             children: Children::default(),
             plugins,
+            core: crate::core::Core::new(&core_cfg),
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -153,6 +157,7 @@ impl Daemon {
             crate::error!("unable to start the isolation probe: {e}; plugins run without isolation");
             crate::plugins::host::isolation_known(&mut d, &Err("the probe could not run".into()));
         }
+        crate::core::start(&mut d);
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
@@ -298,16 +303,11 @@ impl Daemon {
 
     /// Routes what a child's pipes produced to the child's owner.
     fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
-        if let Some(Owner::Plugin(_)) = self.children.owner(id) {
+        match self.children.owner(id) {
             // Also with nothing read: a drained stdin queue matters to it.
-            crate::plugins::host::on_output(self, id, out);
-            return;
-        }
-        if out.is_empty() {
-            return;
-        }
-        match self.children.owner(id).cloned() {
-            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+            Some(Owner::Plugin(_)) => crate::plugins::host::on_output(self, id, out),
+            Some(Owner::Session(_)) if !out.is_empty() => crate::core::sessions::on_output(self, id, out),
+            _ => {}
         }
     }
 
@@ -315,7 +315,8 @@ impl Daemon {
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
             Some(Owner::Plugin(_)) => crate::plugins::host::on_exit(self, id, status),
-            Some(Owner::Session(_)) | None => {}
+            Some(Owner::Session(_)) => crate::core::sessions::on_exit(self, id, status),
+            None => {}
         }
     }
 
@@ -342,6 +343,7 @@ impl Daemon {
         applied.daemon.socket = self.cfg.daemon.socket.clone();
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
         self.cfg = applied;
+        crate::core::reload(self);
         if report.applied.is_empty() && restart_keys.is_empty() {
             crate::info!("reloaded {}: nothing changed", path.display());
         } else {
@@ -365,6 +367,7 @@ impl Daemon {
         // Plugins get their shutdown and the page's 2 + 3 seconds before the
         // last step of the stop kills what is left.
         crate::plugins::host::stop_all(self);
+        crate::core::on_stop(self);
         let plugin_ms = limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000;
         self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS.max(plugin_ms)));
     }
@@ -454,6 +457,7 @@ impl Daemon {
             }
         }
         self.subscriptions.remove(&t);
+        self.core.on_conn_closed(t);
         self.dirty.remove(&t);
     }
 

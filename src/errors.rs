@@ -54,6 +54,22 @@ pub enum Code {
     CommandNotFound,
     /// Seed 000: 4 commands of the plugin are unanswered.
     Busy,
+    /// No seat has that harness id (issue 3, Seats).
+    SeatNotFound,
+    /// The seat is missing or degraded; `message` says why.
+    SeatNotReady,
+    /// No session has that id.
+    SessionNotFound,
+    /// The session's agent is gone; it takes no input.
+    SessionEnded,
+    /// The session's prompt queue holds its maximum already.
+    QueueFull,
+    /// The approval was already answered, withdrawn or expired.
+    NotPending,
+    /// The daemon holds its maximum number of sessions.
+    TooManySessions,
+    /// The approval's action is not the one the caller answered for.
+    ActionMismatch,
 }
 
 impl Code {
@@ -82,6 +98,14 @@ impl Code {
             Code::PluginError => "plugin-error",
             Code::CommandNotFound => "command-not-found",
             Code::Busy => "busy",
+            Code::SeatNotFound => "seat-not-found",
+            Code::SeatNotReady => "seat-not-ready",
+            Code::SessionNotFound => "session-not-found",
+            Code::SessionEnded => "session-ended",
+            Code::QueueFull => "queue-full",
+            Code::NotPending => "not-pending",
+            Code::TooManySessions => "too-many-sessions",
+            Code::ActionMismatch => "action-mismatch",
         }
     }
 
@@ -94,6 +118,16 @@ impl Code {
             Code::MethodNotFound => -32601,
             Code::InvalidParams => -32602,
             Code::InternalError => -32603,
+            // Each domain condition has its own server-error integer so
+            // that a client without data.code can still tell them apart.
+            Code::SeatNotFound => -32010,
+            Code::SeatNotReady => -32011,
+            Code::SessionNotFound => -32012,
+            Code::SessionEnded => -32013,
+            Code::QueueFull => -32014,
+            Code::NotPending => -32015,
+            Code::TooManySessions => -32016,
+            Code::ActionMismatch => -32017,
             _ => -32000,
         }
     }

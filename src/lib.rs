@@ -10,6 +10,7 @@ pub mod children;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod core;
 pub mod daemon;
 pub mod errors;
 pub mod ids;

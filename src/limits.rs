@@ -359,3 +359,76 @@ pub const AGENT_MAX_LINE: usize = SOCKET_MAX_LINE;
 /// runaway agent cannot grow the approvals inbox without bound. Past it the
 /// agent's line is a protocol violation.
 pub const AGENT_PENDING_REQUESTS: usize = 64;
+
+// ---- sessions and inbox (issue 3) ----
+
+/// "so that no agent waits forever unnoticed" (issue 3): the default of
+/// `approvals.timeout`, in seconds. Fifteen minutes is long enough for an
+/// operator who steps away briefly, short enough that a forgotten request
+/// is resolved by its declared fallback within the hour.
+pub const APPROVAL_TIMEOUT_DEFAULT_S: u64 = 900;
+/// The longest `approvals.timeout` a config may set: one week.
+pub const APPROVAL_TIMEOUT_MAX_S: u64 = 7 * 24 * 3600;
+
+/// Resolved approvals the inbox keeps in memory for `approvals.get` and
+/// `approvals.list {all: true}`; older ones are in the ledger only. Pending
+/// requests are bounded per agent by `AGENT_PENDING_REQUESTS`.
+pub const INBOX_RESOLVED_KEPT: usize = 256;
+
+/// Sessions one daemon holds at once, ended ones included ("200 sessions on
+/// one daemon", issue 3, with room). A spawn past it is refused with
+/// `too-many-sessions`.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// "An agent that [...] stalls [...] ends the turn failed" (issue 3): the
+/// seconds a running turn may go without a line from its agent when the
+/// seat sets no `stall_timeout`. Time while an approval waits on the
+/// operator does not count.
+pub const AGENT_STALL_DEFAULT_S: u64 = 900;
+
+/// How long a stopped agent (kill, a protocol violation, a stall, a daemon
+/// stop) gets between SIGTERM and SIGKILL of its process group.
+pub const AGENT_KILL_GRACE_MS: u64 = 3_000;
+
+/// stdin bytes queued to one agent that does not read (prompts and answers
+/// are small; a whole file read answer is the largest).
+pub const AGENT_STDIN_QUEUED: usize = 32 * 1024 * 1024;
+
+/// The tail of an agent's stderr kept for the log when it ends badly.
+pub const AGENT_STDERR_TAIL: usize = 4_096;
+
+/// The largest file an agent may read or write through ACP fs/* (the
+/// answer must fit one line of `AGENT_MAX_LINE` once escaped).
+pub const AGENT_FS_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// "sessions.input {session_id, text}": the longest prompt taken, in bytes,
+/// so that one prompt line stays far under the agent's line bound.
+pub const PROMPT_MAX_BYTES: usize = 1024 * 1024;
+
+/// "session.rename" names: at most 128 characters, no control characters.
+pub const SESSION_NAME_MAX: usize = 128;
+
+/// Transcript entries of the running turn kept in memory to send deltas
+/// (seed 004, Transcripts: "the node can change the last entries"); idle
+/// sessions keep none. Past it older entries of the turn are only in the
+/// ledger and later changes to them send no delta.
+pub const TRANSCRIPT_TURN_CACHE: usize = 512;
+
+/// `inputPreview` of a tool entry: the first characters of its input.
+pub const TRANSCRIPT_PREVIEW_CHARS: usize = 200;
+
+/// `sessions.transcriptView` and a first `transcript.subscribe` result: the
+/// most entries one answer carries (the newest).
+pub const TRANSCRIPT_PAGE_MAX: usize = 5_000;
+
+/// Live transcript subscriptions one connection may hold.
+pub const TRANSCRIPT_SUBS_PER_CONN: usize = 64;
+
+/// "memory per idle session <= 64 KiB" (issue 3, Figures): a line reader
+/// (agent stdout, socket connection) whose buffer grew past this for one
+/// long line gives the memory back once the line is consumed.
+pub const LINE_BUFFER_IDLE_KEEP: usize = 16 * 1024;
+
+/// Seat probes: how long `command --version` may run before the seat is
+/// degraded ("bounded", issue 3).
+pub const SEAT_PROBE_TIMEOUT_MS: u64 = 5_000;

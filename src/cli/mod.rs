@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod plugin;
+pub mod sessions;
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -53,6 +54,11 @@ commands:
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
                               print events, one JSON line each
+  seats [list|probe]          the configured agent harnesses and their state
+  sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]
+                              list, start and drive agent sessions
+  approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]
+                              the approvals inbox; answering is the operator's
   stop                        ask the daemon to stop
   config check [PATH]         validate a config file and print it in full
   plugin ...                  manage plugins; see below
@@ -142,6 +148,9 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "call" => call(&args, rest),
         "plugin" => plugin::run(|| connect(&args), args.json, rest),
+        "seats" => sessions::seats(|| connect(&args), args.json, rest),
+        "sessions" => sessions::sessions(|| connect(&args), args.json, rest),
+        "approvals" => sessions::approvals(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "stop" => {
             no_more(rest)?;

@@ -12,6 +12,7 @@
 //! | events.append     | operator       | the committed event's seq and ts         |
 //! | events.subscribe  | anyone         | live `event` notifications from now on   |
 //! | events.unsubscribe| anyone         | stops them                               |
+//! | seats.*, sessions.*, session.*, transcript.*, approvals.* | see core::methods |
 
 use mio::Token;
 use serde::de::DeserializeOwned;
@@ -69,6 +70,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             crate::plugins::methods::dispatch(d, req, m, p);
             return;
         }
+        m if crate::core::methods::serves(m) => return crate::core::methods::dispatch(d, req, m, p),
         other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
     };
     match result {
