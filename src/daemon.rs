@@ -75,6 +75,8 @@ pub struct Daemon {
     pub socket: Server,
     pub roots: Roots,
     pub children: Children,
+    /// The HTTP API when `[http] listen` or `serve --http` turns it on.
+    pub http: Option<crate::http::Http>,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -114,11 +116,13 @@ impl Daemon {
         })
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
+        let instance_id = crate::ids::uuid_v4();
+        let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id).map_err(ServeError::Startup)?;
         let mut d = Daemon {
             cfg,
             paths,
             node_name,
-            instance_id: crate::ids::uuid_v4(),
+            instance_id,
             started_at_ms: crate::clock::now_ms(),
             started: Instant::now(),
             reactor,
@@ -127,6 +131,7 @@ impl Daemon {
             socket,
             roots: Roots::default(),
             children: Children::default(),
+            http,
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -216,7 +221,7 @@ impl Daemon {
     }
 
     fn drained(&self) -> bool {
-        self.pending.is_empty() && self.socket.queued_bytes() == 0
+        self.pending.is_empty() && self.socket.queued_bytes() == 0 && self.http.as_ref().is_none_or(|h| !h.busy())
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -308,6 +313,7 @@ impl Daemon {
         applied.daemon.state_dir = self.cfg.daemon.state_dir.clone();
         applied.daemon.socket = self.cfg.daemon.socket.clone();
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
+        applied.http = self.cfg.http.clone();
         self.cfg = applied;
         if report.applied.is_empty() && restart_keys.is_empty() {
             crate::info!("reloaded {}: nothing changed", path.display());
@@ -323,13 +329,21 @@ impl Daemon {
 
     /// Begins a clean stop; see the module comment for the order.
     pub fn begin_stop(&mut self, why: &str) {
+        self.begin_stop_within(why, Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
+    }
+
+    /// Begins a clean stop that waits at most `drain` for in-flight work.
+    pub fn begin_stop_within(&mut self, why: &str, drain: Duration) {
         if self.stopping.is_some() {
             return;
         }
         crate::info!("stopping ({why})");
         crate::notify::notify("STOPPING=1");
         self.socket.stop_listening(self.reactor.poll.registry());
-        self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
+        if let Some(h) = &mut self.http {
+            h.stop();
+        }
+        self.stopping = Some(Instant::now() + drain);
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -431,6 +445,9 @@ impl Daemon {
     /// Delivers committed events to the socket subscribers. The line is built
     /// once per event and queued to every subscribed connection.
     fn publish(&mut self, events: &[Appended]) {
+        if let Some(h) = &mut self.http {
+            h.publish(events);
+        }
         if self.subscriptions.is_empty() {
             return;
         }

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod errors;
+pub mod http;
 pub mod ids;
 pub mod ledger;
 pub mod limits;

@@ -64,6 +64,7 @@ pub struct Daemon {
     notify: UnixDatagram,
     log: Arc<Mutex<Vec<String>>>,
     log_rx: mpsc::Receiver<String>,
+    readers: Vec<std::thread::JoinHandle<()>>,
     pub status: Option<ExitStatus>,
 }
 
@@ -121,18 +122,19 @@ impl Daemon {
         let mut child = cmd.spawn().expect("spawn daemon");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, log_rx) = mpsc::channel();
+        let mut readers = Vec::new();
         for pipe in [child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)].into_iter().flatten() {
             let log = log.clone();
             let tx = tx.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     log.lock().unwrap().push(line.clone());
                     let _ = tx.send(line);
                 }
-            });
+            }));
         }
         notify.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, status: None }
+        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, readers, status: None }
     }
 
     /// Waits for one sd_notify datagram and checks it.
@@ -200,7 +202,11 @@ impl Daemon {
         match rx.recv_timeout(PATIENCE) {
             Ok(Ok(s)) => {
                 self.status = Some(s);
-                // Let the pipe readers finish so the whole log is kept.
+                // Let the pipe readers finish so the whole log is kept: the
+                // pipes reach end of file once the daemon has exited.
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
                 s
             }
             _ => {
