@@ -161,7 +161,7 @@ impl Hosts {
             None => self.port == 80,
             Some(p) => p.parse::<u16>().is_ok_and(|p| p == self.port),
         };
-        if self.names.iter().any(|n| *n == name) && (port.is_none() || port.is_some_and(|p| p.parse::<u16>().is_ok())) {
+        if self.names.contains(&name) && (port.is_none() || port.is_some_and(|p| p.parse::<u16>().is_ok())) {
             return true;
         }
         port_ok && (name == "localhost" || name.parse::<IpAddr>().is_ok())

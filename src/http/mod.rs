@@ -135,9 +135,10 @@ impl Http {
         }
     }
 
-    /// Whether requests are still being answered.
+    /// Whether requests are still being answered, or streams still writing
+    /// their final `failure` batch.
     pub fn busy(&self) -> bool {
-        self.shared.in_flight.load(Ordering::Acquire) > 0
+        self.shared.in_flight.load(Ordering::Acquire) > 0 || self.shared.streams.load(Ordering::Acquire) > 0
     }
 }
 
@@ -219,7 +220,7 @@ impl Ctx<'_> {
                     return Err(body::BodyError::TooLarge(limit).problem());
                 }
             }
-            let _ = (&*self.conn.stream()).write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let _ = self.conn.stream().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         let bytes = body::read(&mut self.conn.r, self.framing, limit).map_err(|e| e.problem())?;
         self.body_read = true;
@@ -294,7 +295,7 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
             Ok(h) => h,
             Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
             Err(HeadError::Bad(p)) => {
-                let _ = wire::write_response(&mut &*conn.stream(), &with_common(Response::problem(&p), None), false, true);
+                let _ = wire::write_response(&mut conn.stream(), &with_common(Response::problem(&p), None), false, true);
                 return None;
             }
         };
@@ -329,7 +330,10 @@ fn with_common(mut r: Response, origin: Option<&str>) -> Response {
 
 /// Handles one request; returns whether the connection stays open, or the
 /// stream to start.
-fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<(Vec<(&'static str, String)>, StreamTask)>) {
+/// A stream to start: its response headers and its writer.
+type StreamStart = (Vec<(&'static str, String)>, StreamTask);
+
+fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<StreamStart>) {
     let framing = body::Framing::of(head);
     let mut origin = None;
     let outcome = (|| -> Result<Outcome, Problem> {
@@ -391,7 +395,7 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<(
     };
     let keep = consumed && head.keep_alive() && !stopping;
     let response = with_common(response, origin);
-    let written = wire::write_response(&mut &*conn.stream(), &response, false, !keep);
+    let written = wire::write_response(&mut conn.stream(), &response, false, !keep);
     (keep && written.is_ok(), None)
 }
 
@@ -436,7 +440,7 @@ fn start_stream(shared: &Arc<Shared>, conn: Conn, headers: Vec<(&'static str, St
     let release = StreamSlot(shared.clone());
     if taken >= limits::HTTP_MAX_STREAMS {
         let p = Problem::new(Code::TooManyStreams, "the daemon already serves the maximum number of streams").retry(1);
-        let _ = wire::write_response(&mut &*conn.stream(), &with_common(Response::problem(&p), None), false, true);
+        let _ = wire::write_response(&mut conn.stream(), &with_common(Response::problem(&p), None), false, true);
         return;
     }
     let n = shared.next_stream.fetch_add(1, Ordering::Relaxed);
@@ -464,6 +468,9 @@ struct StreamSlot(Arc<Shared>);
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+        if self.0.streams.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.stopping.load(Ordering::Acquire) {
+            // The reactor waits for the last stream before it exits.
+            self.0.inbox.run(|_| {});
+        }
     }
 }

@@ -76,9 +76,12 @@ pub const ROUTES: &[Route] = &[
     },
 ];
 
+/// Path parameters by the names in the route template.
+pub type PathParams = Vec<(&'static str, String)>;
+
 /// Matches a request path against the table: the route and its path
 /// parameters (percent-decoded), or 404.
-pub fn find(path: &str) -> Result<(&'static Route, Vec<(&'static str, String)>), Problem> {
+pub fn find(path: &str) -> Result<(&'static Route, PathParams), Problem> {
     let segs: Vec<&str> = path.split('/').skip(1).collect();
     'routes: for r in ROUTES {
         let tmpl: Vec<&'static str> = r.path.split('/').skip(1).collect();
