@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub socket: SocketSection,
     pub plugins: PluginsSection,
     pub approvals: ApprovalsSection,
+    pub http: HttpSection,
     /// `[[seat]]` tables: the agent harnesses the operator configured
     /// (issue 3, "Seats"), in registry order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -198,6 +199,104 @@ impl Default for PluginsSection {
             watch_interval_ms: limits::PLUGIN_WATCH_INTERVAL_MS,
         }
     }
+}
+
+/// The HTTP API (seed 002 mechanisms; issue 6). Off unless `listen` is set
+/// here or by `serve --http ADDR`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// `IP:PORT` to listen on; loopback unless deliberately otherwise.
+    /// Empty: no HTTP listener.
+    pub listen: String,
+    /// The bearer token's file. Empty: `http.token` in the state directory,
+    /// created with mode 0600 at first start.
+    pub token_file: String,
+    /// Browser origins allowed to call, exactly as browsers send them
+    /// (`https://app.example:8443`); no wildcards.
+    pub allowed_origins: Vec<String>,
+    /// Host names (or `name:port`) besides the listener's own address that
+    /// requests may name in `Host`, e.g. behind a reverse proxy.
+    pub public_names: Vec<String>,
+    pub max_connections: usize,
+    pub threads: usize,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            listen: String::new(),
+            token_file: String::new(),
+            allowed_origins: Vec::new(),
+            public_names: Vec::new(),
+            max_connections: limits::HTTP_MAX_CONNECTIONS,
+            threads: limits::HTTP_THREADS,
+        }
+    }
+}
+
+impl HttpSection {
+    /// Checks the section's values; `Err` holds the key and what was expected.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !self.listen.is_empty() && self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(("listen", format!("expected IP:PORT such as 127.0.0.1:7777, found {:?}", self.listen)));
+        }
+        if !self.token_file.is_empty() && !Path::new(&self.token_file).is_absolute() {
+            return Err(("token_file", format!("expected an absolute path, found {:?}", self.token_file)));
+        }
+        for o in &self.allowed_origins {
+            if !valid_origin(o) {
+                return Err(("allowed_origins", format!("expected exact origins like https://app.example:8443, found {o:?}")));
+            }
+        }
+        for n in &self.public_names {
+            if !valid_public_name(n) {
+                return Err(("public_names", format!("expected host names or name:port, found {n:?}")));
+            }
+        }
+        if !(1..=limits::HTTP_MAX_CONNECTIONS_CEILING).contains(&self.max_connections) {
+            return Err((
+                "max_connections",
+                format!("expected 1 to {}, found {}", limits::HTTP_MAX_CONNECTIONS_CEILING, self.max_connections),
+            ));
+        }
+        if !(1..=limits::HTTP_THREADS_CEILING).contains(&self.threads) {
+            return Err(("threads", format!("expected 1 to {}, found {}", limits::HTTP_THREADS_CEILING, self.threads)));
+        }
+        Ok(())
+    }
+}
+
+/// `scheme://host[:port]` with scheme http or https, lowercase, nothing after.
+pub fn valid_origin(o: &str) -> bool {
+    let Some(rest) = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://")) else { return false };
+    !rest.is_empty() && valid_public_name(rest)
+}
+
+/// A lowercase host name, IPv4 literal or bracketed IPv6 literal, with an
+/// optional `:port`.
+pub fn valid_public_name(n: &str) -> bool {
+    let (host_ok, port) = if let Some(rest) = n.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else { return false };
+        let port = match after {
+            "" => None,
+            p => match p.strip_prefix(':') {
+                Some(p) => Some(p),
+                None => return false,
+            },
+        };
+        (v6.parse::<std::net::Ipv6Addr>().is_ok(), port)
+    } else {
+        let (host, port) = match n.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (n, None),
+        };
+        let ok = !host.is_empty()
+            && host.len() <= 253
+            && host.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+        (ok, port)
+    };
+    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|v| v > 0))
 }
 
 /// A config file that could not be used: which file, which key, which line,
@@ -385,6 +484,9 @@ impl FileConfig {
         if !(1..=4096).contains(&p.max_processes) {
             return Err(bad("plugins", "max_processes", format!("expected 1 to 4096, found {}", p.max_processes)));
         }
+        if let Err((key, message)) = self.http.check() {
+            return Err(bad("http", key, message));
+        }
         self.check_approvals(text)?;
         self.check_seats(text)
     }
@@ -507,6 +609,8 @@ pub struct PathFlags {
     pub config: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub socket: Option<PathBuf>,
+    /// `serve --http ADDR`: turns the HTTP listener on for this run.
+    pub http_listen: Option<String>,
 }
 
 /// The environment the path defaults come from, read once so that tests can
@@ -621,7 +725,11 @@ fn non_empty(s: &str) -> Option<PathBuf> {
 /// default path has none. A file named by `--config` must exist.
 pub fn load_effective(flags: &PathFlags, env: &Env) -> Result<(FileConfig, Paths), ConfigError> {
     let path = flags.config.clone().unwrap_or_else(|| env.default_config_path());
-    let cfg = if flags.config.is_none() && !path.exists() { FileConfig::default() } else { load(&path)? };
+    let mut cfg = if flags.config.is_none() && !path.exists() { FileConfig::default() } else { load(&path)? };
+    if let Some(listen) = &flags.http_listen {
+        cfg.http.listen = listen.clone();
+        cfg.http.check().map_err(|(key, message)| ConfigError { path: None, key: Some(format!("--http ({key})")), line: None, message })?;
+    }
     let mut paths = Paths::resolve(flags, &cfg, env);
     paths.config = path;
     Ok((cfg, paths))
@@ -639,6 +747,10 @@ pub struct ReloadReport {
 /// key applies at once or at the next use (a new connection, the next start
 /// of a plugin, the next step of a lane).
 pub const RESTART_KEYS: &[&str] = &["daemon.state_dir", "daemon.socket", "daemon.node_name", "plugins.isolation"];
+
+/// Sections whose every key needs a restart: the HTTP listener, its token
+/// and its checks are fixed when it starts.
+pub const RESTART_SECTIONS: &[&str] = &["http"];
 
 /// Compares the running config with a newly read one, key by key, so that
 /// the reload log names exactly what changed. Sections are compared through
@@ -664,7 +776,7 @@ pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
         };
         for (key, va, vb) in keys {
             if va != vb {
-                if RESTART_KEYS.contains(&key.as_str()) {
+                if RESTART_KEYS.contains(&key.as_str()) || RESTART_SECTIONS.contains(&name.as_str()) {
                     r.needs_restart.push(key);
                 } else {
                     r.applied.push(key);
@@ -765,6 +877,25 @@ mod tests {
         let r = diff(&old, &new);
         assert_eq!(r.applied, vec!["daemon.log_level".to_string(), "plugins.ping_interval_ms".to_string()]);
         assert_eq!(r.needs_restart, vec!["daemon.socket".to_string(), "plugins.isolation".to_string()]);
+    }
+
+    #[test]
+    fn http_section_is_checked() {
+        let text = "[http]\nlisten = \"127.0.0.1:7777\"\nallowed_origins = [\"https://app.example:8443\"]\npublic_names = [\"box.lan\", \"box.lan:443\"]\n";
+        parse(text).unwrap().check(text).unwrap();
+        for (text, key) in [
+            ("[http]\nlisten = \"localhost\"\n", "http.listen"),
+            ("[http]\nallowed_origins = [\"*\"]\n", "http.allowed_origins"),
+            ("[http]\nallowed_origins = [\"https://app.example/\"]\n", "http.allowed_origins"),
+            ("[http]\npublic_names = [\"Box.lan\"]\n", "http.public_names"),
+            ("[http]\nthreads = 0\n", "http.threads"),
+            ("[http]\ntoken_file = \"rel/token\"\n", "http.token_file"),
+        ] {
+            let e = parse(text).unwrap().check(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{text}");
+        }
+        assert!(valid_public_name("[::1]:8080"));
+        assert!(!valid_public_name("::1"));
     }
 
     #[test]

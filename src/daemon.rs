@@ -79,6 +79,8 @@ pub struct Daemon {
     pub plugins: crate::plugins::host::Host,
     /// Seats, sessions and the approvals inbox (issue 3).
     pub core: crate::core::Core,
+    /// The HTTP API when `[http] listen` or `serve --http` turns it on.
+    pub http: Option<crate::http::Http>,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -120,11 +122,13 @@ impl Daemon {
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
         let plugins = crate::plugins::host::load(&paths);
         let core_cfg = cfg.clone();
+        let instance_id = crate::ids::uuid_v4();
+        let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id).map_err(ServeError::Startup)?;
         let mut d = Daemon {
             cfg,
             paths,
             node_name,
-            instance_id: crate::ids::uuid_v4(),
+            instance_id,
             started_at_ms: crate::clock::now_ms(),
             started: Instant::now(),
             reactor,
@@ -135,6 +139,7 @@ impl Daemon {
             children: Children::default(),
             plugins,
             core: crate::core::Core::new(&core_cfg),
+            http,
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -238,6 +243,7 @@ impl Daemon {
             && self.socket.in_flight() == 0
             && self.socket.queued_bytes() == 0
             && crate::plugins::host::all_stopped(self)
+            && self.http.as_ref().is_none_or(|h| !h.busy())
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -342,6 +348,7 @@ impl Daemon {
         applied.daemon.state_dir = self.cfg.daemon.state_dir.clone();
         applied.daemon.socket = self.cfg.daemon.socket.clone();
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
+        applied.http = self.cfg.http.clone();
         self.cfg = applied;
         crate::core::reload(self);
         if report.applied.is_empty() && restart_keys.is_empty() {
@@ -358,6 +365,11 @@ impl Daemon {
 
     /// Begins a clean stop; see the module comment for the order.
     pub fn begin_stop(&mut self, why: &str) {
+        self.begin_stop_within(why, Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
+    }
+
+    /// Begins a clean stop that waits at most `drain` for in-flight work.
+    pub fn begin_stop_within(&mut self, why: &str, drain: Duration) {
         if self.stopping.is_some() {
             return;
         }
@@ -368,8 +380,11 @@ impl Daemon {
         // last step of the stop kills what is left.
         crate::plugins::host::stop_all(self);
         crate::core::on_stop(self);
-        let plugin_ms = limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000;
-        self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS.max(plugin_ms)));
+        if let Some(h) = &mut self.http {
+            h.stop();
+        }
+        let plugin_ms = Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000);
+        self.stopping = Some(Instant::now() + drain.max(plugin_ms));
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -478,6 +493,9 @@ impl Daemon {
     /// once per event and queued to every subscribed connection.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
+        if let Some(h) = &mut self.http {
+            h.publish(events);
+        }
         if self.subscriptions.is_empty() {
             return;
         }

@@ -49,7 +49,8 @@ const USAGE_TEMPLATE: &str = "\
 usage: omniconfluxd [--config PATH] [--state-dir DIR] [--socket PATH] COMMAND [ARGS]
 
 commands:
-  serve                       run the daemon in the foreground
+  serve [--http ADDR]         run the daemon in the foreground; --http also
+                              serves the HTTP API on ADDR (IP:PORT)
   status [--json]             whether a daemon answers, and what it holds
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
@@ -135,8 +136,14 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             Ok(())
         }
         "serve" => {
-            no_more(rest)?;
-            crate::daemon::Daemon::serve(&args.flags).map_err(|e| match e {
+            let mut flags = args.flags.clone();
+            match rest {
+                [] => {}
+                [flag, addr] if flag == "--http" => flags.http_listen = Some(addr.clone()),
+                [flag] if flag == "--http" => return Err(Failure::usage("--http needs an address, IP:PORT")),
+                [other, ..] => return Err(Failure::usage(format!("unexpected argument {other}"))),
+            }
+            crate::daemon::Daemon::serve(&flags).map_err(|e| match e {
                 crate::daemon::ServeError::Config(_) => Failure { status: EXIT_USAGE, message: e.to_string() },
                 crate::daemon::ServeError::Startup(_) => Failure { status: EXIT_ERROR, message: e.to_string() },
             })

@@ -263,3 +263,28 @@ pub fn list_events(conn: &Connection, stream: &str, after_seq: i64, limit: usize
 pub fn counts(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
     conn.query_row("SELECT count(*), coalesce(sum(last_seq), 0) FROM streams", [], |r| Ok((r.get(0)?, r.get(1)?)))
 }
+
+/// The last committed seq of a stream; 0 for a stream with no events.
+pub fn stream_last_seq(conn: &Connection, stream: &str) -> rusqlite::Result<i64> {
+    let mut stmt = conn.prepare_cached("SELECT last_seq FROM streams WHERE stream = ?1")?;
+    match stmt.query_row([stream], |r| r.get(0)) {
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(0),
+        other => other,
+    }
+}
+
+/// Streams after `after` in name order with their event counts (seq has
+/// no gaps, so the last seq is the count), at most `limit`.
+pub fn stream_counts(conn: &Connection, after: &str, limit: usize) -> rusqlite::Result<Vec<(String, i64)>> {
+    let mut stmt = conn.prepare_cached("SELECT stream, last_seq FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2")?;
+    let rows = stmt.query_map(rusqlite::params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// The database's page size, page count and free pages, in one read.
+pub fn page_figures(conn: &Connection) -> rusqlite::Result<(i64, i64, i64)> {
+    let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let count: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    Ok((size, count, free))
+}
