@@ -9,7 +9,9 @@ change to the socket methods and update the EXCHANGES section to match:
     python3 man/capture-exchanges.py target/release/omniconfluxd
 
 The plugin.* exchanges install the sample plugins of tests/fixtures/plugins,
-so they need node and python3, as the tests do.
+so they need node and python3, as the tests do. The seats.*, sessions.*,
+session.*, transcript.* and approvals.* exchanges drive a seat that runs the
+scripted fake ACP agent tests/fixtures/fake_acp_agent.py (python3 only).
 """
 import json, os, shutil, socket, subprocess, sys, tempfile, time
 
@@ -120,6 +122,7 @@ def main():
         proc.wait(timeout=30)
 
     plugins()
+    sessions()
 
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "plugins")
@@ -205,6 +208,102 @@ def plugins():
             c.quiet("plugin.install", {"path": folder(tmp, f"filler-{i:02}", manifest(f"filler-{i:02}"))})
         c.send(req(18, "plugin.install", {"path": folder(tmp, "one-too-many", manifest("one-too-many"))}))
         c.send(req(19, "server.stop"))
+        proc.wait(timeout=30)
+
+
+FAKE_ACP = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "fake_acp_agent.py"))
+
+
+def acp_seat(harness, script, command=None):
+    """A [[seat]] that runs the fake ACP agent with `script` (its turns)."""
+    cmd = command or PYTHON
+    args = "[]" if command else json.dumps([FAKE_ACP])
+    return (f'[[seat]]\nharness = "{harness}"\ncommand = "{cmd}"\nargs = {args}\n'
+            f'transport = "acp"\nprovider = "test"\nfamily = "local"\n'
+            f"env = {{ FAKE_SCRIPT = '{json.dumps(script)}' }}\n\n")
+
+
+def wait_for(c, method, params, ok, what):
+    for _ in range(300):
+        got = c.quiet(method, params)
+        if ok(got):
+            return got
+        time.sleep(0.1)
+    sys.exit(f"never {what}: {got}")
+
+
+def sessions():
+    with tempfile.TemporaryDirectory() as tmp:
+        print("# seats, sessions, transcripts and approvals, with the fake ACP agent")
+        wt = os.path.realpath(os.path.join(tmp, "wt"))
+        os.makedirs(wt)
+        script = [
+            [{"text": "I will list the files."},
+             {"permission": {"id": "c1", "title": "ls -la", "kind": "execute", "input": {"command": "ls -la"}}}],
+            [{"text": "Done."}],
+            [{"stall": 30}],
+            [{"permission": {"id": "c2", "title": "rm -rf build", "kind": "execute", "input": {"command": "rm -rf build"}}}],
+            [{"stall": 30}],
+        ]
+        config = acp_seat("fake", script) + acp_seat("gone", [], command="/nonexistent/agent")
+        proc, sock = start(tmp, config=config)
+        c = Conn(sock)
+        wait_for(c, "seats.list", None, lambda r: r["seats"][0].get("status") == "ready", "ready")
+        c.send(req(1, "seats.list"))
+        c.send(req(2, "seats.probe"))
+        c.send(req(3, "sessions.subscribe"))
+        c.send(req(4, "sessions.unsubscribe"))
+        got = c.send(req(5, "sessions.spawn", {"harness": "fake", "cwd": wt, "prompt": "list the files", "name": "tidy"}))
+        sid = got[0]["result"]["session_id"]
+        aid = f"{sid}-a1"
+        wait_for(c, "approvals.list", None, lambda r: len(r["approvals"]) == 1, "an approval")
+        c.send(req(6, "approvals.list"))
+        c.send(req(7, "approvals.get", {"request_id": aid}))
+        c.send(req(8, "approvals.answer", {"request_id": aid, "decision": "allow", "reason": "read-only"}))
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "idle", "idle")
+        c.send(req(9, "sessions.list"))
+        c.send(req(10, "sessions.get", {"session_id": sid}))
+        c.send(req(11, "session.rename", {"session_id": sid, "name": "tidy up"}))
+        c.send(req(12, "sessions.transcriptView", {"session_id": sid}))
+        c.send(req(13, "sessions.toolDetail", {"session_id": sid, "tool_id": "c1"}))
+        have = len(c.quiet("sessions.transcriptView", {"session_id": sid})["entries"])
+        c.send(req(14, "transcript.subscribe", {"sub_id": "t1", "session_id": sid, "have_entries": have}))
+        c.send(req(15, "sessions.input", {"session_id": sid, "text": "thanks"}))
+        # The deltas of the second turn, as they come.
+        for _ in range(40):
+            line = c.f.readline().decode().rstrip("\n")
+            print("<", line)
+            o = json.loads(line)
+            if o.get("method") == "transcript.delta" and any(
+                    e.get("kind") == "turn_end" for e in o["params"].get("entries", [])):
+                break
+        print()
+        c.send(req(16, "transcript.unsubscribe", {"sub_id": "t1"}))
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "idle", "idle")
+        c.quiet("sessions.input", {"session_id": sid, "text": "wait"})
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "running", "running")
+        c.send(req(17, "sessions.interrupt", {"session_id": sid}))
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "idle", "idle")
+        print("# session and approval errors")
+        c.quiet("sessions.input", {"session_id": sid, "text": "clean the build"})
+        wait_for(c, "approvals.list", None, lambda r: len(r["approvals"]) == 1, "an approval")
+        a2 = f"{sid}-a2"
+        c.send(req(18, "approvals.answer", {"request_id": a2, "decision": "allow", "digest": "0" * 64}))
+        c.send(req(19, "approvals.answer", {"request_id": a2, "decision": "deny", "reason": "not now"}))
+        c.send(req(20, "approvals.answer", {"request_id": a2, "decision": "allow"}))
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "idle", "idle")
+        c.send(req(21, "sessions.spawn", {"harness": "nope", "cwd": wt}))
+        c.send(req(22, "sessions.spawn", {"harness": "gone", "cwd": wt}))
+        c.send(req(23, "sessions.get", {"session_id": "no-such-session"}))
+        c.quiet("sessions.input", {"session_id": sid, "text": "wait"})
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "running", "running")
+        for i in range(32):
+            c.quiet("sessions.input", {"session_id": sid, "text": f"queued {i}"})
+        c.send(req(24, "sessions.input", {"session_id": sid, "text": "one more"}))
+        c.send(req(25, "sessions.kill", {"session_id": sid}))
+        wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "ended", "ended")
+        c.send(req(26, "sessions.input", {"session_id": sid, "text": "hello?"}))
+        c.send(req(27, "server.stop"))
         proc.wait(timeout=30)
 
 
