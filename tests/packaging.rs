@@ -91,6 +91,8 @@ fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
         // Change the key alone and ask the code whether a reload applies it.
         let changed = match value.as_str() {
             v if v.starts_with('"') => "\"changed\"".to_string(),
+            // An array (http.allowed_origins) defaults to empty: one item changes it.
+            v if v.starts_with('[') => "[\"changed\"]".to_string(),
             v => (v.parse::<i64>().expect("an integer default") - 1).to_string(),
         };
         let new = config::parse(&format!("[{section}]\n{key} = {changed}\n")).expect("a changed value parses");
