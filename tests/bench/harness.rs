@@ -12,6 +12,7 @@
 
 mod append;
 mod callgrind;
+mod fanout;
 mod idle;
 mod ping;
 mod start;
@@ -32,6 +33,7 @@ fn main() {
     ping::run();
     append::run();
     callgrind::run();
+    fanout::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
