@@ -13,6 +13,7 @@
 mod append;
 mod callgrind;
 mod fanout;
+mod sessions_mem;
 mod idle;
 mod ping;
 mod start;
@@ -34,6 +35,7 @@ fn main() {
     append::run();
     callgrind::run();
     fanout::run();
+    sessions_mem::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
