@@ -12,8 +12,11 @@
 
 mod append;
 mod callgrind;
+mod fanout;
+mod sessions_mem;
 mod idle;
 mod ping;
+mod plugins_bench;
 mod start;
 mod util;
 
@@ -32,6 +35,9 @@ fn main() {
     ping::run();
     append::run();
     callgrind::run();
+    fanout::run();
+    sessions_mem::run();
+    plugins_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());

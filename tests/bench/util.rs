@@ -439,3 +439,127 @@ pub fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
+
+// ---- helpers of the session and plugin figures ----
+
+/// The `serve` command for `dirs` with `config` written beside the state
+/// directory and passed with `--config`.
+pub fn serve_with_config(dirs: &DaemonDirs, dir: &Path, config: &str) -> Command {
+    let p = dir.join("omniconfluxd.toml");
+    std::fs::write(&p, config).expect("write bench config");
+    let _ = std::fs::create_dir_all(&dirs.home);
+    let mut cmd = Command::new(daemon_bin());
+    cmd.arg("--state-dir").arg(&dirs.state).arg("--socket").arg(&dirs.socket).arg("--config").arg(&p).arg("serve");
+    cmd.env("XDG_CONFIG_HOME", &dirs.home).env("HOME", &dirs.home).env_remove("NOTIFY_SOCKET");
+    cmd
+}
+
+/// Starts a daemon with `config` on core `cpu` and waits for its first ping.
+pub fn start_daemon(dir: &Path, config: &str, cpu: Option<usize>) -> Result<(Proc, DaemonDirs), String> {
+    let dirs = DaemonDirs::under(dir);
+    let mut p = Proc::spawn("omniconfluxd", serve_with_config(&dirs, dir, config), cpu, Some(&dirs.log))
+        .map_err(|e| format!("unable to start the daemon: {e}"))?;
+    wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(20)).map_err(|e| format!("{e}; log: {}", log_tail(&dirs.log)))?;
+    Ok((p, dirs))
+}
+
+/// A JSON-RPC client of the daemon socket that keeps the notifications it
+/// reads while it waits for an answer.
+pub struct Rpc {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next: u64,
+    pub notes: std::collections::VecDeque<Value>,
+}
+
+impl Rpc {
+    pub fn connect(path: &Path) -> Result<Rpc, String> {
+        let s = UnixStream::connect(path).map_err(|e| format!("connect {}: {e}", path.display()))?;
+        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
+        Ok(Rpc { writer: s.try_clone().map_err(|e| e.to_string())?, reader: BufReader::with_capacity(1 << 20, s), next: 0, notes: Default::default() })
+    }
+
+    /// Sends a request and returns its id.
+    pub fn send(&mut self, method: &str, params: Value) -> Result<u64, String> {
+        self.next += 1;
+        let line = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}).to_string() + "\n";
+        self.writer.write_all(line.as_bytes()).map_err(|e| format!("{method}: {e}"))?;
+        Ok(self.next)
+    }
+
+    /// Reads one line as JSON.
+    pub fn read(&mut self) -> Result<Value, String> {
+        let mut line = Vec::new();
+        let n = self.reader.read_until(b'\n', &mut line).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the daemon closed the connection".into());
+        }
+        serde_json::from_slice(&line).map_err(|e| format!("bad line: {e}"))
+    }
+
+    /// Waits for the answer to `id`; an error answer is `Err`.
+    pub fn wait(&mut self, id: u64) -> Result<Value, String> {
+        loop {
+            let v = self.read()?;
+            if v.get("id").and_then(Value::as_u64) == Some(id) {
+                if let Some(e) = v.get("error") {
+                    return Err(format!("error answer: {e}"));
+                }
+                return Ok(v.get("result").cloned().unwrap_or(Value::Null));
+            }
+            if v.get("method").is_some() {
+                self.notes.push_back(v);
+            }
+        }
+    }
+
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.send(method, params)?;
+        self.wait(id).map_err(|e| format!("{method}: {e}"))
+    }
+}
+
+/// VmRSS of a process in KiB.
+pub fn vm_rss_kib(pid: i32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The `q` quantile (0..=1) of `xs`, nearest rank.
+pub fn quantile(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+/// Wall clock in nanoseconds since the epoch (the agents' and plugins'
+/// stamps are wall clock too).
+pub fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// The absolute path of a python3 (the daemon's agent environment may not
+/// carry a pyenv shim's variables).
+pub fn python3() -> Option<PathBuf> {
+    let out = Command::new("python3").arg("-c").arg("import sys; print(sys.executable)").output().ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if p.is_file() { Some(p) } else { find_tool("python3") }
+}
+
+/// A file of this bench's directory (fixtures kept beside the modules).
+pub fn bench_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bench").join(name)
+}
+
+impl Rpc {
+    /// The reading and writing halves, for a thread that only reads.
+    pub fn into_parts(self) -> (BufReader<UnixStream>, UnixStream) {
+        let Rpc { reader, writer, .. } = self;
+        (reader, writer)
+    }
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""A fast ACP v1 agent for the benchmarks (python3, stdlib only).
+
+It answers initialize and session/new like tests/fixtures/fake_acp_agent.py
+and, for every session/prompt, writes FAST_CHUNKS agent_message_chunk
+session/update lines as fast as it can, FAST_BATCH lines per write (no
+flush per line), then answers the prompt end_turn. Each chunk's text is
+`[<seq>@<wall clock ns>]` followed by FAST_PAD 'x's, so a reader of the
+daemon's output can tell the delay from the agent's line. Without prompts
+it only waits on stdin: an idle agent.
+"""
+
+import json
+import os
+import random
+import sys
+import time
+
+CHUNKS = int(os.environ.get("FAST_CHUNKS", "256"))
+PAD = "x" * int(os.environ.get("FAST_PAD", "64"))
+BATCH = int(os.environ.get("FAST_BATCH", "16"))
+out = sys.stdout.buffer
+session = None
+seq = 0
+
+
+def send(obj):
+    out.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+    out.flush()
+
+
+def stream():
+    global seq
+    head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s","update":' % session
+    buf = []
+    for _ in range(CHUNKS):
+        seq += 1
+        buf.append('%s{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[%d@%d]%s"}}}}\n'
+                   % (head, seq, time.time_ns(), PAD))
+        if len(buf) >= BATCH:
+            out.write("".join(buf).encode())
+            out.flush()
+            buf = []
+    if buf:
+        out.write("".join(buf).encode())
+        out.flush()
+
+
+for raw in sys.stdin.buffer:
+    raw = raw.strip()
+    if not raw:
+        continue
+    msg = json.loads(raw)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": False}}})
+    elif method == "session/new":
+        session = "fast%08x" % random.getrandbits(32)
+        send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": session}})
+    elif method == "session/prompt":
+        stream()
+        send({"jsonrpc": "2.0", "id": mid, "result": {"stopReason": "end_turn"}})
+    elif method is not None and mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "Method not found"}})
