@@ -13,6 +13,7 @@ pub mod config;
 pub mod daemon;
 pub mod errors;
 pub mod ids;
+pub mod lanes;
 pub mod ledger;
 pub mod limits;
 pub mod notify;
