@@ -25,6 +25,49 @@ use crate::log::Level;
 pub struct FileConfig {
     pub daemon: DaemonSection,
     pub socket: SocketSection,
+    pub lanes: LanesSection,
+    /// Repositories lanes may work on, besides those added with repos.add.
+    pub repo: Vec<RepoEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LanesSection {
+    /// Branch prefix of lane branches: `<prefix>/<name>`.
+    pub branch_prefix: String,
+    /// Where lane worktrees go. Empty: `<repo>-wt/<name>` beside the repository.
+    pub worktree_root: String,
+    /// Verify rounds before a lane stops at cap.
+    pub max_rounds: u32,
+    /// `fast-forward` or `merge-commit`.
+    pub merge: String,
+    /// Ask the operator in the inbox before any merge.
+    pub require_merge_approval: bool,
+    /// The acceptance command's time limit, in seconds.
+    pub check_timeout_secs: u64,
+    /// Refuse tasks whose check cannot run isolated (bubblewrap).
+    pub require_isolation: bool,
+}
+
+impl Default for LanesSection {
+    fn default() -> Self {
+        LanesSection {
+            branch_prefix: "omni".into(),
+            worktree_root: String::new(),
+            max_rounds: limits::LANE_DEFAULT_ROUNDS,
+            merge: "fast-forward".into(),
+            require_merge_approval: false,
+            check_timeout_secs: limits::LANE_CHECK_TIMEOUT_SECS,
+            require_isolation: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RepoEntry {
+    /// The repository's absolute path.
+    pub path: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -189,6 +232,37 @@ impl FileConfig {
                 "max_queued_bytes",
                 format!("expected 65536 to 1073741824, found {}", s.max_queued_bytes),
             ));
+        }
+        let l = &self.lanes;
+        if l.branch_prefix.is_empty()
+            || l.branch_prefix.len() > 64
+            || !l.branch_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+            || l.branch_prefix.starts_with(['/', '.', '-'])
+            || l.branch_prefix.ends_with('/')
+        {
+            return Err(bad("lanes", "branch_prefix", "expected 1 to 64 letters, digits, '-', '_', '.' or '/', not starting with '/', '.' or '-'".into()));
+        }
+        if !l.worktree_root.is_empty() && !Path::new(&l.worktree_root).is_absolute() {
+            return Err(bad("lanes", "worktree_root", format!("expected an absolute path, found {:?}", l.worktree_root)));
+        }
+        if !(1..=50).contains(&l.max_rounds) {
+            return Err(bad("lanes", "max_rounds", format!("expected 1 to 50, found {}", l.max_rounds)));
+        }
+        if !matches!(l.merge.as_str(), "fast-forward" | "merge-commit") {
+            return Err(bad("lanes", "merge", format!("expected fast-forward or merge-commit, found {:?}", l.merge)));
+        }
+        if !(1..=86_400).contains(&l.check_timeout_secs) {
+            return Err(bad("lanes", "check_timeout_secs", format!("expected 1 to 86400, found {}", l.check_timeout_secs)));
+        }
+        for r in &self.repo {
+            if !Path::new(&r.path).is_absolute() {
+                return Err(ConfigError {
+                    path: None,
+                    key: Some("repo.path".into()),
+                    line: locate(text, "repo", "path"),
+                    message: format!("expected an absolute path, found {:?}", r.path),
+                });
+            }
         }
         Ok(())
     }
@@ -381,6 +455,10 @@ pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
     note(old.socket.max_connections != new.socket.max_connections, "socket.max_connections", true);
     note(old.socket.max_in_flight != new.socket.max_in_flight, "socket.max_in_flight", true);
     note(old.socket.max_queued_bytes != new.socket.max_queued_bytes, "socket.max_queued_bytes", true);
+    // Lane settings apply to the next step of every lane; repositories to
+    // the next dispatch.
+    note(old.lanes != new.lanes, "lanes", true);
+    note(old.repo != new.repo, "repo", true);
     r
 }
 

@@ -381,7 +381,9 @@ fn key_only(params: &Map<String, Value>) -> Result<String, HostError> {
     storage_key(&Members::new(params, &["key"])?)
 }
 
-fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostError> {
+/// Validates tasks.create params; task.dispatch on the daemon socket takes
+/// the same members and patterns (issue 5, "Dispatch").
+pub fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostError> {
     let m = Members::new(params, &["repo", "task", "builder", "verifier", "acceptance", "name", "base"])?;
     let repo = m.str("repo")?;
     if !is_task_repo(repo) {
