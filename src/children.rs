@@ -381,6 +381,11 @@ impl Children {
         self.by_pid.remove(&child.pid);
     }
 
+    /// Bytes queued for the child's stdin and not yet written.
+    pub fn queued(&self, id: ChildId) -> usize {
+        self.map.get(&id).map_or(0, |c| c.out.len() - c.out_pos)
+    }
+
     /// Whether the child's stdout is still open.
     pub fn stdout_open(&self, id: ChildId) -> bool {
         self.map.get(&id).is_some_and(|c| c.stdout.is_some())

@@ -25,6 +25,7 @@ use crate::log::Level;
 pub struct FileConfig {
     pub daemon: DaemonSection,
     pub socket: SocketSection,
+    pub plugins: PluginsSection,
     pub lanes: LanesSection,
     /// Repositories lanes may work on, besides those added with repos.add.
     pub repo: Vec<RepoEntry>,
@@ -108,6 +109,57 @@ impl Default for SocketSection {
             max_connections: limits::SOCKET_MAX_CONNECTIONS,
             max_in_flight: limits::SOCKET_MAX_IN_FLIGHT,
             max_queued_bytes: limits::SOCKET_MAX_QUEUED_BYTES,
+        }
+    }
+}
+
+/// `[plugins]`: how the plugin host runs plugins (seed 000; issue 4). The
+/// intervals default to the page's values; they are settings so that an
+/// operator on a slow machine (or a test) can change them.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsSection {
+    /// The interpreter of a `.mjs` or `.js` main: a path, or a name looked up in PATH.
+    pub node: String,
+    /// The interpreter of a `.py` main.
+    pub python: String,
+    /// `auto` (bubblewrap when it works here) or `none`.
+    pub isolation: String,
+    /// "ping every 30 seconds" (seed 000, ping).
+    pub ping_interval_ms: u64,
+    /// "Any response or failure within 10 seconds" (seed 000, ping).
+    pub ping_timeout_ms: u64,
+    /// How long a plugin has to answer initialize.
+    pub initialize_timeout_ms: u64,
+    /// The first restart delay after a crash; it doubles up to 60 s.
+    pub restart_backoff_ms: u64,
+    /// Crashes in 10 minutes that make a plugin `failed` with `crash-limit`.
+    pub crash_limit: u32,
+    /// Plugins running at once; one more is `failed` with `run-limit`.
+    pub max_running: usize,
+    /// Memory of a plugin's process tree, in MiB (RLIMIT_AS and the watch).
+    pub memory_mb: u64,
+    /// Processes in a plugin's process tree.
+    pub max_processes: usize,
+    /// How often the host counts each plugin's processes and memory.
+    pub watch_interval_ms: u64,
+}
+
+impl Default for PluginsSection {
+    fn default() -> Self {
+        PluginsSection {
+            node: "node".into(),
+            python: "python3".into(),
+            isolation: "auto".into(),
+            ping_interval_ms: limits::PLUGIN_PING_INTERVAL_MS,
+            ping_timeout_ms: limits::PLUGIN_PING_TIMEOUT_MS,
+            initialize_timeout_ms: limits::PLUGIN_INITIALIZE_TIMEOUT_MS,
+            restart_backoff_ms: limits::PLUGIN_RESTART_BACKOFF_MS,
+            crash_limit: limits::PLUGIN_CRASH_LIMIT,
+            max_running: limits::PLUGIN_MAX_INSTALLED,
+            memory_mb: limits::PLUGIN_MEMORY_MB,
+            max_processes: limits::PLUGIN_MAX_PROCESSES,
+            watch_interval_ms: limits::PLUGIN_WATCH_INTERVAL_MS,
         }
     }
 }
@@ -263,6 +315,38 @@ impl FileConfig {
                     message: format!("expected an absolute path, found {:?}", r.path),
                 });
             }
+        }
+        let p = &self.plugins;
+        if p.isolation != "auto" && p.isolation != "none" {
+            return Err(bad("plugins", "isolation", format!("expected auto or none, found {:?}", p.isolation)));
+        }
+        for (key, value) in [("node", &p.node), ("python", &p.python)] {
+            if value.is_empty() || value.contains('\0') {
+                return Err(bad("plugins", key, "expected a program name or an absolute path".into()));
+            }
+        }
+        for (key, value, min) in [
+            ("ping_interval_ms", p.ping_interval_ms, 10),
+            ("ping_timeout_ms", p.ping_timeout_ms, 10),
+            ("initialize_timeout_ms", p.initialize_timeout_ms, 10),
+            ("restart_backoff_ms", p.restart_backoff_ms, 1),
+            ("watch_interval_ms", p.watch_interval_ms, 10),
+        ] {
+            if !(min..=3_600_000).contains(&value) {
+                return Err(bad("plugins", key, format!("expected {min} to 3600000, found {value}")));
+            }
+        }
+        if !(1..=1000).contains(&p.crash_limit) {
+            return Err(bad("plugins", "crash_limit", format!("expected 1 to 1000, found {}", p.crash_limit)));
+        }
+        if !(1..=limits::PLUGIN_MAX_INSTALLED).contains(&p.max_running) {
+            return Err(bad("plugins", "max_running", format!("expected 1 to {}, found {}", limits::PLUGIN_MAX_INSTALLED, p.max_running)));
+        }
+        if !(64..=65_536).contains(&p.memory_mb) {
+            return Err(bad("plugins", "memory_mb", format!("expected 64 to 65536, found {}", p.memory_mb)));
+        }
+        if !(1..=4096).contains(&p.max_processes) {
+            return Err(bad("plugins", "max_processes", format!("expected 1 to 4096, found {}", p.max_processes)));
         }
         Ok(())
     }
@@ -459,6 +543,8 @@ pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
     // the next dispatch.
     note(old.lanes != new.lanes, "lanes", true);
     note(old.repo != new.repo, "repo", true);
+    // Plugin settings apply to the next start of each plugin.
+    note(old.plugins != new.plugins, "plugins", true);
     r
 }
 

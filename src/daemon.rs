@@ -75,6 +75,8 @@ pub struct Daemon {
     pub socket: Server,
     pub roots: Roots,
     pub children: Children,
+    /// The plugin host (issue 4).
+    pub plugins: crate::plugins::host::Host,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -114,6 +116,7 @@ impl Daemon {
         })
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
+        let plugins = crate::plugins::host::load(&cfg, &paths);
         let mut d = Daemon {
             cfg,
             paths,
@@ -127,6 +130,7 @@ impl Daemon {
             socket,
             roots: Roots::default(),
             children: Children::default(),
+            plugins,
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -142,6 +146,7 @@ impl Daemon {
         );
         crate::notify::notify("READY=1");
         d.start_integrity_check();
+        crate::plugins::host::start_all(&mut d);
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
@@ -215,8 +220,13 @@ impl Daemon {
         }
     }
 
+    /// Nothing left to finish: no commit waits, no request (a ledger read
+    /// included) is unanswered, and every answer is written.
     fn drained(&self) -> bool {
-        self.pending.is_empty() && self.socket.queued_bytes() == 0
+        self.pending.is_empty()
+            && self.socket.in_flight() == 0
+            && self.socket.queued_bytes() == 0
+            && crate::plugins::host::all_stopped(self)
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -282,6 +292,11 @@ impl Daemon {
 
     /// Routes what a child's pipes produced to the child's owner.
     fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
+        if let Some(Owner::Plugin(_)) = self.children.owner(id) {
+            // Also with nothing read: a drained stdin queue matters to it.
+            crate::plugins::host::on_output(self, id, out);
+            return;
+        }
         if out.is_empty() {
             return;
         }
@@ -293,9 +308,9 @@ impl Daemon {
     /// Routes a reaped child's exit to its owner.
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
-            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+            Some(Owner::Plugin(_)) => crate::plugins::host::on_exit(self, id, status),
+            Some(Owner::Session(_)) | None => {}
         }
-        let _ = status;
     }
 
     fn reload(&mut self) {
@@ -341,7 +356,11 @@ impl Daemon {
         crate::info!("stopping ({why})");
         crate::notify::notify("STOPPING=1");
         self.socket.stop_listening(self.reactor.poll.registry());
-        self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
+        // Plugins get their shutdown and the page's 2 + 3 seconds before the
+        // last step of the stop kills what is left.
+        crate::plugins::host::stop_all(self);
+        let plugin_ms = limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000;
+        self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS.max(plugin_ms)));
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -354,6 +373,9 @@ impl Daemon {
                 for line in lines {
                     self.on_line(t, &line);
                 }
+                // A half-closed client with nothing pending is closed after
+                // the flush at the end of this turn of the loop.
+                self.dirty.insert(t);
             }
             Err(reason) => self.close_conn(t, reason),
         }
@@ -412,6 +434,8 @@ impl Daemon {
         for t in std::mem::take(&mut self.dirty) {
             if let Err(reason) = self.socket.flush(t) {
                 self.close_conn(t, reason);
+            } else if self.socket.finished(t) {
+                self.close_conn(t, CloseReason::Eof);
             }
         }
     }
@@ -443,6 +467,7 @@ impl Daemon {
     /// Delivers committed events to the socket subscribers. The line is built
     /// once per event and queued to every subscribed connection.
     fn publish(&mut self, events: &[Appended]) {
+        crate::plugins::host::offer_events(self, events);
         if self.subscriptions.is_empty() {
             return;
         }

@@ -32,6 +32,28 @@ pub enum Code {
     TooManyConnections,
     /// Anything else; the log has the cause.
     InternalError,
+    /// Seed 000: no plugin with this id is installed.
+    PluginNotFound,
+    /// Seed 000: the folder or the installed copy fails a check.
+    PluginInvalid,
+    /// Seed 000: the plugin's api is not one this host runs.
+    PluginIncompatible,
+    /// Seed 000: 20 plugins are installed.
+    PluginLimit,
+    /// Seed 000: the plugin is being removed, or its removal did not finish.
+    PluginRemovePending,
+    /// Seed 000: no copy waits, or another copy than the one named.
+    PluginStaleSnapshot,
+    /// Seed 000: the command's plugin is not running.
+    PluginNotRunning,
+    /// Seed 000: the plugin did not answer command.run in 30 seconds.
+    PluginTimeout,
+    /// Seed 000: the plugin answered with a failure or an invalid result.
+    PluginError,
+    /// Seed 000: no plugin that can run has this command.
+    CommandNotFound,
+    /// Seed 000: 4 commands of the plugin are unanswered.
+    Busy,
 }
 
 impl Code {
@@ -49,6 +71,17 @@ impl Code {
             Code::ShuttingDown => "shutting-down",
             Code::TooManyConnections => "too-many-connections",
             Code::InternalError => "internal-error",
+            Code::PluginNotFound => "plugin-not-found",
+            Code::PluginInvalid => "plugin-invalid",
+            Code::PluginIncompatible => "plugin-incompatible",
+            Code::PluginLimit => "plugin-limit",
+            Code::PluginRemovePending => "plugin-remove-pending",
+            Code::PluginStaleSnapshot => "plugin-stale-snapshot",
+            Code::PluginNotRunning => "plugin-not-running",
+            Code::PluginTimeout => "plugin-timeout",
+            Code::PluginError => "plugin-error",
+            Code::CommandNotFound => "command-not-found",
+            Code::Busy => "busy",
         }
     }
 

@@ -35,8 +35,9 @@ pub const SOCKET_READ_CHUNK: usize = 64 * 1024;
 pub const EVENTS_PAGE_DEFAULT: usize = 100;
 pub const EVENTS_PAGE_MAX: usize = 1000;
 
-/// Live event subscriptions one socket connection may hold.
-pub const SOCKET_MAX_SUBSCRIPTIONS: usize = 16;
+/// Streams one `events.subscribe` may name; a connection holds one
+/// subscription, which a second call replaces.
+pub const EVENTS_SUBSCRIBE_MAX_STREAMS: usize = 16;
 
 // ---- reactor and workers (DESIGN.md, "Threads and ownership") ----
 
@@ -208,6 +209,131 @@ pub const PLUGIN_MAIN_MAX: usize = 256;
 /// The page gives no size for omniconflux-plugin.json; 64 KiB is far more
 /// than its bounded members can fill.
 pub const PLUGIN_MANIFEST_MAX_BYTES: u64 = 65_536;
+
+/// "busy: 16 requests of the plugin are unanswered." (seed 000, busy)
+pub const PLUGIN_MAX_UNANSWERED: usize = 16;
+
+/// "The plugin's budget of requests is empty (50 a second, 200 at once)"
+/// (seed 000, rate-limited): a token bucket of 200 refilled at 50 a second.
+pub const PLUGIN_RATE_PER_SECOND: u64 = 50;
+/// See [`PLUGIN_RATE_PER_SECOND`].
+pub const PLUGIN_RATE_BURST: u64 = 200;
+
+/// "or it made more than 10 list calls in the current second" (seed 000,
+/// rate-limited).
+pub const PLUGIN_LIST_CALLS_PER_SECOND: u32 = 10;
+
+/// "or 20 task requests in 24 hours" (seed 000, rate-limited).
+pub const PLUGIN_TASKS_PER_DAY: usize = 20;
+/// See [`PLUGIN_TASKS_PER_DAY`].
+pub const PLUGIN_TASK_WINDOW_MS: u64 = 24 * 3600 * 1000;
+
+/// "or fewer than 3 of the 60 ledger records of the last hour are left for a
+/// task request" (seed 000, rate-limited). Every storage write and every task
+/// request's records count against the 60; a task request needs 3.
+pub const PLUGIN_LEDGER_RECORDS_PER_HOUR: usize = 60;
+/// See [`PLUGIN_LEDGER_RECORDS_PER_HOUR`].
+pub const PLUGIN_LEDGER_RECORDS_PER_TASK: usize = 3;
+/// See [`PLUGIN_LEDGER_RECORDS_PER_HOUR`].
+pub const PLUGIN_LEDGER_WINDOW_MS: u64 = 3600 * 1000;
+
+/// "too-many-pending: 3 task requests of the plugin are unanswered." (seed
+/// 000); also "at most 3 at a time" of plugin.get's starting.
+pub const PLUGIN_MAX_PENDING_TASKS: usize = 3;
+
+/// "approval-expired: The operator did not answer in 30 minutes." (seed 000)
+pub const PLUGIN_TASK_EXPIRY_MS: u64 = 30 * 60 * 1000;
+
+/// "The plugin read too slowly: more than 1 MiB of messages waited for it,
+/// and the host left out the next count events." (seed 000, events.dropped)
+pub const PLUGIN_EVENT_QUEUE_BYTES: usize = 1024 * 1024;
+
+/// The whole bound of a plugin's stdin queue: the 1 MiB events may fill,
+/// plus room for the answers to its 16 unanswered requests and the host's
+/// own requests, each at most one line. Past it the plugin is not reading
+/// at all and is stopped with the fault `flood`.
+pub const PLUGIN_STDIN_QUEUE_BYTES: usize = PLUGIN_EVENT_QUEUE_BYTES + (PLUGIN_MAX_UNANSWERED + 8) * (PLUGIN_MAX_LINE + 1);
+
+/// "Sent every 30 seconds." (seed 000, ping) The default of
+/// `plugins.ping_interval_ms`.
+pub const PLUGIN_PING_INTERVAL_MS: u64 = 30_000;
+/// "Any response or failure within 10 seconds shows the plugin is alive."
+/// (seed 000, ping) The default of `plugins.ping_timeout_ms`.
+pub const PLUGIN_PING_TIMEOUT_MS: u64 = 10_000;
+/// The page gives initialize no deadline; the ping's 10 seconds is what the
+/// host waits for any answer, so it waits as long for the first.
+pub const PLUGIN_INITIALIZE_TIMEOUT_MS: u64 = 10_000;
+
+/// "The host closes the plugin's input after this message, sends SIGTERM to
+/// what is left two seconds later and ends it by force three seconds after
+/// that." (seed 000, shutdown)
+pub const PLUGIN_SHUTDOWN_TERM_MS: u64 = 2_000;
+/// See [`PLUGIN_SHUTDOWN_TERM_MS`].
+pub const PLUGIN_SHUTDOWN_KILL_MS: u64 = 3_000;
+
+/// "plugin-timeout: The plugin did not answer command.run in 30 seconds."
+/// (seed 000)
+pub const PLUGIN_COMMAND_TIMEOUT_MS: u64 = 30_000;
+/// "busy [...] For plugin.command.run: 4 commands of the plugin are
+/// unanswered." (seed 000)
+pub const PLUGIN_MAX_COMMANDS_IN_FLIGHT: usize = 4;
+
+/// "plugin-limit: 20 plugins are installed." (seed 000)
+pub const PLUGIN_MAX_INSTALLED: usize = 20;
+
+/// "crashes: Crashes in the last 10 minutes." (seed 000, plugin.get) The
+/// window of the crash count and of `crash-limit`.
+pub const PLUGIN_CRASH_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// The page names `crash-limit` without a number: 5 crashes in the window
+/// is a plugin that will not get better by itself. `plugins.crash_limit`.
+pub const PLUGIN_CRASH_LIMIT: u32 = 5;
+/// The first delay before a restart, doubled after every crash in the
+/// window, at most [`PLUGIN_RESTART_BACKOFF_MAX_MS`].
+pub const PLUGIN_RESTART_BACKOFF_MS: u64 = 1_000;
+/// See [`PLUGIN_RESTART_BACKOFF_MS`].
+pub const PLUGIN_RESTART_BACKOFF_MAX_MS: u64 = 60_000;
+
+/// How long a plugin may live on after closing its stdout before the host
+/// calls it the fault `stdout-closed` (an exit within it is `exit`).
+pub const PLUGIN_STDOUT_CLOSED_GRACE_MS: u64 = 1_000;
+
+/// The page names the faults `flood` and `refusals` without numbers. A
+/// plugin that keeps sending after 200 `rate-limited` answers in 10 seconds
+/// floods; one that earns 64 refusals of a malformed or forbidden request
+/// in a minute is broken.
+pub const PLUGIN_FLOOD_REFUSALS: u32 = 200;
+/// See [`PLUGIN_FLOOD_REFUSALS`].
+pub const PLUGIN_FLOOD_WINDOW_MS: u64 = 10_000;
+/// See [`PLUGIN_FLOOD_REFUSALS`].
+pub const PLUGIN_MAX_REFUSALS: u32 = 64;
+/// See [`PLUGIN_FLOOD_REFUSALS`].
+pub const PLUGIN_REFUSALS_WINDOW_MS: u64 = 60_000;
+
+/// The issue: "RLIMIT_AS with a default node can start under, about 1 GiB".
+/// `plugins.memory_mb`.
+pub const PLUGIN_MEMORY_MB: u64 = 1024;
+/// Processes in one plugin's tree; `plugins.max_processes`.
+pub const PLUGIN_MAX_PROCESSES: usize = 32;
+/// How often the process count and memory of each plugin is read from
+/// /proc; `plugins.watch_interval_ms`.
+pub const PLUGIN_WATCH_INTERVAL_MS: u64 = 1_000;
+
+/// "The host answers from a copy it reads from the daemon at most once in 5
+/// seconds." (seed 000, lanes.list)
+pub const PLUGIN_LANES_COPY_MS: u64 = 5_000;
+
+/// plugin.get: "lanes [...] at most 50" and "starting [...] at most 50".
+pub const PLUGIN_GET_LIST_MAX: usize = 50;
+
+/// plugin.get waiting.diff: "paths: The first 20 paths that were added,
+/// removed or changed".
+pub const PLUGIN_DIFF_PATHS_MAX: usize = 20;
+
+/// The daemon socket's frame for plugin.list, plugin.commands and
+/// plugin.remove's worktrees: "as many as fit one frame". The page's own
+/// bounds (20 plugins, 256 commands, 50 worktrees) are far below the socket
+/// line, so a page is always whole.
+pub const PLUGIN_COMMANDS_PAGE_MAX: usize = 256;
 
 // ---- agent transports (issue 3) ----
 

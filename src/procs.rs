@@ -187,7 +187,9 @@ pub fn pidfd_alive(pidfd: &OwnedFd) -> bool {
     use std::os::fd::AsRawFd;
     // SAFETY: signal 0 only checks deliverability; the fd is a live pidfd.
     let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, std::ptr::null::<libc::siginfo_t>(), 0) };
-    r == 0
+    // EPERM: the process lives but belongs to another user (root calling a
+    // daemon that runs as its own user). Only ESRCH means it is gone.
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Classifies a connected peer: the public entry point other surfaces use.

@@ -389,3 +389,18 @@ fn server_stop_replies_first_then_stops() {
     assert!(d.wait().success());
     assert!(!d.socket.exists());
 }
+
+#[test]
+fn a_client_that_half_closes_still_gets_its_answers() {
+    let dir = TestDir::new("halfclose");
+    let d = Daemon::start(&dir.path);
+    let mut c = d.connect();
+    c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server.info\"}\n");
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let first = c.read_line().expect("ping answer");
+    assert_eq!(first["id"], json!(1));
+    let second = c.read_line().expect("server.info answer");
+    assert_eq!(second["result"]["caller"]["class"], json!("operator"));
+    assert!(c.read_line().is_none(), "closed after the answers");
+    d.stop();
+}

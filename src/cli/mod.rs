@@ -7,6 +7,7 @@
 //! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
 
 pub mod client;
+pub mod plugin;
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -43,7 +44,7 @@ impl From<CallError> for Failure {
     }
 }
 
-const USAGE: &str = "\
+const USAGE_TEMPLATE: &str = "\
 usage: omniconfluxd [--config PATH] [--state-dir DIR] [--socket PATH] COMMAND [ARGS]
 
 commands:
@@ -54,9 +55,17 @@ commands:
                               print events, one JSON line each
   stop                        ask the daemon to stop
   config check [PATH]         validate a config file and print it in full
+  plugin ...                  manage plugins; see below
   version                     print the version
 
-see omniconfluxd(8)";
+plugin commands:
+{PLUGIN}
+
+see omniconfluxd(8) and omniconflux-plugin(7)";
+
+fn usage_text() -> String {
+    USAGE_TEMPLATE.replace("{PLUGIN}", plugin::USAGE)
+}
 
 /// Parsed global options and the rest of the arguments.
 struct Args {
@@ -107,12 +116,12 @@ pub fn run(raw: Vec<OsString>) -> i32 {
 fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
     let args = parse_args(raw)?;
     let Some(cmd) = args.rest.first().cloned() else {
-        return Err(Failure::usage(format!("no command given\n{USAGE}")));
+        return Err(Failure::usage(format!("no command given\n{}", usage_text())));
     };
     let rest = &args.rest[1..];
     match cmd.as_str() {
         "help" => {
-            println!("{USAGE}");
+            println!("{}", usage_text());
             Ok(())
         }
         "version" => {
@@ -132,6 +141,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             status(&args)
         }
         "call" => call(&args, rest),
+        "plugin" => plugin::run(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "stop" => {
             no_more(rest)?;
@@ -143,7 +153,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             }
             Ok(())
         }
-        other => Err(Failure::usage(format!("unknown command {other}\n{USAGE}"))),
+        other => Err(Failure::usage(format!("unknown command {other}\n{}", usage_text()))),
     }
 }
 

@@ -24,6 +24,26 @@ pub const MIGRATIONS: &[&str] = &[
         stream   TEXT PRIMARY KEY,
         last_seq INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // 2: the plugin host (issue 4). Each plugin's storage folder, one row
+    // per key; and the task requests plugins made, with the digest of the
+    // request as stored, which is what the operator approves.
+    "CREATE TABLE plugin_storage (
+        plugin TEXT NOT NULL,
+        key    TEXT NOT NULL,
+        value  TEXT NOT NULL,
+        PRIMARY KEY (plugin, key)
+    ) WITHOUT ROWID;
+    CREATE TABLE plugin_requests (
+        request_id TEXT PRIMARY KEY,
+        plugin     TEXT NOT NULL,
+        plugin_name TEXT NOT NULL,
+        params     TEXT NOT NULL,
+        digest     TEXT NOT NULL,
+        last_event TEXT,
+        state      TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.

@@ -181,7 +181,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(code: ProblemCode, detail: impl Into<String>) -> Problem {
+    pub fn new(code: ProblemCode, detail: impl Into<String>) -> Problem {
         Problem { code, detail: detail.into() }
     }
 

@@ -7,11 +7,24 @@
 //! - [`calls`]: the typed params of every call a plugin makes, and their
 //!   results (API 1.0 and the 1.1 additions).
 //! - [`manifest`]: `omniconflux-plugin.json`, the folder checks and the
-//!   snapshot hash (the only file here that reads the filesystem).
+//!   snapshot hash.
+//! - [`store`]: the installed copies and `plugins.json` under the state
+//!   directory.
+//! - [`process`]: how a plugin process is started, isolated and watched.
+//! - [`host`]: every plugin's run, the wire exchange, limits and faults.
+//! - [`tasks`]: tasks.create, tasks.cancel and plugin.request.get.
+//! - [`views`]: what the host reads of sessions, seats and lanes.
+//! - [`methods`]: the daemon socket's `plugin.*` methods.
 
 pub mod calls;
+pub mod host;
 pub mod manifest;
+pub mod methods;
+pub mod process;
+pub mod store;
+pub mod tasks;
 pub mod text;
+pub mod views;
 pub mod wire;
 
 #[cfg(test)]

@@ -58,13 +58,17 @@ pub fn write_error(e: WriteError) -> RpcError {
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
-        "ping" => Ok(Some(Value::Null)),
+        "ping" => params::<NoParams>(p).map(|NoParams {}| Some(Value::Null)),
         "server.info" => server_info(d, &req, p),
         "server.stop" => server_stop(d, &req, p),
         "events.list" => events_list(d, &req, p),
         "events.append" => events_append(d, &req, p),
         "events.subscribe" => events_subscribe(d, &req, p),
         "events.unsubscribe" => events_unsubscribe(d, &req, p),
+        m if m.starts_with("plugin.") => {
+            crate::plugins::methods::dispatch(d, req, m, p);
+            return;
+        }
         other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
     };
     match result {
@@ -251,8 +255,8 @@ struct SubscribeParams {
 fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let SubscribeParams { streams } = params(p)?;
     if let Some(s) = &streams {
-        if s.is_empty() || s.len() > limits::SOCKET_MAX_SUBSCRIPTIONS {
-            return Err(RpcError::invalid_params(format!("streams must name 1 to {} streams", limits::SOCKET_MAX_SUBSCRIPTIONS)));
+        if s.is_empty() || s.len() > limits::EVENTS_SUBSCRIBE_MAX_STREAMS {
+            return Err(RpcError::invalid_params(format!("streams must name 1 to {} streams", limits::EVENTS_SUBSCRIBE_MAX_STREAMS)));
         }
     }
     let conn: Token = req.conn;

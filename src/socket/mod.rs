@@ -43,8 +43,6 @@ pub struct Conn {
     /// read stopped for back-pressure rather than at WouldBlock.
     may_read: bool,
     read_closed: bool,
-    /// Live event subscriptions on this connection, by subscription id.
-    pub subscriptions: Vec<String>,
 }
 
 /// Why a connection is closed; logged at debug level.
@@ -162,7 +160,7 @@ impl Server {
                     if self.conns.len() >= self.limits.max_connections {
                         let e = crate::errors::RpcError::new(
                             crate::errors::Code::TooManyConnections,
-                            format!("the daemon serves at most {} connections", self.limits.max_connections),
+                            format!("the daemon's connection limit ({}) is reached", self.limits.max_connections),
                         );
                         let _ = stream.write(&rpc::error(&serde_json::Value::Null, &e, None));
                         continue;
@@ -186,7 +184,6 @@ impl Server {
                             peer_pid,
                             may_read: true,
                             read_closed: false,
-                            subscriptions: Vec::new(),
                         },
                     );
                 }
@@ -225,7 +222,9 @@ impl Server {
                 return Ok(lines);
             }
             if conn.read_closed {
-                return if lines.is_empty() && conn.in_flight == 0 { Err(CloseReason::Eof) } else { Ok(lines) };
+                // A client that half-closed still gets every answer: the
+                // connection is closed once they are written (`finished`).
+                return Ok(lines);
             }
             match conn.stream.read(&mut chunk) {
                 Ok(0) => {
@@ -243,10 +242,21 @@ impl Server {
         }
     }
 
+    /// Whether a client that closed its sending side has had every answer
+    /// written, so the connection can be closed.
+    pub fn finished(&self, token: Token) -> bool {
+        self.conns.get(&token).is_some_and(|c| c.read_closed && c.in_flight == 0 && c.out_pos >= c.out.len())
+    }
+
+    /// Requests read and not yet answered, on every connection.
+    pub fn in_flight(&self) -> usize {
+        self.conns.values().map(|c| c.in_flight).sum()
+    }
+
     /// Whether the connection stopped reading for back-pressure and has room
     /// again.
     pub fn wants_pump(&self, token: Token) -> bool {
-        self.conns.get(&token).is_some_and(|c| (c.may_read || c.read_closed || c.rbuf.pending() > 0) && c.in_flight < self.limits.max_in_flight)
+        self.conns.get(&token).is_some_and(|c| (c.may_read || c.rbuf.pending() > 0) && !c.read_closed && c.in_flight < self.limits.max_in_flight)
     }
 
     /// Queues bytes to a connection. Past the queue bound the client is not

@@ -64,6 +64,7 @@ pub struct Daemon {
     notify: UnixDatagram,
     log: Arc<Mutex<Vec<String>>>,
     log_rx: mpsc::Receiver<String>,
+    readers: Vec<std::thread::JoinHandle<()>>,
     pub status: Option<ExitStatus>,
 }
 
@@ -121,18 +122,19 @@ impl Daemon {
         let mut child = cmd.spawn().expect("spawn daemon");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, log_rx) = mpsc::channel();
+        let mut readers = Vec::new();
         for pipe in [child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)].into_iter().flatten() {
             let log = log.clone();
             let tx = tx.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     log.lock().unwrap().push(line.clone());
                     let _ = tx.send(line);
                 }
-            });
+            }));
         }
         notify.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, status: None }
+        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, readers, status: None }
     }
 
     /// Waits for one sd_notify datagram and checks it.
@@ -177,6 +179,18 @@ impl Daemon {
         }
     }
 
+    /// Waits until the daemon has written `n` log lines containing `needle`.
+    pub fn wait_log_count(&self, needle: &str, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        let count = || self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).count();
+        while count() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.log_rx.recv_timeout(left).is_err() {
+                self.fail(&format!("fewer than {n} log lines containing {needle:?}"));
+            }
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
@@ -200,7 +214,11 @@ impl Daemon {
         match rx.recv_timeout(PATIENCE) {
             Ok(Ok(s)) => {
                 self.status = Some(s);
-                // Let the pipe readers finish so the whole log is kept.
+                // The pipes reach end of file once the daemon is gone; the
+                // whole log is kept before anyone reads it.
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
                 s
             }
             _ => {

@@ -1,0 +1,1417 @@
+//! The plugin host: every installed plugin's record and run, the wire
+//! exchange with each plugin process, its limits and its faults (seed 000;
+//! issue 4). Owned by the reactor thread as `Daemon::plugins`; every
+//! function here runs there, one event at a time.
+//!
+//! A run: spawn ([`super::process`]) → `initialize` (the plugin's requests
+//! get `not-initialized` until it answers) → `running`, with a `ping` every
+//! `plugins.ping_interval_ms` → a stop: `shutdown {reason}`, stdin closed,
+//! SIGTERM to the process group 2 s later, SIGKILL 3 s after that. A fault
+//! ends the run at once with SIGKILL to the group, is counted as a crash,
+//! and the plugin is `restarting` with the fault as reason until its restart
+//! (1 s, doubled per crash in the last 10 minutes, at most 60 s), or
+//! `failed` with `crash-limit` after `plugins.crash_limit` crashes in 10
+//! minutes, or with `run-limit` when `plugins.max_running` plugins run.
+//!
+//! The plugin's requests are checked in this order: the id is not in use
+//! (`invalid-request`), the plugin is not being stopped (`shutting-down`),
+//! it answered initialize (`not-initialized`), fewer than 16 of its requests
+//! are unanswered (`busy`), its budget of 50 a second and 200 at once has a
+//! token (`rate-limited`), the call's permission (`permission-denied`), the
+//! params (`invalid-params`), then the call's own limits.
+//!
+//! Decisions where the page is silent (also in omniconflux-plugin(7)):
+//! - Faults: `exit` an exit the host did not ask for after initialize;
+//!   `load-refused` an exit before the answer to initialize (the runtime
+//!   refused main: a syntax error, a missing module); `stdout-closed` stdout
+//!   closed while the process lives on for 1 s; `flood` 200 `rate-limited`
+//!   answers in 10 s, or answers that cannot be queued because the plugin
+//!   reads nothing; `refusals` 64 answers of invalid-request,
+//!   method-not-found, invalid-params, permission-denied, not-initialized or
+//!   busy in a minute; `memory` the tree's resident memory over
+//!   `plugins.memory_mb`, or an exit whose error output says an allocation
+//!   failed; `processes` more than `plugins.max_processes` processes in the
+//!   tree.
+//! - A response to a host request the host no longer waits for (a
+//!   command.run that timed out) is ignored.
+//! - Events: every committed ledger event whose kind is an API kind and
+//!   whose data has the kind's members is offered; a session kind's stream
+//!   is its session id, a lane kind's lane is `data.lane`. Only the members
+//!   the page lists for the kind are sent. `approval.*` is sent only when
+//!   `data.requestId` is the session's own `<session>-aN`.
+//! - The ledger-record budget: each storage.set and storage.delete is one
+//!   record, a task request three (the request, its answer, its dispatch);
+//!   only a task request is refused for it.
+
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::calls::{self, Call, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten, Subscribed};
+use super::manifest::Manifest;
+use super::process::{self, Isolation};
+use super::store::{self, Copy, Record, Store, Waiting};
+use super::tasks;
+use super::text;
+use super::views;
+use super::wire::{
+    self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method, Permission, ShutdownReason,
+};
+use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
+use crate::daemon::{Daemon, Req};
+use crate::errors::{Code, RpcError};
+use crate::ledger::{Appended, Op};
+use crate::limits;
+use crate::procs::Owner;
+use crate::reactor::TimerId;
+
+/// Why a run ended against the host's will.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Exit,
+    LoadRefused,
+    StdoutClosed,
+    InvalidMessage,
+    OversizedLine,
+    Flood,
+    Refusals,
+    Memory,
+    Processes,
+    InitializeTimeout,
+    InitializeFailed,
+    ApiMismatch,
+    Unresponsive,
+    SpawnFailed,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Exit => "exit",
+            Fault::LoadRefused => "load-refused",
+            Fault::StdoutClosed => "stdout-closed",
+            Fault::InvalidMessage => "invalid-message",
+            Fault::OversizedLine => "oversized-line",
+            Fault::Flood => "flood",
+            Fault::Refusals => "refusals",
+            Fault::Memory => "memory",
+            Fault::Processes => "processes",
+            Fault::InitializeTimeout => "initialize-timeout",
+            Fault::InitializeFailed => "initialize-failed",
+            Fault::ApiMismatch => "api-mismatch",
+            Fault::Unresponsive => "unresponsive",
+            Fault::SpawnFailed => "spawn-failed",
+        }
+    }
+
+    fn of_wire(f: wire::Fault) -> Fault {
+        match f {
+            wire::Fault::OversizedLine => Fault::OversizedLine,
+            wire::Fault::InvalidMessage => Fault::InvalidMessage,
+        }
+    }
+}
+
+/// Where a plugin is in its life, apart from its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    Starting,
+    Running,
+    Stopping,
+    Restarting(Fault),
+    Failed(&'static str),
+}
+
+/// The approved copy, loaded.
+pub struct Loaded {
+    pub manifest: Manifest,
+    pub json: Value,
+    pub hash: String,
+    pub files_count: u64,
+    pub files_bytes: u64,
+}
+
+/// How the plugin's last process ended.
+#[derive(Debug, Clone)]
+pub struct LastExit {
+    pub at: String,
+    pub code: Option<i32>,
+    pub signal: Option<String>,
+    pub fault: Option<Fault>,
+}
+
+/// What to do once a run has stopped.
+pub enum AfterStop {
+    Nothing,
+    Start,
+    Remove { req: Req },
+}
+
+enum HostCall {
+    Initialize,
+    Ping,
+    Command { req: Req, command: String, timer: TimerId },
+    Shutdown,
+}
+
+/// One process of a plugin.
+pub struct Run {
+    pub child: ChildId,
+    pub pid: i32,
+    pub run_no: u64,
+    pub initialized: bool,
+    next_id: u64,
+    host_pending: HashMap<String, HostCall>,
+    inflight: HashSet<String>,
+    kinds: Vec<EventKind>,
+    dropped: u64,
+    tokens: f64,
+    refilled: Instant,
+    list_second: (u64, u32),
+    rate_refusals: VecDeque<Instant>,
+    refusals: VecDeque<Instant>,
+    fault: Option<Fault>,
+    stopping: Option<ShutdownReason>,
+    timers: Vec<TimerId>,
+    ping_due: Option<String>,
+    pub last_event: Option<(EventKind, String)>,
+    pub commands: usize,
+    stdout_closed: bool,
+    exited: Option<ExitStatus>,
+}
+
+/// One installed plugin.
+pub struct Plugin {
+    pub rec: Record,
+    pub approved: Option<Loaded>,
+    pub phase: Phase,
+    pub run: Option<Run>,
+    crashes: VecDeque<Instant>,
+    pub last_exit: Option<LastExit>,
+    pub stderr_tail: String,
+    pub storage: BTreeMap<String, String>,
+    ledger_records: VecDeque<Instant>,
+    task_times: VecDeque<Instant>,
+    restart_timer: Option<TimerId>,
+    pub after_stop: AfterStop,
+}
+
+/// A plugin that was just installed.
+pub fn new_plugin(rec: Record) -> Plugin {
+    Plugin::new(rec)
+}
+
+/// Clears the crash count (plugin.enable) and a failure.
+pub fn clear_crashes(p: &mut Plugin) {
+    p.crashes.clear();
+    if matches!(p.phase, Phase::Failed(_) | Phase::Restarting(_)) {
+        p.phase = Phase::Idle;
+    }
+}
+
+impl Plugin {
+    fn new(rec: Record) -> Plugin {
+        Plugin {
+            rec,
+            approved: None,
+            phase: Phase::Idle,
+            run: None,
+            crashes: VecDeque::new(),
+            last_exit: None,
+            stderr_tail: String::new(),
+            storage: BTreeMap::new(),
+            ledger_records: VecDeque::new(),
+            task_times: VecDeque::new(),
+            restart_timer: None,
+            after_stop: AfterStop::Nothing,
+        }
+    }
+
+    /// plugin.list's state and reason.
+    pub fn state(&self) -> (&'static str, Option<&'static str>) {
+        if let Some(r) = &self.rec.removal {
+            return ("remove-pending", Some(if r == "remove-failed" { "remove-failed" } else { "removing" }));
+        }
+        let Some(loaded) = &self.approved else {
+            let reason = match self.rec.waiting.as_ref().map(|w| w.kind.as_str()) {
+                Some("files-changed") => "files-changed",
+                Some("store-changed") => "store-changed",
+                _ => "first-approval",
+            };
+            return ("pending-approval", Some(reason));
+        };
+        if !loaded.manifest.is_runnable() {
+            return ("incompatible", Some("api-unsupported"));
+        }
+        if !self.rec.enabled {
+            return ("disabled", Some("disabled"));
+        }
+        match self.phase {
+            Phase::Idle => ("starting", None),
+            Phase::Starting => ("starting", None),
+            Phase::Running | Phase::Stopping => ("running", None),
+            Phase::Restarting(f) => ("restarting", Some(f.name())),
+            Phase::Failed(r) => ("failed", Some(r)),
+        }
+    }
+
+    pub fn crashes(&mut self) -> usize {
+        let window = Duration::from_millis(limits::PLUGIN_CRASH_WINDOW_MS);
+        while self.crashes.front().is_some_and(|t| t.elapsed() > window) {
+            self.crashes.pop_front();
+        }
+        self.crashes.len()
+    }
+
+    pub fn storage_usage(&self) -> StorageUsage {
+        StorageUsage { keys: self.storage.len(), bytes: self.storage.values().map(String::len).sum() }
+    }
+
+    pub fn name(&self) -> String {
+        self.approved.as_ref().map(|l| l.manifest.name.clone()).unwrap_or_else(|| self.rec.plugin.clone())
+    }
+
+    fn has(&self, p: Permission) -> bool {
+        self.approved.as_ref().is_some_and(|l| l.manifest.permissions.contains(&p))
+    }
+
+    /// Ledger records left in the last hour.
+    fn records_left(&mut self) -> usize {
+        let window = Duration::from_millis(limits::PLUGIN_LEDGER_WINDOW_MS);
+        while self.ledger_records.front().is_some_and(|t| t.elapsed() > window) {
+            self.ledger_records.pop_front();
+        }
+        limits::PLUGIN_LEDGER_RECORDS_PER_HOUR.saturating_sub(self.ledger_records.len())
+    }
+}
+
+/// The host's state.
+pub struct Host {
+    pub store: Option<Store>,
+    pub plugins: BTreeMap<String, Plugin>,
+    pub isolation: Isolation,
+    pub tasks: tasks::Table,
+    by_child: HashMap<ChildId, String>,
+    lanes_copy: Option<(Instant, Vec<calls::LaneItem>)>,
+    next_run_no: u64,
+    watching: bool,
+}
+
+/// Loads the store's records and each plugin's storage from the ledger.
+pub fn load(cfg: &crate::config::FileConfig, paths: &crate::config::Paths) -> Host {
+    let isolation = Isolation::detect(&cfg.plugins);
+    match &isolation.missing {
+        None => crate::info!("plugins run isolated with bubblewrap"),
+        Some(why) => crate::warn!("plugins run without isolation: {why}"),
+    }
+    let store = match Store::open(&paths.state_dir) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            crate::error!("{e}; plugins are unavailable");
+            None
+        }
+    };
+    let mut host = Host {
+        store: None,
+        plugins: BTreeMap::new(),
+        isolation,
+        tasks: tasks::Table::default(),
+        by_child: HashMap::new(),
+        lanes_copy: None,
+        next_run_no: 0,
+        watching: false,
+    };
+    let Some(store) = store else { return host };
+    store.sweep();
+    let mut changed = false;
+    for mut rec in store.load() {
+        verify_record(&store, &mut rec, &mut changed);
+        let mut p = Plugin::new(rec);
+        p.approved = p.rec.approval.clone().and_then(|a| loaded_of(&store, &p.rec.plugin, &a));
+        host.plugins.insert(p.rec.plugin.clone(), p);
+    }
+    if changed {
+        save_records(&store, &host.plugins);
+    }
+    if let Ok(conn) = rusqlite::Connection::open_with_flags(&paths.ledger, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) {
+        if let Ok(mut stmt) = conn.prepare("SELECT plugin, key, value FROM plugin_storage") {
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)));
+            if let Ok(rows) = rows {
+                for (plugin, key, value) in rows.flatten() {
+                    if let Some(p) = host.plugins.get_mut(&plugin) {
+                        p.storage.insert(key, value);
+                    }
+                }
+            }
+        }
+        host.tasks.load(&conn);
+    }
+    host.store = Some(store);
+    host
+}
+
+/// Checks an approval's integrity and the approved copy's files; a failure
+/// makes the copy wait again (store-changed, files-changed).
+fn verify_record(store: &Store, rec: &mut Record, changed: &mut bool) {
+    let Some(a) = rec.approval.clone() else { return };
+    let dir = store.copy_dir(&rec.plugin, Copy::Approved);
+    let kind = if !store.verify(&rec.plugin, &a) {
+        "store-changed"
+    } else if store::raw_hash(&dir) != a.snapshot_hash {
+        "files-changed"
+    } else {
+        return;
+    };
+    crate::warn!("plugin {}: the approved copy waits for approval again ({kind})", rec.plugin);
+    rec.approval = None;
+    if dir.is_dir() && rec.waiting.is_none() {
+        if store.demote_approved(&rec.plugin).is_ok() {
+            rec.waiting = Some(Waiting {
+                kind: kind.into(),
+                snapshot_hash: store::raw_hash(&store.copy_dir(&rec.plugin, Copy::Waiting)),
+                installed_by: None,
+                installed_at: crate::clock::now_ts(),
+            });
+        }
+    } else {
+        let _ = store.remove_copy(&rec.plugin, Copy::Approved);
+        if let Some(w) = &mut rec.waiting {
+            if w.kind == "install" {
+                w.kind = kind.into();
+                w.installed_by = None;
+            }
+        }
+    }
+    *changed = true;
+}
+
+/// The approved copy of `id`, loaded for running.
+pub fn loaded_of(store: &Store, id: &str, a: &store::Approval) -> Option<Loaded> {
+    let dir = store.copy_dir(id, Copy::Approved);
+    let bytes = std::fs::read(dir.join(super::manifest::MANIFEST_FILE)).ok()?;
+    let manifest = Manifest::parse(&bytes).ok()?;
+    let json: Value = serde_json::from_slice(&bytes).ok()?;
+    let entries = store::raw_entries(&dir);
+    let files: Vec<_> = entries.iter().filter(|e| e.mode != 0o120000).collect();
+    Some(Loaded {
+        manifest,
+        json,
+        hash: a.snapshot_hash.clone(),
+        files_count: files.len() as u64,
+        files_bytes: files.iter().map(|e| e.size).sum(),
+    })
+}
+
+/// Writes plugins.json from the records in memory.
+pub fn save_records(store: &Store, plugins: &BTreeMap<String, Plugin>) -> bool {
+    let recs: Vec<Record> = plugins.values().map(|p| p.rec.clone()).collect();
+    match store.save(&recs) {
+        Ok(()) => true,
+        Err(e) => {
+            crate::error!("{e}");
+            false
+        }
+    }
+}
+
+/// Saves the records; false (after logging) when the store cannot.
+pub fn persist(d: &Daemon) -> bool {
+    match &d.plugins.store {
+        Some(s) => save_records(s, &d.plugins.plugins),
+        None => false,
+    }
+}
+
+/// Starts every approved, enabled plugin and the watch, and finishes
+/// removals a stop cut off. Called once the daemon is ready.
+pub fn start_all(d: &mut Daemon) {
+    let ids: Vec<String> = d.plugins.plugins.keys().cloned().collect();
+    for id in ids {
+        if d.plugins.plugins.get(&id).is_some_and(|p| p.rec.removal.is_some()) {
+            finish_removal(d, &id, None);
+        } else {
+            start(d, &id);
+        }
+    }
+}
+
+/// Starts the plugin when it can run and does not.
+pub fn start(d: &mut Daemon, id: &str) {
+    if d.is_stopping() {
+        return;
+    }
+    let running = d.plugins.plugins.values().filter(|p| p.run.is_some()).count();
+    let max_running = d.cfg.plugins.max_running;
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    if p.run.is_some() || p.rec.removal.is_some() || !p.rec.enabled {
+        return;
+    }
+    let Some(loaded) = &p.approved else { return };
+    if !loaded.manifest.is_runnable() {
+        return;
+    }
+    if let Some(t) = p.restart_timer.take() {
+        d.reactor.cancel(t);
+    }
+    // A copy that changed on disk since its approval waits again.
+    let Some(store) = &d.plugins.store else { return };
+    let copy = store.copy_dir(id, Copy::Approved);
+    if store::raw_hash(&copy) != loaded.hash {
+        let mut changed = false;
+        verify_record(store, &mut p.rec, &mut changed);
+        p.approved = None;
+        p.phase = Phase::Idle;
+        persist(d);
+        return;
+    }
+    if running >= max_running {
+        crate::warn!("plugin {id} not started: {max_running} plugins run already");
+        p.phase = Phase::Failed("run-limit");
+        return;
+    }
+    let main = loaded.manifest.main.clone();
+    let init = wire::Initialize {
+        platform: wire::Platform::current(),
+        plugin_id: id.to_string(),
+        plugin_version: loaded.manifest.version.clone(),
+        permissions: loaded.manifest.permissions.clone(),
+    };
+    let work = match store.work_dir(id) {
+        Ok(w) => w,
+        Err(e) => {
+            crate::error!("plugin {id}: unable to make its working directory: {}", crate::errors::io_cause(&e));
+            spawn_failed(d, id);
+            return;
+        }
+    };
+    let cmd = process::command(&d.cfg.plugins, &d.plugins.isolation, &process::Spec { copy: &copy, work: &work, main: &main });
+    let cmd = match cmd {
+        Ok(c) => c,
+        Err(why) => {
+            crate::error!("plugin {id}: {why}");
+            spawn_failed(d, id);
+            return;
+        }
+    };
+    let pipe_limits = PipeLimits {
+        max_line: limits::PLUGIN_MAX_LINE + 1,
+        max_queued: limits::PLUGIN_STDIN_QUEUE_BYTES,
+        stderr_tail: limits::PLUGIN_STDERR_TAIL_MAX * 4,
+    };
+    let spawned = d.children.spawn(d.reactor.poll.registry(), &mut d.roots, cmd, Owner::Plugin(id.to_string()), pipe_limits);
+    let (child, pid) = match spawned {
+        Ok(x) => x,
+        Err(e) => {
+            crate::error!("plugin {id}: {}", crate::children::spawn_error(&main, &e));
+            spawn_failed(d, id);
+            return;
+        }
+    };
+    d.plugins.next_run_no += 1;
+    let run_no = d.plugins.next_run_no;
+    d.plugins.by_child.insert(child, id.to_string());
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    p.stderr_tail.clear();
+    p.phase = Phase::Starting;
+    p.run = Some(Run {
+        child,
+        pid,
+        run_no,
+        initialized: false,
+        next_id: 0,
+        host_pending: HashMap::new(),
+        inflight: HashSet::new(),
+        kinds: Vec::new(),
+        dropped: 0,
+        tokens: limits::PLUGIN_RATE_BURST as f64,
+        refilled: Instant::now(),
+        list_second: (0, 0),
+        rate_refusals: VecDeque::new(),
+        refusals: VecDeque::new(),
+        fault: None,
+        stopping: None,
+        timers: Vec::new(),
+        ping_due: None,
+        last_event: None,
+        commands: 0,
+        stdout_closed: false,
+        exited: None,
+    });
+    crate::info!("plugin {id} started (pid {pid})");
+    send_request(d, id, HostRequest::Initialize(init), HostCall::Initialize);
+    let timeout = Duration::from_millis(d.cfg.plugins.initialize_timeout_ms);
+    let owner = id.to_string();
+    let t = d.reactor.schedule(timeout, move |d| {
+        if run_mut(d, &owner, run_no).is_some_and(|r| !r.initialized) {
+            fault(d, &owner, run_no, Fault::InitializeTimeout);
+        }
+    });
+    add_timer(d, id, t);
+    ensure_watch(d);
+}
+
+fn spawn_failed(d: &mut Daemon, id: &str) {
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    p.last_exit = Some(LastExit { at: crate::clock::now_ts(), code: None, signal: None, fault: Some(Fault::SpawnFailed) });
+    crashed(d, id, Fault::SpawnFailed);
+}
+
+fn add_timer(d: &mut Daemon, id: &str, t: TimerId) {
+    if let Some(r) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) {
+        r.timers.push(t);
+    }
+}
+
+/// The plugin's current run, when it is run `run_no`.
+fn run_mut<'a>(d: &'a mut Daemon, id: &str, run_no: u64) -> Option<&'a mut Run> {
+    d.plugins.plugins.get_mut(id)?.run.as_mut().filter(|r| r.run_no == run_no)
+}
+
+/// Writes one line to the plugin; a queue that is full means the plugin
+/// reads nothing: the fault flood.
+fn write_line(d: &mut Daemon, id: &str, line: &str) {
+    let Some(run) = d.plugins.plugins.get(id).and_then(|p| p.run.as_ref()) else { return };
+    let (child, run_no) = (run.child, run.run_no);
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    if let Err(WriteRefused::Full) = d.children.write(d.reactor.poll.registry(), child, &bytes) {
+        fault(d, id, run_no, Fault::Flood);
+    }
+}
+
+fn send_request(d: &mut Daemon, id: &str, req: HostRequest, call: HostCall) -> Option<String> {
+    let run = d.plugins.plugins.get_mut(id)?.run.as_mut()?;
+    run.next_id += 1;
+    let hid = wire::host_request_id(run.next_id);
+    run.host_pending.insert(hid.clone(), call);
+    let line = req.encode(&hid);
+    write_line(d, id, &line);
+    Some(hid)
+}
+
+/// Routes a plugin child's output (called for every readiness, also with
+/// nothing read, so that a queue that drained can take the dropped notice).
+pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
+    let Some(id) = d.plugins.by_child.get(&child).cloned() else { return };
+    d.children.finish_pending_close(d.reactor.poll.registry(), child);
+    for o in out {
+        let Some(run_no) = d.plugins.plugins.get(&id).and_then(|p| p.run.as_ref()).filter(|r| r.child == child && r.fault.is_none()).map(|r| r.run_no) else {
+            break;
+        };
+        match o {
+            Output::Line(line) => on_line(d, &id, run_no, &line),
+            Output::LineTooLong => fault(d, &id, run_no, Fault::OversizedLine),
+            Output::StdoutClosed => {
+                let exited = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()).and_then(|r| {
+                    r.stdout_closed = true;
+                    r.exited
+                });
+                if let Some(status) = exited {
+                    finish_exit(d, child, status);
+                    return;
+                }
+                let owner = id.clone();
+                let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS), move |d| {
+                    if run_mut(d, &owner, run_no).is_some() {
+                        fault(d, &owner, run_no, Fault::StdoutClosed);
+                    }
+                });
+                add_timer(d, &id, t);
+            }
+            Output::StdinClosed => {}
+        }
+    }
+    flush_dropped(d, &id);
+}
+
+/// Sends the pending events.dropped notice when the queue has room.
+fn flush_dropped(d: &mut Daemon, id: &str) {
+    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else { return };
+    if run.dropped == 0 {
+        return;
+    }
+    let line = wire::encode_events_dropped(run.dropped);
+    if d.children.queued(run.child) + line.len() < limits::PLUGIN_EVENT_QUEUE_BYTES {
+        run.dropped = 0;
+        write_line(d, id, &line);
+    }
+}
+
+fn on_line(d: &mut Daemon, id: &str, run_no: u64, line: &[u8]) {
+    match wire::parse_line(line) {
+        Ok(Incoming::Request { id: wid, method, params }) => on_request(d, id, run_no, wid, method, params),
+        Ok(Incoming::Response { id: hid, result }) => on_answer(d, id, run_no, &hid, Ok(result)),
+        Ok(Incoming::Failure { id: hid, error }) => on_answer(d, id, run_no, &hid, Err(error)),
+        Err(LineError::Answer { id: wid, error }) => {
+            if run_mut(d, id, run_no).is_some_and(|r| r.inflight.contains(&wid)) {
+                refuse(d, id, run_no, &wid, HostError::id_in_use(), false);
+            } else {
+                refuse(d, id, run_no, &wid, error, false);
+            }
+        }
+        Err(LineError::Fault { fault: f, detail }) => {
+            crate::warn!("plugin {id}: {detail}");
+            fault(d, id, run_no, Fault::of_wire(f));
+        }
+    }
+}
+
+/// Answers a plugin request with a failure that is not counted as in flight.
+fn refuse(d: &mut Daemon, id: &str, run_no: u64, wid: &str, error: HostError, was_inflight: bool) {
+    let counts = matches!(
+        error.kind(),
+        HostErrorKind::InvalidRequest
+            | HostErrorKind::MethodNotFound
+            | HostErrorKind::InvalidParams
+            | HostErrorKind::PermissionDenied(_)
+            | HostErrorKind::NotInitialized
+            | HostErrorKind::Busy
+    );
+    let rate = matches!(error.kind(), HostErrorKind::RateLimited);
+    let line = wire::encode_failure(wid, &error);
+    let Some(run) = run_mut(d, id, run_no) else { return };
+    if was_inflight {
+        run.inflight.remove(wid);
+    }
+    let now = Instant::now();
+    let mut verdict = None;
+    if counts {
+        run.refusals.push_back(now);
+        while run.refusals.front().is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_REFUSALS_WINDOW_MS)) {
+            run.refusals.pop_front();
+        }
+        if run.refusals.len() >= limits::PLUGIN_MAX_REFUSALS as usize {
+            verdict = Some(Fault::Refusals);
+        }
+    }
+    if rate {
+        run.rate_refusals.push_back(now);
+        while run.rate_refusals.front().is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_FLOOD_WINDOW_MS)) {
+            run.rate_refusals.pop_front();
+        }
+        if run.rate_refusals.len() >= limits::PLUGIN_FLOOD_REFUSALS as usize {
+            verdict = Some(Fault::Flood);
+        }
+    }
+    write_line(d, id, &line);
+    if let Some(f) = verdict {
+        fault(d, id, run_no, f);
+    }
+}
+
+/// Answers a request the plugin made (success or failure) and frees its id.
+pub fn reply(d: &mut Daemon, id: &str, run_no: u64, wid: &str, answer: Result<String, HostError>) {
+    match answer {
+        Ok(line) => {
+            let Some(run) = run_mut(d, id, run_no) else { return };
+            if !run.inflight.remove(wid) {
+                return;
+            }
+            write_line(d, id, &line);
+        }
+        Err(e) => {
+            if run_mut(d, id, run_no).is_some_and(|r| r.inflight.contains(wid)) {
+                refuse(d, id, run_no, wid, e, true);
+            }
+        }
+    }
+}
+
+fn respond<T: serde::Serialize>(d: &mut Daemon, id: &str, run_no: u64, wid: &str, result: &T) {
+    let line = wire::encode_response(wid, result);
+    reply(d, id, run_no, wid, line);
+}
+
+fn on_request(d: &mut Daemon, id: &str, run_no: u64, wid: String, method: Method, params: Map<String, Value>) {
+    let Some(run) = run_mut(d, id, run_no) else { return };
+    if run.inflight.contains(&wid) {
+        refuse(d, id, run_no, &wid, HostError::id_in_use(), false);
+        return;
+    }
+    if run.stopping.is_some() {
+        refuse(d, id, run_no, &wid, HostError::of(HostErrorKind::ShuttingDown), false);
+        return;
+    }
+    if !run.initialized {
+        refuse(d, id, run_no, &wid, HostError::of(HostErrorKind::NotInitialized), false);
+        return;
+    }
+    if run.inflight.len() >= limits::PLUGIN_MAX_UNANSWERED {
+        refuse(d, id, run_no, &wid, HostError::of(HostErrorKind::Busy), false);
+        return;
+    }
+    let now = Instant::now();
+    let refill = (now - run.refilled).as_secs_f64() * limits::PLUGIN_RATE_PER_SECOND as f64;
+    run.tokens = (run.tokens + refill).min(limits::PLUGIN_RATE_BURST as f64);
+    run.refilled = now;
+    if run.tokens < 1.0 {
+        refuse(d, id, run_no, &wid, HostError::new(HostErrorKind::RateLimited, "More than 50 requests a second for too long"), false);
+        return;
+    }
+    run.tokens -= 1.0;
+    run.inflight.insert(wid.clone());
+    let has = d.plugins.plugins.get(id).is_some_and(|p| p.has(method.permission()));
+    if !has {
+        reply(d, id, run_no, &wid, Err(HostError::permission_denied(method.permission())));
+        return;
+    }
+    let call = match Call::parse(method, &params) {
+        Ok(c) => c,
+        Err(e) => {
+            reply(d, id, run_no, &wid, Err(e));
+            return;
+        }
+    };
+    if method.is_list() {
+        let second = d.started.elapsed().as_secs();
+        let Some(run) = run_mut(d, id, run_no) else { return };
+        if run.list_second.0 != second {
+            run.list_second = (second, 0);
+        }
+        run.list_second.1 += 1;
+        if run.list_second.1 > limits::PLUGIN_LIST_CALLS_PER_SECOND {
+            reply(d, id, run_no, &wid, Err(HostError::new(HostErrorKind::RateLimited, "More than 10 list calls in this second")));
+            return;
+        }
+    }
+    serve_call(d, id, run_no, &wid, call);
+}
+
+fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
+    match call {
+        Call::EventsSubscribe { kinds } => {
+            if let Some(r) = run_mut(d, id, run_no) {
+                r.kinds = kinds.clone();
+            }
+            respond(d, id, run_no, wid, &Subscribed { kinds });
+        }
+        Call::EventsUnsubscribe => {
+            if let Some(r) = run_mut(d, id, run_no) {
+                r.kinds.clear();
+            }
+            respond(d, id, run_no, wid, &calls::Unsubscribed { kinds: [] });
+        }
+        Call::SessionsList { cursor, limit } => {
+            let items = views::session_items(d);
+            let page = page_after(items, cursor.as_deref(), |s| s.session.clone());
+            let answer = page.and_then(|(mut items, more)| {
+                let more = more || items.len() as u64 > limit;
+                items.truncate(limit as usize);
+                wire::encode_page(wid, "sessions", &items, more, |s| s.session.clone()).map(|(l, _)| l)
+            });
+            reply(d, id, run_no, wid, answer);
+        }
+        Call::SessionsGet { session } => {
+            let answer = match views::session_item(d, &session) {
+                Some(item) => wire::encode_response(wid, &item),
+                None => Err(HostError::invalid_params("session names no session of the daemon")),
+            };
+            reply(d, id, run_no, wid, answer);
+        }
+        Call::SeatsList { cursor } => {
+            let items = views::seat_items(d);
+            let answer = page_after(items, cursor.as_deref(), |s| s.harness.clone())
+                .and_then(|(items, more)| wire::encode_page(wid, "seats", &items, more, |s| s.harness.clone()).map(|(l, _)| l));
+            reply(d, id, run_no, wid, answer);
+        }
+        Call::LanesList { cursor } => {
+            let fresh = d.plugins.lanes_copy.as_ref().is_some_and(|(t, _)| t.elapsed() < Duration::from_millis(limits::PLUGIN_LANES_COPY_MS));
+            if !fresh {
+                let items = views::lane_items(d);
+                d.plugins.lanes_copy = Some((Instant::now(), items));
+            }
+            let items = d.plugins.lanes_copy.as_ref().map(|(_, v)| v.clone()).unwrap_or_default();
+            let answer = page_after(items, cursor.as_deref(), |l| l.cursor())
+                .and_then(|(items, more)| wire::encode_page(wid, "lanes", &items, more, |l| l.cursor()).map(|(l, _)| l));
+            reply(d, id, run_no, wid, answer);
+        }
+        Call::StorageGet { key } => {
+            let value = d.plugins.plugins.get(id).and_then(|p| p.storage.get(&key).cloned());
+            respond(d, id, run_no, wid, &StorageValue { key, value });
+        }
+        Call::StorageList => {
+            let Some(p) = d.plugins.plugins.get(id) else { return };
+            let keys: Vec<StorageWritten> = p.storage.iter().map(|(k, v)| StorageWritten { key: k.clone(), bytes: v.len() }).collect();
+            let bytes = keys.iter().map(|k| k.bytes).sum();
+            respond(d, id, run_no, wid, &StorageKeys { keys, bytes });
+        }
+        Call::StorageSet { key, value } => storage_set(d, id, run_no, wid, key, value),
+        Call::StorageDelete { key } => storage_delete(d, id, run_no, wid, key),
+        Call::TasksCreate(request) => tasks::create(d, id, run_no, wid, request),
+        Call::TasksCancel { id: target } => tasks::cancel(d, id, run_no, wid, &target),
+    }
+}
+
+/// The items after `cursor` (an item's cursor), and whether any are left
+/// out by a page bound the caller applies. An unknown cursor is
+/// invalid-params: "name something the daemon does not know, such as a
+/// cursor".
+fn page_after<T>(items: Vec<T>, cursor: Option<&str>, cursor_of: impl Fn(&T) -> String) -> Result<(Vec<T>, bool), HostError> {
+    match cursor {
+        None => Ok((items, false)),
+        Some(c) => match items.iter().position(|i| cursor_of(i) == c) {
+            Some(at) => Ok((items.into_iter().skip(at + 1).collect(), false)),
+            None => Err(HostError::invalid_params("cursor names no item of the daemon")),
+        },
+    }
+}
+
+fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, value: String) {
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let old = p.storage.get(&key).map(String::len);
+    if let Err(e) = p.storage_usage().after_set(old, value.len()) {
+        reply(d, id, run_no, wid, Err(e));
+        return;
+    }
+    p.records_left();
+    p.ledger_records.push_back(Instant::now());
+    let previous = p.storage.insert(key.clone(), value.clone());
+    let bytes = value.len();
+    let op = Op::Exec {
+        sql: "INSERT OR REPLACE INTO plugin_storage (plugin, key, value) VALUES (?1, ?2, ?3)",
+        params: vec![id.to_string().into(), key.clone().into(), value.clone().into()],
+    };
+    let (owner, wid) = (id.to_string(), wid.to_string());
+    d.write(vec![op], move |d, r| match r {
+        Ok(_) => respond(d, &owner, run_no, &wid, &StorageWritten { key, bytes }),
+        Err(e) => {
+            crate::error!("plugin {owner}: storage.set was not committed: {e:?}");
+            if let Some(p) = d.plugins.plugins.get_mut(&owner) {
+                if p.storage.get(&key) == Some(&value) {
+                    match previous {
+                        Some(v) => p.storage.insert(key, v),
+                        None => p.storage.remove(&key),
+                    };
+                }
+            }
+            reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
+        }
+    });
+}
+
+fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String) {
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(previous) = p.storage.remove(&key) else {
+        respond(d, id, run_no, wid, &StorageDeleted { key, deleted: false });
+        return;
+    };
+    p.records_left();
+    p.ledger_records.push_back(Instant::now());
+    let op = Op::Exec {
+        sql: "DELETE FROM plugin_storage WHERE plugin = ?1 AND key = ?2",
+        params: vec![id.to_string().into(), key.clone().into()],
+    };
+    let (owner, wid) = (id.to_string(), wid.to_string());
+    d.write(vec![op], move |d, r| match r {
+        Ok(_) => respond(d, &owner, run_no, &wid, &StorageDeleted { key, deleted: true }),
+        Err(e) => {
+            crate::error!("plugin {owner}: storage.delete was not committed: {e:?}");
+            if let Some(p) = d.plugins.plugins.get_mut(&owner) {
+                p.storage.entry(key).or_insert(previous);
+            }
+            reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
+        }
+    });
+}
+
+/// Takes a task request's share of the plugin's limits: 20 a day and 3 of
+/// the hour's ledger records. `Err` is the rate-limited answer.
+pub fn take_task_budget(d: &mut Daemon, id: &str) -> Result<(), HostError> {
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return Err(HostError::internal()) };
+    let day = Duration::from_millis(limits::PLUGIN_TASK_WINDOW_MS);
+    while p.task_times.front().is_some_and(|t| t.elapsed() > day) {
+        p.task_times.pop_front();
+    }
+    if p.task_times.len() >= limits::PLUGIN_TASKS_PER_DAY {
+        return Err(HostError::new(HostErrorKind::RateLimited, "20 task requests in 24 hours"));
+    }
+    if p.records_left() < limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
+        return Err(HostError::new(HostErrorKind::RateLimited, "Too few of the hour's 60 ledger records are left for a task request"));
+    }
+    let now = Instant::now();
+    p.task_times.push_back(now);
+    for _ in 0..limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
+        p.ledger_records.push_back(now);
+    }
+    Ok(())
+}
+
+/// The last event delivered to the plugin in this run.
+pub fn last_event(d: &Daemon, id: &str) -> Option<(EventKind, String)> {
+    d.plugins.plugins.get(id)?.run.as_ref()?.last_event.clone()
+}
+
+fn on_answer(d: &mut Daemon, id: &str, run_no: u64, hid: &str, answer: Result<Map<String, Value>, wire::PluginError>) {
+    let Some(run) = run_mut(d, id, run_no) else { return };
+    let Some(call) = run.host_pending.remove(hid) else { return };
+    match call {
+        HostCall::Initialize => {
+            let api = answer.map_err(|_| ()).and_then(|r| wire::parse_initialize_result(&r).map_err(|_| ()));
+            let want = d.plugins.plugins.get(id).and_then(|p| p.approved.as_ref()).map(|l| l.manifest.api.clone());
+            match api {
+                Err(()) => fault(d, id, run_no, Fault::InitializeFailed),
+                Ok(api) if Some(&api) != want.as_ref() => fault(d, id, run_no, Fault::ApiMismatch),
+                Ok(_) => {
+                    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+                    p.phase = Phase::Running;
+                    if let Some(r) = p.run.as_mut() {
+                        r.initialized = true;
+                    }
+                    crate::info!("plugin {id} is running");
+                    schedule_ping(d, id, run_no);
+                }
+            }
+        }
+        HostCall::Ping => {
+            if let Some(r) = run_mut(d, id, run_no) {
+                if r.ping_due.as_deref() == Some(hid) {
+                    r.ping_due = None;
+                }
+            }
+        }
+        HostCall::Command { req, command, timer } => {
+            d.reactor.cancel(timer);
+            if let Some(r) = run_mut(d, id, run_no) {
+                r.commands = r.commands.saturating_sub(1);
+            }
+            let result = match answer {
+                Ok(r) => match wire::parse_command_result(&r) {
+                    Ok(t) => Ok(serde_json::json!({"command": command, "text": text::clean_command_text(&t)})),
+                    Err(_) => Err(RpcError::new(Code::PluginError, "the plugin answered command.run with a result that is not valid")),
+                },
+                Err(e) => Err(RpcError::new(Code::PluginError, format!("the plugin failed: {}: {}", e.code, e.client_message()))),
+            };
+            d.answer(req, result);
+        }
+        HostCall::Shutdown => {}
+    }
+}
+
+fn schedule_ping(d: &mut Daemon, id: &str, run_no: u64) {
+    let every = Duration::from_millis(d.cfg.plugins.ping_interval_ms);
+    let owner = id.to_string();
+    let t = d.reactor.schedule(every, move |d| ping(d, &owner, run_no));
+    add_timer(d, id, t);
+}
+
+fn ping(d: &mut Daemon, id: &str, run_no: u64) {
+    let Some(run) = run_mut(d, id, run_no) else { return };
+    if run.stopping.is_some() || run.fault.is_some() || run.stdout_closed {
+        return;
+    }
+    let Some(hid) = send_request(d, id, HostRequest::Ping, HostCall::Ping) else { return };
+    if let Some(r) = run_mut(d, id, run_no) {
+        r.ping_due = Some(hid.clone());
+    }
+    let owner = id.to_string();
+    let timeout = Duration::from_millis(d.cfg.plugins.ping_timeout_ms);
+    let t = d.reactor.schedule(timeout, move |d| {
+        if run_mut(d, &owner, run_no).is_some_and(|r| r.ping_due.as_deref() == Some(hid.as_str())) {
+            fault(d, &owner, run_no, Fault::Unresponsive);
+        } else {
+            schedule_ping(d, &owner, run_no);
+        }
+    });
+    add_timer(d, id, t);
+}
+
+/// Ends a run for a fault: the process group is killed now.
+pub fn fault(d: &mut Daemon, id: &str, run_no: u64, f: Fault) {
+    let Some(run) = run_mut(d, id, run_no) else { return };
+    if run.fault.is_some() || run.stopping.is_some() {
+        return;
+    }
+    run.fault = Some(f);
+    let child = run.child;
+    crate::warn!("plugin {id}: fault {}; stopping it", f.name());
+    d.children.signal(child, libc::SIGKILL);
+}
+
+/// Asks a running plugin to stop (seed 000, shutdown).
+pub fn stop(d: &mut Daemon, id: &str, reason: ShutdownReason) {
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    if let Some(t) = p.restart_timer.take() {
+        d.reactor.cancel(t);
+    }
+    let Some(run) = p.run.as_mut() else { return };
+    if run.stopping.is_some() {
+        return;
+    }
+    let (run_no, child) = (run.run_no, run.child);
+    if run.fault.is_some() {
+        run.stopping = Some(reason);
+        return;
+    }
+    p.phase = Phase::Stopping;
+    send_request(d, id, HostRequest::Shutdown(reason), HostCall::Shutdown);
+    if let Some(r) = run_mut(d, id, run_no) {
+        r.stopping = Some(reason);
+    }
+    d.children.close_stdin(d.reactor.poll.registry(), child);
+    let owner = id.to_string();
+    let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS), move |d| {
+        let Some(r) = run_mut(d, &owner, run_no) else { return };
+        let child = r.child;
+        d.children.signal(child, libc::SIGTERM);
+        let again = owner.clone();
+        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_SHUTDOWN_KILL_MS), move |d| {
+            if let Some(r) = run_mut(d, &again, run_no) {
+                let child = r.child;
+                d.children.signal(child, libc::SIGKILL);
+            }
+        });
+        add_timer(d, &owner, t);
+    });
+    add_timer(d, id, t);
+}
+
+/// A plugin process was reaped. What it wrote before it exited is read
+/// first: the run ends when its stdout has closed too (or 1 s later, when
+/// a descendant holds it open).
+pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
+    let Some(id) = d.plugins.by_child.get(&child).cloned() else { return };
+    if d.children.stdout_open(child) {
+        let Some(run) = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else { return };
+        run.exited = Some(status);
+        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS), move |d| {
+            if d.plugins.by_child.contains_key(&child) {
+                finish_exit(d, child, status);
+            }
+        });
+        add_timer(d, &id, t);
+        return;
+    }
+    finish_exit(d, child, status);
+}
+
+fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
+    let Some(id) = d.plugins.by_child.remove(&child) else { return };
+    let raw_tail = d.children.stderr_tail(child);
+    d.children.remove(d.reactor.poll.registry(), child);
+    let note = d.plugins.isolation.missing.clone();
+    let Some(p) = d.plugins.plugins.get_mut(&id) else { return };
+    let Some(run) = p.run.take() else { return };
+    for t in &run.timers {
+        d.reactor.cancel(*t);
+    }
+    let mut tail = text::stderr_tail(&raw_tail);
+    if let Some(why) = note {
+        tail = format!("[omniconfluxd] this plugin ran without isolation: {why}\n{tail}");
+        tail = text::tail_bytes(&tail, limits::PLUGIN_STDERR_TAIL_MAX).to_string();
+    }
+    let fault = match (run.fault, run.stopping) {
+        (Some(f), _) => Some(f),
+        (None, Some(_)) => None,
+        (None, None) if process::looks_out_of_memory(&tail) => Some(Fault::Memory),
+        (None, None) if !run.initialized => Some(Fault::LoadRefused),
+        (None, None) => Some(Fault::Exit),
+    };
+    let fault = match fault {
+        Some(Fault::Exit | Fault::LoadRefused) if process::looks_out_of_memory(&tail) => Some(Fault::Memory),
+        f => f,
+    };
+    p.stderr_tail = tail;
+    p.last_exit = Some(LastExit {
+        at: crate::clock::now_ts(),
+        code: status.code,
+        signal: status.signal.map(signal_name),
+        fault,
+    });
+    crate::info!(
+        "plugin {id} exited ({}){}",
+        status.code.map(|c| format!("code {c}")).or_else(|| status.signal.map(signal_name)).unwrap_or_default(),
+        fault.map(|f| format!(" with fault {}", f.name())).unwrap_or_default()
+    );
+    let run_no = run.run_no;
+    for (_, call) in run.host_pending {
+        if let HostCall::Command { req, timer, .. } = call {
+            d.reactor.cancel(timer);
+            d.answer(req, Err(RpcError::new(Code::PluginNotRunning, "the plugin stopped before it answered")));
+        }
+    }
+    tasks::orphan_run(d, &id, run_no);
+    match fault {
+        Some(f) => crashed(d, &id, f),
+        None => {
+            let Some(p) = d.plugins.plugins.get_mut(&id) else { return };
+            p.phase = Phase::Idle;
+            match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
+                AfterStop::Nothing => {}
+                AfterStop::Start => start(d, &id),
+                AfterStop::Remove { req } => finish_removal(d, &id, Some(req)),
+            }
+        }
+    }
+}
+
+/// Counts a crash and schedules the restart, or gives up.
+fn crashed(d: &mut Daemon, id: &str, f: Fault) {
+    let limit = d.cfg.plugins.crash_limit as usize;
+    let base = d.cfg.plugins.restart_backoff_ms;
+    let stopping = d.is_stopping();
+    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    p.crashes.push_back(Instant::now());
+    let n = p.crashes();
+    match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
+        AfterStop::Remove { req } => {
+            finish_removal(d, id, Some(req));
+            return;
+        }
+        AfterStop::Start => {
+            p.phase = Phase::Idle;
+            start(d, id);
+            return;
+        }
+        AfterStop::Nothing => {}
+    }
+    if !p.rec.enabled || stopping {
+        p.phase = Phase::Idle;
+        return;
+    }
+    if n >= limit {
+        crate::warn!("plugin {id}: {n} crashes in 10 minutes; giving up (crash-limit)");
+        p.phase = Phase::Failed("crash-limit");
+        return;
+    }
+    p.phase = Phase::Restarting(f);
+    let delay = base.saturating_mul(1u64 << (n.saturating_sub(1)).min(16)).min(limits::PLUGIN_RESTART_BACKOFF_MAX_MS);
+    let owner = id.to_string();
+    let t = d.reactor.schedule(Duration::from_millis(delay), move |d| {
+        if let Some(p) = d.plugins.plugins.get_mut(&owner) {
+            p.restart_timer = None;
+            if matches!(p.phase, Phase::Restarting(_)) {
+                p.phase = Phase::Idle;
+                start(d, &owner);
+            }
+        }
+    });
+    if let Some(p) = d.plugins.plugins.get_mut(id) {
+        p.restart_timer = Some(t);
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("SIG{sig}"),
+    }
+    .to_string()
+}
+
+/// Removes what is left of a plugin once its process is gone, and answers
+/// plugin.remove. A step that fails leaves it remove-pending.
+pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
+    let Some(store) = &d.plugins.store else { return };
+    match store.remove_plugin(id) {
+        Ok(()) => {
+            let op = Op::Exec { sql: "DELETE FROM plugin_storage WHERE plugin = ?1", params: vec![id.to_string().into()] };
+            let owner = id.to_string();
+            d.write(vec![op], move |d, r| {
+                if let Err(e) = r {
+                    crate::error!("plugin {owner}: its storage was not deleted: {e:?}; it stays remove-pending");
+                    if let Some(p) = d.plugins.plugins.get_mut(&owner) {
+                        p.rec.removal = Some("remove-failed".into());
+                    }
+                    persist(d);
+                    if let Some(req) = req {
+                        d.answer(req, Err(RpcError::new(Code::Unavailable, "the plugin's data could not be deleted; it stays remove-pending")));
+                    }
+                    return;
+                }
+                d.plugins.plugins.remove(&owner);
+                persist(d);
+                crate::info!("plugin {owner} removed");
+                if let Some(req) = req {
+                    d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": 0, "worktrees": []})));
+                }
+            });
+        }
+        Err(e) => {
+            crate::error!("plugin {id}: unable to delete its folder: {}; it stays remove-pending", crate::errors::io_cause(&e));
+            if let Some(p) = d.plugins.plugins.get_mut(id) {
+                p.rec.removal = Some("remove-failed".into());
+            }
+            persist(d);
+            if let Some(req) = req {
+                d.answer(req, Err(RpcError::new(Code::Unavailable, "the plugin's folder could not be deleted; it stays remove-pending")));
+            }
+        }
+    }
+}
+
+/// Offers committed events to the running plugins (module comment).
+pub fn offer_events(d: &mut Daemon, events: &[Appended]) {
+    if !d.plugins.plugins.values().any(|p| p.run.as_ref().is_some_and(|r| r.initialized && !r.kinds.is_empty())) {
+        return;
+    }
+    for ev in events {
+        let Some(event) = map_event(ev) else { continue };
+        let Some(line) = wire::encode_event(&event) else { continue };
+        let ids: Vec<String> = d
+            .plugins
+            .plugins
+            .iter()
+            .filter(|(_, p)| {
+                p.has(Permission::EventsRead)
+                    && p.run.as_ref().is_some_and(|r| r.initialized && r.stopping.is_none() && r.fault.is_none() && r.kinds.contains(&event.kind))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in ids {
+            deliver(d, &id, &line, event.kind, &event.subject);
+        }
+    }
+}
+
+fn deliver(d: &mut Daemon, id: &str, line: &str, kind: EventKind, subject: &str) {
+    flush_dropped(d, id);
+    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else { return };
+    if run.dropped > 0 || d.children.queued(run.child) + line.len() + 1 > limits::PLUGIN_EVENT_QUEUE_BYTES {
+        run.dropped += 1;
+        return;
+    }
+    run.last_event = Some((kind, subject.to_string()));
+    write_line(d, id, line);
+}
+
+/// The members each kind's data carries (seed 000, Event kinds).
+fn data_members(kind: EventKind) -> &'static [&'static str] {
+    match kind {
+        EventKind::SessionStart => &["harness", "provider", "transport", "flags"],
+        EventKind::SessionEnd => &["code", "signal"],
+        EventKind::TurnStart => &["turn", "mode", "chars"],
+        EventKind::TurnEnd => &["reason"],
+        EventKind::ApprovalRequest => &["requestId", "action", "risk"],
+        EventKind::ApprovalResolved => &["requestId", "decision", "delivered"],
+        EventKind::LaneStart => &["session", "builder", "verifier"],
+        EventKind::LaneStage => &["stage", "since"],
+        EventKind::LaneVerdict => &["commit", "verdict", "round", "defects"],
+    }
+}
+
+/// A ledger event as the page's event, or None when it is not one.
+pub fn map_event(ev: &Appended) -> Option<wire::Event> {
+    let kind = EventKind::from_name(&ev.kind)?;
+    if ev.seq < 1 || !calls::is_timestamp(&ev.ts) {
+        return None;
+    }
+    let Value::Object(raw) = serde_json::from_str::<Value>(&ev.data).ok()? else { return None };
+    let subject = if kind.is_lane() {
+        let lane = raw.get("lane")?.as_str()?;
+        calls::is_lane_id(lane).then(|| lane.to_string())?
+    } else {
+        calls::is_token(&ev.stream).then(|| ev.stream.clone())?
+    };
+    let mut data = Map::new();
+    for m in data_members(kind) {
+        data.insert((*m).to_string(), raw.get(*m)?.clone());
+    }
+    if matches!(kind, EventKind::ApprovalRequest | EventKind::ApprovalResolved) {
+        let rid = data.get("requestId")?.as_str()?;
+        let n = rid.strip_prefix(subject.as_str())?.strip_prefix("-a")?;
+        if n.is_empty() || n.starts_with('0') || !n.bytes().all(|b| b.is_ascii_digit()) || rid.len() > 128 {
+            return None;
+        }
+    }
+    Some(wire::Event { kind, ts: ev.ts.clone(), seq: ev.seq as u64, subject, data })
+}
+
+/// Sends command.run and answers `req` when the plugin does.
+pub fn run_command(d: &mut Daemon, id: &str, req: Req, command: String, input: Option<String>) {
+    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else { return };
+    run.commands += 1;
+    let run_no = run.run_no;
+    let owner = id.to_string();
+    let full = format!("{id}.{command}");
+    // The timer needs the host id, which the send makes: send first with a
+    // placeholder timer, then put the real one in.
+    let placeholder = d.reactor.schedule(Duration::ZERO, |_| {});
+    d.reactor.cancel(placeholder);
+    let Some(hid) = send_request(d, id, HostRequest::CommandRun { command, input }, HostCall::Command { req, command: full, timer: placeholder })
+    else {
+        return;
+    };
+    let h = hid.clone();
+    let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_COMMAND_TIMEOUT_MS), move |d| {
+        let Some(r) = run_mut(d, &owner, run_no) else { return };
+        if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
+            r.commands = r.commands.saturating_sub(1);
+            d.answer(req, Err(RpcError::new(Code::PluginTimeout, "the plugin did not answer command.run in 30 seconds")));
+        }
+    });
+    if let Some(HostCall::Command { timer, .. }) = run_mut(d, id, run_no).and_then(|r| r.host_pending.get_mut(&hid)) {
+        *timer = t;
+    }
+}
+
+/// Counts each running plugin's processes and memory (module comment of
+/// [`super::process`]); runs while any plugin runs.
+fn ensure_watch(d: &mut Daemon) {
+    if d.plugins.watching {
+        return;
+    }
+    d.plugins.watching = true;
+    let every = Duration::from_millis(d.cfg.plugins.watch_interval_ms);
+    d.reactor.schedule(every, watch);
+}
+
+fn watch(d: &mut Daemon) {
+    d.plugins.watching = false;
+    let runs: Vec<(String, u64, i32)> =
+        d.plugins.plugins.iter().filter_map(|(k, p)| p.run.as_ref().filter(|r| r.fault.is_none()).map(|r| (k.clone(), r.run_no, r.pid))).collect();
+    if runs.is_empty() {
+        return;
+    }
+    let pids: Vec<i32> = runs.iter().map(|r| r.2).collect();
+    let usage = process::sample(&pids);
+    let max_procs = d.cfg.plugins.max_processes;
+    let max_mem = d.cfg.plugins.memory_mb.saturating_mul(1024 * 1024);
+    for (id, run_no, pid) in runs {
+        let Some(u) = usage.get(&pid) else { continue };
+        if u.processes > max_procs {
+            fault(d, &id, run_no, Fault::Processes);
+        } else if u.rss_bytes > max_mem {
+            fault(d, &id, run_no, Fault::Memory);
+        }
+    }
+    ensure_watch(d);
+}
+
+/// Begins the daemon's stop for the plugins: `shutdown {reason:
+/// daemon-stop}` to each.
+pub fn stop_all(d: &mut Daemon) {
+    let ids: Vec<String> = d.plugins.plugins.keys().cloned().collect();
+    for id in ids {
+        stop(d, &id, ShutdownReason::DaemonStop);
+    }
+}
+
+/// True when no plugin process is left.
+pub fn all_stopped(d: &Daemon) -> bool {
+    d.plugins.by_child.is_empty()
+}
+
+/// Kills what is left of every plugin: the last step of a daemon stop.
+pub fn kill_all(d: &mut Daemon) {
+    let children: Vec<ChildId> = d.plugins.by_child.keys().copied().collect();
+    for c in children {
+        d.children.signal(c, libc::SIGKILL);
+    }
+}

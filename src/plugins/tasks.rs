@@ -1,0 +1,408 @@
+//! Task requests of plugins: tasks.create, tasks.cancel (API 1.1) and
+//! plugin.request.get (seed 000; seed 001; issue 4).
+//!
+//! tasks.create is checked (permission and params by the host, then here:
+//! too-many-pending at 3 unanswered requests, 20 a day, 3 of the hour's 60
+//! ledger records), stored in the ledger with the SHA-256 of its params as
+//! stored (`digest`, the inbox item's scopeIdentity), and waits under its
+//! request id `plugin_<uuid>` until it is answered, withdrawn or expires
+//! after 30 minutes. The daemon's approvals inbox is built elsewhere; until
+//! it is wired to [`resolve`], this table is the request's only home and a
+//! request waits until it expires. [`resolve`] is what the inbox calls with
+//! the operator's answer: a deny answers `approval-denied`; an allow answers
+//! `task-refused` with `isolation-missing` where the platform cannot run the
+//! check isolated, and otherwise with `lanes-unavailable`, the daemon's
+//! reason until lanes exist.
+//!
+//! tasks.cancel `{id}` names the wire id of the plugin's own tasks.create
+//! request in this run. A pending one is withdrawn: the tasks.create call
+//! fails with `request-cancelled`, and tasks.cancel answers `{requestId,
+//! cancelled: true}`. Otherwise it fails with `not-pending` and
+//! `data.state`: `answered`, `expired`, `cancelled`, or `unknown` (no such
+//! request in this run).
+//!
+//! plugin.request.get states: `pending`; `answered` once the operator
+//! answered; `expired`; `orphaned` when nobody waits for the answer any more
+//! (the plugin withdrew it, or its run ended, or the daemon restarted).
+
+use rusqlite::Connection;
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use super::calls::{TaskCancelled, TaskRequest};
+use super::host;
+use super::wire::{self, EventKind, HostError, HostErrorKind, PendingState};
+use crate::daemon::{Daemon, Req};
+use crate::errors::{Code, RpcError};
+use crate::ids::hex;
+use crate::ledger::Op;
+use crate::limits;
+use crate::reactor::TimerId;
+
+/// Where a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Answered,
+    Expired,
+    Cancelled,
+    Orphaned,
+}
+
+impl State {
+    /// plugin.request.get's state.
+    pub fn inbox_name(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Answered => "answered",
+            State::Expired => "expired",
+            State::Cancelled | State::Orphaned => "orphaned",
+        }
+    }
+
+    fn parse(s: &str) -> State {
+        match s {
+            "pending" => State::Pending,
+            "answered" => State::Answered,
+            "expired" => State::Expired,
+            "cancelled" => State::Cancelled,
+            _ => State::Orphaned,
+        }
+    }
+
+    fn stored(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Answered => "answered",
+            State::Expired => "expired",
+            State::Cancelled => "cancelled",
+            State::Orphaned => "orphaned",
+        }
+    }
+}
+
+/// One task request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub request_id: String,
+    pub plugin: String,
+    pub plugin_name: String,
+    /// The plugin's wire id and run, while it waits for the answer.
+    pub wire: Option<(String, u64)>,
+    pub params: String,
+    pub digest: String,
+    pub last_event: Option<(EventKind, String)>,
+    pub state: State,
+    pub created_at: String,
+    pub expires_at: String,
+    timer: Option<TimerId>,
+}
+
+/// The requests in memory: every pending one and the latest finished ones.
+#[derive(Default)]
+pub struct Table {
+    pub by_id: HashMap<String, Request>,
+    order: VecDeque<String>,
+}
+
+/// How many finished requests stay in memory; older ones are read from the
+/// ledger by plugin.request.get.
+const KEEP_FINISHED: usize = 1024;
+
+impl Table {
+    /// Loads the stored requests; those a stop cut off are orphaned.
+    pub fn load(&mut self, conn: &Connection) {
+        let Ok(mut stmt) = conn.prepare(
+            "SELECT request_id, plugin, plugin_name, params, digest, last_event, state, created_at, expires_at FROM plugin_requests ORDER BY created_at DESC LIMIT 1024",
+        ) else {
+            return;
+        };
+        let rows = stmt.query_map([], row_to_request);
+        if let Ok(rows) = rows {
+            for mut r in rows.flatten() {
+                if r.state == State::Pending {
+                    r.state = State::Orphaned;
+                }
+                self.order.push_front(r.request_id.clone());
+                self.by_id.insert(r.request_id.clone(), r);
+            }
+        }
+    }
+
+    fn insert(&mut self, r: Request) {
+        self.order.push_back(r.request_id.clone());
+        self.by_id.insert(r.request_id.clone(), r);
+        while self.order.len() > KEEP_FINISHED {
+            let Some(old) = self.order.front().cloned() else { break };
+            if self.by_id.get(&old).is_some_and(|r| r.state == State::Pending) {
+                break;
+            }
+            self.order.pop_front();
+            self.by_id.remove(&old);
+        }
+    }
+
+    fn pending_of(&self, plugin: &str) -> usize {
+        self.by_id.values().filter(|r| r.plugin == plugin && r.state == State::Pending).count()
+    }
+}
+
+fn row_to_request(r: &rusqlite::Row) -> rusqlite::Result<Request> {
+    let last: Option<String> = r.get(5)?;
+    let last_event = last.and_then(|t| {
+        let v: Value = serde_json::from_str(&t).ok()?;
+        Some((EventKind::from_name(v["kind"].as_str()?)?, v["subject"].as_str()?.to_string()))
+    });
+    Ok(Request {
+        request_id: r.get(0)?,
+        plugin: r.get(1)?,
+        plugin_name: r.get(2)?,
+        wire: None,
+        params: r.get(3)?,
+        digest: r.get(4)?,
+        last_event,
+        state: State::parse(&r.get::<_, String>(6)?),
+        created_at: r.get(7)?,
+        expires_at: r.get(8)?,
+        timer: None,
+    })
+}
+
+fn state_op(request_id: &str, state: State) -> Op {
+    Op::Exec {
+        sql: "UPDATE plugin_requests SET state = ?2 WHERE request_id = ?1",
+        params: vec![request_id.to_string().into(), state.stored().to_string().into()],
+    }
+}
+
+/// tasks.create.
+pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: TaskRequest) {
+    if d.plugins.tasks.pending_of(plugin) >= limits::PLUGIN_MAX_PENDING_TASKS {
+        host::reply(d, plugin, run_no, wid, Err(HostError::of(HostErrorKind::TooManyPending)));
+        return;
+    }
+    if let Err(e) = host::take_task_budget(d, plugin) {
+        host::reply(d, plugin, run_no, wid, Err(e));
+        return;
+    }
+    let params = match serde_json::to_string(&request) {
+        Ok(p) => p,
+        Err(_) => {
+            host::reply(d, plugin, run_no, wid, Err(HostError::internal()));
+            return;
+        }
+    };
+    let digest = hex(ring::digest::digest(&ring::digest::SHA256, params.as_bytes()).as_ref());
+    let request_id = format!("plugin_{}", crate::ids::uuid_v4());
+    let now = crate::clock::now_ms();
+    let created_at = crate::clock::format_ts(now);
+    let expires_at = crate::clock::format_ts(now + limits::PLUGIN_TASK_EXPIRY_MS as i64);
+    let last_event = host::last_event(d, plugin);
+    let plugin_name = d.plugins.plugins.get(plugin).map(|p| p.name()).unwrap_or_else(|| plugin.to_string());
+    let last_json = last_event.as_ref().map(|(k, s)| json!({"kind": k.name(), "subject": s}).to_string());
+    let op = Op::Exec {
+        sql: "INSERT INTO plugin_requests (request_id, plugin, plugin_name, params, digest, last_event, state, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8)",
+        params: vec![
+            request_id.clone().into(),
+            plugin.to_string().into(),
+            plugin_name.clone().into(),
+            params.clone().into(),
+            digest.clone().into(),
+            last_json.map(Into::into).unwrap_or(rusqlite::types::Value::Null),
+            created_at.clone().into(),
+            expires_at.clone().into(),
+        ],
+    };
+    let r = Request {
+        request_id: request_id.clone(),
+        plugin: plugin.to_string(),
+        plugin_name,
+        wire: Some((wid.to_string(), run_no)),
+        params,
+        digest,
+        last_event,
+        state: State::Pending,
+        created_at,
+        expires_at,
+        timer: None,
+    };
+    // The request counts as pending from now, so a burst cannot pass the
+    // limit of 3 while the first ones are being committed.
+    d.plugins.tasks.insert(r);
+    let (owner, wid) = (plugin.to_string(), wid.to_string());
+    d.write(vec![op], move |d, res| {
+        if let Err(e) = res {
+            crate::error!("plugin {owner}: a task request was not stored: {e:?}");
+            d.plugins.tasks.by_id.remove(&request_id);
+            host::reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
+            return;
+        }
+        crate::info!("plugin {owner} asks for a task: request {request_id} waits for the operator");
+        let id = request_id.clone();
+        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_TASK_EXPIRY_MS), move |d| finish(d, &id, State::Expired));
+        if let Some(r) = d.plugins.tasks.by_id.get_mut(&request_id) {
+            r.timer = Some(t);
+        }
+    });
+}
+
+/// The inbox's answer to a request: see the module comment.
+pub fn resolve(d: &mut Daemon, request_id: &str, allowed: bool) {
+    if !allowed {
+        finish(d, request_id, State::Answered);
+        return;
+    }
+    let reason = if d.plugins.isolation.bwrap.is_none() { "isolation-missing" } else { "lanes-unavailable" };
+    finish_with(d, request_id, State::Answered, Some(HostError::of(HostErrorKind::TaskRefused(reason.into()))));
+}
+
+fn finish(d: &mut Daemon, request_id: &str, state: State) {
+    let error = match state {
+        State::Expired => HostError::of(HostErrorKind::ApprovalExpired),
+        State::Answered => HostError::of(HostErrorKind::ApprovalDenied),
+        State::Cancelled => HostError::of(HostErrorKind::RequestCancelled),
+        State::Pending | State::Orphaned => HostError::internal(),
+    };
+    finish_with(d, request_id, state, Some(error));
+}
+
+fn finish_with(d: &mut Daemon, request_id: &str, state: State, error: Option<HostError>) {
+    let Some(r) = d.plugins.tasks.by_id.get_mut(request_id) else { return };
+    if r.state != State::Pending {
+        return;
+    }
+    r.state = state;
+    if let Some(t) = r.timer.take() {
+        d.reactor.cancel(t);
+    }
+    let waiter = r.wire.clone().map(|w| (r.plugin.clone(), w));
+    let rid = request_id.to_string();
+    d.write(vec![state_op(request_id, state)], move |d, res| {
+        if let Err(e) = res {
+            crate::error!("task request {rid}: its state was not stored: {e:?}");
+        }
+        if let (Some((plugin, (wid, run_no))), Some(err)) = (waiter, error) {
+            host::reply(d, &plugin, run_no, &wid, Err(err));
+        }
+    });
+}
+
+/// tasks.cancel (API 1.1).
+pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str) {
+    let mine = |r: &&Request| r.plugin == plugin && r.wire.as_ref().is_some_and(|(w, g)| w == target && *g == run_no);
+    let found = d.plugins.tasks.by_id.values().filter(mine).max_by(|a, b| a.created_at.cmp(&b.created_at)).map(|r| (r.request_id.clone(), r.state));
+    match found {
+        Some((rid, State::Pending)) => {
+            let Some(r) = d.plugins.tasks.by_id.get_mut(&rid) else { return };
+            r.state = State::Cancelled;
+            if let Some(t) = r.timer.take() {
+                d.reactor.cancel(t);
+            }
+            let (owner, wid, target) = (plugin.to_string(), wid.to_string(), target.to_string());
+            d.write(vec![state_op(&rid, State::Cancelled)], move |d, res| {
+                if let Err(e) = res {
+                    crate::error!("task request {rid}: its withdrawal was not stored: {e:?}");
+                }
+                host::reply(d, &owner, run_no, &target, Err(HostError::of(HostErrorKind::RequestCancelled)));
+                let line = wire::encode_response(&wid, &TaskCancelled::new(&rid));
+                host::reply(d, &owner, run_no, &wid, line);
+            });
+        }
+        Some((_, state)) => {
+            let s = match state {
+                State::Answered => PendingState::Answered,
+                State::Expired => PendingState::Expired,
+                _ => PendingState::Cancelled,
+            };
+            host::reply(d, plugin, run_no, wid, Err(HostError::of(HostErrorKind::NotPending(s))));
+        }
+        None => host::reply(d, plugin, run_no, wid, Err(HostError::of(HostErrorKind::NotPending(PendingState::Unknown)))),
+    }
+}
+
+/// A run ended: its pending requests have nobody to answer.
+pub fn orphan_run(d: &mut Daemon, plugin: &str, run_no: u64) {
+    let ids: Vec<String> = d
+        .plugins
+        .tasks
+        .by_id
+        .values()
+        .filter(|r| r.plugin == plugin && r.state == State::Pending && r.wire.as_ref().is_some_and(|(_, g)| *g == run_no))
+        .map(|r| r.request_id.clone())
+        .collect();
+    let mut ops = Vec::new();
+    for id in ids {
+        if let Some(r) = d.plugins.tasks.by_id.get_mut(&id) {
+            r.state = State::Orphaned;
+            r.wire = None;
+            if let Some(t) = r.timer.take() {
+                d.reactor.cancel(t);
+            }
+            ops.push(state_op(&id, State::Orphaned));
+        }
+    }
+    if !ops.is_empty() {
+        d.write(ops, |_, res| {
+            if let Err(e) = res {
+                crate::error!("orphaned task requests were not stored: {e:?}");
+            }
+        });
+    }
+}
+
+/// plugin.request.get's result for a request.
+fn result_of(r: &Request, plugin_name: Option<String>) -> Value {
+    let last = r.last_event.as_ref().map(|(k, s)| {
+        if k.is_lane() { json!({"kind": k.name(), "lane": s}) } else { json!({"kind": k.name(), "session": s}) }
+    });
+    json!({
+        "requestId": r.request_id,
+        "plugin": r.plugin,
+        "pluginName": plugin_name.unwrap_or_else(|| r.plugin.clone()),
+        "call": "tasks.create",
+        "params": serde_json::from_str::<Value>(&r.params).unwrap_or(Value::Null),
+        "digest": r.digest,
+        "lastEvent": last,
+        "state": r.state.inbox_name(),
+        "createdAt": r.created_at,
+        "expiresAt": r.expires_at,
+    })
+}
+
+/// plugin.request.get: from memory, or from the ledger for an old one.
+pub fn get(d: &mut Daemon, req: Req, request_id: String) {
+    if let Some(r) = d.plugins.tasks.by_id.get(&request_id) {
+        let name = d.plugins.plugins.get(&r.plugin).map(|p| p.name());
+        let v = result_of(r, name);
+        d.answer(req, Ok(v));
+        return;
+    }
+    let inbox = d.inbox.clone();
+    let again = req.clone();
+    let queued = d.ledger.read(Box::new(move |conn| {
+        let row = conn
+            .query_row(
+                "SELECT request_id, plugin, plugin_name, params, digest, last_event, state, created_at, expires_at FROM plugin_requests WHERE request_id = ?1",
+                [&request_id],
+                row_to_request,
+            )
+            .ok();
+        inbox.run(move |d| {
+            let answer = match row {
+                Some(mut r) => {
+                    if r.state == State::Pending {
+                        r.state = State::Orphaned;
+                    }
+                    let name = d.plugins.plugins.get(&r.plugin).map(|p| p.name()).or(Some(r.plugin_name.clone()));
+                    Ok(result_of(&r, name))
+                }
+                None => Err(RpcError::new(Code::NotFound, "no such request")),
+            };
+            d.answer(req, answer);
+        });
+    }));
+    if queued.is_err() {
+        d.answer(again, Err(RpcError::new(Code::Unavailable, "the ledger reader is busy; try again")));
+    }
+}

@@ -1,0 +1,159 @@
+//! The shipped documentation cannot drift from the code: the example config
+//! passes `omniconfluxd config check` and sets every key to its default; every
+//! key of the config is in the example and in omniconfluxd.toml(5), with the
+//! reload rule `config::diff` applies; every stable error code and every
+//! socket method is in omniconfluxd(8). Std only; nothing here sleeps.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use omniconfluxd::config::{self, FileConfig};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    let p = root().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("unable to read {}: {e}", p.display()))
+}
+
+/// `(section, key, default value as TOML)` for every key, from the defaults
+/// the crate prints; a key added to the code shows up here by itself.
+fn keys() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    for line in FileConfig::default().to_toml().lines() {
+        let line = line.trim();
+        if let Some(s) = line.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            section = s.to_string();
+        } else if let Some((k, v)) = line.split_once('=') {
+            out.push((section.clone(), k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    assert!(out.len() >= 7, "expected the config's keys, found {out:?}");
+    out
+}
+
+/// The lines of `text` between the line `start` and the next line starting
+/// with `next`.
+fn block<'a>(text: &'a str, start: &str, next: &str) -> Vec<&'a str> {
+    text.lines().skip_while(|l| l.trim() != start).skip(1).take_while(|l| !l.starts_with(next)).collect()
+}
+
+#[test]
+fn example_config_passes_config_check() {
+    let example = root().join("packaging/omniconfluxd.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_omniconfluxd"))
+        .args(["config", "check"])
+        .arg(&example)
+        .output()
+        .expect("run omniconfluxd config check");
+    assert!(
+        out.status.success(),
+        "config check of {} failed: {}",
+        example.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // It prints the effective config: the example changes nothing.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), FileConfig::default().to_toml());
+}
+
+#[test]
+fn example_config_sets_every_key_to_its_default() {
+    let text = read("packaging/omniconfluxd.toml");
+    let cfg = config::parse(&text).unwrap_or_else(|e| panic!("packaging/omniconfluxd.toml: {e}"));
+    cfg.check(&text).unwrap_or_else(|e| panic!("packaging/omniconfluxd.toml: {e}"));
+    assert_eq!(cfg, FileConfig::default(), "the example must show the defaults");
+    for (section, key, value) in keys() {
+        let lines = block(&text, &format!("[{section}]"), "[");
+        let written = lines.iter().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (!l.trim_start().starts_with('#') && k.trim() == key).then(|| v.trim())
+        });
+        assert_eq!(written, Some(value.as_str()), "packaging/omniconfluxd.toml must set {section}.{key} = {value}");
+    }
+}
+
+#[test]
+fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
+    let page = read("man/omniconfluxd.toml.5");
+    for (section, key, value) in keys() {
+        let lines = block(&page, &format!(".SH \"[{section}]\""), ".SH");
+        let entry: Vec<&str> =
+            lines.iter().skip_while(|l| **l != format!(".B {key}")).skip(1).take_while(|l| **l != ".TP").copied().collect();
+        assert!(!entry.is_empty(), "omniconfluxd.toml(5) has no entry `.B {key}` under [{section}]");
+        let entry = entry.join("\n");
+        assert!(
+            entry.contains(&format!("Default: \\fB{value}\\fR")),
+            "omniconfluxd.toml(5) must give {section}.{key} the default {value}:\n{entry}"
+        );
+        // Change the key alone and ask the code whether a reload applies it.
+        let changed = match value.as_str() {
+            v if v.starts_with('"') => "\"changed\"".to_string(),
+            v => (v.parse::<i64>().expect("an integer default") - 1).to_string(),
+        };
+        let new = config::parse(&format!("[{section}]\n{key} = {changed}\n")).expect("a changed value parses");
+        let report = config::diff(&FileConfig::default(), &new);
+        let full = format!("{section}.{key}");
+        let rule = if report.applied.contains(&full) {
+            "Reload: live"
+        } else if report.needs_restart.contains(&full) {
+            "Reload: restart"
+        } else {
+            panic!("config::diff does not report {full}")
+        };
+        assert!(entry.contains(rule), "omniconfluxd.toml(5) must say `{rule}` for {full}:\n{entry}");
+    }
+}
+
+/// The quoted strings of `src` that follow `=> "` on a line containing `marker`.
+fn quoted_after_arrow(src: &str, marker: &str) -> Vec<String> {
+    src.lines()
+        .filter(|l| l.contains(marker))
+        .filter_map(|l| {
+            let rest = &l[l.find("=> \"")? + 4..];
+            Some(rest[..rest.find('"')?].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_error_code_and_method_is_in_the_daemon_man_page() {
+    let page = read("man/omniconfluxd.8");
+    let errors = block(&page, ".SH ERRORS", ".SH").join("\n");
+    let codes = quoted_after_arrow(&read("src/errors.rs"), "Code::");
+    assert!(codes.len() >= 12, "expected the stable codes of src/errors.rs, found {codes:?}");
+    for code in codes {
+        assert!(
+            errors.lines().any(|l| l.split('\t').next() == Some(code.as_str())),
+            "omniconfluxd(8) ERRORS has no row for {code}"
+        );
+    }
+    let protocol = block(&page, ".SH SOCKET PROTOCOL", ".SH").join("\n");
+    let exchanges = block(&page, ".SS Exchanges", ".S");
+    // The dispatch table's arms: `"server.info" => server_info(d, &req, p),`.
+    let methods: Vec<String> = read("src/socket/methods.rs")
+        .lines()
+        .filter(|l| l.contains("(d, &req, p)") && l.trim_start().starts_with('"'))
+        .filter_map(|l| l.trim_start().split('"').nth(1).map(str::to_string))
+        .collect();
+    assert!(methods.len() >= 6, "expected the methods of src/socket/methods.rs, found {methods:?}");
+    for m in methods.iter().chain(std::iter::once(&"ping".to_string())) {
+        assert!(protocol.lines().any(|l| l.split('\t').next() == Some(m.as_str())), "omniconfluxd(8) has no table row for {m}");
+        let shown = exchanges.windows(3).any(|w| w[0] == format!(".B {m}") && w[1..].iter().any(|l| *l == ".EX"));
+        assert!(shown, "omniconfluxd(8) Exchanges has no exchange for {m}");
+    }
+}
+
+#[test]
+fn units_run_the_daemon_in_the_foreground_with_reload() {
+    for unit in ["packaging/omniconfluxd.service", "packaging/omniconfluxd-user.service"] {
+        let text = read(unit);
+        for line in ["Type=notify", "ExecStart=/usr/bin/omniconfluxd serve", "ExecReload=/bin/kill -HUP $MAINPID"] {
+            assert!(text.lines().any(|l| l == line), "{unit} must have {line}");
+        }
+    }
+    assert!(Path::new(&root().join("packaging/omniconflux.sysusers")).exists());
+    assert!(Path::new(&root().join("packaging/omniconflux.tmpfiles")).exists());
+}

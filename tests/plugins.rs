@@ -1,0 +1,324 @@
+//! The plugin host through the real binary (issue 4, "Tests"): sample
+//! plugins in node and python installed, approved, run and removed through
+//! the daemon socket; every line the host wrote to them checked against the
+//! schemas; and a hostile plugin for each fault, each ending in the page's
+//! state and reason while the daemon and the other plugins keep running.
+//!
+//! Waiting is on the daemon's log lines and on the plugins' own answers to
+//! command.run (a `report` command answers once what it waits for has
+//! happened), never on sleeps.
+
+mod schema_check;
+mod util;
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use util::{Daemon, Opts, TestDir};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins").join(name)
+}
+
+fn config(extra: &str) -> String {
+    let py = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    format!("[plugins]\nnode = \"node\"\npython = \"{py}\"\nrestart_backoff_ms = 20\n{extra}")
+}
+
+fn start(dir: &TestDir, extra: &str) -> Daemon {
+    Daemon::start_with(&dir.path, Opts { config: Some(config(extra)), ..Opts::default() })
+}
+
+/// Installs and approves the folder; returns the plugin id.
+fn install_approve(c: &mut util::Client, folder: &Path) -> String {
+    let inst = c.call("plugin.install", json!({"path": folder.display().to_string()}));
+    let id = inst["plugin"].as_str().unwrap().to_string();
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    let m = &got["waiting"]["manifest"];
+    let mut perms: Vec<String> = m["permissions"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+    let order = ["events.read", "lists.read", "commands.add", "storage.own", "tasks.create"];
+    perms.sort_by_key(|p| order.iter().position(|o| o == p));
+    let cmds: Vec<Value> = m["commands"].as_array().cloned().unwrap_or_default().iter().map(|c| c["id"].clone()).collect();
+    let r = c.call(
+        "plugin.approve",
+        json!({"plugin": id, "snapshotHash": inst["snapshotHash"], "permissions": perms, "commands": cmds, "operator": "test operator"}),
+    );
+    assert_eq!(r["approved"], json!(true), "{r}");
+    id
+}
+
+fn report(c: &mut util::Client, id: &str, wait: &str) -> Value {
+    let r = c.call("plugin.command.run", json!({"command": format!("{id}.report"), "input": wait}));
+    serde_json::from_str(r["text"].as_str().unwrap()).unwrap()
+}
+
+/// Checks every line the host wrote to a plugin, from the plugin's logs in
+/// its working directory.
+fn check_wire(state: &Path, id: &str) -> usize {
+    let work = state.join("plugins").join(id).join("work");
+    let schemas = schema_check::Schemas::load();
+    let mut asked = HashMap::new();
+    for line in std::fs::read_to_string(work.join("wire-out.jsonl")).unwrap_or_default().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if let (Some(i), Some(m)) = (v["id"].as_str(), v["method"].as_str()) {
+            asked.insert(i.to_string(), m.to_string());
+        }
+    }
+    let text = std::fs::read_to_string(work.join("wire-in.jsonl")).unwrap();
+    let mut n = 0;
+    for line in text.lines() {
+        if let Err(e) = schemas.check_host_line(line, &asked) {
+            panic!("the host wrote a line that is not valid: {e}");
+        }
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn install_approve_run_subscribe_and_get_a_committed_event() {
+    let dir = TestDir::new("pslice");
+    let d = start(&dir, "");
+    let mut c = d.connect();
+    let inst = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
+    assert_eq!(inst["state"], "pending-approval");
+    assert_eq!(inst["installedBy"], "operator");
+    assert_eq!(inst["unchanged"], false);
+    let again = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
+    assert_eq!(again["unchanged"], true);
+    let listed = c.call("plugin.list", json!({}));
+    assert_eq!(listed["plugins"][0]["reason"], "first-approval");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["waiting"]["kind"], "install");
+    let diff = got["waiting"]["diff"].as_array().unwrap();
+    assert_eq!(diff.last().unwrap()["field"], "files");
+    assert_eq!(diff.last().unwrap()["added"], 2);
+    // A stale approval is refused.
+    let stale = c.error_code(
+        "plugin.approve",
+        json!({"plugin": "sample-node", "snapshotHash": inst["snapshotHash"], "permissions": ["storage.own"], "commands": ["report", "note"], "operator": "op"}),
+    );
+    assert_eq!(stale, "plugin-stale-snapshot");
+
+    install_approve(&mut c, &fixture("sample-node"));
+    d.wait_log("plugin sample-node is running");
+    let seen = report(&mut c, "sample-node", "subscribed");
+    assert_eq!(seen["subscribed"], json!(["session.start", "turn.end"]));
+    assert_eq!(seen["sessions"], json!({"sessions": [], "nextCursor": null}));
+    assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
+
+    // A committed turn.end on a session stream is delivered with its seq; a
+    // kind the plugin did not subscribe to and a kind outside the API are not.
+    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.start", "data": {"turn": 1, "mode": "prompt", "chars": 3}}));
+    c.call("events.append", json!({"stream": "x-s1", "kind": "note", "data": {"x": 1}}));
+    let appended = c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed", "secret": "never sent"}}));
+    let seen = report(&mut c, "sample-node", "events:1");
+    let ev = &seen["events"][0];
+    assert_eq!(ev["kind"], "turn.end");
+    assert_eq!(ev["session"], "x-s1");
+    assert_eq!(ev["seq"], appended["seq"]);
+    assert_eq!(ev["data"], json!({"reason": "completed"}));
+    assert_eq!(seen["events"].as_array().unwrap().len(), 1);
+
+    // A note goes to storage, on disk before the answer.
+    let r = c.call("plugin.command.run", json!({"command": "sample-node.note", "input": "check the flaky login test"}));
+    assert_eq!(r["text"], "Saved.");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["storage"], json!({"keys": 2, "bytes": 27}));
+    assert_eq!(got["approval"]["operator"], "test operator");
+    assert!(got["waiting"].is_null());
+    assert_eq!(c.error_code("plugin.command.run", json!({"command": "sample-node.note"})), "invalid-params");
+    assert_eq!(c.error_code("plugin.command.run", json!({"command": "sample-node.nope"})), "command-not-found");
+    let cmds = c.call("plugin.commands", json!({}));
+    assert_eq!(cmds["commands"].as_array().unwrap().len(), 2);
+    assert_eq!(cmds["commands"][0]["command"], "sample-node.note");
+
+    // Disable stops it with shutdown; enable starts it again, and its storage
+    // survived (boots is 2).
+    let r = c.call("plugin.disable", json!({"plugin": "sample-node"}));
+    assert_eq!(r["state"], "disabled");
+    d.wait_log("plugin sample-node exited (code 0)");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["lastExit"]["fault"], Value::Null);
+    c.call("plugin.enable", json!({"plugin": "sample-node"}));
+    d.wait_log_count("plugin sample-node is running", 2);
+    let seen = report(&mut c, "sample-node", "subscribed");
+    assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
+    let n = check_wire(&d.state, "sample-node");
+    assert!(n >= 10, "{n} lines");
+
+    let r = c.call("plugin.remove", json!({"plugin": "sample-node"}));
+    assert_eq!(r, json!({"plugin": "sample-node", "removed": true, "stopped": 0, "worktrees": []}));
+    assert!(!d.state.join("plugins/sample-node").exists());
+    assert_eq!(c.error_code("plugin.get", json!({"plugin": "sample-node"})), "plugin-not-found");
+    d.stop();
+}
+
+/// Writes a hostile plugin's folder: the shared script under its own id.
+fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
+    let folder = dir.join(&format!("src-{kind}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(fixture("hostile/main.py"), folder.join("main.py")).unwrap();
+    let (perms, cmds) = if kind == "inflight" {
+        (json!(["storage.own", "commands.add"]), json!([{"id": "report", "title": "Report", "input": "text"}]))
+    } else {
+        (json!(["storage.own"]), json!([]))
+    };
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": format!("hostile-{kind}"), "name": format!("Hostile {kind}"),
+        "version": "1.0.0", "description": "Misbehaves on purpose.", "main": "main.py", "permissions": perms, "commands": cmds,
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    folder
+}
+
+#[test]
+fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
+    let dir = TestDir::new("phostile");
+    let d = start(
+        &dir,
+        "initialize_timeout_ms = 500\nping_interval_ms = 200\nping_timeout_ms = 300\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
+    );
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-node"));
+    d.wait_log("plugin sample-node is running");
+    report(&mut c, "sample-node", "subscribed");
+    let cases = [
+        ("flood", "flood"),
+        ("oversized", "oversized-line"),
+        ("invalid", "invalid-message"),
+        ("refusals", "refusals"),
+        ("noinit", "initialize-timeout"),
+        ("noping", "unresponsive"),
+        ("balloon", "memory"),
+        ("forkloop", "processes"),
+        ("stdoutclosed", "stdout-closed"),
+        ("exitloop", "exit"),
+    ];
+    for (kind, _) in &cases {
+        install_approve(&mut c, &hostile(&dir, kind));
+    }
+    install_approve(&mut c, &hostile(&dir, "inflight"));
+    // Under bubblewrap the sandbox's own processes hold the plugin's stdout
+    // open, so closing it is found by the next ping (omniconflux-plugin(7)).
+    let isolated = d.log_text().contains("plugins run isolated with bubblewrap");
+    for (kind, fault) in &cases {
+        let fault = if *kind == "stdoutclosed" && isolated { &"unresponsive" } else { fault };
+        d.wait_log(&format!("plugin hostile-{kind}: 3 crashes in 10 minutes"));
+        let got = c.call("plugin.get", json!({"plugin": format!("hostile-{kind}")}));
+        assert_eq!((got["state"].as_str(), got["reason"].as_str()), (Some("failed"), Some("crash-limit")), "{kind}: {got}");
+        assert_eq!(got["lastExit"]["fault"], json!(fault), "{kind}: {got}");
+        assert_eq!(got["crashes"], json!(3), "{kind}");
+        let listed = c.call("plugin.list", json!({"cursor": format!("hostile-{kind}").replace("hostile-", "hostile")}));
+        assert!(listed["plugins"].is_array());
+    }
+    // 17 requests in flight: exactly the 17th is busy.
+    d.wait_log("plugin hostile-inflight is running");
+    let r = c.call("plugin.command.run", json!({"command": "hostile-inflight.report", "input": "now"}));
+    let codes: HashMap<String, String> = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(codes.values().filter(|c| *c == "busy").count(), 1, "{codes:?}");
+    assert_eq!(codes.values().filter(|c| *c == "ok").count(), 16, "{codes:?}");
+    // The daemon and the well-behaved plugin never noticed.
+    c.call("events.append", json!({"stream": "x-s2", "kind": "turn.end", "data": {"reason": "failed"}}));
+    let seen = report(&mut c, "sample-node", "events:1");
+    assert_eq!(seen["events"][0]["session"], "x-s2");
+    let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["crashes"], 0);
+    // Enable clears the crash count and starts a failed plugin again.
+    let r = c.call("plugin.enable", json!({"plugin": "hostile-exitloop"}));
+    assert_eq!(r["enabled"], true);
+    let got = c.call("plugin.get", json!({"plugin": "hostile-exitloop"}));
+    assert_ne!(got["reason"], "crash-limit");
+    let pid = d.pid();
+    let status = d.stop();
+    assert!(status.success());
+    // No plugin process outlived the daemon.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+        .filter(|cmd| cmd.contains(&dir.path.display().to_string()) && cmd.contains("main."))
+        .count();
+    assert_eq!(left, 0, "plugin processes of daemon {pid} outlived it");
+}
+
+#[test]
+fn unisolated_a_closed_stdout_is_its_own_fault_and_the_tail_says_why() {
+    let dir = TestDir::new("pnoiso");
+    let d = start(&dir, "isolation = \"none\"\ncrash_limit = 1\n");
+    d.wait_log("plugins run without isolation: plugins.isolation is none");
+    let mut c = d.connect();
+    install_approve(&mut c, &hostile(&dir, "stdoutclosed"));
+    d.wait_log("plugin hostile-stdoutclosed: 1 crashes in 10 minutes");
+    let got = c.call("plugin.get", json!({"plugin": "hostile-stdoutclosed"}));
+    assert_eq!(got["lastExit"]["fault"], "stdout-closed", "{got}");
+    assert!(got["stderrTail"].as_str().unwrap().starts_with("[omniconfluxd] this plugin ran without isolation"), "{got}");
+    d.stop();
+}
+
+#[test]
+fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
+    let dir = TestDir::new("ppython");
+    let d = start(&dir, "");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let r = c.call("plugin.command.run", json!({"command": "sample-py.ask"}));
+    let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["create"]["error"]["code"], "request-cancelled", "{got}");
+    let rid = got["cancel"]["result"]["requestId"].as_str().unwrap().to_string();
+    assert_eq!(got["cancel"]["result"]["cancelled"], true);
+    assert!(rid.starts_with("plugin_"), "{rid}");
+    assert_eq!(got["again"]["error"], json!({"code": "not-pending", "message": "The request is not pending: cancelled", "data": {"state": "cancelled"}}));
+    assert_eq!(got["unknown"]["error"]["data"]["state"], "unknown");
+    let req = c.call("plugin.request.get", json!({"requestId": rid}));
+    assert_eq!(req["state"], "orphaned");
+    assert_eq!(req["call"], "tasks.create");
+    assert_eq!(req["params"]["acceptance"]["command"], "npm test");
+    let digest = req["digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 64);
+    assert_eq!(c.error_code("plugin.request.get", json!({"requestId": "plugin_00000000-0000-4000-8000-000000000000"})), "not-found");
+
+    // Calls outside its permissions and bad params get the page's errors.
+    let r = c.call("plugin.command.run", json!({"command": "sample-py.probe"}));
+    let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["storage"]["error"]["code"], "permission-denied");
+    assert_eq!(got["storage"]["error"]["data"]["permission"], "storage.own");
+    assert_eq!(got["limit"]["error"]["code"], "invalid-params");
+    assert_eq!(got["get"]["error"]["code"], "invalid-params");
+    assert_eq!(got["seats"]["result"], json!({"seats": [], "nextCursor": null}));
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
+
+#[test]
+fn the_command_line_installs_shows_approves_and_runs() {
+    let dir = TestDir::new("pcli");
+    let d = start(&dir, "");
+    let sock = d.socket.display().to_string();
+    let cfg = dir.join("omniconfluxd.toml").display().to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.as_str(), "--socket", sock.as_str(), "plugin"];
+        all.extend_from_slice(args);
+        util::run_cli(&all)
+    };
+    let path = fixture("sample-node").display().to_string();
+    let (code, out, err) = cli(&["install", &path]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("sample-node 1.0.0 installed by the operator"), "{out}");
+    let (code, out, err) = cli(&["approve", "sample-node", "--yes", "--operator", "cli test"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("permissions events.read, lists.read, commands.add, storage.own"), "{err}");
+    assert!(err.contains("main.mjs"), "{err}");
+    d.wait_log("plugin sample-node is running");
+    let (_, out, _) = cli(&["list"]);
+    assert!(out.contains("sample-node") && out.contains("running"), "{out}");
+    let (code, out, _) = cli(&["run", "sample-node.note", "from the cli"]);
+    assert_eq!((code, out.trim()), (0, "Saved."));
+    let (code, _, err) = cli(&["show", "nope-nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("plugin-not-found"), "{err}");
+    d.stop();
+}
