@@ -26,11 +26,20 @@ pub struct FileConfig {
     pub daemon: DaemonSection,
     pub socket: SocketSection,
     pub plugins: PluginsSection,
+    pub approvals: ApprovalsSection,
+    pub http: HttpSection,
     pub lanes: LanesSection,
-    /// Repositories lanes may work on, besides those added with repos.add.
+    /// `[[seat]]` tables: the agent harnesses the operator configured
+    /// (issue 3, "Seats"), in registry order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub seat: Vec<SeatConfig>,
+    /// `[[repo]]` tables: repositories lanes may work on, besides those
+    /// added with repos.add (issue 5, "Dispatch").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repo: Vec<RepoEntry>,
 }
 
+/// `[lanes]`: how lanes build, check, verify and merge (issue 5).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LanesSection {
@@ -42,7 +51,7 @@ pub struct LanesSection {
     pub max_rounds: u32,
     /// `fast-forward` or `merge-commit`.
     pub merge: String,
-    /// Ask the operator in the inbox before any merge.
+    /// Ask the operator before any merge: a pass waits for lanes.merge.
     pub require_merge_approval: bool,
     /// The acceptance command's time limit, in seconds.
     pub check_timeout_secs: u64,
@@ -64,11 +73,86 @@ impl Default for LanesSection {
     }
 }
 
+/// One `[[repo]]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RepoEntry {
     /// The repository's absolute path.
     pub path: String,
+}
+
+/// One `[[seat]]`: how to start an agent harness and what it runs on.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SeatConfig {
+    /// The registry id (seed 000 seats[].harness).
+    pub harness: String,
+    /// The program: an absolute path, or a name looked up in PATH.
+    pub command: String,
+    /// The approved arguments, before any the transport adds.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `acp` or `stream-json`.
+    pub transport: String,
+    pub provider: String,
+    /// One of seed 000's provider families.
+    pub family: String,
+    /// The model to ask for when `sessions.spawn` names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Variables added to the agent's constructed environment.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Seconds a running turn may go without a line from the agent before
+    /// it ends failed (not counted while an approval waits). Absent: the
+    /// default in limits.rs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_timeout: Option<u64>,
+}
+
+/// The seed's provider families (seed 000, seats[].family).
+pub const FAMILIES: [&str; 8] = ["anthropic", "openai", "google", "xai", "moonshot", "deepseek", "local", "auto"];
+
+/// `[approvals]`: the risk gate, its automatic answers, and the timeout.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsSection {
+    /// Seconds a request waits for an answer; 0 waits without end.
+    pub timeout: u64,
+    /// What a request that timed out becomes: `deny` (the agent is told no)
+    /// or `withdraw` (the request is cancelled, delivered false).
+    pub fallback: String,
+    /// `[[approvals.rule]]`, first match wins; then the built-in labels.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rule: Vec<RiskRule>,
+}
+
+impl Default for ApprovalsSection {
+    fn default() -> Self {
+        ApprovalsSection { timeout: limits::APPROVAL_TIMEOUT_DEFAULT_S, fallback: "deny".into(), rule: Vec::new() }
+    }
+}
+
+/// One rule of the risk gate.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RiskRule {
+    /// An action kind (read, edit, execute, fetch, search, delete, move,
+    /// think, other) or `*`.
+    pub action: String,
+    /// Matches only this tool name (the agent's title for the call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Matches only when every path in the request is inside the session's
+    /// worktree (symlinks resolved).
+    #[serde(default)]
+    pub inside_worktree: bool,
+    /// low, medium or high.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
+    /// allow or deny: answer at once, recorded as this rule's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -164,6 +248,104 @@ impl Default for PluginsSection {
     }
 }
 
+/// The HTTP API (seed 002 mechanisms; issue 6). Off unless `listen` is set
+/// here or by `serve --http ADDR`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// `IP:PORT` to listen on; loopback unless deliberately otherwise.
+    /// Empty: no HTTP listener.
+    pub listen: String,
+    /// The bearer token's file. Empty: `http.token` in the state directory,
+    /// created with mode 0600 at first start.
+    pub token_file: String,
+    /// Browser origins allowed to call, exactly as browsers send them
+    /// (`https://app.example:8443`); no wildcards.
+    pub allowed_origins: Vec<String>,
+    /// Host names (or `name:port`) besides the listener's own address that
+    /// requests may name in `Host`, e.g. behind a reverse proxy.
+    pub public_names: Vec<String>,
+    pub max_connections: usize,
+    pub threads: usize,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            listen: String::new(),
+            token_file: String::new(),
+            allowed_origins: Vec::new(),
+            public_names: Vec::new(),
+            max_connections: limits::HTTP_MAX_CONNECTIONS,
+            threads: limits::HTTP_THREADS,
+        }
+    }
+}
+
+impl HttpSection {
+    /// Checks the section's values; `Err` holds the key and what was expected.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !self.listen.is_empty() && self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(("listen", format!("expected IP:PORT such as 127.0.0.1:7777, found {:?}", self.listen)));
+        }
+        if !self.token_file.is_empty() && !Path::new(&self.token_file).is_absolute() {
+            return Err(("token_file", format!("expected an absolute path, found {:?}", self.token_file)));
+        }
+        for o in &self.allowed_origins {
+            if !valid_origin(o) {
+                return Err(("allowed_origins", format!("expected exact origins like https://app.example:8443, found {o:?}")));
+            }
+        }
+        for n in &self.public_names {
+            if !valid_public_name(n) {
+                return Err(("public_names", format!("expected host names or name:port, found {n:?}")));
+            }
+        }
+        if !(1..=limits::HTTP_MAX_CONNECTIONS_CEILING).contains(&self.max_connections) {
+            return Err((
+                "max_connections",
+                format!("expected 1 to {}, found {}", limits::HTTP_MAX_CONNECTIONS_CEILING, self.max_connections),
+            ));
+        }
+        if !(1..=limits::HTTP_THREADS_CEILING).contains(&self.threads) {
+            return Err(("threads", format!("expected 1 to {}, found {}", limits::HTTP_THREADS_CEILING, self.threads)));
+        }
+        Ok(())
+    }
+}
+
+/// `scheme://host[:port]` with scheme http or https, lowercase, nothing after.
+pub fn valid_origin(o: &str) -> bool {
+    let Some(rest) = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://")) else { return false };
+    !rest.is_empty() && valid_public_name(rest)
+}
+
+/// A lowercase host name, IPv4 literal or bracketed IPv6 literal, with an
+/// optional `:port`.
+pub fn valid_public_name(n: &str) -> bool {
+    let (host_ok, port) = if let Some(rest) = n.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else { return false };
+        let port = match after {
+            "" => None,
+            p => match p.strip_prefix(':') {
+                Some(p) => Some(p),
+                None => return false,
+            },
+        };
+        (v6.parse::<std::net::Ipv6Addr>().is_ok(), port)
+    } else {
+        let (host, port) = match n.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (n, None),
+        };
+        let ok = !host.is_empty()
+            && host.len() <= 253
+            && host.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+        (ok, port)
+    };
+    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|v| v > 0))
+}
+
 /// A config file that could not be used: which file, which key, which line,
 /// and what was expected.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,6 +420,38 @@ fn locate(text: &str, section: &str, key: &str) -> Option<usize> {
     None
 }
 
+/// Action kinds a risk rule may name (ACP ToolKind, as agents::ActionKind).
+const ACTIONS: [&str; 9] = ["read", "edit", "execute", "fetch", "search", "delete", "move", "think", "other"];
+
+/// Finds the line of `key` inside the `n`th `[[table]]` of that name.
+fn locate_nth(text: &str, table: &str, n: usize, key: &str) -> Option<usize> {
+    let header = format!("[[{table}]]");
+    let mut count = 0usize;
+    let mut inside = false;
+    let mut header_line = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.starts_with('[') {
+            inside = line.replace(' ', "") == header && {
+                count += 1;
+                count == n + 1
+            };
+            if inside {
+                header_line = Some(i + 1);
+            }
+            continue;
+        }
+        if inside {
+            if let Some((k, _)) = line.split_once('=') {
+                if k.trim().trim_matches('"') == key {
+                    return Some(i + 1);
+                }
+            }
+        }
+    }
+    header_line
+}
+
 impl FileConfig {
     /// Checks values the types allow but the daemon does not. `text` is the
     /// file's source, used only to name the line.
@@ -285,37 +499,6 @@ impl FileConfig {
                 format!("expected 65536 to 1073741824, found {}", s.max_queued_bytes),
             ));
         }
-        let l = &self.lanes;
-        if l.branch_prefix.is_empty()
-            || l.branch_prefix.len() > 64
-            || !l.branch_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
-            || l.branch_prefix.starts_with(['/', '.', '-'])
-            || l.branch_prefix.ends_with('/')
-        {
-            return Err(bad("lanes", "branch_prefix", "expected 1 to 64 letters, digits, '-', '_', '.' or '/', not starting with '/', '.' or '-'".into()));
-        }
-        if !l.worktree_root.is_empty() && !Path::new(&l.worktree_root).is_absolute() {
-            return Err(bad("lanes", "worktree_root", format!("expected an absolute path, found {:?}", l.worktree_root)));
-        }
-        if !(1..=50).contains(&l.max_rounds) {
-            return Err(bad("lanes", "max_rounds", format!("expected 1 to 50, found {}", l.max_rounds)));
-        }
-        if !matches!(l.merge.as_str(), "fast-forward" | "merge-commit") {
-            return Err(bad("lanes", "merge", format!("expected fast-forward or merge-commit, found {:?}", l.merge)));
-        }
-        if !(1..=86_400).contains(&l.check_timeout_secs) {
-            return Err(bad("lanes", "check_timeout_secs", format!("expected 1 to 86400, found {}", l.check_timeout_secs)));
-        }
-        for r in &self.repo {
-            if !Path::new(&r.path).is_absolute() {
-                return Err(ConfigError {
-                    path: None,
-                    key: Some("repo.path".into()),
-                    line: locate(text, "repo", "path"),
-                    message: format!("expected an absolute path, found {:?}", r.path),
-                });
-            }
-        }
         let p = &self.plugins;
         if p.isolation != "auto" && p.isolation != "none" {
             return Err(bad("plugins", "isolation", format!("expected auto or none, found {:?}", p.isolation)));
@@ -347,6 +530,125 @@ impl FileConfig {
         }
         if !(1..=4096).contains(&p.max_processes) {
             return Err(bad("plugins", "max_processes", format!("expected 1 to 4096, found {}", p.max_processes)));
+        }
+        if let Err((key, message)) = self.http.check() {
+            return Err(bad("http", key, message));
+        }
+        self.check_lanes(text)?;
+        self.check_approvals(text)?;
+        self.check_seats(text)
+    }
+
+    fn check_lanes(&self, text: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| ConfigError {
+            path: None,
+            key: Some(format!("lanes.{key}")),
+            line: locate(text, "lanes", key),
+            message,
+        };
+        let l = &self.lanes;
+        if l.branch_prefix.is_empty()
+            || l.branch_prefix.len() > 64
+            || !l.branch_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+            || l.branch_prefix.starts_with(['/', '.', '-'])
+            || l.branch_prefix.ends_with('/')
+        {
+            return Err(bad("branch_prefix", "expected 1 to 64 letters, digits, '-', '_', '.' or '/', not starting with '/', '.' or '-'".into()));
+        }
+        if !l.worktree_root.is_empty() && !Path::new(&l.worktree_root).is_absolute() {
+            return Err(bad("worktree_root", format!("expected an absolute path, found {:?}", l.worktree_root)));
+        }
+        if !(1..=50).contains(&l.max_rounds) {
+            return Err(bad("max_rounds", format!("expected 1 to 50, found {}", l.max_rounds)));
+        }
+        if !matches!(l.merge.as_str(), "fast-forward" | "merge-commit") {
+            return Err(bad("merge", format!("expected fast-forward or merge-commit, found {:?}", l.merge)));
+        }
+        if !(1..=86_400).contains(&l.check_timeout_secs) {
+            return Err(bad("check_timeout_secs", format!("expected 1 to 86400, found {}", l.check_timeout_secs)));
+        }
+        for (i, r) in self.repo.iter().enumerate() {
+            if !Path::new(&r.path).is_absolute() {
+                return Err(ConfigError {
+                    path: None,
+                    key: Some("repo.path".into()),
+                    line: locate_nth(text, "repo", i, "path"),
+                    message: format!("expected an absolute path, found {:?}", r.path),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn check_approvals(&self, text: &str) -> Result<(), ConfigError> {
+        let a = &self.approvals;
+        let bad = |key: &str, line: Option<usize>, message: String| ConfigError { path: None, key: Some(key.into()), line, message };
+        if !matches!(a.fallback.as_str(), "deny" | "withdraw") {
+            return Err(bad("approvals.fallback", locate(text, "approvals", "fallback"), format!("expected deny or withdraw, found {:?}", a.fallback)));
+        }
+        if a.timeout > limits::APPROVAL_TIMEOUT_MAX_S {
+            return Err(bad("approvals.timeout", locate(text, "approvals", "timeout"), format!("expected 0 to {}, found {}", limits::APPROVAL_TIMEOUT_MAX_S, a.timeout)));
+        }
+        for (i, r) in a.rule.iter().enumerate() {
+            let at = |key: &str| locate_nth(text, "approvals.rule", i, key);
+            if r.action != "*" && !ACTIONS.contains(&r.action.as_str()) {
+                return Err(bad("approvals.rule.action", at("action"), format!("expected * or one of {}, found {:?}", ACTIONS.join(", "), r.action)));
+            }
+            if let Some(risk) = &r.risk {
+                if !matches!(risk.as_str(), "low" | "medium" | "high") {
+                    return Err(bad("approvals.rule.risk", at("risk"), format!("expected low, medium or high, found {risk:?}")));
+                }
+            }
+            if let Some(ans) = &r.answer {
+                if !matches!(ans.as_str(), "allow" | "deny") {
+                    return Err(bad("approvals.rule.answer", at("answer"), format!("expected allow or deny, found {ans:?}")));
+                }
+            }
+            if r.risk.is_none() && r.answer.is_none() {
+                return Err(bad("approvals.rule", at("action"), "a rule needs risk, answer, or both".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_seats(&self, text: &str) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, s) in self.seat.iter().enumerate() {
+            let bad = |key: &str, message: String| ConfigError {
+                path: None,
+                key: Some(format!("seat.{key}")),
+                line: locate_nth(text, "seat", i, key),
+                message,
+            };
+            let id_ok = (1..=128).contains(&s.harness.len()) && s.harness.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !id_ok {
+                return Err(bad("harness", format!("expected 1 to 128 letters, digits, '_' or '-', found {:?}", s.harness)));
+            }
+            if !seen.insert(s.harness.clone()) {
+                return Err(bad("harness", format!("the harness {} is configured twice", s.harness)));
+            }
+            if s.command.is_empty() || s.command.contains('\0') {
+                return Err(bad("command", "expected a program name or an absolute path".into()));
+            }
+            if crate::agents::Transport::from_wire_name(&s.transport).is_none() {
+                return Err(bad("transport", format!("expected acp or stream-json, found {:?}", s.transport)));
+            }
+            let p = s.provider.as_bytes();
+            let provider_ok = !p.is_empty() && p.len() <= 64 && p[0].is_ascii_lowercase() && p.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+            if !provider_ok {
+                return Err(bad("provider", format!("expected a lowercase name like anthropic, found {:?}", s.provider)));
+            }
+            if !FAMILIES.contains(&s.family.as_str()) {
+                return Err(bad("family", format!("expected one of {}, found {:?}", FAMILIES.join(", "), s.family)));
+            }
+            for k in s.env.keys() {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    return Err(bad("env", format!("{k:?} is not a variable name")));
+                }
+            }
+            if s.stall_timeout == Some(0) {
+                return Err(bad("stall_timeout", "expected at least 1 second".into()));
+            }
         }
         Ok(())
     }
@@ -396,6 +698,8 @@ pub struct PathFlags {
     pub config: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub socket: Option<PathBuf>,
+    /// `serve --http ADDR`: turns the HTTP listener on for this run.
+    pub http_listen: Option<String>,
 }
 
 /// The environment the path defaults come from, read once so that tests can
@@ -510,7 +814,11 @@ fn non_empty(s: &str) -> Option<PathBuf> {
 /// default path has none. A file named by `--config` must exist.
 pub fn load_effective(flags: &PathFlags, env: &Env) -> Result<(FileConfig, Paths), ConfigError> {
     let path = flags.config.clone().unwrap_or_else(|| env.default_config_path());
-    let cfg = if flags.config.is_none() && !path.exists() { FileConfig::default() } else { load(&path)? };
+    let mut cfg = if flags.config.is_none() && !path.exists() { FileConfig::default() } else { load(&path)? };
+    if let Some(listen) = &flags.http_listen {
+        cfg.http.listen = listen.clone();
+        cfg.http.check().map_err(|(key, message)| ConfigError { path: None, key: Some(format!("--http ({key})")), line: None, message })?;
+    }
     let mut paths = Paths::resolve(flags, &cfg, env);
     paths.config = path;
     Ok((cfg, paths))
@@ -523,28 +831,48 @@ pub struct ReloadReport {
     pub needs_restart: Vec<String>,
 }
 
-/// Compares the running config with a newly read one. Paths are fixed for the
-/// life of the process; levels and bounds for new connections apply at once.
+/// Keys a running daemon cannot take over without a restart: its paths and
+/// name, and how plugins are isolated (decided once, at start). Every other
+/// key applies at once or at the next use (a new connection, the next start
+/// of a plugin, the next step of a lane).
+pub const RESTART_KEYS: &[&str] = &["daemon.state_dir", "daemon.socket", "daemon.node_name", "plugins.isolation"];
+
+/// Sections whose every key needs a restart: the HTTP listener, its token
+/// and its checks are fixed when it starts.
+pub const RESTART_SECTIONS: &[&str] = &["http"];
+
+/// Compares the running config with a newly read one, key by key, so that
+/// the reload log names exactly what changed. Sections are compared through
+/// their TOML form, so a key added to any section is covered without a line
+/// here; an array of tables (`[[seat]]`) is one key.
 pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
     let mut r = ReloadReport::default();
-    let mut note = |changed: bool, key: &str, live: bool| {
-        if changed {
-            if live { r.applied.push(key.into()) } else { r.needs_restart.push(key.into()) }
+    let table = |c: &FileConfig| toml::Table::try_from(c).unwrap_or_default();
+    let (old, new) = (table(old), table(new));
+    let mut names: Vec<&String> = old.keys().chain(new.keys()).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let (a, b) = (old.get(name), new.get(name));
+        let keys: Vec<(String, Option<&toml::Value>, Option<&toml::Value>)> = match (a, b) {
+            (Some(toml::Value::Table(ta)), Some(toml::Value::Table(tb))) => {
+                let mut ks: Vec<&String> = ta.keys().chain(tb.keys()).collect();
+                ks.sort();
+                ks.dedup();
+                ks.into_iter().map(|k| (format!("{name}.{k}"), ta.get(k), tb.get(k))).collect()
+            }
+            _ => vec![(name.clone(), a, b)],
+        };
+        for (key, va, vb) in keys {
+            if va != vb {
+                if RESTART_KEYS.contains(&key.as_str()) || RESTART_SECTIONS.contains(&name.as_str()) {
+                    r.needs_restart.push(key);
+                } else {
+                    r.applied.push(key);
+                }
+            }
         }
-    };
-    note(old.daemon.state_dir != new.daemon.state_dir, "daemon.state_dir", false);
-    note(old.daemon.socket != new.daemon.socket, "daemon.socket", false);
-    note(old.daemon.node_name != new.daemon.node_name, "daemon.node_name", false);
-    note(old.daemon.log_level != new.daemon.log_level, "daemon.log_level", true);
-    note(old.socket.max_connections != new.socket.max_connections, "socket.max_connections", true);
-    note(old.socket.max_in_flight != new.socket.max_in_flight, "socket.max_in_flight", true);
-    note(old.socket.max_queued_bytes != new.socket.max_queued_bytes, "socket.max_queued_bytes", true);
-    // Lane settings apply to the next step of every lane; repositories to
-    // the next dispatch.
-    note(old.lanes != new.lanes, "lanes", true);
-    note(old.repo != new.repo, "repo", true);
-    // Plugin settings apply to the next start of each plugin.
-    note(old.plugins != new.plugins, "plugins", true);
+    }
     r
 }
 
@@ -563,6 +891,26 @@ mod tests {
         assert_eq!(e.line, Some(3));
         assert_eq!(e.key.as_deref(), Some("frobnicate"));
         assert!(e.message.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn seats_and_rules_are_checked_naming_key_and_line() {
+        let ok = "[[seat]]\nharness = \"claude\"\ncommand = \"claude\"\ntransport = \"stream-json\"\nprovider = \"anthropic\"\nfamily = \"anthropic\"\n";
+        let cfg = parse(ok).unwrap();
+        cfg.check(ok).unwrap();
+        assert_eq!(cfg.seat[0].harness, "claude");
+        let two = format!("{ok}\n[[seat]]\nharness = \"x\"\ncommand = \"x\"\ntransport = \"tmux\"\nprovider = \"p\"\nfamily = \"local\"\n");
+        let e = parse(&two).unwrap().check(&two).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("seat.transport"));
+        assert_eq!(e.line, Some(11));
+        let e = parse("[[seat]]\nharness = \"a\"\nfrob = 1\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("frob"));
+        let rules = "[approvals]\ntimeout = 5\n\n[[approvals.rule]]\naction = \"read\"\nanswer = \"maybe\"\n";
+        let e = parse(rules).unwrap().check(rules).unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("approvals.rule.answer"), Some(6)));
+        let fb = "[approvals]\nfallback = \"shrug\"\n";
+        let e = parse(fb).unwrap().check(fb).unwrap_err();
+        assert_eq!(e.line, Some(2));
     }
 
     #[test]
@@ -613,9 +961,30 @@ mod tests {
         let mut new = old.clone();
         new.daemon.log_level = "debug".into();
         new.daemon.socket = "/elsewhere.sock".into();
+        new.plugins.ping_interval_ms += 1;
+        new.plugins.isolation = "none".into();
         let r = diff(&old, &new);
-        assert_eq!(r.applied, vec!["daemon.log_level".to_string()]);
-        assert_eq!(r.needs_restart, vec!["daemon.socket".to_string()]);
+        assert_eq!(r.applied, vec!["daemon.log_level".to_string(), "plugins.ping_interval_ms".to_string()]);
+        assert_eq!(r.needs_restart, vec!["daemon.socket".to_string(), "plugins.isolation".to_string()]);
+    }
+
+    #[test]
+    fn http_section_is_checked() {
+        let text = "[http]\nlisten = \"127.0.0.1:7777\"\nallowed_origins = [\"https://app.example:8443\"]\npublic_names = [\"box.lan\", \"box.lan:443\"]\n";
+        parse(text).unwrap().check(text).unwrap();
+        for (text, key) in [
+            ("[http]\nlisten = \"localhost\"\n", "http.listen"),
+            ("[http]\nallowed_origins = [\"*\"]\n", "http.allowed_origins"),
+            ("[http]\nallowed_origins = [\"https://app.example/\"]\n", "http.allowed_origins"),
+            ("[http]\npublic_names = [\"Box.lan\"]\n", "http.public_names"),
+            ("[http]\nthreads = 0\n", "http.threads"),
+            ("[http]\ntoken_file = \"rel/token\"\n", "http.token_file"),
+        ] {
+            let e = parse(text).unwrap().check(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{text}");
+        }
+        assert!(valid_public_name("[::1]:8080"));
+        assert!(!valid_public_name("::1"));
     }
 
     #[test]

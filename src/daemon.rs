@@ -77,6 +77,12 @@ pub struct Daemon {
     pub children: Children,
     /// The plugin host (issue 4).
     pub plugins: crate::plugins::host::Host,
+    /// Seats, sessions and the approvals inbox (issue 3).
+    pub core: crate::core::Core,
+    /// Lanes (issue 5).
+    pub lanes: crate::lanes::controller::Lanes,
+    /// The HTTP API when `[http] listen` or `serve --http` turns it on.
+    pub http: Option<crate::http::Http>,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     pub subscriptions: HashMap<Token, Subscription>,
@@ -116,12 +122,15 @@ impl Daemon {
         })
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
         let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
-        let plugins = crate::plugins::host::load(&cfg, &paths);
+        let plugins = crate::plugins::host::load(&paths);
+        let core_cfg = cfg.clone();
+        let instance_id = crate::ids::uuid_v4();
+        let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id).map_err(ServeError::Startup)?;
         let mut d = Daemon {
             cfg,
             paths,
             node_name,
-            instance_id: crate::ids::uuid_v4(),
+            instance_id,
             started_at_ms: crate::clock::now_ms(),
             started: Instant::now(),
             reactor,
@@ -131,6 +140,9 @@ impl Daemon {
             roots: Roots::default(),
             children: Children::default(),
             plugins,
+            core: crate::core::Core::new(&core_cfg),
+            lanes: Default::default(),
+            http,
             pending: HashMap::new(),
             next_ticket: 0,
             subscriptions: HashMap::new(),
@@ -146,7 +158,18 @@ impl Daemon {
         );
         crate::notify::notify("READY=1");
         d.start_integrity_check();
-        crate::plugins::host::start_all(&mut d);
+        let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
+            crate::plugins::host::isolation_known(d, &probe);
+            crate::lanes::controller::isolation_known(d, &probe);
+        });
+        if let Err(e) = probed {
+            crate::error!("unable to start the isolation probe: {e}; plugins run without isolation");
+            let none: crate::isolation::Probe = Err("the probe could not run".into());
+            crate::plugins::host::isolation_known(&mut d, &none);
+            crate::lanes::controller::isolation_known(&mut d, &none);
+        }
+        crate::core::start(&mut d);
+        d.read_lanes_at_start();
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
@@ -227,6 +250,7 @@ impl Daemon {
             && self.socket.in_flight() == 0
             && self.socket.queued_bytes() == 0
             && crate::plugins::host::all_stopped(self)
+            && self.http.as_ref().is_none_or(|h| !h.busy())
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -292,16 +316,11 @@ impl Daemon {
 
     /// Routes what a child's pipes produced to the child's owner.
     fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
-        if let Some(Owner::Plugin(_)) = self.children.owner(id) {
+        match self.children.owner(id) {
             // Also with nothing read: a drained stdin queue matters to it.
-            crate::plugins::host::on_output(self, id, out);
-            return;
-        }
-        if out.is_empty() {
-            return;
-        }
-        match self.children.owner(id).cloned() {
-            Some(Owner::Session(_)) | Some(Owner::Plugin(_)) | None => {}
+            Some(Owner::Plugin(_)) => crate::plugins::host::on_output(self, id, out),
+            Some(Owner::Session(_)) if !out.is_empty() => crate::core::sessions::on_output(self, id, out),
+            _ => {}
         }
     }
 
@@ -309,7 +328,8 @@ impl Daemon {
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
             Some(Owner::Plugin(_)) => crate::plugins::host::on_exit(self, id, status),
-            Some(Owner::Session(_)) | None => {}
+            Some(Owner::Session(_)) => crate::core::sessions::on_exit(self, id, status),
+            None => {}
         }
     }
 
@@ -335,7 +355,9 @@ impl Daemon {
         applied.daemon.state_dir = self.cfg.daemon.state_dir.clone();
         applied.daemon.socket = self.cfg.daemon.socket.clone();
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
+        applied.http = self.cfg.http.clone();
         self.cfg = applied;
+        crate::core::reload(self);
         if report.applied.is_empty() && restart_keys.is_empty() {
             crate::info!("reloaded {}: nothing changed", path.display());
         } else {
@@ -350,6 +372,11 @@ impl Daemon {
 
     /// Begins a clean stop; see the module comment for the order.
     pub fn begin_stop(&mut self, why: &str) {
+        self.begin_stop_within(why, Duration::from_millis(limits::SHUTDOWN_DRAIN_MS));
+    }
+
+    /// Begins a clean stop that waits at most `drain` for in-flight work.
+    pub fn begin_stop_within(&mut self, why: &str, drain: Duration) {
         if self.stopping.is_some() {
             return;
         }
@@ -359,8 +386,12 @@ impl Daemon {
         // Plugins get their shutdown and the page's 2 + 3 seconds before the
         // last step of the stop kills what is left.
         crate::plugins::host::stop_all(self);
-        let plugin_ms = limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000;
-        self.stopping = Some(Instant::now() + Duration::from_millis(limits::SHUTDOWN_DRAIN_MS.max(plugin_ms)));
+        crate::core::on_stop(self);
+        if let Some(h) = &mut self.http {
+            h.stop();
+        }
+        let plugin_ms = Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000);
+        self.stopping = Some(Instant::now() + drain.max(plugin_ms));
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -448,6 +479,7 @@ impl Daemon {
             }
         }
         self.subscriptions.remove(&t);
+        self.core.on_conn_closed(t);
         self.dirty.remove(&t);
     }
 
@@ -468,6 +500,10 @@ impl Daemon {
     /// once per event and queued to every subscribed connection.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
+        crate::lanes::controller::on_events(self, events);
+        if let Some(h) = &mut self.http {
+            h.publish(events);
+        }
         if self.subscriptions.is_empty() {
             return;
         }
@@ -492,11 +528,31 @@ impl Daemon {
         }
     }
 
-    /// Runs SQLite's quick check on the reader thread once the daemon is
-    /// ready, so that start-up stays fast on a large ledger; a failure turns
-    /// the ledger read-only.
+    /// Runs SQLite's quick check on the reader thread a moment after the
+    /// daemon is ready, so that neither start-up nor the first requests wait
+    /// for a scan of a large ledger; a failure turns the ledger read-only.
     fn start_integrity_check(&mut self) {
-        if self.ledger.corrupt.is_some() {
+        self.reactor.schedule(Duration::from_millis(limits::LEDGER_CHECK_DELAY_MS), |d| d.run_integrity_check());
+    }
+
+    /// Hands the ledger's lanes to the lane controller once the reader has
+    /// them.
+    fn read_lanes_at_start(&mut self) {
+        let inbox = self.inbox.clone();
+        let queued = self.ledger.read(Box::new(move |conn| {
+            let rows = crate::lanes::controller::read_at_start(conn);
+            inbox.run(move |d| match rows {
+                Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
+                Err(e) => crate::error!("unable to read the lanes from the ledger: {}; lanes are unavailable", e.to_string().to_lowercase()),
+            });
+        }));
+        if queued.is_err() {
+            crate::error!("unable to read the lanes from the ledger: the reader is busy; lanes are unavailable");
+        }
+    }
+
+    fn run_integrity_check(&mut self) {
+        if self.ledger.corrupt.is_some() || self.stopping.is_some() {
             return;
         }
         let inbox = self.inbox.clone();

@@ -54,6 +54,36 @@ pub enum Code {
     CommandNotFound,
     /// Seed 000: 4 commands of the plugin are unanswered.
     Busy,
+    /// No seat has that harness id (issue 3, Seats).
+    SeatNotFound,
+    /// The seat is missing or degraded; `message` says why.
+    SeatNotReady,
+    /// No session has that id.
+    SessionNotFound,
+    /// The session's agent is gone; it takes no input.
+    SessionEnded,
+    /// The session's prompt queue holds its maximum already.
+    QueueFull,
+    /// The approval was already answered, withdrawn or expired.
+    NotPending,
+    /// The daemon holds its maximum number of sessions.
+    TooManySessions,
+    /// The approval's action is not the one the caller answered for.
+    ActionMismatch,
+    /// task.dispatch: the repository is not one the daemon knows.
+    RepoUnknown,
+    /// task.dispatch: the verifier is of the builder's provider family.
+    SameFamily,
+    /// task.dispatch: the base branch does not exist.
+    BaseUnknown,
+    /// task.dispatch: the lane's branch or worktree exists already.
+    NameTaken,
+    /// task.dispatch: the acceptance command cannot run isolated here.
+    IsolationMissing,
+    /// No lane has that id.
+    LaneNotFound,
+    /// The lane is not at a stage that takes this request.
+    LaneNotWaiting,
 }
 
 impl Code {
@@ -82,6 +112,21 @@ impl Code {
             Code::PluginError => "plugin-error",
             Code::CommandNotFound => "command-not-found",
             Code::Busy => "busy",
+            Code::SeatNotFound => "seat-not-found",
+            Code::SeatNotReady => "seat-not-ready",
+            Code::SessionNotFound => "session-not-found",
+            Code::SessionEnded => "session-ended",
+            Code::QueueFull => "queue-full",
+            Code::NotPending => "not-pending",
+            Code::TooManySessions => "too-many-sessions",
+            Code::ActionMismatch => "action-mismatch",
+            Code::RepoUnknown => "repo-unknown",
+            Code::SameFamily => "same-family",
+            Code::BaseUnknown => "base-unknown",
+            Code::NameTaken => "name-taken",
+            Code::IsolationMissing => "isolation-missing",
+            Code::LaneNotFound => "lane-not-found",
+            Code::LaneNotWaiting => "lane-not-waiting",
         }
     }
 
@@ -94,6 +139,23 @@ impl Code {
             Code::MethodNotFound => -32601,
             Code::InvalidParams => -32602,
             Code::InternalError => -32603,
+            // Each domain condition has its own server-error integer so
+            // that a client without data.code can still tell them apart.
+            Code::SeatNotFound => -32010,
+            Code::SeatNotReady => -32011,
+            Code::SessionNotFound => -32012,
+            Code::SessionEnded => -32013,
+            Code::QueueFull => -32014,
+            Code::NotPending => -32015,
+            Code::TooManySessions => -32016,
+            Code::ActionMismatch => -32017,
+            Code::RepoUnknown => -32020,
+            Code::SameFamily => -32021,
+            Code::BaseUnknown => -32022,
+            Code::NameTaken => -32023,
+            Code::IsolationMissing => -32024,
+            Code::LaneNotFound => -32025,
+            Code::LaneNotWaiting => -32026,
             _ => -32000,
         }
     }

@@ -71,6 +71,11 @@ pub const LEDGER_READ_QUEUE: usize = 256;
 /// the length of one commit.
 pub const LEDGER_BUSY_TIMEOUT_MS: u64 = 5_000;
 
+/// How long after start the ledger's integrity check begins: start-up and
+/// the first requests must not wait for a full scan ("with a million events
+/// in the ledger, at most twice the empty-ledger figure", issue 2).
+pub const LEDGER_CHECK_DELAY_MS: u64 = 2_000;
+
 /// The largest `data` document one event may carry; larger payloads (a whole
 /// tool result) belong in their own tables, not in the event stream.
 pub const EVENT_MAX_DATA_BYTES: usize = 1024 * 1024;
@@ -387,5 +392,201 @@ pub const LANE_VERIFY_ATTEMPTS: u32 = 2;
 pub const LANE_JOB_QUEUE: usize = 64;
 pub const LANE_WORKERS: usize = 2;
 
+/// Transcript entries read back to find a verifier's answer: a verifier
+/// session has one turn, far shorter than this.
+pub const LANE_VERIFIER_ENTRIES: usize = 4096;
+
+/// How often a lane waiting for a busy or unready verifier seat looks
+/// again. Seats change state on probes and as other lanes finish.
+pub const LANE_VERIFIER_RETRY_SECS: u64 = 10;
+
+/// Repositories added with repos.add (the config may name more).
+pub const LANE_MAX_REPOS: usize = 256;
+
+/// verify.list pages: default and most lanes per page.
+pub const LANE_PAGE_DEFAULT: usize = 50;
+pub const LANE_PAGE_MAX: usize = 500;
+
 /// The acceptance command's time limit when the config names none.
 pub const LANE_CHECK_TIMEOUT_SECS: u64 = 30 * 60;
+// ---- sessions and inbox (issue 3) ----
+
+/// "so that no agent waits forever unnoticed" (issue 3): the default of
+/// `approvals.timeout`, in seconds. Fifteen minutes is long enough for an
+/// operator who steps away briefly, short enough that a forgotten request
+/// is resolved by its declared fallback within the hour.
+pub const APPROVAL_TIMEOUT_DEFAULT_S: u64 = 900;
+/// The longest `approvals.timeout` a config may set: one week.
+pub const APPROVAL_TIMEOUT_MAX_S: u64 = 7 * 24 * 3600;
+
+/// Resolved approvals the inbox keeps in memory for `approvals.get` and
+/// `approvals.list {all: true}`; older ones are in the ledger only. Pending
+/// requests are bounded per agent by `AGENT_PENDING_REQUESTS`.
+pub const INBOX_RESOLVED_KEPT: usize = 256;
+
+/// Sessions one daemon holds at once, ended ones included ("200 sessions on
+/// one daemon", issue 3, with room). A spawn past it is refused with
+/// `too-many-sessions`.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// "An agent that [...] stalls [...] ends the turn failed" (issue 3): the
+/// seconds a running turn may go without a line from its agent when the
+/// seat sets no `stall_timeout`. Time while an approval waits on the
+/// operator does not count.
+pub const AGENT_STALL_DEFAULT_S: u64 = 900;
+
+/// How long a stopped agent (kill, a protocol violation, a stall, a daemon
+/// stop) gets between SIGTERM and SIGKILL of its process group.
+pub const AGENT_KILL_GRACE_MS: u64 = 3_000;
+
+/// stdin bytes queued to one agent that does not read (prompts and answers
+/// are small; a whole file read answer is the largest).
+pub const AGENT_STDIN_QUEUED: usize = 32 * 1024 * 1024;
+
+/// The tail of an agent's stderr kept for the log when it ends badly.
+pub const AGENT_STDERR_TAIL: usize = 4_096;
+
+/// The largest file an agent may read or write through ACP fs/* (the
+/// answer must fit one line of `AGENT_MAX_LINE` once escaped).
+pub const AGENT_FS_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// "sessions.input {session_id, text}": the longest prompt taken, in bytes,
+/// so that one prompt line stays far under the agent's line bound.
+pub const PROMPT_MAX_BYTES: usize = 1024 * 1024;
+
+/// "session.rename" names: at most 128 characters, no control characters.
+pub const SESSION_NAME_MAX: usize = 128;
+
+/// Transcript entries of the running turn kept in memory to send deltas
+/// (seed 004, Transcripts: "the node can change the last entries"); idle
+/// sessions keep none. Past it older entries of the turn are only in the
+/// ledger and later changes to them send no delta.
+pub const TRANSCRIPT_TURN_CACHE: usize = 512;
+
+/// `inputPreview` of a tool entry: the first characters of its input.
+pub const TRANSCRIPT_PREVIEW_CHARS: usize = 200;
+
+/// `sessions.transcriptView` and a first `transcript.subscribe` result: the
+/// most entries one answer carries (the newest).
+pub const TRANSCRIPT_PAGE_MAX: usize = 5_000;
+
+/// Live transcript subscriptions one connection may hold.
+pub const TRANSCRIPT_SUBS_PER_CONN: usize = 64;
+
+/// "memory per idle session <= 64 KiB" (issue 3, Figures): a line reader
+/// (agent stdout, socket connection) whose buffer grew past this for one
+/// long line gives the memory back once the line is consumed.
+pub const LINE_BUFFER_IDLE_KEEP: usize = 16 * 1024;
+
+/// Seat probes: how long `command --version` may run before the seat is
+/// degraded ("bounded", issue 3).
+pub const SEAT_PROBE_TIMEOUT_MS: u64 = 5_000;
+// ---- HTTP API (seed 002, "HTTP rules" and "SSE delivery and recovery"; issue 6) ----
+
+/// "Ordinary JSON request bodies have a 64 KiB limit." (seed 002, Encoding,
+/// limits, and pagination). Enforced while reading, for fixed-length and
+/// chunked bodies alike; past it the answer is 413.
+pub const HTTP_BODY_MAX: usize = 64 * 1024;
+
+/// "JSON responses and SSE data frames have a 1 MiB limit." (seed 002)
+pub const HTTP_RESPONSE_MAX: usize = 1024 * 1024;
+
+/// "Default limit is 50; maximum is 200." (seed 002, pagination)
+pub const HTTP_PAGE_DEFAULT: usize = 50;
+pub const HTTP_PAGE_MAX: usize = 200;
+
+/// "Each page also respects its encoded byte limit, including JSON
+/// escaping." (seed 002). The items of one page stop short of this many
+/// encoded bytes, leaving room for the envelope inside `HTTP_RESPONSE_MAX`.
+pub const HTTP_PAGE_MAX_BYTES: usize = HTTP_RESPONSE_MAX - 64 * 1024;
+
+/// The request line and headers of one request. The spec names no bound;
+/// 16 KiB holds any real request (browsers send well under 8 KiB) and caps
+/// what a client can make a handler thread buffer before it is refused.
+pub const HTTP_HEAD_MAX: usize = 16 * 1024;
+/// Header fields in one request, for the same reason.
+pub const HTTP_HEADERS_MAX: usize = 100;
+/// One chunk-size line or trailer line of a chunked body.
+pub const HTTP_CHUNK_LINE_MAX: usize = 1024;
+
+/// `http.max_connections` default: "bound the number of open connections
+/// (refuse beyond it with 503 problem+json)" (issue 6). Open connections
+/// include idle keep-alive ones and SSE streams.
+pub const HTTP_MAX_CONNECTIONS: usize = 64;
+/// The ceiling a config may raise `http.max_connections` to.
+pub const HTTP_MAX_CONNECTIONS_CEILING: usize = 4096;
+/// `http.threads` default: the handler threads `http-N` (issue 6, "a bounded
+/// pool of handler threads").
+pub const HTTP_THREADS: usize = 4;
+pub const HTTP_THREADS_CEILING: usize = 64;
+
+/// SSE streams open at once, each on its own writer thread `http-sse-N`;
+/// counted inside `http.max_connections`. Past it a watch is refused with
+/// 503 `too_many_streams` before any header is sent.
+pub const HTTP_MAX_STREAMS: usize = 32;
+
+/// An idle keep-alive connection is closed after this long.
+pub const HTTP_IDLE_MS: u64 = 30_000;
+/// Reading one request's head or body may stall this long before the
+/// connection is closed (a slow client holds a handler thread no longer).
+pub const HTTP_READ_TIMEOUT_MS: u64 = 10_000;
+/// "Sockets have bounded write waits." (seed 002, Collection watch and
+/// overload): one blocked write waits at most this long, then the
+/// connection is closed.
+pub const HTTP_WRITE_TIMEOUT_MS: u64 = 10_000;
+/// How long a handler thread waits for the reactor's answer before it
+/// answers 503 `unavailable`.
+pub const HTTP_REACTOR_WAIT_MS: u64 = 30_000;
+/// Requests served back to back on one connection by one handler thread
+/// while the client keeps sending, before the connection goes back to the
+/// poller so that other connections get their turn.
+pub const HTTP_REQUESTS_PER_TURN: usize = 32;
+
+/// The bearer token: "32 random bytes hex" (issue 6).
+pub const HTTP_TOKEN_BYTES: usize = 32;
+
+/// "POST /server/shutdown accepts instance_id and timeout_ms, default 5,000
+/// and maximum 30,000." (seed 002, Server identity and shutdown)
+pub const HTTP_SHUTDOWN_TIMEOUT_DEFAULT_MS: u64 = 5_000;
+pub const HTTP_SHUTDOWN_TIMEOUT_MAX_MS: u64 = 30_000;
+
+/// "Both stream kinds send keepalives at least every five seconds when
+/// quiet." (seed 002). A little under five so that write time never
+/// stretches a gap past it.
+pub const SSE_KEEPALIVE_MS: u64 = 4_500;
+
+/// "The replay buffer retains at most 256 events or 992 KiB, whichever
+/// bound is reached first." (seed 002, Session watch)
+pub const SSE_REPLAY_EVENTS: usize = 256;
+pub const SSE_REPLAY_BYTES: usize = 992 * 1024;
+
+/// "The bus queue holds at most 256 events and 1 MiB per subscriber."
+/// (seed 002, Collection watch and overload). Past it the subscriber gets
+/// `overflow` and is closed.
+pub const SSE_QUEUE_EVENTS: usize = 256;
+pub const SSE_QUEUE_BYTES: usize = 1024 * 1024;
+
+/// "Mailboxes carry at most one outstanding wake, never full payloads."
+/// (seed 002). The capacity of a subscriber's wake channel.
+pub const SSE_MAILBOX: usize = 1;
+
+/// Watchers of one topic (one ledger stream now, one session in phase 2).
+/// Past it a new watch is refused with 503 `too_many_streams`.
+pub const SSE_TOPIC_SUBSCRIBERS: usize = HTTP_MAX_STREAMS;
+
+/// Ledger streams that keep a replay buffer for `GET /events` watches. A
+/// buffer nobody watches is dropped first when a new stream needs one;
+/// each holds at most `SSE_REPLAY_BYTES`.
+pub const SSE_EVENT_TOPICS: usize = 64;
+
+/// "Unknown UUIDv7 identities older than seven days return 410
+/// identity_expired [...]; identities more than five minutes ahead return
+/// 400 identity_future." (seed 002, Input admission and outcomes)
+pub const UUID7_MAX_AGE_MS: i64 = 7 * 24 * 3600 * 1000;
+pub const UUID7_MAX_AHEAD_MS: i64 = 5 * 60 * 1000;
+
+/// An event whose `data` is larger than this is shown without it (`data:
+/// null, data_omitted: true`) in HTTP pages and frames, so that one event
+/// always fits a page, a frame and the replay buffer; the daemon socket's
+/// `events.list` still returns it whole.
+pub const HTTP_EVENT_INLINE_MAX: usize = 256 * 1024;

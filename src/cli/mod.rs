@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod plugin;
+pub mod sessions;
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -48,11 +49,17 @@ const USAGE_TEMPLATE: &str = "\
 usage: omniconfluxd [--config PATH] [--state-dir DIR] [--socket PATH] COMMAND [ARGS]
 
 commands:
-  serve                       run the daemon in the foreground
+  serve [--http ADDR]         run the daemon in the foreground; --http also
+                              serves the HTTP API on ADDR (IP:PORT)
   status [--json]             whether a daemon answers, and what it holds
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
                               print events, one JSON line each
+  seats [list|probe]          the configured agent harnesses and their state
+  sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]
+                              list, start and drive agent sessions
+  approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]
+                              the approvals inbox; answering is the operator's
   stop                        ask the daemon to stop
   config check [PATH]         validate a config file and print it in full
   plugin ...                  manage plugins; see below
@@ -129,8 +136,14 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             Ok(())
         }
         "serve" => {
-            no_more(rest)?;
-            crate::daemon::Daemon::serve(&args.flags).map_err(|e| match e {
+            let mut flags = args.flags.clone();
+            match rest {
+                [] => {}
+                [flag, addr] if flag == "--http" => flags.http_listen = Some(addr.clone()),
+                [flag] if flag == "--http" => return Err(Failure::usage("--http needs an address, IP:PORT")),
+                [other, ..] => return Err(Failure::usage(format!("unexpected argument {other}"))),
+            }
+            crate::daemon::Daemon::serve(&flags).map_err(|e| match e {
                 crate::daemon::ServeError::Config(_) => Failure { status: EXIT_USAGE, message: e.to_string() },
                 crate::daemon::ServeError::Startup(_) => Failure { status: EXIT_ERROR, message: e.to_string() },
             })
@@ -142,6 +155,9 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "call" => call(&args, rest),
         "plugin" => plugin::run(|| connect(&args), args.json, rest),
+        "seats" => sessions::seats(|| connect(&args), args.json, rest),
+        "sessions" => sessions::sessions(|| connect(&args), args.json, rest),
+        "approvals" => sessions::approvals(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "stop" => {
             no_more(rest)?;

@@ -6,7 +6,7 @@
 //! only writable path, a private /tmp and HOME, new namespaces for
 //! everything including the network (so no network), a new session, and
 //! `--die-with-parent`. Where bwrap is missing or cannot create namespaces
-//! on this machine, [`probe_isolation`] says so and the lane refuses the
+//! on this machine, the daemon's probe (`crate::isolation`) says so and the lane refuses the
 //! task with `isolation-missing` unless the operator configured
 //! `lanes.require_isolation = false`.
 //!
@@ -31,32 +31,8 @@ pub enum Isolation {
     Unisolated,
 }
 
-/// Finds a bubblewrap that really works here (installed is not enough: a
-/// container may forbid the namespaces it needs). Blocking; call from a
-/// worker or at start.
-pub fn probe_isolation() -> Result<PathBuf, String> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let bwrap = std::env::split_paths(&path)
-        .map(|d| d.join("bwrap"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| "bubblewrap (bwrap) is not installed".to_string())?;
-    let out = Command::new(&bwrap)
-        .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent", "true"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("unable to run {}: {}", bwrap.display(), io_cause(&e)))?;
-    if out.status.success() {
-        Ok(bwrap)
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        Err(format!("bubblewrap cannot isolate here: {}", err.lines().next().unwrap_or("it failed").trim()))
-    }
-}
-
 /// What the check did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -235,7 +211,7 @@ mod tests {
     // In a new network namespace /proc/net/dev lists only `lo` under its two
     // header lines.
     fn bwrap_confines_writes_and_network_where_it_works() {
-        let Ok(bwrap) = probe_isolation() else {
+        let Ok(bwrap) = crate::isolation::probe() else {
             eprintln!("bubblewrap cannot isolate on this machine; confinement not tested here");
             return;
         };

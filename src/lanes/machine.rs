@@ -22,12 +22,15 @@
 //! one round; a rework that would start a round beyond `max_rounds` stops at
 //! `cap` instead, for the operator. lane.verdict's `round` counts verdicts.
 
+use serde::{Deserialize, Serialize};
+
 use crate::lanes::check::Outcome;
 use crate::lanes::verdict::{self, Defect, Verdict};
 use crate::limits;
 
 /// Where a lane is (seed 000, lanes[].stage).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Stage {
     Building,
     Idle,
@@ -133,6 +136,9 @@ pub enum Input {
     OperatorRework { notes: String },
     /// The operator closes the lane (`lanes.close`).
     OperatorClose,
+    /// A step the daemon itself must do failed (git refused, no seat can
+    /// build): the lane goes to the operator with the reason in its record.
+    Broken,
 }
 
 /// What the controller must do, in order.
@@ -164,7 +170,7 @@ pub struct NotNow {
     pub stage: Stage,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     pub stage: Stage,
     /// Commits judged so far (failed checks and verdicts).
@@ -177,7 +183,8 @@ pub struct Machine {
     /// Answers that were not a verdict for the current commit.
     pub failed_opinions: u32,
     pub require_merge_approval: bool,
-    pub last_verdict: Option<(&'static str, String)>,
+    /// The latest verdict and the commit it judged.
+    pub last_verdict: Option<(String, String)>,
 }
 
 impl Machine {
@@ -240,6 +247,7 @@ impl Machine {
                 Err(_) => self.no_verdict(&mut out),
             },
             (Stage::Verifying, Input::VerifierFailed) => self.no_verdict(&mut out),
+            (stage, Input::Broken) if !stage.waits_for_operator() => self.go(Stage::SentBack, &mut out),
             (Stage::Pass | Stage::MergeFailed | Stage::SentBack, Input::OperatorMerge) if self.last_verdict.as_ref().is_some_and(|v| v.0 == "pass") => {
                 let commit = self.commit.clone().ok_or(not_now)?;
                 self.go(Stage::Merging, &mut out);
@@ -279,7 +287,7 @@ impl Machine {
         let commit = self.commit.clone().unwrap_or_default();
         self.verdicts += 1;
         self.failed_opinions = 0;
-        self.last_verdict = Some((v.name(), commit.clone()));
+        self.last_verdict = Some((v.name().to_string(), commit.clone()));
         out.push(Action::RecordVerdict { commit: commit.clone(), verdict: v.name(), round: self.verdicts, defects: v.defects().len() });
         match v {
             Verdict::Pass => {

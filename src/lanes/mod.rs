@@ -8,8 +8,13 @@
 //! - `verdict`: the verifier's answer, parsed strictly.
 //! - `git`: worktrees, commits, diffs and merges (blocking; lane workers).
 //! - `check`: the isolated acceptance command (blocking; lane workers).
+//! - `controller`: every lane's record, on the reactor; carries out what
+//!   the machine decides.
+//! - `methods`: the daemon socket's lane methods.
 
 pub mod check;
+pub mod controller;
 pub mod git;
 pub mod machine;
+pub mod methods;
 pub mod verdict;

@@ -40,7 +40,8 @@ pub struct Ledger {
     pub path: PathBuf,
     writer_tx: Option<Sender<Batch>>,
     reader_tx: Sender<ReadJob>,
-    threads: Vec<JoinHandle<()>>,
+    writer_thread: Option<JoinHandle<()>>,
+    reader_thread: Option<JoinHandle<()>>,
     /// Set when the ledger cannot be trusted; writes are refused.
     pub corrupt: Option<CorruptReason>,
 }
@@ -90,7 +91,7 @@ impl Ledger {
             Err(WritableError::Untrusted(reason)) => (Some(CorruptReason(reason)), None),
             Err(WritableError::Fatal(msg)) => return Err(OpenError(msg)),
         };
-        let mut threads = Vec::new();
+        let mut writer_thread = None;
         let writer_tx = match writer_conn {
             Some(conn) => {
                 let (tx, rx) = bounded::<Batch>(limits::LEDGER_QUEUE);
@@ -98,7 +99,7 @@ impl Ledger {
                     .name("ledger-writer".into())
                     .spawn(move || writer::run(conn, rx, on_commit))
                     .map_err(|e| OpenError(format!("unable to start the ledger writer thread: {}", io_cause(&e))))?;
-                threads.push(handle);
+                writer_thread = Some(handle);
                 Some(tx)
             }
             None => None,
@@ -109,8 +110,7 @@ impl Ledger {
             .name("ledger-reader".into())
             .spawn(move || reader_run(&read_path, reader_rx))
             .map_err(|e| OpenError(format!("unable to start the ledger reader thread: {}", io_cause(&e))))?;
-        threads.push(handle);
-        Ok(Ledger { path: path.to_path_buf(), writer_tx, reader_tx, threads, corrupt })
+        Ok(Ledger { path: path.to_path_buf(), writer_tx, reader_tx, writer_thread, reader_thread: Some(handle), corrupt })
     }
 
     fn open_writable(path: &Path) -> Result<Connection, WritableError> {
@@ -166,12 +166,18 @@ impl Ledger {
     }
 
     /// Stops both threads after the writer has committed everything queued.
+    /// The reader goes first so that the writer's connection is the last one
+    /// open: it checkpoints the WAL into the database and truncates it, and
+    /// the next start has no WAL to read back.
     pub fn close(mut self) {
-        self.writer_tx = None;
-        // Dropping the reader's sender ends its loop once its queue is done.
+        // Replacing the reader's sender ends its loop once its queue is done.
         let (dead_tx, _) = bounded(1);
         self.reader_tx = dead_tx;
-        for t in self.threads.drain(..) {
+        if let Some(t) = self.reader_thread.take() {
+            let _ = t.join();
+        }
+        self.writer_tx = None;
+        if let Some(t) = self.writer_thread.take() {
             let _ = t.join();
         }
     }
@@ -256,4 +262,29 @@ pub fn list_events(conn: &Connection, stream: &str, after_seq: i64, limit: usize
 /// last seq (seq has no gaps).
 pub fn counts(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
     conn.query_row("SELECT count(*), coalesce(sum(last_seq), 0) FROM streams", [], |r| Ok((r.get(0)?, r.get(1)?)))
+}
+
+/// The last committed seq of a stream; 0 for a stream with no events.
+pub fn stream_last_seq(conn: &Connection, stream: &str) -> rusqlite::Result<i64> {
+    let mut stmt = conn.prepare_cached("SELECT last_seq FROM streams WHERE stream = ?1")?;
+    match stmt.query_row([stream], |r| r.get(0)) {
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(0),
+        other => other,
+    }
+}
+
+/// Streams after `after` in name order with their event counts (seq has
+/// no gaps, so the last seq is the count), at most `limit`.
+pub fn stream_counts(conn: &Connection, after: &str, limit: usize) -> rusqlite::Result<Vec<(String, i64)>> {
+    let mut stmt = conn.prepare_cached("SELECT stream, last_seq FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2")?;
+    let rows = stmt.query_map(rusqlite::params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// The database's page size, page count and free pages, in one read.
+pub fn page_figures(conn: &Connection) -> rusqlite::Result<(i64, i64, i64)> {
+    let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let count: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    Ok((size, count, free))
 }

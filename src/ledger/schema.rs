@@ -44,6 +44,79 @@ pub const MIGRATIONS: &[&str] = &[
         created_at TEXT NOT NULL,
         expires_at TEXT NOT NULL
     ) WITHOUT ROWID;",
+    // 3: sessions, their transcripts and the approvals inbox (issue 3).
+    // A session row is rewritten whole on every change of its state; the
+    // transcript keeps each entry once, tool input and result whole; an
+    // approval row keeps who answered, when, and through which surface.
+    "CREATE TABLE sessions (
+        id               TEXT PRIMARY KEY,
+        harness          TEXT NOT NULL,
+        provider         TEXT NOT NULL,
+        transport        TEXT NOT NULL,
+        cwd              TEXT NOT NULL,
+        name             TEXT,
+        parent           TEXT,
+        model            TEXT,
+        created_at       TEXT NOT NULL,
+        agent_session_id TEXT,
+        ended            INTEGER NOT NULL DEFAULT 0,
+        turn             INTEGER NOT NULL DEFAULT 0,
+        turn_active      INTEGER NOT NULL DEFAULT 0,
+        end_reason       TEXT,
+        exit_code        INTEGER,
+        exit_signal      TEXT,
+        input_tokens     INTEGER NOT NULL DEFAULT 0,
+        output_tokens    INTEGER NOT NULL DEFAULT 0,
+        last_activity    TEXT,
+        next_request     INTEGER NOT NULL DEFAULT 1,
+        transcript_len   INTEGER NOT NULL DEFAULT 0
+    ) WITHOUT ROWID;
+    CREATE TABLE transcript (
+        session     TEXT NOT NULL,
+        idx         INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        ts          TEXT NOT NULL,
+        text        TEXT,
+        tool_id     TEXT,
+        tool_name   TEXT,
+        tool_kind   TEXT,
+        tool_status TEXT,
+        tool_input  TEXT,
+        tool_result TEXT,
+        PRIMARY KEY (session, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        id          TEXT PRIMARY KEY,
+        subject     TEXT NOT NULL,
+        session     TEXT,
+        action      TEXT NOT NULL,
+        tool        TEXT NOT NULL,
+        digest      TEXT NOT NULL,
+        risk        TEXT NOT NULL,
+        created_at  TEXT NOT NULL,
+        expires_at  TEXT,
+        fallback    TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        decision    TEXT,
+        delivered   INTEGER,
+        answered_by TEXT,
+        surface     TEXT,
+        answered_at TEXT,
+        reason      TEXT
+    ) WITHOUT ROWID;",
+    // 4: lanes (issue 5). A lane's whole state is one JSON record, written
+    // in the same batch as the lane event that changed it; `archived` keeps
+    // merged and closed lanes out of the start-up read.
+    "CREATE TABLE lanes (
+        id       TEXT PRIMARY KEY,
+        archived INTEGER NOT NULL DEFAULT 0,
+        record   TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX lanes_live ON lanes (archived);
+    CREATE TABLE repos (
+        path     TEXT PRIMARY KEY,
+        added_at TEXT NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.

@@ -97,6 +97,11 @@ pub fn run(mut conn: Connection, rx: Receiver<Batch>, on_commit: Box<dyn Fn(Vec<
         let results = commit_group(&mut conn, &mut seqs, &group);
         on_commit(results);
     }
+    // The daemon is stopping and every batch is committed: fold the WAL into
+    // the database so the next start does not replay it.
+    if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+        crate::warn!("ledger checkpoint at stop failed: {}", cause(&e));
+    }
 }
 
 fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<Committed> {

@@ -299,12 +299,8 @@ pub struct Host {
 }
 
 /// Loads the store's records and each plugin's storage from the ledger.
-pub fn load(cfg: &crate::config::FileConfig, paths: &crate::config::Paths) -> Host {
-    let isolation = Isolation::detect(&cfg.plugins);
-    match &isolation.missing {
-        None => crate::info!("plugins run isolated with bubblewrap"),
-        Some(why) => crate::warn!("plugins run without isolation: {why}"),
-    }
+pub fn load(paths: &crate::config::Paths) -> Host {
+    let isolation = Isolation::pending();
     let store = match Store::open(&paths.state_dir) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -425,6 +421,17 @@ pub fn persist(d: &Daemon) -> bool {
 
 /// Starts every approved, enabled plugin and the watch, and finishes
 /// removals a stop cut off. Called once the daemon is ready.
+/// The machine's isolation probe answered: decide how plugins run and
+/// start them.
+pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
+    d.plugins.isolation = Isolation::decide(&d.cfg.plugins, probe);
+    match &d.plugins.isolation.missing {
+        None => crate::info!("plugins run isolated with bubblewrap"),
+        Some(why) => crate::warn!("plugins run without isolation: {why}"),
+    }
+    start_all(d);
+}
+
 pub fn start_all(d: &mut Daemon) {
     let ids: Vec<String> = d.plugins.plugins.keys().cloned().collect();
     for id in ids {
@@ -438,7 +445,9 @@ pub fn start_all(d: &mut Daemon) {
 
 /// Starts the plugin when it can run and does not.
 pub fn start(d: &mut Daemon, id: &str) {
-    if d.is_stopping() {
+    // Before the isolation probe answers, nothing starts; `isolation_known`
+    // starts every plugin then.
+    if d.is_stopping() || !d.plugins.isolation.probed {
         return;
     }
     let running = d.plugins.plugins.values().filter(|p| p.run.is_some()).count();

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::config::PluginsSection;
 
@@ -41,39 +41,28 @@ pub struct Isolation {
     pub bwrap: Option<PathBuf>,
     /// Why plugins run unisolated, when they do.
     pub missing: Option<String>,
+    /// False until the machine's probe has answered: no plugin starts
+    /// before the host knows whether it can isolate it.
+    pub probed: bool,
 }
 
-/// Finds `name` on PATH, or takes it as a path when it has a slash.
-pub fn which(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        let p = PathBuf::from(name);
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
-}
+pub use crate::isolation::which;
 
 impl Isolation {
-    /// Decides isolation for this run of the daemon (module comment).
-    pub fn detect(cfg: &PluginsSection) -> Isolation {
+    /// Before the probe has answered: plugins wait to start.
+    pub fn pending() -> Isolation {
+        Isolation { bwrap: None, missing: Some("isolation is still being probed".into()), probed: false }
+    }
+
+    /// Decides isolation for this run of the daemon from the config and the
+    /// machine's probe (module comment).
+    pub fn decide(cfg: &PluginsSection, probe: &crate::isolation::Probe) -> Isolation {
         if cfg.isolation == "none" {
-            return Isolation { bwrap: None, missing: Some("plugins.isolation is none".into()) };
+            return Isolation { bwrap: None, missing: Some("plugins.isolation is none".into()), probed: true };
         }
-        let Some(bwrap) = which("bwrap") else {
-            return Isolation { bwrap: None, missing: Some("bubblewrap (bwrap) is not installed".into()) };
-        };
-        let ok = Command::new(&bwrap)
-            .args(["--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            Isolation { bwrap: Some(bwrap), missing: None }
-        } else {
-            Isolation { bwrap: None, missing: Some("bubblewrap cannot create namespaces here".into()) }
+        match probe {
+            Ok(bwrap) => Isolation { bwrap: Some(bwrap.clone()), missing: None, probed: true },
+            Err(why) => Isolation { bwrap: None, missing: Some(why.clone()), probed: true },
         }
     }
 }

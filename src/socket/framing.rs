@@ -80,6 +80,11 @@ impl LineBuffer {
             self.buf.drain(..self.start);
             self.start = 0;
         }
+        // An idle reader keeps no big buffer after one long line.
+        if self.buf.is_empty() && self.buf.capacity() > crate::limits::LINE_BUFFER_IDLE_KEEP {
+            self.buf = Vec::new();
+            self.scanned = 0;
+        }
     }
 }
 

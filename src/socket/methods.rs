@@ -12,6 +12,7 @@
 //! | events.append     | operator       | the committed event's seq and ts         |
 //! | events.subscribe  | anyone         | live `event` notifications from now on   |
 //! | events.unsubscribe| anyone         | stops them                               |
+//! | seats.*, sessions.*, session.*, transcript.*, approvals.* | see core::methods |
 
 use mio::Token;
 use serde::de::DeserializeOwned;
@@ -69,6 +70,8 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             crate::plugins::methods::dispatch(d, req, m, p);
             return;
         }
+        m if crate::lanes::methods::serves(m) => return crate::lanes::methods::dispatch(d, req, m, p),
+        m if crate::core::methods::serves(m) => return crate::core::methods::dispatch(d, req, m, p),
         other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
     };
     match result {
@@ -169,37 +172,49 @@ fn events_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     if after_seq < 0 {
         return Err(RpcError::invalid_params("after_seq must be at least 0"));
     }
-    let inbox = d.inbox.clone();
     let req = req.clone();
-    d.ledger
-        .read(Box::new(move |conn| {
-            // One more row than asked tells whether another page follows.
-            let page = ledger::list_events(conn, &stream, after_seq, limit + 1);
-            inbox.run(move |d| {
-                let result = match page {
-                    Ok(mut rows) => {
-                        let more = rows.len() > limit;
-                        rows.truncate(limit);
-                        let next = if more { rows.last().map(|r| json!(r.seq)) } else { None };
-                        let events: Vec<Value> = rows
-                            .into_iter()
-                            .map(|r| {
-                                let data = serde_json::from_str::<Value>(&r.data).unwrap_or(Value::Null);
-                                json!({"stream": r.stream, "seq": r.seq, "kind": r.kind, "ts": r.ts, "data": data})
-                            })
-                            .collect();
-                        Ok(json!({"events": events, "next_after_seq": next.unwrap_or(Value::Null)}))
-                    }
-                    Err(e) => {
-                        crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
-                        Err(RpcError::new(Code::LedgerCorrupt, "the ledger could not be read"))
-                    }
-                };
-                d.answer(req, result);
-            });
-        }))
-        .map_err(write_error)?;
+    // One more row than asked tells whether another page follows.
+    read_events(d, stream, after_seq, limit + 1, move |d, page| {
+        let result = match page {
+            Ok(mut rows) => {
+                let more = rows.len() > limit;
+                rows.truncate(limit);
+                let next = if more { rows.last().map(|r| json!(r.seq)) } else { None };
+                let events: Vec<Value> = rows
+                    .into_iter()
+                    .map(|r| {
+                        let data = serde_json::from_str::<Value>(&r.data).unwrap_or(Value::Null);
+                        json!({"stream": r.stream, "seq": r.seq, "kind": r.kind, "ts": r.ts, "data": data})
+                    })
+                    .collect();
+                Ok(json!({"events": events, "next_after_seq": next.unwrap_or(Value::Null)}))
+            }
+            Err(e) => {
+                crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
+                Err(RpcError::new(Code::LedgerCorrupt, "the ledger could not be read"))
+            }
+        };
+        d.answer(req, result);
+    })
+    .map_err(write_error)?;
     Ok(None)
+}
+
+/// Reads up to `limit` events of `stream` after `after_seq` on the ledger
+/// reader thread; `then` gets them on the reactor. The one read behind the
+/// socket's `events.list` and HTTP's `GET /events`.
+pub fn read_events(
+    d: &mut Daemon,
+    stream: String,
+    after_seq: i64,
+    limit: usize,
+    then: impl FnOnce(&mut Daemon, rusqlite::Result<Vec<ledger::StoredEvent>>) + Send + 'static,
+) -> Result<(), WriteError> {
+    let inbox = d.inbox.clone();
+    d.ledger.read(Box::new(move |conn| {
+        let page = ledger::list_events(conn, &stream, after_seq, limit);
+        inbox.run(move |d| then(d, page));
+    }))
 }
 
 #[derive(Deserialize)]

@@ -64,6 +64,9 @@ pub struct Server {
     pub conns: HashMap<Token, Conn>,
     next_token: usize,
     pub limits: SocketSection,
+    /// One read buffer for every connection, allocated once: a fresh zeroed
+    /// array per read cost more than the rest of a ping.
+    scratch: Vec<u8>,
 }
 
 /// Starting the socket failed.
@@ -126,7 +129,15 @@ impl Server {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| BindError::Other(format!("unable to set mode 0600 on {shown}: {}", io_cause(&e))))?;
         let bound = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-        Ok(Server { listener: Some(listener), path: path.to_path_buf(), bound, conns: HashMap::new(), next_token: FIRST_CONN_TOKEN, limits })
+        Ok(Server {
+            listener: Some(listener),
+            path: path.to_path_buf(),
+            bound,
+            conns: HashMap::new(),
+            next_token: FIRST_CONN_TOKEN,
+            limits,
+            scratch: vec![0; limits::SOCKET_READ_CHUNK],
+        })
     }
 
     pub fn register(&mut self, registry: &Registry, token: Token) -> std::io::Result<()> {
@@ -204,9 +215,10 @@ impl Server {
     /// connection must be closed.
     pub fn read_lines(&mut self, token: Token) -> Result<Vec<Vec<u8>>, CloseReason> {
         let max_in_flight = self.limits.max_in_flight;
-        let Some(conn) = self.conns.get_mut(&token) else { return Ok(Vec::new()) };
+        let Server { conns, scratch, .. } = self;
+        let Some(conn) = conns.get_mut(&token) else { return Ok(Vec::new()) };
         let mut lines = Vec::new();
-        let mut chunk = [0u8; limits::SOCKET_READ_CHUNK];
+        let chunk = scratch.as_mut_slice();
         loop {
             // Lines already buffered go first.
             while conn.in_flight + lines.len() < max_in_flight {
@@ -226,7 +238,7 @@ impl Server {
                 // connection is closed once they are written (`finished`).
                 return Ok(lines);
             }
-            match conn.stream.read(&mut chunk) {
+            match conn.stream.read(chunk) {
                 Ok(0) => {
                     conn.read_closed = true;
                     conn.may_read = false;

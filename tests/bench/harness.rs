@@ -1,1 +1,38 @@
-fn main() {}
+//! The benchmark harness: `cargo bench --bench bench` (see README.md beside
+//! this file). It starts the real daemon binary, runs each figure and its
+//! baseline interleaved round by round, and prints one `BENCH {json}` line
+//! per figure (and placement) on standard output. It never asserts: a missed
+//! goal is `"pass": false`, a missing baseline tool is `"skipped"`.
+//!
+//! `BENCH_FILTER=substring` runs only the figures whose name contains it;
+//! `BENCH_QUICK=1` runs fewer and shorter rounds.
+//!
+//! Each figure is a module; a later issue adds its figures as a module and
+//! one line in `main`.
+
+mod append;
+mod callgrind;
+mod idle;
+mod ping;
+mod start;
+mod util;
+
+fn main() {
+    // `cargo bench` passes `--bench`; with `harness = false` we ignore it.
+    let t0 = std::time::Instant::now();
+    eprintln!(
+        "bench: daemon {}, temp dirs under {}, {}",
+        util::daemon_bin().display(),
+        util::target_dir().join("bench-tmp").display(),
+        if util::quick() { "quick rounds" } else { "full rounds" }
+    );
+    util::sweep_stale_temp_dirs();
+    idle::run();
+    start::run();
+    ping::run();
+    append::run();
+    callgrind::run();
+    // Remove the parent of the per-run directories when nothing is left.
+    let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
+    eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
+}

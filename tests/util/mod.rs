@@ -7,6 +7,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod http;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};

@@ -1,0 +1,271 @@
+//! The glue between the pure approvals inbox (`core::inbox`) and the rest
+//! of the daemon (issue 3, "The approvals inbox"): the risk gate and rule
+//! answers when a request comes in, the ledger rows and the session's
+//! approval.request / approval.resolved events, expiry timers with their
+//! fallback, and delivery of an answer to the request's owner.
+//!
+//! Integration point for another kind of request: add a `Subject` variant
+//! in `core::inbox`, create items with `Inbox::add` plus [`persist`] and
+//! [`arm_expiry`], and add an arm to [`deliver`] that tells the owner.
+
+use ring::digest;
+use rusqlite::types::Value as Sql;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use crate::agents::{CommandError, Decision, PermissionRequest};
+use crate::core::inbox::{AgentAsk, Answerer, Fallback, InboxError, Item, Resolution, Subject, Verdict};
+use crate::core::sessions::{self, Effects};
+use crate::daemon::Daemon;
+use crate::errors::{Code, RpcError};
+use crate::ledger::Op;
+
+const UPSERT: &str = "INSERT OR REPLACE INTO approvals (id, subject, session, action, tool, digest, risk, created_at, expires_at, fallback, \
+                      state, decision, delivered, answered_by, surface, answered_at, reason) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+
+/// Lowercase hex SHA-256 of `bytes`: what binds an answer to its action.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    crate::ids::hex(digest::digest(&digest::SHA256, bytes).as_ref())
+}
+
+/// The daemon socket's shape of an item (snake_case).
+pub fn to_socket(item: &Item) -> Value {
+    let r = item.resolution.as_ref();
+    json!({
+        "request_id": item.id,
+        "subject": item.subject.kind(),
+        "session": item.subject.session(),
+        "action": item.subject.action(),
+        "tool": item.subject.tool(),
+        "digest": item.subject.digest(),
+        "risk": item.risk.wire_name(),
+        "created_at": crate::clock::format_ts(item.created_ms),
+        "expires_at": item.expires_ms.map(crate::clock::format_ts),
+        "fallback": item.fallback.wire_name(),
+        "state": if r.is_some() { "resolved" } else { "pending" },
+        "decision": r.map(|r| r.verdict.wire_name()),
+        "delivered": r.map(|r| r.delivered),
+        "answered_by": r.map(|r| r.by.describe()),
+        "surface": r.map(|r| r.surface),
+        "answered_at": r.map(|r| crate::clock::format_ts(r.at_ms)),
+        "reason": r.and_then(|r| r.reason.clone()),
+    })
+}
+
+/// The ledger row of an item, as it is now.
+pub fn persist(item: &Item) -> Op {
+    let r = item.resolution.as_ref();
+    let t = |s: Option<String>| s.map(Sql::Text).unwrap_or(Sql::Null);
+    Op::Exec {
+        sql: UPSERT,
+        params: vec![
+            Sql::Text(item.id.clone()),
+            Sql::Text(item.subject.kind().into()),
+            t(item.subject.session().map(str::to_string)),
+            Sql::Text(item.subject.action().into()),
+            Sql::Text(item.subject.tool().into()),
+            Sql::Text(item.subject.digest().into()),
+            Sql::Text(item.risk.wire_name().into()),
+            Sql::Text(crate::clock::format_ts(item.created_ms)),
+            t(item.expires_ms.map(crate::clock::format_ts)),
+            Sql::Text(item.fallback.wire_name().into()),
+            Sql::Text(if r.is_some() { "resolved" } else { "pending" }.into()),
+            t(r.map(|r| r.verdict.wire_name().to_string())),
+            r.map(|r| Sql::Integer(r.delivered as i64)).unwrap_or(Sql::Null),
+            t(r.map(|r| r.by.describe())),
+            t(r.map(|r| r.surface.to_string())),
+            t(r.map(|r| crate::clock::format_ts(r.at_ms))),
+            t(r.and_then(|r| r.reason.clone())),
+        ],
+    }
+}
+
+/// Schedules the expiry of a pending item at its deadline.
+pub fn arm_expiry(d: &mut Daemon, item_id: &str, after_ms: i64) {
+    let id = item_id.to_string();
+    d.reactor.schedule(Duration::from_millis(after_ms.max(0) as u64), move |d| expire(d, &id));
+}
+
+/// An agent asked for permission: label it, record it, and answer it at
+/// once when a rule says so.
+pub fn add_agent_request(d: &mut Daemon, sid: &str, id: &str, req: &PermissionRequest, cwd: &std::path::Path, fx: &mut Effects) {
+    let action = req.action.wire_name();
+    let digest = sha256_hex(req.input.to_string().as_bytes());
+    let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.title, &req.input, cwd);
+    let timeout_ms = (d.cfg.approvals.timeout > 0).then(|| (d.cfg.approvals.timeout * 1000) as i64);
+    let fallback = if d.cfg.approvals.fallback == "withdraw" { Fallback::Withdraw } else { Fallback::Deny };
+    let subject = Subject::Agent(AgentAsk {
+        session: sid.to_string(),
+        agent_request_key: req.agent_request_key.clone(),
+        tool: req.title.clone(),
+        action: action.to_string(),
+        digest,
+    });
+    let now = crate::clock::now_ms();
+    let item = match d.core.approvals.add(id.to_string(), subject, gate.risk, now, timeout_ms, fallback) {
+        Ok(i) => i.clone(),
+        Err(e) => {
+            crate::error!("approval {id} could not be added: {e:?}");
+            return;
+        }
+    };
+    fx.ops.push(persist(&item));
+    fx.event(sid, "approval.request", json!({"requestId": id, "action": action, "risk": gate.risk.wire_name()}));
+    crate::info!("approval {id}: {} {:?} ({} risk) waits", action, req.title, gate.risk.wire_name());
+    if let Some((verdict, rule)) = gate.auto {
+        if let Err(e) = settle(d, id, verdict, Answerer::Rule(rule), "config-rule", Some(format!("answered by [[approvals.rule]] {rule}")), false, fx) {
+            crate::warn!("approval {id}: rule {rule} could not answer it: {}", e.message);
+        }
+        return;
+    }
+    if let Some(t) = timeout_ms {
+        arm_expiry(d, id, t);
+    }
+}
+
+/// Delivers `verdict` to the item's owner and resolves it; the ledger
+/// writes go into `fx`. `withdraw` sends the owner a cancel but records
+/// the request as undelivered (a withdrawn request).
+#[allow(clippy::too_many_arguments)]
+pub fn settle(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: &'static str, reason: Option<String>, withdraw: bool, fx: &mut Effects) -> Result<Item, RpcError> {
+    let item = d.core.approvals.pending(id).map_err(inbox_error(id))?.clone();
+    let delivered = deliver(d, &item, verdict, reason.clone(), fx)? && !withdraw;
+    close(d, id, verdict, by, surface, delivered, reason, fx).ok_or_else(|| RpcError::new(Code::NotPending, format!("approval {id} is no longer pending")))
+}
+
+/// Tells the owner of `item` the answer; Ok(false) when the owner can no
+/// longer take it (the agent is gone, the request vanished).
+fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, reason: Option<String>, fx: &mut Effects) -> Result<bool, RpcError> {
+    match &item.subject {
+        Subject::Agent(a) => {
+            let Some(s) = d.core.sessions.get_mut(&a.session) else { return Ok(false) };
+            let pos = s.open.iter().position(|o| o.approval_id == item.id);
+            let Some(drv) = s.driver.as_mut() else { return Ok(false) };
+            let decision = match verdict {
+                Verdict::Allow => Decision::Allow,
+                Verdict::Deny => Decision::Deny { message: reason },
+                Verdict::Cancel => Decision::Cancel,
+            };
+            match drv.answer(&a.agent_request_key, decision) {
+                Ok(step) => {
+                    if let Some(p) = pos {
+                        s.open.remove(p);
+                    }
+                    fx.changed = true;
+                    sessions::handle_step(d, &a.session, step, fx);
+                    Ok(true)
+                }
+                Err(CommandError::NoMatchingOption) => {
+                    Err(RpcError::new(Code::Unavailable, format!("the agent offered no option to {} approval {}", verdict.wire_name(), item.id)))
+                }
+                Err(_) => {
+                    if let Some(p) = pos {
+                        s.open.remove(p);
+                    }
+                    Ok(false)
+                }
+            }
+        }
+    }
+}
+
+/// Resolves a pending item without delivering anything (the owner already
+/// knows, or is gone), recording it and the session's approval.resolved.
+#[allow(clippy::too_many_arguments)]
+pub fn close(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: &'static str, delivered: bool, reason: Option<String>, fx: &mut Effects) -> Option<Item> {
+    let res = Resolution { verdict, by, surface, at_ms: crate::clock::now_ms(), delivered, reason };
+    let item = d.core.approvals.resolve(id, res).ok()?;
+    fx.ops.push(persist(&item));
+    match &item.subject {
+        Subject::Agent(a) => {
+            fx.event(&a.session, "approval.resolved", json!({"requestId": id, "decision": verdict.wire_name(), "delivered": delivered}))
+        }
+    }
+    crate::info!(
+        "approval {id}: {} by {} through {} (delivered {delivered})",
+        verdict.wire_name(),
+        item.resolution.as_ref().map(|r| r.by.describe()).unwrap_or_default(),
+        surface
+    );
+    Some(item)
+}
+
+fn inbox_error(id: &str) -> impl Fn(InboxError) -> RpcError + '_ {
+    move |e| match e {
+        InboxError::NotPending => RpcError::new(Code::NotPending, format!("approval {id} was already answered, withdrawn or expired")),
+        InboxError::NotFound | InboxError::Duplicate => RpcError::new(Code::NotFound, format!("no approval {id}")),
+    }
+}
+
+/// `approvals.answer` and every other answer from outside the inbox: the
+/// commit of the answer's records comes before `then`.
+#[allow(clippy::too_many_arguments)]
+pub fn answer(
+    d: &mut Daemon,
+    id: &str,
+    verdict: Verdict,
+    by: Answerer,
+    surface: &'static str,
+    reason: Option<String>,
+    expect_digest: Option<&str>,
+    withdraw: bool,
+    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+) {
+    let item = match d.core.approvals.pending(id) {
+        Ok(i) => i.clone(),
+        Err(e) => return then(d, Err(inbox_error(id)(e))),
+    };
+    if let Some(want) = expect_digest {
+        if want != item.subject.digest() {
+            return then(d, Err(RpcError::new(Code::ActionMismatch, format!("approval {id} is for another action than the one answered"))));
+        }
+    }
+    let mut fx = Effects::default();
+    match settle(d, id, verdict, by, surface, reason, withdraw, &mut fx) {
+        Ok(item) => {
+            let v = to_socket(&item);
+            let stream = item.subject.session().unwrap_or_default().to_string();
+            sessions::finish(d, &stream, fx, false, Some(Box::new(move |d: &mut Daemon| then(d, Ok(v)))));
+        }
+        Err(e) => then(d, Err(e)),
+    }
+}
+
+/// A deadline passed: the declared fallback answers.
+fn expire(d: &mut Daemon, id: &str) {
+    if !d.core.approvals.is_due(id, crate::clock::now_ms()) {
+        return;
+    }
+    let Some(fallback) = d.core.approvals.get(id).map(|i| i.fallback) else { return };
+    let why = Some(format!("no answer within {} s", d.cfg.approvals.timeout));
+    let (verdict, withdraw) = match fallback {
+        Fallback::Deny => (Verdict::Deny, false),
+        Fallback::Withdraw => (Verdict::Cancel, true),
+    };
+    let id_owned = id.to_string();
+    answer(d, id, verdict, Answerer::Timeout, "timer", why, None, withdraw, move |_d, r| {
+        if let Err(e) = r {
+            crate::warn!("approval {id_owned}: its fallback could not be applied: {}", e.message);
+        }
+    });
+}
+
+/// Pending approvals of the last run: (id, session).
+pub fn read_pending(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<(String, Option<String>)>> {
+    let mut stmt = conn.prepare("SELECT id, session FROM approvals WHERE state = 'pending' ORDER BY created_at")?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// A request pending when the daemon stopped: resolved undelivered.
+pub fn withdraw_stale(id: &str, session: Option<&str>, fx: &mut Effects) {
+    fx.ops.push(Op::Exec {
+        sql: "UPDATE approvals SET state = 'resolved', decision = 'cancel', delivered = 0, answered_by = 'daemon: restarted', \
+              surface = 'daemon', answered_at = ?2 WHERE id = ?1 AND state = 'pending'",
+        params: vec![Sql::Text(id.into()), Sql::Text(crate::clock::now_ts())],
+    });
+    if let Some(s) = session {
+        fx.event(s, "approval.resolved", json!({"requestId": id, "decision": "cancel", "delivered": false}));
+    }
+}

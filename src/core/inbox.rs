@@ -1,0 +1,330 @@
+//! The approvals inbox as a reusable core (DESIGN.md, "Approvals inbox";
+//! issue 3, "The approvals inbox"): every request that waits on the
+//! operator, whoever made it, by id, with its risk label, its deadline and
+//! fallback, and, once it is over, who resolved it, when, through which
+//! surface and whether the answer reached the requester.
+//!
+//! Pure state: no I/O, no clock, no timers. `core::approvals` is the glue
+//! that persists items, schedules expiry and tells a subject's owner of the
+//! resolution. A new kind of request (a plugin's task, `plugin_<uuid>`) is
+//! a new [`Subject`] variant plus one arm in `core::approvals::deliver`.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::limits;
+
+/// The risk gate's label (seed 000, approval.request `risk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+}
+
+impl Risk {
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Risk> {
+        match s {
+            "low" => Some(Risk::Low),
+            "medium" => Some(Risk::Medium),
+            "high" => Some(Risk::High),
+            _ => None,
+        }
+    }
+}
+
+/// What a request is about. Every variant names the exact action it
+/// approves: a tool and the SHA-256 digest of its input, so that an answer
+/// is bound to what the operator saw.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Subject {
+    /// A permission an agent of a session asked for.
+    Agent(AgentAsk),
+}
+
+/// An agent's permission request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentAsk {
+    pub session: String,
+    /// The transport core's key for the open request.
+    pub agent_request_key: String,
+    /// The tool as the agent named it (its title).
+    pub tool: String,
+    /// The action kind's wire name (read, edit, execute, ...).
+    pub action: String,
+    /// Lowercase hex SHA-256 of the tool input's JSON text.
+    pub digest: String,
+}
+
+impl Subject {
+    /// The kind's name in the ledger and on the socket.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Subject::Agent(_) => "agent",
+        }
+    }
+
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Subject::Agent(a) => Some(&a.session),
+        }
+    }
+
+    pub fn action(&self) -> &str {
+        match self {
+            Subject::Agent(a) => &a.action,
+        }
+    }
+
+    pub fn tool(&self) -> &str {
+        match self {
+            Subject::Agent(a) => &a.tool,
+        }
+    }
+
+    pub fn digest(&self) -> &str {
+        match self {
+            Subject::Agent(a) => &a.digest,
+        }
+    }
+}
+
+/// How a request ended (seed 000, approval.resolved `decision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// Withdrawn without a yes or no.
+    Cancel,
+}
+
+impl Verdict {
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::Cancel => "cancel",
+        }
+    }
+}
+
+/// What an unanswered request becomes at its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    Deny,
+    Withdraw,
+}
+
+impl Fallback {
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Fallback::Deny => "deny",
+            Fallback::Withdraw => "withdraw",
+        }
+    }
+}
+
+/// Who resolved a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answerer {
+    /// The operator, as the socket's peer credentials named them.
+    Operator { pid: i32 },
+    /// The config's `[[approvals.rule]]` with this index (from 1).
+    Rule(usize),
+    /// The deadline passed; the fallback applied.
+    Timeout,
+    /// The daemon itself (the requester went away, the daemon restarted).
+    Daemon(String),
+}
+
+impl Answerer {
+    pub fn describe(&self) -> String {
+        match self {
+            Answerer::Operator { pid } => format!("operator pid {pid}"),
+            Answerer::Rule(n) => format!("rule {n}"),
+            Answerer::Timeout => "timeout".into(),
+            Answerer::Daemon(why) => format!("daemon: {why}"),
+        }
+    }
+}
+
+/// A request's outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolution {
+    pub verdict: Verdict,
+    pub by: Answerer,
+    /// Where the answer came in: `socket`, `config-rule`, `timer`, `daemon`.
+    pub surface: &'static str,
+    pub at_ms: i64,
+    /// Whether an answer reached the requester.
+    pub delivered: bool,
+    pub reason: Option<String>,
+}
+
+/// One request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    pub id: String,
+    pub subject: Subject,
+    pub risk: Risk,
+    pub created_ms: i64,
+    pub expires_ms: Option<i64>,
+    pub fallback: Fallback,
+    pub resolution: Option<Resolution>,
+    order: u64,
+}
+
+impl Item {
+    pub fn is_pending(&self) -> bool {
+        self.resolution.is_none()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InboxError {
+    NotFound,
+    /// Answered, withdrawn or expired already: every request is used once.
+    NotPending,
+    /// An item with that id exists.
+    Duplicate,
+}
+
+/// Pending requests, and the most recent resolved ones.
+#[derive(Default)]
+pub struct Inbox {
+    pending: HashMap<String, Item>,
+    resolved: VecDeque<Item>,
+    next_order: u64,
+}
+
+impl Inbox {
+    /// Adds a pending request. `timeout` None waits without end.
+    pub fn add(
+        &mut self,
+        id: String,
+        subject: Subject,
+        risk: Risk,
+        now_ms: i64,
+        timeout_ms: Option<i64>,
+        fallback: Fallback,
+    ) -> Result<&Item, InboxError> {
+        if self.pending.contains_key(&id) || self.resolved.iter().any(|i| i.id == id) {
+            return Err(InboxError::Duplicate);
+        }
+        self.next_order += 1;
+        let item = Item {
+            id: id.clone(),
+            subject,
+            risk,
+            created_ms: now_ms,
+            expires_ms: timeout_ms.map(|t| now_ms.saturating_add(t)),
+            fallback,
+            resolution: None,
+            order: self.next_order,
+        };
+        Ok(self.pending.entry(id).or_insert(item))
+    }
+
+    /// The pending request `id`, to check before delivering an answer.
+    pub fn pending(&self, id: &str) -> Result<&Item, InboxError> {
+        match self.pending.get(id) {
+            Some(i) => Ok(i),
+            None if self.resolved.iter().any(|i| i.id == id) => Err(InboxError::NotPending),
+            None => Err(InboxError::NotFound),
+        }
+    }
+
+    /// Ends a pending request with `resolution`; returns the resolved item.
+    pub fn resolve(&mut self, id: &str, resolution: Resolution) -> Result<Item, InboxError> {
+        self.pending(id)?;
+        let mut item = self.pending.remove(id).ok_or(InboxError::NotFound)?;
+        item.resolution = Some(resolution);
+        if self.resolved.len() >= limits::INBOX_RESOLVED_KEPT {
+            self.resolved.pop_front();
+        }
+        self.resolved.push_back(item.clone());
+        Ok(item)
+    }
+
+    /// Whether `id` is pending and its deadline has passed at `now_ms`.
+    pub fn is_due(&self, id: &str, now_ms: i64) -> bool {
+        self.pending.get(id).and_then(|i| i.expires_ms).is_some_and(|at| at <= now_ms)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Item> {
+        self.pending.get(id).or_else(|| self.resolved.iter().rev().find(|i| i.id == id))
+    }
+
+    /// Pending requests oldest first, then (with `resolved`) the kept
+    /// resolved ones, oldest first.
+    pub fn list(&self, resolved: bool) -> Vec<&Item> {
+        let mut out: Vec<&Item> = self.pending.values().collect();
+        out.sort_by_key(|i| i.order);
+        if resolved {
+            out.extend(self.resolved.iter());
+        }
+        out
+    }
+
+    /// Ids of the pending requests `pred` selects, oldest first.
+    pub fn pending_ids(&self, pred: impl Fn(&Item) -> bool) -> Vec<String> {
+        let mut v: Vec<&Item> = self.pending.values().filter(|i| pred(i)).collect();
+        v.sort_by_key(|i| i.order);
+        v.into_iter().map(|i| i.id.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(n: u32) -> Subject {
+        Subject::Agent(AgentAsk {
+            session: "s-1".into(),
+            agent_request_key: n.to_string(),
+            tool: "Bash".into(),
+            action: "execute".into(),
+            digest: "00".into(),
+        })
+    }
+
+    fn res(v: Verdict) -> Resolution {
+        Resolution { verdict: v, by: Answerer::Operator { pid: 1 }, surface: "socket", at_ms: 5, delivered: true, reason: None }
+    }
+
+    #[test]
+    fn a_request_is_answered_once_and_then_kept_resolved() {
+        let mut inbox = Inbox::default();
+        inbox.add("s-1-a1".into(), ask(1), Risk::High, 0, Some(1000), Fallback::Deny).unwrap();
+        inbox.add("s-1-a2".into(), ask(2), Risk::Low, 1, None, Fallback::Withdraw).unwrap();
+        assert_eq!(inbox.add("s-1-a1".into(), ask(1), Risk::High, 0, None, Fallback::Deny).unwrap_err(), InboxError::Duplicate);
+        assert!(inbox.is_due("s-1-a1", 1000) && !inbox.is_due("s-1-a1", 999) && !inbox.is_due("s-1-a2", i64::MAX));
+        let ids: Vec<&str> = inbox.list(false).iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["s-1-a1", "s-1-a2"]);
+        let item = inbox.resolve("s-1-a1", res(Verdict::Allow)).unwrap();
+        assert_eq!(item.resolution.unwrap().verdict, Verdict::Allow);
+        assert_eq!(inbox.resolve("s-1-a1", res(Verdict::Deny)).unwrap_err(), InboxError::NotPending);
+        assert_eq!(inbox.resolve("nope", res(Verdict::Deny)).unwrap_err(), InboxError::NotFound);
+        assert!(!inbox.get("s-1-a1").unwrap().is_pending());
+        assert_eq!(inbox.list(true).len(), 2);
+        assert_eq!(inbox.pending_ids(|i| i.subject.session() == Some("s-1")), vec!["s-1-a2".to_string()]);
+    }
+
+    #[test]
+    fn resolved_items_kept_are_bounded() {
+        let mut inbox = Inbox::default();
+        for n in 0..(limits::INBOX_RESOLVED_KEPT as u32 + 10) {
+            let id = format!("s-1-a{n}");
+            inbox.add(id.clone(), ask(n), Risk::Low, 0, None, Fallback::Deny).unwrap();
+            inbox.resolve(&id, res(Verdict::Deny)).unwrap();
+        }
+        assert_eq!(inbox.list(true).len(), limits::INBOX_RESOLVED_KEPT);
+    }
+}

@@ -1,0 +1,56 @@
+//! Domain state owned by the reactor thread (DESIGN.md, "Threads and
+//! ownership"): seats, sessions with their transcripts, and the approvals
+//! inbox (issue 3). No locks: everything here runs on the reactor, one
+//! event at a time; blocking work (seat probes, ledger reads) runs on
+//! worker threads and comes back through the reactor inbox.
+
+pub mod approvals;
+pub mod inbox;
+pub mod methods;
+pub mod risk;
+pub mod seats;
+pub mod sessions;
+pub mod transcript;
+
+use mio::Token;
+
+use crate::config::FileConfig;
+use crate::daemon::Daemon;
+
+pub struct Core {
+    pub seats: seats::Seats,
+    pub sessions: sessions::Sessions,
+    pub approvals: inbox::Inbox,
+}
+
+impl Core {
+    pub fn new(cfg: &FileConfig) -> Core {
+        Core { seats: seats::Seats::from_config(&cfg.seat), sessions: sessions::Sessions::default(), approvals: inbox::Inbox::default() }
+    }
+
+    /// Forgets what a closed connection subscribed to.
+    pub fn on_conn_closed(&mut self, conn: Token) {
+        self.sessions.forget_conn(conn);
+    }
+}
+
+/// Once the daemon is ready: probe the seats and reopen the sessions the
+/// ledger says were live.
+pub fn start(d: &mut Daemon) {
+    seats::probe_all(d);
+    sessions::restore(d);
+}
+
+/// SIGHUP: take the new seats and probe them again.
+pub fn reload(d: &mut Daemon) {
+    let seats = d.cfg.seat.clone();
+    d.core.seats.reconfigure(&seats);
+    seats::probe_all(d);
+}
+
+/// The daemon begins to stop: agents are asked to exit, and their exits
+/// are not recorded as session ends, so that resumable sessions are
+/// reopened at the next start.
+pub fn on_stop(d: &mut Daemon) {
+    sessions::stop_all(d);
+}

@@ -1,0 +1,142 @@
+//! The risk gate (issue 3, "A risk gate labels each low, medium or high
+//! from rules in the config"): the first `[[approvals.rule]]` that matches a
+//! request gives its label and, if it says so, its automatic answer; a
+//! request no rule labels gets the built-in label of its action: reads and
+//! searches low, edits (and deletes, moves) medium, execute and fetch high,
+//! anything else medium.
+
+use serde_json::Value;
+use std::path::Path;
+
+use crate::config::RiskRule;
+use crate::core::inbox::{Risk, Verdict};
+
+/// What the gate decided for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    pub risk: Risk,
+    /// An automatic answer, and the rule (from 1) that gave it.
+    pub auto: Option<(Verdict, usize)>,
+}
+
+/// The built-in label of an action.
+pub fn default_risk(action: &str) -> Risk {
+    match action {
+        "read" | "search" | "think" => Risk::Low,
+        "execute" | "fetch" => Risk::High,
+        _ => Risk::Medium,
+    }
+}
+
+/// Labels a request of `action` on `tool` with `input`, for a session
+/// working in `worktree` (canonical).
+pub fn judge(rules: &[RiskRule], action: &str, tool: &str, input: &Value, worktree: &Path) -> Gate {
+    let mut risk = None;
+    let mut auto = None;
+    for (i, r) in rules.iter().enumerate() {
+        if r.action != "*" && r.action != action {
+            continue;
+        }
+        if r.tool.as_deref().is_some_and(|t| t != tool) {
+            continue;
+        }
+        if r.inside_worktree && !inside(input, worktree) {
+            continue;
+        }
+        if risk.is_none() {
+            risk = r.risk.as_deref().and_then(Risk::parse);
+        }
+        if auto.is_none() {
+            auto = match r.answer.as_deref() {
+                Some("allow") => Some((Verdict::Allow, i + 1)),
+                Some("deny") => Some((Verdict::Deny, i + 1)),
+                _ => None,
+            };
+        }
+        if risk.is_some() && auto.is_some() {
+            break;
+        }
+    }
+    Gate { risk: risk.unwrap_or_else(|| default_risk(action)), auto }
+}
+
+/// Whether the request names at least one path and every path it names is
+/// inside `worktree` once symlinks are resolved. Paths are the string
+/// values of members called path, file_path, filePath, abs_path,
+/// notebook_path, or `locations[].path`; a request naming none is not
+/// "inside" (an automatic allow needs something to check).
+pub fn inside(input: &Value, worktree: &Path) -> bool {
+    let mut paths = Vec::new();
+    collect_paths(input, &mut paths, 0);
+    !paths.is_empty() && paths.iter().all(|p| confined(worktree, p))
+}
+
+fn collect_paths<'a>(v: &'a Value, out: &mut Vec<&'a str>, depth: usize) {
+    if depth > 8 || out.len() > 64 {
+        return;
+    }
+    match v {
+        Value::Object(m) => {
+            for (k, val) in m {
+                match (k.as_str(), val) {
+                    ("path" | "file_path" | "filePath" | "abs_path" | "notebook_path", Value::String(s)) => out.push(s),
+                    _ => collect_paths(val, out, depth + 1),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_paths(x, out, depth + 1)),
+        _ => {}
+    }
+}
+
+/// Lexical confinement, then the same check on the canonical path of the
+/// file, or of its parent when the file does not exist yet.
+pub fn confined(worktree: &Path, path: &str) -> bool {
+    let Ok(clean) = crate::agents::acp::confine(worktree, path) else { return false };
+    let real = match std::fs::canonicalize(&clean) {
+        Ok(r) => r,
+        Err(_) => match (clean.parent(), clean.file_name()) {
+            (Some(parent), Some(name)) => match std::fs::canonicalize(parent) {
+                Ok(p) => p.join(name),
+                Err(_) => return false,
+            },
+            _ => return false,
+        },
+    };
+    real.starts_with(worktree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_then_rules_first_match() {
+        let wt = std::env::temp_dir().canonicalize().unwrap();
+        assert_eq!(judge(&[], "read", "Read", &json!({}), &wt).risk, Risk::Low);
+        assert_eq!(judge(&[], "edit", "Edit", &json!({}), &wt).risk, Risk::Medium);
+        assert_eq!(judge(&[], "execute", "Bash", &json!({}), &wt).risk, Risk::High);
+        let rules = vec![
+            RiskRule { action: "read".into(), inside_worktree: true, answer: Some("allow".into()), ..RiskRule::default() },
+            RiskRule { action: "*".into(), tool: Some("Bash".into()), risk: Some("low".into()), ..RiskRule::default() },
+        ];
+        let inside_path = wt.join("x.txt").display().to_string();
+        let g = judge(&rules, "read", "Read", &json!({"path": inside_path}), &wt);
+        assert_eq!(g, Gate { risk: Risk::Low, auto: Some((Verdict::Allow, 1)) });
+        assert_eq!(judge(&rules, "read", "Read", &json!({"path": "/etc/passwd"}), &wt).auto, None);
+        assert_eq!(judge(&rules, "read", "Read", &json!({}), &wt).auto, None);
+        assert_eq!(judge(&rules, "execute", "Bash", &json!({}), &wt), Gate { risk: Risk::Low, auto: None });
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_worktree_is_not_inside() {
+        let base = std::env::temp_dir().canonicalize().unwrap().join(format!("risk-{}", crate::ids::prefixed_id("")));
+        std::fs::create_dir_all(&base).unwrap();
+        std::os::unix::fs::symlink("/etc", base.join("out")).unwrap();
+        assert!(!confined(&base, &base.join("out/passwd").display().to_string()));
+        assert!(confined(&base, &base.join("new.txt").display().to_string()));
+        assert!(!confined(&base, &format!("{}/../x", base.display())));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

@@ -1,0 +1,1269 @@
+//! Sessions: an agent of a seat started in a worktree and driven through
+//! its transport core (issue 3, "Sessions" and "Transports"; seed 000,
+//! sessions.list and the session, turn and approval events; seed 004,
+//! Sessions).
+//!
+//! A session's agent is a child in its own process group with a
+//! constructed environment (the daemon's socket path is not in it). Every
+//! line it writes goes through the transport core; what the core reports
+//! becomes ledger writes in the session's stream (named by the session id):
+//! session.start, turn.start, turn.end, approval.request,
+//! approval.resolved, session.end, plus the session row and transcript
+//! entries. All lines of one wake-up are one ledger batch; the session's
+//! `session.event` and the transcript deltas go out after it commits.
+//!
+//! An agent that breaks its transport (an invalid or oversized line), that
+//! stalls in a turn, or that stops reading its stdin ends its turn failed,
+//! with the reason in the log and the transcript, and is stopped (SIGTERM
+//! to its group, SIGKILL after `AGENT_KILL_GRACE_MS`); the session ends
+//! when it exits, with its code and signal.
+//!
+//! A daemon stop SIGTERMs every agent without recording their ends; the
+//! next start reopens each live session whose agent gave an agent session
+//! id (ACP session/resume or session/load, stream-json `--resume`), after
+//! closing the turn that was running as interrupted and withdrawing every
+//! pending approval (delivered false).
+
+use mio::Token;
+use rusqlite::types::Value as Sql;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::agents::acp::{AcpClient, AcpConfig};
+use crate::agents::stream_json::{self, StreamJsonClient};
+use crate::agents::{AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest, PermissionRequest, Step, Transport, TurnMode, Violation};
+use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
+use crate::core::approvals;
+use crate::core::transcript::{Delta, Transcript};
+use crate::daemon::Daemon;
+use crate::errors::{Code, RpcError};
+use crate::ledger::Op;
+use crate::limits;
+use crate::procs::Owner;
+use crate::reactor::TimerId;
+
+const UPSERT_ROW: &str = "INSERT INTO sessions (id, harness, provider, transport, cwd, name, parent, model, created_at, agent_session_id, \
+     ended, turn, turn_active, end_reason, exit_code, exit_signal, input_tokens, output_tokens, last_activity, next_request, transcript_len) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) \
+     ON CONFLICT (id) DO UPDATE SET name = excluded.name, model = excluded.model, agent_session_id = excluded.agent_session_id, \
+     ended = excluded.ended, turn = excluded.turn, turn_active = excluded.turn_active, end_reason = excluded.end_reason, \
+     exit_code = excluded.exit_code, exit_signal = excluded.exit_signal, input_tokens = excluded.input_tokens, \
+     output_tokens = excluded.output_tokens, last_activity = excluded.last_activity, next_request = excluded.next_request, \
+     transcript_len = excluded.transcript_len";
+
+/// The transport core of a session.
+pub enum Driver {
+    Acp(AcpClient),
+    StreamJson(StreamJsonClient),
+}
+
+impl Driver {
+    fn start(&mut self, prompt: Option<String>) -> Result<Step, CommandError> {
+        match self {
+            Driver::Acp(c) => c.start(prompt),
+            Driver::StreamJson(c) => c.start(prompt),
+        }
+    }
+    fn prompt(&mut self, text: String) -> Result<Step, CommandError> {
+        match self {
+            Driver::Acp(c) => c.prompt(text),
+            Driver::StreamJson(c) => c.prompt(text),
+        }
+    }
+    fn interrupt(&mut self) -> Step {
+        match self {
+            Driver::Acp(c) => c.interrupt(),
+            Driver::StreamJson(c) => c.interrupt(),
+        }
+    }
+    pub fn answer(&mut self, key: &str, d: Decision) -> Result<Step, CommandError> {
+        match self {
+            Driver::Acp(c) => c.answer_permission(key, d),
+            Driver::StreamJson(c) => c.answer_permission(key, d),
+        }
+    }
+    fn on_line(&mut self, line: &[u8]) -> Result<Step, Violation> {
+        match self {
+            Driver::Acp(c) => c.on_line(line),
+            Driver::StreamJson(c) => c.on_line(line),
+        }
+    }
+    fn on_exit(&mut self, code: Option<i32>) -> Step {
+        match self {
+            Driver::Acp(c) => c.on_exit(code),
+            Driver::StreamJson(c) => c.on_exit(code),
+        }
+    }
+    fn queued(&self) -> usize {
+        match self {
+            Driver::Acp(c) => c.queued(),
+            Driver::StreamJson(c) => c.queued(),
+        }
+    }
+}
+
+/// An approval of this session still waiting.
+pub struct OpenAsk {
+    pub key: String,
+    pub approval_id: String,
+    pub tool: String,
+    pub preview: String,
+}
+
+pub struct Session {
+    pub id: String,
+    pub harness: String,
+    pub provider: String,
+    pub transport: Transport,
+    pub cwd: PathBuf,
+    pub name: Option<String>,
+    pub parent: Option<String>,
+    pub model: Option<String>,
+    pub created_at: String,
+    pub agent_session_id: Option<String>,
+    pub capabilities: Capabilities,
+    pub ready: bool,
+    pub ended: bool,
+    pub turn: u64,
+    pub turn_active: bool,
+    pub end_reason: Option<EndReason>,
+    pub exit: Option<ExitStatus>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub last_activity_ms: Option<i64>,
+    pub status_since_ms: i64,
+    pub next_request: u64,
+    pub open: Vec<OpenAsk>,
+    pub transcript: Transcript,
+    pub driver: Option<Driver>,
+    child: Option<ChildId>,
+    /// Exit seen while stdout was still open: finish once it closes.
+    exit_pending: Option<ExitStatus>,
+    stopping_agent: bool,
+    last_line: Instant,
+    stall: Duration,
+    stall_timer: Option<TimerId>,
+    last_state: &'static str,
+}
+
+impl Session {
+    pub fn state(&self) -> &'static str {
+        if self.ended {
+            "ended"
+        } else if !self.ready {
+            "starting"
+        } else if !self.open.is_empty() {
+            "awaiting-approval"
+        } else if self.turn_active {
+            "running"
+        } else {
+            "idle"
+        }
+    }
+
+    pub fn queued(&self) -> usize {
+        self.driver.as_ref().map_or(0, Driver::queued)
+    }
+
+    fn can_prompt(&self) -> bool {
+        !self.ended && self.ready && !self.turn_active && self.open.is_empty() && !self.stopping_agent
+    }
+
+    /// The daemon socket's Session (snake_case; seed 004's fields where
+    /// they apply, sessions.list's state fields as issue 3 names them).
+    pub fn to_socket(&self, node: &str) -> Value {
+        let status = match self.state() {
+            "ended" => "dead",
+            "starting" => "starting",
+            "awaiting-approval" => "awaiting_input",
+            "running" => "working",
+            _ => "idle",
+        };
+        let interaction = self.open.first().map(|a| {
+            json!({
+                "kind": "permission",
+                "message": a.tool,
+                "tool_name": a.tool,
+                "tool_input": a.preview,
+                "request_id": a.approval_id,
+                "options": [{"label": "Allow", "value": "allow"}, {"label": "Deny", "value": "deny", "reject": true}],
+            })
+        });
+        json!({
+            "id": self.id,
+            "agent": self.harness,
+            "harness": self.harness,
+            "provider": self.provider,
+            "transport": self.transport.wire_name(),
+            "agent_session_id": self.agent_session_id,
+            "name": self.name,
+            "cwd": self.cwd.display().to_string(),
+            "node": node,
+            "source": "spawned",
+            "input_mode": "api",
+            "state": self.state(),
+            "status": status,
+            "status_since": crate::clock::format_ts(self.status_since_ms),
+            "turn": self.turn,
+            "turn_active": self.turn_active,
+            "end_reason": self.end_reason.map(EndReason::wire_name),
+            "pending_approvals": self.open.len(),
+            "parent": self.parent,
+            "created_at": self.created_at,
+            "can_prompt": self.can_prompt(),
+            "queued": self.queued(),
+            "interaction": interaction,
+            "summary": {
+                "model_name": self.model,
+                "tokens": self.input_tokens + self.output_tokens,
+                "last_activity": self.last_activity_ms.map(crate::clock::format_ts),
+            },
+            "exit": self.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(signal_name)})),
+        })
+    }
+
+    /// The plugin wire's sessions.list item (seed 000, exactly).
+    pub fn plugin_item(&self, node: &str) -> Value {
+        json!({
+            "session": self.id,
+            "harness": self.harness,
+            "provider": self.provider,
+            "transport": self.transport.wire_name(),
+            "state": self.state(),
+            "turn": self.turn,
+            "turnActive": self.turn_active,
+            "endReason": self.end_reason.map(EndReason::wire_name),
+            "pendingApprovals": self.open.len(),
+            "parent": self.parent,
+            "node": node,
+            "worktree": self.cwd.display().to_string(),
+            "createdAt": self.created_at,
+        })
+    }
+
+    fn row_op(&self) -> Op {
+        let text = |s: &Option<String>| s.clone().map(Sql::Text).unwrap_or(Sql::Null);
+        Op::Exec {
+            sql: UPSERT_ROW,
+            params: vec![
+                Sql::Text(self.id.clone()),
+                Sql::Text(self.harness.clone()),
+                Sql::Text(self.provider.clone()),
+                Sql::Text(self.transport.wire_name().into()),
+                Sql::Text(self.cwd.display().to_string()),
+                text(&self.name),
+                text(&self.parent),
+                text(&self.model),
+                Sql::Text(self.created_at.clone()),
+                text(&self.agent_session_id),
+                Sql::Integer(self.ended as i64),
+                Sql::Integer(self.turn as i64),
+                Sql::Integer(self.turn_active as i64),
+                text(&self.end_reason.map(|r| r.wire_name().to_string())),
+                self.exit.and_then(|e| e.code).map(|c| Sql::Integer(c as i64)).unwrap_or(Sql::Null),
+                text(&self.exit.and_then(|e| e.signal).map(signal_name)),
+                Sql::Integer(self.input_tokens as i64),
+                Sql::Integer(self.output_tokens as i64),
+                text(&self.last_activity_ms.map(crate::clock::format_ts)),
+                Sql::Integer(self.next_request as i64),
+                Sql::Integer(self.transcript.len as i64),
+            ],
+        }
+    }
+}
+
+/// Every session, in creation order, and who listens to them.
+#[derive(Default)]
+pub struct Sessions {
+    map: HashMap<String, Session>,
+    order: Vec<String>,
+    by_child: HashMap<ChildId, String>,
+    /// Connections that asked for `session.event`.
+    watchers: HashSet<Token>,
+    /// Transcript subscriptions: session -> (connection, sub_id).
+    tsubs: HashMap<String, Vec<(Token, String)>>,
+    stopping: bool,
+}
+
+impl Sessions {
+    pub fn get(&self, id: &str) -> Option<&Session> {
+        self.map.get(id)
+    }
+
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Session> {
+        self.map.get_mut(id)
+    }
+
+    /// Sessions in creation order.
+    pub fn iter(&self) -> impl Iterator<Item = &Session> {
+        self.order.iter().filter_map(|id| self.map.get(id))
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn owner_of(&self, child: ChildId) -> Option<&str> {
+        self.by_child.get(&child).map(String::as_str)
+    }
+
+    pub fn watch(&mut self, conn: Token) {
+        self.watchers.insert(conn);
+    }
+
+    pub fn unwatch(&mut self, conn: Token) -> bool {
+        self.watchers.remove(&conn)
+    }
+
+    pub fn forget_conn(&mut self, conn: Token) {
+        self.watchers.remove(&conn);
+        for subs in self.tsubs.values_mut() {
+            subs.retain(|(t, _)| *t != conn);
+        }
+        self.tsubs.retain(|_, v| !v.is_empty());
+    }
+
+    /// Adds (or replaces) a transcript subscription.
+    pub fn subscribe_transcript(&mut self, conn: Token, sub_id: &str, session: &str) -> Result<(), RpcError> {
+        self.unsubscribe_transcript(conn, sub_id);
+        let held: usize = self.tsubs.values().map(|v| v.iter().filter(|(t, _)| *t == conn).count()).sum();
+        if held >= limits::TRANSCRIPT_SUBS_PER_CONN {
+            return Err(RpcError::invalid_params(format!("a connection holds at most {} transcript subscriptions", limits::TRANSCRIPT_SUBS_PER_CONN)));
+        }
+        self.tsubs.entry(session.to_string()).or_default().push((conn, sub_id.to_string()));
+        Ok(())
+    }
+
+    pub fn unsubscribe_transcript(&mut self, conn: Token, sub_id: &str) -> bool {
+        let mut found = false;
+        for subs in self.tsubs.values_mut() {
+            let before = subs.len();
+            subs.retain(|(t, s)| !(*t == conn && s == sub_id));
+            found |= subs.len() != before;
+        }
+        self.tsubs.retain(|_, v| !v.is_empty());
+        found
+    }
+}
+
+/// What one round of handling a session produced, committed together.
+#[derive(Default)]
+pub struct Effects {
+    pub ops: Vec<Op>,
+    pub delta: Option<Delta>,
+    pub changed: bool,
+}
+
+impl Effects {
+    pub fn event(&mut self, sid: &str, kind: &str, data: Value) {
+        self.ops.push(Op::Event { stream: sid.to_string(), kind: kind.to_string(), ts: crate::clock::now_ts(), data: data.to_string() });
+    }
+}
+
+/// The PATH agents and probes run with: the daemon's own, or a default.
+pub fn search_path() -> String {
+    std::env::var("PATH").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
+}
+
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("SIG{sig}"),
+    };
+    name.to_string()
+}
+
+/// The constructed environment of an agent: a few variables of the
+/// daemon's own that programs need to find their home, locale and tools,
+/// the session id, then the seat's `env`. Nothing else of the daemon's
+/// environment (its socket, NOTIFY_SOCKET, credentials) reaches it.
+fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap<String, String>) {
+    cmd.env_clear();
+    cmd.env("PATH", search_path());
+    for k in ["HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"] {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    cmd.env("OMNICONFLUX_SESSION", sid);
+    for (k, v) in seat_env {
+        cmd.env(k, v);
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnParams {
+    pub harness: String,
+    pub cwd: String,
+    pub prompt: Option<String>,
+    pub model: Option<String>,
+    pub name: Option<String>,
+}
+
+/// Checks a session name (session.rename, sessions.spawn): trimmed, not
+/// empty, no control characters, bounded.
+pub fn clean_name(name: &str) -> Result<String, RpcError> {
+    let n = name.trim();
+    if n.is_empty() {
+        return Err(RpcError::invalid_params("name must not be blank"));
+    }
+    if n.chars().any(char::is_control) {
+        return Err(RpcError::invalid_params("name must not contain control characters"));
+    }
+    if n.chars().count() > limits::SESSION_NAME_MAX {
+        return Err(RpcError::invalid_params(format!("name must be at most {} characters", limits::SESSION_NAME_MAX)));
+    }
+    Ok(n.to_string())
+}
+
+fn check_prompt(text: &str) -> Result<(), RpcError> {
+    if text.trim().is_empty() {
+        return Err(RpcError::invalid_params("the prompt must not be blank"));
+    }
+    if text.len() > limits::PROMPT_MAX_BYTES {
+        return Err(RpcError::invalid_params(format!("the prompt must be at most {} bytes", limits::PROMPT_MAX_BYTES)));
+    }
+    Ok(())
+}
+
+/// What a new or reopened session starts from.
+struct Start {
+    id: String,
+    harness: String,
+    cwd: PathBuf,
+    name: Option<String>,
+    model: Option<String>,
+    prompt: Option<String>,
+    reopen: Option<String>,
+    restored: Option<Restored>,
+}
+
+/// A session row read back at start.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub created_at: String,
+    pub turn: u64,
+    pub turn_active: bool,
+    pub end_reason: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub next_request: u64,
+    pub transcript_len: usize,
+    pub provider: String,
+    pub transport: String,
+    pub parent: Option<String>,
+}
+
+/// `sessions.spawn`: starts the seat's agent; the answer goes out once
+/// session.start is committed.
+pub fn spawn(d: &mut Daemon, p: SpawnParams, then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static) {
+    let checked = (|| -> Result<Start, RpcError> {
+        let seat = d.core.seats.get(&p.harness).ok_or_else(|| RpcError::new(Code::SeatNotFound, format!("no seat has the harness {}", p.harness)))?;
+        if let Some(st @ (crate::core::seats::Status::Missing | crate::core::seats::Status::Degraded)) = seat.status {
+            let why = seat.reason.clone().unwrap_or_default();
+            return Err(RpcError::new(Code::SeatNotReady, format!("the seat {} is {}: {why}", p.harness, st.wire_name())));
+        }
+        if d.core.sessions.len() >= limits::MAX_SESSIONS {
+            return Err(RpcError::new(Code::TooManySessions, format!("the daemon holds {} sessions already", limits::MAX_SESSIONS)));
+        }
+        let raw = if p.cwd == "~" || p.cwd.starts_with("~/") {
+            let home = std::env::var("HOME").unwrap_or_default();
+            format!("{home}{}", &p.cwd[1..])
+        } else {
+            p.cwd.clone()
+        };
+        if !raw.starts_with('/') {
+            return Err(RpcError::invalid_params(format!("cwd must be an absolute path, found {:?}", p.cwd)));
+        }
+        let cwd = std::fs::canonicalize(&raw).map_err(|e| RpcError::invalid_params(format!("cwd {raw}: {}", crate::errors::io_cause(&e))))?;
+        if !cwd.is_dir() {
+            return Err(RpcError::invalid_params(format!("cwd {raw} is not a directory")));
+        }
+        if let Some(t) = &p.prompt {
+            check_prompt(t)?;
+        }
+        let name = p.name.as_deref().map(clean_name).transpose()?;
+        Ok(Start {
+            id: crate::ids::prefixed_id("s-"),
+            harness: p.harness.clone(),
+            cwd,
+            name,
+            model: p.model.clone().or_else(|| seat.cfg.model.clone()),
+            prompt: p.prompt.clone(),
+            reopen: None,
+            restored: None,
+        })
+    })();
+    match checked {
+        Ok(start) => launch(d, start, Box::new(then)),
+        Err(e) => then(d, Err(e)),
+    }
+}
+
+type Reply = Box<dyn FnOnce(&mut Daemon, Result<Value, RpcError>)>;
+
+/// Starts the agent of a new or reopened session and records it.
+fn launch(d: &mut Daemon, st: Start, then: Reply) {
+    let Some(seat) = d.core.seats.get(&st.harness).cloned() else {
+        then(d, Err(RpcError::new(Code::SeatNotFound, format!("no seat has the harness {}", st.harness))));
+        return;
+    };
+    let program = seat.program.clone().unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
+    let mut cmd = Command::new(&program);
+    cmd.args(&seat.cfg.args);
+    if seat.transport == Transport::StreamJson {
+        cmd.args(stream_json::BASE_ARGS);
+        if let Some(m) = &st.model {
+            cmd.args(["--model", m]);
+        }
+        if let Some(r) = &st.reopen {
+            cmd.args(stream_json::resume_args(r));
+        }
+    }
+    cmd.current_dir(&st.cwd);
+    agent_env(&mut cmd, &st.id, &seat.cfg.env);
+    let limits = PipeLimits { max_line: limits::AGENT_MAX_LINE, max_queued: limits::AGENT_STDIN_QUEUED, stderr_tail: limits::AGENT_STDERR_TAIL };
+    let spawned = d.children.spawn(d.reactor.poll.registry(), &mut d.roots, cmd, Owner::Session(st.id.clone()), limits);
+    let (child, pid) = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = crate::children::spawn_error(&seat.cfg.command, &e);
+            crate::warn!("session {}: {msg}", st.id);
+            then(d, Err(RpcError::new(Code::SeatNotReady, msg)));
+            return;
+        }
+    };
+    let driver = match seat.transport {
+        Transport::Acp => Driver::Acp(AcpClient::new(AcpConfig { worktree: st.cwd.clone(), reopen: st.reopen.clone() })),
+        Transport::StreamJson => Driver::StreamJson(StreamJsonClient::new()),
+    };
+    let now = crate::clock::now_ms();
+    let r = st.restored.clone();
+    let s = Session {
+        id: st.id.clone(),
+        harness: seat.cfg.harness.clone(),
+        provider: r.as_ref().map_or(seat.cfg.provider.clone(), |r| r.provider.clone()),
+        transport: seat.transport,
+        cwd: st.cwd.clone(),
+        name: st.name.clone(),
+        parent: r.as_ref().and_then(|r| r.parent.clone()),
+        model: st.model.clone(),
+        created_at: r.as_ref().map_or_else(crate::clock::now_ts, |r| r.created_at.clone()),
+        agent_session_id: st.reopen.clone(),
+        capabilities: Capabilities::default(),
+        // The CLI of stream-json takes input at once; an ACP agent after
+        // its handshake.
+        ready: seat.transport == Transport::StreamJson,
+        ended: false,
+        turn: r.as_ref().map_or(0, |r| r.turn),
+        turn_active: false,
+        end_reason: r.as_ref().and_then(|r| r.end_reason.as_deref()).and_then(end_reason_from),
+        exit: None,
+        input_tokens: r.as_ref().map_or(0, |r| r.input_tokens),
+        output_tokens: r.as_ref().map_or(0, |r| r.output_tokens),
+        last_activity_ms: Some(now),
+        status_since_ms: now,
+        next_request: r.as_ref().map_or(1, |r| r.next_request),
+        open: Vec::new(),
+        transcript: Transcript::restored(r.as_ref().map_or(0, |r| r.transcript_len)),
+        driver: Some(driver),
+        child: Some(child),
+        exit_pending: None,
+        stopping_agent: false,
+        last_line: Instant::now(),
+        stall: Duration::from_secs(seat.cfg.stall_timeout.unwrap_or(limits::AGENT_STALL_DEFAULT_S)),
+        stall_timer: None,
+        last_state: "starting",
+    };
+    let sid = st.id.clone();
+    crate::info!(
+        "session {sid}: {} {} (pid {pid}) in {}",
+        if st.reopen.is_some() { "reopened" } else { "started" },
+        seat.cfg.harness,
+        st.cwd.display()
+    );
+    let mut fx = Effects::default();
+    if st.restored.is_none() {
+        fx.event(
+            &sid,
+            "session.start",
+            json!({
+                "harness": s.harness,
+                "provider": s.provider,
+                "transport": s.transport.wire_name(),
+                "flags": flags(s.transport),
+            }),
+        );
+    }
+    fx.changed = true;
+    d.core.sessions.by_child.insert(child, sid.clone());
+    d.core.sessions.order.push(sid.clone());
+    d.core.sessions.map.insert(sid.clone(), s);
+    let started = d.core.sessions.map.get_mut(&sid).and_then(|s| s.driver.as_mut()).map(|drv| drv.start(st.prompt.clone()));
+    match started {
+        Some(Ok(step)) => handle_step(d, &sid, step, &mut fx),
+        Some(Err(e)) => crate::warn!("session {sid}: {e}"),
+        None => {}
+    }
+    // A reopened session is new to this run of the daemon too: `added`.
+    let key = sid.clone();
+    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon| {
+        let node = d.node_name.clone();
+        let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
+        then(d, Ok(json!({"session_id": sid, "session": v})));
+    })));
+}
+
+/// The capability flags each transport really has (seed 000 session.start).
+fn flags(t: Transport) -> Value {
+    match t {
+        Transport::Acp => json!({
+            "interrupt": true, "steer": false, "queue": false, "fork": false,
+            "approvalRouting": true, "mcpPassthrough": false, "usageReporting": false,
+        }),
+        Transport::StreamJson => json!({
+            "interrupt": true, "steer": false, "queue": true, "fork": false,
+            "approvalRouting": true, "mcpPassthrough": false, "usageReporting": true,
+        }),
+    }
+}
+
+fn end_reason_from(s: &str) -> Option<EndReason> {
+    match s {
+        "completed" => Some(EndReason::Completed),
+        "failed" => Some(EndReason::Failed),
+        "interrupted" => Some(EndReason::Interrupted),
+        "usage-limited" => Some(EndReason::UsageLimited),
+        _ => None,
+    }
+}
+
+/// Commits what a round produced; after the commit, the transcript delta
+/// goes to its subscribers and the session's update (or, for a new
+/// session, `added`) to the watchers, then `after` runs.
+/// Work to do on the reactor once a round's records are committed.
+pub type After = Box<dyn FnOnce(&mut Daemon)>;
+
+pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
+    if let Some(s) = d.core.sessions.map.get_mut(sid) {
+        let state = s.state();
+        if state != s.last_state {
+            s.last_state = state;
+            s.status_since_ms = crate::clock::now_ms();
+            fx.changed = true;
+        }
+        if fx.changed || !fx.ops.is_empty() {
+            fx.ops.push(s.row_op());
+        }
+    }
+    if fx.ops.is_empty() {
+        if let Some(a) = after {
+            a(d);
+        }
+        return;
+    }
+    let sid = sid.to_string();
+    let (delta, changed) = (fx.delta.take(), fx.changed);
+    d.write(fx.ops, move |d, r| {
+        if let Err(e) = r {
+            crate::error!("session {sid}: the ledger refused its records: {e:?}");
+        }
+        if let Some(delta) = delta {
+            send_delta(d, &sid, &delta);
+        }
+        if changed || added {
+            notify_session(d, &sid, if added { "added" } else { "updated" });
+        }
+        if let Some(a) = after {
+            a(d);
+        }
+    });
+}
+
+fn send_delta(d: &mut Daemon, sid: &str, delta: &Delta) {
+    let Some(subs) = d.core.sessions.tsubs.get(sid).cloned() else { return };
+    for (conn, sub_id) in subs {
+        let line = note("transcript.delta", json!({"sub_id": sub_id, "from_index": delta.from, "entries": delta.entries}));
+        d.send(conn, &line);
+    }
+}
+
+fn note(method: &str, params: Value) -> Vec<u8> {
+    let mut line = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// Sends `session.event` to every watcher: built once, queued to each.
+pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
+    if d.core.sessions.watchers.is_empty() {
+        return;
+    }
+    let node = d.node_name.clone();
+    let Some(s) = d.core.sessions.get(sid) else { return };
+    let line = note("session.event", json!({"type": kind, "session": s.to_socket(&node)}));
+    let targets: Vec<Token> = d.core.sessions.watchers.iter().copied().collect();
+    for t in targets {
+        d.send(t, &line);
+    }
+}
+
+/// Routes a child's output to its session.
+pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
+    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else { return };
+    let mut fx = Effects::default();
+    for o in out {
+        match o {
+            Output::Line(line) => {
+                let Some(s) = d.core.sessions.map.get_mut(&sid) else { return };
+                s.last_line = Instant::now();
+                s.last_activity_ms = Some(crate::clock::now_ms());
+                let Some(drv) = s.driver.as_mut() else { continue };
+                match drv.on_line(&line) {
+                    Ok(step) => handle_step(d, &sid, step, &mut fx),
+                    Err(v) => {
+                        broke(d, &sid, &v.reason, &mut fx);
+                        break;
+                    }
+                }
+            }
+            Output::LineTooLong => {
+                let reason = format!("a line over {} bytes", limits::AGENT_MAX_LINE);
+                broke(d, &sid, &reason, &mut fx);
+                break;
+            }
+            Output::StdoutClosed => {
+                let pending = d.core.sessions.map.get_mut(&sid).and_then(|s| s.exit_pending.take());
+                if let Some(status) = pending {
+                    finish(d, &sid, fx, false, None);
+                    ended(d, &sid, status);
+                    return;
+                }
+            }
+            Output::StdinClosed => {}
+        }
+    }
+    finish(d, &sid, fx, false, None);
+}
+
+/// The agent broke its transport's protocol.
+fn broke(d: &mut Daemon, sid: &str, reason: &str, fx: &mut Effects) {
+    crate::warn!("session {sid}: the agent broke its transport with {reason}; stopping it");
+    fail_turn(d, sid, &format!("the agent broke its transport: {reason}"), fx);
+    stop_agent(d, sid);
+}
+
+/// Ends the running turn failed (the daemon's own judgement: a violation,
+/// a stall, an agent that does not read), recording why.
+fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let ts = crate::clock::now_ts();
+    if let Some(delta) = s.transcript.push(sid, &Entry::System { text: why.to_string() }, &ts, true, &mut fx.ops) {
+        Delta::merge(&mut fx.delta, delta);
+    }
+    if s.turn_active {
+        if let Some(delta) = s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, &ts, false, &mut fx.ops) {
+            Delta::merge(&mut fx.delta, delta);
+        }
+        end_turn_state(d, sid, EndReason::Failed, fx);
+    }
+    withdraw_open(d, sid, "the turn ended", fx);
+    fx.changed = true;
+}
+
+fn end_turn_state(d: &mut Daemon, sid: &str, reason: EndReason, fx: &mut Effects) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    s.turn_active = false;
+    s.end_reason = Some(reason);
+    if let Some(t) = s.stall_timer.take() {
+        d.reactor.cancel(t);
+    }
+    fx.event(sid, "turn.end", json!({"reason": reason.wire_name()}));
+    fx.changed = true;
+}
+
+/// Withdraws every approval of the session still open (delivered false).
+fn withdraw_open(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let ids: Vec<String> = s.open.drain(..).map(|a| a.approval_id).collect();
+    for id in ids {
+        approvals::close(d, &id, crate::core::inbox::Verdict::Cancel, crate::core::inbox::Answerer::Daemon(why.into()), "daemon", false, None, fx);
+    }
+}
+
+/// Applies what a core reported: its lines to the agent's stdin, its
+/// events to the session.
+pub fn handle_step(d: &mut Daemon, sid: &str, step: Step, fx: &mut Effects) {
+    let Some(child) = d.core.sessions.map.get(sid).and_then(|s| s.child) else { return };
+    for w in &step.writes {
+        match d.children.write(d.reactor.poll.registry(), child, w) {
+            Ok(()) => {}
+            Err(WriteRefused::Closed) => break,
+            Err(WriteRefused::Full) => {
+                crate::warn!("session {sid}: the agent does not read its input; stopping it");
+                fail_turn(d, sid, "the agent stopped reading its input", fx);
+                stop_agent(d, sid);
+                break;
+            }
+        }
+    }
+    for ev in step.events {
+        on_event(d, sid, ev, fx);
+    }
+}
+
+fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    match ev {
+        AgentEvent::Ready { agent_session_id, capabilities } => {
+            s.ready = true;
+            s.capabilities = capabilities;
+            s.agent_session_id = Some(agent_session_id);
+            fx.changed = true;
+        }
+        AgentEvent::SetupFailed { detail } => {
+            crate::warn!("session {sid}: the agent could not set up a session: {detail}");
+            let ts = crate::clock::now_ts();
+            if let Some(delta) = s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, &ts, true, &mut fx.ops) {
+                Delta::merge(&mut fx.delta, delta);
+            }
+            stop_agent(d, sid);
+        }
+        AgentEvent::TurnStarted { mode, chars } => {
+            s.turn += 1;
+            s.turn_active = true;
+            s.end_reason = None;
+            s.last_line = Instant::now();
+            let (turn, stall) = (s.turn, s.stall);
+            let mode = if mode == TurnMode::Queue { "queue" } else { "prompt" };
+            fx.event(sid, "turn.start", json!({"turn": turn, "mode": mode, "chars": chars}));
+            fx.changed = true;
+            arm_stall(d, sid, turn, stall);
+        }
+        AgentEvent::Transcript(entry) => {
+            if matches!(entry, Entry::TurnEnd { .. }) && !s.turn_active {
+                return;
+            }
+            let ts = crate::clock::now_ts();
+            if let Some(delta) = s.transcript.push(sid, &entry, &ts, false, &mut fx.ops) {
+                Delta::merge(&mut fx.delta, delta);
+            }
+        }
+        AgentEvent::PermissionRequest(req) => permission(d, sid, req, fx),
+        AgentEvent::PermissionClosed { agent_request_key, delivered } => {
+            let Some(pos) = s.open.iter().position(|a| a.key == agent_request_key) else { return };
+            let a = s.open.remove(pos);
+            let why = if delivered { "the turn was interrupted" } else { "the request vanished" };
+            approvals::close(d, &a.approval_id, crate::core::inbox::Verdict::Cancel, crate::core::inbox::Answerer::Daemon(why.into()), "daemon", delivered, None, fx);
+            fx.changed = true;
+        }
+        AgentEvent::Fs(req) => fs_request(d, sid, req, fx),
+        AgentEvent::TurnEnded { reason, detail } => {
+            if !s.turn_active {
+                return;
+            }
+            if let Some(detail) = detail.filter(|_| reason != EndReason::Completed) {
+                crate::info!("session {sid}: turn {} ended {}: {detail}", s.turn, reason.wire_name());
+            }
+            end_turn_state(d, sid, reason, fx);
+        }
+        AgentEvent::Usage(u) => {
+            if u.model.is_some() {
+                s.model = u.model;
+            }
+            s.input_tokens += u.input_tokens;
+            s.output_tokens += u.output_tokens;
+            fx.changed = true;
+        }
+        AgentEvent::SignIn(state) => {
+            let h = s.harness.clone();
+            d.core.seats.note_sign_in(&h, state);
+        }
+    }
+}
+
+fn permission(d: &mut Daemon, sid: &str, req: PermissionRequest, fx: &mut Effects) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let n = s.next_request;
+    s.next_request += 1;
+    let approval_id = format!("{sid}-a{n}");
+    let input_text = req.input.to_string();
+    s.open.push(OpenAsk {
+        key: req.agent_request_key.clone(),
+        approval_id: approval_id.clone(),
+        tool: req.title.clone(),
+        preview: crate::core::transcript::preview(&input_text),
+    });
+    fx.changed = true;
+    let cwd = s.cwd.clone();
+    approvals::add_agent_request(d, sid, &approval_id, &req, &cwd, fx);
+}
+
+/// ACP fs/*: the core checked the path lexically; here it is
+/// canonicalized and checked again, so a symlink cannot lead out.
+fn fs_request(d: &mut Daemon, sid: &str, req: FsRequest, fx: &mut Effects) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let cwd = s.cwd.clone();
+    let Some(Driver::Acp(c)) = s.driver.as_mut() else { return };
+    let step = match req {
+        FsRequest::Read { key, path } => {
+            let r = (|| {
+                let p = path.to_string_lossy();
+                if !crate::core::risk::confined(&cwd, &p) {
+                    return Err(format!("{p} is outside the session's worktree"));
+                }
+                let meta = std::fs::metadata(&path).map_err(|e| crate::errors::io_cause(&e))?;
+                if meta.len() > limits::AGENT_FS_MAX_BYTES {
+                    return Err(format!("the file is over {} bytes", limits::AGENT_FS_MAX_BYTES));
+                }
+                std::fs::read_to_string(&path).map_err(|e| crate::errors::io_cause(&e))
+            })();
+            c.answer_fs_read(&key, r)
+        }
+        FsRequest::Write { key, path, content } => {
+            let r = (|| {
+                let p = path.to_string_lossy();
+                if !crate::core::risk::confined(&cwd, &p) {
+                    return Err(format!("{p} is outside the session's worktree"));
+                }
+                if content.len() as u64 > limits::AGENT_FS_MAX_BYTES {
+                    return Err(format!("the content is over {} bytes", limits::AGENT_FS_MAX_BYTES));
+                }
+                std::fs::write(&path, content).map_err(|e| crate::errors::io_cause(&e))
+            })();
+            c.answer_fs_write(&key, r)
+        }
+    };
+    if let Ok(step) = step {
+        handle_step(d, sid, step, fx);
+    }
+}
+
+fn arm_stall(d: &mut Daemon, sid: &str, turn: u64, after: Duration) {
+    let id = sid.to_string();
+    let t = d.reactor.schedule(after, move |d| check_stall(d, &id, turn));
+    if let Some(s) = d.core.sessions.map.get_mut(sid) {
+        if let Some(old) = s.stall_timer.replace(t) {
+            d.reactor.cancel(old);
+        }
+    }
+}
+
+fn check_stall(d: &mut Daemon, sid: &str, turn: u64) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    s.stall_timer = None;
+    if !s.turn_active || s.turn != turn || s.ended {
+        return;
+    }
+    let (stall, quiet) = (s.stall, s.last_line.elapsed());
+    if !s.open.is_empty() {
+        // Waiting on the operator is not the agent stalling.
+        arm_stall(d, sid, turn, stall);
+        return;
+    }
+    if quiet < stall {
+        arm_stall(d, sid, turn, stall - quiet);
+        return;
+    }
+    crate::warn!("session {sid}: the agent wrote nothing for {} s in turn {turn}; stopping it", stall.as_secs());
+    let mut fx = Effects::default();
+    fail_turn(d, sid, &format!("the agent stalled: nothing for {} s", stall.as_secs()), &mut fx);
+    stop_agent(d, sid);
+    finish(d, sid, fx, false, None);
+}
+
+/// Asks the agent to exit: stdin closed, SIGTERM to its group, SIGKILL
+/// after the grace period.
+pub fn stop_agent(d: &mut Daemon, sid: &str) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(child) = s.child else { return };
+    if s.stopping_agent {
+        return;
+    }
+    s.stopping_agent = true;
+    d.children.close_stdin(d.reactor.poll.registry(), child);
+    d.children.signal(child, libc::SIGTERM);
+    d.reactor.schedule(Duration::from_millis(limits::AGENT_KILL_GRACE_MS), move |d| {
+        if d.core.sessions.by_child.contains_key(&child) {
+            d.children.signal(child, libc::SIGKILL);
+        }
+    });
+}
+
+/// Routes a reaped agent's exit to its session.
+pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
+    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else { return };
+    if d.children.stdout_open(child) {
+        // Lines it wrote before exiting are still in the pipe: finish when
+        // stdout closes, or after the grace period if a descendant holds it.
+        if let Some(s) = d.core.sessions.map.get_mut(&sid) {
+            s.exit_pending = Some(status);
+        }
+        let id = sid.clone();
+        d.reactor.schedule(Duration::from_millis(limits::AGENT_KILL_GRACE_MS), move |d| {
+            let pending = d.core.sessions.map.get_mut(&id).and_then(|s| s.exit_pending.take());
+            if let Some(st) = pending {
+                ended(d, &id, st);
+            }
+        });
+        return;
+    }
+    ended(d, &sid, status);
+}
+
+/// The agent is gone: the turn it ran ends, open approvals are withdrawn,
+/// session.end is recorded (not while the daemon stops: see the module
+/// comment).
+fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(child) = s.child.take() else { return };
+    d.core.sessions.by_child.remove(&child);
+    let tail = d.children.stderr_tail(child);
+    d.children.remove(d.reactor.poll.registry(), child);
+    if d.core.sessions.stopping {
+        return;
+    }
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let mut fx = Effects::default();
+    if let Some(mut drv) = s.driver.take() {
+        let step = drv.on_exit(status.code);
+        for ev in step.events {
+            if let AgentEvent::TurnEnded { reason, detail } = &ev {
+                if d.core.sessions.get(sid).is_some_and(|s| s.turn_active) && *reason != EndReason::Interrupted {
+                    let why = detail.clone().unwrap_or_else(|| "the agent exited".into());
+                    crate::warn!("session {sid}: the agent exited mid-turn ({why})");
+                    if let Some(s) = d.core.sessions.map.get_mut(sid) {
+                        let ts = crate::clock::now_ts();
+                        if let Some(delta) = s.transcript.push(sid, &Entry::System { text: why }, &ts, true, &mut fx.ops) {
+                            Delta::merge(&mut fx.delta, delta);
+                        }
+                    }
+                }
+            }
+            on_event(d, sid, ev, &mut fx);
+        }
+    }
+    withdraw_open(d, sid, "the agent exited", &mut fx);
+    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    s.ended = true;
+    s.exit = Some(status);
+    if let Some(t) = s.stall_timer.take() {
+        d.reactor.cancel(t);
+    }
+    let signal = status.signal.map(signal_name);
+    let clean = status.code == Some(0) || s.stopping_agent;
+    let tail = String::from_utf8_lossy(&tail).trim().replace('\n', " | ");
+    let how = match (status.code, &signal) {
+        (Some(c), _) => format!("with status {c}"),
+        (None, Some(sig)) => format!("by {sig}"),
+        (None, None) => "for an unknown reason".to_string(),
+    };
+    if clean || tail.is_empty() {
+        crate::info!("session {sid}: the agent exited {how}");
+    } else {
+        crate::warn!("session {sid}: the agent exited {how}; its last error output: {tail}");
+    }
+    fx.event(sid, "session.end", json!({"code": status.code, "signal": signal}));
+    fx.changed = true;
+    finish(d, sid, fx, false, None);
+}
+
+/// `sessions.input`: a prompt now, or queued behind the running turn.
+pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError> {
+    check_prompt(&text)?;
+    let s = d.core.sessions.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+    if s.ended || s.stopping_agent {
+        return Err(RpcError::new(Code::SessionEnded, format!("session {sid} has ended")));
+    }
+    let Some(drv) = s.driver.as_mut() else { return Err(RpcError::new(Code::SessionEnded, format!("session {sid} has ended"))) };
+    let was_busy = s.turn_active || !s.ready;
+    let step = drv.prompt(text).map_err(|e| match e {
+        CommandError::QueueFull => RpcError::new(Code::QueueFull, format!("session {sid} has {} prompts waiting already", limits::AGENT_PROMPT_QUEUE)),
+        other => RpcError::new(Code::SessionEnded, format!("session {sid}: {other}")),
+    })?;
+    let mut fx = Effects { changed: true, ..Effects::default() };
+    handle_step(d, sid, step, &mut fx);
+    let queued = d.core.sessions.get(sid).map_or(0, Session::queued);
+    finish(d, sid, fx, false, None);
+    Ok(json!({"queued": was_busy, "queue_length": queued}))
+}
+
+/// `sessions.interrupt`: the running turn is cancelled, every open
+/// permission answered cancelled; the turn ends interrupted.
+pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
+    let s = d.core.sessions.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+    let active = s.turn_active && !s.ended;
+    let Some(drv) = s.driver.as_mut() else { return Ok(json!({"interrupted": false})) };
+    let step = drv.interrupt();
+    let mut fx = Effects::default();
+    handle_step(d, sid, step, &mut fx);
+    finish(d, sid, fx, false, None);
+    Ok(json!({"interrupted": active}))
+}
+
+/// `sessions.kill`: stops the agent; session.end follows its exit.
+pub fn kill(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
+    let s = d.core.sessions.map.get(sid).ok_or_else(|| not_found(sid))?;
+    if s.ended {
+        return Ok(json!({"ended": true}));
+    }
+    stop_agent(d, sid);
+    Ok(json!({"ended": false}))
+}
+
+pub fn not_found(sid: &str) -> RpcError {
+    RpcError::new(Code::SessionNotFound, format!("unknown session: {sid}"))
+}
+
+/// SIGTERM to every agent; their exits are not recorded (module comment).
+pub fn stop_all(d: &mut Daemon) {
+    d.core.sessions.stopping = true;
+    let ids: Vec<String> = d.core.sessions.map.iter().filter(|(_, s)| s.child.is_some()).map(|(k, _)| k.clone()).collect();
+    for sid in ids {
+        stop_agent(d, &sid);
+    }
+}
+
+/// Reads the live sessions and pending approvals of the last run and
+/// reopens what can be reopened (module comment).
+pub fn restore(d: &mut Daemon) {
+    let inbox = d.inbox.clone();
+    let queued = d.ledger.read(Box::new(move |conn| {
+        let rows = read_live(conn);
+        let pending = approvals::read_pending(conn);
+        inbox.run(move |d| match (rows, pending) {
+            (Ok(rows), Ok(pending)) => reopen(d, rows, pending),
+            (Err(e), _) | (_, Err(e)) => crate::error!("unable to read the sessions of the last run: {}", e.to_string().to_lowercase()),
+        });
+    }));
+    if queued.is_err() {
+        crate::error!("unable to read the sessions of the last run: the ledger reader is busy");
+    }
+}
+
+type LiveRow = (String, String, String, Option<String>, Option<String>, Option<String>, Restored);
+
+fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, harness, cwd, name, model, agent_session_id, created_at, turn, turn_active, end_reason, input_tokens, \
+         output_tokens, next_request, transcript_len, provider, transport, parent FROM sessions WHERE ended = 0 ORDER BY created_at",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            Restored {
+                created_at: r.get(6)?,
+                turn: r.get::<_, i64>(7)?.max(0) as u64,
+                turn_active: r.get::<_, i64>(8)? != 0,
+                end_reason: r.get(9)?,
+                input_tokens: r.get::<_, i64>(10)?.max(0) as u64,
+                output_tokens: r.get::<_, i64>(11)?.max(0) as u64,
+                next_request: r.get::<_, i64>(12)?.max(1) as u64,
+                transcript_len: r.get::<_, i64>(13)?.max(0) as usize,
+                provider: r.get(14)?,
+                transport: r.get(15)?,
+                parent: r.get(16)?,
+            },
+        ))
+    })?;
+    rows.collect()
+}
+
+fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<String>)>) {
+    // The read ran while this run already served requests: what this run
+    // created (a session, a request) is live here and is not the last
+    // run's.
+    let pending: Vec<(String, Option<String>)> = pending.into_iter().filter(|(id, _)| d.core.approvals.get(id).is_none()).collect();
+    let rows: Vec<LiveRow> = rows.into_iter().filter(|r| d.core.sessions.get(&r.0).is_none()).collect();
+    // Every request pending when the daemon stopped resolves undelivered.
+    for (id, session) in pending {
+        let mut fx = Effects::default();
+        approvals::withdraw_stale(&id, session.as_deref(), &mut fx);
+        let stream = session.unwrap_or_default();
+        finish_plain(d, &stream, fx);
+    }
+    for (id, harness, cwd, name, model, agent_sid, mut restored) in rows {
+        let mut fx = Effects::default();
+        let was_active = restored.turn_active;
+        if was_active {
+            // The turn that ran when the daemon stopped ended with it.
+            let mut t = Transcript::restored(restored.transcript_len);
+            t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, &crate::clock::now_ts(), false, &mut fx.ops);
+            restored.transcript_len = t.len;
+            restored.turn_active = false;
+            restored.end_reason = Some("interrupted".into());
+            fx.event(&id, "turn.end", json!({"reason": "interrupted"}));
+        }
+        let seat_ok = d.core.seats.get(&harness).is_some_and(|s| s.transport.wire_name() == restored.transport);
+        match (agent_sid, seat_ok) {
+            (Some(asid), true) => {
+                finish_plain(d, &id, fx);
+                let start = Start {
+                    id: id.clone(),
+                    harness,
+                    cwd: PathBuf::from(cwd),
+                    name,
+                    model,
+                    prompt: None,
+                    reopen: Some(asid),
+                    restored: Some(restored),
+                };
+                launch(d, start, Box::new(move |_d, r| {
+                    if let Err(e) = r {
+                        crate::warn!("session {id}: could not be reopened: {}", e.message);
+                    }
+                }));
+            }
+            (asid, _) => {
+                let why = if asid.is_none() { "its agent never opened a session" } else { "its seat is gone or changed transport" };
+                crate::warn!("session {id}: cannot be reopened after the restart ({why}); it has ended");
+                fx.event(&id, "session.end", json!({"code": null, "signal": null}));
+                fx.ops.push(Op::Exec {
+                    sql: "UPDATE sessions SET ended = 1, turn_active = 0, end_reason = coalesce(?2, end_reason), transcript_len = ?3 WHERE id = ?1",
+                    params: vec![Sql::Text(id.clone()), restored.end_reason.clone().map(Sql::Text).unwrap_or(Sql::Null), Sql::Integer(restored.transcript_len as i64)],
+                });
+                finish_plain(d, &id, fx);
+            }
+        }
+    }
+}
+
+/// Commits ops of something that is not a live session (yet).
+fn finish_plain(d: &mut Daemon, what: &str, fx: Effects) {
+    if fx.ops.is_empty() {
+        return;
+    }
+    let what = what.to_string();
+    d.write(fx.ops, move |_d, r| {
+        if let Err(e) = r {
+            crate::error!("session {what}: the ledger refused its records: {e:?}");
+        }
+    });
+}

@@ -1,0 +1,243 @@
+//! Request bodies (seed 002, "Encoding, limits, and pagination"): "HTTP body
+//! framing accepts valid fixed-length and chunked requests, enforcing the
+//! same byte limit while reading. Ambiguous framing, unsupported content
+//! encoding, and incomplete bodies fail without executing the operation."
+//!
+//! [`Framing::of`] decides how a body is delimited before anything is read;
+//! [`read`] reads it and stops the moment the limit is passed, so a client
+//! declaring or streaming gigabytes costs at most the limit in memory.
+//! [`decode`] turns the bytes into a typed request, refusing unknown and
+//! duplicate members (serde's `deny_unknown_fields` on every request type).
+
+use serde::de::DeserializeOwned;
+use std::io::Read;
+
+use super::problem::{Code, Problem};
+use super::wire::{Head, Reader};
+use crate::limits;
+
+/// How a request's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+impl Framing {
+    /// Reads the framing headers, refusing ambiguity: Transfer-Encoding
+    /// other than exactly `chunked`, Transfer-Encoding with Content-Length,
+    /// Content-Length values that disagree or are not digits, and any
+    /// content coding.
+    pub fn of(head: &Head) -> Result<Framing, Problem> {
+        let te = head.list("transfer-encoding");
+        let cl = head.list("content-length");
+        if let Some(coding) = head.list("content-encoding").into_iter().find(|c| !c.eq_ignore_ascii_case("identity")) {
+            return Err(Problem::new(Code::UnsupportedMediaType, format!("content coding {coding} is not accepted")));
+        }
+        if !te.is_empty() {
+            if !cl.is_empty() {
+                return Err(Problem::invalid("both Transfer-Encoding and Content-Length frame the body"));
+            }
+            if head.minor == 0 || te.len() != 1 || !te[0].eq_ignore_ascii_case("chunked") {
+                return Err(Problem::invalid("the only transfer coding accepted is chunked, alone, over HTTP/1.1"));
+            }
+            return Ok(Framing::Chunked);
+        }
+        let Some(first) = cl.first() else { return Ok(Framing::None) };
+        if cl.iter().any(|v| v != first) || first.is_empty() || first.len() > 19 || !first.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Problem::invalid("Content-Length is not one whole number"));
+        }
+        let n: u64 = first.parse().map_err(|_| Problem::invalid("Content-Length is not one whole number"))?;
+        Ok(if n == 0 { Framing::None } else { Framing::Length(n) })
+    }
+}
+
+/// Why a body was not read in full.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Past the limit: 413. The rest was not read; close the connection.
+    TooLarge(usize),
+    /// Malformed chunked framing or an early end: 400; close.
+    Bad(String),
+}
+
+impl BodyError {
+    pub fn problem(&self) -> Problem {
+        match self {
+            BodyError::TooLarge(limit) => Problem::new(Code::BodyTooLarge, format!("the body exceeds its limit of {limit} bytes")),
+            BodyError::Bad(why) => Problem::invalid(why.clone()),
+        }
+    }
+}
+
+fn fill<R: Read>(r: &mut Reader<R>) -> Result<(), BodyError> {
+    match r.fill() {
+        Ok(0) => Err(BodyError::Bad("the body ended before its declared end".into())),
+        Ok(_) => Ok(()),
+        Err(e) => Err(BodyError::Bad(format!("the body could not be read: {}", crate::errors::io_cause(&e)))),
+    }
+}
+
+/// Takes up to `n` bytes, reading when the buffer is empty.
+fn take<R: Read>(r: &mut Reader<R>, out: &mut Vec<u8>, mut n: usize) -> Result<(), BodyError> {
+    while n > 0 {
+        if r.buffered() == 0 {
+            fill(r)?;
+        }
+        let k = n.min(r.buffered());
+        out.extend_from_slice(&r.peek()[..k]);
+        r.consume(k);
+        n -= k;
+    }
+    Ok(())
+}
+
+/// One CRLF-terminated line of chunked framing, bounded.
+fn line<R: Read>(r: &mut Reader<R>) -> Result<String, BodyError> {
+    loop {
+        if let Some(i) = r.peek().windows(2).position(|w| w == b"\r\n") {
+            let text = String::from_utf8(r.peek()[..i].to_vec()).map_err(|_| BodyError::Bad("chunk line is not ASCII".into()))?;
+            r.consume(i + 2);
+            return Ok(text);
+        }
+        if r.buffered() > limits::HTTP_CHUNK_LINE_MAX {
+            return Err(BodyError::Bad("chunk line is too long".into()));
+        }
+        fill(r)?;
+    }
+}
+
+/// Reads a whole body of at most `limit` bytes.
+pub fn read<R: Read>(r: &mut Reader<R>, framing: Framing, limit: usize) -> Result<Vec<u8>, BodyError> {
+    match framing {
+        Framing::None => Ok(Vec::new()),
+        Framing::Length(n) => {
+            if n > limit as u64 {
+                return Err(BodyError::TooLarge(limit));
+            }
+            let mut out = Vec::with_capacity(n as usize);
+            take(r, &mut out, n as usize)?;
+            Ok(out)
+        }
+        Framing::Chunked => {
+            let mut out = Vec::new();
+            loop {
+                let size_line = line(r)?;
+                let size = size_line.split(';').next().unwrap_or_default().trim();
+                if size.is_empty() || size.len() > 16 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(BodyError::Bad("chunk size is not hexadecimal".into()));
+                }
+                let size = u64::from_str_radix(size, 16).map_err(|_| BodyError::Bad("chunk size is not hexadecimal".into()))?;
+                if size == 0 {
+                    break;
+                }
+                if out.len() as u64 + size > limit as u64 {
+                    return Err(BodyError::TooLarge(limit));
+                }
+                take(r, &mut out, size as usize)?;
+                if !line(r)?.is_empty() {
+                    return Err(BodyError::Bad("chunk data is not followed by CRLF".into()));
+                }
+            }
+            // Trailer fields are read and ignored, up to the blank line.
+            for _ in 0..=limits::HTTP_HEADERS_MAX {
+                if line(r)?.is_empty() {
+                    return Ok(out);
+                }
+            }
+            Err(BodyError::Bad("too many trailer fields".into()))
+        }
+    }
+}
+
+/// Decodes a JSON request body into `T`. Unknown members, duplicate members
+/// and wrong types are 400 with serde's description of what was expected.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        Problem::invalid(format!("the body does not fit the request: {msg}"))
+    })
+}
+
+/// Checks that a body is JSON by its media type.
+pub fn require_json(head: &Head) -> Result<(), Problem> {
+    let ct = head.header("content-type").unwrap_or_default();
+    let essence = ct.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(Problem::new(Code::UnsupportedMediaType, "the body must be application/json"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::wire::parse_head;
+
+    fn framing(h: &str) -> Result<Framing, Problem> {
+        Framing::of(&parse_head(format!("POST /x HTTP/1.1\r\nHost: a\r\n{h}").trim_end().as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn framing_refuses_ambiguity() {
+        assert_eq!(framing("Content-Length: 5").unwrap(), Framing::Length(5));
+        assert_eq!(framing("Content-Length: 5\r\nContent-Length: 5").unwrap(), Framing::Length(5));
+        assert_eq!(framing("Transfer-Encoding: Chunked").unwrap(), Framing::Chunked);
+        assert_eq!(framing("").unwrap(), Framing::None);
+        for bad in [
+            "Content-Length: 5\r\nContent-Length: 6",
+            "Content-Length: 5, 6",
+            "Content-Length: -1",
+            "Content-Length: 0x10",
+            "Transfer-Encoding: chunked\r\nContent-Length: 5",
+            "Transfer-Encoding: gzip, chunked",
+            "Transfer-Encoding: identity",
+        ] {
+            assert_eq!(framing(bad).unwrap_err().status(), 400, "{bad}");
+        }
+        assert_eq!(framing("Content-Encoding: zstd\r\nContent-Length: 5").unwrap_err().status(), 415);
+    }
+
+    fn reader(bytes: &[u8]) -> Reader<&[u8]> {
+        Reader::new(bytes)
+    }
+
+    #[test]
+    fn fixed_bodies_are_bounded_before_reading() {
+        let mut r = reader(b"{\"a\":1}rest");
+        assert_eq!(read(&mut r, Framing::Length(7), 10).unwrap(), b"{\"a\":1}");
+        assert_eq!(r.peek(), b"rest");
+        assert!(matches!(read(&mut reader(b""), Framing::Length(1 << 40), 10), Err(BodyError::TooLarge(10))));
+        assert!(matches!(read(&mut reader(b"abc"), Framing::Length(5), 10), Err(BodyError::Bad(_))));
+    }
+
+    #[test]
+    fn chunked_bodies_are_decoded_and_bounded_while_reading() {
+        let mut r = reader(b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\nnext");
+        assert_eq!(read(&mut r, Framing::Chunked, 10).unwrap(), b"abcde");
+        assert_eq!(r.peek(), b"next");
+        // The second chunk passes the limit: refused without reading it.
+        let mut r = reader(b"6\r\nabcdef\r\nffffffff\r\n");
+        assert!(matches!(read(&mut r, Framing::Chunked, 10), Err(BodyError::TooLarge(10))));
+        for bad in [&b"zz\r\n"[..], b"3\r\nabcX\r\n0\r\n\r\n", b"3\r\nab"] {
+            assert!(matches!(read(&mut reader(bad), Framing::Chunked, 10), Err(BodyError::Bad(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn decode_refuses_unknown_and_duplicate_members() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct T {
+            a: u32,
+        }
+        assert!(decode::<T>(b"{\"a\":1}").is_ok());
+        assert!(decode::<T>(b"{\"a\":1,\"b\":2}").is_err());
+        assert!(decode::<T>(b"{\"a\":1,\"a\":2}").is_err());
+        assert!(decode::<T>(b"{\"a\":-1}").is_err());
+    }
+}

@@ -1,0 +1,476 @@
+//! The HTTP API for apps (DESIGN.md, "Surfaces"; issue 6): JSON and SSE over
+//! HTTP/1.1 with the mechanisms of seed 002, snake_case names, errors as
+//! problem+json with a stable `code`. Off unless `[http] listen` is set or
+//! `serve --http ADDR` is given; loopback by default.
+//!
+//! Pieces, each reusable by the routes phase 2 adds:
+//! - [`listener`]: the listening socket, the poller, the handler pool, the
+//!   connection bound (and why it is not tiny_http's server);
+//! - [`wire`] and [`body`]: HTTP/1.1 framing, bounded while reading;
+//! - [`auth`]: bearer token, allowed origins and CORS, Host check;
+//! - [`peer`]: the process behind a local TCP peer, for caller classes;
+//! - [`problem`], [`etag`], [`pages`], [`uuid7`]: the HTTP rules;
+//! - [`sse`]: the streaming core and writers;
+//! - [`routes`]: the route table and the handlers.
+//!
+//! Threads: handler threads never touch the daemon's state. A handler that
+//! needs it runs a closure on the reactor with [`Ctx::reactor`] (the
+//! reactor's bounded inbox plus its waker) and blocks on a one-slot reply
+//! channel; the closure may answer at once or from a ledger continuation,
+//! after the commit. [`Http`] is the reactor's side: it owns the SSE topics
+//! and hears every committed event through [`Http::publish`].
+//!
+//! Order of checks for every request, as seed 002 requires: framing, Host,
+//! Origin (before routing or reading a body), route, preflight (no token),
+//! bearer token, method, query parameters, caller class for operator-only
+//! operations, then the handler, which reads and decodes its body.
+
+pub mod auth;
+pub mod body;
+pub mod etag;
+pub mod listener;
+pub mod pages;
+pub mod peer;
+pub mod problem;
+pub mod routes;
+pub mod sse;
+pub mod uuid7;
+pub mod wire;
+
+use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{HttpSection, Paths};
+use crate::daemon::Daemon;
+use crate::ledger::Appended;
+use crate::limits;
+use crate::procs::CallerClass;
+use crate::reactor::Inbox;
+use body::Framing;
+use listener::Conn;
+use problem::{Code, Problem};
+use wire::{Head, HeadError, Response};
+
+/// What handler threads share, read-only but for the counters.
+pub struct Shared {
+    pub inbox: Inbox,
+    pub token: auth::Token,
+    pub origins: Vec<String>,
+    pub hosts: auth::Hosts,
+    pub instance_id: String,
+    pub max_connections: usize,
+    /// Open connections (slots taken).
+    pub conns: AtomicUsize,
+    /// SSE streams being written.
+    pub streams: AtomicUsize,
+    /// Requests read and not yet answered; a stop waits for them.
+    pub in_flight: AtomicUsize,
+    pub stopping: AtomicBool,
+    next_stream: AtomicUsize,
+}
+
+/// The reactor's side of the HTTP API.
+pub struct Http {
+    pub shared: Arc<Shared>,
+    pub addr: SocketAddr,
+    listener: listener::Listener,
+    /// `GET /events` watches: one topic per watched ledger stream.
+    pub event_topics: HashMap<String, sse::Topic>,
+}
+
+impl Http {
+    /// Starts the listener when the config asks for one.
+    pub fn start(cfg: &HttpSection, paths: &Paths, inbox: crate::reactor::Inbox, instance_id: &str) -> Result<Option<Http>, String> {
+        if cfg.listen.is_empty() {
+            return Ok(None);
+        }
+        let addr: SocketAddr = cfg.listen.parse().map_err(|_| format!("http.listen {:?} is not IP:PORT", cfg.listen))?;
+        let token_path = if cfg.token_file.is_empty() { paths.state_dir.join("http.token") } else { cfg.token_file.clone().into() };
+        let token = auth::Token::load_or_create(&token_path)?;
+        // Bound first: with port 0 the Host check needs the port chosen.
+        let (tcp, addr) = listener::bind(addr)?;
+        let shared = Arc::new(Shared {
+            inbox,
+            token,
+            origins: cfg.allowed_origins.clone(),
+            hosts: auth::Hosts::new(addr, &cfg.public_names),
+            instance_id: instance_id.to_string(),
+            max_connections: cfg.max_connections,
+            conns: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            next_stream: AtomicUsize::new(0),
+        });
+        let listener = listener::start(tcp, shared.clone(), cfg.threads, serve)?;
+        crate::info!("serving HTTP on {addr} (token in {})", token_path.display());
+        Ok(Some(Http { shared, addr, listener, event_topics: HashMap::new() }))
+    }
+
+    /// Hears every committed event: watched streams get it in their topic.
+    pub fn publish(&mut self, events: &[Appended]) {
+        if self.event_topics.is_empty() {
+            return;
+        }
+        for ev in events {
+            if let Some(topic) = self.event_topics.get_mut(&ev.stream) {
+                topic.publish(ev.seq.max(0) as u64, &routes::event_sse_json(ev));
+            }
+        }
+    }
+
+    /// Stops accepting, ends every stream with `failure`, and marks the API
+    /// draining. Requests being served finish; [`Http::busy`] says when.
+    pub fn stop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.listener.stop();
+        for t in self.event_topics.values_mut() {
+            t.close();
+        }
+    }
+
+    /// Whether requests are still being answered, or streams still writing
+    /// their final `failure` batch.
+    pub fn busy(&self) -> bool {
+        self.shared.in_flight.load(Ordering::Acquire) > 0 || self.shared.streams.load(Ordering::Acquire) > 0
+    }
+}
+
+
+/// A reply channel for a closure run on the reactor. A clone can answer
+/// in place of a continuation that never ran (a refused ledger read).
+pub struct Answer<T>(Sender<T>);
+
+impl<T> Clone for Answer<T> {
+    fn clone(&self) -> Self {
+        Answer(self.0.clone())
+    }
+}
+
+impl<T> Answer<T> {
+    pub fn send(self, v: T) {
+        // The handler may have given up waiting; nothing to do then.
+        let _ = self.0.try_send(v);
+    }
+}
+
+/// What a handler answers.
+pub enum Reply {
+    /// A JSON representation. `etag`: validate it (GET representations).
+    Json { status: u16, body: Value, etag: bool, headers: Vec<(&'static str, String)> },
+    /// An SSE stream: the closure writes the events after the head; it runs
+    /// on its own writer thread.
+    Stream(Box<dyn FnOnce(&mut TcpStream) -> sse::End + Send>),
+}
+
+impl Reply {
+    pub fn json(status: u16, body: Value) -> Reply {
+        Reply::Json { status, body, etag: false, headers: Vec::new() }
+    }
+
+    /// A representation that carries an ETag and honours If-None-Match.
+    pub fn representation(body: Value) -> Reply {
+        Reply::Json { status: 200, body, etag: true, headers: Vec::new() }
+    }
+}
+
+/// One request as a handler sees it.
+pub struct Ctx<'a> {
+    pub shared: &'a Arc<Shared>,
+    pub head: &'a Head,
+    /// Path parameters by the names in the route template.
+    pub params: Vec<(&'static str, String)>,
+    /// Decoded query parameters, already checked against the route's list.
+    pub query: Vec<(String, String)>,
+    pub route: &'static str,
+    conn: &'a mut Conn,
+    framing: Framing,
+    body_read: bool,
+}
+
+impl Ctx<'_> {
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn path_param(&self, name: &str) -> Option<&str> {
+        self.params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Reads and decodes the JSON body (at most `HTTP_BODY_MAX` bytes).
+    pub fn json<T: DeserializeOwned>(&mut self) -> Result<T, Problem> {
+        self.json_within(limits::HTTP_BODY_MAX)
+    }
+
+    /// Reads and decodes a JSON body of at most `limit` bytes.
+    pub fn json_within<T: DeserializeOwned>(&mut self, limit: usize) -> Result<T, Problem> {
+        if self.framing == Framing::None {
+            return Err(Problem::invalid("this request needs a JSON body"));
+        }
+        body::require_json(self.head)?;
+        if self.head.header("expect").is_some_and(|e| e.eq_ignore_ascii_case("100-continue")) {
+            if let Framing::Length(n) = self.framing {
+                if n > limit as u64 {
+                    return Err(body::BodyError::TooLarge(limit).problem());
+                }
+            }
+            let _ = self.conn.stream().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let bytes = body::read(&mut self.conn.r, self.framing, limit).map_err(|e| e.problem())?;
+        self.body_read = true;
+        body::decode(&bytes)
+    }
+
+    /// Runs `f` on the reactor thread and waits for what it sends.
+    pub fn reactor<T: Send + 'static>(&self, f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static) -> Result<T, Problem> {
+        reactor_call(self.shared, f)
+    }
+
+    /// The caller class of the peer process (see [`peer`]).
+    pub fn caller(&self) -> Result<CallerClass, Problem> {
+        let holders = peer::peer_processes(self.conn.peer, self.conn.local);
+        if holders.is_empty() {
+            return Ok(CallerClass::Unverified);
+        }
+        self.reactor(move |d, answer| {
+            let daemon_pid = std::process::id() as i32;
+            let mut class = CallerClass::Operator;
+            for h in &holders {
+                let c = crate::procs::classify(h.pid, daemon_pid, &d.roots, || crate::procs::pidfd_alive(&h.pidfd));
+                if !c.is_operator() {
+                    class = c;
+                    break;
+                }
+            }
+            answer.send(class);
+        })
+    }
+}
+
+use std::io::Write as _;
+
+/// Runs `f` on the reactor and waits (bounded) for its answer.
+pub fn reactor_call<T: Send + 'static>(shared: &Shared, f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static) -> Result<T, Problem> {
+    let (tx, rx) = bounded(1);
+    if !shared.inbox.run(move |d| f(d, Answer(tx))) {
+        return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
+    }
+    match rx.recv_timeout(Duration::from_millis(limits::HTTP_REACTOR_WAIT_MS)) {
+        Ok(v) => Ok(v),
+        Err(RecvTimeoutError::Timeout) => Err(Problem::new(Code::Unavailable, "the daemon did not answer in time").retry(1)),
+        Err(RecvTimeoutError::Disconnected) => Err(Problem::new(Code::ShuttingDown, "the daemon is stopping")),
+    }
+}
+
+/// Counts a request in flight; a stop waits until none is.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn new(s: &'a Shared) -> InFlight<'a> {
+        s.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(s)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.stopping.load(Ordering::Acquire) {
+            // The reactor waits for the last answer before it exits.
+            self.0.inbox.run(|_| {});
+        }
+    }
+}
+
+/// Serves requests on a connection with bytes to read; gives it back to
+/// the poller when it should stay open.
+fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
+    for _ in 0..limits::HTTP_REQUESTS_PER_TURN {
+        let head = match conn.r.read_head() {
+            Ok(h) => h,
+            Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
+            Err(HeadError::Bad(p)) => {
+                let _ = wire::write_response(&mut conn.stream(), &with_common(Response::problem(&p), None), false, true);
+                return None;
+            }
+        };
+        let guard = InFlight::new(shared);
+        let (keep, stream) = handle(shared, &mut conn, &head);
+        drop(guard);
+        if let Some((headers, task)) = stream {
+            start_stream(shared, conn, headers, task);
+            return None;
+        }
+        if !keep {
+            return None;
+        }
+        if conn.r.buffered() == 0 {
+            return Some(conn);
+        }
+    }
+    Some(conn)
+}
+
+type StreamTask = Box<dyn FnOnce(&mut TcpStream) -> sse::End + Send>;
+
+/// Headers every answer carries.
+fn with_common(mut r: Response, origin: Option<&str>) -> Response {
+    r.headers.push(("Cache-Control", "no-store".into()));
+    r.headers.push(("Vary", "Origin".into()));
+    if let Some(o) = origin {
+        r.headers.extend(auth::cors_headers(o));
+    }
+    r
+}
+
+/// Handles one request; returns whether the connection stays open, or the
+/// stream to start.
+/// A stream to start: its response headers and its writer.
+type StreamStart = (Vec<(&'static str, String)>, StreamTask);
+
+fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<StreamStart>) {
+    let framing = body::Framing::of(head);
+    let mut origin = None;
+    let outcome = (|| -> Result<Outcome, Problem> {
+        let framing = framing.clone()?;
+        shared.hosts.check(head)?;
+        origin = auth::check_origin(head, &shared.origins)?;
+        let (route, params) = routes::find(&head.path)?;
+        if head.method == "OPTIONS" {
+            return Ok(Outcome::Done(preflight(route, head, origin)));
+        }
+        if !shared.token.verify(head.header("authorization")) {
+            return Err(Problem::new(Code::Unauthorized, "missing or wrong bearer token"));
+        }
+        let op = route.ops.iter().find(|o| o.method == head.method).ok_or_else(|| {
+            let mut p = Problem::new(Code::MethodNotAllowed, format!("{} does not support {}", route.path, head.method));
+            p.allow = Some(route.allow());
+            p
+        })?;
+        let query = wire::parse_query(&head.query)?;
+        if let Some((k, _)) = query.iter().find(|(k, _)| !op.query.contains(&k.as_str())) {
+            return Err(Problem::invalid(format!("unknown query parameter {k}")));
+        }
+        if let Some(e) = head.header("expect") {
+            if !e.eq_ignore_ascii_case("100-continue") {
+                return Err(Problem::new(Code::ExpectationFailed, "the only expectation accepted is 100-continue"));
+            }
+        }
+        let mut ctx = Ctx { shared, head, params, query, route: route.path, conn, framing, body_read: false };
+        if op.operator_only {
+            let class = ctx.caller()?;
+            if !class.is_operator() {
+                return Err(Problem::new(Code::OperatorOnly, format!("only the operator may do this; the caller is {}", class.name())));
+            }
+        }
+        let reply = (op.handler)(&mut ctx);
+        let consumed = ctx.body_read || framing == Framing::None;
+        Ok(Outcome::Replied(reply, consumed))
+    })();
+    let stopping = shared.stopping.load(Ordering::Acquire);
+    let (response, consumed) = match outcome {
+        Ok(Outcome::Done(r)) => (r, framing.as_ref().is_ok_and(|f| *f == Framing::None)),
+        Ok(Outcome::Replied(Ok(Reply::Stream(task)), _)) => {
+            let mut headers = vec![
+                ("Content-Type", "text/event-stream".to_string()),
+                ("Cache-Control", "no-store".into()),
+                ("Vary", "Origin, Accept".into()),
+                ("X-Accel-Buffering", "no".into()),
+            ];
+            if let Some(o) = origin {
+                headers.extend(auth::cors_headers(o));
+            }
+            return (false, Some((headers, task)));
+        }
+        Ok(Outcome::Replied(Ok(Reply::Json { status, body, etag, headers }), consumed)) => {
+            (json_response(head, status, &body, etag, headers), consumed)
+        }
+        Ok(Outcome::Replied(Err(p), consumed)) => (Response::problem(&p), consumed),
+        Err(p) => (Response::problem(&p), framing.as_ref().is_ok_and(|f| *f == Framing::None)),
+    };
+    let keep = consumed && head.keep_alive() && !stopping;
+    let response = with_common(response, origin);
+    let written = wire::write_response(&mut conn.stream(), &response, false, !keep);
+    (keep && written.is_ok(), None)
+}
+
+enum Outcome {
+    /// Answered before the handler (a preflight).
+    Done(Response),
+    /// The handler's reply, and whether the body was consumed.
+    Replied(Result<Reply, Problem>, bool),
+}
+
+fn json_response(head: &Head, status: u16, body: &Value, etag: bool, headers: Vec<(&'static str, String)>) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut r = Response::json(status, Vec::new());
+    r.headers.extend(headers);
+    if etag {
+        let tag = etag::of(&bytes);
+        if etag::none_match_hits(head.header("if-none-match"), &tag) {
+            return Response::new(304).header("ETag", tag);
+        }
+        r.headers.push(("ETag", tag));
+    }
+    r.with_body(bytes)
+}
+
+/// Answers OPTIONS: a CORS preflight from an allowed origin, or the
+/// methods of the path. Neither needs the token nor reads anything.
+fn preflight(route: &routes::Route, head: &Head, origin: Option<&str>) -> Response {
+    let allow = route.allow();
+    let mut r = Response::new(204).header("Allow", allow.clone());
+    if origin.is_some() && head.header("access-control-request-method").is_some() {
+        r = r
+            .header("Access-Control-Allow-Methods", allow)
+            .header("Access-Control-Allow-Headers", auth::ALLOWED_REQUEST_HEADERS)
+            .header("Access-Control-Max-Age", "600");
+    }
+    r
+}
+
+/// Moves a connection to its own SSE writer thread.
+fn start_stream(shared: &Arc<Shared>, conn: Conn, headers: Vec<(&'static str, String)>, task: StreamTask) {
+    let taken = shared.streams.fetch_add(1, Ordering::AcqRel);
+    let release = StreamSlot(shared.clone());
+    if taken >= limits::HTTP_MAX_STREAMS {
+        let p = Problem::new(Code::TooManyStreams, "the daemon already serves the maximum number of streams").retry(1);
+        let _ = wire::write_response(&mut conn.stream(), &with_common(Response::problem(&p), None), false, true);
+        return;
+    }
+    let n = shared.next_stream.fetch_add(1, Ordering::Relaxed);
+    let spawned = std::thread::Builder::new().name(format!("http-sse-{n}")).spawn(move || {
+        let _release = release;
+        let mut stream = match conn.stream().try_clone() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let mut head = Vec::new();
+        wire::write_status_and_headers(&mut head, 200, &headers);
+        head.extend_from_slice(b"Connection: close\r\n\r\n");
+        if stream.write_all(&head).is_err() {
+            return;
+        }
+        task(&mut stream);
+        drop(conn);
+    });
+    if let Err(e) = spawned {
+        crate::warn!("unable to start an SSE writer thread: {e}");
+    }
+}
+
+struct StreamSlot(Arc<Shared>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if self.0.streams.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.stopping.load(Ordering::Acquire) {
+            // The reactor waits for the last stream before it exits.
+            self.0.inbox.run(|_| {});
+        }
+    }
+}

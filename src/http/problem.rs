@@ -1,0 +1,171 @@
+//! Errors of the HTTP API as `application/problem+json` (RFC 9457; seed 002,
+//! "Revisions and errors"): `type: "about:blank"`, `title`, `status`,
+//! `detail` and a stable snake_case `code` that programs branch on. The
+//! detail is one line for a person; it never carries a token, a request
+//! body or another session's data.
+//!
+//! Every code the API answers with is a [`Code`]; the status goes with it,
+//! so a handler cannot pair a code with the wrong status.
+
+use serde_json::json;
+
+/// Stable error codes of the HTTP API, each with its one status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// 400: invalid syntax, fields, query or framing.
+    InvalidRequest,
+    /// 400: a UUIDv7 identity more than five minutes ahead.
+    IdentityFuture,
+    /// 401: missing or wrong bearer token.
+    Unauthorized,
+    /// 403: an `Origin` not in `http.allowed_origins`.
+    OriginNotAllowed,
+    /// 403: a `Host` that is neither the listener nor a public name.
+    HostNotAllowed,
+    /// 403: the caller is not the operator (DESIGN.md, "Who is calling").
+    OperatorOnly,
+    /// 404: no such resource.
+    NotFound,
+    /// 405: known path, unsupported method; with `Allow`.
+    MethodNotAllowed,
+    /// 406: no representation the `Accept` header admits.
+    NotAcceptable,
+    /// 409: the request names another daemon instance.
+    InstanceChanged,
+    /// 410: a UUIDv7 identity older than seven days.
+    IdentityExpired,
+    /// 412: `If-Match` names a representation that no longer holds.
+    PreconditionFailed,
+    /// 413: the body is over its limit.
+    BodyTooLarge,
+    /// 415: a body that is not `application/json`, or content-coded.
+    UnsupportedMediaType,
+    /// 417: an `Expect` other than `100-continue`.
+    ExpectationFailed,
+    /// 428: `If-Match` is required and missing.
+    PreconditionRequired,
+    /// 503: every connection slot is taken.
+    TooManyConnections,
+    /// 503: every stream slot (or a topic's watcher slot) is taken.
+    TooManyStreams,
+    /// 503: the daemon is stopping and takes no new work.
+    ShuttingDown,
+    /// 503: the ledger's queue is full; try again.
+    LedgerBusy,
+    /// 503: the ledger cannot be trusted and is read-only.
+    LedgerCorrupt,
+    /// 503: a part of the daemon the request needs did not answer.
+    Unavailable,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidRequest => "invalid_request",
+            Code::IdentityFuture => "identity_future",
+            Code::Unauthorized => "unauthorized",
+            Code::OriginNotAllowed => "origin_not_allowed",
+            Code::HostNotAllowed => "host_not_allowed",
+            Code::OperatorOnly => "operator_only",
+            Code::NotFound => "not_found",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::NotAcceptable => "not_acceptable",
+            Code::InstanceChanged => "instance_changed",
+            Code::IdentityExpired => "identity_expired",
+            Code::PreconditionFailed => "precondition_failed",
+            Code::BodyTooLarge => "body_too_large",
+            Code::UnsupportedMediaType => "unsupported_media_type",
+            Code::ExpectationFailed => "expectation_failed",
+            Code::PreconditionRequired => "precondition_required",
+            Code::TooManyConnections => "too_many_connections",
+            Code::TooManyStreams => "too_many_streams",
+            Code::ShuttingDown => "shutting_down",
+            Code::LedgerBusy => "ledger_busy",
+            Code::LedgerCorrupt => "ledger_corrupt",
+            Code::Unavailable => "unavailable",
+        }
+    }
+
+    pub fn status(self) -> u16 {
+        match self {
+            Code::InvalidRequest | Code::IdentityFuture => 400,
+            Code::Unauthorized => 401,
+            Code::OriginNotAllowed | Code::HostNotAllowed | Code::OperatorOnly => 403,
+            Code::NotFound => 404,
+            Code::MethodNotAllowed => 405,
+            Code::NotAcceptable => 406,
+            Code::InstanceChanged => 409,
+            Code::IdentityExpired => 410,
+            Code::PreconditionFailed => 412,
+            Code::BodyTooLarge => 413,
+            Code::UnsupportedMediaType => 415,
+            Code::ExpectationFailed => 417,
+            Code::PreconditionRequired => 428,
+            Code::TooManyConnections
+            | Code::TooManyStreams
+            | Code::ShuttingDown
+            | Code::LedgerBusy
+            | Code::LedgerCorrupt
+            | Code::Unavailable => 503,
+        }
+    }
+}
+
+/// One problem answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub code: Code,
+    pub detail: String,
+    /// 405: the methods the path supports.
+    pub allow: Option<String>,
+    /// 503 and 429: seconds after which a new attempt can succeed.
+    pub retry_after: Option<u64>,
+}
+
+impl Problem {
+    pub fn new(code: Code, detail: impl Into<String>) -> Problem {
+        Problem { code, detail: detail.into(), allow: None, retry_after: None }
+    }
+
+    /// Adds `Retry-After`.
+    pub fn retry(mut self, seconds: u64) -> Problem {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Problem {
+        Problem::new(Code::InvalidRequest, detail)
+    }
+
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Vec<u8> {
+        let v = json!({
+            "type": "about:blank",
+            "title": crate::http::wire::reason(self.status()),
+            "status": self.status(),
+            "detail": self.detail,
+            "code": self.code.as_str(),
+        });
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_has_the_five_members() {
+        let p = Problem::new(Code::InstanceChanged, "the daemon is instance b, not a");
+        let v: serde_json::Value = serde_json::from_slice(&p.body()).unwrap();
+        assert_eq!(v["type"], "about:blank");
+        assert_eq!(v["title"], "Conflict");
+        assert_eq!(v["status"], 409);
+        assert_eq!(v["code"], "instance_changed");
+        assert_eq!(v.as_object().unwrap().len(), 5);
+    }
+}

@@ -1,0 +1,445 @@
+//! The route table and its handlers (issue 6, phase 1).
+//!
+//! | path              | method | who      | answers                                        |
+//! |-------------------|--------|----------|------------------------------------------------|
+//! | /server           | GET    | token    | instance, protocol, state, capabilities, build |
+//! | /server/shutdown  | POST   | operator | 202, then the daemon drains and stops          |
+//! | /storage          | GET    | token    | database figures, events per stream (paged)    |
+//! | /events           | GET    | token    | a page of one stream, or (SSE) a watch of it   |
+//!
+//! Adding a route (phase 2): write a handler `fn(&mut Ctx) -> Result<Reply,
+//! Problem>`, and add a [`Route`] to [`ROUTES`] with its path template
+//! (`/sessions/{session_id}`), and per method the query parameters it
+//! accepts and whether it is operator-only. The pipeline in [`super`] has
+//! already checked Host, Origin, token, method, query names and caller
+//! class; the handler reads its body with [`Ctx::json`], reaches the
+//! daemon's state with [`Ctx::reactor`], and answers a representation
+//! (ETag and If-None-Match handled) or a stream. The OpenAPI document in
+//! `vendor-schemas/openapi.yaml` gets the same operation, and tests/http.rs
+//! validates real replies against it.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::pages;
+use super::problem::{Code, Problem};
+use super::sse::{self, Start, Subscription};
+use super::{Answer, Ctx, Reply};
+use crate::daemon::Daemon;
+use crate::ledger::{self, Appended, WriteError};
+use crate::limits;
+
+/// The daemon's HTTP protocol version; attachment checks it.
+pub const PROTOCOL: u64 = 1;
+
+pub type Handler = fn(&mut Ctx) -> Result<Reply, Problem>;
+
+/// One method of a route.
+pub struct Op {
+    pub method: &'static str,
+    /// The query parameters it accepts; any other is 400.
+    pub query: &'static [&'static str],
+    /// Refused to agents and plugins even with the token.
+    pub operator_only: bool,
+    pub handler: Handler,
+}
+
+pub struct Route {
+    pub path: &'static str,
+    pub ops: &'static [Op],
+}
+
+impl Route {
+    /// The `Allow` header value.
+    pub fn allow(&self) -> String {
+        let mut m: Vec<&str> = self.ops.iter().map(|o| o.method).collect();
+        m.push("OPTIONS");
+        m.join(", ")
+    }
+}
+
+pub const ROUTES: &[Route] = &[
+    Route { path: "/server", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: get_server }] },
+    Route { path: "/server/shutdown", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: post_shutdown }] },
+    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next"], operator_only: false, handler: get_storage }] },
+    Route {
+        path: "/events",
+        ops: &[Op {
+            method: "GET",
+            query: &["stream", "after_seq", "limit", "next", "after_generation"],
+            operator_only: false,
+            handler: get_events,
+        }],
+    },
+];
+
+/// Path parameters by the names in the route template.
+pub type PathParams = Vec<(&'static str, String)>;
+
+/// Matches a request path against the table: the route and its path
+/// parameters (percent-decoded), or 404.
+pub fn find(path: &str) -> Result<(&'static Route, PathParams), Problem> {
+    let segs: Vec<&str> = path.split('/').skip(1).collect();
+    'routes: for r in ROUTES {
+        let tmpl: Vec<&'static str> = r.path.split('/').skip(1).collect();
+        if tmpl.len() != segs.len() {
+            continue;
+        }
+        let mut params = Vec::new();
+        for (t, s) in tmpl.iter().zip(&segs) {
+            if let Some(name) = t.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+                let v = super::wire::percent_decode(s, false)?;
+                if v.is_empty() {
+                    continue 'routes;
+                }
+                params.push((name, v));
+            } else if t != s {
+                continue 'routes;
+            }
+        }
+        return Ok((r, params));
+    }
+    Err(Problem::new(Code::NotFound, "no such resource"))
+}
+
+/// Picks the representation `Accept` admits best among `offers` (the first
+/// offer on a tie or without Accept); 406 when none.
+pub fn negotiate(accept: Option<&str>, offers: &[&'static str]) -> Result<&'static str, Problem> {
+    let Some(accept) = accept else { return Ok(offers[0]) };
+    let mut best: Option<(f32, usize)> = None;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let q = parts.find_map(|p| p.strip_prefix("q=")).and_then(|q| q.parse::<f32>().ok()).unwrap_or(1.0);
+        if q <= 0.0 {
+            continue;
+        }
+        for (i, offer) in offers.iter().enumerate() {
+            let (ty, _) = offer.split_once('/').unwrap_or((offer, ""));
+            let hit = media == *offer || media == "*/*" || media == format!("{ty}/*");
+            if hit && best.is_none_or(|(bq, bi)| q > bq || (q == bq && i < bi)) {
+                best = Some((q, i));
+            }
+        }
+    }
+    best.map(|(_, i)| offers[i]).ok_or_else(|| Problem::new(Code::NotAcceptable, format!("this resource is served as {}", offers.join(" or "))))
+}
+
+/// Maps a ledger refusal to a problem.
+fn ledger_problem(e: WriteError) -> Problem {
+    match e {
+        WriteError::Corrupt => Problem::new(Code::LedgerCorrupt, "the ledger cannot be trusted and is read-only"),
+        WriteError::Busy => Problem::new(Code::LedgerBusy, "the ledger is busy; try again").retry(1),
+        WriteError::Failed(why) => {
+            crate::error!("ledger access failed: {why}");
+            Problem::new(Code::Unavailable, "the ledger could not be reached")
+        }
+    }
+}
+
+fn read_failed(e: &rusqlite::Error) -> Problem {
+    crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
+    Problem::new(Code::Unavailable, "the ledger could not be read")
+}
+
+/// A whole number from 0 to 2^53 - 1 (seed 002, "Counters and sequence
+/// numbers are integers from zero through 2^53 - 1").
+fn counter(name: &str, raw: &str) -> Result<u64, Problem> {
+    match raw.parse::<u64>() {
+        Ok(n) if n < (1 << 53) && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(Problem::invalid(format!("{name} must be a whole number from 0 to 2^53-1"))),
+    }
+}
+
+// ---- /server ----
+
+fn get_server(ctx: &mut Ctx) -> Result<Reply, Problem> {
+    let body = ctx.reactor(|d, answer: Answer<Value>| answer.send(server_json(d)))?;
+    Ok(Reply::representation(body))
+}
+
+fn server_json(d: &Daemon) -> Value {
+    json!({
+        "instance_id": d.instance_id,
+        "protocol": PROTOCOL,
+        "state": if d.is_stopping() { "draining" } else { "ready" },
+        "capabilities": {"events": 1, "events_watch": 1, "storage_report": 1},
+        "build": {"version": env!("CARGO_PKG_VERSION")},
+        "started_at": crate::clock::format_ts(d.started_at_ms),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShutdownBody {
+    instance_id: String,
+    timeout_ms: Option<u64>,
+}
+
+fn post_shutdown(ctx: &mut Ctx) -> Result<Reply, Problem> {
+    let body: ShutdownBody = ctx.json()?;
+    let timeout = body.timeout_ms.unwrap_or(limits::HTTP_SHUTDOWN_TIMEOUT_DEFAULT_MS);
+    if !(1..=limits::HTTP_SHUTDOWN_TIMEOUT_MAX_MS).contains(&timeout) {
+        return Err(Problem::invalid(format!("timeout_ms must be 1 to {}", limits::HTTP_SHUTDOWN_TIMEOUT_MAX_MS)));
+    }
+    let id = body.instance_id;
+    let result = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
+        if id != d.instance_id {
+            answer.send(Err(Problem::new(Code::InstanceChanged, "the daemon is another instance than the one named; read /server again")));
+            return;
+        }
+        // The answer is handed over before the stop begins, and the stop
+        // waits for in-flight HTTP answers before the process exits.
+        answer.send(Ok(json!({"instance_id": d.instance_id, "state": "draining"})));
+        d.begin_stop_within("POST /server/shutdown", Duration::from_millis(timeout));
+    })?;
+    Ok(Reply::json(202, result?))
+}
+
+// ---- /storage ----
+
+fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
+    let limit = pages::limit(ctx.param("limit"))?;
+    let after = match ctx.param("next") {
+        Some(t) => Some(pages::resume(ctx.route, &ctx.query, t)?),
+        None => None,
+    };
+    let query = ctx.query.clone();
+    let route = ctx.route;
+    let result = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
+        let main = std::fs::metadata(&d.paths.ledger).map(|m| m.len()).unwrap_or(0);
+        let side = |ext: &str| {
+            let mut p = d.paths.ledger.clone().into_os_string();
+            p.push(ext);
+            std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+        };
+        let wal = side("-wal") + side("-shm");
+        let fallback = answer.clone();
+        let queued = d.ledger.read(Box::new(move |conn| {
+            let figures = ledger::page_figures(conn);
+            let streams = ledger::stream_counts(conn, after.as_deref().unwrap_or(""), limit + 1);
+            let v = match (figures, streams) {
+                (Ok((page_size, pages_total, free)), Ok(mut rows)) => {
+                    let more = rows.len() > limit;
+                    rows.truncate(limit);
+                    let items = rows.iter().map(|(s, n)| json!({"stream": s, "events": n}));
+                    let (items, all) = pages::fit(items);
+                    let next = match items.last() {
+                        Some(last) if more || !all => json!(pages::token(route, &query, last["stream"].as_str().unwrap_or(""))),
+                        _ => Value::Null,
+                    };
+                    Ok(json!({
+                        "database": {
+                            "main_file_bytes": main,
+                            "wal_bytes": wal,
+                            "page_size_bytes": page_size,
+                            "page_count": pages_total,
+                            "free_page_count": free,
+                            "used_bytes": (pages_total - free) * page_size,
+                        },
+                        "streams": {"items": items, "next": next},
+                        "measured_at": crate::clock::now_ts(),
+                    }))
+                }
+                (Err(e), _) | (_, Err(e)) => Err(read_failed(&e)),
+            };
+            answer.send(v);
+        }));
+        if let Err(e) = queued {
+            fallback.send(Err(ledger_problem(e)));
+        }
+    });
+    Ok(Reply::representation(result??))
+}
+
+// ---- /events ----
+
+/// One ledger event as the API shows it: the daemon socket's shape
+/// (`events.list`), with `data` left out (null, `data_omitted: true`) when
+/// it is larger than `HTTP_EVENT_INLINE_MAX`, so that any page or frame
+/// stays within its bound.
+pub fn event_item_text(stream: &str, seq: i64, kind: &str, ts: &str, data: &str) -> String {
+    let mut s = String::with_capacity(data.len() + stream.len() + kind.len() + 96);
+    s.push_str("{\"stream\":");
+    s.push_str(&Value::from(stream).to_string());
+    s.push_str(&format!(",\"seq\":{seq},\"kind\":"));
+    s.push_str(&Value::from(kind).to_string());
+    s.push_str(",\"ts\":");
+    s.push_str(&Value::from(ts).to_string());
+    if data.len() > limits::HTTP_EVENT_INLINE_MAX {
+        s.push_str(",\"data\":null,\"data_omitted\":true}");
+    } else {
+        s.push_str(",\"data\":");
+        s.push_str(data);
+        s.push('}');
+    }
+    s
+}
+
+/// A committed event as an SSE watch event `{type, sequence, data}`.
+pub fn event_sse_json(ev: &Appended) -> String {
+    format!(
+        "{{\"type\":\"event\",\"sequence\":{},\"data\":{}}}",
+        ev.seq,
+        event_item_text(&ev.stream, ev.seq, &ev.kind, &ev.ts, &ev.data)
+    )
+}
+
+fn stream_name(ctx: &Ctx) -> Result<String, Problem> {
+    let s = ctx.param("stream").ok_or_else(|| Problem::invalid("stream is required"))?;
+    if s.is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
+        return Err(Problem::invalid("stream must be 1 to 128 characters without control characters"));
+    }
+    Ok(s.to_string())
+}
+
+fn get_events(ctx: &mut Ctx) -> Result<Reply, Problem> {
+    let stream = stream_name(ctx)?;
+    if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
+        return watch_events(ctx, stream);
+    }
+    if ctx.param("after_generation").is_some() {
+        return Err(Problem::invalid("after_generation belongs to a watch (Accept: text/event-stream)"));
+    }
+    let limit = pages::limit(ctx.param("limit"))?;
+    let after = match (ctx.param("next"), ctx.param("after_seq")) {
+        (Some(t), _) => counter("next", &pages::resume(ctx.route, &ctx.query, t)?)?,
+        (None, Some(a)) => counter("after_seq", a)?,
+        (None, None) => 0,
+    };
+    let rows = ctx.reactor(move |d, answer: Answer<Result<Vec<ledger::StoredEvent>, Problem>>| {
+        let fallback = answer.clone();
+        let queued = crate::socket::methods::read_events(d, stream, after as i64, limit + 1, move |_, rows| {
+            answer.send(rows.map_err(|e| read_failed(&e)));
+        });
+        if let Err(e) = queued {
+            fallback.send(Err(ledger_problem(e)));
+        }
+    })??;
+    let more = rows.len() > limit;
+    let items = rows.iter().take(limit).map(|r| serde_json::from_str::<Value>(&event_item_text(&r.stream, r.seq, &r.kind, &r.ts, &r.data)).unwrap_or(Value::Null));
+    let (items, all) = pages::fit(items);
+    let next = match items.last() {
+        Some(last) if more || !all => json!(pages::token(ctx.route, &ctx.query, &last["seq"].to_string())),
+        _ => Value::Null,
+    };
+    Ok(Reply::Json { status: 200, body: json!({"items": items, "next": next}), etag: true, headers: vec![("Vary", "Accept".into())] })
+}
+
+fn watch_events(ctx: &mut Ctx, stream: String) -> Result<Reply, Problem> {
+    if ctx.param("limit").is_some() || ctx.param("next").is_some() {
+        return Err(Problem::invalid("limit and next belong to JSON pages, not to a watch"));
+    }
+    let after = match (ctx.param("after_generation"), ctx.param("after_seq")) {
+        (None, None) => None,
+        (Some(g), Some(s)) if !g.is_empty() && g.len() <= 128 => Some((g.to_string(), counter("after_seq", s)?)),
+        _ => return Err(Problem::invalid("a watch resumes with both after_generation and after_seq, from the last batch consumed")),
+    };
+    let (sub, start) = ctx.reactor(move |d, answer| subscribe_events(d, stream, after, answer))??;
+    let name = ctx.param("stream").unwrap_or_default().to_string();
+    Ok(Reply::Stream(Box::new(move |w: &mut TcpStream| {
+        let mut snapshot = || {
+            let at = sub.high_water();
+            Ok((at, json!({"stream": name, "high_water": at}).to_string()))
+        };
+        let end = sse::run_watch(w, &sub, start, Duration::from_millis(limits::SSE_KEEPALIVE_MS), &mut snapshot);
+        let _ = w.flush();
+        end
+    })))
+}
+
+type Attached = Result<(Subscription, Start), Problem>;
+
+/// Subscribes to a ledger stream's topic, creating the topic at the
+/// stream's committed high water when it is the first watch.
+fn subscribe_events(d: &mut Daemon, stream: String, after: Option<(String, u64)>, answer: Answer<Attached>) {
+    if d.is_stopping() {
+        answer.send(Err(Problem::new(Code::ShuttingDown, "the daemon is stopping")));
+        return;
+    }
+    let Some(http) = d.http.as_mut() else {
+        answer.send(Err(Problem::new(Code::Unavailable, "the HTTP API is not running")));
+        return;
+    };
+    if let Some(topic) = http.event_topics.get_mut(&stream) {
+        answer.send(attach(topic, &after));
+        return;
+    }
+    let inbox = d.inbox.clone();
+    let fallback = answer.clone();
+    let queued = d.ledger.read(Box::new(move |conn| {
+        let last = ledger::stream_last_seq(conn, &stream);
+        inbox.run(move |d| {
+            let generation = d.instance_id.clone();
+            let r = match (last, d.http.as_mut()) {
+                (Err(e), _) => Err(read_failed(&e)),
+                (Ok(_), None) => Err(Problem::new(Code::Unavailable, "the HTTP API is not running")),
+                (Ok(high), Some(http)) => topic_for(http, &stream, generation, high.max(0) as u64).and_then(|t| attach(t, &after)),
+            };
+            answer.send(r);
+        });
+    }));
+    if let Err(e) = queued {
+        fallback.send(Err(ledger_problem(e)));
+    }
+}
+
+fn topic_for<'a>(http: &'a mut super::Http, stream: &str, generation: String, high: u64) -> Result<&'a mut sse::Topic, Problem> {
+    if !http.event_topics.contains_key(stream) {
+        if http.event_topics.len() >= limits::SSE_EVENT_TOPICS {
+            let idle = http.event_topics.iter_mut().filter_map(|(k, t)| (t.watchers() == 0).then(|| k.clone())).next();
+            match idle {
+                Some(k) => {
+                    http.event_topics.remove(&k);
+                }
+                None => return Err(Problem::new(Code::TooManyStreams, "every watchable stream slot is in use").retry(1)),
+            }
+        }
+        http.event_topics.insert(stream.to_string(), sse::Topic::new(generation, high));
+    }
+    http.event_topics.get_mut(stream).ok_or_else(|| Problem::new(Code::Unavailable, "the watch could not be set up"))
+}
+
+fn attach(topic: &mut sse::Topic, after: &Option<(String, u64)>) -> Attached {
+    let sub = topic.subscribe().map_err(|_| Problem::new(Code::TooManyStreams, "this stream has the maximum number of watchers").retry(1))?;
+    let start = sub.plan(after.as_ref().map(|(g, s)| (g.as_str(), *s)));
+    Ok((sub, start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_templates_and_refuse_the_rest() {
+        assert_eq!(find("/server").unwrap().0.path, "/server");
+        assert_eq!(find("/server/shutdown").unwrap().0.path, "/server/shutdown");
+        for missing in ["/", "/server/", "/servers", "/server/shutdown/x", ""] {
+            assert_eq!(find(missing).err().map(|p| p.status()), Some(404), "{missing}");
+        }
+        assert_eq!(find("/events").unwrap().0.allow(), "GET, OPTIONS");
+    }
+
+    #[test]
+    fn negotiation_prefers_quality_then_order() {
+        let offers = ["application/json", "text/event-stream"];
+        assert_eq!(negotiate(None, &offers).unwrap(), "application/json");
+        assert_eq!(negotiate(Some("text/event-stream"), &offers).unwrap(), "text/event-stream");
+        assert_eq!(negotiate(Some("*/*"), &offers).unwrap(), "application/json");
+        assert_eq!(negotiate(Some("application/json;q=0.5, text/*"), &offers).unwrap(), "text/event-stream");
+        assert_eq!(negotiate(Some("text/html"), &offers).unwrap_err().status(), 406);
+        assert_eq!(negotiate(Some("application/json;q=0"), &offers[..1]).unwrap_err().status(), 406);
+    }
+
+    #[test]
+    fn large_event_data_is_left_out() {
+        let small = event_item_text("x-a", 3, "note", "t", "{\"n\":1}");
+        assert_eq!(serde_json::from_str::<Value>(&small).unwrap()["data"]["n"], 1);
+        let big = format!("{{\"s\":\"{}\"}}", "x".repeat(limits::HTTP_EVENT_INLINE_MAX));
+        let v: Value = serde_json::from_str(&event_item_text("x-a", 3, "note", "t", &big)).unwrap();
+        assert_eq!((v["data"].clone(), v["data_omitted"].clone()), (Value::Null, json!(true)));
+    }
+}

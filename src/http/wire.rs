@@ -1,0 +1,454 @@
+//! HTTP/1.1 framing for the listener (RFC 9112): reading a request head into
+//! a bounded buffer, parsing the request line, header fields and query, and
+//! writing a response. Bodies are in [`super::body`].
+//!
+//! Strict on purpose: a request this module cannot frame unambiguously is
+//! refused with 400 and its connection closed, because nothing after it can
+//! be trusted to start a new request. Obsolete line folding, whitespace
+//! before a colon, bare LF line ends, non-UTF-8 field values and heads over
+//! `HTTP_HEAD_MAX` are refused.
+
+use std::io::{self, Read, Write};
+
+use super::problem::Problem;
+use crate::limits;
+
+/// A byte source with the bytes read from it but not yet consumed.
+pub struct Reader<R> {
+    pub inner: R,
+    buf: Vec<u8>,
+}
+
+/// How reading a head ended without a head.
+#[derive(Debug)]
+pub enum HeadError {
+    /// The peer closed (or went quiet) before sending any byte of a head.
+    Closed,
+    /// The bytes cannot start a request; answer 400 and close.
+    Bad(Problem),
+    /// The connection failed or timed out in the middle of a head.
+    Io(io::Error),
+}
+
+impl<R: Read> Reader<R> {
+    pub fn new(inner: R) -> Reader<R> {
+        Reader { inner, buf: Vec::new() }
+    }
+
+    /// Bytes already read and not consumed: a pipelined next request.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Reads more bytes; 0 at end of stream.
+    pub fn fill(&mut self) -> io::Result<usize> {
+        let mut chunk = [0u8; 8192];
+        let n = self.inner.read(&mut chunk)?;
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(n)
+    }
+
+    pub fn peek(&self) -> &[u8] {
+        &self.buf
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.buf.drain(..n.min(self.buf.len()));
+    }
+
+    /// Reads one request head.
+    pub fn read_head(&mut self) -> Result<Head, HeadError> {
+        loop {
+            // "a server SHOULD ignore at least one empty line (CRLF) received
+            // prior to the request-line" (RFC 9112, 2.2)
+            while self.buf.starts_with(b"\r\n") {
+                self.consume(2);
+            }
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                let head = parse_head(&self.buf[..end]).map_err(HeadError::Bad);
+                self.consume(end + 4);
+                return head;
+            }
+            if self.buf.len() >= limits::HTTP_HEAD_MAX {
+                return Err(HeadError::Bad(Problem::invalid(format!(
+                    "the request line and headers exceed {} bytes",
+                    limits::HTTP_HEAD_MAX
+                ))));
+            }
+            let started = !self.buf.is_empty();
+            match self.fill() {
+                Ok(0) if !started => return Err(HeadError::Closed),
+                Ok(0) => return Err(HeadError::Bad(Problem::invalid("the request head ended before its blank line"))),
+                Ok(_) => {}
+                Err(e) if !started && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    return Err(HeadError::Closed)
+                }
+                Err(e) => return Err(HeadError::Io(e)),
+            }
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Head {
+    pub method: String,
+    /// The path part of the target, still percent-encoded.
+    pub path: String,
+    /// The query part without `?`, still percent-encoded.
+    pub query: String,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    /// Field names lowercased, in the order received.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Head {
+    /// The first value of a field.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of a field, comma-separated lists split.
+    pub fn list(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    pub fn count(&self, name: &str) -> usize {
+        self.headers.iter().filter(|(n, _)| n == name).count()
+    }
+
+    /// Whether the client asked to keep the connection open afterwards.
+    pub fn keep_alive(&self) -> bool {
+        let conn = self.list("connection");
+        let has = |t: &str| conn.iter().any(|c| c.eq_ignore_ascii_case(t));
+        if self.minor == 0 { has("keep-alive") } else { !has("close") }
+    }
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Parses the bytes of a head (without its final blank line).
+pub fn parse_head(bytes: &[u8]) -> Result<Head, Problem> {
+    let all = split_crlf(bytes);
+    if all.iter().any(|l| l.contains(&b'\n') || l.contains(&b'\r')) {
+        return Err(Problem::invalid("lines must end with CRLF"));
+    }
+    let mut lines = all.into_iter();
+    let first = lines.next().unwrap_or_default();
+    let first = std::str::from_utf8(first).map_err(|_| Problem::invalid("request line is not ASCII"))?;
+    let mut parts = first.split(' ');
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Err(Problem::invalid("request line is not METHOD TARGET VERSION"));
+    };
+    if method.is_empty() || !method.bytes().all(is_tchar) {
+        return Err(Problem::invalid("method is not a token"));
+    }
+    let minor = match version {
+        "HTTP/1.1" => 1,
+        "HTTP/1.0" => 0,
+        _ => return Err(Problem::invalid("only HTTP/1.0 and HTTP/1.1 are served")),
+    };
+    if !target.starts_with('/') || !target.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Problem::invalid("request target must be an absolute path"));
+    }
+    let target = target.split('#').next().unwrap_or_default();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut headers = Vec::new();
+    for line in lines {
+        if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
+            return Err(Problem::invalid("obsolete line folding is not accepted"));
+        }
+        let colon = line.iter().position(|&b| b == b':').ok_or_else(|| Problem::invalid("header line has no colon"))?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+            return Err(Problem::invalid("header name is not a token"));
+        }
+        let value = std::str::from_utf8(value).map_err(|_| Problem::invalid("header value is not UTF-8"))?;
+        if value.bytes().any(|b| b == 0 || b == b'\r' || (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(Problem::invalid("header value holds a control character"));
+        }
+        if headers.len() == limits::HTTP_HEADERS_MAX {
+            return Err(Problem::invalid(format!("more than {} header fields", limits::HTTP_HEADERS_MAX)));
+        }
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        headers.push((name, value.trim_matches([' ', '\t']).to_string()));
+    }
+    if minor == 1 && headers.iter().filter(|(n, _)| n == "host").count() != 1 {
+        return Err(Problem::invalid("an HTTP/1.1 request needs exactly one Host header"));
+    }
+    Ok(Head { method: method.to_string(), path: path.to_string(), query: query.to_string(), minor, headers })
+}
+
+/// Splits at each CRLF.
+fn split_crlf(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        if bytes[i] == b'\r' && bytes[i + 1] == b'\n' {
+            out.push(&bytes[start..i]);
+            i += 2;
+            start = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push(&bytes[start..]);
+    out
+}
+
+/// Decodes `%XX` escapes (and `+` as space in queries) into UTF-8 text.
+pub fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, Problem> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(hex.ok_or_else(|| Problem::invalid("malformed percent escape"))?);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| Problem::invalid("percent-decoded text is not UTF-8"))
+}
+
+/// The decoded query parameters. A name given twice is refused: the API
+/// has no list parameters spelled by repetition.
+pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, Problem> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = percent_decode(k, true)?;
+        let v = percent_decode(v, true)?;
+        if out.iter().any(|(n, _)| *n == k) {
+            return Err(Problem::invalid(format!("query parameter {k} is given more than once")));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// The reason phrase of a status, also the problem `title`.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        410 => "Gone",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        417 => "Expectation Failed",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// A response ready to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn new(status: u16) -> Response {
+        Response { status, headers: Vec::new(), body: Vec::new() }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Response {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn json(status: u16, body: Vec<u8>) -> Response {
+        Response::new(status).header("Content-Type", "application/json").with_body(body)
+    }
+
+    pub fn with_body(mut self, body: Vec<u8>) -> Response {
+        self.body = body;
+        self
+    }
+
+    /// A problem answer, with the headers its status calls for.
+    pub fn problem(p: &Problem) -> Response {
+        let mut r = Response::new(p.status()).header("Content-Type", "application/problem+json");
+        if p.status() == 401 {
+            r = r.header("WWW-Authenticate", "Bearer");
+        }
+        if let Some(a) = &p.allow {
+            r = r.header("Allow", a.clone());
+        }
+        if let Some(s) = p.retry_after {
+            r = r.header("Retry-After", s.to_string());
+        }
+        r.with_body(p.body())
+    }
+}
+
+/// Writes a response with its length. `head_only` leaves the body out (for
+/// HEAD); `close` announces that the connection closes after it.
+pub fn write_response(w: &mut impl Write, r: &Response, head_only: bool, close: bool) -> io::Result<()> {
+    let mut out = Vec::with_capacity(256 + r.body.len());
+    write_status_and_headers(&mut out, r.status, &r.headers);
+    if r.status != 204 && r.status != 304 {
+        out.extend_from_slice(format!("Content-Length: {}\r\n", r.body.len()).as_bytes());
+    }
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only && r.status != 204 && r.status != 304 {
+        out.extend_from_slice(&r.body);
+    }
+    w.write_all(&out)?;
+    w.flush()
+}
+
+/// The status line and header fields, without the final blank line.
+pub fn write_status_and_headers(out: &mut Vec<u8>, status: u16, headers: &[(&'static str, String)]) {
+    out.extend_from_slice(format!("HTTP/1.1 {status} {}\r\nDate: {}\r\n", reason(status), http_date(crate::clock::now_ms())).as_bytes());
+    for (n, v) in headers {
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// IMF-fixdate (RFC 9110, 5.6.7) of a Unix time in milliseconds.
+pub fn http_date(ms: i64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
+        DAYS[days.rem_euclid(7) as usize],
+        d,
+        MONTHS[(m - 1) as usize],
+        y,
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Result<Head, Problem> {
+        parse_head(text.as_bytes())
+    }
+
+    #[test]
+    fn parses_a_request_head() {
+        let h = head("GET /events?stream=x-a&after_seq=3 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nAccept:  text/event-stream \r\nConnection: keep-alive, Upgrade").unwrap();
+        assert_eq!(h.method, "GET");
+        assert_eq!(h.path, "/events");
+        assert_eq!(h.query, "stream=x-a&after_seq=3");
+        assert_eq!(h.header("accept"), Some("text/event-stream"));
+        assert_eq!(h.list("connection"), vec!["keep-alive", "Upgrade"]);
+        assert!(h.keep_alive());
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_framed() {
+        for bad in [
+            "GET /x HTTP/1.1",                                  // no Host
+            "GET /x HTTP/1.1\r\nHost: a\r\nHost: b",            // two Hosts
+            "GET /x HTTP/2.0\r\nHost: a",                       // version
+            "GET http://a/x HTTP/1.1\r\nHost: a",               // absolute form
+            "GET /x HTTP/1.1\r\nHost: a\r\n folded",            // obs-fold
+            "GET /x HTTP/1.1\r\nHost : a",                      // space before colon
+            "GET /x HTTP/1.1\nHost: a",                         // bare LF
+            "GET  /x HTTP/1.1\r\nHost: a",                      // double space
+            "G(T /x HTTP/1.1\r\nHost: a",                       // method not a token
+        ] {
+            assert!(head(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn reads_heads_across_fragments_and_keeps_pipelined_bytes() {
+        struct Trickle(Vec<u8>, usize);
+        impl Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = (self.0.len() - self.1).min(3).min(buf.len());
+                buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let text = b"\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n".to_vec();
+        let mut r = Reader::new(Trickle(text, 0));
+        assert_eq!(r.read_head().unwrap().path, "/a");
+        assert_eq!(r.read_head().unwrap().path, "/b");
+        assert!(matches!(r.read_head(), Err(HeadError::Closed)));
+        let mut big = Reader::new(io::repeat(b'a').take(1 << 20));
+        assert!(matches!(big.read_head(), Err(HeadError::Bad(_))));
+    }
+
+    #[test]
+    fn query_is_decoded_and_repeats_refused() {
+        assert_eq!(parse_query("a=%2Fx+y&b=&c").unwrap(), vec![("a".into(), "/x y".into()), ("b".into(), "".into()), ("c".into(), "".into())]);
+        assert!(parse_query("a=1&a=2").is_err());
+        assert!(parse_query("a=%zz").is_err());
+        assert!(parse_query("a=%ff").is_err());
+    }
+
+    #[test]
+    fn dates_are_imf_fixdate() {
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(784_111_777_000), "Sun, 06 Nov 1994 08:49:37 GMT");
+    }
+}
