@@ -28,10 +28,57 @@ pub struct FileConfig {
     pub plugins: PluginsSection,
     pub approvals: ApprovalsSection,
     pub http: HttpSection,
+    pub lanes: LanesSection,
     /// `[[seat]]` tables: the agent harnesses the operator configured
     /// (issue 3, "Seats"), in registry order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub seat: Vec<SeatConfig>,
+    /// `[[repo]]` tables: repositories lanes may work on, besides those
+    /// added with repos.add (issue 5, "Dispatch").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repo: Vec<RepoEntry>,
+}
+
+/// `[lanes]`: how lanes build, check, verify and merge (issue 5).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LanesSection {
+    /// Branch prefix of lane branches: `<prefix>/<name>`.
+    pub branch_prefix: String,
+    /// Where lane worktrees go. Empty: `<repo>-wt/<name>` beside the repository.
+    pub worktree_root: String,
+    /// Verify rounds before a lane stops at cap.
+    pub max_rounds: u32,
+    /// `fast-forward` or `merge-commit`.
+    pub merge: String,
+    /// Ask the operator before any merge: a pass waits for lanes.merge.
+    pub require_merge_approval: bool,
+    /// The acceptance command's time limit, in seconds.
+    pub check_timeout_secs: u64,
+    /// Refuse tasks whose check cannot run isolated (bubblewrap).
+    pub require_isolation: bool,
+}
+
+impl Default for LanesSection {
+    fn default() -> Self {
+        LanesSection {
+            branch_prefix: "omni".into(),
+            worktree_root: String::new(),
+            max_rounds: limits::LANE_DEFAULT_ROUNDS,
+            merge: "fast-forward".into(),
+            require_merge_approval: false,
+            check_timeout_secs: limits::LANE_CHECK_TIMEOUT_SECS,
+            require_isolation: true,
+        }
+    }
+}
+
+/// One `[[repo]]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RepoEntry {
+    /// The repository's absolute path.
+    pub path: String,
 }
 
 /// One `[[seat]]`: how to start an agent harness and what it runs on.
@@ -487,8 +534,50 @@ impl FileConfig {
         if let Err((key, message)) = self.http.check() {
             return Err(bad("http", key, message));
         }
+        self.check_lanes(text)?;
         self.check_approvals(text)?;
         self.check_seats(text)
+    }
+
+    fn check_lanes(&self, text: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| ConfigError {
+            path: None,
+            key: Some(format!("lanes.{key}")),
+            line: locate(text, "lanes", key),
+            message,
+        };
+        let l = &self.lanes;
+        if l.branch_prefix.is_empty()
+            || l.branch_prefix.len() > 64
+            || !l.branch_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+            || l.branch_prefix.starts_with(['/', '.', '-'])
+            || l.branch_prefix.ends_with('/')
+        {
+            return Err(bad("branch_prefix", "expected 1 to 64 letters, digits, '-', '_', '.' or '/', not starting with '/', '.' or '-'".into()));
+        }
+        if !l.worktree_root.is_empty() && !Path::new(&l.worktree_root).is_absolute() {
+            return Err(bad("worktree_root", format!("expected an absolute path, found {:?}", l.worktree_root)));
+        }
+        if !(1..=50).contains(&l.max_rounds) {
+            return Err(bad("max_rounds", format!("expected 1 to 50, found {}", l.max_rounds)));
+        }
+        if !matches!(l.merge.as_str(), "fast-forward" | "merge-commit") {
+            return Err(bad("merge", format!("expected fast-forward or merge-commit, found {:?}", l.merge)));
+        }
+        if !(1..=86_400).contains(&l.check_timeout_secs) {
+            return Err(bad("check_timeout_secs", format!("expected 1 to 86400, found {}", l.check_timeout_secs)));
+        }
+        for (i, r) in self.repo.iter().enumerate() {
+            if !Path::new(&r.path).is_absolute() {
+                return Err(ConfigError {
+                    path: None,
+                    key: Some("repo.path".into()),
+                    line: locate_nth(text, "repo", i, "path"),
+                    message: format!("expected an absolute path, found {:?}", r.path),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn check_approvals(&self, text: &str) -> Result<(), ConfigError> {

@@ -79,6 +79,8 @@ pub struct Daemon {
     pub plugins: crate::plugins::host::Host,
     /// Seats, sessions and the approvals inbox (issue 3).
     pub core: crate::core::Core,
+    /// Lanes (issue 5).
+    pub lanes: crate::lanes::controller::Lanes,
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
     pending: HashMap<u64, AfterCommit>,
@@ -139,6 +141,7 @@ impl Daemon {
             children: Children::default(),
             plugins,
             core: crate::core::Core::new(&core_cfg),
+            lanes: Default::default(),
             http,
             pending: HashMap::new(),
             next_ticket: 0,
@@ -157,12 +160,16 @@ impl Daemon {
         d.start_integrity_check();
         let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
             crate::plugins::host::isolation_known(d, &probe);
+            crate::lanes::controller::isolation_known(d, &probe);
         });
         if let Err(e) = probed {
             crate::error!("unable to start the isolation probe: {e}; plugins run without isolation");
-            crate::plugins::host::isolation_known(&mut d, &Err("the probe could not run".into()));
+            let none: crate::isolation::Probe = Err("the probe could not run".into());
+            crate::plugins::host::isolation_known(&mut d, &none);
+            crate::lanes::controller::isolation_known(&mut d, &none);
         }
         crate::core::start(&mut d);
+        d.read_lanes_at_start();
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
@@ -493,6 +500,7 @@ impl Daemon {
     /// once per event and queued to every subscribed connection.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
+        crate::lanes::controller::on_events(self, events);
         if let Some(h) = &mut self.http {
             h.publish(events);
         }
@@ -525,6 +533,22 @@ impl Daemon {
     /// for a scan of a large ledger; a failure turns the ledger read-only.
     fn start_integrity_check(&mut self) {
         self.reactor.schedule(Duration::from_millis(limits::LEDGER_CHECK_DELAY_MS), |d| d.run_integrity_check());
+    }
+
+    /// Hands the ledger's lanes to the lane controller once the reader has
+    /// them.
+    fn read_lanes_at_start(&mut self) {
+        let inbox = self.inbox.clone();
+        let queued = self.ledger.read(Box::new(move |conn| {
+            let rows = crate::lanes::controller::read_at_start(conn);
+            inbox.run(move |d| match rows {
+                Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
+                Err(e) => crate::error!("unable to read the lanes from the ledger: {}; lanes are unavailable", e.to_string().to_lowercase()),
+            });
+        }));
+        if queued.is_err() {
+            crate::error!("unable to read the lanes from the ledger: the reader is busy; lanes are unavailable");
+        }
     }
 
     fn run_integrity_check(&mut self) {

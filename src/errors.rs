@@ -70,6 +70,20 @@ pub enum Code {
     TooManySessions,
     /// The approval's action is not the one the caller answered for.
     ActionMismatch,
+    /// task.dispatch: the repository is not one the daemon knows.
+    RepoUnknown,
+    /// task.dispatch: the verifier is of the builder's provider family.
+    SameFamily,
+    /// task.dispatch: the base branch does not exist.
+    BaseUnknown,
+    /// task.dispatch: the lane's branch or worktree exists already.
+    NameTaken,
+    /// task.dispatch: the acceptance command cannot run isolated here.
+    IsolationMissing,
+    /// No lane has that id.
+    LaneNotFound,
+    /// The lane is not at a stage that takes this request.
+    LaneNotWaiting,
 }
 
 impl Code {
@@ -106,6 +120,13 @@ impl Code {
             Code::NotPending => "not-pending",
             Code::TooManySessions => "too-many-sessions",
             Code::ActionMismatch => "action-mismatch",
+            Code::RepoUnknown => "repo-unknown",
+            Code::SameFamily => "same-family",
+            Code::BaseUnknown => "base-unknown",
+            Code::NameTaken => "name-taken",
+            Code::IsolationMissing => "isolation-missing",
+            Code::LaneNotFound => "lane-not-found",
+            Code::LaneNotWaiting => "lane-not-waiting",
         }
     }
 
@@ -128,6 +149,13 @@ impl Code {
             Code::NotPending => -32015,
             Code::TooManySessions => -32016,
             Code::ActionMismatch => -32017,
+            Code::RepoUnknown => -32020,
+            Code::SameFamily => -32021,
+            Code::BaseUnknown => -32022,
+            Code::NameTaken => -32023,
+            Code::IsolationMissing => -32024,
+            Code::LaneNotFound => -32025,
+            Code::LaneNotWaiting => -32026,
             _ => -32000,
         }
     }

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod errors;
 pub mod http;
 pub mod ids;
+pub mod lanes;
 pub mod isolation;
 pub mod ledger;
 pub mod limits;

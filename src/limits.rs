@@ -360,6 +360,55 @@ pub const AGENT_MAX_LINE: usize = SOCKET_MAX_LINE;
 /// agent's line is a protocol violation.
 pub const AGENT_PENDING_REQUESTS: usize = 64;
 
+// ---- lanes (issue 5) ----
+
+/// "rework with up to 50 cited defects" (issue 5); lane.verdict `defects`
+/// is "from 0 to 50" (seed 000).
+pub const LANE_MAX_DEFECTS: usize = 50;
+
+/// The longest text of one cited defect; the verdict block is read by the
+/// daemon and re-sent to the builder, so it is bounded like a message.
+pub const LANE_DEFECT_MAX_CHARS: usize = 2000;
+
+/// "its exit status and the tail of its output kept" (issue 5): how much of
+/// the acceptance command's output is kept and cited in a rework.
+pub const LANE_CHECK_TAIL_BYTES: usize = 16 * 1024;
+
+/// The diff a verifier is shown, at most; a longer one is cut at a line end
+/// and says so.
+pub const LANE_DIFF_MAX_BYTES: usize = 256 * 1024;
+
+/// "After the configured number of rounds (default 3) the lane stops at cap"
+/// (issue 5).
+pub const LANE_DEFAULT_ROUNDS: u32 = 3;
+
+/// Verifier answers that are not a verdict before the lane is sent back:
+/// the first, then the "second-opinion" (issue 5: "asked once more, or of
+/// another seat of a third family").
+pub const LANE_VERIFY_ATTEMPTS: u32 = 2;
+
+/// Lane jobs (git, acceptance commands) queued to the lane workers, and how
+/// many workers run them.
+pub const LANE_JOB_QUEUE: usize = 64;
+pub const LANE_WORKERS: usize = 2;
+
+/// Transcript entries read back to find a verifier's answer: a verifier
+/// session has one turn, far shorter than this.
+pub const LANE_VERIFIER_ENTRIES: usize = 4096;
+
+/// How often a lane waiting for a busy or unready verifier seat looks
+/// again. Seats change state on probes and as other lanes finish.
+pub const LANE_VERIFIER_RETRY_SECS: u64 = 10;
+
+/// Repositories added with repos.add (the config may name more).
+pub const LANE_MAX_REPOS: usize = 256;
+
+/// verify.list pages: default and most lanes per page.
+pub const LANE_PAGE_DEFAULT: usize = 50;
+pub const LANE_PAGE_MAX: usize = 500;
+
+/// The acceptance command's time limit when the config names none.
+pub const LANE_CHECK_TIMEOUT_SECS: u64 = 30 * 60;
 // ---- sessions and inbox (issue 3) ----
 
 /// "so that no agent waits forever unnoticed" (issue 3): the default of

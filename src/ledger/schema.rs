@@ -104,6 +104,19 @@ pub const MIGRATIONS: &[&str] = &[
         answered_at TEXT,
         reason      TEXT
     ) WITHOUT ROWID;",
+    // 4: lanes (issue 5). A lane's whole state is one JSON record, written
+    // in the same batch as the lane event that changed it; `archived` keeps
+    // merged and closed lanes out of the start-up read.
+    "CREATE TABLE lanes (
+        id       TEXT PRIMARY KEY,
+        archived INTEGER NOT NULL DEFAULT 0,
+        record   TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX lanes_live ON lanes (archived);
+    CREATE TABLE repos (
+        path     TEXT PRIMARY KEY,
+        added_at TEXT NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.

@@ -21,7 +21,7 @@
 //!   the inbox request id of the retracted call (the one tasks.create's
 //!   result would have carried).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::text;
@@ -381,7 +381,9 @@ fn key_only(params: &Map<String, Value>) -> Result<String, HostError> {
     storage_key(&Members::new(params, &["key"])?)
 }
 
-fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostError> {
+/// Validates tasks.create params; task.dispatch on the daemon socket takes
+/// the same members and patterns (issue 5, "Dispatch").
+pub fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostError> {
     let m = Members::new(params, &["repo", "task", "builder", "verifier", "acceptance", "name", "base"])?;
     let repo = m.str("repo")?;
     if !is_task_repo(repo) {
@@ -553,7 +555,7 @@ pub struct SessionItem {
 }
 
 /// A provider family of the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Family {
     Anthropic,
@@ -601,7 +603,7 @@ pub struct SeatItem {
 }
 
 /// A lane's state as verify.list gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LaneState {
     Building,
@@ -612,7 +614,7 @@ pub enum LaneState {
 }
 
 /// Where a lane is in the lane loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LaneStage {
     Building,
@@ -633,7 +635,7 @@ pub enum LaneStage {
 }
 
 /// A verifier's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     Pass,

@@ -30,6 +30,6 @@ pub fn seat_items(_d: &Daemon) -> Vec<SeatItem> {
 
 /// The lanes verify.list gives, newest first, archived lanes left out. The
 /// host keeps a copy of this for 5 seconds.
-pub fn lane_items(_d: &Daemon) -> Vec<LaneItem> {
-    Vec::new()
+pub fn lane_items(d: &Daemon) -> Vec<LaneItem> {
+    d.lanes.listed().into_iter().filter_map(|l| crate::lanes::controller::plugin_item(l)).collect()
 }

@@ -70,6 +70,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             crate::plugins::methods::dispatch(d, req, m, p);
             return;
         }
+        m if crate::lanes::methods::serves(m) => return crate::lanes::methods::dispatch(d, req, m, p),
         m if crate::core::methods::serves(m) => return crate::core::methods::dispatch(d, req, m, p),
         other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
     };

@@ -1,0 +1,1011 @@
+//! The lane controller: carries out what the stage machine decides, on the
+//! reactor thread (issue 5). It owns every lane's record, hands blocking git
+//! and acceptance work to the `lane-worker` threads, starts builder and
+//! verifier sessions, and learns what agents did from the committed
+//! `turn.end` and `session.end` events of their sessions, exactly as any
+//! other reader of the ledger would.
+//!
+//! Records: each lane is one row of `lanes` (its whole state as JSON,
+//! written in the same batch as the event that changed it), and its events
+//! go to the `lanes` stream: lane.start, lane.stage, lane.verdict with the
+//! lane id in `data.lane`. Rework sent to a builder is also recorded on the
+//! builder's session stream as a `check.rework` record with a `check-N` id:
+//! not an event kind of the plugin API, so no plugin ever receives it.
+//!
+//! Restart: every lane not archived is loaded and resumed where it was: an
+//! interrupted acceptance runs again, a builder whose agent is gone gets a
+//! new session that continues in the worktree, a verification starts over,
+//! a merge is retried (merging is idempotent), and each is recorded as a
+//! lane.stage event with a new `since`.
+
+use crossbeam_channel::{bounded, Sender, TrySendError};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::daemon::Daemon;
+use crate::errors::{Code, RpcError};
+use crate::lanes::check::{self, Isolation, Outcome};
+use crate::isolation::Probe;
+use crate::lanes::git;
+use crate::lanes::machine::{Action, Input, Machine, Stage};
+use crate::lanes::verdict;
+use crate::ledger::{Appended, Op};
+use crate::limits;
+use rusqlite::types::Value as Sql;
+
+/// The stream every lane event goes to (DESIGN.md: "one for all lanes").
+pub const STREAM: &str = "lanes";
+
+/// A seat as a lane records it (seed 000, lanes[].builder / verifier).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeatRef {
+    pub harness: String,
+    pub provider: String,
+    pub family: String,
+    pub model: Option<String>,
+}
+
+impl SeatRef {
+    fn to_json(&self) -> Value {
+        json!({"harness": self.harness, "provider": self.provider, "family": self.family, "model": self.model})
+    }
+}
+
+/// What the lane was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub task: String,
+    pub acceptance_name: String,
+    pub acceptance_command: String,
+    pub name: String,
+}
+
+/// One lane, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lane {
+    pub id: String,
+    pub repo: PathBuf,
+    pub base: String,
+    /// base's commit when the lane was dispatched: the diff's start.
+    pub base_commit: String,
+    pub branch: String,
+    pub worktree: PathBuf,
+    pub task: Task,
+    pub builder: SeatRef,
+    pub builder_session: Option<String>,
+    pub verifier: SeatRef,
+    pub verifier_session: Option<String>,
+    pub machine: Machine,
+    pub created_ms: i64,
+    pub stage_since_ms: i64,
+    pub last_check: Option<Outcome>,
+    /// Why the lane waits for the operator, for lanes.get and the log.
+    pub reason: Option<String>,
+    /// Rework records sent to the builder: the N of `check-N`.
+    pub checks: u32,
+    pub archived: bool,
+    /// lanes.close asked to remove the worktree.
+    pub remove_worktree: bool,
+}
+
+/// Which side of a lane a session is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Builder,
+    Verifier,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Every lane the daemon knows, and the lane workers.
+#[derive(Default)]
+pub struct Lanes {
+    pub map: HashMap<String, Lane>,
+    by_session: HashMap<String, (String, Role)>,
+    /// Repositories added with repos.add (the config's are read live).
+    pub added_repos: Vec<PathBuf>,
+    jobs: Option<Sender<Job>>,
+    /// Whether acceptance commands can run isolated here; the daemon's
+    /// isolation probe answers once after start.
+    pub isolation: Option<Probe>,
+    /// The lanes and repositories of the ledger are loaded.
+    loaded: bool,
+    /// Every lane has been resumed. Until then the turn and session ends
+    /// the sessions module records at start (the turns the stop cut off)
+    /// are the restart's doing, not an agent's, and `resume` decides.
+    resumed: bool,
+}
+
+fn lane_err(code: Code, msg: impl Into<String>) -> RpcError {
+    RpcError::new(code, msg)
+}
+
+impl Lanes {
+    /// Starts the lane workers; called once at start.
+    pub fn start_workers(&mut self) -> std::io::Result<()> {
+        let (tx, rx) = bounded::<Job>(limits::LANE_JOB_QUEUE);
+        for n in 0..limits::LANE_WORKERS {
+            let rx = rx.clone();
+            std::thread::Builder::new().name(format!("lane-worker-{n}")).spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })?;
+        }
+        self.jobs = Some(tx);
+        Ok(())
+    }
+
+    /// Whether a job can be queued now. The reactor is the only sender, so a
+    /// queue with room now still has room at the next `job` call.
+    pub fn workers_ready(&self) -> Result<(), RpcError> {
+        match &self.jobs {
+            None => Err(lane_err(Code::Unavailable, "the lane workers are not running")),
+            Some(tx) if tx.is_full() => Err(lane_err(Code::Unavailable, "the lane workers are busy; try again")),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The lanes lanes.list and verify.list show: not archived, newest first.
+    pub fn listed(&self) -> Vec<&Lane> {
+        let mut v: Vec<&Lane> = self.map.values().filter(|l| !l.archived).collect();
+        v.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
+        v
+    }
+}
+
+/// Runs `work` on a lane worker; its result comes back to `then` on the
+/// reactor. A full queue is reported at once rather than waited on.
+pub fn job<T: Send + 'static>(d: &mut Daemon, work: impl FnOnce() -> T + Send + 'static, then: impl FnOnce(&mut Daemon, T) + Send + 'static) -> Result<(), RpcError> {
+    let Some(tx) = &d.lanes.jobs else { return Err(lane_err(Code::Unavailable, "the lane workers are not running")) };
+    let inbox = d.inbox.clone();
+    let boxed: Job = Box::new(move || {
+        let out = work();
+        inbox.run(move |d| then(d, out));
+    });
+    match tx.try_send(boxed) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(_)) => Err(lane_err(Code::Unavailable, "the lane workers are busy; try again")),
+        Err(TrySendError::Disconnected(_)) => Err(lane_err(Code::Unavailable, "the lane workers stopped")),
+    }
+}
+
+/// Reads the lanes not archived and the added repositories; called once at
+/// start, on the reader thread. Their rows are handed to [`loaded`].
+pub fn read_at_start(conn: &rusqlite::Connection) -> rusqlite::Result<(Vec<String>, Vec<String>)> {
+    let mut stmt = conn.prepare("SELECT record FROM lanes WHERE archived = 0")?;
+    let lanes = stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut stmt = conn.prepare("SELECT path FROM repos ORDER BY added_at")?;
+    let repos = stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((lanes, repos))
+}
+
+/// The ledger's lanes and repositories are here: start the workers and,
+/// once isolation is known too, resume every lane.
+pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
+    if let Err(e) = d.lanes.start_workers() {
+        crate::error!("unable to start the lane workers: {e}; lanes are unavailable");
+        return;
+    }
+    d.lanes.added_repos = repos.into_iter().map(PathBuf::from).collect();
+    for text in rows {
+        match serde_json::from_str::<Lane>(&text) {
+            Ok(l) => {
+                for (s, role) in [(&l.builder_session, Role::Builder), (&l.verifier_session, Role::Verifier)] {
+                    if let Some(s) = s {
+                        d.lanes.by_session.insert(s.clone(), (l.id.clone(), role));
+                    }
+                }
+                d.lanes.map.insert(l.id.clone(), l);
+            }
+            Err(e) => crate::error!("a lane record in the ledger cannot be read ({e}); it is left as it is"),
+        }
+    }
+    d.lanes.loaded = true;
+    resume_all(d);
+}
+
+/// The daemon's isolation probe answered.
+pub fn isolation_known(d: &mut Daemon, probe: &Probe) {
+    if let Err(why) = probe {
+        crate::warn!("acceptance commands cannot run isolated: {why}");
+    }
+    d.lanes.isolation = Some(probe.clone());
+    resume_all(d);
+}
+
+fn resume_all(d: &mut Daemon) {
+    if !d.lanes.loaded || d.lanes.isolation.is_none() || d.lanes.resumed {
+        return;
+    }
+    d.lanes.resumed = true;
+    let ids: Vec<String> = d.lanes.map.values().filter(|l| !l.archived).map(|l| l.id.clone()).collect();
+    for id in ids {
+        resume(d, &id);
+    }
+}
+
+/// Picks a lane up after a restart; see the module comment.
+fn resume(d: &mut Daemon, id: &str) {
+    let Some(l) = d.lanes.map.get(id) else { return };
+    let stage = l.machine.stage;
+    crate::info!("lane {id}: resuming at {}", stage.name());
+    match stage {
+        Stage::Building | Stage::Rework => {
+            let alive = l.builder_session.as_deref().is_some_and(|s| session_alive(d, s));
+            if !alive {
+                restart_builder(d, id, "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.".into());
+            }
+        }
+        Stage::Idle => run_actions(d, id, vec![Action::Stage(Stage::Idle), Action::CommitWork]),
+        Stage::Checking => {
+            let commit = l.machine.commit.clone().unwrap_or_default();
+            run_actions(d, id, vec![Action::Stage(Stage::Checking), Action::RunCheck { commit }]);
+        }
+        Stage::WaitingVerifier | Stage::Verifying | Stage::SecondOpinion => {
+            if let Some(l) = d.lanes.map.get_mut(id) {
+                l.machine.stage = if stage == Stage::SecondOpinion { Stage::SecondOpinion } else { Stage::WaitingVerifier };
+                if let Some(old) = l.verifier_session.take() {
+                    d.lanes.by_session.remove(&old);
+                    if session_alive(d, &old) {
+                        let _ = crate::core::sessions::kill(d, &old);
+                    }
+                }
+            }
+            let st = d.lanes.map.get(id).map(|l| l.machine.stage).unwrap_or(Stage::WaitingVerifier);
+            run_actions(d, id, vec![Action::Stage(st)]);
+        }
+        Stage::Merging => {
+            let commit = l.machine.commit.clone().unwrap_or_default();
+            run_actions(d, id, vec![Action::Stage(Stage::Merging), Action::Merge { commit }]);
+        }
+        _ => {}
+    }
+}
+
+/// Feeds one input to a lane's machine and carries out what it says.
+pub fn step(d: &mut Daemon, id: &str, input: Input) -> Result<(), RpcError> {
+    let Some(l) = d.lanes.map.get_mut(id) else { return Err(not_found(id)) };
+    match l.machine.step(input) {
+        Ok(actions) => {
+            run_actions(d, id, actions);
+            Ok(())
+        }
+        Err(nn) => Err(lane_err(Code::LaneNotWaiting, format!("lane {id} is at {}", nn.stage.name()))),
+    }
+}
+
+pub fn not_found(id: &str) -> RpcError {
+    lane_err(Code::LaneNotFound, format!("no lane {id}"))
+}
+
+fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
+    let mut ops = Vec::new();
+    let mut after: Vec<Action> = Vec::new();
+    for a in actions {
+        match a {
+            Action::Stage(stage) => {
+                if let Some(l) = d.lanes.map.get_mut(id) {
+                    l.machine.stage = stage;
+                    l.stage_since_ms = crate::clock::now_ms();
+                    let since = crate::clock::format_ts(l.stage_since_ms);
+                    ops.push(event("lane.stage", json!({"lane": id, "stage": stage.name(), "since": since})));
+                    crate::info!("lane {id}: {}", stage.name());
+                }
+            }
+            Action::RecordVerdict { commit, verdict, round, defects } => {
+                ops.push(event("lane.verdict", json!({"lane": id, "commit": commit, "verdict": verdict, "round": round, "defects": defects})));
+            }
+            other => after.push(other),
+        }
+    }
+    persist(d, id, ops);
+    for a in after {
+        act(d, id, a);
+    }
+    try_verifier(d, id);
+}
+
+/// A lane waiting for its verifier asks for it when the seat is ready and
+/// not verifying another lane ("waiting-verifier while the verifier seat is
+/// busy or not ready", issue 5); otherwise it looks again later.
+fn try_verifier(d: &mut Daemon, id: &str) {
+    let Some(l) = d.lanes.map.get(id) else { return };
+    if !matches!(l.machine.stage, Stage::WaitingVerifier | Stage::SecondOpinion) || l.archived {
+        return;
+    }
+    let second = l.machine.stage == Stage::SecondOpinion;
+    let seat = pick_verifier(d, l, second);
+    let busy = d.lanes.map.values().any(|o| {
+        o.id != id && o.machine.stage == Stage::Verifying && o.verifier.harness == seat.harness && o.verifier_session.as_deref().is_some_and(|s| session_alive(d, s))
+    });
+    if seat_ready(d, &seat.harness) && !busy {
+        let _ = step(d, id, Input::VerifierReady);
+    } else {
+        let lid = id.to_string();
+        d.reactor.schedule(Duration::from_secs(limits::LANE_VERIFIER_RETRY_SECS), move |d| try_verifier(d, &lid));
+    }
+}
+
+/// The seat that judges: the lane's verifier, except that a second opinion
+/// goes to a ready seat of a third family when there is one (issue 5).
+fn pick_verifier(d: &Daemon, l: &Lane, second: bool) -> SeatRef {
+    if second {
+        let third = d.core.seats.list.iter().find(|s| {
+            s.status == Some(crate::core::seats::Status::Ready)
+                && s.cfg.family != l.builder.family
+                && s.cfg.family != l.verifier.family
+                && s.cfg.family != "auto"
+        });
+        if let Some(s) = third {
+            return seat_ref(&s.cfg);
+        }
+    }
+    l.verifier.clone()
+}
+
+fn event(kind: &str, data: Value) -> Op {
+    Op::Event { stream: STREAM.into(), kind: kind.into(), ts: crate::clock::now_ts(), data: data.to_string() }
+}
+
+/// Writes the lane's row, with `ops` in the same batch.
+fn persist(d: &mut Daemon, id: &str, mut ops: Vec<Op>) {
+    let Some(l) = d.lanes.map.get(id) else { return };
+    let text = serde_json::to_string(l).unwrap_or_default();
+    ops.push(Op::Exec {
+        sql: "INSERT INTO lanes (id, archived, record) VALUES (?1, ?2, ?3)
+              ON CONFLICT (id) DO UPDATE SET archived = excluded.archived, record = excluded.record",
+        params: vec![Sql::Text(id.into()), Sql::Integer(i64::from(l.archived)), Sql::Text(text)],
+    });
+    let id = id.to_string();
+    d.write(ops, move |_, r| {
+        if let Err(e) = r {
+            crate::error!("lane {id}: the ledger refused its record: {e:?}");
+        }
+    });
+}
+
+fn broken(d: &mut Daemon, id: &str, why: String) {
+    crate::warn!("lane {id}: {why}; sent back to the operator");
+    if let Some(l) = d.lanes.map.get_mut(id) {
+        l.reason = Some(why);
+    }
+    let _ = step(d, id, Input::Broken);
+}
+
+fn act(d: &mut Daemon, id: &str, a: Action) {
+    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let lid = id.to_string();
+    let queued = match a {
+        Action::CommitWork => job(
+            d,
+            move || git::commit_all(&l.worktree, "lane: commit the work the builder left uncommitted\n\nomniconfluxd commits what a builder's turn leaves in the worktree so that the\nacceptance check and the verifier judge exactly one commit."),
+            move |d, r| match r {
+                Ok((head, _)) => {
+                    let _ = step(d, &lid, Input::Committed { head });
+                }
+                Err(e) => broken(d, &lid, e.to_string()),
+            },
+        ),
+        Action::RunCheck { commit } => run_check(d, &l, commit),
+        Action::Verify { commit, second_opinion } => start_verifier(d, &l, commit, second_opinion),
+        Action::PromptBuilder { text } => {
+            prompt_builder(d, id, text);
+            Ok(())
+        }
+        Action::RequestMergeApproval { commit } => {
+            if let Some(l) = d.lanes.map.get_mut(id) {
+                l.reason = Some(format!("a pass on {commit} waits for the operator's lanes.merge"));
+            }
+            persist(d, id, Vec::new());
+            Ok(())
+        }
+        Action::Merge { commit } => {
+            let mode = if d.cfg.lanes.merge == "merge-commit" { git::MergeMode::MergeCommit } else { git::MergeMode::FastForward };
+            let message = format!("Merge lane {}: {}\n\nVerified by {} on {commit}.", l.id, l.task.name, l.verifier.harness);
+            job(
+                d,
+                move || git::merge(&l.repo, &l.base, &commit, mode, &message),
+                move |d, r| {
+                    let input = match r {
+                        Ok(base_head) => Input::Merged { base_head },
+                        Err(e) => {
+                            if let Some(l) = d.lanes.map.get_mut(&lid) {
+                                l.reason = Some(e.to_string());
+                            }
+                            crate::warn!("lane {lid}: merge failed: {e}");
+                            Input::MergeFailed(e.to_string())
+                        }
+                    };
+                    let _ = step(d, &lid, input);
+                },
+            )
+        }
+        Action::Archive => {
+            archive(d, id);
+            Ok(())
+        }
+        Action::Stage(_) | Action::RecordVerdict { .. } => Ok(()),
+    };
+    if let Err(e) = queued {
+        broken(d, id, e.message);
+    }
+}
+
+fn checks_dir(d: &Daemon) -> PathBuf {
+    d.paths.state_dir.join("lanes")
+}
+
+fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
+    let isolation = match &d.lanes.isolation {
+        Some(Ok(bwrap)) => Isolation::Bwrap(bwrap.clone()),
+        _ if !d.cfg.lanes.require_isolation => Isolation::Unisolated,
+        _ => return Err(lane_err(Code::IsolationMissing, "the acceptance command cannot run isolated here")),
+    };
+    let checkout = checks_dir(d).join(format!("{}-check", l.id));
+    let repo = l.repo.clone();
+    let command = l.task.acceptance_command.clone();
+    let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
+    let lid = l.id.clone();
+    job(
+        d,
+        move || -> Result<Outcome, String> {
+            if checkout.exists() {
+                let _ = git::remove_worktree(&repo, &checkout);
+            }
+            git::add_detached(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
+            let r = check::run(&check::Spec {
+                checkout: &checkout,
+                command: &command,
+                timeout,
+                isolation: &isolation,
+                tail_bytes: limits::LANE_CHECK_TAIL_BYTES,
+            });
+            let _ = git::remove_worktree(&repo, &checkout);
+            r
+        },
+        move |d, r| match r {
+            Ok(outcome) => {
+                if let Some(l) = d.lanes.map.get_mut(&lid) {
+                    l.last_check = Some(outcome.clone());
+                }
+                let _ = step(d, &lid, Input::Checked(outcome));
+            }
+            Err(e) => broken(d, &lid, e),
+        },
+    )
+}
+
+/// Whether a seat can take work now.
+fn seat_ready(d: &Daemon, harness: &str) -> bool {
+    d.core.seats.get(harness).is_some_and(|s| s.status == Some(crate::core::seats::Status::Ready))
+}
+
+fn session_alive(d: &Daemon, sid: &str) -> bool {
+    d.core.sessions.get(sid).is_some_and(|s| !s.ended)
+}
+
+/// Asks the verifier to judge the commit when its seat is ready and not
+/// verifying another lane; otherwise the lane waits and is tried again.
+fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Result<(), RpcError> {
+    let checkout = checks_dir(d).join(format!("{}-verify", l.id));
+    let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
+    let diff_commit = commit.clone();
+    job(
+        d,
+        move || -> Result<String, String> {
+            let diff = git::diff(&repo, &base_commit, &diff_commit, limits::LANE_DIFF_MAX_BYTES).map_err(|e| e.to_string())?;
+            if checkout.exists() {
+                let _ = git::remove_worktree(&repo, &checkout);
+            }
+            git::add_detached(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
+            Ok(diff)
+        },
+        move |d, r| match r {
+            Ok(diff) => spawn_verifier(d, &lid, &commit, &diff, second),
+            Err(e) => broken(d, &lid, e),
+        },
+    )
+}
+
+fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bool) {
+    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let seat = pick_verifier(d, &l, second);
+    let check = l.last_check.as_ref().map(|o| format!("{} (it passed).", o.summary())).unwrap_or_default();
+    let prompt = format!(
+        "You verify another agent's work. Do not change any file.\n\nThe task it was given:\n{}\n\nThe acceptance check `{}` ({}): {}\n\nThe change, as a diff from the base branch {} to commit {}:\n```diff\n{}\n```\n\nJudge whether the change does the task correctly and completely.{}\n\n{}",
+        l.task.task,
+        l.task.acceptance_name,
+        l.task.acceptance_command,
+        check,
+        l.base,
+        commit,
+        diff,
+        if second { " An earlier answer could not be read; follow the format exactly." } else { "" },
+        verdict::instructions()
+    );
+    let cwd = checks_dir(d).join(format!("{}-verify", l.id));
+    let params = crate::core::sessions::SpawnParams {
+        harness: seat.harness.clone(),
+        cwd: cwd.display().to_string(),
+        prompt: Some(prompt),
+        model: None,
+        name: Some(format!("verify {}", l.task.name)),
+    };
+    let lid = id.to_string();
+    crate::core::sessions::spawn(d, params, move |d, r| match r {
+        Ok(v) => {
+            let sid = v["session_id"].as_str().unwrap_or_default().to_string();
+            d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Verifier));
+            if let Some(l) = d.lanes.map.get_mut(&lid) {
+                l.verifier_session = Some(sid);
+            }
+            persist(d, &lid, Vec::new());
+        }
+        Err(e) => {
+            crate::warn!("lane {lid}: the verifier could not start: {}", e.message);
+            let _ = step(d, &lid, Input::VerifierFailed);
+        }
+    });
+}
+
+/// Sends the builder its next turn: into its live session when it has one,
+/// else into a new session of a ready seat in the same worktree.
+fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
+    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    l.checks += 1;
+    let check_id = format!("check-{}", l.checks);
+    let sid = l.builder_session.clone();
+    let record = json!({"id": check_id, "lane": id, "text": text});
+    persist(d, id, Vec::new());
+    if let Some(sid) = sid.filter(|s| session_alive(d, s)) {
+        let op = Op::Event { stream: sid.clone(), kind: "check.rework".into(), ts: crate::clock::now_ts(), data: record.to_string() };
+        d.write(vec![op], |_, _| {});
+        if crate::core::sessions::input(d, &sid, text.clone()).is_ok() {
+            return;
+        }
+    }
+    restart_builder(d, id, text);
+}
+
+/// Starts a builder session in the lane's worktree: the lane's seat when it
+/// is ready, otherwise another ready seat of a family other than the
+/// verifier's (failover). With none, the lane goes to the operator.
+fn restart_builder(d: &mut Daemon, id: &str, text: String) {
+    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let seat = if seat_ready(d, &l.builder.harness) {
+        Some(l.builder.clone())
+    } else {
+        d.core
+            .seats
+            .list
+            .iter()
+            .find(|s| s.status == Some(crate::core::seats::Status::Ready) && s.cfg.family != l.verifier.family && s.cfg.family != "auto")
+            .map(|s| seat_ref(&s.cfg))
+    };
+    let Some(seat) = seat else {
+        broken(d, id, "no ready seat can continue building".into());
+        return;
+    };
+    let prompt = format!("{}\n\nThe task:\n{}", text, l.task.task);
+    let params = crate::core::sessions::SpawnParams {
+        harness: seat.harness.clone(),
+        cwd: l.worktree.display().to_string(),
+        prompt: Some(prompt),
+        model: None,
+        name: Some(l.task.name.clone()),
+    };
+    let lid = id.to_string();
+    crate::core::sessions::spawn(d, params, move |d, r| match r {
+        Ok(v) => {
+            let sid = v["session_id"].as_str().unwrap_or_default().to_string();
+            d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Builder));
+            if let Some(l) = d.lanes.map.get_mut(&lid) {
+                l.builder_session = Some(sid);
+                l.builder = seat;
+            }
+            persist(d, &lid, Vec::new());
+        }
+        Err(e) => broken(d, &lid, format!("the builder could not start: {}", e.message)),
+    });
+}
+
+pub fn seat_ref(cfg: &crate::config::SeatConfig) -> SeatRef {
+    SeatRef { harness: cfg.harness.clone(), provider: cfg.provider.clone(), family: cfg.family.clone(), model: cfg.model.clone() }
+}
+
+fn archive(d: &mut Daemon, id: &str) {
+    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    l.archived = true;
+    let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()].into_iter().flatten().collect();
+    let merged = l.machine.stage == Stage::Merged;
+    let (repo, wt, remove) = (l.repo.clone(), l.worktree.clone(), merged || l.remove_worktree);
+    for s in &sessions {
+        d.lanes.by_session.remove(s);
+        if session_alive(d, s) {
+            let _ = crate::core::sessions::kill(d, s);
+        }
+    }
+    persist(d, id, Vec::new());
+    if remove {
+        let lid = id.to_string();
+        let shown = wt.display().to_string();
+        let _ = job(d, move || git::remove_worktree(&repo, &wt), move |_, r| match r {
+            Ok(()) => crate::info!("lane {lid}: worktree {shown} removed"),
+            Err(e) => crate::warn!("lane {lid}: {e}"),
+        });
+    }
+}
+
+/// Every committed event passes here: the lane learns of its builder's and
+/// verifier's turns and exits.
+pub fn on_events(d: &mut Daemon, events: &[Appended]) {
+    if !d.lanes.resumed {
+        return;
+    }
+    for ev in events {
+        if ev.kind != "turn.end" && ev.kind != "session.end" {
+            continue;
+        }
+        let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else { continue };
+        let reason = serde_json::from_str::<Value>(&ev.data).ok().and_then(|v| v["reason"].as_str().map(str::to_string));
+        match (role, ev.kind.as_str(), reason.as_deref()) {
+            (Role::Builder, "turn.end", Some("completed")) => {
+                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) {
+                    let _ = step(d, &lid, Input::BuilderIdle);
+                }
+            }
+            (Role::Builder, "turn.end", Some("failed" | "usage-limited")) | (Role::Builder, "session.end", _) => {
+                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) {
+                    let sid = ev.stream.clone();
+                    d.lanes.by_session.remove(&sid);
+                    if session_alive(d, &sid) {
+                        let _ = crate::core::sessions::kill(d, &sid);
+                    }
+                    // The failed seat is skipped: its family stays allowed.
+                    if let Some(l) = d.lanes.map.get_mut(&lid) {
+                        l.builder_session = None;
+                    }
+                    crate::warn!("lane {lid}: the builder's session {sid} failed; failing over");
+                    failover(d, &lid);
+                }
+            }
+            (Role::Verifier, "turn.end", Some("completed")) => read_answer(d, &lid, &ev.stream),
+            (Role::Verifier, "turn.end", _) | (Role::Verifier, "session.end", _) => {
+                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Verifying) {
+                    finish_verifier(d, &ev.stream);
+                    let _ = step(d, &lid, Input::VerifierFailed);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn failover(d: &mut Daemon, id: &str) {
+    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let failed = l.builder.harness.clone();
+    let next = d
+        .core
+        .seats
+        .list
+        .iter()
+        .find(|s| {
+            s.cfg.harness != failed && s.status == Some(crate::core::seats::Status::Ready) && s.cfg.family != l.verifier.family && s.cfg.family != "auto"
+        })
+        .map(|s| seat_ref(&s.cfg));
+    match next {
+        Some(seat) => {
+            if let Some(l) = d.lanes.map.get_mut(id) {
+                l.builder = seat;
+            }
+            restart_builder(d, id, "The agent that worked on this task before you stopped. Continue the task in this worktree; its work so far is here.".into());
+        }
+        None => broken(d, id, format!("the builder {failed} failed and no other ready seat of an allowed family can take over")),
+    }
+}
+
+fn finish_verifier(d: &mut Daemon, sid: &str) {
+    d.lanes.by_session.remove(sid);
+    if session_alive(d, sid) {
+        let _ = crate::core::sessions::kill(d, sid);
+    }
+}
+
+/// Reads the verifier's last turn from the ledger and hands it to the lane.
+fn read_answer(d: &mut Daemon, id: &str, sid: &str) {
+    let inbox = d.inbox.clone();
+    let (lid, sid) = (id.to_string(), sid.to_string());
+    let queued = d.ledger.read(Box::new(move |conn| {
+        let text = crate::core::transcript::read_entries(conn, &sid, 0, limits::LANE_VERIFIER_ENTRIES)
+            .map(|entries| last_turn_text(&entries))
+            .unwrap_or_default();
+        inbox.run(move |d| {
+            finish_verifier(d, &sid);
+            if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Verifying) {
+                let _ = step(d, &lid, Input::VerifierAnswered(text));
+            }
+        });
+    }));
+    if queued.is_err() {
+        broken(d, id, "the ledger reader is busy; the verifier's answer could not be read".into());
+    }
+}
+
+/// The text the agent wrote after the last user entry.
+fn last_turn_text(entries: &[Value]) -> String {
+    let start = entries.iter().rposition(|e| e["kind"] == "user").map_or(0, |i| i + 1);
+    entries[start..].iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect::<Vec<_>>().join("")
+}
+
+/// A task's short name as a branch and folder name: lowercase letters,
+/// digits and hyphens.
+pub fn slug(name: &str) -> String {
+    let mut s = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('-') && !s.is_empty() {
+            s.push('-');
+        }
+        if s.len() >= 48 {
+            break;
+        }
+    }
+    s.trim_end_matches('-').to_string()
+}
+
+/// The repositories lanes may work on: the config's and those added.
+pub fn known_repos(d: &Daemon) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = d.cfg.repo.iter().map(|r| PathBuf::from(&r.path)).collect();
+    v.extend(d.lanes.added_repos.iter().cloned());
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Where a lane's worktree goes: `<repo>-wt/<name>` unless the config names a
+/// root (then `<root>/<repo name>/<name>`).
+pub fn worktree_path(d: &Daemon, repo: &Path, slug: &str) -> PathBuf {
+    let repo_name = repo.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "repo".into());
+    if d.cfg.lanes.worktree_root.is_empty() {
+        repo.with_file_name(format!("{repo_name}-wt")).join(slug)
+    } else {
+        PathBuf::from(&d.cfg.lanes.worktree_root).join(repo_name).join(slug)
+    }
+}
+
+/// A validated dispatch, ready to create.
+pub struct Dispatch {
+    pub repo: PathBuf,
+    pub task: Task,
+    pub builder: SeatRef,
+    pub verifier: SeatRef,
+    pub base: Option<String>,
+}
+
+/// Checks what can be checked on the reactor (repository known, seats ready
+/// and of different families, isolation), then creates the worktree on a
+/// worker and starts the builder. `then` gets the lane or the refusal, whose
+/// stable code the plugin host passes on as task-refused's reason.
+pub fn dispatch(d: &mut Daemon, req: crate::plugins::calls::TaskRequest, then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + Send + 'static) {
+    let refuse = |code, msg: String| Err(lane_err(code, msg));
+    let check = (|| -> Result<Dispatch, RpcError> {
+        let repo = PathBuf::from(&req.repo);
+        let repo = repo.canonicalize().unwrap_or(repo);
+        if !known_repos(d).iter().any(|r| r.canonicalize().unwrap_or_else(|_| r.clone()) == repo) {
+            return refuse(Code::RepoUnknown, format!("{} is not a repository the daemon knows; add it with repos.add", repo.display()));
+        }
+        let seat = |h: &str| -> Result<SeatRef, RpcError> {
+            match d.core.seats.get(h) {
+                None => Err(lane_err(Code::SeatNotFound, format!("no seat {h}"))),
+                Some(s) if s.status != Some(crate::core::seats::Status::Ready) => Err(lane_err(Code::SeatNotReady, format!("seat {h} is not ready"))),
+                Some(s) => Ok(seat_ref(&s.cfg)),
+            }
+        };
+        let builder = seat(&req.builder)?;
+        let verifier = seat(&req.verifier)?;
+        if builder.family == verifier.family || builder.family == "auto" || verifier.family == "auto" {
+            return refuse(Code::SameFamily, format!("the verifier must be of another provider family than the builder ({})", builder.family));
+        }
+        match &d.lanes.isolation {
+            Some(Ok(_)) => {}
+            _ if !d.cfg.lanes.require_isolation => {}
+            Some(Err(why)) => return refuse(Code::IsolationMissing, format!("the acceptance command cannot run isolated here: {why}")),
+            None => return refuse(Code::IsolationMissing, "isolation is still being probed; try again".into()),
+        }
+        let name = req.name.clone().unwrap_or_else(|| req.task.split_whitespace().take(6).collect::<Vec<_>>().join(" "));
+        if slug(&name).is_empty() {
+            return Err(RpcError::invalid_params("name must hold a letter or a digit"));
+        }
+        Ok(Dispatch {
+            repo,
+            task: Task { task: req.task.clone(), acceptance_name: req.acceptance.name.clone(), acceptance_command: req.acceptance.command.clone(), name },
+            builder,
+            verifier,
+            base: req.base.clone(),
+        })
+    })();
+    let p = match check.and_then(|p| d.lanes.workers_ready().map(|()| p)) {
+        Ok(p) => p,
+        Err(e) => return then(d, Err(e)),
+    };
+    let id = crate::ids::prefixed_id("t-");
+    let s = slug(&p.task.name);
+    let branch = format!("{}/{s}", d.cfg.lanes.branch_prefix);
+    let worktree = worktree_path(d, &p.repo, &s);
+    let (repo, base) = (p.repo.clone(), p.base.clone());
+    let (b2, w2) = (branch.clone(), worktree.clone());
+    let queued = job(
+        d,
+        move || -> Result<(String, String), RpcError> {
+            let base = match base.or_else(|| git::current_branch(&repo)) {
+                Some(b) => b,
+                None => return Err(lane_err(Code::BaseUnknown, "the main worktree has no branch checked out; name a base")),
+            };
+            let Some(base_commit) = git::commit_of(&repo, &format!("refs/heads/{base}")) else {
+                return Err(lane_err(Code::BaseUnknown, format!("no branch {base} in the repository")));
+            };
+            if !git::valid_branch_name(&repo, &b2) {
+                return Err(RpcError::invalid_params(format!("{b2} is not a branch name git accepts")));
+            }
+            if git::branch_exists(&repo, &b2) || w2.exists() {
+                return Err(lane_err(Code::NameTaken, format!("the branch {b2} or the worktree {} exists", w2.display())));
+            }
+            git::add_worktree(&repo, &w2, &b2, &base_commit).map_err(|e| lane_err(Code::Unavailable, e.to_string()))?;
+            Ok((base, base_commit))
+        },
+        move |d, r| match r {
+            Ok((base, base_commit)) => create(d, id, p, base, base_commit, branch, worktree, then),
+            Err(e) => then(d, Err(e)),
+        },
+    );
+    if let Err(e) = queued {
+        // Only a worker pool that died can refuse after `workers_ready`.
+        crate::error!("task.dispatch could not reach the lane workers: {}", e.message);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create(
+    d: &mut Daemon,
+    id: String,
+    p: Dispatch,
+    base: String,
+    base_commit: String,
+    branch: String,
+    worktree: PathBuf,
+    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+) {
+    let params = crate::core::sessions::SpawnParams {
+        harness: p.builder.harness.clone(),
+        cwd: worktree.display().to_string(),
+        prompt: Some(format!(
+            "{}\n\nWork in this worktree on branch {branch}. When you are done the daemon runs `{}` and another agent reviews your change.",
+            p.task.task, p.task.acceptance_command
+        )),
+        model: None,
+        name: Some(p.task.name.clone()),
+    };
+    let max_rounds = d.cfg.lanes.max_rounds;
+    let approval = d.cfg.lanes.require_merge_approval;
+    crate::core::sessions::spawn(d, params, move |d, r| {
+        let sid = match r {
+            Ok(v) => v["session_id"].as_str().unwrap_or_default().to_string(),
+            Err(e) => {
+                let (repo, wt, br) = (p.repo.clone(), worktree.clone(), branch.clone());
+                let _ = job(d, move || {
+                    let _ = git::remove_worktree(&repo, &wt);
+                    let _ = git::delete_branch(&repo, &br);
+                }, |_, ()| {});
+                return then(d, Err(e));
+            }
+        };
+        let now = crate::clock::now_ms();
+        let lane = Lane {
+            id: id.clone(),
+            repo: p.repo,
+            base,
+            base_commit,
+            branch: branch.clone(),
+            worktree: worktree.clone(),
+            task: p.task,
+            builder: p.builder,
+            builder_session: Some(sid.clone()),
+            verifier: p.verifier,
+            verifier_session: None,
+            machine: Machine::new(max_rounds, approval),
+            created_ms: now,
+            stage_since_ms: now,
+            last_check: None,
+            reason: None,
+            checks: 0,
+            archived: false,
+            remove_worktree: false,
+        };
+        let start = event("lane.start", json!({"lane": id, "session": sid, "builder": lane.builder.to_json(), "verifier": lane.verifier.to_json()}));
+        let stage = event("lane.stage", json!({"lane": id, "stage": "building", "since": crate::clock::format_ts(now)}));
+        d.lanes.by_session.insert(sid.clone(), (id.clone(), Role::Builder));
+        d.lanes.map.insert(id.clone(), lane);
+        persist(d, &id, vec![start, stage]);
+        crate::info!("lane {id}: dispatched on {branch} with session {sid}");
+        then(d, Ok(json!({"lane": id, "session": sid, "branch": branch, "worktree": worktree.display().to_string()})));
+    });
+}
+
+/// The socket's view of a lane (snake_case).
+pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
+    let verdict = l.machine.last_verdict.as_ref().map(|(v, c)| json!({"verdict": v, "commit": c}));
+    json!({
+        "lane": l.id,
+        "repo": l.repo.display().to_string(),
+        "base": l.base,
+        "branch": l.branch,
+        "worktree": l.worktree.display().to_string(),
+        "state": l.machine.stage.state(),
+        "stage": l.machine.stage.name(),
+        "since": crate::clock::format_ts(l.stage_since_ms),
+        "builder": {"session": l.builder_session, "harness": l.builder.harness, "provider": l.builder.provider, "family": l.builder.family, "model": l.builder.model},
+        "verifier": l.verifier.to_json(),
+        "verifier_session": l.verifier_session,
+        "verdict": verdict,
+        "rounds": l.machine.rounds_used,
+        "max_rounds": l.machine.max_rounds,
+        "task": {"task": l.task.task, "name": l.task.name, "acceptance": {"name": l.task.acceptance_name, "command": l.task.acceptance_command}},
+        "last_check": l.last_check.as_ref().map(|o| json!({"passed": o.passed(), "summary": o.summary(), "tail": o.tail})),
+        "reason": l.reason,
+        "waits_for_operator": l.machine.stage.waits_for_operator(),
+        "created_at": crate::clock::format_ts(l.created_ms),
+        "archived": l.archived,
+        "node": d.node_name,
+    })
+}
+
+/// The lane as lanes.list gives it to plugins (seed 000). `head` is the
+/// commit the lane's work was last judged or built on as the daemon knows
+/// it; the host reads this list at most once in 5 seconds.
+pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
+    use crate::plugins::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
+    let seat = |s: &SeatRef| -> Option<LaneSeat> {
+        Some(LaneSeat {
+            harness: s.harness.clone(),
+            provider: s.provider.clone(),
+            family: serde_json::from_value(json!(s.family)).ok()?,
+            model: s.model.clone().filter(|m| is_model_name(m)),
+        })
+    };
+    let verdict = match &l.machine.last_verdict {
+        Some((v, c)) => Some(LaneVerdict { verdict: serde_json::from_value(json!(v)).ok()?, commit: c.clone() }),
+        None => None,
+    };
+    let head = l.machine.commit.clone();
+    let stale = match (&l.machine.last_verdict, &head) {
+        (Some((_, c)), Some(h)) => c != h,
+        _ => false,
+    };
+    Some(LaneItem {
+        lane: l.id.clone(),
+        repo: l.repo.display().to_string(),
+        base: l.base.clone(),
+        branch: l.branch.clone(),
+        worktree: l.worktree.display().to_string(),
+        state: serde_json::from_value(json!(l.machine.stage.state())).ok()?,
+        stage: serde_json::from_value(json!(l.machine.stage.name())).ok()?,
+        builder: LaneBuilder { session: l.builder_session.clone(), seat: seat(&l.builder)? },
+        verifier: seat(&l.verifier)?,
+        verdict,
+        head,
+        stale,
+        created_at: crate::clock::format_ts(l.created_ms),
+    })
+}
+
+/// seed 000's model pattern: `^[A-Za-z0-9][A-Za-z0-9_.:/\[\]-]{0,127}$`;
+/// anything else is reported as null ("not a plain model name").
+fn is_model_name(m: &str) -> bool {
+    let b = m.as_bytes();
+    !b.is_empty() && b.len() <= 128 && b[0].is_ascii_alphanumeric() && b[1..].iter().all(|c| c.is_ascii_alphanumeric() || b"_.:/[]-".contains(c))
+}

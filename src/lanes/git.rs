@@ -1,0 +1,368 @@
+//! Git operations of the lane loop (issue 5): worktrees and branches for a
+//! builder, the lane's commit, the diff a verifier reads, a detached
+//! checkout for the acceptance command, and the merge into base. Each call
+//! runs `git` and waits for it, so they run on the lane worker threads,
+//! never on the reactor.
+//!
+//! Every command runs with an environment that names no repository of its
+//! own (`GIT_DIR` and friends removed), no pager, no prompts and no user
+//! configuration beyond the repository's, so that the daemon's git behaves
+//! the same whoever started it. Commits the daemon makes carry the identity
+//! `omniconfluxd <omniconfluxd@localhost>` and say why they were made.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A failed git command: what was attempted and git's own first line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitError(pub String);
+
+impl std::fmt::Display for GitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, GitError>;
+
+const IDENTITY: [(&str, &str); 4] = [
+    ("GIT_AUTHOR_NAME", "omniconfluxd"),
+    ("GIT_AUTHOR_EMAIL", "omniconfluxd@localhost"),
+    ("GIT_COMMITTER_NAME", "omniconfluxd"),
+    ("GIT_COMMITTER_EMAIL", "omniconfluxd@localhost"),
+];
+
+fn git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.arg("-C").arg(dir);
+    for k in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR", "GIT_NAMESPACE"] {
+        c.env_remove(k);
+    }
+    c.env("GIT_TERMINAL_PROMPT", "0").env("GIT_PAGER", "cat").env("LC_ALL", "C").stdin(Stdio::null());
+    c
+}
+
+/// Runs git; stdout on success, the error's first line otherwise.
+fn run(what: &str, mut cmd: Command) -> Result<String> {
+    let out = cmd.output().map_err(|e| GitError(format!("{what}: unable to run git: {}", crate::errors::io_cause(&e))))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("git failed").trim().to_string();
+        Err(GitError(format!("{what}: {first}")))
+    }
+}
+
+fn succeeds(mut cmd: Command) -> bool {
+    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// The top of the repository that holds `dir`, or an error when it is none.
+pub fn toplevel(dir: &Path) -> Result<PathBuf> {
+    let mut c = git(dir);
+    c.args(["rev-parse", "--show-toplevel"]);
+    Ok(PathBuf::from(run(&format!("{} is not a git repository", dir.display()), c)?.trim()))
+}
+
+/// The branch checked out in `worktree`, or None when HEAD is detached.
+pub fn current_branch(worktree: &Path) -> Option<String> {
+    let mut c = git(worktree);
+    c.args(["symbolic-ref", "--quiet", "--short", "HEAD"]);
+    run("symbolic-ref", c).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+pub fn branch_exists(repo: &Path, branch: &str) -> bool {
+    let mut c = git(repo);
+    c.args(["show-ref", "--verify", "--quiet", &format!("refs/heads/{branch}")]);
+    succeeds(c)
+}
+
+/// The full commit id `rev` names, or None.
+pub fn commit_of(repo: &Path, rev: &str) -> Option<String> {
+    let mut c = git(repo);
+    c.args(["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")]);
+    run("rev-parse", c).ok().map(|s| s.trim().to_string()).filter(|s| is_commit_id(s))
+}
+
+pub fn is_commit_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether `name` is a branch name git accepts.
+pub fn valid_branch_name(repo: &Path, name: &str) -> bool {
+    let mut c = git(repo);
+    c.args(["check-ref-format", "--branch", name]);
+    succeeds(c)
+}
+
+/// Creates `branch` at `base` and checks it out in a new worktree at `path`.
+pub fn add_worktree(repo: &Path, path: &Path, branch: &str, base: &str) -> Result<()> {
+    let mut c = git(repo);
+    c.args(["worktree", "add", "--quiet", "-b", branch]).arg(path).arg(base);
+    run(&format!("unable to add worktree {}", path.display()), c).map(drop)
+}
+
+/// A detached checkout of `commit` at `path`, for the acceptance command.
+pub fn add_detached(repo: &Path, path: &Path, commit: &str) -> Result<()> {
+    let mut c = git(repo);
+    c.args(["worktree", "add", "--quiet", "--detach"]).arg(path).arg(commit);
+    run(&format!("unable to check out {commit} at {}", path.display()), c).map(drop)
+}
+
+pub fn remove_worktree(repo: &Path, path: &Path) -> Result<()> {
+    let mut c = git(repo);
+    c.args(["worktree", "remove", "--force"]).arg(path);
+    let r = run(&format!("unable to remove worktree {}", path.display()), c).map(drop);
+    // A worktree whose folder is already gone only needs its record pruned.
+    let mut p = git(repo);
+    p.args(["worktree", "prune"]);
+    let _ = run("worktree prune", p);
+    if r.is_err() && !path.exists() { Ok(()) } else { r }
+}
+
+pub fn delete_branch(repo: &Path, branch: &str) -> Result<()> {
+    let mut c = git(repo);
+    c.args(["branch", "-D", "--quiet", branch]);
+    run(&format!("unable to delete branch {branch}"), c).map(drop)
+}
+
+/// Whether the worktree has no changes, staged or not, untracked included.
+pub fn is_clean(worktree: &Path) -> Result<bool> {
+    let mut c = git(worktree);
+    c.args(["status", "--porcelain", "--untracked-files=normal"]);
+    Ok(run("status", c)?.trim().is_empty())
+}
+
+/// Commits everything left uncommitted in `worktree`; returns the new HEAD,
+/// and whether a commit was made.
+pub fn commit_all(worktree: &Path, message: &str) -> Result<(String, bool)> {
+    let mut add = git(worktree);
+    add.args(["add", "--all"]);
+    run("unable to stage the lane's work", add)?;
+    let mut staged = git(worktree);
+    staged.args(["diff", "--cached", "--quiet"]);
+    let made = !succeeds(staged);
+    if made {
+        let mut c = git(worktree);
+        c.envs(IDENTITY).args(["commit", "--quiet", "--no-verify", "-m", message]);
+        run("unable to commit the lane's work", c)?;
+    }
+    let head = commit_of(worktree, "HEAD").ok_or_else(|| GitError("the lane's worktree has no HEAD".into()))?;
+    Ok((head, made))
+}
+
+/// The diff from `base` to `head`, cut to `max` bytes at a line end.
+pub fn diff(repo: &Path, base: &str, head: &str, max: usize) -> Result<String> {
+    let mut c = git(repo);
+    c.args(["diff", "--no-color", "--no-ext-diff", &format!("{base}...{head}")]);
+    let mut d = run("unable to diff the lane", c)?;
+    if d.len() > max {
+        let mut cut = max;
+        while !d.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let cut = d[..cut].rfind('\n').map_or(cut, |i| i + 1);
+        d.truncate(cut);
+        d.push_str("\n[diff cut here: it is longer than the verifier is shown]\n");
+    }
+    Ok(d)
+}
+
+/// How a pass is merged into base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeMode {
+    FastForward,
+    MergeCommit,
+}
+
+/// Why a merge did not happen, for merge-failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeFailure {
+    DirtyMainWorktree,
+    NotFastForward,
+    Conflict(String),
+    Git(GitError),
+}
+
+impl std::fmt::Display for MergeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MergeFailure::DirtyMainWorktree => f.write_str("the main worktree has uncommitted changes"),
+            MergeFailure::NotFastForward => f.write_str("base moved on and the merge mode is fast-forward only"),
+            MergeFailure::Conflict(files) => write!(f, "the merge conflicts in {files}"),
+            MergeFailure::Git(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn is_ancestor(repo: &Path, a: &str, b: &str) -> bool {
+    let mut c = git(repo);
+    c.args(["merge-base", "--is-ancestor", a, b]);
+    succeeds(c)
+}
+
+/// Merges `commit` into `base`. When base is checked out in the repository's
+/// main worktree, the merge happens there and needs it clean; otherwise the
+/// branch ref is moved without touching any worktree (a merge commit is made
+/// with `merge-tree --write-tree`). Returns base's new commit.
+pub fn merge(repo: &Path, base: &str, commit: &str, mode: MergeMode, message: &str) -> std::result::Result<String, MergeFailure> {
+    let old = commit_of(repo, &format!("refs/heads/{base}")).ok_or_else(|| MergeFailure::Git(GitError(format!("base {base} is gone"))))?;
+    if is_ancestor(repo, commit, &old) {
+        return Ok(old); // already merged
+    }
+    let ff = is_ancestor(repo, &old, commit);
+    if mode == MergeMode::FastForward && !ff {
+        return Err(MergeFailure::NotFastForward);
+    }
+    if current_branch(repo).as_deref() == Some(base) {
+        if !is_clean(repo).map_err(MergeFailure::Git)? {
+            return Err(MergeFailure::DirtyMainWorktree);
+        }
+        let mut c = git(repo);
+        c.envs(IDENTITY).args(["merge", "--quiet", "--no-edit"]);
+        match mode {
+            MergeMode::FastForward => c.arg("--ff-only"),
+            MergeMode::MergeCommit => c.args(["--no-ff", "-m", message]),
+        };
+        c.arg(commit);
+        if let Err(e) = run("unable to merge", c) {
+            let conflicted = conflicted_files(repo);
+            let mut abort = git(repo);
+            abort.args(["merge", "--abort"]);
+            let _ = run("merge --abort", abort);
+            return Err(if conflicted.is_empty() { MergeFailure::Git(e) } else { MergeFailure::Conflict(conflicted) });
+        }
+        return commit_of(repo, "HEAD").ok_or_else(|| MergeFailure::Git(GitError("no HEAD after the merge".into())));
+    }
+    let new = if mode == MergeMode::FastForward {
+        commit.to_string()
+    } else {
+        let mut t = git(repo);
+        t.args(["merge-tree", "--write-tree", "--name-only", &old, commit]);
+        let out = t.output().map_err(|e| MergeFailure::Git(GitError(format!("unable to run git: {e}"))))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let tree = lines.next().unwrap_or("").trim().to_string();
+        if !out.status.success() {
+            let files: Vec<&str> = lines.take_while(|l| !l.is_empty()).collect();
+            return Err(MergeFailure::Conflict(if files.is_empty() { "the tree".into() } else { files.join(", ") }));
+        }
+        let mut c = git(repo);
+        c.envs(IDENTITY).args(["commit-tree", &tree, "-p", &old, "-p", commit, "-m", message]);
+        run("unable to write the merge commit", c).map_err(MergeFailure::Git)?.trim().to_string()
+    };
+    let mut u = git(repo);
+    u.args(["update-ref", &format!("refs/heads/{base}"), &new, &old]);
+    run("unable to move base", u).map_err(MergeFailure::Git)?;
+    Ok(new)
+}
+
+fn conflicted_files(repo: &Path) -> String {
+    let mut c = git(repo);
+    c.args(["diff", "--name-only", "--diff-filter=U"]);
+    run("diff", c).map(|s| s.lines().collect::<Vec<_>>().join(", ")).unwrap_or_default()
+}
+
+/// The worktrees of a repository, for repos.list.
+pub fn worktrees(repo: &Path) -> Result<Vec<(PathBuf, Option<String>)>> {
+    let mut c = git(repo);
+    c.args(["worktree", "list", "--porcelain"]);
+    let text = run("worktree list", c)?;
+    let mut out = Vec::new();
+    let mut path: Option<PathBuf> = None;
+    let mut branch = None;
+    for line in text.lines().chain(std::iter::once("")) {
+        if let Some(p) = line.strip_prefix("worktree ") {
+            path = Some(PathBuf::from(p));
+        } else if let Some(b) = line.strip_prefix("branch ") {
+            branch = Some(b.trim_start_matches("refs/heads/").to_string());
+        } else if line.is_empty() {
+            if let Some(p) = path.take() {
+                out.push((p, branch.take()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// A repository with one commit on `main`.
+    pub fn repo(dir: &Path) -> PathBuf {
+        let r = dir.join("repo");
+        std::fs::create_dir_all(&r).unwrap();
+        let sh = |args: &[&str]| {
+            let mut c = git(&r);
+            c.envs(IDENTITY).args(args);
+            run("setup", c).unwrap();
+        };
+        sh(&["init", "--quiet", "-b", "main"]);
+        std::fs::write(r.join("a.txt"), "one\n").unwrap();
+        sh(&["add", "a.txt"]);
+        sh(&["commit", "--quiet", "-m", "first"]);
+        r
+    }
+
+    #[test]
+    fn worktree_commit_diff_merge_round_trip() {
+        let tmp = crate::testutil::TempDir::new("git");
+        let r = repo(tmp.path());
+        assert_eq!(toplevel(&r).unwrap(), r.canonicalize().unwrap());
+        assert_eq!(current_branch(&r).as_deref(), Some("main"));
+        let wt = tmp.path().join("repo-wt/fix");
+        add_worktree(&r, &wt, "omni/fix", "main").unwrap();
+        assert!(branch_exists(&r, "omni/fix"));
+        std::fs::write(wt.join("a.txt"), "two\n").unwrap();
+        let (head, made) = commit_all(&wt, "lane: work the builder left uncommitted").unwrap();
+        assert!(made && is_commit_id(&head));
+        let (same, made) = commit_all(&wt, "nothing").unwrap();
+        assert!(!made && same == head);
+        let d = diff(&r, "main", &head, 1 << 20).unwrap();
+        assert!(d.contains("-one") && d.contains("+two"), "{d}");
+        let new = merge(&r, "main", &head, MergeMode::FastForward, "merge").unwrap();
+        assert_eq!(new, head);
+        assert_eq!(std::fs::read_to_string(r.join("a.txt")).unwrap(), "two\n");
+        remove_worktree(&r, &wt).unwrap();
+        assert!(!wt.exists());
+        delete_branch(&r, "omni/fix").unwrap();
+    }
+
+    #[test]
+    fn conflicts_and_dirty_main_worktrees_fail_the_merge() {
+        let tmp = crate::testutil::TempDir::new("gitc");
+        let r = repo(tmp.path());
+        let wt = tmp.path().join("wt");
+        add_worktree(&r, &wt, "omni/x", "main").unwrap();
+        std::fs::write(wt.join("a.txt"), "lane\n").unwrap();
+        let (head, _) = commit_all(&wt, "lane").unwrap();
+        std::fs::write(r.join("a.txt"), "main moved\n").unwrap();
+        assert_eq!(merge(&r, "main", &head, MergeMode::MergeCommit, "m"), Err(MergeFailure::DirtyMainWorktree));
+        commit_all(&r, "main moved").unwrap();
+        assert_eq!(merge(&r, "main", &head, MergeMode::FastForward, "m"), Err(MergeFailure::NotFastForward));
+        match merge(&r, "main", &head, MergeMode::MergeCommit, "m") {
+            Err(MergeFailure::Conflict(files)) => assert!(files.contains("a.txt")),
+            other => panic!("{other:?}"),
+        }
+        assert!(is_clean(&r).unwrap(), "an aborted merge leaves the main worktree clean");
+    }
+
+    #[test]
+    fn a_merge_commit_without_checkout_moves_the_ref() {
+        let tmp = crate::testutil::TempDir::new("gitm");
+        let r = repo(tmp.path());
+        let mut c = git(&r);
+        c.args(["checkout", "--quiet", "-b", "other"]);
+        run("checkout", c).unwrap();
+        let wt = tmp.path().join("wt");
+        add_worktree(&r, &wt, "omni/y", "main").unwrap();
+        std::fs::write(wt.join("b.txt"), "new\n").unwrap();
+        let (head, _) = commit_all(&wt, "lane").unwrap();
+        let new = merge(&r, "main", &head, MergeMode::MergeCommit, "merge lane").unwrap();
+        assert_ne!(new, head);
+        assert!(is_ancestor(&r, &head, &new));
+        assert_eq!(current_branch(&r).as_deref(), Some("other"));
+    }
+}

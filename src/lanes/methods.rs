@@ -1,0 +1,228 @@
+//! The lane methods of the daemon socket (issue 5, "Dispatch" and "Operator
+//! control and restarts"). Names are snake_case like every socket method.
+//!
+//! | method        | who      | answers                                              |
+//! |---------------|----------|------------------------------------------------------|
+//! | repos.list    | anyone   | the known repositories with their worktrees          |
+//! | repos.add     | operator | the repository added (persisted)                     |
+//! | task.dispatch | operator | {lane, session, branch, worktree} once lane.start is committed |
+//! | verify.list   | anyone   | lanes newest first, `{lanes, next_cursor}`           |
+//! | lanes.get     | anyone   | one lane, archived ones included                     |
+//! | lanes.close   | operator | stops its sessions; keeps or removes the worktree    |
+//! | lanes.merge   | operator | merges a lane that passed (or retries a failed merge)|
+//! | lanes.rework  | operator | sends a lane waiting on the operator back to its builder |
+//!
+//! task.dispatch takes the members and patterns of tasks.create (seed 000)
+//! and refuses with a stable code that the plugin host passes on as
+//! task-refused's reason: repo-unknown, seat-not-found, seat-not-ready,
+//! same-family, base-unknown, name-taken, isolation-missing.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+
+use crate::daemon::{Daemon, Req};
+use crate::errors::{Code, RpcError};
+use crate::lanes::controller::{self, Lane};
+use crate::lanes::git;
+use crate::lanes::machine::Input;
+use crate::limits;
+use crate::socket::methods::{params, require_operator};
+use rusqlite::types::Value as Sql;
+
+pub fn serves(method: &str) -> bool {
+    matches!(
+        method,
+        "repos.list" | "repos.add" | "task.dispatch" | "verify.list" | "lanes.get" | "lanes.close" | "lanes.merge" | "lanes.rework"
+    )
+}
+
+pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let r = match method {
+        "repos.list" => repos_list(d, &req, p),
+        "repos.add" => repos_add(d, &req, p),
+        "task.dispatch" => task_dispatch(d, &req, p),
+        "verify.list" => verify_list(d, p),
+        "lanes.get" => lanes_get(d, p),
+        "lanes.close" => lanes_close(d, &req, p),
+        "lanes.merge" => lanes_operator(d, &req, p, |_| Input::OperatorMerge),
+        "lanes.rework" => lanes_rework(d, &req, p),
+        _ => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {method}"))),
+    };
+    match r {
+        Ok(Some(v)) => d.answer(req, Ok(v)),
+        Ok(None) => {}
+        Err(e) => d.answer(req, Err(e)),
+    }
+}
+
+type Handled = Result<Option<Value>, RpcError>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let NoParams {} = params(p)?;
+    let repos = controller::known_repos(d);
+    let inbox = d.inbox.clone();
+    let req = req.clone();
+    // `git worktree list` per repository: blocking, so on a lane worker.
+    controller::job(
+        d,
+        move || {
+            repos
+                .into_iter()
+                .map(|r| {
+                    let wts = git::worktrees(&r).unwrap_or_default();
+                    json!({
+                        "path": r.display().to_string(),
+                        "exists": r.is_dir(),
+                        "worktrees": wts.into_iter().map(|(p, b)| json!({"path": p.display().to_string(), "branch": b})).collect::<Vec<_>>(),
+                    })
+                })
+                .collect::<Vec<_>>()
+        },
+        move |d, list| {
+            let _ = &inbox;
+            d.answer(req, Ok(json!({"repos": list})));
+        },
+    )?;
+    Ok(None)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddParams {
+    path: String,
+}
+
+fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let AddParams { path } = params(p)?;
+    require_operator(req)?;
+    if !path.starts_with('/') {
+        return Err(RpcError::invalid_params(format!("path must be absolute, found {path:?}")));
+    }
+    let req = req.clone();
+    controller::job(
+        d,
+        move || git::toplevel(&PathBuf::from(&path)),
+        move |d, r| match r {
+            Ok(top) => {
+                if !d.lanes.added_repos.contains(&top) {
+                    if d.lanes.added_repos.len() >= limits::LANE_MAX_REPOS {
+                        return d.answer(req, Err(RpcError::new(Code::Unavailable, format!("the daemon knows {} repositories already", limits::LANE_MAX_REPOS))));
+                    }
+                    d.lanes.added_repos.push(top.clone());
+                }
+                let shown = top.display().to_string();
+                let op = crate::ledger::Op::Exec {
+                    sql: "INSERT INTO repos (path, added_at) VALUES (?1, ?2) ON CONFLICT (path) DO NOTHING",
+                    params: vec![Sql::Text(shown.clone()), Sql::Text(crate::clock::now_ts())],
+                };
+                d.write(vec![op], move |d, r| {
+                    let result = r.map(|_| json!({"path": shown})).map_err(crate::socket::methods::write_error);
+                    d.answer(req, result);
+                });
+            }
+            Err(e) => d.answer(req, Err(RpcError::new(Code::RepoUnknown, e.to_string()))),
+        },
+    )?;
+    Ok(None)
+}
+
+fn task_dispatch(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    require_operator(req)?;
+    let task = crate::plugins::calls::task_request(&p).map_err(|e| RpcError::invalid_params(e.message().to_string()))?;
+    let req = req.clone();
+    controller::dispatch(d, task, move |d, r| d.answer(req, r));
+    Ok(None)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyParams {
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Lanes newest first. The cursor is the last lane's `createdAt/laneId`,
+/// the form lanes.list's nextCursor takes (seed 000).
+fn verify_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+    let VerifyParams { cursor, limit } = params(p)?;
+    let limit = limit.unwrap_or(limits::LANE_PAGE_DEFAULT);
+    if !(1..=limits::LANE_PAGE_MAX).contains(&limit) {
+        return Err(RpcError::invalid_params(format!("limit must be 1 to {}", limits::LANE_PAGE_MAX)));
+    }
+    let all = d.lanes.listed();
+    let start = match &cursor {
+        None => 0,
+        Some(c) => match all.iter().position(|l| cursor_of(l) == *c) {
+            Some(i) => i + 1,
+            None => return Err(RpcError::invalid_params("cursor names no lane of this list")),
+        },
+    };
+    let page: Vec<&Lane> = all.iter().skip(start).take(limit).copied().collect();
+    let next = (start + page.len() < all.len()).then(|| page.last().map(|l| cursor_of(l))).flatten();
+    let items: Vec<Value> = page.iter().map(|l| controller::to_socket(d, l)).collect();
+    Ok(Some(json!({"lanes": items, "next_cursor": next})))
+}
+
+pub fn cursor_of(l: &Lane) -> String {
+    format!("{}/{}", crate::clock::format_ts(l.created_ms), l.id)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaneParams {
+    lane: String,
+}
+
+fn lanes_get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+    let LaneParams { lane } = params(p)?;
+    let l = d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?;
+    Ok(Some(controller::to_socket(d, l)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloseParams {
+    lane: String,
+    #[serde(default)]
+    remove_worktree: bool,
+}
+
+fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let CloseParams { lane, remove_worktree } = params(p)?;
+    require_operator(req)?;
+    let l = d.lanes.map.get_mut(&lane).ok_or_else(|| controller::not_found(&lane))?;
+    l.remove_worktree = remove_worktree;
+    controller::step(d, &lane, Input::OperatorClose)?;
+    Ok(Some(controller::to_socket(d, d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?)))
+}
+
+fn lanes_operator(d: &mut Daemon, req: &Req, p: Map<String, Value>, input: impl FnOnce(&Lane) -> Input) -> Handled {
+    let LaneParams { lane } = params(p)?;
+    require_operator(req)?;
+    let l = d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?;
+    let i = input(l);
+    controller::step(d, &lane, i)?;
+    Ok(Some(controller::to_socket(d, d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReworkParams {
+    lane: String,
+    notes: String,
+}
+
+fn lanes_rework(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let ReworkParams { lane, notes } = params(p)?;
+    if notes.trim().is_empty() || notes.len() > limits::PROMPT_MAX_BYTES {
+        return Err(RpcError::invalid_params("notes must be 1 byte to 1 MiB of text"));
+    }
+    let mut m = Map::new();
+    m.insert("lane".into(), json!(lane));
+    lanes_operator(d, req, m, move |_| Input::OperatorRework { notes })
+}

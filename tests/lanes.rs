@@ -1,0 +1,355 @@
+//! Lanes through the real daemon (issue 5, "Tests"): real git repositories
+//! in temporary directories, fake agents that edit, commit and answer
+//! verdicts, and every lane event sequence checked against the stage order.
+
+mod util;
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use util::{Client, Daemon, Opts, TestDir};
+
+fn fake_acp() -> String {
+    format!("{}/tests/fixtures/fake_acp_agent.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository with one commit on main.
+fn repo(dir: &TestDir) -> PathBuf {
+    let r = dir.join("shop");
+    std::fs::create_dir_all(&r).unwrap();
+    git(&r, &["init", "-q", "-b", "main"]);
+    std::fs::write(r.join("a.txt"), "one\n").unwrap();
+    git(&r, &["add", "a.txt"]);
+    git(&r, &["commit", "-q", "-m", "first"]);
+    r
+}
+
+fn seat(harness: &str, family: &str, script: &Value, env: &[(&str, &str)]) -> String {
+    // JSON string escapes are valid TOML basic-string escapes.
+    let q = |v: &str| serde_json::to_string(v).unwrap();
+    let mut e = format!("FAKE_SCRIPT = {}", q(&script.to_string()));
+    for (k, v) in env {
+        e.push_str(&format!(", {k} = {}", q(v)));
+    }
+    format!(
+        "[[seat]]\nharness = \"{harness}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"{family}\"\nenv = {{ {e} }}\n\n",
+        fake_acp()
+    )
+}
+
+/// A verifier answer with the verdict block.
+fn verdict_text(v: &str) -> String {
+    format!("I read it.\n```omniconflux-verdict\n{v}\n```\n")
+}
+
+const PASS: &str = r#"{"verdict":"pass"}"#;
+const REWORK: &str = r#"{"verdict":"rework","defects":[{"file":"feature.txt","line":1,"issue":"say fixed"}]}"#;
+
+struct Rig {
+    d: Daemon,
+    c: Client,
+    events: Client,
+    repo: PathBuf,
+}
+
+impl Rig {
+    fn start(dir: &TestDir, lanes_cfg: &str, seats: String, env: Vec<(String, String)>) -> Rig {
+        let repo = repo(dir);
+        let config = format!("{lanes_cfg}\n[[repo]]\npath = \"{}\"\n\n{seats}", repo.display());
+        let d = Daemon::start_with(&dir.path, Opts { config: Some(config), env, ..Opts::default() });
+        d.wait_log("seat builder: ready");
+        d.wait_log("seat verifier: ready");
+        // Lanes and plugins learn isolation from the same probe, in one step.
+        d.wait_log("plugins run");
+        let mut events = d.connect();
+        events.call("events.subscribe", json!({"streams": ["lanes"]}));
+        let c = d.connect();
+        Rig { d, c, events, repo }
+    }
+
+    fn dispatch(&mut self, acceptance: &str) -> Value {
+        self.c.call(
+            "task.dispatch",
+            json!({"repo": self.repo.display().to_string(), "task": "Add feature.txt", "builder": "builder", "verifier": "verifier",
+                   "acceptance": {"name": "feature exists", "command": acceptance}, "name": "add feature"}),
+        )
+    }
+
+    /// Lane events until the lane reaches one of `until`; returns the stages
+    /// in order and the verdict events.
+    fn run_until(&mut self, until: &[&str]) -> (Vec<String>, Vec<Value>) {
+        let mut stages = Vec::new();
+        let mut verdicts = Vec::new();
+        loop {
+            let ev = self.events.next_note("event")["params"].clone();
+            match ev["kind"].as_str() {
+                Some("lane.stage") => {
+                    let s = ev["data"]["stage"].as_str().unwrap().to_string();
+                    let done = until.contains(&s.as_str());
+                    stages.push(s);
+                    if done {
+                        return (stages, verdicts);
+                    }
+                }
+                Some("lane.verdict") => verdicts.push(ev["data"].clone()),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn builder_writes(turns: &[&str]) -> Value {
+    Value::Array(
+        turns.iter().map(|t| json!([{"run": ["sh", "-c", format!("echo {t} > feature.txt")]}, {"text": "done"}])).collect(),
+    )
+}
+
+#[test]
+fn pass_in_round_one_merges_and_archives() {
+    let dir = TestDir::new("lanepass");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    assert!(id.starts_with("t-") && id.len() == 14, "{lane}");
+    assert_eq!(lane["branch"], json!("omni/add-feature"));
+    let wt = PathBuf::from(lane["worktree"].as_str().unwrap());
+    assert_eq!(wt, r.repo.with_file_name("shop-wt").join("add-feature"));
+    let (stages, verdicts) = r.run_until(&["merged", "sent-back", "cap"]);
+    assert_eq!(stages, ["building", "idle", "checking", "waiting-verifier", "verifying", "pass", "merging", "merged"]);
+    assert_eq!(verdicts.len(), 1);
+    assert_eq!(verdicts[0]["verdict"], json!("pass"));
+    assert_eq!(verdicts[0]["round"], json!(1));
+    assert_eq!(verdicts[0]["defects"], json!(0));
+    // The pass is on base now, the worktree is gone, and the lane is archived.
+    assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "feature");
+    let list = r.c.call("verify.list", json!({}));
+    assert_eq!(list["lanes"], json!([]));
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!((got["stage"].as_str(), got["archived"].as_bool()), (Some("merged"), Some(true)));
+    // Removal runs on a lane worker after the archive.
+    r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
+    assert!(!wt.exists());
+    assert!(!git(&r.repo, &["worktree", "list"]).contains("add-feature"));
+    r.d.stop();
+}
+
+#[test]
+fn rework_then_pass_sends_the_defects_to_the_builder() {
+    let dir = TestDir::new("lanerework");
+    let judge = format!(
+        "if grep -q fixed feature.txt; then printf '{}'; else printf '{}'; fi",
+        verdict_text(PASS).replace('\n', "\\n"),
+        verdict_text(REWORK).replace('\n', "\\n")
+    );
+    let verifier = json!([[{"text_from": ["sh", "-c", judge]}]]);
+    let seats = format!("{}{}", seat("builder", "anthropic", &builder_writes(&["first", "fixed"]), &[]), seat("verifier", "google", &verifier, &[]));
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let builder = lane["session"].as_str().unwrap().to_string();
+    let (stages, verdicts) = r.run_until(&["merged", "sent-back", "cap"]);
+    assert_eq!(
+        stages,
+        [
+            "building", "idle", "checking", "waiting-verifier", "verifying", "rework", "building", "idle", "checking", "waiting-verifier",
+            "verifying", "pass", "merging", "merged"
+        ]
+    );
+    assert_eq!(verdicts.iter().map(|v| (v["verdict"].clone(), v["round"].clone(), v["defects"].clone())).collect::<Vec<_>>(), vec![
+        (json!("rework"), json!(1), json!(1)),
+        (json!("pass"), json!(2), json!(0))
+    ]);
+    assert_ne!(verdicts[0]["commit"], verdicts[1]["commit"]);
+    // The builder got the cited defect as its next turn, recorded as check-1.
+    let evs = r.c.call("events.list", json!({"stream": builder, "limit": 1000}))["events"].clone();
+    let check = evs.as_array().unwrap().iter().find(|e| e["kind"] == "check.rework").expect("a check.rework record");
+    assert_eq!(check["data"]["id"], json!("check-1"));
+    assert!(check["data"]["text"].as_str().unwrap().contains("feature.txt:1: say fixed"));
+    assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "fixed");
+    r.d.stop();
+}
+
+#[test]
+fn failing_acceptance_goes_back_to_the_builder_until_the_cap() {
+    let dir = TestDir::new("lanecap");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &json!([[{"text": "did nothing"}], [{"text": "still nothing"}]]), &[]),
+        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "[lanes]\nmax_rounds = 2\n", seats, vec![]);
+    let lane = r.dispatch("echo the feature is missing; test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let (stages, verdicts) = r.run_until(&["merged", "sent-back", "cap"]);
+    assert_eq!(stages, ["building", "idle", "checking", "rework", "building", "idle", "checking", "cap"]);
+    assert!(verdicts.is_empty());
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(got["state"], json!("sent-back"));
+    assert!(got["last_check"]["tail"].as_str().unwrap().contains("the feature is missing"));
+    // The operator closes it and keeps the worktree.
+    let closed = r.c.call("lanes.close", json!({"lane": id}));
+    assert_eq!(closed["stage"], json!("closed"));
+    let (stages, _) = r.run_until(&["closed"]);
+    assert_eq!(stages, ["closed"]);
+    assert!(PathBuf::from(lane["worktree"].as_str().unwrap()).exists());
+    r.d.stop();
+}
+
+#[test]
+fn an_answer_that_is_not_a_verdict_gets_a_second_opinion_then_goes_back() {
+    let dir = TestDir::new("lanenoverdict");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat("verifier", "openai", &json!([[{"text": "Looks fine to me."}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
+    assert_eq!(
+        stages,
+        ["building", "idle", "checking", "waiting-verifier", "verifying", "verify-failed", "second-opinion", "verifying", "verify-failed", "sent-back"]
+    );
+    // The operator sends it back with notes; the builder gets them.
+    let id = lane["lane"].as_str().unwrap();
+    let got = r.c.call("lanes.rework", json!({"lane": id, "notes": "please try again"}));
+    assert_eq!(got["state"], json!("building"));
+    r.d.stop();
+}
+
+#[test]
+fn a_merge_conflict_is_left_for_the_operator() {
+    let dir = TestDir::new("laneconflict");
+    let builder = json!([[{"run": ["sh", "-c", "echo lane > a.txt"]}, {"text": "done"}]]);
+    let seats = format!("{}{}", seat("builder", "anthropic", &builder, &[]), seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[]));
+    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\nmerge = \"merge-commit\"\n", seats, vec![]);
+    let lane = r.dispatch("test -f a.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let (stages, _) = r.run_until(&["pass"]);
+    assert_eq!(stages.last().map(String::as_str), Some("pass"));
+    // Base moves on with a conflicting change while the pass waits.
+    std::fs::write(r.repo.join("a.txt"), "main moved\n").unwrap();
+    git(&r.repo, &["commit", "-q", "-am", "main moved"]);
+    r.c.call("lanes.merge", json!({"lane": id}));
+    let (stages, _) = r.run_until(&["merged", "merge-failed"]);
+    assert_eq!(stages, ["merging", "merge-failed"]);
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert!(got["reason"].as_str().unwrap().contains("a.txt"), "{got}");
+    assert_eq!(git(&r.repo, &["status", "--porcelain"]), "", "the main worktree is left clean");
+    r.d.stop();
+}
+
+#[test]
+fn dispatch_refusals_have_stable_codes() {
+    let dir = TestDir::new("lanerefuse");
+    let seats = format!(
+        "{}{}{}",
+        seat("builder", "anthropic", &json!([]), &[]),
+        seat("verifier", "openai", &json!([]), &[]),
+        seat("twin", "anthropic", &json!([]), &[])
+    );
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    r.d.wait_log("seat twin: ready");
+    let base = |builder: &str, verifier: &str, repo: &str| {
+        json!({"repo": repo, "task": "t", "builder": builder, "verifier": verifier, "acceptance": {"name": "n", "command": "true"}, "name": "x"})
+    };
+    let repo = r.repo.display().to_string();
+    assert_eq!(r.c.error_code("task.dispatch", base("builder", "twin", &repo)), "same-family");
+    assert_eq!(r.c.error_code("task.dispatch", base("builder", "nobody", &repo)), "seat-not-found");
+    assert_eq!(r.c.error_code("task.dispatch", base("builder", "verifier", "/no/such/repo")), "repo-unknown");
+    let mut p = base("builder", "verifier", &repo);
+    p["base"] = json!("no-such-branch");
+    assert_eq!(r.c.error_code("task.dispatch", p), "base-unknown");
+    git(&r.repo, &["branch", "omni/x"]);
+    assert_eq!(r.c.error_code("task.dispatch", base("builder", "verifier", &repo)), "name-taken");
+    let mut p = base("builder", "verifier", &repo);
+    p["extra"] = json!(1);
+    assert_eq!(r.c.error_code("task.dispatch", p), "invalid-params");
+    r.d.stop();
+}
+
+#[test]
+fn a_machine_that_cannot_isolate_refuses_with_isolation_missing() {
+    let dir = TestDir::new("laneiso");
+    // A bwrap that cannot create namespaces, first on PATH: what a
+    // container that forbids them looks like to the daemon.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("bwrap"), "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("bwrap"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let seats = format!("{}{}", seat("builder", "anthropic", &json!([]), &[]), seat("verifier", "openai", &json!([]), &[]));
+    let mut r = Rig::start(&dir, "", seats, vec![("PATH".into(), path)]);
+    let repo = r.repo.display().to_string();
+    let p = json!({"repo": repo, "task": "t", "builder": "builder", "verifier": "verifier", "acceptance": {"name": "n", "command": "true"}});
+    assert_eq!(r.c.error_code("task.dispatch", p), "isolation-missing");
+    r.d.stop();
+}
+
+#[test]
+fn a_daemon_killed_mid_verify_resumes_the_lane() {
+    let dir = TestDir::new("lanekill");
+    let mark = dir.join("verifier-ran-once");
+    // The first verifier hangs (the daemon is killed under it); the one the
+    // restarted daemon asks answers at once.
+    let judge = format!(
+        "if [ -e {m} ]; then printf '{}'; else touch {m}; sleep 120; fi",
+        verdict_text(PASS).replace('\n', "\\n"),
+        m = mark.display()
+    );
+    let seats = format!("{}{}", seat("builder", "anthropic", &builder_writes(&["feature"]), &[]), seat("verifier", "openai", &json!([[{"text_from": ["sh", "-c", judge]}]]), &[]));
+    let mut r = Rig::start(&dir, "", seats.clone(), vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let (stages, _) = r.run_until(&["verifying"]);
+    assert_eq!(stages.last().map(String::as_str), Some("verifying"));
+    while !mark.exists() {
+        std::thread::yield_now();
+    }
+    let Rig { mut d, .. } = r;
+    d.kill9();
+    drop(d);
+    let d = Daemon::start_with(&dir.path, Opts { config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()), ..Opts::default() });
+    d.wait_log(&format!("lane {id}: resuming at verifying"));
+    // The lane goes on from waiting-verifier and merges: follow the stream
+    // (subscribe, then read what was committed before), deduplicated by seq.
+    let mut sub = d.connect();
+    sub.call("events.subscribe", json!({"streams": ["lanes"]}));
+    let mut c = d.connect();
+    let mut seen = std::collections::BTreeMap::new();
+    for e in c.call("events.list", json!({"stream": "lanes", "limit": 1000}))["events"].as_array().unwrap() {
+        seen.insert(e["seq"].as_i64().unwrap(), e.clone());
+    }
+    while !seen.values().any(|e| e["data"]["stage"] == "merged") {
+        let e = sub.next_note("event")["params"].clone();
+        seen.insert(e["seq"].as_i64().unwrap(), e);
+    }
+    let got = c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(got["stage"], json!("merged"));
+    let stages: Vec<&str> = seen.values().filter(|e| e["kind"] == "lane.stage").filter_map(|e| e["data"]["stage"].as_str()).collect();
+    assert_eq!(
+        stages,
+        ["building", "idle", "checking", "waiting-verifier", "verifying", "waiting-verifier", "verifying", "pass", "merging", "merged"]
+    );
+    d.stop();
+}
