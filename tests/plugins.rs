@@ -26,7 +26,49 @@ fn config(extra: &str) -> String {
 }
 
 fn start(dir: &TestDir, extra: &str) -> Daemon {
-    Daemon::start_with(&dir.path, Opts { config: Some(config(extra)), ..Opts::default() })
+    start_with_seats(dir, extra, &[])
+}
+
+/// As `start`, with `[[seat]]`s of the fake ACP agent: (harness, its
+/// script, its environment).
+fn start_with_seats(dir: &TestDir, extra: &str, seats: &[(&str, Value, Vec<(&str, String)>)]) -> Daemon {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    let mut cfg = config(extra);
+    for (harness, steps, env) in seats {
+        let mut env_s = format!("FAKE_SCRIPT = '{steps}'");
+        for (k, v) in env {
+            env_s.push_str(&format!(", {k} = '{v}'"));
+        }
+        cfg.push_str(&format!(
+            "\n[[seat]]\nharness = \"{harness}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\nenv = {{ {env_s} }}\n",
+            script.display()
+        ));
+    }
+    Daemon::start_with(&dir.path, Opts { config: Some(cfg), ..Opts::default() })
+}
+
+/// Spawns a session of `harness` in `dir`/wt with `prompt`; its id.
+fn spawn(c: &mut util::Client, dir: &TestDir, harness: &str, prompt: &str) -> String {
+    let wt = dir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let r = c.call("sessions.spawn", json!({"harness": harness, "cwd": wt.canonicalize().unwrap().display().to_string(), "prompt": prompt}));
+    r["session_id"].as_str().unwrap().to_string()
+}
+
+/// The seq of the first `kind` event of `stream` in the ledger.
+fn seq_of(c: &mut util::Client, stream: &str, kind: &str) -> Value {
+    let r = c.call("events.list", json!({"stream": stream, "limit": 1000}));
+    r["events"].as_array().unwrap().iter().find(|e| e["kind"] == kind).map(|e| e["seq"].clone()).unwrap_or(Value::Null)
+}
+
+/// Runs `command` of sample-py with `input`; its JSON answer.
+fn py(c: &mut util::Client, command: &str, input: &str) -> Value {
+    let mut p = json!({"command": format!("sample-py.{command}")});
+    if !input.is_empty() {
+        p["input"] = json!(input);
+    }
+    let r = c.call("plugin.command.run", p);
+    serde_json::from_str(r["text"].as_str().unwrap()).unwrap()
 }
 
 /// Installs and approves the folder; returns the plugin id.
@@ -78,7 +120,7 @@ fn check_wire(state: &Path, id: &str) -> usize {
 #[test]
 fn install_approve_run_subscribe_and_get_a_committed_event() {
     let dir = TestDir::new("pslice");
-    let d = start(&dir, "");
+    let d = start_with_seats(&dir, "", &[("fake", json!([]), vec![])]);
     let mut c = d.connect();
     let inst = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
     assert_eq!(inst["state"], "pending-approval");
@@ -107,18 +149,23 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     assert_eq!(seen["sessions"], json!({"sessions": [], "nextCursor": null}));
     assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
 
-    // A committed turn.end on a session stream is delivered with its seq; a
-    // kind the plugin did not subscribe to and a kind outside the API are not.
-    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.start", "data": {"turn": 1, "mode": "prompt", "chars": 3}}));
-    c.call("events.append", json!({"stream": "x-s1", "kind": "note", "data": {"x": 1}}));
-    let appended = c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed", "secret": "never sent"}}));
-    let seen = report(&mut c, "sample-node", "events:1");
-    let ev = &seen["events"][0];
-    assert_eq!(ev["kind"], "turn.end");
-    assert_eq!(ev["session"], "x-s1");
-    assert_eq!(ev["seq"], appended["seq"]);
-    assert_eq!(ev["data"], json!({"reason": "completed"}));
-    assert_eq!(seen["events"].as_array().unwrap().len(), 1);
+    // What an operator appends on an x- stream looks like a session's
+    // events but is never offered. A real session's session.start and
+    // turn.end, committed by the daemon, are delivered with their seq and
+    // only the page's members; its turn.start, a kind the plugin did not
+    // subscribe to, is not.
+    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed"}}));
+    c.call("events.append", json!({"stream": "x-s1", "kind": "session.start", "data": {"harness": "h", "provider": "p", "transport": "acp", "flags": {}}}));
+    let sid = spawn(&mut c, &dir, "fake", "hello");
+    let seen = report(&mut c, "sample-node", "events:2");
+    let events = seen["events"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = events.iter().map(|e| (e["kind"].as_str().unwrap(), e["session"].as_str().unwrap())).collect();
+    assert_eq!(kinds, [("session.start", sid.as_str()), ("turn.end", sid.as_str())], "{seen}");
+    assert_eq!(events[0]["seq"], seq_of(&mut c, &sid, "session.start"));
+    assert_eq!(events[1]["seq"], seq_of(&mut c, &sid, "turn.end"));
+    assert_eq!(events[1]["data"], json!({"reason": "completed"}));
+    let start_data: Vec<&String> = events[0]["data"].as_object().unwrap().keys().collect();
+    assert_eq!(start_data, ["flags", "harness", "provider", "transport"]);
 
     // A note goes to storage, on disk before the answer.
     let r = c.call("plugin.command.run", json!({"command": "sample-node.note", "input": "check the flaky login test"}));
@@ -176,9 +223,10 @@ fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
 #[test]
 fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     let dir = TestDir::new("phostile");
-    let d = start(
+    let d = start_with_seats(
         &dir,
         "initialize_timeout_ms = 500\nping_interval_ms = 200\nping_timeout_ms = 300\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
+        &[("fake", json!([]), vec![])],
     );
     let mut c = d.connect();
     install_approve(&mut c, &fixture("sample-node"));
@@ -219,10 +267,11 @@ fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     let codes: HashMap<String, String> = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
     assert_eq!(codes.values().filter(|c| *c == "busy").count(), 1, "{codes:?}");
     assert_eq!(codes.values().filter(|c| *c == "ok").count(), 16, "{codes:?}");
-    // The daemon and the well-behaved plugin never noticed.
-    c.call("events.append", json!({"stream": "x-s2", "kind": "turn.end", "data": {"reason": "failed"}}));
-    let seen = report(&mut c, "sample-node", "events:1");
-    assert_eq!(seen["events"][0]["session"], "x-s2");
+    // The daemon, its sessions and the well-behaved plugin never noticed.
+    let sid = spawn(&mut c, &dir, "fake", "still there?");
+    let seen = report(&mut c, "sample-node", "events:2");
+    assert_eq!(seen["events"][1]["session"], json!(sid));
+    assert_eq!(seen["events"][1]["data"], json!({"reason": "completed"}));
     let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
     assert_eq!(got["state"], "running");
     assert_eq!(got["crashes"], 0);
@@ -320,5 +369,66 @@ fn the_command_line_installs_shows_approves_and_runs() {
     let (code, _, err) = cli(&["show", "nope-nope"]);
     assert_eq!(code, 1);
     assert!(err.contains("plugin-not-found"), "{err}");
+    d.stop();
+}
+
+#[test]
+fn a_plugin_reads_the_real_sessions_seats_and_their_events() {
+    let dir = TestDir::new("pviews");
+    let script = json!([[{"permission": {"id": "c1", "title": "Run it", "kind": "execute", "input": {"command": "ls"}}}]]);
+    let d = start_with_seats(&dir, "", &[("fake", script, vec![])]);
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let seen = py(&mut c, "events", "0");
+    assert_eq!(seen["subscribed"]["result"]["kinds"].as_array().unwrap().len(), 9);
+    // An approval.request an operator appends, whatever id it names, is
+    // not a session's.
+    c.call("events.append", json!({"stream": "x-s1", "kind": "approval.request", "data": {"requestId": "x-s1-a1", "action": "execute", "risk": "high"}}));
+    let sid = spawn(&mut c, &dir, "fake", "go");
+    let seen = py(&mut c, "events", "3");
+    let kinds: Vec<&str> = seen["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["session.start", "turn.start", "approval.request"], "{seen}");
+    assert_eq!(seen["events"][2]["data"], json!({"requestId": format!("{sid}-a1"), "action": "execute", "risk": "high"}));
+
+    // While the agent waits for the answer, the plugin reads its session
+    // as sessions.list and sessions.get (1.1) give it, and the seat.
+    let lists = py(&mut c, "lists", &sid);
+    let wt = dir.join("wt").canonicalize().unwrap().display().to_string();
+    let item = &lists["sessions"]["result"]["sessions"][0];
+    assert_eq!(lists["sessions"]["result"]["sessions"].as_array().unwrap().len(), 1, "{lists}");
+    assert_eq!(lists["sessions"]["result"]["nextCursor"], Value::Null);
+    for (k, v) in [
+        ("session", json!(sid)),
+        ("harness", json!("fake")),
+        ("provider", json!("test")),
+        ("transport", json!("acp")),
+        ("state", json!("awaiting-approval")),
+        ("turn", json!(1)),
+        ("turnActive", json!(true)),
+        ("endReason", Value::Null),
+        ("pendingApprovals", json!(1)),
+        ("parent", Value::Null),
+        ("worktree", json!(wt)),
+    ] {
+        assert_eq!(item[k], v, "{k}: {item}");
+    }
+    assert_eq!(&lists["get"]["result"], item);
+    let seat = &lists["seats"]["result"]["seats"][0];
+    assert_eq!((seat["harness"].clone(), seat["provider"].clone(), seat["family"].clone()), (json!("fake"), json!("test"), json!("local")), "{seat}");
+    assert_eq!(lists["seats"]["result"]["nextCursor"], Value::Null);
+
+    c.call("approvals.answer", json!({"request_id": format!("{sid}-a1"), "decision": "allow"}));
+    let seen = py(&mut c, "events", "5");
+    let events = seen["events"].as_array().unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["session.start", "turn.start", "approval.request", "approval.resolved", "turn.end"], "{seen}");
+    assert!(events.iter().all(|e| e["session"] == json!(sid)), "{seen}");
+    assert_eq!(events[3]["data"], json!({"requestId": format!("{sid}-a1"), "decision": "allow", "delivered": true}));
+    assert_eq!(events[4]["seq"], seq_of(&mut c, &sid, "turn.end"));
+    let after = py(&mut c, "lists", &sid);
+    assert_eq!(after["get"]["result"]["state"], "idle");
+    assert_eq!(after["get"]["result"]["endReason"], "completed");
+    check_wire(&d.state, "sample-py");
     d.stop();
 }
