@@ -432,3 +432,93 @@ fn a_plugin_reads_the_real_sessions_seats_and_their_events() {
     check_wire(&d.state, "sample-py");
     d.stop();
 }
+
+/// sample-py asks for a task; the pending plugin-task item of the inbox,
+/// once the request is stored and in the inbox (the `n`th).
+fn ask_task(c: &mut util::Client, d: &Daemon, n: usize) -> (String, Value) {
+    let wid = py(c, "create", "")["wid"].as_str().unwrap().to_string();
+    d.wait_log_count("waits for the operator", n);
+    let list = c.call("approvals.list", json!({}));
+    let item = list["approvals"].as_array().unwrap().iter().rfind(|i| i["subject"] == "plugin-task").cloned().unwrap();
+    (wid, item)
+}
+
+#[test]
+fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
+    let dir = TestDir::new("ptasks");
+    let socket = dir.join("run/d.sock").display().to_string();
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer_own_approval.py").display().to_string();
+    let (ask_file, report_file) = (dir.join("ask.json").display().to_string(), dir.join("seen.json"));
+    let rogue = json!([[{"spawn": ["python3", helper, "direct", ask_file, report_file.display().to_string()]}]]);
+    let d = start_with_seats(&dir, "", &[("plain", json!([]), vec![]), ("rogue", rogue, vec![("OMNI_SOCKET", socket)])]);
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+
+    // The request is in the inbox: high risk, its summary, the digest of
+    // the stored request, 30 minutes.
+    let (wid, item) = ask_task(&mut c, &d, 1);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    assert!(rid.starts_with("plugin_"), "{item}");
+    assert_eq!(item["plugin"], "sample-py");
+    assert_eq!(item["summary"], "Sample Python: login redirect test in /srv/work/shop");
+    assert_eq!((item["risk"].clone(), item["session"].clone(), item["state"].clone()), (json!("high"), Value::Null, json!("pending")));
+    let req = c.call("plugin.request.get", json!({"requestId": rid}));
+    assert_eq!(req["state"], "pending");
+    assert_eq!(req["digest"], item["digest"]);
+    assert_eq!(req["expiresAt"], item["expires_at"]);
+    assert_eq!(req["createdAt"], item["created_at"]);
+    // The operator denies it: the plugin's call fails approval-denied.
+    let a = c.call("approvals.answer", json!({"request_id": rid, "decision": "deny", "digest": item["digest"]}));
+    assert_eq!((a["decision"].clone(), a["delivered"].clone()), (json!("deny"), json!(true)), "{a}");
+    assert_eq!(py(&mut c, "result", &wid)["error"], json!({"code": "approval-denied", "message": "The operator did not allow the task"}));
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
+    assert_eq!(c.error_code("approvals.answer", json!({"request_id": rid, "decision": "allow"})), "not-pending");
+
+    // Allowed, it is refused until lanes exist, or where the check cannot
+    // run isolated.
+    let (wid, item) = ask_task(&mut c, &d, 2);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    c.call("approvals.answer", json!({"request_id": rid, "decision": "allow"}));
+    let got = py(&mut c, "result", &wid);
+    let reason = if d.log_text().contains("plugins run isolated with bubblewrap") { "lanes-unavailable" } else { "isolation-missing" };
+    assert_eq!(got["error"]["code"], "task-refused", "{got}");
+    assert_eq!(got["error"]["data"], json!({"reason": reason}));
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
+
+    // tasks.cancel withdraws it from the inbox.
+    let (wid, item) = ask_task(&mut c, &d, 3);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    let cancelled = py(&mut c, "cancel", &wid);
+    assert_eq!(cancelled["result"], json!({"requestId": rid, "cancelled": true}));
+    assert_eq!(py(&mut c, "result", &wid)["error"]["code"], "request-cancelled");
+    let pending = c.call("approvals.list", json!({}));
+    assert!(pending["approvals"].as_array().unwrap().iter().all(|i| i["request_id"] != json!(rid)), "{pending}");
+    let got = c.call("approvals.get", json!({"request_id": rid}));
+    assert_eq!((got["decision"].clone(), got["delivered"].clone(), got["surface"].clone()), (json!("cancel"), json!(false), json!("plugin")), "{got}");
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
+
+    // An agent cannot answer it, nor see it.
+    let (_, item) = ask_task(&mut c, &d, 4);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    let other = spawn(&mut c, &dir, "plain", "hi");
+    std::fs::write(&ask_file, json!({"request": rid, "probe": [other]}).to_string()).unwrap();
+    let sid = spawn(&mut c, &dir, "rogue", "go");
+    d.wait_log(&format!("refused approvals.answer for {rid} from a caller of class agent-session"));
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
+    assert_eq!(seen["own"], json!(sid));
+    assert_eq!(seen["get"][&sid]["result"]["id"], json!(sid));
+    assert_eq!(seen["approvals"]["result"]["approvals"], json!([]), "{seen}");
+    assert_eq!(c.call("approvals.get", json!({"request_id": rid}))["state"], "pending");
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "pending");
+    assert_eq!(c.call("sessions.list", json!({})).as_array().unwrap().len(), 2);
+
+    // The plugin's run ends: nobody waits for the answer any more.
+    c.call("plugin.disable", json!({"plugin": "sample-py"}));
+    d.wait_log("plugin sample-py exited");
+    let got = c.call("approvals.get", json!({"request_id": rid}));
+    assert_eq!((got["decision"].clone(), got["delivered"].clone()), (json!("cancel"), json!(false)), "{got}");
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
