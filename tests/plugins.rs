@@ -498,7 +498,7 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     assert_eq!((got["decision"].clone(), got["delivered"].clone(), got["surface"].clone()), (json!("cancel"), json!(false), json!("plugin")), "{got}");
     assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
 
-    // An agent cannot answer it, nor see it.
+    // An agent cannot answer it, and reads only its own session.
     let (_, item) = ask_task(&mut c, &d, 4);
     let rid = item["request_id"].as_str().unwrap().to_string();
     let other = spawn(&mut c, &dir, "plain", "hi");
@@ -507,6 +507,9 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     d.wait_log(&format!("refused approvals.answer for {rid} from a caller of class agent-session"));
     let seen: Value = serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
     assert_eq!(seen["own"], json!(sid));
+    let listed: Vec<&Value> = seen["list"]["result"].as_array().unwrap().iter().map(|s| &s["id"]).collect();
+    assert_eq!(listed, [&json!(sid)], "{seen}");
+    assert_eq!(seen["get"][&other]["error"]["data"]["code"], "session-not-found", "{seen}");
     assert_eq!(seen["get"][&sid]["result"]["id"], json!(sid));
     assert_eq!(seen["approvals"]["result"]["approvals"], json!([]), "{seen}");
     assert_eq!(c.call("approvals.get", json!({"request_id": rid}))["state"], "pending");
