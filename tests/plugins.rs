@@ -29,9 +29,12 @@ fn start(dir: &TestDir, extra: &str) -> Daemon {
     start_with_seats(dir, extra, &[])
 }
 
-/// As `start`, with `[[seat]]`s of the fake ACP agent: (harness, its
-/// script, its environment).
-fn start_with_seats(dir: &TestDir, extra: &str, seats: &[(&str, Value, Vec<(&str, String)>)]) -> Daemon {
+/// A `[[seat]]` of the fake ACP agent: its harness, its script, its
+/// environment.
+type Seat<'a> = (&'a str, Value, Vec<(&'a str, String)>);
+
+/// As `start`, with `[[seat]]`s of the fake ACP agent.
+fn start_with_seats(dir: &TestDir, extra: &str, seats: &[Seat]) -> Daemon {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
     let mut cfg = config(extra);
     for (harness, steps, env) in seats {

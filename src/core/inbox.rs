@@ -361,6 +361,19 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_task_has_no_session_and_names_its_plugin() {
+        let t = Subject::PluginTask(PluginTask { plugin: "night-shift".into(), summary: "Night Shift: fix in /srv".into(), digest: "ab".into() });
+        assert_eq!((t.kind(), t.session(), t.plugin(), t.summary()), ("plugin-task", None, Some("night-shift"), Some("Night Shift: fix in /srv")));
+        assert_eq!((t.action(), t.tool(), t.digest()), ("task", "tasks.create", "ab"));
+        let a = ask(1);
+        assert_eq!((a.kind(), a.session(), a.plugin(), a.summary()), ("agent", Some("s-1"), None, None));
+        let mut inbox = Inbox::default();
+        inbox.add("s-1-a1".into(), a, Risk::High, 0, None, Fallback::Deny).unwrap();
+        inbox.add("plugin_x".into(), t, Risk::High, 0, Some(10), Fallback::Deny).unwrap();
+        assert_eq!(inbox.pending_ids(|i| i.subject.session() == Some("s-1")), vec!["s-1-a1".to_string()]);
+    }
+
+    #[test]
     fn resolved_items_kept_are_bounded() {
         let mut inbox = Inbox::default();
         for n in 0..(limits::INBOX_RESOLVED_KEPT as u32 + 10) {
