@@ -31,6 +31,12 @@ pub fn prefixed_id(prefix: &str) -> String {
     format!("{prefix}{}", hex(&b))
 }
 
+/// Whether `s` is `prefix` followed by 12 lowercase hex digits: the form
+/// [`prefixed_id`] mints.
+pub fn is_prefixed_id(s: &str, prefix: &str) -> bool {
+    s.strip_prefix(prefix).is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
 /// A random (version 4) UUID in its canonical lowercase form.
 pub fn uuid_v4() -> String {
     let mut b = [0u8; 16];
@@ -67,5 +73,7 @@ mod tests {
         assert_eq!(&u[14..15], "4");
         assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(prefixed_id("t-"), prefixed_id("t-"));
+        assert!(is_prefixed_id(&s, "s-") && !is_prefixed_id(&s, "t-"));
+        assert!(!is_prefixed_id("s-4F9A1C2B7D3E", "s-") && !is_prefixed_id("s-4f9a1c2b7d3", "s-") && !is_prefixed_id("x-s1", "s-"));
     }
 }

@@ -249,6 +249,12 @@ pub const PLUGIN_MAX_PENDING_TASKS: usize = 3;
 /// "approval-expired: The operator did not answer in 30 minutes." (seed 000)
 pub const PLUGIN_TASK_EXPIRY_MS: u64 = 30 * 60 * 1000;
 
+/// "The whole of a task request a plugin made, for the app's inbox card: the
+/// inbox item itself holds only a summary." (seed 000, plugin.request.get)
+/// The summary (plugin name, repository, task name or first line) is cut to
+/// this many characters; the whole request stays in plugin.request.get.
+pub const PLUGIN_TASK_SUMMARY_MAX_CHARS: usize = 200;
+
 /// "The plugin read too slowly: more than 1 MiB of messages waited for it,
 /// and the host left out the next count events." (seed 000, events.dropped)
 pub const PLUGIN_EVENT_QUEUE_BYTES: usize = 1024 * 1024;
@@ -421,7 +427,8 @@ pub const APPROVAL_TIMEOUT_MAX_S: u64 = 7 * 24 * 3600;
 
 /// Resolved approvals the inbox keeps in memory for `approvals.get` and
 /// `approvals.list {all: true}`; older ones are in the ledger only. Pending
-/// requests are bounded per agent by `AGENT_PENDING_REQUESTS`.
+/// requests are bounded per agent by `AGENT_PENDING_REQUESTS` and per
+/// plugin by `PLUGIN_MAX_PENDING_TASKS`.
 pub const INBOX_RESOLVED_KEPT: usize = 256;
 
 /// Sessions one daemon holds at once, ended ones included ("200 sessions on

@@ -26,7 +26,52 @@ fn config(extra: &str) -> String {
 }
 
 fn start(dir: &TestDir, extra: &str) -> Daemon {
-    Daemon::start_with(&dir.path, Opts { config: Some(config(extra)), ..Opts::default() })
+    start_with_seats(dir, extra, &[])
+}
+
+/// A `[[seat]]` of the fake ACP agent: its harness, its script, its
+/// environment.
+type Seat<'a> = (&'a str, Value, Vec<(&'a str, String)>);
+
+/// As `start`, with `[[seat]]`s of the fake ACP agent.
+fn start_with_seats(dir: &TestDir, extra: &str, seats: &[Seat]) -> Daemon {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    let mut cfg = config(extra);
+    for (harness, steps, env) in seats {
+        let mut env_s = format!("FAKE_SCRIPT = '{steps}'");
+        for (k, v) in env {
+            env_s.push_str(&format!(", {k} = '{v}'"));
+        }
+        cfg.push_str(&format!(
+            "\n[[seat]]\nharness = \"{harness}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\nenv = {{ {env_s} }}\n",
+            script.display()
+        ));
+    }
+    Daemon::start_with(&dir.path, Opts { config: Some(cfg), ..Opts::default() })
+}
+
+/// Spawns a session of `harness` in `dir`/wt with `prompt`; its id.
+fn spawn(c: &mut util::Client, dir: &TestDir, harness: &str, prompt: &str) -> String {
+    let wt = dir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let r = c.call("sessions.spawn", json!({"harness": harness, "cwd": wt.canonicalize().unwrap().display().to_string(), "prompt": prompt}));
+    r["session_id"].as_str().unwrap().to_string()
+}
+
+/// The seq of the first `kind` event of `stream` in the ledger.
+fn seq_of(c: &mut util::Client, stream: &str, kind: &str) -> Value {
+    let r = c.call("events.list", json!({"stream": stream, "limit": 1000}));
+    r["events"].as_array().unwrap().iter().find(|e| e["kind"] == kind).map(|e| e["seq"].clone()).unwrap_or(Value::Null)
+}
+
+/// Runs `command` of sample-py with `input`; its JSON answer.
+fn py(c: &mut util::Client, command: &str, input: &str) -> Value {
+    let mut p = json!({"command": format!("sample-py.{command}")});
+    if !input.is_empty() {
+        p["input"] = json!(input);
+    }
+    let r = c.call("plugin.command.run", p);
+    serde_json::from_str(r["text"].as_str().unwrap()).unwrap()
 }
 
 /// Installs and approves the folder; returns the plugin id.
@@ -78,7 +123,7 @@ fn check_wire(state: &Path, id: &str) -> usize {
 #[test]
 fn install_approve_run_subscribe_and_get_a_committed_event() {
     let dir = TestDir::new("pslice");
-    let d = start(&dir, "");
+    let d = start_with_seats(&dir, "", &[("fake", json!([]), vec![])]);
     let mut c = d.connect();
     let inst = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
     assert_eq!(inst["state"], "pending-approval");
@@ -107,18 +152,23 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     assert_eq!(seen["sessions"], json!({"sessions": [], "nextCursor": null}));
     assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
 
-    // A committed turn.end on a session stream is delivered with its seq; a
-    // kind the plugin did not subscribe to and a kind outside the API are not.
-    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.start", "data": {"turn": 1, "mode": "prompt", "chars": 3}}));
-    c.call("events.append", json!({"stream": "x-s1", "kind": "note", "data": {"x": 1}}));
-    let appended = c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed", "secret": "never sent"}}));
-    let seen = report(&mut c, "sample-node", "events:1");
-    let ev = &seen["events"][0];
-    assert_eq!(ev["kind"], "turn.end");
-    assert_eq!(ev["session"], "x-s1");
-    assert_eq!(ev["seq"], appended["seq"]);
-    assert_eq!(ev["data"], json!({"reason": "completed"}));
-    assert_eq!(seen["events"].as_array().unwrap().len(), 1);
+    // What an operator appends on an x- stream looks like a session's
+    // events but is never offered. A real session's session.start and
+    // turn.end, committed by the daemon, are delivered with their seq and
+    // only the page's members; its turn.start, a kind the plugin did not
+    // subscribe to, is not.
+    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed"}}));
+    c.call("events.append", json!({"stream": "x-s1", "kind": "session.start", "data": {"harness": "h", "provider": "p", "transport": "acp", "flags": {}}}));
+    let sid = spawn(&mut c, &dir, "fake", "hello");
+    let seen = report(&mut c, "sample-node", "events:2");
+    let events = seen["events"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = events.iter().map(|e| (e["kind"].as_str().unwrap(), e["session"].as_str().unwrap())).collect();
+    assert_eq!(kinds, [("session.start", sid.as_str()), ("turn.end", sid.as_str())], "{seen}");
+    assert_eq!(events[0]["seq"], seq_of(&mut c, &sid, "session.start"));
+    assert_eq!(events[1]["seq"], seq_of(&mut c, &sid, "turn.end"));
+    assert_eq!(events[1]["data"], json!({"reason": "completed"}));
+    let start_data: Vec<&String> = events[0]["data"].as_object().unwrap().keys().collect();
+    assert_eq!(start_data, ["flags", "harness", "provider", "transport"]);
 
     // A note goes to storage, on disk before the answer.
     let r = c.call("plugin.command.run", json!({"command": "sample-node.note", "input": "check the flaky login test"}));
@@ -176,9 +226,10 @@ fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
 #[test]
 fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     let dir = TestDir::new("phostile");
-    let d = start(
+    let d = start_with_seats(
         &dir,
         "initialize_timeout_ms = 500\nping_interval_ms = 200\nping_timeout_ms = 300\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
+        &[("fake", json!([]), vec![])],
     );
     let mut c = d.connect();
     install_approve(&mut c, &fixture("sample-node"));
@@ -219,10 +270,11 @@ fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     let codes: HashMap<String, String> = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
     assert_eq!(codes.values().filter(|c| *c == "busy").count(), 1, "{codes:?}");
     assert_eq!(codes.values().filter(|c| *c == "ok").count(), 16, "{codes:?}");
-    // The daemon and the well-behaved plugin never noticed.
-    c.call("events.append", json!({"stream": "x-s2", "kind": "turn.end", "data": {"reason": "failed"}}));
-    let seen = report(&mut c, "sample-node", "events:1");
-    assert_eq!(seen["events"][0]["session"], "x-s2");
+    // The daemon, its sessions and the well-behaved plugin never noticed.
+    let sid = spawn(&mut c, &dir, "fake", "still there?");
+    let seen = report(&mut c, "sample-node", "events:2");
+    assert_eq!(seen["events"][1]["session"], json!(sid));
+    assert_eq!(seen["events"][1]["data"], json!({"reason": "completed"}));
     let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
     assert_eq!(got["state"], "running");
     assert_eq!(got["crashes"], 0);
@@ -320,5 +372,159 @@ fn the_command_line_installs_shows_approves_and_runs() {
     let (code, _, err) = cli(&["show", "nope-nope"]);
     assert_eq!(code, 1);
     assert!(err.contains("plugin-not-found"), "{err}");
+    d.stop();
+}
+
+#[test]
+fn a_plugin_reads_the_real_sessions_seats_and_their_events() {
+    let dir = TestDir::new("pviews");
+    let script = json!([[{"permission": {"id": "c1", "title": "Run it", "kind": "execute", "input": {"command": "ls"}}}]]);
+    let d = start_with_seats(&dir, "", &[("fake", script, vec![])]);
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let seen = py(&mut c, "events", "0");
+    assert_eq!(seen["subscribed"]["result"]["kinds"].as_array().unwrap().len(), 9);
+    // An approval.request an operator appends, whatever id it names, is
+    // not a session's.
+    c.call("events.append", json!({"stream": "x-s1", "kind": "approval.request", "data": {"requestId": "x-s1-a1", "action": "execute", "risk": "high"}}));
+    let sid = spawn(&mut c, &dir, "fake", "go");
+    let seen = py(&mut c, "events", "3");
+    let kinds: Vec<&str> = seen["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["session.start", "turn.start", "approval.request"], "{seen}");
+    assert_eq!(seen["events"][2]["data"], json!({"requestId": format!("{sid}-a1"), "action": "execute", "risk": "high"}));
+
+    // While the agent waits for the answer, the plugin reads its session
+    // as sessions.list and sessions.get (1.1) give it, and the seat.
+    let lists = py(&mut c, "lists", &sid);
+    let wt = dir.join("wt").canonicalize().unwrap().display().to_string();
+    let item = &lists["sessions"]["result"]["sessions"][0];
+    assert_eq!(lists["sessions"]["result"]["sessions"].as_array().unwrap().len(), 1, "{lists}");
+    assert_eq!(lists["sessions"]["result"]["nextCursor"], Value::Null);
+    for (k, v) in [
+        ("session", json!(sid)),
+        ("harness", json!("fake")),
+        ("provider", json!("test")),
+        ("transport", json!("acp")),
+        ("state", json!("awaiting-approval")),
+        ("turn", json!(1)),
+        ("turnActive", json!(true)),
+        ("endReason", Value::Null),
+        ("pendingApprovals", json!(1)),
+        ("parent", Value::Null),
+        ("worktree", json!(wt)),
+    ] {
+        assert_eq!(item[k], v, "{k}: {item}");
+    }
+    assert_eq!(&lists["get"]["result"], item);
+    let seat = &lists["seats"]["result"]["seats"][0];
+    assert_eq!((seat["harness"].clone(), seat["provider"].clone(), seat["family"].clone()), (json!("fake"), json!("test"), json!("local")), "{seat}");
+    assert_eq!(lists["seats"]["result"]["nextCursor"], Value::Null);
+
+    c.call("approvals.answer", json!({"request_id": format!("{sid}-a1"), "decision": "allow"}));
+    let seen = py(&mut c, "events", "5");
+    let events = seen["events"].as_array().unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["session.start", "turn.start", "approval.request", "approval.resolved", "turn.end"], "{seen}");
+    assert!(events.iter().all(|e| e["session"] == json!(sid)), "{seen}");
+    assert_eq!(events[3]["data"], json!({"requestId": format!("{sid}-a1"), "decision": "allow", "delivered": true}));
+    assert_eq!(events[4]["seq"], seq_of(&mut c, &sid, "turn.end"));
+    let after = py(&mut c, "lists", &sid);
+    assert_eq!(after["get"]["result"]["state"], "idle");
+    assert_eq!(after["get"]["result"]["endReason"], "completed");
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
+
+/// sample-py asks for a task; the pending plugin-task item of the inbox,
+/// once the request is stored and in the inbox (the `n`th).
+fn ask_task(c: &mut util::Client, d: &Daemon, n: usize) -> (String, Value) {
+    let wid = py(c, "create", "")["wid"].as_str().unwrap().to_string();
+    d.wait_log_count("waits for the operator", n);
+    let list = c.call("approvals.list", json!({}));
+    let item = list["approvals"].as_array().unwrap().iter().rfind(|i| i["subject"] == "plugin-task").cloned().unwrap();
+    (wid, item)
+}
+
+#[test]
+fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
+    let dir = TestDir::new("ptasks");
+    let socket = dir.join("run/d.sock").display().to_string();
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer_own_approval.py").display().to_string();
+    let (ask_file, report_file) = (dir.join("ask.json").display().to_string(), dir.join("seen.json"));
+    let rogue = json!([[{"spawn": ["python3", helper, "direct", ask_file, report_file.display().to_string()]}]]);
+    let d = start_with_seats(&dir, "", &[("plain", json!([]), vec![]), ("rogue", rogue, vec![("OMNI_SOCKET", socket)])]);
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+
+    // The request is in the inbox: high risk, its summary, the digest of
+    // the stored request, 30 minutes.
+    let (wid, item) = ask_task(&mut c, &d, 1);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    assert!(rid.starts_with("plugin_"), "{item}");
+    assert_eq!(item["plugin"], "sample-py");
+    assert_eq!(item["summary"], "Sample Python: login redirect test in /srv/work/shop");
+    assert_eq!((item["risk"].clone(), item["session"].clone(), item["state"].clone()), (json!("high"), Value::Null, json!("pending")));
+    let req = c.call("plugin.request.get", json!({"requestId": rid}));
+    assert_eq!(req["state"], "pending");
+    assert_eq!(req["digest"], item["digest"]);
+    assert_eq!(req["expiresAt"], item["expires_at"]);
+    assert_eq!(req["createdAt"], item["created_at"]);
+    // The operator denies it: the plugin's call fails approval-denied.
+    let a = c.call("approvals.answer", json!({"request_id": rid, "decision": "deny", "digest": item["digest"]}));
+    assert_eq!((a["decision"].clone(), a["delivered"].clone()), (json!("deny"), json!(true)), "{a}");
+    assert_eq!(py(&mut c, "result", &wid)["error"], json!({"code": "approval-denied", "message": "The operator did not allow the task"}));
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
+    assert_eq!(c.error_code("approvals.answer", json!({"request_id": rid, "decision": "allow"})), "not-pending");
+
+    // Allowed, it is refused until lanes exist, or where the check cannot
+    // run isolated.
+    let (wid, item) = ask_task(&mut c, &d, 2);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    c.call("approvals.answer", json!({"request_id": rid, "decision": "allow"}));
+    let got = py(&mut c, "result", &wid);
+    let reason = if d.log_text().contains("plugins run isolated with bubblewrap") { "lanes-unavailable" } else { "isolation-missing" };
+    assert_eq!(got["error"]["code"], "task-refused", "{got}");
+    assert_eq!(got["error"]["data"], json!({"reason": reason}));
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
+
+    // tasks.cancel withdraws it from the inbox.
+    let (wid, item) = ask_task(&mut c, &d, 3);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    let cancelled = py(&mut c, "cancel", &wid);
+    assert_eq!(cancelled["result"], json!({"requestId": rid, "cancelled": true}));
+    assert_eq!(py(&mut c, "result", &wid)["error"]["code"], "request-cancelled");
+    let pending = c.call("approvals.list", json!({}));
+    assert!(pending["approvals"].as_array().unwrap().iter().all(|i| i["request_id"] != json!(rid)), "{pending}");
+    let got = c.call("approvals.get", json!({"request_id": rid}));
+    assert_eq!((got["decision"].clone(), got["delivered"].clone(), got["surface"].clone()), (json!("cancel"), json!(false), json!("plugin")), "{got}");
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
+
+    // An agent cannot answer it, and reads only its own session.
+    let (_, item) = ask_task(&mut c, &d, 4);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    let other = spawn(&mut c, &dir, "plain", "hi");
+    std::fs::write(&ask_file, json!({"request": rid, "probe": [other]}).to_string()).unwrap();
+    let sid = spawn(&mut c, &dir, "rogue", "go");
+    d.wait_log(&format!("refused approvals.answer for {rid} from a caller of class agent-session"));
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
+    assert_eq!(seen["own"], json!(sid));
+    let listed: Vec<&Value> = seen["list"]["result"].as_array().unwrap().iter().map(|s| &s["id"]).collect();
+    assert_eq!(listed, [&json!(sid)], "{seen}");
+    assert_eq!(seen["get"][&other]["error"]["data"]["code"], "session-not-found", "{seen}");
+    assert_eq!(seen["get"][&sid]["result"]["id"], json!(sid));
+    assert_eq!(seen["approvals"]["result"]["approvals"], json!([]), "{seen}");
+    assert_eq!(c.call("approvals.get", json!({"request_id": rid}))["state"], "pending");
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "pending");
+    assert_eq!(c.call("sessions.list", json!({})).as_array().unwrap().len(), 2);
+
+    // The plugin's run ends: nobody waits for the answer any more.
+    c.call("plugin.disable", json!({"plugin": "sample-py"}));
+    d.wait_log("plugin sample-py exited");
+    let got = c.call("approvals.get", json!({"request_id": rid}));
+    assert_eq!((got["decision"].clone(), got["delivered"].clone()), (json!("cancel"), json!(false)), "{got}");
+    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
+    check_wire(&d.state, "sample-py");
     d.stop();
 }

@@ -4,6 +4,17 @@
 //! approval.request / approval.resolved events, expiry timers with their
 //! fallback, and delivery of an answer to the request's owner.
 //!
+//! Two kinds of request come in: an agent's permission
+//! ([`add_agent_request`], risk by the gate and its rules, the config's
+//! timeout and fallback) and a plugin's task ([`add_plugin_task`], from
+//! `plugins::tasks` once the request is stored: always high risk, never
+//! answered by a rule, denied as `approval-expired` after 30 minutes). A
+//! plugin's task has no session: it writes no approval events, its ledger
+//! row has `session` NULL, `action` `task` and `tool` `tasks.create`, and
+//! the plugin and the whole request are in `plugin_requests` under the same
+//! id. [`deliver`] tells the owner: the agent through its transport, the
+//! plugin through `plugins::tasks::on_answer`.
+//!
 //! Integration point for another kind of request: add a `Subject` variant
 //! in `core::inbox`, create items with `Inbox::add` plus [`persist`] and
 //! [`arm_expiry`], and add an arm to [`deliver`] that tells the owner.
@@ -14,11 +25,12 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use crate::agents::{CommandError, Decision, PermissionRequest};
-use crate::core::inbox::{AgentAsk, Answerer, Fallback, InboxError, Item, Resolution, Subject, Verdict};
+use crate::core::inbox::{AgentAsk, Answerer, Fallback, InboxError, Item, PluginTask, Resolution, Subject, Verdict};
 use crate::core::sessions::{self, Effects};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
+use crate::limits;
 
 const UPSERT: &str = "INSERT OR REPLACE INTO approvals (id, subject, session, action, tool, digest, risk, created_at, expires_at, fallback, \
                       state, decision, delivered, answered_by, surface, answered_at, reason) \
@@ -36,6 +48,8 @@ pub fn to_socket(item: &Item) -> Value {
         "request_id": item.id,
         "subject": item.subject.kind(),
         "session": item.subject.session(),
+        "plugin": item.subject.plugin(),
+        "summary": item.subject.summary(),
         "action": item.subject.action(),
         "tool": item.subject.tool(),
         "digest": item.subject.digest(),
@@ -124,20 +138,42 @@ pub fn add_agent_request(d: &mut Daemon, sid: &str, id: &str, req: &PermissionRe
     }
 }
 
+/// A plugin asked for a task at `created_ms` and the request is stored: it
+/// waits for the operator, high risk (a task runs an agent and a command),
+/// until `PLUGIN_TASK_EXPIRY_MS` after it was asked, then is denied by the
+/// timer. The item's times are the request's, so approvals.get and
+/// plugin.request.get show the same. No rule answers it: "nothing starts
+/// unless the operator allows this very request" (seed 000, tasks.create).
+pub fn add_plugin_task(d: &mut Daemon, id: &str, task: PluginTask, created_ms: i64) -> Result<(), InboxError> {
+    let timeout = limits::PLUGIN_TASK_EXPIRY_MS as i64;
+    let item = d.core.approvals.add(id.to_string(), Subject::PluginTask(task), crate::core::risk::PLUGIN_TASK, created_ms, Some(timeout), Fallback::Deny)?.clone();
+    let rid = id.to_string();
+    d.write(vec![persist(&item)], move |_d, r| {
+        if let Err(e) = r {
+            crate::error!("approval {rid}: the ledger refused its record: {e:?}");
+        }
+    });
+    crate::info!("approval {id}: plugin task ({} risk) waits", item.risk.wire_name());
+    arm_expiry(d, id, created_ms.saturating_add(timeout).saturating_sub(crate::clock::now_ms()));
+    Ok(())
+}
+
 /// Delivers `verdict` to the item's owner and resolves it; the ledger
 /// writes go into `fx`. `withdraw` sends the owner a cancel but records
 /// the request as undelivered (a withdrawn request).
 #[allow(clippy::too_many_arguments)]
 pub fn settle(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: &'static str, reason: Option<String>, withdraw: bool, fx: &mut Effects) -> Result<Item, RpcError> {
     let item = d.core.approvals.pending(id).map_err(inbox_error(id))?.clone();
-    let delivered = deliver(d, &item, verdict, reason.clone(), fx)? && !withdraw;
+    let delivered = deliver(d, &item, verdict, &by, reason.clone(), fx)? && !withdraw;
     close(d, id, verdict, by, surface, delivered, reason, fx).ok_or_else(|| RpcError::new(Code::NotPending, format!("approval {id} is no longer pending")))
 }
 
 /// Tells the owner of `item` the answer; Ok(false) when the owner can no
-/// longer take it (the agent is gone, the request vanished).
-fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, reason: Option<String>, fx: &mut Effects) -> Result<bool, RpcError> {
+/// longer take it (the agent is gone, the request vanished, the plugin's
+/// call no longer waits).
+fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, by: &Answerer, reason: Option<String>, fx: &mut Effects) -> Result<bool, RpcError> {
     match &item.subject {
+        Subject::PluginTask(_) => Ok(crate::plugins::tasks::on_answer(d, &item.id, verdict, by)),
         Subject::Agent(a) => {
             let Some(s) = d.core.sessions.get_mut(&a.session) else { return Ok(false) };
             let pos = s.open.iter().position(|o| o.approval_id == item.id);
@@ -181,6 +217,7 @@ pub fn close(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: 
         Subject::Agent(a) => {
             fx.event(&a.session, "approval.resolved", json!({"requestId": id, "decision": verdict.wire_name(), "delivered": delivered}))
         }
+        Subject::PluginTask(_) => {}
     }
     crate::info!(
         "approval {id}: {} by {} through {} (delivered {delivered})",
@@ -237,8 +274,10 @@ fn expire(d: &mut Daemon, id: &str) {
     if !d.core.approvals.is_due(id, crate::clock::now_ms()) {
         return;
     }
-    let Some(fallback) = d.core.approvals.get(id).map(|i| i.fallback) else { return };
-    let why = Some(format!("no answer within {} s", d.cfg.approvals.timeout));
+    let Some(item) = d.core.approvals.get(id) else { return };
+    let fallback = item.fallback;
+    let waited_s = item.expires_ms.map_or(0, |at| at.saturating_sub(item.created_ms) / 1000);
+    let why = Some(format!("no answer within {waited_s} s"));
     let (verdict, withdraw) = match fallback {
         Fallback::Deny => (Verdict::Deny, false),
         Fallback::Withdraw => (Verdict::Cancel, true),

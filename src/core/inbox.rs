@@ -6,8 +6,10 @@
 //!
 //! Pure state: no I/O, no clock, no timers. `core::approvals` is the glue
 //! that persists items, schedules expiry and tells a subject's owner of the
-//! resolution. A new kind of request (a plugin's task, `plugin_<uuid>`) is
-//! a new [`Subject`] variant plus one arm in `core::approvals::deliver`.
+//! resolution. Two kinds of request wait here: an agent's permission
+//! (`<session>-aN`) and a plugin's task (`plugin_<uuid>`, from the plugin
+//! host's tasks.create). Another kind is a new [`Subject`] variant plus one
+//! arm in `core::approvals::deliver` and `core::approvals::close`.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -47,6 +49,22 @@ impl Risk {
 pub enum Subject {
     /// A permission an agent of a session asked for.
     Agent(AgentAsk),
+    /// A task a plugin asked to start (tasks.create).
+    PluginTask(PluginTask),
+}
+
+/// A plugin's task request. The whole request is the plugin host's
+/// (`plugins::tasks`, plugin.request.get); the inbox holds what the
+/// operator's list shows and what binds the answer to the request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PluginTask {
+    /// The plugin's id.
+    pub plugin: String,
+    /// The plugin's name, the repository, and the task's name or first line.
+    pub summary: String,
+    /// Lowercase hex SHA-256 of the request as the host stored it: its
+    /// scopeIdentity (seed 000, plugin.request.get `digest`).
+    pub digest: String,
 }
 
 /// An agent's permission request.
@@ -68,30 +86,55 @@ impl Subject {
     pub fn kind(&self) -> &'static str {
         match self {
             Subject::Agent(_) => "agent",
+            Subject::PluginTask(_) => "plugin-task",
         }
     }
 
+    /// The session that asked; None for a plugin's task.
     pub fn session(&self) -> Option<&str> {
         match self {
             Subject::Agent(a) => Some(&a.session),
+            Subject::PluginTask(_) => None,
         }
     }
 
+    /// The plugin that asked; None for an agent's request.
+    pub fn plugin(&self) -> Option<&str> {
+        match self {
+            Subject::Agent(_) => None,
+            Subject::PluginTask(t) => Some(&t.plugin),
+        }
+    }
+
+    /// One line for the operator's list; None for an agent's request, whose
+    /// tool and action say it.
+    pub fn summary(&self) -> Option<&str> {
+        match self {
+            Subject::Agent(_) => None,
+            Subject::PluginTask(t) => Some(&t.summary),
+        }
+    }
+
+    /// The action kind: the agent's (read, edit, execute, ...), or `task`.
     pub fn action(&self) -> &str {
         match self {
             Subject::Agent(a) => &a.action,
+            Subject::PluginTask(_) => "task",
         }
     }
 
+    /// The tool as the agent named it, or the plugin call `tasks.create`.
     pub fn tool(&self) -> &str {
         match self {
             Subject::Agent(a) => &a.tool,
+            Subject::PluginTask(_) => "tasks.create",
         }
     }
 
     pub fn digest(&self) -> &str {
         match self {
             Subject::Agent(a) => &a.digest,
+            Subject::PluginTask(t) => &t.digest,
         }
     }
 }
@@ -315,6 +358,19 @@ mod tests {
         assert!(!inbox.get("s-1-a1").unwrap().is_pending());
         assert_eq!(inbox.list(true).len(), 2);
         assert_eq!(inbox.pending_ids(|i| i.subject.session() == Some("s-1")), vec!["s-1-a2".to_string()]);
+    }
+
+    #[test]
+    fn a_plugin_task_has_no_session_and_names_its_plugin() {
+        let t = Subject::PluginTask(PluginTask { plugin: "night-shift".into(), summary: "Night Shift: fix in /srv".into(), digest: "ab".into() });
+        assert_eq!((t.kind(), t.session(), t.plugin(), t.summary()), ("plugin-task", None, Some("night-shift"), Some("Night Shift: fix in /srv")));
+        assert_eq!((t.action(), t.tool(), t.digest()), ("task", "tasks.create", "ab"));
+        let a = ask(1);
+        assert_eq!((a.kind(), a.session(), a.plugin(), a.summary()), ("agent", Some("s-1"), None, None));
+        let mut inbox = Inbox::default();
+        inbox.add("s-1-a1".into(), a, Risk::High, 0, None, Fallback::Deny).unwrap();
+        inbox.add("plugin_x".into(), t, Risk::High, 0, Some(10), Fallback::Deny).unwrap();
+        assert_eq!(inbox.pending_ids(|i| i.subject.session() == Some("s-1")), vec!["s-1-a1".to_string()]);
     }
 
     #[test]

@@ -8,24 +8,34 @@
 //! |-------------------------|----------|----------------------------------------------|
 //! | seats.list              | anyone   | {seats}                                      |
 //! | seats.probe             | operator | null; the seats are probed again             |
-//! | sessions.list           | anyone   | Session[] in creation order                  |
-//! | sessions.get            | anyone   | Session                                      |
-//! | sessions.subscribe      | anyone   | Session[]; then `session.event` notes        |
+//! | sessions.list           | anyone†  | Session[] in creation order                  |
+//! | sessions.get            | anyone†  | Session                                      |
+//! | sessions.subscribe      | anyone†  | Session[]; then `session.event` notes        |
 //! | sessions.unsubscribe    | anyone   | {was_subscribed}                             |
 //! | sessions.spawn          | operator | {session_id, session} once session.start is committed |
 //! | sessions.input          | operator | {queued, queue_length}                       |
 //! | sessions.interrupt      | operator | {interrupted}                                |
 //! | sessions.kill           | operator | {ended}                                      |
 //! | session.rename          | operator | {name, applied}                              |
-//! | sessions.transcriptView | anyone   | {entries}                                    |
-//! | sessions.toolDetail     | anyone   | ToolDetail                                   |
-//! | transcript.subscribe    | anyone   | TranscriptDelta; then `transcript.delta`s    |
+//! | sessions.transcriptView | anyone†  | {entries}                                    |
+//! | sessions.toolDetail     | anyone†  | ToolDetail                                   |
+//! | transcript.subscribe    | anyone†  | TranscriptDelta; then `transcript.delta`s    |
 //! | transcript.unsubscribe  | anyone   | null                                         |
 //! | approvals.list          | anyone*  | {approvals}                                  |
 //! | approvals.get           | anyone*  | the approval                                 |
 //! | approvals.answer        | operator | the resolved approval, once committed        |
 //!
 //! *a caller inside a session sees only its own session's approvals.
+//!
+//! †The session reads (sessions.list, .get, .subscribe and its
+//! `session.event`s, sessions.transcriptView, .toolDetail,
+//! transcript.subscribe) stay open to every caller, but each caller reads
+//! only the sessions `sessions::may_read` gives it: the operator all, a
+//! caller inside a session (an agent, or a program it started) only its
+//! own, anyone else none. Another session is `session-not-found`, as an
+//! unknown one is, so an agent cannot even learn which sessions exist. The
+//! ids are random, so this is what keeps one agent from reading another's
+//! prompts and tool calls.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -58,8 +68,8 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "seats.list" => seats_list(d, p),
         "seats.probe" => seats_probe(d, &req, p),
-        "sessions.list" => sessions_list(d, p),
-        "sessions.get" => sessions_get(d, p),
+        "sessions.list" => sessions_list(d, &req, p),
+        "sessions.get" => sessions_get(d, &req, p),
         "sessions.subscribe" => sessions_subscribe(d, &req, p),
         "sessions.unsubscribe" => {
             params::<NoParams>(p).map(|_| Some(json!({"was_subscribed": d.core.sessions.unwatch(req.conn)})))
@@ -98,24 +108,32 @@ fn seats_probe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     Ok(Some(Value::Null))
 }
 
-fn sessions_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
-    let NoParams {} = params(p)?;
-    let node = d.node_name.clone();
-    Ok(Some(Value::Array(d.core.sessions.iter().map(|s| s.to_socket(&node)).collect())))
+/// Every session `req`'s caller may read, in creation order.
+fn readable(d: &Daemon, req: &Req) -> Value {
+    let node = &d.node_name;
+    Value::Array(d.core.sessions.iter().filter(|s| sessions::may_read(&req.class, &s.id)).map(|s| s.to_socket(node)).collect())
 }
 
-fn sessions_get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+/// Session `sid` when `req`'s caller may read it (module comment).
+fn readable_session<'a>(d: &'a Daemon, req: &Req, sid: &str) -> Result<&'a sessions::Session, RpcError> {
+    d.core.sessions.get(sid).filter(|_| sessions::may_read(&req.class, sid)).ok_or_else(|| sessions::not_found(sid))
+}
+
+fn sessions_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let NoParams {} = params(p)?;
+    Ok(Some(readable(d, req)))
+}
+
+fn sessions_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let SessionRef { session_id } = params(p)?;
-    let node = d.node_name.clone();
-    d.core.sessions.get(&session_id).map(|s| Some(s.to_socket(&node))).ok_or_else(|| sessions::not_found(&session_id))
+    readable_session(d, req, &session_id).map(|s| Some(s.to_socket(&d.node_name)))
 }
 
 fn sessions_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     // Subscribed before the snapshot: an event may arrive twice (seed 004).
     d.core.sessions.watch(req.conn);
-    let node = d.node_name.clone();
-    Ok(Some(Value::Array(d.core.sessions.iter().map(|s| s.to_socket(&node)).collect())))
+    Ok(Some(readable(d, req)))
 }
 
 fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
@@ -213,6 +231,7 @@ fn page_start(d: &Daemon, sid: &str) -> Result<usize, RpcError> {
 
 fn transcript_view(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let SessionRef { session_id } = params(p)?;
+    readable_session(d, req, &session_id)?;
     let start = page_start(d, &session_id)?;
     let sid = session_id.clone();
     read_then(
@@ -243,7 +262,7 @@ fn tool_detail(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     if let Some(a) = agent_id {
         return Err(RpcError::new(Code::NotFound, format!("unknown subagent: {a}")));
     }
-    d.core.sessions.get(&session_id).ok_or_else(|| sessions::not_found(&session_id))?;
+    readable_session(d, req, &session_id)?;
     let (sid, tid) = (session_id.clone(), tool_id.clone());
     read_then(
         d,
@@ -272,7 +291,7 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
     if let Some(a) = agent_id {
         return Err(RpcError::new(Code::NotFound, format!("unknown subagent: {a}")));
     }
-    let len = d.core.sessions.get(&session_id).ok_or_else(|| sessions::not_found(&session_id))?.transcript.len;
+    let len = readable_session(d, req, &session_id)?.transcript.len;
     let have = have_entries.min(len);
     let sid = session_id.clone();
     let conn_token = req.conn;

@@ -3,7 +3,8 @@
 //! request gives its label and, if it says so, its automatic answer; a
 //! request no rule labels gets the built-in label of its action: reads and
 //! searches low, edits (and deletes, moves) medium, execute and fetch high,
-//! anything else medium.
+//! anything else medium. A plugin's task request is always high: it starts
+//! an agent and runs a command; no rule labels or answers it.
 
 use serde_json::Value;
 use std::path::Path;
@@ -18,6 +19,9 @@ pub struct Gate {
     /// An automatic answer, and the rule (from 1) that gave it.
     pub auto: Option<(Verdict, usize)>,
 }
+
+/// The label of every plugin task request (module comment).
+pub const PLUGIN_TASK: Risk = Risk::High;
 
 /// The built-in label of an action.
 pub fn default_risk(action: &str) -> Risk {

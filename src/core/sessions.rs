@@ -43,7 +43,7 @@ use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
-use crate::procs::Owner;
+use crate::procs::{CallerClass, Owner};
 use crate::reactor::TimerId;
 
 const UPSERT_ROW: &str = "INSERT INTO sessions (id, harness, provider, transport, cwd, name, parent, model, created_at, agent_session_id, \
@@ -716,7 +716,21 @@ fn note(method: &str, params: Value) -> Vec<u8> {
     line
 }
 
-/// Sends `session.event` to every watcher: built once, queued to each.
+/// Whether a socket caller of `class` may read session `sid` (its row,
+/// its `session.event`s, its transcript): the operator every session, a
+/// caller inside a session only that one, so that no agent reads what
+/// another session does; anyone else (a plugin, which reads sessions
+/// through its own wire and permission, or a caller not verified) none.
+pub fn may_read(class: &CallerClass, sid: &str) -> bool {
+    match class {
+        CallerClass::Operator => true,
+        CallerClass::AgentSession(Some(own)) => own == sid,
+        _ => false,
+    }
+}
+
+/// Sends `session.event` to every watcher that may read the session:
+/// built once, queued to each.
 pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
     if d.core.sessions.watchers.is_empty() {
         return;
@@ -724,7 +738,9 @@ pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
     let node = d.node_name.clone();
     let Some(s) = d.core.sessions.get(sid) else { return };
     let line = note("session.event", json!({"type": kind, "session": s.to_socket(&node)}));
-    let targets: Vec<Token> = d.core.sessions.watchers.iter().copied().collect();
+    let conns = &d.socket.conns;
+    let targets: Vec<Token> =
+        d.core.sessions.watchers.iter().copied().filter(|t| conns.get(t).is_some_and(|c| may_read(&c.class, sid))).collect();
     for t in targets {
         d.send(t, &line);
     }

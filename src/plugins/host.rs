@@ -34,11 +34,16 @@
 //!   tree.
 //! - A response to a host request the host no longer waits for (a
 //!   command.run that timed out) is ignored.
-//! - Events: every committed ledger event whose kind is an API kind and
-//!   whose data has the kind's members is offered; a session kind's stream
-//!   is its session id, a lane kind's lane is `data.lane`. Only the members
-//!   the page lists for the kind are sent. `approval.*` is sent only when
-//!   `data.requestId` is the session's own `<session>-aN`.
+//! - Events: a committed ledger event is offered when its kind is an API
+//!   kind, its data has the kind's members, and it was committed on a
+//!   stream the daemon itself writes that kind to: a session kind on a
+//!   session's stream (`s-` and 12 hex, its session id), a lane kind on the
+//!   `lanes` stream (its lane is `data.lane`). What an operator appends
+//!   with events.append on another stream (`x-...`) is never offered: a
+//!   plugin reacts to what sessions and lanes did, not to text someone
+//!   wrote that looks like it. Only the members the page lists for the kind
+//!   are sent. `approval.*` is sent only when `data.requestId` is the
+//!   session's own `<session>-aN`.
 //! - The ledger-record budget: each storage.set and storage.delete is one
 //!   record, a task request three (the request, its answer, its dispatch);
 //!   only a task request is refused for it.
@@ -804,11 +809,11 @@ fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
         }
         Call::SessionsList { cursor, limit } => {
             let items = views::session_items(d);
-            let page = page_after(items, cursor.as_deref(), |s| s.session.clone());
+            let page = page_after(items, cursor.as_deref(), views::session_cursor);
             let answer = page.and_then(|(mut items, more)| {
                 let more = more || items.len() as u64 > limit;
                 items.truncate(limit as usize);
-                wire::encode_page(wid, "sessions", &items, more, |s| s.session.clone()).map(|(l, _)| l)
+                wire::encode_page(wid, "sessions", &items, more, views::session_cursor).map(|(l, _)| l)
             });
             reply(d, id, run_no, wid, answer);
         }
@@ -821,8 +826,8 @@ fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
         }
         Call::SeatsList { cursor } => {
             let items = views::seat_items(d);
-            let answer = page_after(items, cursor.as_deref(), |s| s.harness.clone())
-                .and_then(|(items, more)| wire::encode_page(wid, "seats", &items, more, |s| s.harness.clone()).map(|(l, _)| l));
+            let answer = page_after(items, cursor.as_deref(), views::seat_cursor)
+                .and_then(|(items, more)| wire::encode_page(wid, "seats", &items, more, views::seat_cursor).map(|(l, _)| l));
             reply(d, id, run_no, wid, answer);
         }
         Call::LanesList { cursor } => {
@@ -1315,7 +1320,11 @@ fn data_members(kind: EventKind) -> &'static [&'static str] {
     }
 }
 
-/// A ledger event as the page's event, or None when it is not one.
+/// The one ledger stream of every lane's events (DESIGN.md, "Ledger").
+const LANES_STREAM: &str = "lanes";
+
+/// A ledger event as the page's event, or None when it is not one (module
+/// comment, "Events").
 pub fn map_event(ev: &Appended) -> Option<wire::Event> {
     let kind = EventKind::from_name(&ev.kind)?;
     if ev.seq < 1 || !calls::is_timestamp(&ev.ts) {
@@ -1324,9 +1333,9 @@ pub fn map_event(ev: &Appended) -> Option<wire::Event> {
     let Value::Object(raw) = serde_json::from_str::<Value>(&ev.data).ok()? else { return None };
     let subject = if kind.is_lane() {
         let lane = raw.get("lane")?.as_str()?;
-        calls::is_lane_id(lane).then(|| lane.to_string())?
+        (ev.stream == LANES_STREAM && calls::is_lane_id(lane)).then(|| lane.to_string())?
     } else {
-        calls::is_token(&ev.stream).then(|| ev.stream.clone())?
+        crate::ids::is_prefixed_id(&ev.stream, "s-").then(|| ev.stream.clone())?
     };
     let mut data = Map::new();
     for m in data_members(kind) {
@@ -1422,5 +1431,33 @@ pub fn kill_all(d: &mut Daemon) {
     let children: Vec<ChildId> = d.plugins.by_child.keys().copied().collect();
     for c in children {
         d.children.signal(c, libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::map_event;
+    use crate::ledger::Appended;
+
+    fn ev(stream: &str, kind: &str, data: &str) -> Appended {
+        Appended { stream: stream.into(), seq: 3, kind: kind.into(), ts: "2026-11-14T09:31:07.412Z".into(), data: data.into() }
+    }
+
+    #[test]
+    fn only_session_and_lane_streams_are_offered() {
+        let sid = "s-4f9a1c2b7d3e";
+        let e = map_event(&ev(sid, "turn.end", r#"{"reason":"completed","secret":1}"#)).unwrap();
+        assert_eq!((e.subject.as_str(), e.data.len()), (sid, 1));
+        assert!(map_event(&ev("x-s1", "turn.end", r#"{"reason":"completed"}"#)).is_none());
+        assert!(map_event(&ev("lanes", "turn.end", r#"{"reason":"completed"}"#)).is_none());
+        let lane = r#"{"lane":"t-0c1d2e3f4a5b","stage":"building","since":"2026-11-14T09:31:07.412Z"}"#;
+        assert_eq!(map_event(&ev("lanes", "lane.stage", lane)).unwrap().subject, "t-0c1d2e3f4a5b");
+        assert!(map_event(&ev(sid, "lane.stage", lane)).is_none());
+        assert!(map_event(&ev("x-lanes", "lane.stage", lane)).is_none());
+        let own = format!(r#"{{"requestId":"{sid}-a1","action":"execute","risk":"high"}}"#);
+        assert!(map_event(&ev(sid, "approval.request", &own)).is_some());
+        assert!(map_event(&ev("s-000000000000", "approval.request", &own)).is_none());
+        let task = r#"{"requestId":"plugin_3b0c5a52-6d0f-4f0e-9d5c-1f2a3b4c5d6e","action":"task","risk":"high"}"#;
+        assert!(map_event(&ev(sid, "approval.request", task)).is_none());
     }
 }

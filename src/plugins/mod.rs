@@ -12,7 +12,8 @@
 //!   directory.
 //! - [`process`]: how a plugin process is started, isolated and watched.
 //! - [`host`]: every plugin's run, the wire exchange, limits and faults.
-//! - [`tasks`]: tasks.create, tasks.cancel and plugin.request.get.
+//! - [`tasks`]: tasks.create, tasks.cancel and plugin.request.get, and
+//!   their requests' place in the daemon's approvals inbox.
 //! - [`views`]: what the host reads of sessions, seats and lanes.
 //! - [`methods`]: the daemon socket's `plugin.*` methods.
 

@@ -4,12 +4,13 @@
 //! tasks.create is checked (permission and params by the host, then here:
 //! too-many-pending at 3 unanswered requests, 20 a day, 3 of the hour's 60
 //! ledger records), stored in the ledger with the SHA-256 of its params as
-//! stored (`digest`, the inbox item's scopeIdentity), and waits under its
-//! request id `plugin_<uuid>` until it is answered, withdrawn or expires
-//! after 30 minutes. The daemon's approvals inbox is built elsewhere; until
-//! it is wired to [`resolve`], this table is the request's only home and a
-//! request waits until it expires. [`resolve`] is what the inbox calls with
-//! the operator's answer: a deny answers `approval-denied`; an allow answers
+//! stored (`digest`, the inbox item's scopeIdentity) under its request id
+//! `plugin_<uuid>`, and once stored put in the daemon's approvals inbox
+//! under the same id (`core::approvals::add_plugin_task`: high risk, 30
+//! minutes, then denied by the timer). The inbox owns the deadline; the
+//! operator answers with approvals.answer, and the inbox calls
+//! [`on_answer`]: a deny answers `approval-denied`, the timer
+//! `approval-expired`, and an allow goes to [`resolve`], which answers
 //! `task-refused` with `isolation-missing` where the platform cannot run the
 //! check isolated, and otherwise with `lanes-unavailable`, the daemon's
 //! reason until lanes exist.
@@ -21,24 +22,29 @@
 //! `data.state`: `answered`, `expired`, `cancelled`, or `unknown` (no such
 //! request in this run).
 //!
-//! plugin.request.get states: `pending`; `answered` once the operator
-//! answered; `expired`; `orphaned` when nobody waits for the answer any more
-//! (the plugin withdrew it, or its run ended, or the daemon restarted).
+//! This table and the inbox change together, in the same reactor step, so
+//! that plugin.request.get and approvals.get agree: `pending` while the
+//! inbox item is pending; `answered` once the operator allowed or denied it;
+//! `expired` once the timer denied it; `orphaned` when nobody waits for the
+//! answer any more (the plugin withdrew it, or its run ended: the inbox item
+//! is withdrawn, delivered false; or the daemon restarted: the inbox
+//! withdraws what the last run left pending).
 
 use rusqlite::Connection;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
 
 use super::calls::{TaskCancelled, TaskRequest};
 use super::host;
 use super::wire::{self, EventKind, HostError, HostErrorKind, PendingState};
+use crate::core::approvals;
+use crate::core::inbox::{Answerer, PluginTask, Verdict};
+use crate::core::sessions::Effects;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ids::hex;
 use crate::ledger::Op;
 use crate::limits;
-use crate::reactor::TimerId;
 
 /// Where a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +102,6 @@ pub struct Request {
     pub state: State,
     pub created_at: String,
     pub expires_at: String,
-    timer: Option<TimerId>,
 }
 
 /// The requests in memory: every pending one and the latest finished ones.
@@ -165,7 +170,6 @@ fn row_to_request(r: &rusqlite::Row) -> rusqlite::Result<Request> {
         state: State::parse(&r.get::<_, String>(6)?),
         created_at: r.get(7)?,
         expires_at: r.get(8)?,
-        timer: None,
     })
 }
 
@@ -225,8 +229,8 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
         state: State::Pending,
         created_at,
         expires_at,
-        timer: None,
     };
+    let summary = summary(&r.plugin_name, &request);
     // The request counts as pending from now, so a burst cannot pass the
     // limit of 3 while the first ones are being committed.
     d.plugins.tasks.insert(r);
@@ -238,23 +242,56 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
             host::reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
             return;
         }
-        crate::info!("plugin {owner} asks for a task: request {request_id} waits for the operator");
-        let id = request_id.clone();
-        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_TASK_EXPIRY_MS), move |d| finish(d, &id, State::Expired));
-        if let Some(r) = d.plugins.tasks.by_id.get_mut(&request_id) {
-            r.timer = Some(t);
+        // Withdrawn (tasks.cancel, the run ended) while it was committed:
+        // it never reaches the inbox.
+        let Some(r) = d.plugins.tasks.by_id.get(&request_id).filter(|r| r.state == State::Pending) else { return };
+        let task = PluginTask { plugin: owner.clone(), summary, digest: r.digest.clone() };
+        if let Err(e) = approvals::add_plugin_task(d, &request_id, task, now) {
+            crate::error!("plugin {owner}: task request {request_id} could not enter the inbox: {e:?}");
+            settle(d, &request_id, State::Orphaned, Some(HostError::of(HostErrorKind::Unavailable)), Vec::new());
+            return;
         }
+        crate::info!("plugin {owner} asks for a task: request {request_id} waits for the operator");
     });
 }
 
-/// The inbox's answer to a request: see the module comment.
+/// The inbox item's one line: the plugin's name, the repository, and the
+/// task's name or the first line of its text, cut to
+/// `PLUGIN_TASK_SUMMARY_MAX_CHARS`.
+fn summary(plugin_name: &str, t: &TaskRequest) -> String {
+    let title = t.name.as_deref().unwrap_or_else(|| t.task.lines().next().unwrap_or_default());
+    let full = format!("{plugin_name}: {title} in {}", t.repo);
+    if full.chars().count() <= limits::PLUGIN_TASK_SUMMARY_MAX_CHARS {
+        return full;
+    }
+    let mut cut: String = full.chars().take(limits::PLUGIN_TASK_SUMMARY_MAX_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// The inbox's answer to a pending request (`core::approvals::deliver`):
+/// the timer's is `approval-expired`, an operator's deny `approval-denied`,
+/// an allow goes to [`resolve`]. True when the plugin's call still waited
+/// for it.
+pub fn on_answer(d: &mut Daemon, request_id: &str, verdict: Verdict, by: &Answerer) -> bool {
+    let waiting = d.plugins.tasks.by_id.get(request_id).is_some_and(|r| r.state == State::Pending && r.wire.is_some());
+    match (verdict, by) {
+        (_, Answerer::Timeout) => finish(d, request_id, State::Expired),
+        (Verdict::Allow, _) => resolve(d, request_id, true),
+        (Verdict::Deny, _) => resolve(d, request_id, false),
+        (Verdict::Cancel, _) => settle(d, request_id, State::Orphaned, Some(HostError::of(HostErrorKind::Unavailable)), Vec::new()),
+    }
+    waiting
+}
+
+/// The operator's answer to a request: see the module comment.
 pub fn resolve(d: &mut Daemon, request_id: &str, allowed: bool) {
     if !allowed {
         finish(d, request_id, State::Answered);
         return;
     }
     let reason = if d.plugins.isolation.bwrap.is_none() { "isolation-missing" } else { "lanes-unavailable" };
-    finish_with(d, request_id, State::Answered, Some(HostError::of(HostErrorKind::TaskRefused(reason.into()))));
+    settle(d, request_id, State::Answered, Some(HostError::of(HostErrorKind::TaskRefused(reason.into()))), Vec::new());
 }
 
 fn finish(d: &mut Daemon, request_id: &str, state: State) {
@@ -264,21 +301,21 @@ fn finish(d: &mut Daemon, request_id: &str, state: State) {
         State::Cancelled => HostError::of(HostErrorKind::RequestCancelled),
         State::Pending | State::Orphaned => HostError::internal(),
     };
-    finish_with(d, request_id, state, Some(error));
+    settle(d, request_id, state, Some(error), Vec::new());
 }
 
-fn finish_with(d: &mut Daemon, request_id: &str, state: State, error: Option<HostError>) {
+/// Ends a pending request in `state`: stores it with `more` ops in one
+/// batch, then answers the waiting call with `error`.
+fn settle(d: &mut Daemon, request_id: &str, state: State, error: Option<HostError>, mut more: Vec<Op>) {
     let Some(r) = d.plugins.tasks.by_id.get_mut(request_id) else { return };
     if r.state != State::Pending {
         return;
     }
     r.state = state;
-    if let Some(t) = r.timer.take() {
-        d.reactor.cancel(t);
-    }
     let waiter = r.wire.clone().map(|w| (r.plugin.clone(), w));
     let rid = request_id.to_string();
-    d.write(vec![state_op(request_id, state)], move |d, res| {
+    more.insert(0, state_op(request_id, state));
+    d.write(more, move |d, res| {
         if let Err(e) = res {
             crate::error!("task request {rid}: its state was not stored: {e:?}");
         }
@@ -286,6 +323,14 @@ fn finish_with(d: &mut Daemon, request_id: &str, state: State, error: Option<Hos
             host::reply(d, &plugin, run_no, &wid, Err(err));
         }
     });
+}
+
+/// Withdraws the inbox item of a request nobody waits for any more; its
+/// ledger row goes into the request's own batch.
+fn withdraw(d: &mut Daemon, request_id: &str, why: &str, surface: &'static str) -> Vec<Op> {
+    let mut fx = Effects::default();
+    approvals::close(d, request_id, Verdict::Cancel, Answerer::Daemon(why.to_string()), surface, false, None, &mut fx);
+    fx.ops
 }
 
 /// tasks.cancel (API 1.1).
@@ -296,11 +341,10 @@ pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str
         Some((rid, State::Pending)) => {
             let Some(r) = d.plugins.tasks.by_id.get_mut(&rid) else { return };
             r.state = State::Cancelled;
-            if let Some(t) = r.timer.take() {
-                d.reactor.cancel(t);
-            }
+            let mut ops = withdraw(d, &rid, "the plugin withdrew it", "plugin");
+            ops.insert(0, state_op(&rid, State::Cancelled));
             let (owner, wid, target) = (plugin.to_string(), wid.to_string(), target.to_string());
-            d.write(vec![state_op(&rid, State::Cancelled)], move |d, res| {
+            d.write(ops, move |d, res| {
                 if let Err(e) = res {
                     crate::error!("task request {rid}: its withdrawal was not stored: {e:?}");
                 }
@@ -321,7 +365,8 @@ pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str
     }
 }
 
-/// A run ended: its pending requests have nobody to answer.
+/// A run ended: its pending requests have nobody to answer, and leave the
+/// inbox.
 pub fn orphan_run(d: &mut Daemon, plugin: &str, run_no: u64) {
     let ids: Vec<String> = d
         .plugins
@@ -336,10 +381,8 @@ pub fn orphan_run(d: &mut Daemon, plugin: &str, run_no: u64) {
         if let Some(r) = d.plugins.tasks.by_id.get_mut(&id) {
             r.state = State::Orphaned;
             r.wire = None;
-            if let Some(t) = r.timer.take() {
-                d.reactor.cancel(t);
-            }
             ops.push(state_op(&id, State::Orphaned));
+            ops.extend(withdraw(d, &id, "the plugin's run ended", "daemon"));
         }
     }
     if !ops.is_empty() {
@@ -404,5 +447,33 @@ pub fn get(d: &mut Daemon, req: Req, request_id: String) {
     }));
     if queued.is_err() {
         d.answer(again, Err(RpcError::new(Code::Unavailable, "the ledger reader is busy; try again")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+    use crate::limits;
+    use crate::plugins::calls::{Acceptance, TaskRequest};
+
+    fn request(task: &str, name: Option<&str>) -> TaskRequest {
+        TaskRequest {
+            repo: "/srv/work/shop".into(),
+            task: task.into(),
+            builder: "claude".into(),
+            verifier: "codex".into(),
+            acceptance: Acceptance { name: "unit tests".into(), command: "npm test".into() },
+            name: name.map(str::to_string),
+            base: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_names_the_plugin_the_task_and_the_repo_and_is_bounded() {
+        assert_eq!(summary("Night Shift", &request("Fix it.\nThen test it.", None)), "Night Shift: Fix it. in /srv/work/shop");
+        assert_eq!(summary("Night Shift", &request("Fix it.", Some("login fix"))), "Night Shift: login fix in /srv/work/shop");
+        let long = summary("Night Shift", &request(&"é".repeat(4000), None));
+        assert_eq!(long.chars().count(), limits::PLUGIN_TASK_SUMMARY_MAX_CHARS);
+        assert!(long.ends_with('…'));
     }
 }

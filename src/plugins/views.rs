@@ -2,30 +2,45 @@
 //! sessions.list, sessions.get, seats.list and lanes.list (seed 000; issue 4,
 //! "Sessions data").
 //!
-//! The sessions, seats and lanes are built elsewhere; until they are wired
-//! here these functions give empty lists, and the calls answer empty pages.
-//! Each function is called on the reactor thread at the moment of the
-//! answer. sessions.get (API 1.1) is therefore a snapshot: a session can be
-//! admitted, start a turn or end right after the answer, so a plugin must
-//! treat `state` and `turnActive` as advice, never as a guarantee (seed 001).
+//! Sessions and seats are the core's (`core::sessions`, `core::seats`), read
+//! at the moment of the answer on the reactor thread. Their plugin wire
+//! items are built once, by `Session::plugin_item` and `Seat::plugin_item`,
+//! as JSON values: the host pages them as they are and converts nothing
+//! again. Lanes are not wired yet: lanes.list answers an empty page.
+//!
+//! sessions.get (API 1.1) is a snapshot: a session can be admitted, start a
+//! turn or end right after the answer, so a plugin must treat `state` and
+//! `turnActive` as advice, never as a guarantee (seed 001).
 
-use super::calls::{LaneItem, SeatItem, SessionItem};
+use serde_json::Value;
+
+use super::calls::LaneItem;
 use crate::daemon::Daemon;
 
 /// The daemon's sessions in creation order: this machine's first, then the
-/// sessions it follows on other nodes.
-pub fn session_items(_d: &Daemon) -> Vec<SessionItem> {
-    Vec::new()
+/// sessions it follows on other nodes (this daemon follows none).
+pub fn session_items(d: &Daemon) -> Vec<Value> {
+    d.core.sessions.iter().map(|s| s.plugin_item(&d.node_name)).collect()
 }
 
 /// One session's item, read now.
-pub fn session_item(d: &Daemon, session: &str) -> Option<SessionItem> {
-    session_items(d).into_iter().find(|s| s.session == session)
+pub fn session_item(d: &Daemon, session: &str) -> Option<Value> {
+    d.core.sessions.get(session).map(|s| s.plugin_item(&d.node_name))
+}
+
+/// A sessions.list item's cursor: its session id.
+pub fn session_cursor(item: &Value) -> String {
+    item["session"].as_str().unwrap_or_default().to_string()
 }
 
 /// The seats of the registry, in registry order.
-pub fn seat_items(_d: &Daemon) -> Vec<SeatItem> {
-    Vec::new()
+pub fn seat_items(d: &Daemon) -> Vec<Value> {
+    d.core.seats.list.iter().map(|s| s.plugin_item()).collect()
+}
+
+/// A seats.list item's cursor: its harness id.
+pub fn seat_cursor(item: &Value) -> String {
+    item["harness"].as_str().unwrap_or_default().to_string()
 }
 
 /// The lanes verify.list gives, newest first, archived lanes left out. The
