@@ -4,11 +4,13 @@
 //!
 //! The verifier is told to end its answer with exactly one fenced block
 //! whose info string is `omniconflux-verdict` and whose body is one JSON
-//! object, such as this one (shown indented):
+//! object:
 //!
-//!     ```omniconflux-verdict
-//!     {"verdict": "pass"}
-//!     ```
+//! ````text
+//! ```omniconflux-verdict
+//! {"verdict": "pass"}
+//! ```
+//! ````
 //!
 //! or `{"verdict": "rework", "defects": [{"file": "src/a.rs", "line": 12,
 //! "issue": "…"}]}` with 1 to 50 defects. Anything else — no block, two
