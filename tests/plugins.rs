@@ -478,13 +478,13 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
     assert_eq!(c.error_code("approvals.answer", json!({"request_id": rid, "decision": "allow"})), "not-pending");
 
-    // Allowed, it is refused until lanes exist, or where the check cannot
-    // run isolated.
+    // Allowed, the stored request is dispatched, and the daemon's refusal
+    // (the repository is not one it knows) comes back as the reason.
     let (wid, item) = ask_task(&mut c, &d, 2);
     let rid = item["request_id"].as_str().unwrap().to_string();
     c.call("approvals.answer", json!({"request_id": rid, "decision": "allow"}));
     let got = py(&mut c, "result", &wid);
-    let reason = if d.log_text().contains("plugins run isolated with bubblewrap") { "lanes-unavailable" } else { "isolation-missing" };
+    let reason = "repo-unknown";
     assert_eq!(got["error"]["code"], "task-refused", "{got}");
     assert_eq!(got["error"]["data"], json!({"reason": reason}));
     assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
@@ -526,5 +526,58 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     assert_eq!((got["decision"].clone(), got["delivered"].clone()), (json!("cancel"), json!(false)), "{got}");
     assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
     check_wire(&d.state, "sample-py");
+    d.stop();
+}
+
+#[test]
+fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
+    let dir = TestDir::new("ptasklane");
+    let repo = dir.join("shop");
+    std::fs::create_dir_all(&repo).unwrap();
+    for args in [vec!["init", "-q", "-b", "main"], vec!["commit", "-q", "--allow-empty", "-m", "first"]] {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(&args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    let q = |v: &Value| serde_json::to_string(&v.to_string()).unwrap();
+    let builder = json!([[{"run": ["sh", "-c", "echo feature > feature.txt"]}, {"text": "done"}]]);
+    let verifier = json!([[{"text": "```omniconflux-verdict\n{\"verdict\":\"pass\"}\n```\n"}]]);
+    let mut cfg = config(&format!("[[repo]]\npath = \"{}\"\n", repo.display()));
+    for (h, fam, script) in [("builder", "anthropic", &builder), ("verifier", "openai", &verifier)] {
+        cfg.push_str(&format!(
+            "\n[[seat]]\nharness = \"{h}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"{fam}\"\nenv = {{ FAKE_SCRIPT = {} }}\n",
+            agent.display(),
+            q(script)
+        ));
+    }
+    let d = Daemon::start_with(&dir.path, Opts { config: Some(cfg), ..Opts::default() });
+    d.wait_log("seat builder: ready");
+    d.wait_log("seat verifier: ready");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let task = json!({"repo": repo.display().to_string(), "builder": "builder", "verifier": "verifier",
+                      "acceptance": {"name": "feature", "command": "test -f feature.txt"}, "name": "add feature"});
+    let wid = py(&mut c, "dispatch", &task.to_string())["wid"].as_str().unwrap().to_string();
+    d.wait_log("waits for the operator");
+    let list = c.call("approvals.list", json!({}));
+    let item = list["approvals"].as_array().unwrap().iter().find(|i| i["subject"] == "plugin-task").cloned().unwrap();
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    c.call("approvals.answer", json!({"request_id": rid, "decision": "allow"}));
+    let got = py(&mut c, "result", &wid);
+    let started = &got["result"];
+    assert_eq!(started["requestId"], json!(rid), "{got}");
+    let lane = started["lane"].as_str().unwrap().to_string();
+    assert!(lane.starts_with("t-") && started["session"].as_str().unwrap().starts_with("s-"), "{got}");
+    d.wait_log(&format!("lane {lane}: merged"));
     d.stop();
 }

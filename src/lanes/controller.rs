@@ -640,6 +640,19 @@ fn archive(d: &mut Daemon, id: &str) {
     }
 }
 
+/// Closes a lane whose plugin is removed with stopTasks; returns how many
+/// of its sessions were still running and are now stopped.
+pub fn stop_for_removal(d: &mut Daemon, id: &str) -> usize {
+    let Some(l) = d.lanes.map.get(id) else { return 0 };
+    if l.archived {
+        return 0;
+    }
+    let live = [&l.builder_session, &l.verifier_session].into_iter().flatten().filter(|s| session_alive(d, s)).count();
+    crate::info!("lane {id}: closed because the plugin that asked for it is removed");
+    let _ = step(d, id, Input::OperatorClose);
+    live
+}
+
 /// Every committed event passes here: the lane learns of its builder's and
 /// verifier's turns and exits.
 pub fn on_events(d: &mut Daemon, events: &[Appended]) {

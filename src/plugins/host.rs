@@ -200,6 +200,9 @@ pub struct Plugin {
     task_times: VecDeque<Instant>,
     restart_timer: Option<TimerId>,
     pub after_stop: AfterStop,
+    /// Sessions plugin.remove stopped with the plugin's lanes (its reply's
+    /// `stopped`).
+    pub stopped_sessions: usize,
 }
 
 /// A plugin that was just installed.
@@ -229,6 +232,7 @@ impl Plugin {
             ledger_records: VecDeque::new(),
             task_times: VecDeque::new(),
             restart_timer: None,
+            stopped_sessions: 0,
             after_stop: AfterStop::Nothing,
         }
     }
@@ -1249,11 +1253,11 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
                     }
                     return;
                 }
-                d.plugins.plugins.remove(&owner);
+                let stopped = d.plugins.plugins.remove(&owner).map_or(0, |p| p.stopped_sessions);
                 persist(d);
                 crate::info!("plugin {owner} removed");
                 if let Some(req) = req {
-                    d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": 0, "worktrees": []})));
+                    d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped, "worktrees": []})));
                 }
             });
         }

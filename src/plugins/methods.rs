@@ -459,12 +459,20 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         return Err(RpcError::new(Code::PluginRemovePending, "the plugin is being removed"));
     }
     p.rec.removal = Some("removing".into());
-    // Lanes do not exist yet, so no task of the plugin is at work: with
-    // stopTasks or without, nothing else is stopped and no worktree is left.
-    if stop_tasks.unwrap_or(true) && !p.rec.lanes.is_empty() {
-        crate::warn!("plugin {plugin}: its {} lanes cannot be stopped by this daemon", p.rec.lanes.len());
-    }
+    // stopTasks (true when absent): every lane of its requests still at work
+    // is closed, which stops its sessions; a dispatch still in flight is
+    // closed the moment its lane exists (tasks::dispatch checks removal).
+    let lanes = std::mem::take(&mut p.rec.lanes);
     let running = p.run.is_some();
+    if stop_tasks.unwrap_or(true) {
+        let mut stopped = 0;
+        for lane in lanes {
+            stopped += crate::lanes::controller::stop_for_removal(d, &lane);
+        }
+        if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
+            p.stopped_sessions = stopped;
+        }
+    }
     saved(d)?;
     if running {
         if let Some(p) = d.plugins.plugins.get_mut(&plugin) {

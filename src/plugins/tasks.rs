@@ -10,10 +10,10 @@
 //! minutes, then denied by the timer). The inbox owns the deadline; the
 //! operator answers with approvals.answer, and the inbox calls
 //! [`on_answer`]: a deny answers `approval-denied`, the timer
-//! `approval-expired`, and an allow goes to [`resolve`], which answers
-//! `task-refused` with `isolation-missing` where the platform cannot run the
-//! check isolated, and otherwise with `lanes-unavailable`, the daemon's
-//! reason until lanes exist.
+//! `approval-expired`, and an allow goes to [`resolve`], which dispatches
+//! exactly the stored request as a lane and answers `{requestId, lane,
+//! session}`, or `task-refused` whose reason is the daemon's own code for
+//! the refused dispatch (repo-unknown, same-family, isolation-missing, ...).
 //!
 //! tasks.cancel `{id}` names the wire id of the plugin's own tasks.create
 //! request in this run. A pending one is withdrawn: the tasks.create call
@@ -34,7 +34,7 @@ use rusqlite::Connection;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 
-use super::calls::{TaskCancelled, TaskRequest};
+use super::calls::{self, TaskCancelled, TaskRequest};
 use super::host;
 use super::wire::{self, EventKind, HostError, HostErrorKind, PendingState};
 use crate::core::approvals;
@@ -248,7 +248,7 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
         let task = PluginTask { plugin: owner.clone(), summary, digest: r.digest.clone() };
         if let Err(e) = approvals::add_plugin_task(d, &request_id, task, now) {
             crate::error!("plugin {owner}: task request {request_id} could not enter the inbox: {e:?}");
-            settle(d, &request_id, State::Orphaned, Some(HostError::of(HostErrorKind::Unavailable)), Vec::new());
+            settle(d, &request_id, State::Orphaned, Some(Err(HostError::of(HostErrorKind::Unavailable))), Vec::new());
             return;
         }
         crate::info!("plugin {owner} asks for a task: request {request_id} waits for the operator");
@@ -279,7 +279,7 @@ pub fn on_answer(d: &mut Daemon, request_id: &str, verdict: Verdict, by: &Answer
         (_, Answerer::Timeout) => finish(d, request_id, State::Expired),
         (Verdict::Allow, _) => resolve(d, request_id, true),
         (Verdict::Deny, _) => resolve(d, request_id, false),
-        (Verdict::Cancel, _) => settle(d, request_id, State::Orphaned, Some(HostError::of(HostErrorKind::Unavailable)), Vec::new()),
+        (Verdict::Cancel, _) => settle(d, request_id, State::Orphaned, Some(Err(HostError::of(HostErrorKind::Unavailable))), Vec::new()),
     }
     waiting
 }
@@ -290,8 +290,68 @@ pub fn resolve(d: &mut Daemon, request_id: &str, allowed: bool) {
         finish(d, request_id, State::Answered);
         return;
     }
-    let reason = if d.plugins.isolation.bwrap.is_none() { "isolation-missing" } else { "lanes-unavailable" };
-    settle(d, request_id, State::Answered, Some(HostError::of(HostErrorKind::TaskRefused(reason.into()))), Vec::new());
+    dispatch(d, request_id);
+}
+
+/// An allowed request becomes a lane: exactly the stored request is
+/// dispatched (its digest is what the operator approved), and the plugin
+/// gets {requestId, lane, session} or task-refused with the daemon's code as
+/// the reason. While the dispatch is in flight the request is in the
+/// plugin's record (`starting`), and the lane is kept there after, so that
+/// plugin.remove can stop what the plugin's requests started.
+fn dispatch(d: &mut Daemon, request_id: &str) {
+    let Some(r) = d.plugins.tasks.by_id.get(request_id) else { return };
+    let plugin = r.plugin.clone();
+    let stored = match serde_json::from_str::<Value>(&r.params) {
+        Ok(Value::Object(m)) => calls::task_request(&m).ok(),
+        _ => None,
+    };
+    let Some(task) = stored else {
+        crate::error!("task request {request_id}: the stored request cannot be read back; refused");
+        settle(d, request_id, State::Answered, Some(Err(HostError::of(HostErrorKind::TaskRefused("unavailable".into())))), Vec::new());
+        return;
+    };
+    if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
+        p.rec.starting.push(request_id.to_string());
+    }
+    host::persist(d);
+    let rid = request_id.to_string();
+    crate::lanes::controller::dispatch(d, task, move |d, res| {
+        let started = res.as_ref().ok().and_then(|v| Some((v["lane"].as_str()?.to_string(), v["session"].as_str()?.to_string())));
+        // A plugin removed with stopTasks while this dispatch was in flight
+        // gets its lane closed at once: "every dispatch still in flight [...]
+        // is aborted" (seed 000, plugin.remove).
+        let removed = d.plugins.plugins.get(&plugin).is_none_or(|p| p.rec.removal.is_some());
+        if let (true, Some((lane, _))) = (removed, &started) {
+            crate::lanes::controller::stop_for_removal(d, lane);
+        }
+        if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
+            p.rec.starting.retain(|x| x != &rid);
+            if let (false, Some((lane, _))) = (removed, &started) {
+                p.rec.lanes.push(lane.clone());
+                // The record keeps the lanes still at work; archived ones
+                // need no stopping.
+                let live: Vec<String> = p.rec.lanes.iter().filter(|l| d.lanes.map.get(*l).is_some_and(|x| !x.archived)).cloned().collect();
+                p.rec.lanes = live;
+            }
+        }
+        host::persist(d);
+        let answer = match (res, started) {
+            (Ok(_), Some((lane, session))) => {
+                crate::info!("task request {rid}: dispatched as lane {lane}");
+                serde_json::to_value(calls::TaskStarted { request_id: rid.clone(), lane, session }).map_err(|_| HostError::internal())
+            }
+            (Ok(v), None) => {
+                crate::error!("task request {rid}: the dispatch answered without a lane: {v}");
+                Err(HostError::of(HostErrorKind::TaskRefused("unavailable".into())))
+            }
+            (Err(e), _) => {
+                crate::info!("task request {rid}: the daemon refused the task: {}", e.code.as_str());
+                Err(HostError::of(HostErrorKind::TaskRefused(e.code.as_str().into())))
+            }
+        };
+        settle(d, &rid, State::Answered, Some(answer), Vec::new());
+    });
 }
 
 fn finish(d: &mut Daemon, request_id: &str, state: State) {
@@ -301,12 +361,13 @@ fn finish(d: &mut Daemon, request_id: &str, state: State) {
         State::Cancelled => HostError::of(HostErrorKind::RequestCancelled),
         State::Pending | State::Orphaned => HostError::internal(),
     };
-    settle(d, request_id, state, Some(error), Vec::new());
+    settle(d, request_id, state, Some(Err(error)), Vec::new());
 }
 
 /// Ends a pending request in `state`: stores it with `more` ops in one
-/// batch, then answers the waiting call with `error`.
-fn settle(d: &mut Daemon, request_id: &str, state: State, error: Option<HostError>, mut more: Vec<Op>) {
+/// batch, then answers the waiting call with `answer` (a result's params,
+/// or a failure).
+fn settle(d: &mut Daemon, request_id: &str, state: State, answer: Option<Result<Value, HostError>>, mut more: Vec<Op>) {
     let Some(r) = d.plugins.tasks.by_id.get_mut(request_id) else { return };
     if r.state != State::Pending {
         return;
@@ -319,8 +380,9 @@ fn settle(d: &mut Daemon, request_id: &str, state: State, error: Option<HostErro
         if let Err(e) = res {
             crate::error!("task request {rid}: its state was not stored: {e:?}");
         }
-        if let (Some((plugin, (wid, run_no))), Some(err)) = (waiter, error) {
-            host::reply(d, &plugin, run_no, &wid, Err(err));
+        if let (Some((plugin, (wid, run_no))), Some(answer)) = (waiter, answer) {
+            let line = answer.and_then(|v| wire::encode_response(&wid, &v));
+            host::reply(d, &plugin, run_no, &wid, line);
         }
     });
 }
