@@ -186,9 +186,15 @@ impl Children {
     }
 
     /// Handles readiness of one of a child's pipes; returns the child and
-    /// what it produced. Reads until the pipe would block, so that a child
-    /// writing many lines is served in one wake-up.
-    pub fn on_ready(&mut self, registry: &Registry, token: Token) -> Option<(ChildId, Vec<Output>)> {
+    /// what it produced. Reads until the pipe is drained, so that a child
+    /// writing many lines is served in one wake-up. A read shorter than the
+    /// buffer drained the pipe: the registration is edge-triggered and a
+    /// pipe signals every later write (and its close) as a new edge, so the
+    /// extra read that would only return WouldBlock is skipped, one system
+    /// call of every plugin request. `closed` is the event's read-closed or
+    /// error flag: then the writer may already be gone, no edge follows, and
+    /// the pipe is read to its end.
+    pub fn on_ready(&mut self, registry: &Registry, token: Token, closed: bool) -> Option<(ChildId, Vec<Output>)> {
         let (id, pipe) = *self.by_token.get(&token)?;
         let child = self.map.get_mut(&id)?;
         if self.read_buf.is_empty() {
@@ -221,6 +227,9 @@ impl Children {
                                 Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
                                 break;
                             }
+                            if n < buf.len() && !closed {
+                                break;
+                            }
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -247,6 +256,9 @@ impl Children {
                             if child.err_tail.len() > max * 2 {
                                 let cut = child.err_tail.len() - max;
                                 child.err_tail.drain(..cut);
+                            }
+                            if n < buf.len() && !closed {
+                                break;
                             }
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -448,7 +460,7 @@ mod tests {
             poll.poll(&mut events, Some(std::time::Duration::from_secs(30))).unwrap();
             assert!(!events.is_empty(), "no output within 30 s: {got:?}");
             for ev in events.iter() {
-                if let Some((_, out)) = ch.on_ready(poll.registry(), ev.token()) {
+                if let Some((_, out)) = ch.on_ready(poll.registry(), ev.token(), ev.is_read_closed() || ev.is_error()) {
                     got.extend(out);
                 }
             }
@@ -475,9 +487,26 @@ mod tests {
             let mut events = Events::with_capacity(4);
             poll.poll(&mut events, Some(std::time::Duration::from_secs(30))).unwrap();
             for ev in events.iter() {
-                ch.on_ready(poll.registry(), ev.token());
+                ch.on_ready(poll.registry(), ev.token(), ev.is_read_closed() || ev.is_error());
             }
         }
+    }
+
+    #[test]
+    fn lines_written_apart_and_the_close_each_wake_the_reader() {
+        // Each readiness stops at a short read: what the child writes later,
+        // and its close, must still arrive.
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo one; sleep 0.1; echo two; sleep 0.1; printf three; sleep 0.1"]);
+        let (_, _) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
+        assert_eq!(
+            got,
+            vec![Output::Line(b"one".to_vec()), Output::Line(b"two".to_vec()), Output::Line(b"three".to_vec()), Output::StdoutClosed]
+        );
     }
 
     #[test]

@@ -214,7 +214,8 @@ impl Daemon {
                         self.socket.accept_all(self.reactor.poll.registry(), |s| socket::classify_stream(s, roots));
                     }
                     t if Children::owns_token(t) => {
-                        if let Some((id, out)) = self.children.on_ready(self.reactor.poll.registry(), t) {
+                        let closed = ev.is_read_closed() || ev.is_error();
+                        if let Some((id, out)) = self.children.on_ready(self.reactor.poll.registry(), t, closed) {
                             self.on_child_output(id, out);
                         }
                     }
