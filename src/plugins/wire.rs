@@ -660,15 +660,24 @@ pub fn encode_failure(id: &str, error: &HostError) -> String {
 /// `result-too-large` when the line would be longer than 65,536 bytes (send
 /// it with [`encode_failure`]). A result that does not serialise to an object
 /// is the host's own defect and gives `internal-error`.
+///
+/// The line is written in one pass straight from `result`, not through a
+/// `serde_json::Value` (which built a map of every member, allocated each
+/// key and value, and sorted them, on every answer): the members keep the
+/// order the result type declares.
 pub fn encode_response<T: Serialize>(id: &str, result: &T) -> Result<String, HostError> {
-    let result = serde_json::to_value(result).map_err(|_| HostError::internal())?;
-    if !result.is_object() {
+    let mut line = Vec::with_capacity(128);
+    line.extend_from_slice(b"{\"id\":");
+    serde_json::to_writer(&mut line, id).map_err(|_| HostError::internal())?;
+    line.extend_from_slice(b",\"result\":");
+    let at = line.len();
+    serde_json::to_writer(&mut line, result).map_err(|_| HostError::internal())?;
+    if line.get(at) != Some(&b'{') {
         return Err(HostError::internal());
     }
-    let mut o = Map::new();
-    o.insert("id".into(), Value::from(id));
-    o.insert("result".into(), result);
-    let line = line_of(&Value::Object(o));
+    line.push(b'}');
+    // serde_json writes UTF-8 only.
+    let line = String::from_utf8(line).map_err(|_| HostError::internal())?;
     if fits_line(&line) { Ok(line) } else { Err(HostError::result_too_large()) }
 }
 
@@ -1269,6 +1278,8 @@ mod tests {
         assert_eq!(line, r#"{"id":"1","result":{"kinds":[]}}"#);
         assert_eq!(encode_response("1", &json!({"value": "a".repeat(70_000)})).unwrap_err().code(), "result-too-large");
         assert_eq!(encode_response("1", &json!([1])).unwrap_err().code(), "internal-error");
+        let typed = crate::plugins::calls::StorageValue { key: "k0".into(), value: Some("v\n".into()) };
+        assert_eq!(encode_response("b7", &typed).unwrap(), r#"{"id":"b7","result":{"key":"k0","value":"v\n"}}"#);
 
         let items: Vec<Value> = (0..500).map(|i| json!({"session": format!("s-{i:012x}"), "pad": "p".repeat(400)})).collect();
         let cursor = |v: &Value| v["session"].as_str().unwrap_or_default().to_string();
