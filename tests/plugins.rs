@@ -514,6 +514,10 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     assert_eq!(listed, [&json!(sid)], "{seen}");
     assert_eq!(seen["get"][&other]["error"]["data"]["code"], "session-not-found", "{seen}");
     assert_eq!(seen["get"][&sid]["result"]["id"], json!(sid));
+    // Nor another session's events, nor every stream at once.
+    assert_eq!(seen["events"][&other]["error"]["data"]["code"], "operator-only", "{seen}");
+    assert!(seen["events"][&sid]["result"]["events"].as_array().is_some_and(|e| !e.is_empty()), "{seen}");
+    assert_eq!(seen["follow_all"]["error"]["data"]["code"], "operator-only", "{seen}");
     assert_eq!(seen["approvals"]["result"]["approvals"], json!([]), "{seen}");
     assert_eq!(c.call("approvals.get", json!({"request_id": rid}))["state"], "pending");
     assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "pending");
