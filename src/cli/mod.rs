@@ -229,6 +229,10 @@ fn status(args: &Args) -> Result<(), Failure> {
     }
     let c = &info["counts"];
     println!("holds       {} events in {} streams, {} connections", c["events"], c["streams"], c["connections"]);
+    println!(
+        "            {} sessions ({} live), {} approvals waiting, {} lanes, {} plugins ({} running), {} seats",
+        c["sessions"], c["sessions_live"], c["approvals_pending"], c["lanes"], c["plugins"], c["plugins_running"], c["seats"]
+    );
     println!("you are     {}", s(&info["caller"]["class"]));
     Ok(())
 }

@@ -127,7 +127,16 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "schema": ledger::current_version(),
             "state": if d.ledger.corrupt.is_some() { "read-only" } else { "ok" },
         },
-        "counts": {"connections": d.socket.conns.len()},
+        "counts": {
+            "connections": d.socket.conns.len(),
+            "sessions": d.core.sessions.len(),
+            "sessions_live": d.core.sessions.iter().filter(|s| !s.ended).count(),
+            "approvals_pending": d.core.approvals.pending_count(),
+            "plugins": d.plugins.plugins.len(),
+            "plugins_running": d.plugins.plugins.values().filter(|p| p.run.is_some()).count(),
+            "lanes": d.lanes.listed().len(),
+            "seats": d.core.seats.list.len(),
+        },
         "stopping": d.is_stopping(),
     });
     if let Some(reason) = &d.ledger.corrupt {
