@@ -226,9 +226,11 @@ fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
 #[test]
 fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     let dir = TestDir::new("phostile");
+    // Generous enough that a loaded machine starts python within it: only
+    // `noinit`, which never answers, may meet it.
     let d = start_with_seats(
         &dir,
-        "initialize_timeout_ms = 500\nping_interval_ms = 200\nping_timeout_ms = 300\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
+        "initialize_timeout_ms = 3000\nping_interval_ms = 200\nping_timeout_ms = 1500\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
         &[("fake", json!([]), vec![])],
     );
     let mut c = d.connect();

@@ -291,6 +291,11 @@ fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
                 if let Some(l) = d.lanes.map.get_mut(id) {
                     l.machine.stage = stage;
                     l.stage_since_ms = crate::clock::now_ms();
+                    // A reason says why the lane waits for the operator; it
+                    // is stale once the lane moves on.
+                    if !stage.waits_for_operator() {
+                        l.reason = None;
+                    }
                     let since = crate::clock::format_ts(l.stage_since_ms);
                     ops.push(event("lane.stage", json!({"lane": id, "stage": stage.name(), "since": since})));
                     crate::info!("lane {id}: {}", stage.name());
@@ -562,19 +567,35 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
     let record = json!({"id": check_id, "lane": id, "text": text});
     persist(d, id, Vec::new());
     if let Some(sid) = sid.filter(|s| session_alive(d, s)) {
-        let op = Op::Event { stream: sid.clone(), kind: "check.rework".into(), ts: crate::clock::now_ts(), data: record.to_string() };
-        d.write(vec![op], |_, _| {});
         if crate::core::sessions::input(d, &sid, text.clone()).is_ok() {
+            record_check(d, &sid, &record);
             return;
         }
     }
-    restart_builder(d, id, text);
+    restart_builder_with(d, id, text, Some(record));
+}
+
+/// The `check.rework` record on the builder's session stream: what the lane
+/// sent the builder, never an event kind a plugin receives.
+fn record_check(d: &mut Daemon, sid: &str, record: &Value) {
+    let op = Op::Event { stream: sid.to_string(), kind: "check.rework".into(), ts: crate::clock::now_ts(), data: record.to_string() };
+    d.write(vec![op], |_, r| {
+        if let Err(e) = r {
+            crate::error!("a check.rework record was not stored: {e:?}");
+        }
+    });
 }
 
 /// Starts a builder session in the lane's worktree: the lane's seat when it
 /// is ready, otherwise another ready seat of a family other than the
 /// verifier's (failover). With none, the lane goes to the operator.
 fn restart_builder(d: &mut Daemon, id: &str, text: String) {
+    restart_builder_with(d, id, text, None);
+}
+
+/// As [`restart_builder`], recording `check` on the new session's stream
+/// once it exists.
+fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Value>) {
     let Some(l) = d.lanes.map.get(id).cloned() else { return };
     let seat = if seat_ready(d, &l.builder.harness) {
         Some(l.builder.clone())
@@ -603,6 +624,9 @@ fn restart_builder(d: &mut Daemon, id: &str, text: String) {
         Ok(v) => {
             let sid = v["session_id"].as_str().unwrap_or_default().to_string();
             d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Builder));
+            if let Some(c) = &check {
+                record_check(d, &sid, c);
+            }
             if let Some(l) = d.lanes.map.get_mut(&lid) {
                 l.builder_session = Some(sid);
                 l.builder = seat;
@@ -722,7 +746,13 @@ fn failover(d: &mut Daemon, id: &str) {
 }
 
 fn finish_verifier(d: &mut Daemon, sid: &str) {
-    d.lanes.by_session.remove(sid);
+    if let Some((lid, _)) = d.lanes.by_session.remove(sid) {
+        if let Some(l) = d.lanes.map.get_mut(&lid) {
+            if l.verifier_session.as_deref() == Some(sid) {
+                l.verifier_session = None;
+            }
+        }
+    }
     if session_alive(d, sid) {
         let _ = crate::core::sessions::kill(d, sid);
     }
