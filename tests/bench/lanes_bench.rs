@@ -43,7 +43,9 @@
 //! spawning the same fake agent (Command::spawn returns after exec). Goal:
 //! ratio <= 1.5. The extra `worktree_step_ms` times the lane worker's git
 //! steps alone through the library (`omniconfluxd::lanes::git`), and
-//! `git_worktree_add_ms` the plain command alone.
+//! `git_worktree_add_ms` the plain command alone. Before each timed step
+//! the harness calls sync(2), so that no side pays for the writeback of
+//! the 10,000-file checkouts and removals before it.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -140,6 +142,7 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
     for i in 0..rounds {
         eprintln!("bench: {ROUND} round {}/{rounds}", i + 1);
         // A: one lane through a round.
+        settle();
         let before = cpu(pid)?;
         let t0 = Instant::now();
         let name = format!("bench round {i}");
@@ -398,6 +401,13 @@ fn wait_no_children(pid: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes dirty pages out before a timed step, so that no side pays for
+/// the writeback of the checkouts and removals before it.
+fn settle() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+}
+
 fn children_cpu_ms() -> f64 {
     // SAFETY: getrusage writes one rusage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -436,6 +446,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
 fn cli_worktree(repo: &Path, tmp: &Path, i: usize, py: &Path, agent: &Path) -> Result<(f64, f64), String> {
     let path = tmp.join(format!("cli-wt-{i}"));
     let branch = format!("bench/cli-{i}");
+    settle();
     let t0 = Instant::now();
     git(repo, &["worktree", "add", "-q", "-b", &branch, &path.display().to_string(), "main"])?;
     let add_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -453,6 +464,7 @@ fn cli_worktree(repo: &Path, tmp: &Path, i: usize, py: &Path, agent: &Path) -> R
 fn library_step(repo: &Path, tmp: &Path, i: usize) -> Result<f64, String> {
     let path = tmp.join(format!("lib-wt-{i}"));
     let branch = format!("bench/lib-{i}");
+    settle();
     let t0 = Instant::now();
     let base = lgit::current_branch(repo).ok_or("no branch checked out")?;
     let commit = lgit::commit_of(repo, &format!("refs/heads/{base}")).ok_or("no base commit")?;
