@@ -148,6 +148,8 @@ fn pass_in_round_one_merges_and_archives() {
     assert_eq!((got["stage"].as_str(), got["archived"].as_bool()), (Some("merged"), Some(true)));
     // Removal runs on a lane worker after the archive.
     r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
+    r.d.wait_log(&format!("lane {id}: check checkout removed"));
+    assert!(!dir.join(&format!("state/lanes/{id}")).exists());
     assert!(!wt.exists());
     assert!(!git(&r.repo, &["worktree", "list"]).contains("add-feature"));
     r.d.stop();

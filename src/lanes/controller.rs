@@ -440,8 +440,12 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
     }
 }
 
-fn checks_dir(d: &Daemon) -> PathBuf {
-    d.paths.state_dir.join("lanes")
+/// The lane's daemon-owned checkout: the acceptance command runs in it and
+/// the verifier reads it, each time moved to exactly the commit at hand. It
+/// is made once per lane (the one full checkout a round does not repeat)
+/// and removed when the lane is archived.
+fn check_dir(d: &Daemon, lane: &str) -> PathBuf {
+    d.paths.state_dir.join("lanes").join(lane)
 }
 
 fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
@@ -450,7 +454,7 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
         _ if !d.cfg.lanes.require_isolation => Isolation::Unisolated,
         _ => return Err(lane_err(Code::IsolationMissing, "the acceptance command cannot run isolated here")),
     };
-    let checkout = checks_dir(d).join(format!("{}-check", l.id));
+    let checkout = check_dir(d, &l.id);
     let repo = l.repo.clone();
     let command = l.task.acceptance_command.clone();
     let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
@@ -458,19 +462,14 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
     job(
         d,
         move || -> Result<Outcome, String> {
-            if checkout.exists() {
-                let _ = git::remove_worktree(&repo, &checkout);
-            }
-            git::add_detached(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
-            let r = check::run(&check::Spec {
+            git::checkout_exactly(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
+            check::run(&check::Spec {
                 checkout: &checkout,
                 command: &command,
                 timeout,
                 isolation: &isolation,
                 tail_bytes: limits::LANE_CHECK_TAIL_BYTES,
-            });
-            let _ = git::remove_worktree(&repo, &checkout);
-            r
+            })
         },
         move |d, r| match r {
             Ok(outcome) => {
@@ -496,17 +495,16 @@ fn session_alive(d: &Daemon, sid: &str) -> bool {
 /// Asks the verifier to judge the commit when its seat is ready and not
 /// verifying another lane; otherwise the lane waits and is tried again.
 fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Result<(), RpcError> {
-    let checkout = checks_dir(d).join(format!("{}-verify", l.id));
+    let checkout = check_dir(d, &l.id);
     let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
     let diff_commit = commit.clone();
     job(
         d,
         move || -> Result<String, String> {
             let diff = git::diff(&repo, &base_commit, &diff_commit, limits::LANE_DIFF_MAX_BYTES).map_err(|e| e.to_string())?;
-            if checkout.exists() {
-                let _ = git::remove_worktree(&repo, &checkout);
-            }
-            git::add_detached(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
+            // The verifier reads the same daemon-owned checkout the check
+            // ran in, put back at exactly the commit it judges.
+            git::checkout_exactly(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
             Ok(diff)
         },
         move |d, r| match r {
@@ -532,7 +530,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         if second { " An earlier answer could not be read; follow the format exactly." } else { "" },
         verdict::instructions()
     );
-    let cwd = checks_dir(d).join(format!("{}-verify", l.id));
+    let cwd = check_dir(d, &l.id);
     let params = crate::core::sessions::SpawnParams {
         harness: seat.harness.clone(),
         cwd: cwd.display().to_string(),
@@ -647,6 +645,7 @@ fn archive(d: &mut Daemon, id: &str) {
     let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()].into_iter().flatten().collect();
     let merged = l.machine.stage == Stage::Merged;
     let (repo, wt, remove) = (l.repo.clone(), l.worktree.clone(), merged || l.remove_worktree);
+    let check = check_dir(d, id);
     for s in &sessions {
         d.lanes.by_session.remove(s);
         if session_alive(d, s) {
@@ -654,6 +653,11 @@ fn archive(d: &mut Daemon, id: &str) {
         }
     }
     persist(d, id, Vec::new());
+    let (crepo, lid) = (repo.clone(), id.to_string());
+    let _ = job(d, move || if check.exists() { git::remove_worktree(&crepo, &check) } else { Ok(()) }, move |_, r| match r {
+        Ok(()) => crate::info!("lane {lid}: check checkout removed"),
+        Err(e) => crate::warn!("lane {lid}: its check checkout: {e}"),
+    });
     if remove {
         let lid = id.to_string();
         let shown = wt.display().to_string();
