@@ -668,6 +668,11 @@ pub type After = Box<dyn FnOnce(&mut Daemon)>;
 
 pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
     if let Some(s) = d.core.sessions.map.get_mut(sid) {
+        // The round's transcript text goes into this batch, its delta out
+        // after the commit.
+        if let Some(delta) = s.transcript.flush(sid, &mut fx.ops) {
+            Delta::merge(&mut fx.delta, delta);
+        }
         let state = s.state();
         if state != s.last_state {
             s.last_state = state;
@@ -796,13 +801,9 @@ fn broke(d: &mut Daemon, sid: &str, reason: &str, fx: &mut Effects) {
 fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
     let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
     let ts = crate::clock::now_ts();
-    if let Some(delta) = s.transcript.push(sid, &Entry::System { text: why.to_string() }, &ts, true, &mut fx.ops) {
-        Delta::merge(&mut fx.delta, delta);
-    }
+    s.transcript.push(sid, &Entry::System { text: why.to_string() }, &ts, true, &mut fx.ops);
     if s.turn_active {
-        if let Some(delta) = s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, &ts, false, &mut fx.ops) {
-            Delta::merge(&mut fx.delta, delta);
-        }
+        s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, &ts, false, &mut fx.ops);
         end_turn_state(d, sid, EndReason::Failed, fx);
     }
     withdraw_open(d, sid, "the turn ended", fx);
@@ -862,9 +863,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
         AgentEvent::SetupFailed { detail } => {
             crate::warn!("session {sid}: the agent could not set up a session: {detail}");
             let ts = crate::clock::now_ts();
-            if let Some(delta) = s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, &ts, true, &mut fx.ops) {
-                Delta::merge(&mut fx.delta, delta);
-            }
+            s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, &ts, true, &mut fx.ops);
             stop_agent(d, sid);
         }
         AgentEvent::TurnStarted { mode, chars } => {
@@ -883,9 +882,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
                 return;
             }
             let ts = crate::clock::now_ts();
-            if let Some(delta) = s.transcript.push(sid, &entry, &ts, false, &mut fx.ops) {
-                Delta::merge(&mut fx.delta, delta);
-            }
+            s.transcript.push(sid, &entry, &ts, false, &mut fx.ops);
         }
         AgentEvent::PermissionRequest(req) => permission(d, sid, req, fx),
         AgentEvent::PermissionClosed { agent_request_key, delivered } => {
@@ -1072,9 +1069,7 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
                     crate::warn!("session {sid}: the agent exited mid-turn ({why})");
                     if let Some(s) = d.core.sessions.map.get_mut(sid) {
                         let ts = crate::clock::now_ts();
-                        if let Some(delta) = s.transcript.push(sid, &Entry::System { text: why }, &ts, true, &mut fx.ops) {
-                            Delta::merge(&mut fx.delta, delta);
-                        }
+                        s.transcript.push(sid, &Entry::System { text: why }, &ts, true, &mut fx.ops);
                     }
                 }
             }
@@ -1232,6 +1227,8 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
             // The turn that ran when the daemon stopped ended with it.
             let mut t = Transcript::restored(restored.transcript_len);
             t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, &crate::clock::now_ts(), false, &mut fx.ops);
+            // Nobody subscribes to a session not reopened yet: no delta.
+            let _ = t.flush(&id, &mut fx.ops);
             restored.transcript_len = t.len;
             restored.turn_active = false;
             restored.end_reason = Some("interrupted".into());
