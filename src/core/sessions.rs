@@ -10,7 +10,10 @@
 //! session.start, turn.start, turn.end, approval.request,
 //! approval.resolved, session.end, plus the session row and transcript
 //! entries. All lines of one wake-up are one ledger batch; the session's
-//! `session.event` and the transcript deltas go out after it commits.
+//! `session.event` and the transcript deltas go out after it commits, the
+//! deltas of batches committed together merged into one line per
+//! subscriber. A batch of text chunks only rewrites the session row when
+//! the transcript got a new entry or the session changed.
 //!
 //! An agent that breaks its transport (an invalid or oversized line), that
 //! stalls in a turn, or that stops reading its stdin ends its turn failed,
@@ -148,6 +151,8 @@ pub struct Session {
     stall: Duration,
     stall_timer: Option<TimerId>,
     last_state: &'static str,
+    /// `transcript_len` as last written to the session's row.
+    row_transcript_len: usize,
 }
 
 impl Session {
@@ -286,6 +291,8 @@ pub struct Sessions {
     watchers: HashSet<Token>,
     /// Transcript subscriptions: session -> (connection, sub_id).
     tsubs: HashMap<String, Vec<(Token, String)>>,
+    /// Committed deltas not sent yet, per session, in commit order.
+    outbox: Vec<(String, Delta)>,
     stopping: bool,
 }
 
@@ -596,6 +603,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         stall: Duration::from_secs(seat.cfg.stall_timeout.unwrap_or(limits::AGENT_STALL_DEFAULT_S)),
         stall_timer: None,
         last_state: "starting",
+        row_transcript_len: usize::MAX,
     };
     let sid = st.id.clone();
     crate::info!(
@@ -679,7 +687,12 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
             s.status_since_ms = crate::clock::now_ms();
             fx.changed = true;
         }
-        if fx.changed || !fx.ops.is_empty() {
+        // The row is rewritten when the session changed or its transcript
+        // got an entry (`transcript_len` is what a restart resumes from),
+        // not for every round of text chunks: those change only
+        // `last_activity`, which is written with the next change.
+        if fx.changed || s.transcript.len != s.row_transcript_len {
+            s.row_transcript_len = s.transcript.len;
             fx.ops.push(s.row_op());
         }
     }
@@ -696,7 +709,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
             crate::error!("session {sid}: the ledger refused its records: {e:?}");
         }
         if let Some(delta) = delta {
-            send_delta(d, &sid, &delta);
+            queue_delta(d, &sid, delta);
         }
         if changed || added {
             notify_session(d, &sid, if added { "added" } else { "updated" });
@@ -707,11 +720,44 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
     });
 }
 
-fn send_delta(d: &mut Daemon, sid: &str, delta: &Delta) {
-    let Some(subs) = d.core.sessions.tsubs.get(sid).cloned() else { return };
-    for (conn, sub_id) in subs {
-        let line = note("transcript.delta", json!({"sub_id": sub_id, "from_index": delta.from, "entries": delta.entries}));
-        d.send(conn, &line);
+/// Holds a committed batch's delta until [`flush_deltas`]: the batches
+/// committed together (one group commit) send one merged delta per
+/// subscriber, carrying the growing entry once instead of once per batch.
+fn queue_delta(d: &mut Daemon, sid: &str, delta: Delta) {
+    if !d.core.sessions.tsubs.contains_key(sid) {
+        return;
+    }
+    let out = &mut d.core.sessions.outbox;
+    match out.iter_mut().find(|(s, _)| s == sid) {
+        Some((_, slot)) => {
+            let mut merged = Some(std::mem::replace(slot, Delta { from: 0, entries: Vec::new() }));
+            Delta::merge(&mut merged, delta);
+            if let Some(m) = merged {
+                *slot = m;
+            }
+        }
+        None => out.push((sid.to_string(), delta)),
+    }
+}
+
+/// Sends the deltas held by [`queue_delta`]; the daemon runs it once the
+/// continuations of a group commit have run. The entries are serialised
+/// once per delta; each subscriber's line differs only in its `sub_id`.
+pub fn flush_deltas(d: &mut Daemon) {
+    if d.core.sessions.outbox.is_empty() {
+        return;
+    }
+    for (sid, delta) in std::mem::take(&mut d.core.sessions.outbox) {
+        let Some(subs) = d.core.sessions.tsubs.get(&sid).cloned() else { continue };
+        let entries = Value::Array(delta.entries).to_string();
+        let tail = format!(",\"from_index\":{},\"entries\":{entries}}}}}\n", delta.from);
+        for (conn, sub_id) in subs {
+            let mut line = Vec::with_capacity(tail.len() + sub_id.len() + 64);
+            line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":");
+            let _ = serde_json::to_writer(&mut line, &sub_id);
+            line.extend_from_slice(tail.as_bytes());
+            d.send(conn, &line);
+        }
     }
 }
 
