@@ -801,12 +801,14 @@ pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
 pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
     let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else { return };
     let mut fx = Effects::default();
+    // One clock read for the lines of one wake-up, not one per line.
+    let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
     for o in out {
         match o {
             Output::Line(line) => {
                 let Some(s) = d.core.sessions.map.get_mut(&sid) else { return };
-                s.last_line = Instant::now();
-                s.last_activity_ms = Some(crate::clock::now_ms());
+                s.last_line = now;
+                s.last_activity_ms = Some(now_ms);
                 let Some(drv) = s.driver.as_mut() else { continue };
                 match drv.on_line(&line) {
                     Ok(step) => handle_step(d, &sid, step, &mut fx),
@@ -847,9 +849,9 @@ fn broke(d: &mut Daemon, sid: &str, reason: &str, fx: &mut Effects) {
 fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
     let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
     let ts = crate::clock::now_ts();
-    s.transcript.push(sid, &Entry::System { text: why.to_string() }, &ts, true, &mut fx.ops);
+    s.transcript.push(sid, &Entry::System { text: why.to_string() }, Some(&ts), true, &mut fx.ops);
     if s.turn_active {
-        s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, &ts, false, &mut fx.ops);
+        s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, Some(&ts), false, &mut fx.ops);
         end_turn_state(d, sid, EndReason::Failed, fx);
     }
     withdraw_open(d, sid, "the turn ended", fx);
@@ -909,7 +911,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
         AgentEvent::SetupFailed { detail } => {
             crate::warn!("session {sid}: the agent could not set up a session: {detail}");
             let ts = crate::clock::now_ts();
-            s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, &ts, true, &mut fx.ops);
+            s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, Some(&ts), true, &mut fx.ops);
             stop_agent(d, sid);
         }
         AgentEvent::TurnStarted { mode, chars } => {
@@ -927,8 +929,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
             if matches!(entry, Entry::TurnEnd { .. }) && !s.turn_active {
                 return;
             }
-            let ts = crate::clock::now_ts();
-            s.transcript.push(sid, &entry, &ts, false, &mut fx.ops);
+            s.transcript.push(sid, &entry, None, false, &mut fx.ops);
         }
         AgentEvent::PermissionRequest(req) => permission(d, sid, req, fx),
         AgentEvent::PermissionClosed { agent_request_key, delivered } => {
@@ -1115,7 +1116,7 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
                     crate::warn!("session {sid}: the agent exited mid-turn ({why})");
                     if let Some(s) = d.core.sessions.map.get_mut(sid) {
                         let ts = crate::clock::now_ts();
-                        s.transcript.push(sid, &Entry::System { text: why }, &ts, true, &mut fx.ops);
+                        s.transcript.push(sid, &Entry::System { text: why }, Some(&ts), true, &mut fx.ops);
                     }
                 }
             }
@@ -1272,7 +1273,7 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
         if was_active {
             // The turn that ran when the daemon stopped ended with it.
             let mut t = Transcript::restored(restored.transcript_len);
-            t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, &crate::clock::now_ts(), false, &mut fx.ops);
+            t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, None, false, &mut fx.ops);
             // Nobody subscribes to a session not reopened yet: no delta.
             let _ = t.flush(&id, &mut fx.ops);
             restored.transcript_len = t.len;

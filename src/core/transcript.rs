@@ -154,8 +154,9 @@ impl Transcript {
 
     /// Records `entry`: its ledger operations go to `ops` (the text of a
     /// growing entry at the next [`flush`](Self::flush)), and the change to
-    /// the next flush's delta.
-    pub fn push(&mut self, sid: &str, entry: &Entry, ts: &str, is_error: bool, ops: &mut Vec<Op>) {
+    /// the next flush's delta. A new entry is stamped `ts`, or now when it
+    /// is `None`: a chunk that grows an entry costs no clock read or format.
+    pub fn push(&mut self, sid: &str, entry: &Entry, ts: Option<&str>, is_error: bool, ops: &mut Vec<Op>) {
         // A text chunk after a text chunk grows that entry.
         if let Some((kind, text)) = text_kind(entry) {
             let last = self.len.checked_sub(1);
@@ -186,6 +187,8 @@ impl Transcript {
             }
         }
         let idx = self.len;
+        let ts = ts.map_or_else(crate::clock::now_ts, str::to_string);
+        let ts = ts.as_str();
         let mut wire = Map::new();
         wire.insert("id".into(), json!(format!("e{idx}")));
         wire.insert("timestamp".into(), json!(ts));
@@ -503,7 +506,7 @@ mod tests {
             Entry::Text { text: "a".into() },
             Entry::Text { text: "b".into() },
         ] {
-            t.push("s", &e, "ts", false, &mut ops);
+            t.push("s", &e, Some("ts"), false, &mut ops);
         }
         let d = t.flush("s", &mut ops).unwrap();
         assert_eq!(d.from, 0);
@@ -512,12 +515,12 @@ mod tests {
         // The user row and the text row, whose INSERT holds both chunks.
         assert_eq!(ops.len(), 2);
         let call = ToolEntry { id: "c1".into(), title: Some("Read".into()), kind: Some(ActionKind::Read), input: Some(json!({"path": "/x"})), status: None, result: None };
-        t.push("s", &Entry::Tool(call), "ts", false, &mut ops);
+        t.push("s", &Entry::Tool(call), Some("ts"), false, &mut ops);
         let d = t.flush("s", &mut ops).unwrap();
         assert_eq!((d.from, d.entries.len()), (2, 1));
         let done = ToolEntry { id: "c1".into(), title: None, kind: None, input: None, status: Some(ToolStatus::Failed), result: Some(json!("no")) };
-        t.push("s", &Entry::Tool(done), "ts", false, &mut ops);
-        t.push("s", &Entry::TurnEnd { reason: EndReason::Interrupted }, "ts", false, &mut ops);
+        t.push("s", &Entry::Tool(done), Some("ts"), false, &mut ops);
+        t.push("s", &Entry::TurnEnd { reason: EndReason::Interrupted }, Some("ts"), false, &mut ops);
         let d = t.flush("s", &mut ops).unwrap();
         assert_eq!((d.from, d.entries[0]["resultIsError"].clone(), d.entries[0]["toolName"].clone()), (2, json!(true), json!("Read")));
         assert_eq!(d.entries[1]["interrupted"], json!(true));
@@ -535,13 +538,13 @@ mod tests {
         let c = db();
         let mut t = Transcript::default();
         let mut ops = Vec::new();
-        t.push("s", &Entry::User { text: "go".into() }, "ts", false, &mut ops);
+        t.push("s", &Entry::User { text: "go".into() }, Some("ts"), false, &mut ops);
         let mut want = String::new();
         for round in 0..5 {
             for chunk in 0..10 {
                 let piece = format!("<{round}.{chunk}>");
                 want.push_str(&piece);
-                t.push("s", &Entry::Text { text: piece }, "ts", false, &mut ops);
+                t.push("s", &Entry::Text { text: piece }, Some("ts"), false, &mut ops);
             }
             let d = t.flush("s", &mut ops).unwrap();
             // One statement per round: the row, then one part each.
@@ -552,9 +555,9 @@ mod tests {
         let parts: i64 = c.query_row("SELECT count(*) FROM transcript_parts", [], |r| r.get(0)).unwrap();
         assert_eq!(parts, 4);
         // Thinking after text is a new entry; a tool between stops a merge.
-        t.push("s", &Entry::Thinking { text: "hm".into() }, "ts", false, &mut ops);
-        t.push("s", &Entry::Thinking { text: "m".into() }, "ts", false, &mut ops);
-        t.push("s", &Entry::TurnEnd { reason: EndReason::Completed }, "ts", false, &mut ops);
+        t.push("s", &Entry::Thinking { text: "hm".into() }, Some("ts"), false, &mut ops);
+        t.push("s", &Entry::Thinking { text: "m".into() }, Some("ts"), false, &mut ops);
+        t.push("s", &Entry::TurnEnd { reason: EndReason::Completed }, Some("ts"), false, &mut ops);
         t.flush("s", &mut ops);
         apply(&c, &mut ops);
         let rows = read_entries(&c, "s", 0, 100).unwrap();
