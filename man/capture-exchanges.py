@@ -12,6 +12,9 @@ The plugin.* exchanges install the sample plugins of tests/fixtures/plugins,
 so they need node and python3, as the tests do. The seats.*, sessions.*,
 session.*, transcript.* and approvals.* exchanges drive a seat that runs the
 scripted fake ACP agent tests/fixtures/fake_acp_agent.py (python3 only).
+The repos.*, task.dispatch, verify.list and lanes.* exchanges run lanes on a
+new git repository with a fake builder and a fake verifier of two provider
+families (git, and bwrap able to create namespaces, as tests/lanes.rs needs).
 """
 import json, os, shutil, socket, subprocess, sys, tempfile, time
 
@@ -123,6 +126,7 @@ def main():
 
     plugins()
     sessions()
+    lanes()
 
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "plugins")
@@ -214,12 +218,12 @@ def plugins():
 FAKE_ACP = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "fake_acp_agent.py"))
 
 
-def acp_seat(harness, script, command=None):
+def acp_seat(harness, script, command=None, family="local"):
     """A [[seat]] that runs the fake ACP agent with `script` (its turns)."""
     cmd = command or PYTHON
     args = "[]" if command else json.dumps([FAKE_ACP])
     return (f'[[seat]]\nharness = "{harness}"\ncommand = "{cmd}"\nargs = {args}\n'
-            f'transport = "acp"\nprovider = "test"\nfamily = "local"\n'
+            f'transport = "acp"\nprovider = "test"\nfamily = "{family}"\n'
             f"env = {{ FAKE_SCRIPT = '{json.dumps(script)}' }}\n\n")
 
 
@@ -304,6 +308,72 @@ def sessions():
         wait_for(c, "sessions.get", {"session_id": sid}, lambda r: r.get("state") == "ended", "ended")
         c.send(req(26, "sessions.input", {"session_id": sid, "text": "hello?"}))
         c.send(req(27, "server.stop"))
+        proc.wait(timeout=30)
+
+
+def git(repo, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    subprocess.run(["git", "-C", repo, *args], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def new_repo(path):
+    os.makedirs(path)
+    git(path, "init", "-q", "-b", "main")
+    with open(os.path.join(path, "a.txt"), "w") as f:
+        f.write("one\n")
+    git(path, "add", "a.txt")
+    git(path, "commit", "-q", "-m", "first")
+    return path
+
+
+def lanes():
+    with tempfile.TemporaryDirectory() as tmp:
+        print("# lanes: a repository, a fake builder (anthropic) and verifier (openai)")
+        shop = new_repo(os.path.realpath(os.path.join(tmp, "shop")))
+        other = new_repo(os.path.realpath(os.path.join(tmp, "tools")))
+        build = [[{"run": ["sh", "-c", "echo feature > feature.txt"]}, {"text": "Added feature.txt."}],
+                 [{"text": "Looked again."}]]
+        judge = [[{"text": "I read the diff.\n```omniconflux-verdict\n{\"verdict\":\"pass\"}\n```\n"}]]
+        config = ("[lanes]\nrequire_merge_approval = true\nmax_rounds = 1\n\n"
+                  f'[[repo]]\npath = "{shop}"\n\n'
+                  + acp_seat("builder", build, family="anthropic")
+                  + acp_seat("verifier", judge, family="openai")
+                  + acp_seat("twin", [], family="anthropic"))
+        proc, sock = start(tmp, config=config)
+        c = Conn(sock)
+        wait_for(c, "seats.list", None, lambda r: all(s.get("status") == "ready" for s in r["seats"]), "ready")
+        c.send(req(1, "repos.add", {"path": other}))
+        c.send(req(2, "repos.list"))
+        task = {"repo": shop, "task": "Add feature.txt with the word feature.", "builder": "builder",
+                "verifier": "verifier", "acceptance": {"name": "feature exists", "command": "test -f feature.txt"},
+                "name": "add feature"}
+        # Isolation is probed once after start; dispatch refuses until it is known.
+        for _ in range(300):
+            if c.quiet("task.dispatch", {**task, "repo": "/nonexistent"}).get("data", {}).get("code") == "repo-unknown":
+                break
+            time.sleep(0.1)
+        lane = c.send(req(3, "task.dispatch", task))[0]["result"]["lane"]
+        wait_for(c, "lanes.get", {"lane": lane}, lambda r: r.get("stage") == "pass", "pass")
+        c.send(req(4, "verify.list", {"limit": 10}))
+        c.send(req(5, "lanes.get", {"lane": lane}))
+        c.send(req(6, "lanes.merge", {"lane": lane}))
+        wait_for(c, "lanes.get", {"lane": lane}, lambda r: r.get("stage") == "merged", "merged")
+        print("# a lane whose acceptance check fails, at the cap of one round")
+        failing = {**task, "name": "add readme", "acceptance": {"name": "readme exists", "command": "test -f README"}}
+        lane2 = c.quiet("task.dispatch", failing)["lane"]
+        wait_for(c, "lanes.get", {"lane": lane2}, lambda r: r.get("stage") == "cap", "cap")
+        c.send(req(7, "lanes.rework", {"lane": lane2, "notes": "Add a README file as well."}))
+        wait_for(c, "lanes.get", {"lane": lane2}, lambda r: r.get("stage") == "cap", "cap")
+        c.send(req(8, "lanes.close", {"lane": lane2, "remove_worktree": True}))
+        print("# lane errors")
+        c.send(req(9, "task.dispatch", {**task, "repo": "/srv/src/unknown"}))
+        c.send(req(10, "task.dispatch", {**task, "verifier": "twin"}))
+        c.send(req(11, "task.dispatch", {**task, "name": "add docs", "base": "release"}))
+        git(shop, "branch", "omni/add-tests")
+        c.send(req(12, "task.dispatch", {**task, "name": "add tests"}))
+        c.send(req(13, "lanes.get", {"lane": "t-000000000000"}))
+        c.send(req(14, "lanes.merge", {"lane": lane}))
+        c.send(req(15, "server.stop"))
         proc.wait(timeout=30)
 
 

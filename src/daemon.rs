@@ -240,6 +240,9 @@ impl Daemon {
                     self.on_readable(t);
                 }
             }
+            // Once per wake-up: every batch committed in it sends one merged
+            // transcript delta per subscriber.
+            crate::core::sessions::flush_deltas(self);
             self.flush_dirty();
         }
     }

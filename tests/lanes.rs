@@ -148,6 +148,8 @@ fn pass_in_round_one_merges_and_archives() {
     assert_eq!((got["stage"].as_str(), got["archived"].as_bool()), (Some("merged"), Some(true)));
     // Removal runs on a lane worker after the archive.
     r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
+    r.d.wait_log(&format!("lane {id}: check checkout removed"));
+    assert!(!dir.join(&format!("state/lanes/{id}")).exists());
     assert!(!wt.exists());
     assert!(!git(&r.repo, &["worktree", "list"]).contains("add-feature"));
     r.d.stop();
@@ -352,4 +354,77 @@ fn a_daemon_killed_mid_verify_resumes_the_lane() {
         ["building", "idle", "checking", "waiting-verifier", "verifying", "waiting-verifier", "verifying", "pass", "merging", "merged"]
     );
     d.stop();
+}
+
+#[test]
+fn the_command_line_dispatches_shows_and_merges_a_lane() {
+    let dir = TestDir::new("lanecli");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\n", seats, vec![]);
+    let sock = r.d.socket.display().to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", sock.as_str()];
+        all.extend_from_slice(args);
+        util::run_cli(&all)
+    };
+    let repo = r.repo.display().to_string();
+    let (code, out, err) = cli(&["repos", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().next() == Some(repo.as_str()), "{out}");
+    // A usage error names what is missing and exits 2 without asking the daemon.
+    let (code, _, err) = cli(&["lanes", "dispatch", "--repo", &repo, "--task", "Add feature.txt"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs --builder"), "{err}");
+    let (code, _, err) = cli(&["lanes", "frobnicate"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = cli(&[
+        "--json", "lanes", "dispatch", "--repo", &repo, "--task", "Add feature.txt", "--builder", "builder", "--verifier", "verifier",
+        "--acceptance-name", "feature exists", "--acceptance", "test -f feature.txt", "--name", "add feature",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lane: Value = serde_json::from_str(&out).unwrap();
+    let id = lane["lane"].as_str().unwrap().to_string();
+    assert_eq!(lane["branch"], json!("omni/add-feature"));
+    let (stages, _) = r.run_until(&["pass", "sent-back", "cap"]);
+    assert_eq!(stages.last().map(String::as_str), Some("pass"));
+    // The list line: id, stage, state, builder→verifier, branch, rounds.
+    let (code, out, err) = cli(&["lanes", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{out}"));
+    for part in ["pass", "verified", "builder\u{2192}verifier", "omni/add-feature", "round 1/3", "waits for you"] {
+        assert!(line.contains(part), "{part} not in {line}");
+    }
+    let (code, out, err) = cli(&["lanes", "show", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the acceptance command exited with status 0"), "{out}");
+    assert!(out.contains("verdict     pass on "), "{out}");
+    assert!(out.contains("waits for the operator's lanes.merge"), "{out}");
+    let (code, out, _) = cli(&["--json", "lanes", "list"]);
+    assert_eq!(code, 0);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list["lanes"][0]["lane"], json!(id));
+    // A daemon error: code on stderr, exit 1.
+    let (code, _, err) = cli(&["lanes", "rework", "t-nosuchlane0", "again"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("lane-not-found"), "{err}");
+    let (code, out, err) = cli(&["lanes", "merge", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("merging"), "{out}");
+    let (stages, _) = r.run_until(&["merged", "merge-failed"]);
+    assert_eq!(stages, ["merging", "merged"]);
+    let (code, out, _) = cli(&["lanes", "show", &id]);
+    assert_eq!(code, 0);
+    assert!(out.contains(" merged ") && out.contains("(archived)"), "{out}");
+    let (code, out, _) = cli(&["lanes"]);
+    assert_eq!((code, out.trim()), (0, "no lanes"));
+    // Merging twice is refused: the lane is not waiting.
+    let (code, _, err) = cli(&["lanes", "merge", &id]);
+    assert_eq!(code, 1);
+    assert!(err.contains("lane-not-waiting"), "{err}");
+    assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "feature");
+    r.d.stop();
 }

@@ -93,6 +93,8 @@ fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
             v if v.starts_with('"') => "\"changed\"".to_string(),
             // An array (http.allowed_origins) defaults to empty: one item changes it.
             v if v.starts_with('[') => "[\"changed\"]".to_string(),
+            "true" => "false".to_string(),
+            "false" => "true".to_string(),
             v => (v.parse::<i64>().expect("an integer default") - 1).to_string(),
         };
         let new = config::parse(&format!("[{section}]\n{key} = {changed}\n")).expect("a changed value parses");

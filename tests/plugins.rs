@@ -226,9 +226,11 @@ fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
 #[test]
 fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     let dir = TestDir::new("phostile");
+    // Generous enough that a loaded machine starts python within it: only
+    // `noinit`, which never answers, may meet it.
     let d = start_with_seats(
         &dir,
-        "initialize_timeout_ms = 500\nping_interval_ms = 200\nping_timeout_ms = 300\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
+        "initialize_timeout_ms = 3000\nping_interval_ms = 200\nping_timeout_ms = 1500\ncrash_limit = 3\nmemory_mb = 768\nmax_processes = 8\nwatch_interval_ms = 100\n",
         &[("fake", json!([]), vec![])],
     );
     let mut c = d.connect();
@@ -514,6 +516,10 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     assert_eq!(listed, [&json!(sid)], "{seen}");
     assert_eq!(seen["get"][&other]["error"]["data"]["code"], "session-not-found", "{seen}");
     assert_eq!(seen["get"][&sid]["result"]["id"], json!(sid));
+    // Nor another session's events, nor every stream at once.
+    assert_eq!(seen["events"][&other]["error"]["data"]["code"], "operator-only", "{seen}");
+    assert!(seen["events"][&sid]["result"]["events"].as_array().is_some_and(|e| !e.is_empty()), "{seen}");
+    assert_eq!(seen["follow_all"]["error"]["data"]["code"], "operator-only", "{seen}");
     assert_eq!(seen["approvals"]["result"]["approvals"], json!([]), "{seen}");
     assert_eq!(c.call("approvals.get", json!({"request_id": rid}))["state"], "pending");
     assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "pending");

@@ -312,18 +312,19 @@ impl AcpClient {
         if self.phase == Phase::Closed {
             return Err(Violation { reason: "a line after the transport closed".into(), turn_was_active: false });
         }
-        let msg = parse_line(line).map_err(|r| self.violate(r))?;
+        let mut msg = parse_line(line).map_err(|r| self.violate(r))?;
         if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             return Err(self.violate("a message without jsonrpc \"2.0\"".into()));
         }
+        // Taken out, not cloned: a streamed chunk's params are most of the
+        // line, and there is one per chunk. An answer has no params.
+        let params = msg.remove("params").unwrap_or(Value::Null);
         let mut step = Step::default();
         match (msg.get("method"), msg.get("id")) {
             (Some(Value::String(method)), Some(id)) if is_request_id(id) => {
-                let params = msg.get("params").cloned().unwrap_or(Value::Null);
                 self.on_agent_request(&mut step, id.clone(), method, params)?;
             }
             (Some(Value::String(method)), None) => {
-                let params = msg.get("params").cloned().unwrap_or(Value::Null);
                 self.on_notification(&mut step, method, &params)?;
             }
             (None, Some(id)) => self.on_response(&mut step, id, &msg)?,

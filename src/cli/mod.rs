@@ -7,6 +7,7 @@
 //! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
 
 pub mod client;
+pub mod lanes;
 pub mod plugin;
 pub mod sessions;
 
@@ -60,18 +61,19 @@ commands:
                               list, start and drive agent sessions
   approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]
                               the approvals inbox; answering is the operator's
+  {LANES}
   stop                        ask the daemon to stop
   config check [PATH]         validate a config file and print it in full
   plugin ...                  manage plugins; see below
   version                     print the version
 
 plugin commands:
-{PLUGIN}
+  {PLUGIN}
 
 see omniconfluxd(8) and omniconflux-plugin(7)";
 
 fn usage_text() -> String {
-    USAGE_TEMPLATE.replace("{PLUGIN}", plugin::USAGE)
+    USAGE_TEMPLATE.replace("{PLUGIN}", plugin::USAGE).replace("{LANES}", lanes::USAGE)
 }
 
 /// Parsed global options and the rest of the arguments.
@@ -158,6 +160,8 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "seats" => sessions::seats(|| connect(&args), args.json, rest),
         "sessions" => sessions::sessions(|| connect(&args), args.json, rest),
         "approvals" => sessions::approvals(|| connect(&args), args.json, rest),
+        "lanes" => lanes::lanes(|| connect(&args), args.json, rest),
+        "repos" => lanes::repos(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "stop" => {
             no_more(rest)?;
@@ -229,6 +233,10 @@ fn status(args: &Args) -> Result<(), Failure> {
     }
     let c = &info["counts"];
     println!("holds       {} events in {} streams, {} connections", c["events"], c["streams"], c["connections"]);
+    println!(
+        "            {} sessions ({} live), {} approvals waiting, {} lanes, {} plugins ({} running), {} seats",
+        c["sessions"], c["sessions_live"], c["approvals_pending"], c["lanes"], c["plugins"], c["plugins_running"], c["seats"]
+    );
     println!("you are     {}", s(&info["caller"]["class"]));
     Ok(())
 }

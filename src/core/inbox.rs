@@ -307,6 +307,11 @@ impl Inbox {
 
     /// Pending requests oldest first, then (with `resolved`) the kept
     /// resolved ones, oldest first.
+    /// How many requests wait for an answer.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
     pub fn list(&self, resolved: bool) -> Vec<&Item> {
         let mut out: Vec<&Item> = self.pending.values().collect();
         out.sort_by_key(|i| i.order);

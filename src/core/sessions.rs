@@ -10,7 +10,10 @@
 //! session.start, turn.start, turn.end, approval.request,
 //! approval.resolved, session.end, plus the session row and transcript
 //! entries. All lines of one wake-up are one ledger batch; the session's
-//! `session.event` and the transcript deltas go out after it commits.
+//! `session.event` and the transcript deltas go out after it commits, the
+//! deltas of batches committed together merged into one line per
+//! subscriber. A batch of text chunks only rewrites the session row when
+//! the transcript got a new entry or the session changed.
 //!
 //! An agent that breaks its transport (an invalid or oversized line), that
 //! stalls in a turn, or that stops reading its stdin ends its turn failed,
@@ -148,6 +151,8 @@ pub struct Session {
     stall: Duration,
     stall_timer: Option<TimerId>,
     last_state: &'static str,
+    /// `transcript_len` as last written to the session's row.
+    row_transcript_len: usize,
 }
 
 impl Session {
@@ -286,6 +291,8 @@ pub struct Sessions {
     watchers: HashSet<Token>,
     /// Transcript subscriptions: session -> (connection, sub_id).
     tsubs: HashMap<String, Vec<(Token, String)>>,
+    /// Committed deltas not sent yet, per session, in commit order.
+    outbox: Vec<(String, Delta)>,
     stopping: bool,
 }
 
@@ -596,6 +603,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         stall: Duration::from_secs(seat.cfg.stall_timeout.unwrap_or(limits::AGENT_STALL_DEFAULT_S)),
         stall_timer: None,
         last_state: "starting",
+        row_transcript_len: usize::MAX,
     };
     let sid = st.id.clone();
     crate::info!(
@@ -668,13 +676,23 @@ pub type After = Box<dyn FnOnce(&mut Daemon)>;
 
 pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
     if let Some(s) = d.core.sessions.map.get_mut(sid) {
+        // The round's transcript text goes into this batch, its delta out
+        // after the commit.
+        if let Some(delta) = s.transcript.flush(sid, &mut fx.ops) {
+            Delta::merge(&mut fx.delta, delta);
+        }
         let state = s.state();
         if state != s.last_state {
             s.last_state = state;
             s.status_since_ms = crate::clock::now_ms();
             fx.changed = true;
         }
-        if fx.changed || !fx.ops.is_empty() {
+        // The row is rewritten when the session changed or its transcript
+        // got an entry (`transcript_len` is what a restart resumes from),
+        // not for every round of text chunks: those change only
+        // `last_activity`, which is written with the next change.
+        if fx.changed || s.transcript.len != s.row_transcript_len {
+            s.row_transcript_len = s.transcript.len;
             fx.ops.push(s.row_op());
         }
     }
@@ -691,7 +709,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
             crate::error!("session {sid}: the ledger refused its records: {e:?}");
         }
         if let Some(delta) = delta {
-            send_delta(d, &sid, &delta);
+            queue_delta(d, &sid, delta);
         }
         if changed || added {
             notify_session(d, &sid, if added { "added" } else { "updated" });
@@ -702,11 +720,44 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
     });
 }
 
-fn send_delta(d: &mut Daemon, sid: &str, delta: &Delta) {
-    let Some(subs) = d.core.sessions.tsubs.get(sid).cloned() else { return };
-    for (conn, sub_id) in subs {
-        let line = note("transcript.delta", json!({"sub_id": sub_id, "from_index": delta.from, "entries": delta.entries}));
-        d.send(conn, &line);
+/// Holds a committed batch's delta until [`flush_deltas`]: the batches
+/// committed together (one group commit) send one merged delta per
+/// subscriber, carrying the growing entry once instead of once per batch.
+fn queue_delta(d: &mut Daemon, sid: &str, delta: Delta) {
+    if !d.core.sessions.tsubs.contains_key(sid) {
+        return;
+    }
+    let out = &mut d.core.sessions.outbox;
+    match out.iter_mut().find(|(s, _)| s == sid) {
+        Some((_, slot)) => {
+            let mut merged = Some(std::mem::replace(slot, Delta { from: 0, entries: Vec::new() }));
+            Delta::merge(&mut merged, delta);
+            if let Some(m) = merged {
+                *slot = m;
+            }
+        }
+        None => out.push((sid.to_string(), delta)),
+    }
+}
+
+/// Sends the deltas held by [`queue_delta`]; the daemon runs it once the
+/// continuations of a group commit have run. The entries are serialised
+/// once per delta; each subscriber's line differs only in its `sub_id`.
+pub fn flush_deltas(d: &mut Daemon) {
+    if d.core.sessions.outbox.is_empty() {
+        return;
+    }
+    for (sid, delta) in std::mem::take(&mut d.core.sessions.outbox) {
+        let Some(subs) = d.core.sessions.tsubs.get(&sid).cloned() else { continue };
+        let entries = Value::Array(delta.entries).to_string();
+        let tail = format!(",\"from_index\":{},\"entries\":{entries}}}}}\n", delta.from);
+        for (conn, sub_id) in subs {
+            let mut line = Vec::with_capacity(tail.len() + sub_id.len() + 64);
+            line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":");
+            let _ = serde_json::to_writer(&mut line, &sub_id);
+            line.extend_from_slice(tail.as_bytes());
+            d.send(conn, &line);
+        }
     }
 }
 
@@ -750,12 +801,14 @@ pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
 pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
     let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else { return };
     let mut fx = Effects::default();
+    // One clock read for the lines of one wake-up, not one per line.
+    let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
     for o in out {
         match o {
             Output::Line(line) => {
                 let Some(s) = d.core.sessions.map.get_mut(&sid) else { return };
-                s.last_line = Instant::now();
-                s.last_activity_ms = Some(crate::clock::now_ms());
+                s.last_line = now;
+                s.last_activity_ms = Some(now_ms);
                 let Some(drv) = s.driver.as_mut() else { continue };
                 match drv.on_line(&line) {
                     Ok(step) => handle_step(d, &sid, step, &mut fx),
@@ -796,13 +849,9 @@ fn broke(d: &mut Daemon, sid: &str, reason: &str, fx: &mut Effects) {
 fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
     let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
     let ts = crate::clock::now_ts();
-    if let Some(delta) = s.transcript.push(sid, &Entry::System { text: why.to_string() }, &ts, true, &mut fx.ops) {
-        Delta::merge(&mut fx.delta, delta);
-    }
+    s.transcript.push(sid, &Entry::System { text: why.to_string() }, Some(&ts), true, &mut fx.ops);
     if s.turn_active {
-        if let Some(delta) = s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, &ts, false, &mut fx.ops) {
-            Delta::merge(&mut fx.delta, delta);
-        }
+        s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, Some(&ts), false, &mut fx.ops);
         end_turn_state(d, sid, EndReason::Failed, fx);
     }
     withdraw_open(d, sid, "the turn ended", fx);
@@ -862,9 +911,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
         AgentEvent::SetupFailed { detail } => {
             crate::warn!("session {sid}: the agent could not set up a session: {detail}");
             let ts = crate::clock::now_ts();
-            if let Some(delta) = s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, &ts, true, &mut fx.ops) {
-                Delta::merge(&mut fx.delta, delta);
-            }
+            s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, Some(&ts), true, &mut fx.ops);
             stop_agent(d, sid);
         }
         AgentEvent::TurnStarted { mode, chars } => {
@@ -882,10 +929,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
             if matches!(entry, Entry::TurnEnd { .. }) && !s.turn_active {
                 return;
             }
-            let ts = crate::clock::now_ts();
-            if let Some(delta) = s.transcript.push(sid, &entry, &ts, false, &mut fx.ops) {
-                Delta::merge(&mut fx.delta, delta);
-            }
+            s.transcript.push(sid, &entry, None, false, &mut fx.ops);
         }
         AgentEvent::PermissionRequest(req) => permission(d, sid, req, fx),
         AgentEvent::PermissionClosed { agent_request_key, delivered } => {
@@ -1072,9 +1116,7 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
                     crate::warn!("session {sid}: the agent exited mid-turn ({why})");
                     if let Some(s) = d.core.sessions.map.get_mut(sid) {
                         let ts = crate::clock::now_ts();
-                        if let Some(delta) = s.transcript.push(sid, &Entry::System { text: why }, &ts, true, &mut fx.ops) {
-                            Delta::merge(&mut fx.delta, delta);
-                        }
+                        s.transcript.push(sid, &Entry::System { text: why }, Some(&ts), true, &mut fx.ops);
                     }
                 }
             }
@@ -1231,7 +1273,9 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
         if was_active {
             // The turn that ran when the daemon stopped ended with it.
             let mut t = Transcript::restored(restored.transcript_len);
-            t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, &crate::clock::now_ts(), false, &mut fx.ops);
+            t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, None, false, &mut fx.ops);
+            // Nobody subscribes to a session not reopened yet: no delta.
+            let _ = t.flush(&id, &mut fx.ops);
             restored.transcript_len = t.len;
             restored.turn_active = false;
             restored.end_reason = Some("interrupted".into());

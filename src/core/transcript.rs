@@ -1,15 +1,40 @@
 //! A session's transcript, normalised into entries (seed 004, Transcripts
 //! and the Transcript data type; issue 3): user, text, thinking, tool,
-//! turn_end, system. Every entry is stored once in the ledger's
-//! `transcript` table with tool input and result whole; the wire form
-//! (camelCase, as the spec's Entry) never carries them: `sessions.toolDetail`
-//! reads them.
+//! turn_end, system. This file owns the entries in memory for the running
+//! turn, the ledger writes that record them, the `transcript.delta`s that
+//! tell subscribers about them, and the reads that assemble them back from
+//! the ledger. Every entry is stored once in the ledger's `transcript`
+//! table with tool input and result whole; the wire form (camelCase, as the
+//! spec's Entry) never carries them: `sessions.toolDetail` reads them.
 //!
 //! Consecutive text (or thinking) chunks of the agent are one entry that
 //! grows; later reports about a tool call change its entry. So only the
 //! running turn's entries can change, and only they are kept in memory
 //! (`TRANSCRIPT_TURN_CACHE`), to build `transcript.delta`s: an idle session
 //! holds none. Entry ids are `e<index>`, stable as the transcript grows.
+//!
+//! Storage of a growing entry: its `transcript` row holds the text it had
+//! when it was first written (part 0), and each later append is one row of
+//! `transcript_parts` (part 1, 2, ...), which reads concatenate in order.
+//! Appending a chunk used to rewrite the whole row (`text = text || ?` on a
+//! WITHOUT ROWID table copies the row in its B-tree), so a turn of n
+//! chunks cost O(n²) bytes written; an INSERT of a part costs what the part
+//! holds, so a turn costs O(total bytes). This is simpler than keeping the
+//! text in memory and switching shapes past a size: one shape, one read
+//! path, and nothing to convert when an entry grows. Chunks are not
+//! written one by one either: [`Transcript::push`] buffers the text of the
+//! last entry and [`Transcript::flush`], run once per round (all lines of
+//! one wake-up of the agent's pipe), writes it as the row's first text or
+//! as one part, so a round costs one statement however many chunks it had.
+//!
+//! Deltas: a delta cuts the client's list at `from_index` and appends
+//! `entries` (seed 004); it has no way to append to an entry's text, so a
+//! delta that changes the growing entry carries it whole. The smallest
+//! wire cost the protocol allows is then one delta per change *seen* by a
+//! subscriber, not per chunk: [`Transcript::flush`] builds at most one
+//! delta per round (the entries from the first one the round changed), and
+//! the session core merges the deltas of every batch committed together
+//! into one line per subscriber (`sessions::flush_deltas`).
 
 use rusqlite::types::Value as Sql;
 use serde_json::{json, Map, Value};
@@ -21,7 +46,7 @@ use crate::limits;
 
 const INSERT: &str = "INSERT INTO transcript (session, idx, kind, ts, text, tool_id, tool_name, tool_kind, tool_status, tool_input, tool_result) \
                       VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-const APPEND_TEXT: &str = "UPDATE transcript SET text = coalesce(text, '') || ?3 WHERE session = ?1 AND idx = ?2";
+const APPEND_PART: &str = "INSERT INTO transcript_parts (session, idx, part, text) VALUES (?1, ?2, ?3, ?4)";
 const TOOL_UPDATE: &str = "UPDATE transcript SET tool_name = coalesce(?3, tool_name), tool_kind = coalesce(?4, tool_kind), \
                            tool_status = coalesce(?5, tool_status), tool_input = coalesce(?6, tool_input), \
                            tool_result = coalesce(?7, tool_result) WHERE session = ?1 AND idx = ?2";
@@ -47,6 +72,16 @@ impl Delta {
     }
 }
 
+/// Text of the last entry not yet handed to the ledger.
+#[derive(Debug)]
+struct Pending {
+    idx: usize,
+    /// The entry's row is not written yet (its kind and timestamp): the text
+    /// goes into its INSERT. Otherwise the text is the entry's next part.
+    row: Option<(&'static str, String)>,
+    text: String,
+}
+
 #[derive(Default, Debug)]
 pub struct Transcript {
     /// How many entries the session has.
@@ -56,6 +91,15 @@ pub struct Transcript {
     cache: Vec<Map<String, Value>>,
     /// Tool call id -> entry index, for the running turn.
     tools: HashMap<String, usize>,
+    /// Text pushed since the last flush, for the last entry.
+    pending: Option<Pending>,
+    /// The next part number of the last entry (its row is part 0).
+    next_part: i64,
+    /// The first cached entry changed since the last flush.
+    dirty_from: Option<usize>,
+    /// Where the turn that ended since the last flush ended: entries before
+    /// it leave the cache once its delta is built.
+    ended_at: Option<usize>,
 }
 
 fn text_kind(e: &Entry) -> Option<(&'static str, &str)> {
@@ -102,8 +146,17 @@ impl Transcript {
         (!self.cache.is_empty()).then_some(self.cache_start)
     }
 
-    /// Records `entry`: the ledger operations for it, and the delta.
-    pub fn push(&mut self, sid: &str, entry: &Entry, ts: &str, is_error: bool, ops: &mut Vec<Op>) -> Option<Delta> {
+    fn touched(&mut self, idx: usize) {
+        if idx >= self.cache_start {
+            self.dirty_from = Some(self.dirty_from.map_or(idx, |d| d.min(idx)));
+        }
+    }
+
+    /// Records `entry`: its ledger operations go to `ops` (the text of a
+    /// growing entry at the next [`flush`](Self::flush)), and the change to
+    /// the next flush's delta. A new entry is stamped `ts`, or now when it
+    /// is `None`: a chunk that grows an entry costs no clock read or format.
+    pub fn push(&mut self, sid: &str, entry: &Entry, ts: Option<&str>, is_error: bool, ops: &mut Vec<Op>) {
         // A text chunk after a text chunk grows that entry.
         if let Some((kind, text)) = text_kind(entry) {
             let last = self.len.checked_sub(1);
@@ -113,17 +166,29 @@ impl Transcript {
                     if let Some(Value::String(s)) = m.get_mut("text") {
                         s.push_str(text);
                     }
-                    ops.push(Op::Exec { sql: APPEND_TEXT, params: vec![Sql::Text(sid.into()), Sql::Integer(idx as i64), Sql::Text(text.into())] });
-                    return self.delta(idx);
+                    match &mut self.pending {
+                        Some(p) if p.idx == idx => p.text.push_str(text),
+                        _ => {
+                            self.write_pending(sid, ops);
+                            self.pending = Some(Pending { idx, row: None, text: text.to_string() });
+                        }
+                    }
+                    self.touched(idx);
+                    return;
                 }
             }
         }
+        // Anything else is recorded in order after the text before it.
+        self.write_pending(sid, ops);
         if let Entry::Tool(t) = entry {
             if let Some(&idx) = self.tools.get(&t.id) {
-                return self.update_tool(sid, idx, t, ops);
+                self.update_tool(sid, idx, t, ops);
+                return;
             }
         }
         let idx = self.len;
+        let ts = ts.map_or_else(crate::clock::now_ts, str::to_string);
+        let ts = ts.as_str();
         let mut wire = Map::new();
         wire.insert("id".into(), json!(format!("e{idx}")));
         wire.insert("timestamp".into(), json!(ts));
@@ -150,39 +215,97 @@ impl Transcript {
         };
         wire.insert("kind".into(), json!(kind));
         fill_wire(&mut wire, kind, text.as_deref(), tool_id.as_deref(), tool_name.as_deref(), status.as_deref(), input.as_deref());
-        ops.push(Op::Exec {
-            sql: INSERT,
-            params: vec![
-                Sql::Text(sid.into()),
-                Sql::Integer(idx as i64),
-                Sql::Text(kind.into()),
-                Sql::Text(ts.into()),
-                opt(text),
-                opt(tool_id),
-                opt(tool_name),
-                opt(tool_kind),
-                opt(status),
-                opt(input),
-                opt(result),
-            ],
-        });
+        if let (Some((k, _)), Some(t)) = (text_kind(entry), &text) {
+            // A text entry is written at the flush, with the text of every
+            // chunk of this round.
+            self.pending = Some(Pending { idx, row: Some((k, ts.to_string())), text: t.clone() });
+            self.next_part = 1;
+        } else {
+            ops.push(Op::Exec {
+                sql: INSERT,
+                params: vec![
+                    Sql::Text(sid.into()),
+                    Sql::Integer(idx as i64),
+                    Sql::Text(kind.into()),
+                    Sql::Text(ts.into()),
+                    opt(text),
+                    opt(tool_id),
+                    opt(tool_name),
+                    opt(tool_kind),
+                    opt(status),
+                    opt(input),
+                    opt(result),
+                ],
+            });
+        }
         self.len += 1;
-        if self.cache.len() >= limits::TRANSCRIPT_TURN_CACHE {
-            self.cache.remove(0);
-            self.cache_start += 1;
+        if self.cache.is_empty() {
+            self.cache_start = idx;
         }
         self.cache.push(wire);
-        let delta = self.delta(idx);
+        self.touched(idx);
         if kind == "turn_end" {
-            // The turn is over: nothing of it changes any more.
-            self.cache.clear();
-            self.cache_start = self.len;
+            // The turn is over: nothing of it changes any more. Its entries
+            // leave the cache once this round's delta is built.
+            self.ended_at = Some(self.len);
             self.tools.clear();
+        }
+    }
+
+    /// Writes the buffered text of the last entry: its row, or one part.
+    fn write_pending(&mut self, sid: &str, ops: &mut Vec<Op>) {
+        let Some(p) = self.pending.take() else { return };
+        match p.row {
+            Some((kind, ts)) => ops.push(Op::Exec {
+                sql: INSERT,
+                params: vec![
+                    Sql::Text(sid.into()),
+                    Sql::Integer(p.idx as i64),
+                    Sql::Text(kind.into()),
+                    Sql::Text(ts),
+                    Sql::Text(p.text),
+                    Sql::Null,
+                    Sql::Null,
+                    Sql::Null,
+                    Sql::Null,
+                    Sql::Null,
+                    Sql::Null,
+                ],
+            }),
+            None => {
+                ops.push(Op::Exec {
+                    sql: APPEND_PART,
+                    params: vec![Sql::Text(sid.into()), Sql::Integer(p.idx as i64), Sql::Integer(self.next_part), Sql::Text(p.text)],
+                });
+                self.next_part += 1;
+            }
+        }
+    }
+
+    /// Ends a round: writes the buffered text to `ops` and returns the
+    /// round's delta (the entries from the first one it changed, as they
+    /// are now), then lets go of a finished turn and of entries past the
+    /// cache bound.
+    pub fn flush(&mut self, sid: &str, ops: &mut Vec<Op>) -> Option<Delta> {
+        self.write_pending(sid, ops);
+        let delta = self.dirty_from.take().and_then(|from| self.delta(from));
+        if let Some(end) = self.ended_at.take() {
+            let drop = end.saturating_sub(self.cache_start).min(self.cache.len());
+            self.cache.drain(..drop);
+            self.cache_start += drop;
+        }
+        if self.cache.len() > limits::TRANSCRIPT_TURN_CACHE {
+            let drop = self.cache.len() - limits::TRANSCRIPT_TURN_CACHE;
+            self.cache.drain(..drop);
+            self.cache_start += drop;
+        }
+        if self.cache.is_empty() {
+            self.cache_start = self.len;
         }
         delta
     }
 
-    fn update_tool(&mut self, sid: &str, idx: usize, t: &ToolEntry, ops: &mut Vec<Op>) -> Option<Delta> {
+    fn update_tool(&mut self, sid: &str, idx: usize, t: &ToolEntry, ops: &mut Vec<Op>) {
         let name = t.title.clone();
         ops.push(Op::Exec {
             sql: TOOL_UPDATE,
@@ -196,8 +319,8 @@ impl Transcript {
                 opt(t.result.as_ref().map(Value::to_string)),
             ],
         });
-        let pos = idx.checked_sub(self.cache_start)?;
-        let m = self.cache.get_mut(pos)?;
+        let Some(pos) = idx.checked_sub(self.cache_start) else { return };
+        let Some(m) = self.cache.get_mut(pos) else { return };
         if let Some(n) = name {
             m.insert("toolName".into(), json!(n));
         }
@@ -207,7 +330,7 @@ impl Transcript {
         if let Some(s) = t.status {
             m.insert("resultIsError".into(), json!(s == ToolStatus::Failed));
         }
-        self.delta(idx)
+        self.touched(idx);
     }
 
     fn delta(&self, from: usize) -> Option<Delta> {
@@ -250,29 +373,65 @@ fn fill_wire(m: &mut Map<String, Value>, kind: &str, text: Option<&str>, tool_id
     }
 }
 
+/// One `transcript` row as read, before its parts are added.
+struct Row {
+    idx: i64,
+    kind: String,
+    ts: String,
+    text: Option<String>,
+    tool_id: Option<String>,
+    tool_name: Option<String>,
+    status: Option<String>,
+    input: Option<String>,
+}
+
 /// Entries `from..` of a session from the ledger (reader thread), at most
-/// `limit`, in wire form.
+/// `limit`, in wire form: each entry's text is its row's followed by its
+/// parts in order.
 pub fn read_entries(conn: &rusqlite::Connection, sid: &str, from: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
     let mut stmt = conn.prepare_cached(
         "SELECT idx, kind, ts, text, tool_id, tool_name, tool_status, tool_input FROM transcript \
          WHERE session = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
     )?;
-    let rows = stmt.query_map(rusqlite::params![sid, from as i64, limit as i64], |r| {
-        let idx: i64 = r.get(0)?;
-        let kind: String = r.get(1)?;
-        let mut m = Map::new();
-        m.insert("id".into(), json!(format!("e{idx}")));
-        m.insert("kind".into(), json!(kind));
-        m.insert("timestamp".into(), json!(r.get::<_, String>(2)?));
-        let text: Option<String> = r.get(3)?;
-        let tool_id: Option<String> = r.get(4)?;
-        let tool_name: Option<String> = r.get(5)?;
-        let status: Option<String> = r.get(6)?;
-        let input: Option<String> = r.get(7)?;
-        fill_wire(&mut m, &kind, text.as_deref(), tool_id.as_deref(), tool_name.as_deref(), status.as_deref(), input.as_deref());
-        Ok(Value::Object(m))
-    })?;
-    rows.collect()
+    let mut rows = stmt
+        .query_map(rusqlite::params![sid, from as i64, limit as i64], |r| {
+            Ok(Row {
+                idx: r.get(0)?,
+                kind: r.get(1)?,
+                ts: r.get(2)?,
+                text: r.get(3)?,
+                tool_id: r.get(4)?,
+                tool_name: r.get(5)?,
+                status: r.get(6)?,
+                input: r.get(7)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<Row>>>()?;
+    if let (Some(first), Some(last)) = (rows.first().map(|r| r.idx), rows.last().map(|r| r.idx)) {
+        let mut parts = conn.prepare_cached(
+            "SELECT idx, text FROM transcript_parts WHERE session = ?1 AND idx >= ?2 AND idx <= ?3 ORDER BY idx, part",
+        )?;
+        let mut q = parts.query(rusqlite::params![sid, first, last])?;
+        while let Some(p) = q.next()? {
+            let idx: i64 = p.get(0)?;
+            let piece: String = p.get(1)?;
+            // Rows are sorted by idx: find the entry the part belongs to.
+            if let Ok(pos) = rows.binary_search_by_key(&idx, |r| r.idx) {
+                rows[pos].text.get_or_insert_with(String::new).push_str(&piece);
+            }
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let mut m = Map::new();
+            m.insert("id".into(), json!(format!("e{}", r.idx)));
+            m.insert("kind".into(), json!(r.kind));
+            m.insert("timestamp".into(), json!(r.ts));
+            fill_wire(&mut m, &r.kind, r.text.as_deref(), r.tool_id.as_deref(), r.tool_name.as_deref(), r.status.as_deref(), r.input.as_deref());
+            Value::Object(m)
+        })
+        .collect())
 }
 
 /// Where a first `transcript.subscribe` answer starts (seed 004): the first
@@ -324,36 +483,89 @@ mod tests {
     use super::*;
     use crate::agents::{ActionKind, EndReason};
 
+    fn db() -> rusqlite::Connection {
+        let mut c = rusqlite::Connection::open_in_memory().unwrap();
+        assert!(matches!(crate::ledger::schema::prepare(&mut c).unwrap(), crate::ledger::schema::Prepared::Ready { .. }));
+        c
+    }
+
+    fn apply(c: &rusqlite::Connection, ops: &mut Vec<Op>) {
+        for op in ops.drain(..) {
+            if let Op::Exec { sql, params } = op {
+                c.execute(sql, rusqlite::params_from_iter(params)).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn chunks_merge_tools_update_and_the_turn_end_clears_the_cache() {
         let mut t = Transcript::default();
         let mut ops = Vec::new();
-        let mut delta = None;
         for e in [
             Entry::User { text: "hi".into() },
             Entry::Text { text: "a".into() },
             Entry::Text { text: "b".into() },
         ] {
-            if let Some(d) = t.push("s", &e, "ts", false, &mut ops) {
-                Delta::merge(&mut delta, d);
-            }
+            t.push("s", &e, Some("ts"), false, &mut ops);
         }
-        let d = delta.take().unwrap();
+        let d = t.flush("s", &mut ops).unwrap();
         assert_eq!(d.from, 0);
         assert_eq!(d.entries.len(), 2);
         assert_eq!(d.entries[1]["text"], json!("ab"));
+        // The user row and the text row, whose INSERT holds both chunks.
+        assert_eq!(ops.len(), 2);
         let call = ToolEntry { id: "c1".into(), title: Some("Read".into()), kind: Some(ActionKind::Read), input: Some(json!({"path": "/x"})), status: None, result: None };
-        t.push("s", &Entry::Tool(call), "ts", false, &mut ops);
+        t.push("s", &Entry::Tool(call), Some("ts"), false, &mut ops);
+        let d = t.flush("s", &mut ops).unwrap();
+        assert_eq!((d.from, d.entries.len()), (2, 1));
         let done = ToolEntry { id: "c1".into(), title: None, kind: None, input: None, status: Some(ToolStatus::Failed), result: Some(json!("no")) };
-        let d = t.push("s", &Entry::Tool(done), "ts", false, &mut ops).unwrap();
+        t.push("s", &Entry::Tool(done), Some("ts"), false, &mut ops);
+        t.push("s", &Entry::TurnEnd { reason: EndReason::Interrupted }, Some("ts"), false, &mut ops);
+        let d = t.flush("s", &mut ops).unwrap();
         assert_eq!((d.from, d.entries[0]["resultIsError"].clone(), d.entries[0]["toolName"].clone()), (2, json!(true), json!("Read")));
-        let d = t.push("s", &Entry::TurnEnd { reason: EndReason::Interrupted }, "ts", false, &mut ops).unwrap();
-        assert_eq!(d.entries[0]["interrupted"], json!(true));
+        assert_eq!(d.entries[1]["interrupted"], json!(true));
         assert_eq!(t.len, 4);
         assert_eq!(t.cache_start(), None);
-        assert_eq!(ops.len(), 6);
+        assert_eq!(t.flush("s", &mut ops), None);
+        assert_eq!(ops.len(), 5);
         let mut merged = Some(Delta { from: 3, entries: vec![json!(3), json!(4)] });
         Delta::merge(&mut merged, Delta { from: 4, entries: vec![json!("4b"), json!(5)] });
         assert_eq!(merged.unwrap().entries, vec![json!(3), json!("4b"), json!(5)]);
+    }
+
+    #[test]
+    fn a_growing_entry_is_one_statement_a_round_and_reads_back_whole() {
+        let c = db();
+        let mut t = Transcript::default();
+        let mut ops = Vec::new();
+        t.push("s", &Entry::User { text: "go".into() }, Some("ts"), false, &mut ops);
+        let mut want = String::new();
+        for round in 0..5 {
+            for chunk in 0..10 {
+                let piece = format!("<{round}.{chunk}>");
+                want.push_str(&piece);
+                t.push("s", &Entry::Text { text: piece }, Some("ts"), false, &mut ops);
+            }
+            let d = t.flush("s", &mut ops).unwrap();
+            // One statement per round: the row, then one part each.
+            assert_eq!(ops.len(), if round == 0 { 2 } else { 1 });
+            assert_eq!(d.entries.last().unwrap()["text"], json!(want));
+            apply(&c, &mut ops);
+        }
+        let parts: i64 = c.query_row("SELECT count(*) FROM transcript_parts", [], |r| r.get(0)).unwrap();
+        assert_eq!(parts, 4);
+        // Thinking after text is a new entry; a tool between stops a merge.
+        t.push("s", &Entry::Thinking { text: "hm".into() }, Some("ts"), false, &mut ops);
+        t.push("s", &Entry::Thinking { text: "m".into() }, Some("ts"), false, &mut ops);
+        t.push("s", &Entry::TurnEnd { reason: EndReason::Completed }, Some("ts"), false, &mut ops);
+        t.flush("s", &mut ops);
+        apply(&c, &mut ops);
+        let rows = read_entries(&c, "s", 0, 100).unwrap();
+        let texts: Vec<Value> = rows.iter().map(|r| r["text"].clone()).collect();
+        assert_eq!(texts, vec![json!("go"), json!(want), json!("hmm"), Value::Null]);
+        assert_eq!(rows[3]["stopReason"], json!("completed"));
+        // A page that starts inside the transcript still gets its parts.
+        let page = read_entries(&c, "s", 1, 1).unwrap();
+        assert_eq!((page.len(), page[0]["text"].clone()), (1, json!(want)));
     }
 }

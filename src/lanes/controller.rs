@@ -291,6 +291,11 @@ fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
                 if let Some(l) = d.lanes.map.get_mut(id) {
                     l.machine.stage = stage;
                     l.stage_since_ms = crate::clock::now_ms();
+                    // A reason says why the lane waits for the operator; it
+                    // is stale once the lane moves on.
+                    if !stage.waits_for_operator() {
+                        l.reason = None;
+                    }
                     let since = crate::clock::format_ts(l.stage_since_ms);
                     ops.push(event("lane.stage", json!({"lane": id, "stage": stage.name(), "since": since})));
                     crate::info!("lane {id}: {}", stage.name());
@@ -435,8 +440,12 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
     }
 }
 
-fn checks_dir(d: &Daemon) -> PathBuf {
-    d.paths.state_dir.join("lanes")
+/// The lane's daemon-owned checkout: the acceptance command runs in it and
+/// the verifier reads it, each time moved to exactly the commit at hand. It
+/// is made once per lane (the one full checkout a round does not repeat)
+/// and removed when the lane is archived.
+fn check_dir(d: &Daemon, lane: &str) -> PathBuf {
+    d.paths.state_dir.join("lanes").join(lane)
 }
 
 fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
@@ -445,7 +454,7 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
         _ if !d.cfg.lanes.require_isolation => Isolation::Unisolated,
         _ => return Err(lane_err(Code::IsolationMissing, "the acceptance command cannot run isolated here")),
     };
-    let checkout = checks_dir(d).join(format!("{}-check", l.id));
+    let checkout = check_dir(d, &l.id);
     let repo = l.repo.clone();
     let command = l.task.acceptance_command.clone();
     let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
@@ -453,19 +462,14 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
     job(
         d,
         move || -> Result<Outcome, String> {
-            if checkout.exists() {
-                let _ = git::remove_worktree(&repo, &checkout);
-            }
-            git::add_detached(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
-            let r = check::run(&check::Spec {
+            git::checkout_exactly(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
+            check::run(&check::Spec {
                 checkout: &checkout,
                 command: &command,
                 timeout,
                 isolation: &isolation,
                 tail_bytes: limits::LANE_CHECK_TAIL_BYTES,
-            });
-            let _ = git::remove_worktree(&repo, &checkout);
-            r
+            })
         },
         move |d, r| match r {
             Ok(outcome) => {
@@ -491,17 +495,16 @@ fn session_alive(d: &Daemon, sid: &str) -> bool {
 /// Asks the verifier to judge the commit when its seat is ready and not
 /// verifying another lane; otherwise the lane waits and is tried again.
 fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Result<(), RpcError> {
-    let checkout = checks_dir(d).join(format!("{}-verify", l.id));
+    let checkout = check_dir(d, &l.id);
     let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
     let diff_commit = commit.clone();
     job(
         d,
         move || -> Result<String, String> {
             let diff = git::diff(&repo, &base_commit, &diff_commit, limits::LANE_DIFF_MAX_BYTES).map_err(|e| e.to_string())?;
-            if checkout.exists() {
-                let _ = git::remove_worktree(&repo, &checkout);
-            }
-            git::add_detached(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
+            // The verifier reads the same daemon-owned checkout the check
+            // ran in, put back at exactly the commit it judges.
+            git::checkout_exactly(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
             Ok(diff)
         },
         move |d, r| match r {
@@ -527,7 +530,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         if second { " An earlier answer could not be read; follow the format exactly." } else { "" },
         verdict::instructions()
     );
-    let cwd = checks_dir(d).join(format!("{}-verify", l.id));
+    let cwd = check_dir(d, &l.id);
     let params = crate::core::sessions::SpawnParams {
         harness: seat.harness.clone(),
         cwd: cwd.display().to_string(),
@@ -562,19 +565,35 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
     let record = json!({"id": check_id, "lane": id, "text": text});
     persist(d, id, Vec::new());
     if let Some(sid) = sid.filter(|s| session_alive(d, s)) {
-        let op = Op::Event { stream: sid.clone(), kind: "check.rework".into(), ts: crate::clock::now_ts(), data: record.to_string() };
-        d.write(vec![op], |_, _| {});
         if crate::core::sessions::input(d, &sid, text.clone()).is_ok() {
+            record_check(d, &sid, &record);
             return;
         }
     }
-    restart_builder(d, id, text);
+    restart_builder_with(d, id, text, Some(record));
+}
+
+/// The `check.rework` record on the builder's session stream: what the lane
+/// sent the builder, never an event kind a plugin receives.
+fn record_check(d: &mut Daemon, sid: &str, record: &Value) {
+    let op = Op::Event { stream: sid.to_string(), kind: "check.rework".into(), ts: crate::clock::now_ts(), data: record.to_string() };
+    d.write(vec![op], |_, r| {
+        if let Err(e) = r {
+            crate::error!("a check.rework record was not stored: {e:?}");
+        }
+    });
 }
 
 /// Starts a builder session in the lane's worktree: the lane's seat when it
 /// is ready, otherwise another ready seat of a family other than the
 /// verifier's (failover). With none, the lane goes to the operator.
 fn restart_builder(d: &mut Daemon, id: &str, text: String) {
+    restart_builder_with(d, id, text, None);
+}
+
+/// As [`restart_builder`], recording `check` on the new session's stream
+/// once it exists.
+fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Value>) {
     let Some(l) = d.lanes.map.get(id).cloned() else { return };
     let seat = if seat_ready(d, &l.builder.harness) {
         Some(l.builder.clone())
@@ -603,6 +622,9 @@ fn restart_builder(d: &mut Daemon, id: &str, text: String) {
         Ok(v) => {
             let sid = v["session_id"].as_str().unwrap_or_default().to_string();
             d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Builder));
+            if let Some(c) = &check {
+                record_check(d, &sid, c);
+            }
             if let Some(l) = d.lanes.map.get_mut(&lid) {
                 l.builder_session = Some(sid);
                 l.builder = seat;
@@ -623,6 +645,7 @@ fn archive(d: &mut Daemon, id: &str) {
     let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()].into_iter().flatten().collect();
     let merged = l.machine.stage == Stage::Merged;
     let (repo, wt, remove) = (l.repo.clone(), l.worktree.clone(), merged || l.remove_worktree);
+    let check = check_dir(d, id);
     for s in &sessions {
         d.lanes.by_session.remove(s);
         if session_alive(d, s) {
@@ -630,6 +653,11 @@ fn archive(d: &mut Daemon, id: &str) {
         }
     }
     persist(d, id, Vec::new());
+    let (crepo, lid) = (repo.clone(), id.to_string());
+    let _ = job(d, move || if check.exists() { git::remove_worktree(&crepo, &check) } else { Ok(()) }, move |_, r| match r {
+        Ok(()) => crate::info!("lane {lid}: check checkout removed"),
+        Err(e) => crate::warn!("lane {lid}: its check checkout: {e}"),
+    });
     if remove {
         let lid = id.to_string();
         let shown = wt.display().to_string();
@@ -722,7 +750,13 @@ fn failover(d: &mut Daemon, id: &str) {
 }
 
 fn finish_verifier(d: &mut Daemon, sid: &str) {
-    d.lanes.by_session.remove(sid);
+    if let Some((lid, _)) = d.lanes.by_session.remove(sid) {
+        if let Some(l) = d.lanes.map.get_mut(&lid) {
+            if l.verifier_session.as_deref() == Some(sid) {
+                l.verifier_session = None;
+            }
+        }
+    }
     if session_alive(d, sid) {
         let _ = crate::core::sessions::kill(d, sid);
     }

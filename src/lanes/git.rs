@@ -110,6 +110,25 @@ pub fn add_detached(repo: &Path, path: &Path, commit: &str) -> Result<()> {
     run(&format!("unable to check out {commit} at {}", path.display()), c).map(drop)
 }
 
+/// Puts the daemon's checkout of a lane at `commit`, exactly: made once with
+/// a full checkout, then moved with `checkout --detach --force` and `clean`,
+/// which touch only what differs. Whatever a check or a verifier wrote there
+/// is gone afterwards, ignored files included.
+pub fn checkout_exactly(repo: &Path, path: &Path, commit: &str) -> Result<()> {
+    if !path.join(".git").exists() {
+        if path.exists() {
+            let _ = remove_worktree(repo, path);
+        }
+        return add_detached(repo, path, commit);
+    }
+    let mut c = git(path);
+    c.args(["checkout", "--quiet", "--detach", "--force", commit]);
+    run(&format!("unable to check out {commit} at {}", path.display()), c)?;
+    let mut c = git(path);
+    c.args(["clean", "-ffdxq"]);
+    run(&format!("unable to clean {}", path.display()), c).map(drop)
+}
+
 pub fn remove_worktree(repo: &Path, path: &Path) -> Result<()> {
     let mut c = git(repo);
     c.args(["worktree", "remove", "--force"]).arg(path);

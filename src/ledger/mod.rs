@@ -13,7 +13,7 @@
 //! schema, a failed integrity check, a file SQLite refuses) is opened
 //! read-only: reads are served, writes are refused with `ledger-corrupt`.
 
-mod schema;
+pub(crate) mod schema;
 mod writer;
 
 pub use schema::{current_version, Untrusted};

@@ -117,6 +117,23 @@ pub const MIGRATIONS: &[&str] = &[
         path     TEXT PRIMARY KEY,
         added_at TEXT NOT NULL
     ) WITHOUT ROWID;",
+    // 5: a growing transcript entry is stored as parts. Migration 3's
+    // transcript appended each chunk with `text = text || ?`, which rewrites
+    // the whole row: a turn of n chunks wrote O(n^2) bytes. Now an entry's
+    // row keeps the text it was first written with (part 0) and each later
+    // append is one row here (part 1, 2, ...); reads concatenate them in
+    // order. Every row written before this migration holds its entry's
+    // whole text, which is exactly part 0 of an entry with no further
+    // parts: the existing text is already in the new shape and stays where
+    // it is, so the migration only adds the table, whatever the ledger's
+    // size.
+    "CREATE TABLE transcript_parts (
+        session TEXT NOT NULL,
+        idx     INTEGER NOT NULL,
+        part    INTEGER NOT NULL CHECK (part >= 1),
+        text    TEXT NOT NULL,
+        PRIMARY KEY (session, idx, part)
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.

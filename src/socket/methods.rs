@@ -45,6 +45,18 @@ pub fn require_operator(req: &Req) -> Result<(), RpcError> {
     }
 }
 
+/// Whether `req`'s caller may read `stream`: the operator reads every
+/// stream; a caller inside an agent session reads its own session's stream
+/// only (it would otherwise see other sessions' events, prompts included);
+/// plugins read events through their own wire, behind their permission.
+fn may_read_stream(req: &Req, stream: &str) -> Result<(), RpcError> {
+    match &req.class {
+        crate::procs::CallerClass::Operator => Ok(()),
+        crate::procs::CallerClass::AgentSession(Some(own)) if own == stream => Ok(()),
+        other => Err(RpcError::new(Code::OperatorOnly, format!("a caller of class {} reads only its own session's events", other.name()))),
+    }
+}
+
 /// Maps a ledger refusal to the socket's codes.
 pub fn write_error(e: WriteError) -> RpcError {
     match e {
@@ -115,7 +127,16 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "schema": ledger::current_version(),
             "state": if d.ledger.corrupt.is_some() { "read-only" } else { "ok" },
         },
-        "counts": {"connections": d.socket.conns.len()},
+        "counts": {
+            "connections": d.socket.conns.len(),
+            "sessions": d.core.sessions.len(),
+            "sessions_live": d.core.sessions.iter().filter(|s| !s.ended).count(),
+            "approvals_pending": d.core.approvals.pending_count(),
+            "plugins": d.plugins.plugins.len(),
+            "plugins_running": d.plugins.plugins.values().filter(|p| p.run.is_some()).count(),
+            "lanes": d.lanes.listed().len(),
+            "seats": d.core.seats.list.len(),
+        },
         "stopping": d.is_stopping(),
     });
     if let Some(reason) = &d.ledger.corrupt {
@@ -165,6 +186,7 @@ struct ListParams {
 
 fn events_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ListParams { stream, after_seq, limit } = params(p)?;
+    may_read_stream(req, &stream)?;
     let limit = limit.unwrap_or(limits::EVENTS_PAGE_DEFAULT);
     if !(1..=limits::EVENTS_PAGE_MAX).contains(&limit) {
         return Err(RpcError::invalid_params(format!("limit must be 1 to {}", limits::EVENTS_PAGE_MAX)));
@@ -269,6 +291,10 @@ struct SubscribeParams {
 
 fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let SubscribeParams { streams } = params(p)?;
+    match &streams {
+        Some(list) => list.iter().try_for_each(|s| may_read_stream(req, s))?,
+        None => require_operator(req)?,
+    }
     if let Some(s) = &streams {
         if s.is_empty() || s.len() > limits::EVENTS_SUBSCRIBE_MAX_STREAMS {
             return Err(RpcError::invalid_params(format!("streams must name 1 to {} streams", limits::EVENTS_SUBSCRIBE_MAX_STREAMS)));

@@ -15,6 +15,7 @@ mod callgrind;
 mod fanout;
 mod sessions_mem;
 mod idle;
+mod lanes_bench;
 mod ping;
 mod plugins_bench;
 mod start;
@@ -38,6 +39,7 @@ fn main() {
     fanout::run();
     sessions_mem::run();
     plugins_bench::run();
+    lanes_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
