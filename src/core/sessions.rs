@@ -690,9 +690,10 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
         if let Err(e) = r {
             crate::error!("session {sid}: the ledger refused its records: {e:?}");
         }
-        if let Some(delta) = delta {
-            send_delta(d, &sid, &delta);
+        if let Some(delta) = &delta {
+            send_delta(d, &sid, delta);
         }
+        crate::http::session_committed(d, &sid, delta.as_ref());
         if changed || added {
             notify_session(d, &sid, if added { "added" } else { "updated" });
         }

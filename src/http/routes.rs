@@ -7,6 +7,10 @@
 //! | /storage          | GET    | token    | database figures, events per stream (paged)    |
 //! | /events           | GET    | token    | a page of one stream, or (SSE) a watch of it   |
 //!
+//! Phase 2's routes are listed where their handlers live: sessions,
+//! inputs and history in [`super::sessions`], approvals, seats and
+//! plugins in [`super::inbox`].
+//!
 //! Adding a route (phase 2): write a handler `fn(&mut Ctx) -> Result<Reply,
 //! Problem>`, and add a [`Route`] to [`ROUTES`] with its path template
 //! (`/sessions/{session_id}`), and per method the query parameters it
@@ -24,7 +28,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::inbox as ib;
 use super::pages;
+use super::sessions as ss;
 use super::problem::{Code, Problem};
 use super::sse::{self, Start, Subscription};
 use super::{Answer, Ctx, Reply};
@@ -74,6 +80,56 @@ pub const ROUTES: &[Route] = &[
             handler: get_events,
         }],
     },
+    Route {
+        path: "/sessions",
+        ops: &[Op { method: "GET", query: &["state", "harness", "worktree", "parent", "search", "limit", "next"], operator_only: false, handler: ss::get_sessions }],
+    },
+    Route {
+        path: "/sessions/{session_id}",
+        ops: &[
+            Op { method: "GET", query: &["tail", "after_generation", "after_seq"], operator_only: false, handler: ss::get_session },
+            Op { method: "PUT", query: &[], operator_only: true, handler: ss::put_session },
+            Op { method: "DELETE", query: &[], operator_only: true, handler: ss::delete_session },
+        ],
+    },
+    Route {
+        path: "/sessions/{session_id}/inputs/{input_id}",
+        ops: &[
+            Op { method: "GET", query: &[], operator_only: false, handler: ss::get_input },
+            Op { method: "PUT", query: &[], operator_only: true, handler: ss::put_input },
+        ],
+    },
+    Route {
+        path: "/sessions/{session_id}/inputs/{input_id}/cancel",
+        ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ss::cancel_input }],
+    },
+    Route { path: "/sessions/{session_id}/interrupt", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ss::post_interrupt }] },
+    Route {
+        path: "/sessions/{session_id}/history",
+        ops: &[Op { method: "GET", query: &["before", "after", "limit"], operator_only: false, handler: ss::get_history }],
+    },
+    Route { path: "/approvals", ops: &[Op { method: "GET", query: &["state", "limit", "next"], operator_only: false, handler: ib::get_approvals }] },
+    Route { path: "/approvals/{approval_id}", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_approval }] },
+    Route { path: "/approvals/{approval_id}/answer", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_answer }] },
+    Route { path: "/seats", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_seats }] },
+    Route { path: "/plugins", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugins }] },
+    Route {
+        path: "/plugins/{plugin_id}",
+        ops: &[
+            Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin },
+            Op { method: "DELETE", query: &["stop_tasks"], operator_only: true, handler: ib::delete_plugin },
+        ],
+    },
+    Route { path: "/plugins/{plugin_id}/approve", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_approve }] },
+    Route { path: "/plugins/{plugin_id}/discard", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_discard }] },
+    Route { path: "/plugins/{plugin_id}/enable", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_enable }] },
+    Route { path: "/plugins/{plugin_id}/disable", ops: &[Op { method: "POST", query: &[], operator_only: false, handler: ib::post_plugin_disable }] },
+    Route { path: "/plugins/{plugin_id}/commands", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin_commands }] },
+    Route {
+        path: "/plugins/{plugin_id}/commands/{command_id}/run",
+        ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_command_run }],
+    },
+    Route { path: "/plugin-requests/{request_id}", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin_request }] },
 ];
 
 /// Path parameters by the names in the route template.
@@ -129,7 +185,7 @@ pub fn negotiate(accept: Option<&str>, offers: &[&'static str]) -> Result<&'stat
 }
 
 /// Maps a ledger refusal to a problem.
-fn ledger_problem(e: WriteError) -> Problem {
+pub(crate) fn ledger_problem(e: WriteError) -> Problem {
     match e {
         WriteError::Corrupt => Problem::new(Code::LedgerCorrupt, "the ledger cannot be trusted and is read-only"),
         WriteError::Busy => Problem::new(Code::LedgerBusy, "the ledger is busy; try again").retry(1),
@@ -140,14 +196,14 @@ fn ledger_problem(e: WriteError) -> Problem {
     }
 }
 
-fn read_failed(e: &rusqlite::Error) -> Problem {
+pub(crate) fn read_failed(e: &rusqlite::Error) -> Problem {
     crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
     Problem::new(Code::Unavailable, "the ledger could not be read")
 }
 
 /// A whole number from 0 to 2^53 - 1 (seed 002, "Counters and sequence
 /// numbers are integers from zero through 2^53 - 1").
-fn counter(name: &str, raw: &str) -> Result<u64, Problem> {
+pub(crate) fn counter(name: &str, raw: &str) -> Result<u64, Problem> {
     match raw.parse::<u64>() {
         Ok(n) if n < (1 << 53) && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
         _ => Err(Problem::invalid(format!("{name} must be a whole number from 0 to 2^53-1"))),
