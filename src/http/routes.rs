@@ -70,7 +70,7 @@ impl Route {
 pub const ROUTES: &[Route] = &[
     Route { path: "/server", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: get_server }] },
     Route { path: "/server/shutdown", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: post_shutdown }] },
-    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next"], operator_only: false, handler: get_storage }] },
+    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next", "sessions_next"], operator_only: false, handler: get_storage }] },
     Route {
         path: "/events",
         ops: &[Op {
@@ -263,6 +263,10 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         Some(t) => Some(pages::resume(ctx.route, &ctx.query, t)?),
         None => None,
     };
+    let after_session = match ctx.param("sessions_next") {
+        Some(t) => Some(pages::resume("/storage#sessions", &ctx.query, t)?),
+        None => None,
+    };
     let query = ctx.query.clone();
     let route = ctx.route;
     let result = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
@@ -277,8 +281,16 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         let queued = d.ledger.read(Box::new(move |conn| {
             let figures = ledger::page_figures(conn);
             let streams = ledger::stream_counts(conn, after.as_deref().unwrap_or(""), limit + 1);
-            let v = match (figures, streams) {
-                (Ok((page_size, pages_total, free)), Ok(mut rows)) => {
+            let sessions = session_estimates(conn, after_session.as_deref().unwrap_or(""), limit + 1);
+            let v = match (figures, streams, sessions) {
+                (Ok((page_size, pages_total, free)), Ok(mut rows), Ok(mut srows)) => {
+                    let smore = srows.len() > limit;
+                    srows.truncate(limit);
+                    let (sitems, sall) = pages::fit(srows);
+                    let snext = match sitems.last() {
+                        Some(last) if smore || !sall => json!(pages::token("/storage#sessions", &query, last["id"].as_str().unwrap_or(""))),
+                        _ => Value::Null,
+                    };
                     let more = rows.len() > limit;
                     rows.truncate(limit);
                     let items = rows.iter().map(|(s, n)| json!({"stream": s, "events": n}));
@@ -297,10 +309,11 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
                             "used_bytes": (pages_total - free) * page_size,
                         },
                         "streams": {"items": items, "next": next},
+                        "sessions": {"items": sitems, "next": snext},
                         "measured_at": crate::clock::now_ts(),
                     }))
                 }
-                (Err(e), _) | (_, Err(e)) => Err(read_failed(&e)),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(read_failed(&e)),
             };
             answer.send(v);
         }));
@@ -309,6 +322,33 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         }
     });
     Ok(Reply::representation(result??))
+}
+
+/// Per-session estimates (seed 002, "Storage accounting": "Session items
+/// include ID, title, workspace, creation and activity timestamps, and
+/// estimated content bytes"), after session id `after`, by id: events in
+/// the session's stream, transcript entries and their text bytes.
+fn session_estimates(conn: &rusqlite::Connection, after: &str, limit: usize) -> rusqlite::Result<Vec<Value>> {
+    let mut st = conn.prepare_cached(
+        "SELECT s.id, s.name, s.cwd, s.created_at, s.last_activity, \
+         coalesce((SELECT last_seq FROM streams WHERE stream = s.id), 0), \
+         (SELECT count(*) FROM transcript t WHERE t.session = s.id), \
+         (SELECT coalesce(sum(length(coalesce(text, '')) + length(coalesce(tool_input, '')) + length(coalesce(tool_result, ''))), 0) FROM transcript t WHERE t.session = s.id) \
+         FROM sessions s WHERE s.id > ?1 ORDER BY s.id LIMIT ?2",
+    )?;
+    let rows = st.query_map(rusqlite::params![after, limit as i64], |r| {
+        Ok(json!({
+            "id": r.get::<_, String>(0)?,
+            "title": r.get::<_, Option<String>>(1)?,
+            "workspace": r.get::<_, String>(2)?,
+            "created_at": r.get::<_, String>(3)?,
+            "activity_at": r.get::<_, Option<String>>(4)?,
+            "events": r.get::<_, i64>(5)?.max(0),
+            "transcript_entries": r.get::<_, i64>(6)?.max(0),
+            "estimated_content_bytes": r.get::<_, i64>(7)?.max(0),
+        }))
+    })?;
+    rows.collect()
 }
 
 // ---- /events ----
