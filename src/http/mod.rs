@@ -409,6 +409,7 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
         if op.operator_only {
             let class = ctx.caller()?;
             if !class.is_operator() {
+                crate::warn!("refused HTTP {} {} to a caller of class {}", head.method, route.path, class.name());
                 return Err(Problem::new(Code::OperatorOnly, format!("only the operator may do this; the caller is {}", class.name())));
             }
         }

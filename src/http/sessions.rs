@@ -1383,15 +1383,22 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
                     _ if ev.kind == "session.end" => "abandoned",
                     _ => "failed",
                 };
-                if let Some(q) = api.queues.get_mut(sid) {
+                let running = api.queues.get_mut(sid).and_then(|q| {
                     q.interrupt_requested = false;
-                    if let Some((t, id)) = q.running.take() {
-                        if let Some(i) = api.inputs.get_mut(&id) {
-                            i.outcome = Some(outcome.into());
-                        }
-                        completed = Some((t, outcome, id.clone()));
-                        touched = Some(id);
+                    q.running.take()
+                });
+                if let Some((_, id)) = &running {
+                    if let Some(i) = api.inputs.get_mut(id) {
+                        i.outcome = Some(outcome.into());
                     }
+                    touched = Some(id.clone());
+                }
+                // Every turn's end is told, with the one input it held, if
+                // any (a prompt given at creation or through the socket
+                // holds none).
+                if ev.kind == "turn.end" || running.is_some() {
+                    let t = running.as_ref().map_or(turn, |(t, _)| *t);
+                    completed = Some((t, outcome, running.map(|(_, id)| id)));
                 }
             }
             _ => {}
@@ -1404,7 +1411,8 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
             publish_input(d, id);
         }
         if let Some((t, outcome, id)) = completed {
-            publish(d, sid, "turn_completed", json!({"run_id": format!("r{t}"), "outcome": outcome, "input_ids": [id]}));
+            let ids: Vec<String> = id.into_iter().collect();
+            publish(d, sid, "turn_completed", json!({"run_id": format!("r{t}"), "outcome": outcome, "input_ids": ids}));
         }
         if ev.kind == "session.end" || ev.kind == "session.start" {
             invalidate(d, sid);
