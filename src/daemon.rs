@@ -438,6 +438,9 @@ impl Daemon {
 
     /// Answers a request: queues the reply and frees its in-flight slot.
     pub fn answer(&mut self, req: Req, result: Result<Value, RpcError>) {
+        if crate::http::take_answer(self, req.conn, &result) {
+            return;
+        }
         let bytes = match &result {
             Ok(v) => rpc::reply(&req.id, v),
             Err(e) => rpc::error(&req.id, e, None),
@@ -505,9 +508,7 @@ impl Daemon {
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
         crate::lanes::controller::on_events(self, events);
-        if let Some(h) = &mut self.http {
-            h.publish(events);
-        }
+        crate::http::publish(self, events);
         if self.subscriptions.is_empty() {
             return;
         }

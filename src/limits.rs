@@ -597,3 +597,58 @@ pub const UUID7_MAX_AHEAD_MS: i64 = 5 * 60 * 1000;
 /// always fits a page, a frame and the replay buffer; the daemon socket's
 /// `events.list` still returns it whole.
 pub const HTTP_EVENT_INLINE_MAX: usize = 256 * 1024;
+
+/// "There are at most 32 waiting inputs per session." (seed 002, Input
+/// admission and outcomes). Past it a new input is rejected durably with
+/// 429 `queue_full`; "a duplicate consumes no slot".
+pub const HTTP_INPUTS_WAITING: usize = 32;
+
+/// "Input admission has a 72,200,000-byte limit, room for ten encoded
+/// images." (seed 002). Images are not taken yet, so a message's text is
+/// bounded by the agents' own prompt bound, `PROMPT_MAX_BYTES`; the body
+/// may carry that text JSON-escaped (six bytes per byte at worst).
+pub const HTTP_INPUT_BODY_MAX: usize = 6 * PROMPT_MAX_BYTES + 4096;
+
+/// "Default entry count is 100, maximum 200, with a 256 KiB content
+/// budget." (seed 002, Durable history)
+pub const HTTP_HISTORY_DEFAULT: usize = 100;
+pub const HTTP_HISTORY_MAX: usize = 200;
+pub const HTTP_HISTORY_BYTES: usize = 256 * 1024;
+
+/// "tail, default 100 and maximum 200, selects the recent history window.
+/// The byte bound can shorten the window." (seed 002, Creation)
+pub const HTTP_TAIL_DEFAULT: usize = 100;
+pub const HTTP_TAIL_MAX: usize = 200;
+
+/// One history entry's text inline in a page or an event; longer text is
+/// cut there (`content_complete: false`) and stays whole in the ledger
+/// ("A large group uses content references rather than growing a response
+/// past its bound", seed 002).
+pub const HTTP_ENTRY_TEXT_MAX: usize = 16 * 1024;
+
+/// Sessions that keep a live topic (replay buffer and watchers) for the
+/// session watch. Each holds at most `SSE_REPLAY_BYTES`; one nobody
+/// watches is dropped first (its next watch resets under a new
+/// generation, as a restarted actor would).
+pub const SSE_SESSION_TOPICS: usize = 64;
+
+/// Collection watches at once (`GET /sessions` as SSE), each with a queue
+/// of at most `SSE_QUEUE_EVENTS` / `SSE_QUEUE_BYTES`.
+pub const SSE_COLLECTION_WATCHES: usize = HTTP_MAX_STREAMS;
+
+/// "activity [...] contains up to 12 lines [...]. Each line has at most 256
+/// Unicode scalar values and 1,024 UTF-8 bytes" (seed 002, Session
+/// representations).
+pub const HTTP_ACTIVITY_LINES: usize = 12;
+pub const HTTP_ACTIVITY_LINE_CHARS: usize = 256;
+
+/// "pending_inputs, at most 32 bounded input summaries" (seed 002): the
+/// same bound as the waiting queue; a summary's preview is at most this
+/// many characters.
+pub const HTTP_INPUT_PREVIEW_CHARS: usize = 256;
+
+/// Creation and input decisions remembered: "Its admission record remains
+/// for seven days after that point" (seed 002); older terminal records are
+/// purged at start. Also bounds the in-memory index: past this many
+/// records a new identity is refused with 429 until old ones expire.
+pub const HTTP_DECISIONS_MAX: usize = 100_000;

@@ -708,6 +708,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
         if let Err(e) = r {
             crate::error!("session {sid}: the ledger refused its records: {e:?}");
         }
+        crate::http::session_committed(d, &sid, delta.as_ref());
         if let Some(delta) = delta {
             queue_delta(d, &sid, delta);
         }

@@ -28,11 +28,13 @@
 pub mod auth;
 pub mod body;
 pub mod etag;
+pub mod inbox;
 pub mod listener;
 pub mod pages;
 pub mod peer;
 pub mod problem;
 pub mod routes;
+pub mod sessions;
 pub mod sse;
 pub mod uuid7;
 pub mod wire;
@@ -82,6 +84,11 @@ pub struct Http {
     listener: listener::Listener,
     /// `GET /events` watches: one topic per watched ledger stream.
     pub event_topics: HashMap<String, sse::Topic>,
+    /// Creations, inputs and session watches (see [`sessions`]).
+    pub sessions: sessions::Api,
+    /// Daemon-socket methods run for HTTP: where their answers go.
+    pub answers: HashMap<mio::Token, inbox::SocketReply>,
+    next_answer: usize,
 }
 
 impl Http {
@@ -93,6 +100,14 @@ impl Http {
         let addr: SocketAddr = cfg.listen.parse().map_err(|_| format!("http.listen {:?} is not IP:PORT", cfg.listen))?;
         let token_path = if cfg.token_file.is_empty() { paths.state_dir.join("http.token") } else { cfg.token_file.clone().into() };
         let token = auth::Token::load_or_create(&token_path)?;
+        let (api, fixes) = sessions::Api::load(&paths.ledger)?;
+        if !fixes.is_empty() {
+            inbox.run(move |d| d.write(fixes, |_, r| {
+                if let Err(e) = r {
+                    crate::error!("unable to record the inputs the last run left: {e:?}");
+                }
+            }));
+        }
         // Bound first: with port 0 the Host check needs the port chosen.
         let (tcp, addr) = listener::bind(addr)?;
         let shared = Arc::new(Shared {
@@ -110,7 +125,14 @@ impl Http {
         });
         let listener = listener::start(tcp, shared.clone(), cfg.threads, serve)?;
         crate::info!("serving HTTP on {addr} (token in {})", token_path.display());
-        Ok(Some(Http { shared, addr, listener, event_topics: HashMap::new() }))
+        Ok(Some(Http { shared, addr, listener, event_topics: HashMap::new(), sessions: api, answers: HashMap::new(), next_answer: 0 }))
+    }
+
+    /// A request token for a socket method run for HTTP: counted down from
+    /// the top, far from the socket's own connection tokens.
+    pub fn answer_token(&mut self) -> mio::Token {
+        self.next_answer = (self.next_answer + 1) % (1 << 20);
+        mio::Token(usize::MAX - self.next_answer)
     }
 
     /// Hears every committed event: watched streams get it in their topic.
@@ -133,6 +155,7 @@ impl Http {
         for t in self.event_topics.values_mut() {
             t.close();
         }
+        sessions::close_all(&mut self.sessions);
     }
 
     /// Whether requests are still being answered, or streams still writing
@@ -142,6 +165,27 @@ impl Http {
     }
 }
 
+
+/// Hears every committed event (from `Daemon::publish`): `/events`
+/// watches, then the sessions' inputs and watches.
+pub fn publish(d: &mut Daemon, events: &[Appended]) {
+    let Some(h) = d.http.as_mut() else { return };
+    h.publish(events);
+    sessions::on_events(d, events);
+}
+
+/// A session's round was committed (from `core::sessions::finish`).
+pub fn session_committed(d: &mut Daemon, sid: &str, delta: Option<&crate::core::transcript::Delta>) {
+    sessions::on_committed(d, sid, delta);
+}
+
+/// Where the answer of a daemon-socket method run for HTTP goes: true when
+/// `conn` was such a request (see [`inbox`]).
+pub fn take_answer(d: &mut Daemon, conn: mio::Token, result: &Result<Value, crate::errors::RpcError>) -> bool {
+    let Some(k) = d.http.as_mut().and_then(|h| h.answers.remove(&conn)) else { return false };
+    k(result.clone());
+    true
+}
 
 /// A reply channel for a closure run on the reactor. A clone can answer
 /// in place of a continuation that never ran (a refused ledger read).
@@ -365,6 +409,7 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
         if op.operator_only {
             let class = ctx.caller()?;
             if !class.is_operator() {
+                crate::warn!("refused HTTP {} {} to a caller of class {}", head.method, route.path, class.name());
                 return Err(Problem::new(Code::OperatorOnly, format!("only the operator may do this; the caller is {}", class.name())));
             }
         }

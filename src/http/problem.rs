@@ -56,6 +56,25 @@ pub enum Code {
     LedgerCorrupt,
     /// 503: a part of the daemon the request needs did not answer.
     Unavailable,
+    /// 409: a creation UUIDv7 already names another intent.
+    IdentityConflict,
+    /// 409: an input UUIDv7 already names another intent.
+    InputConflict,
+    /// 429: the session has its maximum of waiting inputs.
+    QueueFull,
+    /// 409: the session has ended.
+    SessionEnded,
+    /// 409: the seat is unknown, missing or degraded.
+    SeatUnavailable,
+    /// 429: the daemon holds its maximum of sessions.
+    TooManySessions,
+    /// 409: the approval was already answered, withdrawn or expired.
+    NotPending,
+    /// 409: the answer names another action than the request's.
+    ActionMismatch,
+    /// 409: the operation does not fit the resource's current state (a
+    /// plugin's state, for one); `detail` says how.
+    Conflict,
 }
 
 impl Code {
@@ -83,7 +102,21 @@ impl Code {
             Code::LedgerBusy => "ledger_busy",
             Code::LedgerCorrupt => "ledger_corrupt",
             Code::Unavailable => "unavailable",
+            Code::IdentityConflict => "identity_conflict",
+            Code::InputConflict => "input_conflict",
+            Code::QueueFull => "queue_full",
+            Code::SessionEnded => "session_ended",
+            Code::SeatUnavailable => "seat_unavailable",
+            Code::TooManySessions => "too_many_sessions",
+            Code::NotPending => "not_pending",
+            Code::ActionMismatch => "action_mismatch",
+            Code::Conflict => "conflict",
         }
+    }
+
+    /// The code a stored decision names (the inverse of [`Code::as_str`]).
+    pub fn parse(s: &str) -> Option<Code> {
+        ALL.iter().copied().find(|c| c.as_str() == s)
     }
 
     pub fn status(self) -> u16 {
@@ -94,7 +127,15 @@ impl Code {
             Code::NotFound => 404,
             Code::MethodNotAllowed => 405,
             Code::NotAcceptable => 406,
-            Code::InstanceChanged => 409,
+            Code::InstanceChanged
+            | Code::IdentityConflict
+            | Code::InputConflict
+            | Code::SessionEnded
+            | Code::SeatUnavailable
+            | Code::NotPending
+            | Code::ActionMismatch
+            | Code::Conflict => 409,
+            Code::QueueFull | Code::TooManySessions => 429,
             Code::IdentityExpired => 410,
             Code::PreconditionFailed => 412,
             Code::BodyTooLarge => 413,
@@ -111,6 +152,40 @@ impl Code {
     }
 }
 
+const ALL: [Code; 31] = [
+    Code::InvalidRequest,
+    Code::IdentityFuture,
+    Code::Unauthorized,
+    Code::OriginNotAllowed,
+    Code::HostNotAllowed,
+    Code::OperatorOnly,
+    Code::NotFound,
+    Code::MethodNotAllowed,
+    Code::NotAcceptable,
+    Code::InstanceChanged,
+    Code::IdentityExpired,
+    Code::PreconditionFailed,
+    Code::BodyTooLarge,
+    Code::UnsupportedMediaType,
+    Code::ExpectationFailed,
+    Code::PreconditionRequired,
+    Code::TooManyConnections,
+    Code::TooManyStreams,
+    Code::ShuttingDown,
+    Code::LedgerBusy,
+    Code::LedgerCorrupt,
+    Code::Unavailable,
+    Code::IdentityConflict,
+    Code::InputConflict,
+    Code::QueueFull,
+    Code::SessionEnded,
+    Code::SeatUnavailable,
+    Code::TooManySessions,
+    Code::NotPending,
+    Code::ActionMismatch,
+    Code::Conflict,
+];
+
 /// One problem answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Problem {
@@ -120,11 +195,13 @@ pub struct Problem {
     pub allow: Option<String>,
     /// 503 and 429: seconds after which a new attempt can succeed.
     pub retry_after: Option<u64>,
+    /// A retained decision answers with the status it was first given.
+    pub status_override: Option<u16>,
 }
 
 impl Problem {
     pub fn new(code: Code, detail: impl Into<String>) -> Problem {
-        Problem { code, detail: detail.into(), allow: None, retry_after: None }
+        Problem { code, detail: detail.into(), allow: None, retry_after: None, status_override: None }
     }
 
     /// Adds `Retry-After`.
@@ -138,7 +215,7 @@ impl Problem {
     }
 
     pub fn status(&self) -> u16 {
-        self.code.status()
+        self.status_override.unwrap_or_else(|| self.code.status())
     }
 
     /// The JSON body.

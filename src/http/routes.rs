@@ -7,6 +7,10 @@
 //! | /storage          | GET    | token    | database figures, events per stream (paged)    |
 //! | /events           | GET    | token    | a page of one stream, or (SSE) a watch of it   |
 //!
+//! Phase 2's routes are listed where their handlers live: sessions,
+//! inputs and history in [`super::sessions`], approvals, seats and
+//! plugins in [`super::inbox`].
+//!
 //! Adding a route (phase 2): write a handler `fn(&mut Ctx) -> Result<Reply,
 //! Problem>`, and add a [`Route`] to [`ROUTES`] with its path template
 //! (`/sessions/{session_id}`), and per method the query parameters it
@@ -24,7 +28,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::inbox as ib;
 use super::pages;
+use super::sessions as ss;
 use super::problem::{Code, Problem};
 use super::sse::{self, Start, Subscription};
 use super::{Answer, Ctx, Reply};
@@ -64,7 +70,7 @@ impl Route {
 pub const ROUTES: &[Route] = &[
     Route { path: "/server", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: get_server }] },
     Route { path: "/server/shutdown", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: post_shutdown }] },
-    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next"], operator_only: false, handler: get_storage }] },
+    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next", "sessions_next"], operator_only: false, handler: get_storage }] },
     Route {
         path: "/events",
         ops: &[Op {
@@ -74,6 +80,56 @@ pub const ROUTES: &[Route] = &[
             handler: get_events,
         }],
     },
+    Route {
+        path: "/sessions",
+        ops: &[Op { method: "GET", query: &["state", "harness", "worktree", "parent", "search", "limit", "next"], operator_only: false, handler: ss::get_sessions }],
+    },
+    Route {
+        path: "/sessions/{session_id}",
+        ops: &[
+            Op { method: "GET", query: &["tail", "after_generation", "after_seq"], operator_only: false, handler: ss::get_session },
+            Op { method: "PUT", query: &[], operator_only: true, handler: ss::put_session },
+            Op { method: "DELETE", query: &[], operator_only: true, handler: ss::delete_session },
+        ],
+    },
+    Route {
+        path: "/sessions/{session_id}/inputs/{input_id}",
+        ops: &[
+            Op { method: "GET", query: &[], operator_only: false, handler: ss::get_input },
+            Op { method: "PUT", query: &[], operator_only: true, handler: ss::put_input },
+        ],
+    },
+    Route {
+        path: "/sessions/{session_id}/inputs/{input_id}/cancel",
+        ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ss::cancel_input }],
+    },
+    Route { path: "/sessions/{session_id}/interrupt", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ss::post_interrupt }] },
+    Route {
+        path: "/sessions/{session_id}/history",
+        ops: &[Op { method: "GET", query: &["before", "after", "limit"], operator_only: false, handler: ss::get_history }],
+    },
+    Route { path: "/approvals", ops: &[Op { method: "GET", query: &["state", "limit", "next"], operator_only: false, handler: ib::get_approvals }] },
+    Route { path: "/approvals/{approval_id}", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_approval }] },
+    Route { path: "/approvals/{approval_id}/answer", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_answer }] },
+    Route { path: "/seats", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_seats }] },
+    Route { path: "/plugins", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugins }] },
+    Route {
+        path: "/plugins/{plugin_id}",
+        ops: &[
+            Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin },
+            Op { method: "DELETE", query: &["stop_tasks"], operator_only: true, handler: ib::delete_plugin },
+        ],
+    },
+    Route { path: "/plugins/{plugin_id}/approve", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_approve }] },
+    Route { path: "/plugins/{plugin_id}/discard", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_discard }] },
+    Route { path: "/plugins/{plugin_id}/enable", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_enable }] },
+    Route { path: "/plugins/{plugin_id}/disable", ops: &[Op { method: "POST", query: &[], operator_only: false, handler: ib::post_plugin_disable }] },
+    Route { path: "/plugins/{plugin_id}/commands", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin_commands }] },
+    Route {
+        path: "/plugins/{plugin_id}/commands/{command_id}/run",
+        ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_command_run }],
+    },
+    Route { path: "/plugin-requests/{request_id}", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin_request }] },
 ];
 
 /// Path parameters by the names in the route template.
@@ -129,7 +185,7 @@ pub fn negotiate(accept: Option<&str>, offers: &[&'static str]) -> Result<&'stat
 }
 
 /// Maps a ledger refusal to a problem.
-fn ledger_problem(e: WriteError) -> Problem {
+pub(crate) fn ledger_problem(e: WriteError) -> Problem {
     match e {
         WriteError::Corrupt => Problem::new(Code::LedgerCorrupt, "the ledger cannot be trusted and is read-only"),
         WriteError::Busy => Problem::new(Code::LedgerBusy, "the ledger is busy; try again").retry(1),
@@ -140,14 +196,14 @@ fn ledger_problem(e: WriteError) -> Problem {
     }
 }
 
-fn read_failed(e: &rusqlite::Error) -> Problem {
+pub(crate) fn read_failed(e: &rusqlite::Error) -> Problem {
     crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
     Problem::new(Code::Unavailable, "the ledger could not be read")
 }
 
 /// A whole number from 0 to 2^53 - 1 (seed 002, "Counters and sequence
 /// numbers are integers from zero through 2^53 - 1").
-fn counter(name: &str, raw: &str) -> Result<u64, Problem> {
+pub(crate) fn counter(name: &str, raw: &str) -> Result<u64, Problem> {
     match raw.parse::<u64>() {
         Ok(n) if n < (1 << 53) && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
         _ => Err(Problem::invalid(format!("{name} must be a whole number from 0 to 2^53-1"))),
@@ -207,6 +263,10 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         Some(t) => Some(pages::resume(ctx.route, &ctx.query, t)?),
         None => None,
     };
+    let after_session = match ctx.param("sessions_next") {
+        Some(t) => Some(pages::resume("/storage#sessions", &ctx.query, t)?),
+        None => None,
+    };
     let query = ctx.query.clone();
     let route = ctx.route;
     let result = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
@@ -221,8 +281,16 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         let queued = d.ledger.read(Box::new(move |conn| {
             let figures = ledger::page_figures(conn);
             let streams = ledger::stream_counts(conn, after.as_deref().unwrap_or(""), limit + 1);
-            let v = match (figures, streams) {
-                (Ok((page_size, pages_total, free)), Ok(mut rows)) => {
+            let sessions = session_estimates(conn, after_session.as_deref().unwrap_or(""), limit + 1);
+            let v = match (figures, streams, sessions) {
+                (Ok((page_size, pages_total, free)), Ok(mut rows), Ok(mut srows)) => {
+                    let smore = srows.len() > limit;
+                    srows.truncate(limit);
+                    let (sitems, sall) = pages::fit(srows);
+                    let snext = match sitems.last() {
+                        Some(last) if smore || !sall => json!(pages::token("/storage#sessions", &query, last["id"].as_str().unwrap_or(""))),
+                        _ => Value::Null,
+                    };
                     let more = rows.len() > limit;
                     rows.truncate(limit);
                     let items = rows.iter().map(|(s, n)| json!({"stream": s, "events": n}));
@@ -241,10 +309,11 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
                             "used_bytes": (pages_total - free) * page_size,
                         },
                         "streams": {"items": items, "next": next},
+                        "sessions": {"items": sitems, "next": snext},
                         "measured_at": crate::clock::now_ts(),
                     }))
                 }
-                (Err(e), _) | (_, Err(e)) => Err(read_failed(&e)),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(read_failed(&e)),
             };
             answer.send(v);
         }));
@@ -253,6 +322,33 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         }
     });
     Ok(Reply::representation(result??))
+}
+
+/// Per-session estimates (seed 002, "Storage accounting": "Session items
+/// include ID, title, workspace, creation and activity timestamps, and
+/// estimated content bytes"), after session id `after`, by id: events in
+/// the session's stream, transcript entries and their text bytes.
+fn session_estimates(conn: &rusqlite::Connection, after: &str, limit: usize) -> rusqlite::Result<Vec<Value>> {
+    let mut st = conn.prepare_cached(
+        "SELECT s.id, s.name, s.cwd, s.created_at, s.last_activity, \
+         coalesce((SELECT last_seq FROM streams WHERE stream = s.id), 0), \
+         (SELECT count(*) FROM transcript t WHERE t.session = s.id), \
+         (SELECT coalesce(sum(length(coalesce(text, '')) + length(coalesce(tool_input, '')) + length(coalesce(tool_result, ''))), 0) FROM transcript t WHERE t.session = s.id) \
+         FROM sessions s WHERE s.id > ?1 ORDER BY s.id LIMIT ?2",
+    )?;
+    let rows = st.query_map(rusqlite::params![after, limit as i64], |r| {
+        Ok(json!({
+            "id": r.get::<_, String>(0)?,
+            "title": r.get::<_, Option<String>>(1)?,
+            "workspace": r.get::<_, String>(2)?,
+            "created_at": r.get::<_, String>(3)?,
+            "activity_at": r.get::<_, Option<String>>(4)?,
+            "events": r.get::<_, i64>(5)?.max(0),
+            "transcript_entries": r.get::<_, i64>(6)?.max(0),
+            "estimated_content_bytes": r.get::<_, i64>(7)?.max(0),
+        }))
+    })?;
+    rows.collect()
 }
 
 // ---- /events ----

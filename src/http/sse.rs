@@ -257,6 +257,10 @@ impl Topic {
     pub fn high_water(&self) -> u64 {
         lock(&self.replay).last()
     }
+
+    pub fn generation(&self) -> String {
+        lock(&self.replay).generation().to_string()
+    }
 }
 
 /// The `reset` control event.

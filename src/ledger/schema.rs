@@ -134,6 +134,36 @@ pub const MIGRATIONS: &[&str] = &[
         text    TEXT NOT NULL,
         PRIMARY KEY (session, idx, part)
     ) WITHOUT ROWID;",
+    // 6: the HTTP API's client identities (issue 6, phase 2; seed 002,
+    // "Creation" and "Input admission and outcomes"). A creation row maps
+    // the client's UUIDv7 to the session it created, with the submitted
+    // intent (canonical JSON) and the decision (201, or the rejection's
+    // status and problem). An input row keeps its intent, decision,
+    // acceptance order and delivery, so retries get the retained decision
+    // across restarts and a waiting input survives one.
+    "CREATE TABLE http_creations (
+        id         TEXT PRIMARY KEY,
+        intent     TEXT NOT NULL,
+        session    TEXT,
+        status     INTEGER NOT NULL,
+        problem    TEXT,
+        created_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE http_inputs (
+        id          TEXT PRIMARY KEY,
+        session     TEXT NOT NULL,
+        intent      TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        status      INTEGER NOT NULL,
+        problem     TEXT,
+        accepted_at TEXT NOT NULL,
+        ord         INTEGER,
+        delivery    TEXT,
+        turn        INTEGER,
+        outcome     TEXT,
+        position    INTEGER,
+        ended_at    TEXT
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.
