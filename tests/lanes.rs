@@ -402,7 +402,7 @@ fn the_command_line_dispatches_shows_and_merges_a_lane() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("the acceptance command exited with status 0"), "{out}");
     assert!(out.contains("verdict     pass on "), "{out}");
-    assert!(out.contains("waits for the operator's lanes.merge"), "{out}");
+    assert!(out.contains("waits for the operator's approval in the inbox"), "{out}");
     let (code, out, _) = cli(&["--json", "lanes", "list"]);
     assert_eq!(code, 0);
     let list: Value = serde_json::from_str(&out).unwrap();
@@ -426,5 +426,52 @@ fn the_command_line_dispatches_shows_and_merges_a_lane() {
     assert_eq!(code, 1);
     assert!(err.contains("lane-not-waiting"), "{err}");
     assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "feature");
+    r.d.stop();
+}
+
+#[test]
+fn a_required_merge_approval_waits_in_the_inbox() {
+    let dir = TestDir::new("lanemergeok");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature", "again"]), &[]),
+        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\n", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    r.run_until(&["pass"]);
+    r.d.wait_log(&format!("approval {id}-merge-1: lane merge waits for the operator"));
+    let item = r.c.call("approvals.get", json!({"request_id": format!("{id}-merge-1")}));
+    assert_eq!((item["subject"].as_str(), item["risk"].as_str(), item["state"].as_str()), (Some("lane-merge"), Some("high"), Some("pending")), "{item}");
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(item["digest"], got["verdict"]["commit"], "the approval is bound to the commit that passed");
+    // Allowed in the inbox: the lane merges that commit.
+    r.c.call("approvals.answer", json!({"request_id": format!("{id}-merge-1"), "decision": "allow"}));
+    let (stages, _) = r.run_until(&["merged", "merge-failed"]);
+    assert_eq!(stages, ["merging", "merged"]);
+    assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "feature");
+    r.d.stop();
+}
+
+#[test]
+fn a_denied_merge_goes_back_to_the_operator() {
+    let dir = TestDir::new("lanemergeno");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\n", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    r.run_until(&["pass"]);
+    r.d.wait_log(&format!("approval {id}-merge-1: lane merge waits"));
+    r.c.call("approvals.answer", json!({"request_id": format!("{id}-merge-1"), "decision": "deny"}));
+    let (stages, _) = r.run_until(&["sent-back"]);
+    assert_eq!(stages, ["sent-back"]);
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(got["reason"], json!("the operator did not allow the merge"));
+    assert!(git(&r.repo, &["ls-tree", "main", "--name-only"]).lines().all(|f| f != "feature.txt"));
     r.d.stop();
 }

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use crate::agents::{CommandError, Decision, PermissionRequest};
-use crate::core::inbox::{AgentAsk, Answerer, Fallback, InboxError, Item, PluginTask, Resolution, Subject, Verdict};
+use crate::core::inbox::{AgentAsk, Answerer, Fallback, InboxError, Item, LaneMerge, PluginTask, Resolution, Subject, Verdict};
 use crate::core::sessions::{self, Effects};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
@@ -158,6 +158,28 @@ pub fn add_plugin_task(d: &mut Daemon, id: &str, task: PluginTask, created_ms: i
     Ok(())
 }
 
+/// Puts a lane's merge in the inbox as `<lane>-merge-<round>`: high risk
+/// (it changes the base branch), with the approvals timeout and fallback of
+/// the config, like an agent's request.
+pub fn add_lane_merge(d: &mut Daemon, id: &str, merge: LaneMerge) -> Result<(), InboxError> {
+    let now = crate::clock::now_ms();
+    let timeout = d.cfg.approvals.timeout;
+    let timeout_ms = (timeout > 0).then(|| (timeout as i64).saturating_mul(1000));
+    let fallback = if d.cfg.approvals.fallback == "withdraw" { Fallback::Withdraw } else { Fallback::Deny };
+    let item = d.core.approvals.add(id.to_string(), Subject::LaneMerge(merge), crate::core::risk::LANE_MERGE, now, timeout_ms, fallback)?.clone();
+    let rid = id.to_string();
+    d.write(vec![persist(&item)], move |_d, r| {
+        if let Err(e) = r {
+            crate::error!("approval {rid}: the ledger refused its record: {e:?}");
+        }
+    });
+    crate::info!("approval {id}: lane merge waits for the operator");
+    if let Some(t) = timeout_ms {
+        arm_expiry(d, id, t);
+    }
+    Ok(())
+}
+
 /// Delivers `verdict` to the item's owner and resolves it; the ledger
 /// writes go into `fx`. `withdraw` sends the owner a cancel but records
 /// the request as undelivered (a withdrawn request).
@@ -174,6 +196,7 @@ pub fn settle(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface:
 fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, by: &Answerer, reason: Option<String>, fx: &mut Effects) -> Result<bool, RpcError> {
     match &item.subject {
         Subject::PluginTask(_) => Ok(crate::plugins::tasks::on_answer(d, &item.id, verdict, by)),
+        Subject::LaneMerge(m) => Ok(crate::lanes::controller::on_merge_answer(d, &m.lane, &m.commit, verdict)),
         Subject::Agent(a) => {
             let Some(s) = d.core.sessions.get_mut(&a.session) else { return Ok(false) };
             let pos = s.open.iter().position(|o| o.approval_id == item.id);
@@ -217,7 +240,7 @@ pub fn close(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: 
         Subject::Agent(a) => {
             fx.event(&a.session, "approval.resolved", json!({"requestId": id, "decision": verdict.wire_name(), "delivered": delivered}))
         }
-        Subject::PluginTask(_) => {}
+        Subject::PluginTask(_) | Subject::LaneMerge(_) => {}
     }
     crate::info!(
         "approval {id}: {} by {} through {} (delivered {delivered})",

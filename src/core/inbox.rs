@@ -51,6 +51,20 @@ pub enum Subject {
     Agent(AgentAsk),
     /// A task a plugin asked to start (tasks.create).
     PluginTask(PluginTask),
+    /// A lane's pass waiting for the operator's consent to merge (issue 5:
+    /// "The operator can require an approval in the inbox before any
+    /// merge"; `lanes.require_merge_approval`).
+    LaneMerge(LaneMerge),
+}
+
+/// A merge the operator must allow. The digest is the commit that passed:
+/// an allow merges exactly that commit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaneMerge {
+    pub lane: String,
+    /// The lane, its task's name, its branch and base.
+    pub summary: String,
+    pub commit: String,
 }
 
 /// A plugin's task request. The whole request is the plugin host's
@@ -87,6 +101,7 @@ impl Subject {
         match self {
             Subject::Agent(_) => "agent",
             Subject::PluginTask(_) => "plugin-task",
+            Subject::LaneMerge(_) => "lane-merge",
         }
     }
 
@@ -94,14 +109,14 @@ impl Subject {
     pub fn session(&self) -> Option<&str> {
         match self {
             Subject::Agent(a) => Some(&a.session),
-            Subject::PluginTask(_) => None,
+            Subject::PluginTask(_) | Subject::LaneMerge(_) => None,
         }
     }
 
     /// The plugin that asked; None for an agent's request.
     pub fn plugin(&self) -> Option<&str> {
         match self {
-            Subject::Agent(_) => None,
+            Subject::Agent(_) | Subject::LaneMerge(_) => None,
             Subject::PluginTask(t) => Some(&t.plugin),
         }
     }
@@ -112,6 +127,7 @@ impl Subject {
         match self {
             Subject::Agent(_) => None,
             Subject::PluginTask(t) => Some(&t.summary),
+            Subject::LaneMerge(m) => Some(&m.summary),
         }
     }
 
@@ -120,6 +136,7 @@ impl Subject {
         match self {
             Subject::Agent(a) => &a.action,
             Subject::PluginTask(_) => "task",
+            Subject::LaneMerge(_) => "merge",
         }
     }
 
@@ -128,6 +145,7 @@ impl Subject {
         match self {
             Subject::Agent(a) => &a.tool,
             Subject::PluginTask(_) => "tasks.create",
+            Subject::LaneMerge(_) => "lanes.merge",
         }
     }
 
@@ -135,6 +153,7 @@ impl Subject {
         match self {
             Subject::Agent(a) => &a.digest,
             Subject::PluginTask(t) => &t.digest,
+            Subject::LaneMerge(m) => &m.commit,
         }
     }
 }

@@ -23,6 +23,9 @@ pub struct Gate {
 /// The label of every plugin task request (module comment).
 pub const PLUGIN_TASK: Risk = Risk::High;
 
+/// A lane's merge changes the base branch of a repository: high.
+pub const LANE_MERGE: Risk = Risk::High;
+
 /// The built-in label of an action.
 pub fn default_risk(action: &str) -> Risk {
     match action {

@@ -262,6 +262,13 @@ fn resume(d: &mut Daemon, id: &str) {
             let commit = l.machine.commit.clone().unwrap_or_default();
             run_actions(d, id, vec![Action::Stage(Stage::Merging), Action::Merge { commit }]);
         }
+        // A pending approval does not survive a restart (it resolves
+        // undelivered), so a pass that waited for one asks again.
+        Stage::Pass if l.machine.require_merge_approval => {
+            if let Some(commit) = l.machine.commit.clone() {
+                request_merge_approval(d, id, &commit);
+            }
+        }
         _ => {}
     }
 }
@@ -402,10 +409,7 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             Ok(())
         }
         Action::RequestMergeApproval { commit } => {
-            if let Some(l) = d.lanes.map.get_mut(id) {
-                l.reason = Some(format!("a pass on {commit} waits for the operator's lanes.merge"));
-            }
-            persist(d, id, Vec::new());
+            request_merge_approval(d, id, &commit);
             Ok(())
         }
         Action::Merge { commit } => {
@@ -665,6 +669,42 @@ fn archive(d: &mut Daemon, id: &str) {
             Ok(()) => crate::info!("lane {lid}: worktree {shown} removed"),
             Err(e) => crate::warn!("lane {lid}: {e}"),
         });
+    }
+}
+
+/// Puts the lane's pass in the approvals inbox; the operator's allow
+/// merges exactly `commit`, a deny (or the timeout's fallback) sends the
+/// lane back. `lanes.merge` stays the operator's direct way.
+fn request_merge_approval(d: &mut Daemon, id: &str, commit: &str) {
+    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    l.reason = Some(format!("a pass on {commit} waits for the operator's approval in the inbox"));
+    let approval = format!("{id}-merge-{}", l.machine.verdicts);
+    let merge = crate::core::inbox::LaneMerge {
+        lane: id.to_string(),
+        summary: format!("merge lane {id} ({}) from {} into {}", l.task.name, l.branch, l.base),
+        commit: commit.to_string(),
+    };
+    persist(d, id, Vec::new());
+    if let Err(e) = crate::core::approvals::add_lane_merge(d, &approval, merge) {
+        crate::warn!("lane {id}: its merge could not enter the inbox ({e:?}); it waits for lanes.merge");
+    }
+}
+
+/// The operator answered a lane's merge approval. Returns whether the lane
+/// took it (it still waits at its pass on that commit).
+pub fn on_merge_answer(d: &mut Daemon, id: &str, commit: &str, verdict: crate::core::inbox::Verdict) -> bool {
+    let waiting = d.lanes.map.get(id).is_some_and(|l| l.machine.stage == Stage::Pass && l.machine.commit.as_deref() == Some(commit));
+    if !waiting {
+        return false;
+    }
+    match verdict {
+        crate::core::inbox::Verdict::Allow => step(d, id, Input::OperatorMerge).is_ok(),
+        _ => {
+            if let Some(l) = d.lanes.map.get_mut(id) {
+                l.reason = Some("the operator did not allow the merge".into());
+            }
+            step(d, id, Input::MergeDenied).is_ok()
+        }
     }
 }
 

@@ -136,6 +136,9 @@ pub enum Input {
     OperatorRework { notes: String },
     /// The operator closes the lane (`lanes.close`).
     OperatorClose,
+    /// The operator denied the merge approval in the inbox (or it timed out
+    /// to deny): the pass goes back to the operator's hands.
+    MergeDenied,
     /// A step the daemon itself must do failed (git refused, no seat can
     /// build): the lane goes to the operator with the reason in its record.
     Broken,
@@ -248,6 +251,7 @@ impl Machine {
             },
             (Stage::Verifying, Input::VerifierFailed) => self.no_verdict(&mut out),
             (stage, Input::Broken) if !stage.waits_for_operator() => self.go(Stage::SentBack, &mut out),
+            (Stage::Pass, Input::MergeDenied) => self.go(Stage::SentBack, &mut out),
             (Stage::Pass | Stage::MergeFailed | Stage::SentBack, Input::OperatorMerge) if self.last_verdict.as_ref().is_some_and(|v| v.0 == "pass") => {
                 let commit = self.commit.clone().ok_or(not_now)?;
                 self.go(Stage::Merging, &mut out);
