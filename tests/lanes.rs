@@ -475,3 +475,66 @@ fn a_denied_merge_goes_back_to_the_operator() {
     assert!(git(&r.repo, &["ls-tree", "main", "--name-only"]).lines().all(|f| f != "feature.txt"));
     r.d.stop();
 }
+
+#[test]
+fn a_daemon_killed_mid_check_runs_the_check_again() {
+    let dir = TestDir::new("lanekillchk");
+    let mark = dir.join("let-the-check-pass");
+    // The check hangs until the mark exists. The sandbox sees the whole
+    // system read-only, so the test makes the mark itself, after killing
+    // the daemon under the first check; the rerun then passes.
+    let check = format!("while [ ! -e {m} ]; do sleep 1; done", m = mark.display());
+    let seats = format!("{}{}", seat("builder", "anthropic", &builder_writes(&["feature"]), &[]), seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[]));
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    let lane = r.dispatch(&check);
+    let id = lane["lane"].as_str().unwrap().to_string();
+    r.run_until(&["checking"]);
+    let Rig { mut d, .. } = r;
+    d.kill9();
+    drop(d);
+    std::fs::write(&mark, "").unwrap();
+    let d = Daemon::start_with(&dir.path, Opts { config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()), ..Opts::default() });
+    d.wait_log(&format!("lane {id}: resuming at checking"));
+    d.wait_log(&format!("lane {id}: merged"));
+    assert_eq!(git(&d.dir.join("shop"), &["show", "main:feature.txt"]), "feature");
+    d.stop();
+}
+
+#[test]
+fn close_can_remove_the_worktree() {
+    let dir = TestDir::new("laneclose");
+    let seats = format!("{}{}", seat("builder", "anthropic", &json!([[{"text": "nothing"}]]), &[]), seat("verifier", "openai", &json!([]), &[]));
+    let mut r = Rig::start(&dir, "[lanes]\nmax_rounds = 1\n", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let wt = PathBuf::from(lane["worktree"].as_str().unwrap());
+    r.run_until(&["cap"]);
+    let closed = r.c.call("lanes.close", json!({"lane": id, "remove_worktree": true}));
+    assert_eq!(closed["stage"], json!("closed"));
+    r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
+    assert!(!wt.exists());
+    // The branch stays for the operator.
+    assert!(git(&r.repo, &["branch", "--list", "omni/add-feature"]).contains("omni/add-feature"));
+    r.d.stop();
+}
+
+#[test]
+fn a_builder_that_fails_hands_over_to_another_ready_seat() {
+    let dir = TestDir::new("lanefailover");
+    let seats = format!(
+        "{}{}{}",
+        seat("builder", "anthropic", &json!([[{"text": "starting"}, {"exit": 3}]]), &[]),
+        seat("second", "google", &builder_writes(&["feature"]), &[]),
+        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+    );
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    r.d.wait_log("seat second: ready");
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
+    assert_eq!(stages.last().map(String::as_str), Some("merged"), "{stages:?}");
+    r.d.wait_log(&format!("lane {id}: the builder's session"));
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(got["builder"]["harness"], json!("second"), "the lane shows the latest builder");
+    r.d.stop();
+}
