@@ -544,12 +544,14 @@ pub const HTTP_THREADS_CEILING: usize = 64;
 /// adds is its stack, `HTTP_SSE_STACK` of address space of which only the
 /// touched pages are resident, and its batch while it is being written
 /// (at most one `HTTP_RESPONSE_MAX` frame, transient). Measured by
-/// tests/bench/http_bench.rs (`http_sse_fanout`): 100 watchers of one
-/// session cost about 4.6 MiB of VmRSS over none, ~47 KiB each (the
-/// thread's touched stack, its socket and the frame it builds), and
-/// 100 threads; 192 streams stay under 10 MiB. One multiplexing writer
-/// would save the threads, at the price of an event loop that also had to
-/// run snapshot captures without blocking the others.
+/// tests/bench/http_bench.rs (`http_sse_watchers_rss`, 2 cores): 100
+/// attached watchers of one session cost 3.0 MiB of VmRSS over none, 31
+/// KiB each (touched stack, socket, the reset batch it wrote), and 100
+/// threads; while the session streams flat out the 100 cost 26.6 MiB over
+/// none (batches being written at once and malloc's per-thread arenas),
+/// so 192 streams stay within about 55 MiB. One multiplexing writer would
+/// save the threads, at the price of an event loop that also had to run
+/// snapshot captures without blocking the others.
 pub const HTTP_MAX_STREAMS: usize = 192;
 
 /// The stack of an SSE writer thread `http-sse-N`: it formats batches and
