@@ -518,8 +518,11 @@ pub const HTTP_CHUNK_LINE_MAX: usize = 1024;
 
 /// `http.max_connections` default: "bound the number of open connections
 /// (refuse beyond it with 503 problem+json)" (issue 6). Open connections
-/// include idle keep-alive ones and SSE streams.
-pub const HTTP_MAX_CONNECTIONS: usize = 64;
+/// include idle keep-alive ones and SSE streams, so the default leaves
+/// room for `HTTP_MAX_STREAMS` streams (the issue's figure: "100 SSE
+/// subscribers on one busy session") plus 64 request connections. An idle
+/// connection costs a socket and its read buffer, no thread.
+pub const HTTP_MAX_CONNECTIONS: usize = HTTP_MAX_STREAMS + 64;
 /// The ceiling a config may raise `http.max_connections` to.
 pub const HTTP_MAX_CONNECTIONS_CEILING: usize = 4096;
 /// `http.threads` default: the handler threads `http-N` (issue 6, "a bounded
@@ -530,7 +533,33 @@ pub const HTTP_THREADS_CEILING: usize = 64;
 /// SSE streams open at once, each on its own writer thread `http-sse-N`;
 /// counted inside `http.max_connections`. Past it a watch is refused with
 /// 503 `too_many_streams` before any header is sent.
-pub const HTTP_MAX_STREAMS: usize = 32;
+///
+/// Sized for "100 SSE subscribers on one busy session" (issue 6) with
+/// room for watches of other sessions and collection watches. One writer
+/// thread per stream is kept rather than one thread multiplexing
+/// non-blocking writes: the payload memory of a watcher is already bounded
+/// by the spec (a watch reads the topic's shared replay buffer, "Session
+/// streams read the existing replay buffer rather than maintaining
+/// additional payload queues"; its mailbox is one wake), so what a thread
+/// adds is its stack, `HTTP_SSE_STACK` of address space of which only the
+/// touched pages are resident, and its batch while it is being written
+/// (at most one `HTTP_RESPONSE_MAX` frame, transient). Measured by
+/// tests/bench/http_bench.rs (`http_sse_watchers_rss`, 2 cores): 100
+/// attached watchers of one session cost 3.0 MiB of VmRSS over none, 31
+/// KiB each (touched stack, socket, the reset batch it wrote), and 100
+/// threads; while the session streams flat out the 100 cost 26.6 MiB over
+/// none (batches being written at once and malloc's per-thread arenas),
+/// so 192 streams stay within about 55 MiB. One multiplexing writer would
+/// save the threads, at the price of an event loop that also had to run
+/// snapshot captures without blocking the others.
+pub const HTTP_MAX_STREAMS: usize = 192;
+
+/// The stack of an SSE writer thread `http-sse-N`: it formats batches and
+/// waits; it never recurses into outside data (a snapshot is built on the
+/// reactor and arrives as text). A quarter of the platform's 2 MiB
+/// default, so `HTTP_MAX_STREAMS` writers reserve at most 96 MiB of
+/// address space (resident: only what they touch).
+pub const HTTP_SSE_STACK: usize = 512 * 1024;
 
 /// An idle keep-alive connection is closed after this long.
 pub const HTTP_IDLE_MS: u64 = 30_000;
@@ -577,9 +606,14 @@ pub const SSE_QUEUE_BYTES: usize = 1024 * 1024;
 /// (seed 002). The capacity of a subscriber's wake channel.
 pub const SSE_MAILBOX: usize = 1;
 
-/// Watchers of one topic (one ledger stream now, one session in phase 2).
-/// Past it a new watch is refused with 503 `too_many_streams`.
-pub const SSE_TOPIC_SUBSCRIBERS: usize = HTTP_MAX_STREAMS;
+/// Watchers of one topic (a ledger stream or a session). Past it a new
+/// watch is refused with 503 `too_many_streams`. Issue 6's figure is "100
+/// SSE subscribers on one busy session"; a publication costs one
+/// `try_send` of a wake per watcher and no payload copy (the watchers read
+/// the topic's one replay buffer), so 128 bounds the reactor's work per
+/// event at 128 wakes while leaving the rest of `HTTP_MAX_STREAMS` to
+/// other sessions.
+pub const SSE_TOPIC_SUBSCRIBERS: usize = 128;
 
 /// Ledger streams that keep a replay buffer for `GET /events` watches. A
 /// buffer nobody watches is dropped first when a new stream needs one;
@@ -633,8 +667,11 @@ pub const HTTP_ENTRY_TEXT_MAX: usize = 16 * 1024;
 pub const SSE_SESSION_TOPICS: usize = 64;
 
 /// Collection watches at once (`GET /sessions` as SSE), each with a queue
-/// of at most `SSE_QUEUE_EVENTS` / `SSE_QUEUE_BYTES`.
-pub const SSE_COLLECTION_WATCHES: usize = HTTP_MAX_STREAMS;
+/// of at most `SSE_QUEUE_EVENTS` / `SSE_QUEUE_BYTES` ("The bus queue holds
+/// at most 256 events and 1 MiB per subscriber", seed 002), so at most
+/// 32 MiB of queues in all: unlike session watches, each has its own
+/// payload queue, hence a bound well under `HTTP_MAX_STREAMS`.
+pub const SSE_COLLECTION_WATCHES: usize = 32;
 
 /// "activity [...] contains up to 12 lines [...]. Each line has at most 256
 /// Unicode scalar values and 1,024 UTF-8 bytes" (seed 002, Session

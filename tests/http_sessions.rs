@@ -278,6 +278,97 @@ fn watches_replay_reset_and_survive_a_restart_with_history() {
     api.d.stop();
 }
 
+/// A growing reply reaches a watcher as appended `text` pieces, each
+/// starting where the previous one ended, and once whole as `message`:
+/// the bytes a watcher gets grow with the reply, not with its square.
+#[test]
+fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
+    let dir = TestDir::new("hsgrow");
+    let port = free_port();
+    let mut long = vec![json!({"think": "plan"}), json!({"text": "héllo "}), json!({"stall": 0.05})];
+    for i in 0..200 {
+        long.push(json!({"text": format!("chunk {i} ")}));
+        if i % 40 == 0 {
+            long.push(json!({"stall": 0.02}));
+        }
+    }
+    long.push(json!({"tool": {"id": "t1", "name": "Read", "input": {"file_path": "x"}, "output": "ok"}}));
+    long.push(json!({"text": "done"}));
+    let script = json!([[{"text": "ready"}], long]);
+    let api = Api::start(&dir, &seat(&script, &[]), port);
+    let sid = api.create(&uuid7(0, 1), &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"})).json()["id"].as_str().unwrap().to_string();
+    let mut w = api.watch(&format!("/sessions/{sid}"));
+    let first = api.batch(&mut w, "/sessions/{session_id}");
+    assert_eq!(first["events"][0]["type"], "reset");
+    let mut texts: std::collections::HashMap<String, String> = first["snapshot"]["history"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["id"].as_str().unwrap().to_string(), e["text"].as_str().unwrap_or_default().to_string()))
+        .collect();
+    let iid = uuid7(0, 2);
+    api.input(&sid, &iid, &json!({"kind": "message", "text": "long"}));
+    let mut messages: std::collections::HashMap<String, usize> = Default::default();
+    let mut appended_bytes = 0;
+    // Read until the turn is over and the watcher has every entry history
+    // has (turn_completed may precede the last round's entries).
+    let (mut done, mut committed, mut want) = (false, 0, u64::MAX);
+    while !done || committed < want {
+        if done && want == u64::MAX {
+            let h = api.call("GET", &format!("/sessions/{sid}/history?limit=1"), "/sessions/{session_id}/history", &[], None).json();
+            want = h["high_water"].as_u64().unwrap();
+            continue;
+        }
+        let b = api.batch(&mut w, "/sessions/{session_id}");
+        for e in b["events"].as_array().unwrap() {
+            match e["type"].as_str().unwrap() {
+                "text" | "thinking" => {
+                    let id = e["data"]["message_id"].as_str().unwrap().to_string();
+                    let have = texts.entry(id.clone()).or_default();
+                    assert_eq!(e["data"]["offset"].as_u64().unwrap() as usize, have.len(), "{id} continues where it stopped: {e}");
+                    let piece = e["data"]["text"].as_str().unwrap();
+                    appended_bytes += piece.len();
+                    have.push_str(piece);
+                }
+                "message" => {
+                    let entry = &e["data"]["entry"];
+                    let id = entry["id"].as_str().unwrap().to_string();
+                    if let Some(t) = entry["text"].as_str() {
+                        if let Some(have) = texts.get(&id) {
+                            // The whole entry replaces its pieces; a round
+                            // that completes it may also have grown it.
+                            assert!(t.starts_with(have.as_str()), "the whole {id} continues what its pieces made:\n{have}\n{t}");
+                        }
+                        texts.insert(id.clone(), t.to_string());
+                    }
+                    *messages.entry(id).or_default() += 1;
+                }
+                "turn_completed" if e["data"]["input_ids"][0] == json!(iid) => done = true,
+                "committed" => committed = e["data"]["high_water"].as_u64().unwrap(),
+                _ => {}
+            }
+        }
+    }
+    let h = api.call("GET", &format!("/sessions/{sid}/history?limit=200"), "/sessions/{session_id}/history", &[], None).json();
+    let mut long_id = None;
+    for e in h["items"].as_array().unwrap() {
+        let id = e["id"].as_str().unwrap();
+        if let Some(t) = e["text"].as_str() {
+            if e["kind"] == "text" || e["kind"] == "thinking" {
+                assert_eq!(texts.get(id).map(String::as_str), Some(t), "the watcher holds {id} as history does");
+            }
+            if t.starts_with("héllo chunk 0") {
+                long_id = Some(id.to_string());
+            }
+        }
+    }
+    let long_id = long_id.expect("the long reply in history");
+    assert_eq!(messages.get(&long_id), Some(&1), "the long reply goes out whole once: {messages:?}");
+    let long_len = texts[&long_id].len();
+    assert!(appended_bytes < 2 * long_len + 64, "appended {appended_bytes} bytes for a reply of {long_len}");
+    api.d.stop();
+}
+
 #[test]
 fn a_stalled_collection_reader_does_not_hold_back_a_live_one() {
     let dir = TestDir::new("hsstall");

@@ -489,7 +489,7 @@ fn start_stream(shared: &Arc<Shared>, conn: Conn, headers: Vec<(&'static str, St
         return;
     }
     let n = shared.next_stream.fetch_add(1, Ordering::Relaxed);
-    let spawned = std::thread::Builder::new().name(format!("http-sse-{n}")).spawn(move || {
+    let spawned = std::thread::Builder::new().name(format!("http-sse-{n}")).stack_size(limits::HTTP_SSE_STACK).spawn(move || {
         let _release = release;
         let mut stream = match conn.stream().try_clone() {
             Ok(s) => s,

@@ -37,8 +37,14 @@
 //!
 //! Watches. Each watched session has a [`sse::Topic`] whose generation is
 //! random per topic (per daemon run, and anew when an unwatched topic is
-//! dropped), with its own sequence: `status`, `input`, `message`,
-//! `turn_completed` and `committed` events. A cursor of another
+//! dropped), with its own sequence: `status`, `input`, `text`,
+//! `thinking`, `message`, `turn_completed` and `committed` events. The
+//! growing text or thinking entry goes out as `text`/`thinking` events
+//! that carry only the appended text (with its byte `offset` in the
+//! entry), then once whole as `message` when a later entry (or the
+//! session's end) completes it; every other entry goes out as `message`
+//! each time a round changes it. A reset's snapshot shows the growing
+//! entry exactly as far as its events have published it. A cursor of another
 //! generation (another run) always resets. The collection watch feeds one
 //! [`sse::CollectionQueue`] per subscriber with `invalidate` and `activity`.
 
@@ -142,6 +148,26 @@ pub struct Api {
     last_status: HashMap<String, String>,
     activity: HashMap<String, Activity>,
     collection: Vec<CollectionSub>,
+    /// The growing text or thinking entry of each watched session: what
+    /// its `text`/`thinking` events have published so far.
+    live: HashMap<String, Live>,
+}
+
+/// A watched session's growing entry. Its appended text goes out as
+/// `text` (or `thinking`) events carrying only what is new, so a reply of
+/// n bytes costs O(n) bytes per watcher, not O(n²) as re-sending the
+/// entry whole each round would; the entry goes out whole once, as a
+/// `message`, when a later entry shows it is complete (seed 002, Session
+/// events: "text: Run ID, message ID, and appended assistant text";
+/// "message: Completed display message").
+struct Live {
+    pos: u64,
+    /// UTF-8 bytes of its text published so far.
+    published: usize,
+    /// The entry as last published (its inline text bounded by
+    /// `HTTP_ENTRY_TEXT_MAX`): a reset's snapshot shows it, and its
+    /// `message` carries it when no later round touches it again.
+    entry: Value,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -513,7 +539,11 @@ fn entry_from_wire(pos: u64, m: &Value) -> Value {
 
 fn read_history(conn: &rusqlite::Connection, sid: &str, before: Option<u64>, after: Option<u64>, limit: usize) -> rusqlite::Result<(Vec<Value>, u64)> {
     let high: i64 = conn.query_row("SELECT coalesce(max(idx) + 1, 0) FROM transcript WHERE session = ?1", [sid], |r| r.get(0))?;
-    let cols = "idx, kind, ts, text, tool_id, tool_name, tool_status, tool_input";
+    // A growing entry's text is its row's first text and then its parts
+    // in order (core::transcript: one row per append).
+    let cols = "idx, kind, ts, CASE WHEN text IS NULL THEN NULL ELSE text || coalesce((SELECT group_concat(p.text, '' ORDER BY p.part) \
+                FROM transcript_parts p WHERE p.session = transcript.session AND p.idx = transcript.idx), '') END, \
+                tool_id, tool_name, tool_status, tool_input";
     let (sql, bound) = match (before, after) {
         (_, Some(a)) => (format!("SELECT {cols} FROM transcript WHERE session = ?1 AND idx > ?2 ORDER BY idx ASC LIMIT ?3"), a as i64),
         (Some(b), None) => (format!("SELECT {cols} FROM transcript WHERE session = ?1 AND idx < ?2 ORDER BY idx DESC LIMIT ?3"), b as i64),
@@ -916,6 +946,20 @@ fn capture(shared: &Shared, raw: String, tail: usize) -> Result<(u64, Value), Pr
                     .unwrap_or_default();
                 s["pending_inputs"] = Value::Array(pending);
                 s["input_order"] = json!(q.map_or(0, |q| q.input_order));
+                // The growing entry as its events have published it, so
+                // that the `text` events after this cursor append to
+                // exactly what the snapshot shows.
+                let (mut items, mut high) = (items, high);
+                if let Some(l) = api.and_then(|a| a.live.get(&sid)) {
+                    match items.iter_mut().find(|e| e["position"].as_u64() == Some(l.pos)) {
+                        Some(e) => *e = l.entry.clone(),
+                        None if tail > 0 && l.pos >= high => {
+                            items.push(l.entry.clone());
+                            high = l.pos + 1;
+                        }
+                        None => {}
+                    }
+                }
                 s["history"] = history_page(items, high);
                 answer.send(Ok((cursor, s)));
             });
@@ -966,7 +1010,15 @@ fn watch_session(ctx: &mut Ctx, raw: String, tail: usize) -> Result<Reply, Probl
                 return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
             }
             let sid = resolve(d, &r).filter(|s| d.core.sessions.get(s).is_some()).ok_or_else(|| Problem::new(Code::NotFound, format!("no live session {r} to watch")))?;
-            let topic = topic_for(api_mut(d)?, &sid)?;
+            let seed = live_now(d, &sid);
+            let api = api_mut(d)?;
+            if !api.topics.contains_key(&sid) {
+                match seed {
+                    Some(l) => api.live.insert(sid.clone(), l),
+                    None => api.live.remove(&sid),
+                };
+            }
+            let topic = topic_for(api, &sid)?;
             let sub = topic.subscribe().map_err(|_| Problem::new(Code::TooManyStreams, "this session has the maximum number of watchers").retry(1))?;
             let start = sub.plan(after.as_ref().map(|(g, s)| (g.as_str(), *s)));
             Ok((sub, start))
@@ -1014,6 +1066,7 @@ fn topic_for<'a>(api: &'a mut Api, sid: &str) -> Result<&'a mut Topic, Problem> 
                 Some(k) => {
                     api.topics.remove(&k);
                     api.last_status.remove(&k);
+                    api.live.remove(&k);
                 }
                 None => return Err(Problem::new(Code::TooManyStreams, "every session watch slot is in use").retry(1)),
             }
@@ -1414,6 +1467,12 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
             let ids: Vec<String> = id.into_iter().collect();
             publish(d, sid, "turn_completed", json!({"run_id": format!("r{t}"), "outcome": outcome, "input_ids": ids}));
         }
+        if ev.kind == "session.end" {
+            // No later entry will complete a growing one now.
+            if let Some(l) = d.http.as_mut().and_then(|h| h.sessions.live.remove(sid)) {
+                publish(d, sid, "message", json!({"entry": l.entry}));
+            }
+        }
         if ev.kind == "session.end" || ev.kind == "session.start" {
             invalidate(d, sid);
         }
@@ -1429,12 +1488,36 @@ pub fn on_committed(d: &mut Daemon, sid: &str, delta: Option<&Delta>) {
     }
     if let Some(delta) = delta {
         let now = crate::clock::now_ms();
+        let run_id = format!("r{}", d.core.sessions.get(sid).map_or(0, |s| s.turn));
+        let watched = d.http.as_ref().is_some_and(|h| h.sessions.topics.contains_key(sid));
+        let mut live = d.http.as_mut().and_then(|h| h.sessions.live.remove(sid));
+        let end = (delta.from + delta.entries.len()) as u64;
+        // The growing entry is complete once a later entry exists; when
+        // this round did not touch it, its last published form goes out.
+        if let Some(l) = live.take_if(|l| l.pos < delta.from as u64 && l.pos + 1 < end) {
+            publish(d, sid, "message", json!({"entry": l.entry}));
+        }
         for (i, e) in delta.entries.iter().enumerate() {
-            let entry = entry_from_wire((delta.from + i) as u64, e);
+            let pos = (delta.from + i) as u64;
+            let entry = entry_from_wire(pos, e);
             if let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) {
                 note_activity(api.activity.entry(sid.to_string()).or_default(), &entry, now);
             }
+            let kind = e["kind"].as_str().unwrap_or_default();
+            if watched && (kind == "text" || kind == "thinking") && pos + 1 == end {
+                let text = e["text"].as_str().unwrap_or_default();
+                let from = live.as_ref().filter(|l| l.pos == pos).map_or(0, |l| l.published);
+                publish_appended(d, sid, kind, &run_id, pos, from, text);
+                live = Some(Live { pos, published: text.len().max(from), entry });
+                continue;
+            }
+            if live.as_ref().is_some_and(|l| l.pos == pos) {
+                live = None;
+            }
             publish(d, sid, "message", json!({"entry": entry}));
+        }
+        if let (Some(l), Some(api)) = (live, d.http.as_mut().map(|h| &mut h.sessions)) {
+            api.live.insert(sid.to_string(), l);
         }
         let high = d.core.sessions.get(sid).map_or(0, |s| s.transcript.len);
         publish(d, sid, "committed", json!({"high_water": high}));
@@ -1470,6 +1553,39 @@ fn note_activity(a: &mut Activity, entry: &Value, now: i64) {
     while a.lines.len() > limits::HTTP_ACTIVITY_LINES {
         a.lines.pop_front();
     }
+}
+
+/// Publishes the text of a growing entry past its first `from` bytes as
+/// `text` (or `thinking`) events, each at most `HTTP_ENTRY_TEXT_MAX` bytes
+/// of text so that one event always fits a frame and the replay buffer.
+/// `offset` is where the event's text starts in the entry, in UTF-8 bytes.
+fn publish_appended(d: &mut Daemon, sid: &str, kind: &str, run_id: &str, pos: u64, from: usize, text: &str) {
+    let Some(mut rest) = text.get(from..) else { return };
+    let mut offset = from;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(limits::HTTP_ENTRY_TEXT_MAX);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        publish(d, sid, kind, json!({"run_id": run_id, "message_id": format!("e{pos}"), "offset": offset, "text": piece}));
+        offset += piece.len();
+        rest = tail;
+    }
+}
+
+/// The growing entry a new topic starts from: the running turn's last
+/// entry, when it is text or thinking, as the session core holds it now.
+fn live_now(d: &Daemon, sid: &str) -> Option<Live> {
+    let s = d.core.sessions.get(sid).filter(|s| s.turn_active)?;
+    let pos = s.transcript.len.checked_sub(1)?;
+    let e = s.transcript.cached_from(pos)?.into_iter().next()?;
+    let kind = e["kind"].as_str()?;
+    if kind != "text" && kind != "thinking" {
+        return None;
+    }
+    let published = e["text"].as_str().map_or(0, str::len);
+    Some(Live { pos: pos as u64, published, entry: entry_from_wire(pos as u64, &e) })
 }
 
 /// Publishes one event to the session's topic, if it is watched.

@@ -99,7 +99,7 @@ struct Seen {
 }
 
 /// Finds the `[seq@ns]` stamps in `line` newer than `*max_seq`.
-fn stamps(line: &[u8], max_seq: &mut u64, mut f: impl FnMut(u64, u128)) {
+pub fn stamps(line: &[u8], max_seq: &mut u64, mut f: impl FnMut(u64, u128)) {
     let mut i = 0;
     while let Some(p) = line[i..].iter().position(|&b| b == b'[') {
         let s = i + p + 1;

@@ -13,6 +13,7 @@
 mod append;
 mod callgrind;
 mod fanout;
+mod http_bench;
 mod sessions_mem;
 mod idle;
 mod lanes_bench;
@@ -40,6 +41,7 @@ fn main() {
     sessions_mem::run();
     plugins_bench::run();
     lanes_bench::run();
+    http_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());

@@ -282,7 +282,8 @@ fn type_matches(t: &str, v: &Value) -> bool {
 /// Validates `v` against the subset of JSON Schema the document uses:
 /// $ref, type (one or a list), const, enum, properties, required,
 /// additionalProperties (false or a schema), items, maxItems, minimum,
-/// maximum, minLength, maxLength and oneOf. Any other keyword fails loudly
+/// maximum, minLength, maxLength, oneOf and x-max-utf8-bytes (a string's
+/// bound in encoded bytes, seed 002). Any other keyword fails loudly
 /// so that the document cannot silently outgrow the validator.
 pub fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
     let s = resolve(doc, schema);
@@ -290,9 +291,14 @@ pub fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), 
     for key in obj.keys() {
         const KNOWN: &[&str] = &[
             "type", "const", "enum", "properties", "required", "additionalProperties", "items", "maxItems", "minimum", "maximum",
-            "minLength", "maxLength", "oneOf", "description", "default",
+            "minLength", "maxLength", "oneOf", "description", "default", "x-max-utf8-bytes",
         ];
         assert!(KNOWN.contains(&key.as_str()), "openapi.yaml uses {key}, which the test validator does not check");
+    }
+    if let (Some(max), Some(text)) = (s.get("x-max-utf8-bytes").and_then(Value::as_u64), v.as_str()) {
+        if text.len() as u64 > max {
+            return Err(format!("{at}: {} UTF-8 bytes, more than {max}", text.len()));
+        }
     }
     if let Some(t) = s.get("type") {
         let ok = match t {
