@@ -150,3 +150,135 @@ fn storage_quotas_hold_and_storage_survives_a_killed_daemon() {
     assert_eq!(one(&mut c, &id, "storage.list", json!({})), json!({"keys": 128, "bytes": 1_048_576 - 16_384 + 8}));
     d.stop();
 }
+
+#[test]
+fn request_budgets_list_calls_pending_tasks_and_busy_commands() {
+    let dir = TestDir::new("plrate");
+    let d = start(&dir, config(""));
+    let mut c = d.connect();
+    let perms = ["lists.read", "commands.add", "storage.own", "tasks.create"];
+    let id = install_approve(&mut c, &limits_plugin(&dir, "limits-rate", &perms));
+    d.wait_log("plugin limits-rate is running");
+
+    // More than 10 list calls in one second: 21 at once span at most two
+    // seconds, so one of them is over; the first 10 never are.
+    let got = calls(&mut c, &id, json!({"seq": [["seats.list", {}, 21]]}));
+    assert!(got[..10].iter().all(|a| a == &json!({"seats": 0, "nextCursor": null})), "{got:?}");
+    let limited = got.iter().filter(|a| *a == "!rate-limited").count();
+    assert!(limited >= 1, "{got:?}");
+    assert_eq!(limited + got.iter().filter(|a| a["seats"] == 0).count(), 21, "{got:?}");
+
+    // 50 a second with 200 at once: after 4 s of rest the budget is full;
+    // 260 requests at once get 200 answers and then, unless the host took
+    // more than a second for them, rate-limited.
+    let got = calls(&mut c, &id, json!({"seq": [["storage.get", {"key": "k"}, 260]], "pause": 4}));
+    assert!(got[..200].iter().all(|a| a == &json!({"key": "k", "value": null})), "{got:?}");
+    let limited = got.iter().filter(|a| *a == "!rate-limited").count();
+    assert!(limited >= 1, "{got:?}");
+    assert_eq!(limited + got.iter().filter(|a| a["key"] == "k").count(), 260);
+
+    // 3 unanswered task requests: the fourth is too-many-pending at once.
+    let task = json!({"repo": "/srv/work/shop", "task": "Add a test.", "builder": "claude", "verifier": "codex",
+                      "acceptance": {"name": "unit tests", "command": "npm test"}});
+    let got = run(&mut c, &id, "calls", &json!({"seq": [["tasks.create", task, 4]], "pause": 2, "need": 1}).to_string());
+    assert_eq!(got, json!({"3": "!too-many-pending"}));
+    d.wait_log_count("waits for the operator", 3);
+    // Once one is answered, a new request is taken again.
+    let list = c.call("approvals.list", json!({}));
+    let items: Vec<&Value> = list["approvals"].as_array().unwrap().iter().filter(|i| i["subject"] == "plugin-task").collect();
+    assert_eq!(items.len(), 3, "{list}");
+    c.call("approvals.answer", json!({"request_id": items[0]["request_id"], "decision": "deny"}));
+    let got = run(&mut c, &id, "calls", &json!({"seq": [["tasks.create", task, 2]], "need": 1}).to_string());
+    assert_eq!(got, json!({"1": "!too-many-pending"}));
+    d.wait_log_count("waits for the operator", 4);
+
+    // 4 unanswered commands: a fifth is busy. All five are sent at once on
+    // one connection, so the daemon takes them in order.
+    let mut raw = d.connect();
+    let mut batch = String::new();
+    for n in 1..=5 {
+        batch.push_str(&format!("{}\n", json!({"jsonrpc": "2.0", "id": n, "method": "plugin.command.run", "params": {"command": format!("{id}.hold")}})));
+    }
+    raw.send_raw(batch.as_bytes());
+    let first = raw.read_line().unwrap();
+    assert_eq!((first["id"].clone(), first["error"]["data"]["code"].clone()), (json!(5), json!("busy")), "{first}");
+    // The held ones end when the plugin does: plugin-not-running.
+    c.call("plugin.disable", json!({"plugin": id}));
+    for _ in 1..=4 {
+        let r = raw.read_line().unwrap();
+        assert_eq!(r["error"]["data"]["code"], "plugin-not-running", "{r}");
+    }
+    d.stop();
+}
+
+/// Spawns a session of the fake seat in `cwd` with a prompt; its id.
+fn spawn(c: &mut util::Client, cwd: &Path) -> String {
+    std::fs::create_dir_all(cwd).unwrap();
+    let r = c.call("sessions.spawn", json!({"harness": "fake", "cwd": cwd.canonicalize().unwrap().display().to_string(), "prompt": "hello"}));
+    r["session_id"].as_str().unwrap().to_string()
+}
+
+/// Waits, on a client subscribed to every stream, for `sid`'s turn.end.
+fn turn_end(events: &mut util::Client, sid: &str) {
+    loop {
+        let n = events.next_note("event");
+        if n["params"]["stream"] == sid && n["params"]["kind"] == "turn.end" {
+            return;
+        }
+    }
+}
+
+/// The API-kind events of `sid`'s stream, as (kind, seq).
+fn api_events(c: &mut util::Client, sid: &str) -> Vec<(String, Value)> {
+    let kinds = ["session.start", "session.end", "turn.start", "turn.end", "approval.request", "approval.resolved"];
+    let r = c.call("events.list", json!({"stream": sid, "limit": 1000}));
+    r["events"].as_array().unwrap().iter().filter(|e| kinds.contains(&e["kind"].as_str().unwrap())).map(|e| (e["kind"].as_str().unwrap().to_string(), e["seq"].clone())).collect()
+}
+
+#[test]
+fn events_past_1_mib_waiting_are_dropped_and_counted_once() {
+    let dir = TestDir::new("pldrop");
+    let d = start(&dir, config_with_fake(""));
+    d.wait_log("seat fake: ready");
+    let mut c = d.connect();
+    let mut events = d.connect();
+    events.call("events.subscribe", json!({}));
+    let id = install_approve(&mut c, &limits_plugin(&dir, "limits-events", &["events.read", "commands.add", "storage.own"]));
+    d.wait_log("plugin limits-events is running");
+    // Its subscription (sent right after initialize) is in force before
+    // this answer comes.
+    assert_eq!(one(&mut c, &id, "storage.set", json!({"key": "big", "value": "@x:16384"})), json!({"key": "big", "bytes": 16384}));
+
+    // The plugin asks for 100 values of 16 KiB and stops reading: more
+    // than 1 MiB waits for it once the host has its requests, which is
+    // before the answer to `fill`.
+    assert_eq!(run(&mut c, &id, "fill", "100"), json!({"sent": 100}));
+    let a = spawn(&mut c, &dir.join("wt"));
+    turn_end(&mut events, &a);
+    let dropped = api_events(&mut c, &a);
+    assert!(dropped.len() >= 3, "{dropped:?}");
+
+    // It reads again: one events.dropped counting every event of the
+    // session, and none of them.
+    std::fs::write(d.state.join("plugins").join(&id).join("work/resume"), "").unwrap();
+    let notes = run(&mut c, &id, "notes", "1");
+    assert_eq!(notes, json!([{"method": "events.dropped", "params": {"count": dropped.len()}}]));
+
+    // Later events come after it, and it is not sent again.
+    let b = spawn(&mut c, &dir.join("wt"));
+    turn_end(&mut events, &b);
+    let later = api_events(&mut c, &b);
+    let notes = run(&mut c, &id, "notes", &(1 + later.len()).to_string());
+    let notes = notes.as_array().unwrap();
+    assert_eq!(notes.len(), 1 + later.len(), "{notes:?}");
+    assert_eq!(notes[0]["method"], "events.dropped");
+    let got: Vec<(String, Value)> = notes[1..]
+        .iter()
+        .map(|n| {
+            assert_eq!((n["method"].as_str(), n["params"]["session"].as_str()), (Some("event"), Some(b.as_str())), "{n}");
+            (n["params"]["kind"].as_str().unwrap().to_string(), n["params"]["seq"].clone())
+        })
+        .collect();
+    assert_eq!(got, later);
+    d.stop();
+}
