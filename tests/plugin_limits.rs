@@ -282,3 +282,39 @@ fn events_past_1_mib_waiting_are_dropped_and_counted_once() {
     assert_eq!(got, later);
     d.stop();
 }
+
+#[test]
+fn a_sessions_page_that_would_not_fit_one_line_shrinks() {
+    let dir = TestDir::new("plpage");
+    let d = start(&dir, config_with_fake(""));
+    d.wait_log("seat fake: ready");
+    let mut c = d.connect();
+    let mut events = d.connect();
+    events.call("events.subscribe", json!({}));
+    let id = install_approve(&mut c, &limits_plugin(&dir, "limits-page", &["lists.read", "commands.add"]));
+    d.wait_log("plugin limits-page is running");
+    // Worktrees of about 4,000 characters: 16 sessions are more than one
+    // line of 65,536 bytes holds.
+    let mut wt = dir.join("wt");
+    while wt.display().to_string().len() < 3_900 {
+        wt = wt.join("d".repeat(200));
+    }
+    let sids: Vec<String> = (0..16).map(|_| spawn(&mut c, &wt)).collect();
+    let mut ended = std::collections::HashSet::new();
+    while ended.len() < sids.len() {
+        let n = events.next_note("event");
+        if n["params"]["kind"] == "turn.end" {
+            ended.insert(n["params"]["stream"].as_str().unwrap().to_string());
+        }
+    }
+    let first = one(&mut c, &id, "sessions.list", json!({"limit": 500}));
+    let n = first["sessions"].as_u64().unwrap() as usize;
+    assert!((1..16).contains(&n), "{first}");
+    assert_eq!(first["nextCursor"], json!(sids[n - 1]), "{first}");
+    let rest = one(&mut c, &id, "sessions.list", json!({"limit": 500, "cursor": sids[n - 1]}));
+    assert_eq!(rest, json!({"sessions": 16 - n, "nextCursor": null}));
+    // A limit below what fits is kept, and says there is more.
+    let two = one(&mut c, &id, "sessions.list", json!({"limit": 2}));
+    assert_eq!(two, json!({"sessions": 2, "nextCursor": sids[1]}));
+    d.stop();
+}
