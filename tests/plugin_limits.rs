@@ -318,3 +318,79 @@ fn a_sessions_page_that_would_not_fit_one_line_shrinks() {
     assert_eq!(two, json!({"sessions": 2, "nextCursor": sids[1]}));
     d.stop();
 }
+
+#[test]
+fn changed_copies_and_records_wait_again_and_a_waiting_copy_is_discarded() {
+    let dir = TestDir::new("plcopy");
+    let d = start(&dir, config(""));
+    let mut c = d.connect();
+    let src = limits_plugin(&dir, "limits-copy", &["commands.add", "storage.own"]);
+    let id = install_approve(&mut c, &src);
+    d.wait_log("plugin limits-copy is running");
+    assert_eq!(one(&mut c, &id, "storage.set", json!({"key": "kept", "value": "yes"})), json!({"key": "kept", "bytes": 3}));
+
+    // Nothing waits: discard is not-found.
+    assert_eq!(c.error_code("plugin.discard", json!({"plugin": id})), "not-found");
+    // A new copy waits beside the approved one; discarding it leaves the
+    // approved copy running.
+    std::fs::write(src.join("notes.txt"), "a second version").unwrap();
+    let inst = c.call("plugin.install", json!({"path": src.display().to_string()}));
+    assert_eq!(inst["unchanged"], false, "{inst}");
+    assert_eq!(c.call("plugin.get", json!({"plugin": id}))["waiting"]["kind"], "install");
+    let r = c.call("plugin.discard", json!({"plugin": id}));
+    assert_eq!(r, json!({"plugin": id, "discarded": true, "removed": false}));
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    assert_eq!((got["state"].clone(), got["waiting"].clone()), (json!("running"), Value::Null), "{got}");
+    assert_eq!(c.error_code("plugin.discard", json!({"plugin": id})), "not-found");
+
+    // The approved copy changes on disk: the next start finds it, and the
+    // copy waits again as files-changed, installed by nobody.
+    let approved = d.state.join("plugins").join(&id).join("approved");
+    let main = approved.join("main.py");
+    let mut perm = std::fs::metadata(&main).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+    std::fs::set_permissions(&main, perm).unwrap();
+    let text = std::fs::read_to_string(&main).unwrap();
+    std::fs::write(&main, format!("{text}\n# changed after its approval\n")).unwrap();
+    c.call("plugin.disable", json!({"plugin": id}));
+    d.wait_log("plugin limits-copy exited");
+    let r = c.call("plugin.enable", json!({"plugin": id}));
+    assert_eq!(r["state"], "pending-approval", "{r}");
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    assert_eq!((got["state"].clone(), got["reason"].clone()), (json!("pending-approval"), json!("files-changed")), "{got}");
+    assert_eq!((got["waiting"]["kind"].clone(), got["waiting"].get("installedBy"), got["approved"].clone()), (json!("files-changed"), Some(&Value::Null), json!(false)), "{got}");
+    assert_eq!(c.error_code("plugin.command.run", json!({"command": format!("{id}.hold")})), "command-not-found");
+    // Approving the changed copy runs it, with its storage.
+    let m = &got["waiting"]["manifest"];
+    let cmds: Vec<Value> = m["commands"].as_array().unwrap().iter().map(|c| c["id"].clone()).collect();
+    let r = c.call(
+        "plugin.approve",
+        json!({"plugin": id, "snapshotHash": got["waiting"]["snapshotHash"], "permissions": ["commands.add", "storage.own"], "commands": cmds, "operator": "test operator"}),
+    );
+    assert_eq!(r["approved"], true, "{r}");
+    d.wait_log_count("plugin limits-copy is running", 2);
+    assert_eq!(one(&mut c, &id, "storage.get", json!({"key": "kept"})), json!({"key": "kept", "value": "yes"}));
+    let state = d.state.clone();
+    d.stop();
+
+    // An approval record that fails its check counts as nothing approved:
+    // the next daemon does not start the plugin, which waits as
+    // store-changed.
+    let record = state.join("plugins/plugins.json");
+    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let a = &mut file["plugins"][0]["approval"];
+    a["operator"] = json!("someone else");
+    std::fs::write(&record, file.to_string()).unwrap();
+    let d = start(&dir, config(""));
+    let mut c = d.connect();
+    d.wait_log("plugin limits-copy: the approved copy waits for approval again (store-changed)");
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    assert_eq!((got["state"].clone(), got["reason"].clone()), (json!("pending-approval"), json!("store-changed")), "{got}");
+    assert_eq!((got["waiting"]["kind"].clone(), got.get("approval"), got["approved"].clone()), (json!("store-changed"), Some(&Value::Null), json!(false)), "{got}");
+    assert_eq!(c.error_code("plugin.command.run", json!({"command": format!("{id}.hold")})), "command-not-found");
+    // Every plugin that can run is started once the isolation probe has
+    // answered, in the same step as this line.
+    d.wait_log("plugins run ");
+    assert!(!d.log_text().contains("plugin limits-copy started"), "{}", d.log_text());
+    d.stop();
+}
