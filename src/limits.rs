@@ -398,6 +398,19 @@ pub const LANE_VERIFY_ATTEMPTS: u32 = 2;
 pub const LANE_JOB_QUEUE: usize = 64;
 pub const LANE_WORKERS: usize = 2;
 
+/// Spare daemon-owned checkouts kept per repository between lanes. A lane
+/// takes one for its check and its verifier and gives it back after the
+/// verdict; the next lane of that repository moves it to its commit with
+/// `checkout --force` and `clean`, which touch only what differs, instead
+/// of paying a full checkout (and later a removal) of every file: on a
+/// repository of 10,000 files that is most of what a round costs the
+/// daemon (issue 5, "at most 50 ms of daemon time per round"). Lanes run
+/// one at a time per verifier seat, so a few spares cover lanes checking
+/// while another is verified; each spare is a whole checkout on disk,
+/// which is why the pool is bounded. Beyond it a returned checkout is
+/// removed.
+pub const LANE_SPARE_CHECKOUTS: usize = 2;
+
 /// Transcript entries read back to find a verifier's answer: a verifier
 /// session has one turn, far shorter than this.
 pub const LANE_VERIFIER_ENTRIES: usize = 4096;

@@ -83,10 +83,14 @@ impl Rig {
     }
 
     fn dispatch(&mut self, acceptance: &str) -> Value {
+        self.dispatch_named(acceptance, "add feature")
+    }
+
+    fn dispatch_named(&mut self, acceptance: &str, name: &str) -> Value {
         self.c.call(
             "task.dispatch",
             json!({"repo": self.repo.display().to_string(), "task": "Add feature.txt", "builder": "builder", "verifier": "verifier",
-                   "acceptance": {"name": "feature exists", "command": acceptance}, "name": "add feature"}),
+                   "acceptance": {"name": "feature exists", "command": acceptance}, "name": name}),
         )
     }
 
@@ -148,8 +152,11 @@ fn pass_in_round_one_merges_and_archives() {
     assert_eq!((got["stage"].as_str(), got["archived"].as_bool()), (Some("merged"), Some(true)));
     // Removal runs on a lane worker after the archive.
     r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
-    r.d.wait_log(&format!("lane {id}: check checkout removed"));
-    assert!(!dir.join(&format!("state/lanes/{id}")).exists());
+    // Its checkout is kept for the repository's next lane, not removed.
+    let given = r.d.wait_log(&format!("lane {id}: gives back checkout "));
+    let co = given.rsplit_once("checkout ").unwrap().1.trim().to_string();
+    r.d.wait_log(&format!("checkout {co}: kept for the next lane of "));
+    assert!(Path::new(&co).starts_with(dir.join("state/lanes")), "{co}");
     assert!(!wt.exists());
     assert!(!git(&r.repo, &["worktree", "list"]).contains("add-feature"));
     r.d.stop();
@@ -536,5 +543,66 @@ fn a_builder_that_fails_hands_over_to_another_ready_seat() {
     r.d.wait_log(&format!("lane {id}: the builder's session"));
     let got = r.c.call("lanes.get", json!({"lane": id}));
     assert_eq!(got["builder"]["harness"], json!("second"), "the lane shows the latest builder");
+    r.d.stop();
+}
+
+/// The checkout path a log line "... checkout PATH" names.
+fn checkout_in(line: &str) -> String {
+    line.rsplit_once("checkout ").unwrap().1.trim().to_string()
+}
+
+fn checkouts(dir: &TestDir) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("state/lanes")).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_next_lane_of_a_repository_reuses_the_checkout_the_last_one_gave_back() {
+    let dir = TestDir::new("lanepool");
+    // Each lane's builder writes its own worktree's path, so that every
+    // lane has a commit of its own to check.
+    let builder = json!([[{"run": ["sh", "-c", "pwd > feature.txt"]}, {"text": "done"}]]);
+    let seats = format!("{}{}", seat("builder", "anthropic", &builder, &[]), seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[]));
+    let mut r = Rig::start(&dir, "", seats.clone(), vec![]);
+    // A check leaves an untracked file in the checkout; the next lane's
+    // check, in the same checkout, must not find it.
+    let accept = "test ! -e left-by-a-check && touch left-by-a-check && test -f feature.txt";
+    let mut ids = Vec::new();
+    for name in ["first feature", "second feature"] {
+        let lane = r.dispatch_named(accept, name);
+        let id = lane["lane"].as_str().unwrap().to_string();
+        let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
+        assert_eq!(stages.last().map(String::as_str), Some("merged"), "{}", r.d.log_text());
+        let given = checkout_in(&r.d.wait_log(&format!("lane {id}: gives back checkout ")));
+        r.d.wait_log(&format!("checkout {given}: kept for the next lane of "));
+        ids.push((id, given));
+    }
+    let made = checkout_in(&r.d.wait_log(&format!("lane {}: new checkout ", ids[0].0)));
+    let reused = checkout_in(&r.d.wait_log(&format!("lane {}: reuses checkout ", ids[1].0)));
+    assert_eq!(reused, made, "the second lane checks in the first one's checkout");
+    assert_eq!(ids[1].1, made);
+    assert!(!r.d.log_text().contains(&format!("lane {}: new checkout", ids[1].0)));
+    assert_eq!(checkouts(&dir), vec![PathBuf::from(&made)], "one checkout for two lanes");
+    assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), r.repo.with_file_name("shop-wt").join("second-feature").display().to_string());
+
+    // A restart finds the spare under state/lanes/, no lane holds it, and
+    // it goes back to the repository's pool for the next lane.
+    let Rig { d, .. } = r;
+    d.stop();
+    let d = Daemon::start_with(&dir.path, Opts { config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()), ..Opts::default() });
+    d.wait_log(&format!("checkout {made}: left by the last run, kept for the next lane of "));
+    d.wait_log("seat verifier: ready");
+    d.wait_log("plugins run");
+    let mut events = d.connect();
+    events.call("events.subscribe", json!({"streams": ["lanes"]}));
+    let c = d.connect();
+    let mut r = Rig { d, c, events, repo: dir.join("shop").canonicalize().unwrap() };
+    let lane = r.dispatch_named(accept, "third feature");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
+    assert_eq!(stages.last().map(String::as_str), Some("merged"), "{}", r.d.log_text());
+    assert_eq!(checkout_in(&r.d.wait_log(&format!("lane {id}: reuses checkout "))), made);
+    assert_eq!(checkouts(&dir), vec![PathBuf::from(&made)]);
     r.d.stop();
 }

@@ -31,6 +31,7 @@ use crate::lanes::check::{self, Isolation, Outcome};
 use crate::isolation::Probe;
 use crate::lanes::git;
 use crate::lanes::machine::{Action, Input, Machine, Stage};
+use crate::lanes::pool::{Pool, Returned};
 use crate::lanes::verdict;
 use crate::ledger::{Appended, Op};
 use crate::limits;
@@ -89,6 +90,12 @@ pub struct Lane {
     pub archived: bool,
     /// lanes.close asked to remove the worktree.
     pub remove_worktree: bool,
+    /// The daemon-owned checkout the lane holds from its check to its
+    /// verdict (`lanes::pool`), under state/lanes/; None while it holds
+    /// none. Kept in the record so that a restart knows which checkouts
+    /// are a live lane's.
+    #[serde(default)]
+    pub checkout: Option<PathBuf>,
 }
 
 /// Which side of a lane a session is.
@@ -107,6 +114,12 @@ pub struct Lanes {
     by_session: HashMap<String, (String, Role)>,
     /// Repositories added with repos.add (the config's are read live).
     pub added_repos: Vec<PathBuf>,
+    /// The daemon-owned checkouts: spares per repository, and which are in
+    /// use by a job or a verifier session.
+    pub pool: Pool,
+    /// Verifier sessions running in a checkout: the checkout is in use
+    /// until the session ends.
+    checkout_sessions: HashMap<String, PathBuf>,
     jobs: Option<Sender<Job>>,
     /// Whether acceptance commands can run isolated here; the daemon's
     /// isolation probe answers once after start.
@@ -193,7 +206,12 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
     d.lanes.added_repos = repos.into_iter().map(PathBuf::from).collect();
     for text in rows {
         match serde_json::from_str::<Lane>(&text) {
-            Ok(l) => {
+            Ok(mut l) => {
+                // A checkout recorded by a lane past its verdict is no
+                // longer its own: the scan below takes it back.
+                if !l.archived && !holds_checkout(l.machine.stage) {
+                    l.checkout = None;
+                }
                 for (s, role) in [(&l.builder_session, Role::Builder), (&l.verifier_session, Role::Verifier)] {
                     if let Some(s) = s {
                         d.lanes.by_session.insert(s.clone(), (l.id.clone(), role));
@@ -205,7 +223,130 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
         }
     }
     d.lanes.loaded = true;
+    reclaim(d);
     resume_all(d);
+}
+
+/// Checkouts under state/lanes/ that no live lane holds, left by the last
+/// run (a lane archived as the daemon stopped, a give-back that did not
+/// happen, a checkout of the per-lane kind older daemons made) are put back
+/// in their repository's pool rather than removed: a full checkout is the
+/// very cost the pool saves, and `git::checkout_exactly` makes whatever
+/// state a stop left there exact before any lane uses it. The pool's bound
+/// still holds (the rest are removed), and so are checkouts of a
+/// repository the daemon no longer knows, or that git does not recognize.
+fn reclaim(d: &mut Daemon) {
+    let dir = d.paths.state_dir.join("lanes");
+    let queued = job(
+        d,
+        move || -> Vec<(PathBuf, Option<PathBuf>)> {
+            let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| {
+                    let co = e.path();
+                    let repo = git::repository_of(&co).ok().map(|r| r.canonicalize().unwrap_or(r));
+                    (co, repo)
+                })
+                .collect()
+        },
+        |d, found| {
+            let held: std::collections::HashSet<PathBuf> =
+                d.lanes.map.values().filter_map(|l| l.checkout.clone()).chain(d.lanes.pool.known()).collect();
+            let known: Vec<PathBuf> = known_repos(d).into_iter().map(|r| r.canonicalize().unwrap_or(r)).collect();
+            for (co, repo) in found {
+                if held.contains(&co) {
+                    continue;
+                }
+                match repo {
+                    Some(repo) if known.contains(&repo) => {
+                        let r = d.lanes.pool.give(&repo, &co);
+                        if r == Returned::Pooled {
+                            crate::info!("checkout {}: left by the last run, kept for the next lane of {}", co.display(), repo.display());
+                        }
+                        returned(d, repo, co, r);
+                    }
+                    repo => remove_checkout(d, repo, co),
+                }
+            }
+        },
+    );
+    if let Err(e) = queued {
+        crate::warn!("the checkouts of the last run are left as they are: {}", e.message);
+    }
+}
+
+/// Stages in which a lane holds its checkout: from its check to its
+/// verdict. The verifier reads the checkout while the lane verifies.
+fn holds_checkout(stage: Stage) -> bool {
+    matches!(stage, Stage::Checking | Stage::WaitingVerifier | Stage::Verifying | Stage::VerifyFailed | Stage::SecondOpinion)
+}
+
+/// The lane's checkout: the one it holds, else a spare of its repository,
+/// else a new path (made by the first `checkout_exactly` on it).
+fn lane_checkout(d: &mut Daemon, id: &str) -> Option<PathBuf> {
+    let l = d.lanes.map.get(id)?;
+    if let Some(co) = &l.checkout {
+        return Some(co.clone());
+    }
+    let co = match d.lanes.pool.take(&l.repo) {
+        Some(co) => {
+            crate::info!("lane {id}: reuses checkout {}", co.display());
+            co
+        }
+        None => {
+            let co = d.paths.state_dir.join("lanes").join(crate::ids::prefixed_id("co-"));
+            crate::info!("lane {id}: new checkout {}", co.display());
+            co
+        }
+    };
+    d.lanes.map.get_mut(id)?.checkout = Some(co.clone());
+    Some(co)
+}
+
+/// The lane lets its checkout go (its verdict is in, or it left the loop).
+fn release_checkout(d: &mut Daemon, id: &str) {
+    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    let Some(co) = l.checkout.take() else { return };
+    let repo = l.repo.clone();
+    crate::info!("lane {id}: gives back checkout {}", co.display());
+    let r = d.lanes.pool.give(&repo, &co);
+    returned(d, repo, co, r);
+}
+
+/// A job or session that used `co` is done.
+fn checkout_used(d: &mut Daemon, co: &Path) {
+    if let Some((repo, r)) = d.lanes.pool.use_end(co) {
+        returned(d, repo, co.to_path_buf(), r);
+    }
+}
+
+fn returned(d: &mut Daemon, repo: PathBuf, co: PathBuf, r: Returned) {
+    match r {
+        Returned::Deferred => {}
+        Returned::Pooled => crate::info!("checkout {}: kept for the next lane of {}", co.display(), repo.display()),
+        Returned::Remove => remove_checkout(d, Some(repo), co),
+    }
+}
+
+fn remove_checkout(d: &mut Daemon, repo: Option<PathBuf>, co: PathBuf) {
+    let shown = co.display().to_string();
+    let left = shown.clone();
+    let queued = job(
+        d,
+        move || match repo {
+            Some(repo) => git::remove_worktree(&repo, &co),
+            None => std::fs::remove_dir_all(&co).map_err(|e| git::GitError(format!("unable to remove {}: {}", co.display(), crate::errors::io_cause(&e)))),
+        },
+        move |_, r| match r {
+            Ok(()) => crate::info!("checkout {shown}: removed"),
+            Err(e) => crate::warn!("checkout {shown}: {e}"),
+        },
+    );
+    if let Err(e) = queued {
+        crate::warn!("checkout {left}: left in place: {}", e.message);
+    }
 }
 
 /// The daemon's isolation probe answered.
@@ -313,6 +454,14 @@ fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
             }
             other => after.push(other),
         }
+    }
+    // The checkout is taken before the record is written, so that the
+    // record names every checkout a lane holds; it is given back once the
+    // lane's verdict is in or it left the loop.
+    if after.iter().any(|a| matches!(a, Action::RunCheck { .. } | Action::Verify { .. })) {
+        lane_checkout(d, id);
+    } else if d.lanes.map.get(id).is_some_and(|l| l.checkout.is_some() && !holds_checkout(l.machine.stage)) {
+        release_checkout(d, id);
     }
     persist(d, id, ops);
     for a in after {
@@ -444,26 +593,20 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
     }
 }
 
-/// The lane's daemon-owned checkout: the acceptance command runs in it and
-/// the verifier reads it, each time moved to exactly the commit at hand. It
-/// is made once per lane (the one full checkout a round does not repeat)
-/// and removed when the lane is archived.
-fn check_dir(d: &Daemon, lane: &str) -> PathBuf {
-    d.paths.state_dir.join("lanes").join(lane)
-}
-
 fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
     let isolation = match &d.lanes.isolation {
         Some(Ok(bwrap)) => Isolation::Bwrap(bwrap.clone()),
         _ if !d.cfg.lanes.require_isolation => Isolation::Unisolated,
         _ => return Err(lane_err(Code::IsolationMissing, "the acceptance command cannot run isolated here")),
     };
-    let checkout = check_dir(d, &l.id);
+    let Some(checkout) = lane_checkout(d, &l.id) else { return Ok(()) };
     let repo = l.repo.clone();
     let command = l.task.acceptance_command.clone();
     let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
     let lid = l.id.clone();
-    job(
+    let (used, undo) = (checkout.clone(), checkout.clone());
+    d.lanes.pool.use_start(&used);
+    let queued = job(
         d,
         move || -> Result<Outcome, String> {
             git::checkout_exactly(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
@@ -475,16 +618,23 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
                 tail_bytes: limits::LANE_CHECK_TAIL_BYTES,
             })
         },
-        move |d, r| match r {
-            Ok(outcome) => {
-                if let Some(l) = d.lanes.map.get_mut(&lid) {
-                    l.last_check = Some(outcome.clone());
+        move |d, r| {
+            checkout_used(d, &used);
+            match r {
+                Ok(outcome) => {
+                    if let Some(l) = d.lanes.map.get_mut(&lid) {
+                        l.last_check = Some(outcome.clone());
+                    }
+                    let _ = step(d, &lid, Input::Checked(outcome));
                 }
-                let _ = step(d, &lid, Input::Checked(outcome));
+                Err(e) => broken(d, &lid, e),
             }
-            Err(e) => broken(d, &lid, e),
         },
-    )
+    );
+    if queued.is_err() {
+        checkout_used(d, &undo);
+    }
+    queued
 }
 
 /// Whether a seat can take work now.
@@ -499,10 +649,12 @@ fn session_alive(d: &Daemon, sid: &str) -> bool {
 /// Asks the verifier to judge the commit when its seat is ready and not
 /// verifying another lane; otherwise the lane waits and is tried again.
 fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Result<(), RpcError> {
-    let checkout = check_dir(d, &l.id);
+    let Some(checkout) = lane_checkout(d, &l.id) else { return Ok(()) };
     let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
     let diff_commit = commit.clone();
-    job(
+    let (used, undo) = (checkout.clone(), checkout.clone());
+    d.lanes.pool.use_start(&used);
+    let queued = job(
         d,
         move || -> Result<String, String> {
             let diff = git::diff(&repo, &base_commit, &diff_commit, limits::LANE_DIFF_MAX_BYTES).map_err(|e| e.to_string())?;
@@ -511,15 +663,25 @@ fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Res
             git::checkout_exactly(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
             Ok(diff)
         },
-        move |d, r| match r {
-            Ok(diff) => spawn_verifier(d, &lid, &commit, &diff, second),
-            Err(e) => broken(d, &lid, e),
+        move |d, r| {
+            checkout_used(d, &used);
+            match r {
+                Ok(diff) => spawn_verifier(d, &lid, &commit, &diff, second),
+                Err(e) => broken(d, &lid, e),
+            }
         },
-    )
+    );
+    if queued.is_err() {
+        checkout_used(d, &undo);
+    }
+    queued
 }
 
 fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bool) {
     let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    // The lane may have left verifying while its checkout was moved (the
+    // operator closed it): then the checkout is no longer its to show.
+    let Some(cwd) = l.checkout.clone().filter(|_| l.machine.stage == Stage::Verifying && !l.archived) else { return };
     let seat = pick_verifier(d, &l, second);
     let check = l.last_check.as_ref().map(|o| format!("{} (it passed).", o.summary())).unwrap_or_default();
     let prompt = format!(
@@ -534,7 +696,6 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         if second { " An earlier answer could not be read; follow the format exactly." } else { "" },
         verdict::instructions()
     );
-    let cwd = check_dir(d, &l.id);
     let params = crate::core::sessions::SpawnParams {
         harness: seat.harness.clone(),
         cwd: cwd.display().to_string(),
@@ -543,9 +704,17 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         name: Some(format!("verify {}", l.task.name)),
     };
     let lid = id.to_string();
+    // The verifier reads the checkout until its session ends, even past
+    // the lane's verdict: the checkout goes back to the pool only then.
+    d.lanes.pool.use_start(&cwd);
     crate::core::sessions::spawn(d, params, move |d, r| match r {
         Ok(v) => {
             let sid = v["session_id"].as_str().unwrap_or_default().to_string();
+            if d.core.sessions.get(&sid).is_some_and(|s| !s.ended) {
+                d.lanes.checkout_sessions.insert(sid.clone(), cwd);
+            } else {
+                checkout_used(d, &cwd);
+            }
             d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Verifier));
             if let Some(l) = d.lanes.map.get_mut(&lid) {
                 l.verifier_session = Some(sid);
@@ -553,6 +722,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
             persist(d, &lid, Vec::new());
         }
         Err(e) => {
+            checkout_used(d, &cwd);
             crate::warn!("lane {lid}: the verifier could not start: {}", e.message);
             let _ = step(d, &lid, Input::VerifierFailed);
         }
@@ -649,19 +819,14 @@ fn archive(d: &mut Daemon, id: &str) {
     let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()].into_iter().flatten().collect();
     let merged = l.machine.stage == Stage::Merged;
     let (repo, wt, remove) = (l.repo.clone(), l.worktree.clone(), merged || l.remove_worktree);
-    let check = check_dir(d, id);
     for s in &sessions {
         d.lanes.by_session.remove(s);
         if session_alive(d, s) {
             let _ = crate::core::sessions::kill(d, s);
         }
     }
+    release_checkout(d, id);
     persist(d, id, Vec::new());
-    let (crepo, lid) = (repo.clone(), id.to_string());
-    let _ = job(d, move || if check.exists() { git::remove_worktree(&crepo, &check) } else { Ok(()) }, move |_, r| match r {
-        Ok(()) => crate::info!("lane {lid}: check checkout removed"),
-        Err(e) => crate::warn!("lane {lid}: its check checkout: {e}"),
-    });
     if remove {
         let lid = id.to_string();
         let shown = wt.display().to_string();
@@ -724,6 +889,11 @@ pub fn stop_for_removal(d: &mut Daemon, id: &str) -> usize {
 /// Every committed event passes here: the lane learns of its builder's and
 /// verifier's turns and exits.
 pub fn on_events(d: &mut Daemon, events: &[Appended]) {
+    for ev in events.iter().filter(|e| e.kind == "session.end") {
+        if let Some(co) = d.lanes.checkout_sessions.remove(&ev.stream) {
+            checkout_used(d, &co);
+        }
+    }
     if !d.lanes.resumed {
         return;
     }
@@ -1012,6 +1182,7 @@ fn create(
             checks: 0,
             archived: false,
             remove_worktree: false,
+            checkout: None,
         };
         let start = event("lane.start", json!({"lane": id, "session": sid, "builder": lane.builder.to_json(), "verifier": lane.verifier.to_json()}));
         let stage = event("lane.stage", json!({"lane": id, "stage": "building", "since": crate::clock::format_ts(now)}));

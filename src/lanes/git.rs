@@ -110,23 +110,47 @@ pub fn add_detached(repo: &Path, path: &Path, commit: &str) -> Result<()> {
     run(&format!("unable to check out {commit} at {}", path.display()), c).map(drop)
 }
 
-/// Puts the daemon's checkout of a lane at `commit`, exactly: made once with
-/// a full checkout, then moved with `checkout --detach --force` and `clean`,
-/// which touch only what differs. Whatever a check or a verifier wrote there
-/// is gone afterwards, ignored files included.
+/// Puts a daemon-owned checkout at `commit`, exactly: made with a full
+/// checkout when it does not exist, otherwise moved with `checkout --detach
+/// --force` and `clean -ffdx`, which touch only what differs. Whatever a
+/// check or a verifier wrote there (of this lane or of the lane that held
+/// the checkout before) is gone afterwards, ignored files included. A
+/// checkout git can no longer move (its folder damaged, its record pruned)
+/// is removed and made anew rather than handed on broken.
 pub fn checkout_exactly(repo: &Path, path: &Path, commit: &str) -> Result<()> {
-    if !path.join(".git").exists() {
-        if path.exists() {
-            let _ = remove_worktree(repo, path);
-        }
-        return add_detached(repo, path, commit);
+    if path.join(".git").exists() && move_exactly(path, commit).is_ok() {
+        return Ok(());
     }
+    if path.exists() {
+        let _ = remove_worktree(repo, path);
+        if path.exists() {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+    // The repository's record of a checkout whose folder is gone (or was
+    // just removed by hand above) would refuse the new one.
+    let mut p = git(repo);
+    p.args(["worktree", "prune"]);
+    let _ = run("worktree prune", p);
+    add_detached(repo, path, commit)
+}
+
+fn move_exactly(path: &Path, commit: &str) -> Result<()> {
     let mut c = git(path);
     c.args(["checkout", "--quiet", "--detach", "--force", commit]);
     run(&format!("unable to check out {commit} at {}", path.display()), c)?;
     let mut c = git(path);
     c.args(["clean", "-ffdxq"]);
     run(&format!("unable to clean {}", path.display()), c).map(drop)
+}
+
+/// The repository a worktree belongs to: the folder holding its common git
+/// directory (`<repo>/.git`), or that directory itself for a bare one.
+pub fn repository_of(worktree: &Path) -> Result<PathBuf> {
+    let mut c = git(worktree);
+    c.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    let common = PathBuf::from(run(&format!("{} is not a git checkout", worktree.display()), c)?.trim());
+    Ok(if common.file_name().is_some_and(|n| n == ".git") { common.parent().map(Path::to_path_buf).unwrap_or(common) } else { common })
 }
 
 pub fn remove_worktree(repo: &Path, path: &Path) -> Result<()> {
@@ -383,5 +407,33 @@ pub mod tests {
         assert_ne!(new, head);
         assert!(is_ancestor(&r, &head, &new));
         assert_eq!(current_branch(&r).as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn a_reused_checkout_is_moved_exactly_and_a_broken_one_is_made_anew() {
+        let tmp = crate::testutil::TempDir::new("gitco");
+        let r = repo(tmp.path());
+        let first = commit_of(&r, "HEAD").unwrap();
+        let wt = tmp.path().join("wt");
+        add_worktree(&r, &wt, "omni/z", "main").unwrap();
+        std::fs::write(wt.join("b.txt"), "lane\n").unwrap();
+        let (second, _) = commit_all(&wt, "lane").unwrap();
+        let co = tmp.path().join("state/lanes/co-1");
+        checkout_exactly(&r, &co, &second).unwrap();
+        assert_eq!(repository_of(&co).unwrap(), r.canonicalize().unwrap());
+        // What the last user wrote: a change, a new file, an ignored one.
+        std::fs::write(co.join("a.txt"), "scribbled\n").unwrap();
+        std::fs::write(co.join(".gitignore"), "out/\n").unwrap();
+        std::fs::create_dir_all(co.join("out")).unwrap();
+        std::fs::write(co.join("out/x"), "built\n").unwrap();
+        checkout_exactly(&r, &co, &first).unwrap();
+        assert_eq!(commit_of(&co, "HEAD").as_deref(), Some(first.as_str()));
+        assert!(is_clean(&co).unwrap() && !co.join("out").exists() && !co.join("b.txt").exists());
+        assert_eq!(std::fs::read_to_string(co.join("a.txt")).unwrap(), "one\n");
+        // A checkout whose git link is broken is made anew.
+        std::fs::write(co.join(".git"), "gitdir: /nowhere\n").unwrap();
+        checkout_exactly(&r, &co, &second).unwrap();
+        assert_eq!(commit_of(&co, "HEAD").as_deref(), Some(second.as_str()));
+        assert!(is_clean(&co).unwrap());
     }
 }

@@ -10,6 +10,7 @@
 //! - `check`: the isolated acceptance command (blocking; lane workers).
 //! - `controller`: every lane's record, on the reactor; carries out what
 //!   the machine decides.
+//! - `pool`: the daemon-owned checkouts, kept per repository between lanes.
 //! - `methods`: the daemon socket's lane methods.
 
 pub mod check;
@@ -17,4 +18,5 @@ pub mod controller;
 pub mod git;
 pub mod machine;
 pub mod methods;
+pub mod pool;
 pub mod verdict;
