@@ -162,6 +162,11 @@ impl Lanes {
         }
     }
 
+    /// The lane a session builds or verifies.
+    pub fn lane_of_session(&self, sid: &str) -> Option<&str> {
+        self.by_session.get(sid).map(|(l, _)| l.as_str())
+    }
+
     /// The lanes lanes.list and verify.list show: not archived, newest first.
     pub fn listed(&self) -> Vec<&Lane> {
         let mut v: Vec<&Lane> = self.map.values().filter(|l| !l.archived).collect();

@@ -3,14 +3,17 @@
 //!
 //! | method        | who      | answers                                              |
 //! |---------------|----------|------------------------------------------------------|
-//! | repos.list    | anyone   | the known repositories with their worktrees          |
+//! | repos.list    | operator | the known repositories with their worktrees          |
 //! | repos.add     | operator | the repository added (persisted)                     |
 //! | task.dispatch | operator | {lane, session, branch, worktree} once lane.start is committed |
-//! | verify.list   | anyone   | lanes newest first, `{lanes, next_cursor}`           |
-//! | lanes.get     | anyone   | one lane, archived ones included                     |
+//! | verify.list   | anyone¹  | lanes newest first, `{lanes, next_cursor}`           |
+//! | lanes.get     | anyone¹  | one lane, archived ones included                     |
 //! | lanes.close   | operator | stops its sessions; keeps or removes the worktree    |
 //! | lanes.merge   | operator | merges a lane that passed (or retries a failed merge)|
 //! | lanes.rework  | operator | sends a lane waiting on the operator back to its builder |
+//!
+//! ¹ a caller inside an agent session sees only its own lane; plugins and
+//! unverified callers none.
 //!
 //! task.dispatch takes the members and patterns of tasks.create (seed 000)
 //! and refuses with a stable code that the plugin host passes on as
@@ -42,8 +45,8 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "repos.list" => repos_list(d, &req, p),
         "repos.add" => repos_add(d, &req, p),
         "task.dispatch" => task_dispatch(d, &req, p),
-        "verify.list" => verify_list(d, p),
-        "lanes.get" => lanes_get(d, p),
+        "verify.list" => verify_list(d, &req, p),
+        "lanes.get" => lanes_get(d, &req, p),
         "lanes.close" => lanes_close(d, &req, p),
         "lanes.merge" => lanes_operator(d, &req, p, |_| Input::OperatorMerge),
         "lanes.rework" => lanes_rework(d, &req, p),
@@ -64,6 +67,8 @@ struct NoParams {}
 
 fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
+    // The repositories and their worktrees are the operator's to see.
+    require_operator(req)?;
     let repos = controller::known_repos(d);
     let inbox = d.inbox.clone();
     let req = req.clone();
@@ -109,18 +114,19 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         move || git::toplevel(&PathBuf::from(&path)),
         move |d, r| match r {
             Ok(top) => {
-                if !d.lanes.added_repos.contains(&top) {
-                    if d.lanes.added_repos.len() >= limits::LANE_MAX_REPOS {
-                        return d.answer(req, Err(RpcError::new(Code::Unavailable, format!("the daemon knows {} repositories already", limits::LANE_MAX_REPOS))));
-                    }
-                    d.lanes.added_repos.push(top.clone());
+                if !d.lanes.added_repos.contains(&top) && d.lanes.added_repos.len() >= limits::LANE_MAX_REPOS {
+                    return d.answer(req, Err(RpcError::new(Code::Unavailable, format!("the daemon knows {} repositories already", limits::LANE_MAX_REPOS))));
                 }
                 let shown = top.display().to_string();
                 let op = crate::ledger::Op::Exec {
                     sql: "INSERT INTO repos (path, added_at) VALUES (?1, ?2) ON CONFLICT (path) DO NOTHING",
                     params: vec![Sql::Text(shown.clone()), Sql::Text(crate::clock::now_ts())],
                 };
+                // Known to dispatch only once the ledger has it.
                 d.write(vec![op], move |d, r| {
+                    if r.is_ok() && !d.lanes.added_repos.contains(&top) {
+                        d.lanes.added_repos.push(top);
+                    }
                     let result = r.map(|_| json!({"path": shown})).map_err(crate::socket::methods::write_error);
                     d.answer(req, result);
                 });
@@ -148,13 +154,13 @@ struct VerifyParams {
 
 /// Lanes newest first. The cursor is the last lane's `createdAt/laneId`,
 /// the form lanes.list's nextCursor takes (seed 000).
-fn verify_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let VerifyParams { cursor, limit } = params(p)?;
     let limit = limit.unwrap_or(limits::LANE_PAGE_DEFAULT);
     if !(1..=limits::LANE_PAGE_MAX).contains(&limit) {
         return Err(RpcError::invalid_params(format!("limit must be 1 to {}", limits::LANE_PAGE_MAX)));
     }
-    let all = d.lanes.listed();
+    let all: Vec<&Lane> = d.lanes.listed().into_iter().filter(|l| may_read_lane(d, req, &l.id)).collect();
     let start = match &cursor {
         None => 0,
         Some(c) => match all.iter().position(|l| cursor_of(l) == *c) {
@@ -178,8 +184,23 @@ struct LaneParams {
     lane: String,
 }
 
-fn lanes_get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
+/// Whether the caller may read `lane`: the operator reads every lane; a
+/// caller inside an agent session only the lane that session builds or
+/// verifies (a lane's task, checks and verdicts are the operator's, as the
+/// other sessions' events are). Others read none.
+fn may_read_lane(d: &Daemon, req: &Req, lane: &str) -> bool {
+    match &req.class {
+        crate::procs::CallerClass::Operator => true,
+        crate::procs::CallerClass::AgentSession(Some(sid)) => d.lanes.lane_of_session(sid) == Some(lane),
+        _ => false,
+    }
+}
+
+fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let LaneParams { lane } = params(p)?;
+    if !may_read_lane(d, req, &lane) {
+        return Err(controller::not_found(&lane));
+    }
     let l = d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?;
     Ok(Some(controller::to_socket(d, l)))
 }
@@ -196,8 +217,15 @@ fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let CloseParams { lane, remove_worktree } = params(p)?;
     require_operator(req)?;
     let l = d.lanes.map.get_mut(&lane).ok_or_else(|| controller::not_found(&lane))?;
-    l.remove_worktree = remove_worktree;
-    controller::step(d, &lane, Input::OperatorClose)?;
+    // The archive step reads the choice, so it is set first and taken back
+    // when the lane cannot be closed now.
+    let before = std::mem::replace(&mut l.remove_worktree, remove_worktree);
+    if let Err(e) = controller::step(d, &lane, Input::OperatorClose) {
+        if let Some(l) = d.lanes.map.get_mut(&lane) {
+            l.remove_worktree = before;
+        }
+        return Err(e);
+    }
     Ok(Some(controller::to_socket(d, d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?)))
 }
 
