@@ -1009,8 +1009,12 @@ fn on_answer(d: &mut Daemon, id: &str, run_no: u64, hid: &str, answer: Result<Ma
 
 fn schedule_ping(d: &mut Daemon, id: &str, run_no: u64) {
     let every = Duration::from_millis(d.cfg.plugins.ping_interval_ms);
+    schedule_ping_in(d, id, run_no, every);
+}
+
+fn schedule_ping_in(d: &mut Daemon, id: &str, run_no: u64, after: Duration) {
     let owner = id.to_string();
-    let t = d.reactor.schedule(every, move |d| ping(d, &owner, run_no));
+    let t = d.reactor.schedule(after, move |d| ping(d, &owner, run_no));
     add_timer(d, id, t);
 }
 
@@ -1029,7 +1033,11 @@ fn ping(d: &mut Daemon, id: &str, run_no: u64) {
         if run_mut(d, &owner, run_no).is_some_and(|r| r.ping_due.as_deref() == Some(hid.as_str())) {
             fault(d, &owner, run_no, Fault::Unresponsive);
         } else {
-            schedule_ping(d, &owner, run_no);
+            // "ping every 30 seconds" (seed 000): the next one is due an
+            // interval after this one was sent, and its answer window has
+            // already used part of that interval.
+            let every = Duration::from_millis(d.cfg.plugins.ping_interval_ms);
+            schedule_ping_in(d, &owner, run_no, every.saturating_sub(timeout));
         }
     });
     add_timer(d, id, t);
