@@ -335,7 +335,7 @@ impl Drop for InFlight<'_> {
 /// the poller when it should stay open.
 fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
     for _ in 0..limits::HTTP_REQUESTS_PER_TURN {
-        let head = match conn.r.read_head() {
+        let head = match conn.r.read_head_timed() {
             Ok(h) => h,
             Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
             Err(HeadError::Bad(p)) => {
