@@ -579,6 +579,15 @@ pub const HTTP_IDLE_MS: u64 = 30_000;
 /// Reading one request's head or body may stall this long before the
 /// connection is closed (a slow client holds a handler thread no longer).
 pub const HTTP_READ_TIMEOUT_MS: u64 = 10_000;
+/// The whole of one request head (request line and headers) must arrive
+/// within this long, however many reads it takes; past it the connection
+/// is closed. The per-read timeout alone bounds each stall, not their sum,
+/// so a client trickling a byte every few seconds (slowloris) would hold a
+/// handler thread, of which there are only `http.threads`, for ever. 15 s
+/// is far beyond what a real client needs for at most `HTTP_HEAD_MAX`
+/// bytes and above `HTTP_READ_TIMEOUT_MS`, so one slow read is still let
+/// through.
+pub const HTTP_HEAD_DEADLINE_MS: u64 = 15_000;
 /// "Sockets have bounded write waits." (seed 002, Collection watch and
 /// overload): one blocked write waits at most this long, then the
 /// connection is closed.

@@ -438,3 +438,39 @@ fn an_agent_holding_the_token_cannot_answer_its_own_approval() {
     assert_eq!(plugins.status, 200);
     api.d.stop();
 }
+
+#[test]
+fn an_agent_holding_the_token_reads_only_its_own_session() {
+    let dir = TestDir::new("hsread");
+    let port = free_port();
+    let token = dir.join("token").display().to_string();
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let helper = fixture("http_read_sessions.py");
+    let script = json!([[{"spawn": ["python3", helper]}]]);
+    let out_s = out.display().to_string();
+    let cfg = seat(&script, &[("OMNI_HTTP", &addr), ("OMNI_TOKEN_FILE", &token), ("OMNI_OUT", &out_s)]);
+    let api = Api::start(&dir, &cfg, port);
+    let body = json!({"harness": "fake", "worktree": api.wt, "prompt": "go"});
+    let a = api.create(&uuid7(0, 1), &body).json()["id"].as_str().unwrap().to_string();
+    let b = api.create(&uuid7(0, 2), &body).json()["id"].as_str().unwrap().to_string();
+    // The operator reads both.
+    let all = api.call("GET", "/sessions", "/sessions", &[], None).json();
+    assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+    std::fs::write(out.join("probe"), &b).unwrap();
+    let file = out.join(format!("{a}.json"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !file.exists() {
+        assert!(std::time::Instant::now() < deadline, "the agent's helper wrote nothing");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let got: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(got["list"]["status"], 200, "{got}");
+    let ids: Vec<&str> = got["list"]["body"]["items"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![a.as_str()], "{got}");
+    assert_eq!(got["own"]["status"], 200, "{got}");
+    assert_eq!((got["other"]["status"].clone(), got["other"]["body"]["code"].clone()), (json!(404), json!("not_found")), "{got}");
+    assert_eq!(got["other_history"]["status"], 404, "{got}");
+    api.d.stop();
+}

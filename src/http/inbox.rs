@@ -157,7 +157,9 @@ fn socket_method(ctx: &mut Ctx, operator: bool, method: &'static str, params: Ma
     let class = if operator { CallerClass::Operator } else { ctx.caller()? };
     ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
         let Some(h) = d.http.as_mut() else { return answer.send(Err(Problem::new(Code::Unavailable, "the HTTP API is not running"))) };
-        let conn = h.answer_token();
+        let Some(conn) = h.answer_token() else {
+            return answer.send(Err(Problem::new(Code::Unavailable, "too many daemon methods are waiting for their answers").retry(1)));
+        };
         let a = answer.clone();
         h.answers.insert(conn, Box::new(move |r: Result<Value, RpcError>| a.send(r.map_err(|e| rpc_problem(&e)))));
         let req = Req { conn, id: Value::Null, class };

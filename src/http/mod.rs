@@ -129,10 +129,13 @@ impl Http {
     }
 
     /// A request token for a socket method run for HTTP: counted down from
-    /// the top, far from the socket's own connection tokens.
-    pub fn answer_token(&mut self) -> mio::Token {
-        self.next_answer = (self.next_answer + 1) % (1 << 20);
-        mio::Token(usize::MAX - self.next_answer)
+    /// the top, far from the socket's own connection tokens, skipping any
+    /// still waiting for its answer (the count wraps, and an answer can be
+    /// outstanding for long), so that no answer goes to the wrong request.
+    /// None when every one of the `ANSWER_TOKENS` is waiting.
+    pub fn answer_token(&mut self) -> Option<mio::Token> {
+        let answers = &self.answers;
+        next_answer_token(&mut self.next_answer, |t| answers.contains_key(&t))
     }
 
     /// Hears every committed event: watched streams get it in their topic.
@@ -165,6 +168,22 @@ impl Http {
     }
 }
 
+
+/// How many request tokens [`Http::answer_token`] counts through before
+/// it wraps.
+const ANSWER_TOKENS: usize = 1 << 20;
+
+/// The next of the `ANSWER_TOKENS` after `*next` that is not `in_use`.
+fn next_answer_token(next: &mut usize, in_use: impl Fn(mio::Token) -> bool) -> Option<mio::Token> {
+    for _ in 0..ANSWER_TOKENS {
+        *next = (*next + 1) % ANSWER_TOKENS;
+        let t = mio::Token(usize::MAX - *next);
+        if !in_use(t) {
+            return Some(t);
+        }
+    }
+    None
+}
 
 /// Hears every committed event (from `Daemon::publish`): `/events`
 /// watches, then the sessions' inputs and watches.
@@ -335,7 +354,7 @@ impl Drop for InFlight<'_> {
 /// the poller when it should stay open.
 fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
     for _ in 0..limits::HTTP_REQUESTS_PER_TURN {
-        let head = match conn.r.read_head() {
+        let head = match conn.r.read_head_timed() {
             Ok(h) => h,
             Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
             Err(HeadError::Bad(p)) => {
@@ -517,5 +536,22 @@ impl Drop for StreamSlot {
             // The reactor waits for the last stream before it exits.
             self.0.inbox.run(|_| {});
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answer_tokens_skip_those_still_waiting_across_the_wrap() {
+        let mut next = ANSWER_TOKENS - 2;
+        let top = |n: usize| mio::Token(usize::MAX - n);
+        // ANSWER_TOKENS - 1 is taken; the count wraps to 0, also taken.
+        let waiting = [top(ANSWER_TOKENS - 1), top(0)];
+        assert_eq!(next_answer_token(&mut next, |t| waiting.contains(&t)), Some(top(1)));
+        assert_eq!(next_answer_token(&mut next, |_| false), Some(top(2)));
+        // Every token waiting: none, rather than one that is.
+        assert_eq!(next_answer_token(&mut next, |_| true), None);
     }
 }

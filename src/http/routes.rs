@@ -392,8 +392,20 @@ fn stream_name(ctx: &Ctx) -> Result<String, Problem> {
     Ok(s.to_string())
 }
 
+/// Whether the caller may read `stream`, as on the daemon socket: the
+/// operator every stream, a caller inside a session its own only, anyone
+/// else none (403 operator_only).
+fn may_read_stream(ctx: &Ctx, stream: &str) -> Result<(), Problem> {
+    match ctx.caller()? {
+        crate::procs::CallerClass::Operator => Ok(()),
+        crate::procs::CallerClass::AgentSession(Some(own)) if own == stream => Ok(()),
+        other => Err(Problem::new(Code::OperatorOnly, format!("a caller of class {} reads only its own session's events", other.name()))),
+    }
+}
+
 fn get_events(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let stream = stream_name(ctx)?;
+    may_read_stream(ctx, &stream)?;
     if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
         return watch_events(ctx, stream);
     }

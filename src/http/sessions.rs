@@ -68,6 +68,7 @@ use crate::daemon::Daemon;
 use crate::errors::RpcError;
 use crate::ledger::{Appended, Op};
 use crate::limits;
+use crate::procs::CallerClass;
 use rusqlite::types::Value as Sql;
 
 // ---- state kept on the reactor ----
@@ -610,6 +611,13 @@ fn resolve(d: &Daemon, raw: &str) -> Option<String> {
     d.http.as_ref()?.sessions.creations.get(&key)?.session.clone()
 }
 
+/// The session a path names when `class` may read it
+/// ([`core_sessions::may_read`]): None alike for one it may not read and
+/// one that does not exist, so that a refusal does not reveal a session.
+fn readable(d: &Daemon, class: &CallerClass, raw: &str) -> Option<String> {
+    resolve(d, raw).filter(|sid| core_sessions::may_read(class, sid))
+}
+
 fn not_found(raw: &str) -> Problem {
     Problem::new(Code::NotFound, format!("no session {raw}"))
 }
@@ -638,9 +646,11 @@ fn api_mut(d: &mut Daemon) -> Result<&mut Api, Problem> {
 
 // ---- GET /sessions ----
 
-/// The collection filters (query parameters).
-#[derive(Clone, Debug, Default)]
+/// The collection filters (query parameters), and the caller whose
+/// sessions alone pass ([`core_sessions::may_read`]).
+#[derive(Clone, Debug)]
 pub struct Filter {
+    reader: CallerClass,
     state: Option<String>,
     harness: Option<String>,
     worktree: Option<String>,
@@ -650,7 +660,7 @@ pub struct Filter {
 
 const STATES: [&str; 6] = ["starting", "idle", "running", "awaiting_approval", "ended", "interrupting"];
 
-fn filter_of(ctx: &Ctx) -> Result<Filter, Problem> {
+fn filter_of(ctx: &Ctx, reader: CallerClass) -> Result<Filter, Problem> {
     let text = |name: &str| -> Result<Option<String>, Problem> {
         match ctx.param(name) {
             Some(v) if v.is_empty() || v.len() > 4096 || v.chars().any(char::is_control) => {
@@ -665,7 +675,7 @@ fn filter_of(ctx: &Ctx) -> Result<Filter, Problem> {
             return Err(Problem::invalid("state must be starting, idle, running, awaiting_approval or ended"));
         }
     }
-    Ok(Filter { state, harness: text("harness")?, worktree: text("worktree")?, parent: text("parent")?, search: text("search")? })
+    Ok(Filter { reader, state, harness: text("harness")?, worktree: text("worktree")?, parent: text("parent")?, search: text("search")? })
 }
 
 impl Filter {
@@ -676,12 +686,13 @@ impl Filter {
             let q = q.to_lowercase();
             s["id"].as_str().is_some_and(|i| i.starts_with(&q)) || s["creation_id"].as_str().is_some_and(|i| i.starts_with(&q)) || s["name"].as_str().is_some_and(|n| n.to_lowercase().contains(&q))
         });
-        eq(&self.state, "state") && eq(&self.harness, "harness") && eq(&self.worktree, "worktree") && eq(&self.parent, "parent_id") && search
+        let readable = s["id"].as_str().is_some_and(|id| core_sessions::may_read(&self.reader, id));
+        readable && eq(&self.state, "state") && eq(&self.harness, "harness") && eq(&self.worktree, "worktree") && eq(&self.parent, "parent_id") && search
     }
 }
 
 pub fn get_sessions(ctx: &mut Ctx) -> Result<Reply, Problem> {
-    let filter = filter_of(ctx)?;
+    let filter = filter_of(ctx, ctx.caller()?)?;
     if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
         if ctx.param("limit").is_some() || ctx.param("next").is_some() {
             return Err(Problem::invalid("limit and next belong to JSON pages, not to a watch"));
@@ -753,6 +764,13 @@ fn list_rows(conn: &rusqlite::Connection, f: &Filter, after: Option<&(String, St
         params.push(v);
         sql.push_str(&clause.replace('?', &format!("?{}", params.len())));
     };
+    // Only the rows the caller may read, so that its pages are not empty
+    // ones of others' sessions ([`Filter::admits`] checks again).
+    match &f.reader {
+        CallerClass::Operator => {}
+        CallerClass::AgentSession(Some(own)) => add(" AND id = ?", Sql::Text(own.clone()), &mut params),
+        _ => add(" AND 0 = ?", Sql::Integer(1), &mut params),
+    }
     if let Some(h) = &f.harness {
         add(" AND harness = ?", Sql::Text(h.clone()), &mut params);
     }
@@ -841,7 +859,7 @@ pub fn put_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let uuid = Uuid7::parse(&raw)?;
     let (status, sid) = ctx.reactor(move |d, answer: Answer<Result<(u16, String), Problem>>| create(d, id, uuid, intent, body, answer))??;
     let shared = ctx.shared.clone();
-    let session = full_session(&shared, sid.clone(), limits::HTTP_TAIL_DEFAULT)?;
+    let session = full_session(&shared, CallerClass::Operator, sid.clone(), limits::HTTP_TAIL_DEFAULT)?;
     Ok(Reply::Json { status, body: session, etag: false, headers: vec![("Location", format!("/sessions/{sid}"))] })
 }
 
@@ -918,9 +936,9 @@ fn create(d: &mut Daemon, id: String, uuid: Uuid7, intent: String, body: CreateB
 
 /// Captures the full Session on the reactor, then reads its recent
 /// history: (cursor, Session).
-fn capture(shared: &Shared, raw: String, tail: usize) -> Result<(u64, Value), Problem> {
+fn capture(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Result<(u64, Value), Problem> {
     super::reactor_call(shared, move |d, answer: Answer<Result<(u64, Value), Problem>>| {
-        let Some(sid) = resolve(d, &raw) else { return answer.send(Err(not_found(&raw))) };
+        let Some(sid) = readable(d, &class, &raw) else { return answer.send(Err(not_found(&raw))) };
         let inbox = d.inbox.clone();
         let fallback = answer.clone();
         let queued = d.ledger.read(Box::new(move |conn| {
@@ -970,8 +988,8 @@ fn capture(shared: &Shared, raw: String, tail: usize) -> Result<(u64, Value), Pr
     })?
 }
 
-fn full_session(shared: &Shared, raw: String, tail: usize) -> Result<Value, Problem> {
-    capture(shared, raw, tail).map(|(_, v)| v)
+fn full_session(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Result<Value, Problem> {
+    capture(shared, class, raw, tail).map(|(_, v)| v)
 }
 
 fn tail_of(ctx: &Ctx) -> Result<usize, Problem> {
@@ -987,29 +1005,30 @@ fn tail_of(ctx: &Ctx) -> Result<usize, Problem> {
 pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let raw = ctx.path_param("session_id").unwrap_or_default().to_string();
     let tail = tail_of(ctx)?;
+    let class = ctx.caller()?;
     if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
-        return watch_session(ctx, raw, tail);
+        return watch_session(ctx, class, raw, tail);
     }
     if ctx.param("after_generation").is_some() || ctx.param("after_seq").is_some() {
         return Err(Problem::invalid("after_generation and after_seq belong to a watch (Accept: text/event-stream)"));
     }
-    let body = full_session(ctx.shared, raw, tail)?;
+    let body = full_session(ctx.shared, class, raw, tail)?;
     Ok(Reply::Json { status: 200, body, etag: true, headers: vec![("Vary", "Accept".into())] })
 }
 
-fn watch_session(ctx: &mut Ctx, raw: String, tail: usize) -> Result<Reply, Problem> {
+fn watch_session(ctx: &mut Ctx, class: CallerClass, raw: String, tail: usize) -> Result<Reply, Problem> {
     let after = match (ctx.param("after_generation"), ctx.param("after_seq")) {
         (None, None) => None,
         (Some(g), Some(s)) if !g.is_empty() && g.len() <= 128 => Some((g.to_string(), counter("after_seq", s)?)),
         _ => return Err(Problem::invalid("a watch resumes with both after_generation and after_seq, from the last batch consumed")),
     };
-    let r = raw.clone();
+    let (r, reader) = (raw.clone(), class.clone());
     let (sub, start): (Subscription, Start) = ctx.reactor(move |d, answer: Answer<Result<_, Problem>>| {
         let r = (|| {
             if d.is_stopping() {
                 return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
             }
-            let sid = resolve(d, &r).filter(|s| d.core.sessions.get(s).is_some()).ok_or_else(|| Problem::new(Code::NotFound, format!("no live session {r} to watch")))?;
+            let sid = readable(d, &reader, &r).filter(|s| d.core.sessions.get(s).is_some()).ok_or_else(|| Problem::new(Code::NotFound, format!("no live session {r} to watch")))?;
             let seed = live_now(d, &sid);
             let api = api_mut(d)?;
             if !api.topics.contains_key(&sid) {
@@ -1027,7 +1046,7 @@ fn watch_session(ctx: &mut Ctx, raw: String, tail: usize) -> Result<Reply, Probl
     })??;
     let shared = ctx.shared.clone();
     Ok(Reply::Stream(Box::new(move |w: &mut TcpStream| {
-        let mut snapshot = || match capture(&shared, raw.clone(), tail) {
+        let mut snapshot = || match capture(&shared, class.clone(), raw.clone(), tail) {
             Ok((at, v)) => Ok((at, v.to_string())),
             Err(p) if p.code == Code::NotFound => Err("session_not_found"),
             Err(p) if p.code == Code::ShuttingDown => Err("shutting_down"),
@@ -1223,8 +1242,9 @@ fn admit(d: &mut Daemon, raw: String, uuid: Uuid7, kind: &'static str, text: Opt
 pub fn get_input(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let raw = ctx.path_param("session_id").unwrap_or_default().to_string();
     let id = Uuid7::parse(ctx.path_param("input_id").unwrap_or_default())?.canonical();
+    let class = ctx.caller()?;
     let body = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let sid = resolve(d, &raw);
+        let sid = readable(d, &class, &raw);
         let r = d
             .http
             .as_ref()
@@ -1358,8 +1378,9 @@ pub fn get_history(ctx: &mut Ctx) -> Result<Reply, Problem> {
     if before.is_some() && after.is_some() {
         return Err(Problem::invalid("give before or after, not both"));
     }
+    let class = ctx.caller()?;
     let body = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let Some(sid) = resolve(d, &raw) else { return answer.send(Err(not_found(&raw))) };
+        let Some(sid) = readable(d, &class, &raw) else { return answer.send(Err(not_found(&raw))) };
         let fallback = answer.clone();
         let queued = d.ledger.read(Box::new(move |conn| {
             let r = match read_row(conn, &sid) {

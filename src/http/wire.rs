@@ -9,6 +9,7 @@
 //! `HTTP_HEAD_MAX` are refused.
 
 use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
 
 use super::problem::Problem;
 use crate::limits;
@@ -56,8 +57,18 @@ impl<R: Read> Reader<R> {
         self.buf.drain(..n.min(self.buf.len()));
     }
 
-    /// Reads one request head.
+    /// Reads one request head within `HTTP_HEAD_DEADLINE_MS`.
     pub fn read_head(&mut self) -> Result<Head, HeadError> {
+        self.read_head_until(Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS), |_, _| Ok(()))
+    }
+
+    /// Reads one request head by `deadline`, however the bytes trickle in:
+    /// the per-read timeout alone lets a client that sends a byte every few
+    /// seconds hold a handler thread for ever (slowloris). Past the
+    /// deadline the connection is given up ([`HeadError::Io`], `TimedOut`).
+    /// `cap` is told, before each read, how long is left, so that a
+    /// blocking read can wait no longer.
+    pub fn read_head_until(&mut self, deadline: Instant, mut cap: impl FnMut(&mut R, Duration) -> io::Result<()>) -> Result<Head, HeadError> {
         loop {
             // "a server SHOULD ignore at least one empty line (CRLF) received
             // prior to the request-line" (RFC 9112, 2.2)
@@ -76,6 +87,17 @@ impl<R: Read> Reader<R> {
                 ))));
             }
             let started = !self.buf.is_empty();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(if started {
+                    HeadError::Io(io::Error::new(io::ErrorKind::TimedOut, "the request head did not arrive in time"))
+                } else {
+                    HeadError::Closed
+                });
+            }
+            if let Err(e) = cap(&mut self.inner, left) {
+                return Err(HeadError::Io(e));
+            }
             match self.fill() {
                 Ok(0) if !started => return Err(HeadError::Closed),
                 Ok(0) => return Err(HeadError::Bad(Problem::invalid("the request head ended before its blank line"))),
@@ -86,6 +108,19 @@ impl<R: Read> Reader<R> {
                 Err(e) => return Err(HeadError::Io(e)),
             }
         }
+    }
+}
+
+impl Reader<std::net::TcpStream> {
+    /// [`Reader::read_head`] on a socket: each read waits at most what is
+    /// left of the head's deadline (and `HTTP_READ_TIMEOUT_MS`); the read
+    /// timeout is put back for the body after.
+    pub fn read_head_timed(&mut self) -> Result<Head, HeadError> {
+        let per_read = Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS);
+        let deadline = Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS);
+        let head = self.read_head_until(deadline, |s, left| s.set_read_timeout(Some(left.min(per_read).max(Duration::from_millis(1)))));
+        let _ = self.inner.set_read_timeout(Some(per_read));
+        head
     }
 }
 
@@ -436,6 +471,36 @@ mod tests {
         assert!(matches!(r.read_head(), Err(HeadError::Closed)));
         let mut big = Reader::new(io::repeat(b'a').take(1 << 20));
         assert!(matches!(big.read_head(), Err(HeadError::Bad(_))));
+    }
+
+    #[test]
+    fn a_head_trickled_in_is_given_up_at_its_deadline() {
+        // One byte every 5 ms, never a blank line: each read succeeds, so
+        // only the overall deadline ends it.
+        struct Drip;
+        impl Read for Drip {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                std::thread::sleep(Duration::from_millis(5));
+                buf[0] = b'a';
+                Ok(1)
+            }
+        }
+        let mut r = Reader::new(Drip);
+        let start = Instant::now();
+        let mut caps = Vec::new();
+        let got = r.read_head_until(start + Duration::from_millis(100), |_, left| {
+            caps.push(left);
+            Ok(())
+        });
+        assert!(matches!(got, Err(HeadError::Io(ref e)) if e.kind() == io::ErrorKind::TimedOut), "{got:?}");
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert!(r.buffered() < limits::HTTP_HEAD_MAX);
+        // Each read is told what is left, less and less.
+        assert!(caps.len() > 2 && caps.windows(2).all(|w| w[1] <= w[0]) && caps[0] <= Duration::from_millis(100));
+        // Nothing at all by the deadline is a quiet close, not an error.
+        let mut idle = Reader::new(Drip);
+        assert!(matches!(idle.read_head_until(Instant::now(), |_, _| Ok(())), Err(HeadError::Closed)));
+        assert!(limits::HTTP_HEAD_DEADLINE_MS > limits::HTTP_READ_TIMEOUT_MS);
     }
 
     #[test]
