@@ -4,7 +4,7 @@
 //! |-------------------|--------|----------|------------------------------------------------|
 //! | /server           | GET    | token    | instance, protocol, state, capabilities, build |
 //! | /server/shutdown  | POST   | operator | 202, then the daemon drains and stops          |
-//! | /storage          | GET    | token    | database figures, events per stream (paged)    |
+//! | /storage          | GET    | operator | database figures, events per stream (paged)    |
 //! | /events           | GET    | token    | a page of one stream, or (SSE) a watch of it   |
 //!
 //! Phase 2's routes are listed where their handlers live: sessions,
@@ -70,7 +70,7 @@ impl Route {
 pub const ROUTES: &[Route] = &[
     Route { path: "/server", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: get_server }] },
     Route { path: "/server/shutdown", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: post_shutdown }] },
-    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next", "sessions_next"], operator_only: false, handler: get_storage }] },
+    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next", "sessions_next"], operator_only: true, handler: get_storage }] },
     Route {
         path: "/events",
         ops: &[Op {
