@@ -116,7 +116,21 @@ impl Children {
     /// Starts `cmd` with piped stdio in its own process group, registers its
     /// pipes and records it as a root of `owner`'s process tree.
     pub fn spawn(&mut self, registry: &Registry, roots: &mut Roots, mut cmd: Command, owner: Owner, limits: PipeLimits) -> std::io::Result<(ChildId, i32)> {
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // A new session, not only a new process group: the child then has no
+        // controlling terminal, so it cannot TIOCSTI keystrokes into the
+        // daemon's one. setsid also makes it a group leader (pgid == pid),
+        // which `signal`'s killpg relies on.
+        // SAFETY: the closure runs between fork and exec and calls only
+        // setsid, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = cmd.spawn()?;
         let pid = child.id() as i32;
         roots.add(pid, owner.clone());
@@ -490,6 +504,24 @@ mod tests {
                 ch.on_ready(poll.registry(), ev.token(), ev.is_read_closed() || ev.is_error());
             }
         }
+    }
+
+    #[test]
+    fn a_child_leads_its_own_session_without_a_terminal_and_killpg_reaches_it() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        // Field 5 of stat is the pgrp, 6 the session, 7 the controlling tty.
+        cmd.args(["-c", "cut -d' ' -f5-7 /proc/$$/stat; sleep 30"]);
+        let (id, pid) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
+        assert_eq!(got[0], Output::Line(format!("{pid} {pid} 0").into_bytes()));
+        // SAFETY: getpgid on a pid we spawned and have not reaped.
+        assert_eq!(unsafe { libc::getpgid(pid) }, pid);
+        ch.signal(id, libc::SIGKILL);
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
+        assert!(got.contains(&Output::StdoutClosed));
     }
 
     #[test]

@@ -15,7 +15,11 @@
 //! A recycled pid cannot fool it: the peer is pinned by a pidfd taken when
 //! the connection is accepted (SO_PEERPIDFD where the kernel has it,
 //! pidfd_open otherwise), and the walk is trusted only if that pidfd still
-//! names a live process after the walk; every hop compares start times. A
+//! names a live process after the walk; every hop compares start times (a
+//! recorded root must match its recorded start time, and a parent must not
+//! have started after its child, which a recycled parent pid would). A
+//! peer whose uid is neither the daemon's effective uid nor root is never
+//! the operator. A
 //! peer that cannot be verified (it exited, lives in another pid namespace,
 //! or /proc is unreadable) is `unverified`, which like every class but
 //! operator is refused operator-only methods.
@@ -110,11 +114,18 @@ const MAX_DEPTH: usize = 4096;
 /// Classifies `pid` by its ancestry. `alive` is asked after the walk whether
 /// the peer is still the process the walk started from.
 pub fn classify(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> bool) -> CallerClass {
+    classify_with(pid, daemon_pid, roots, alive, read_stat)
+}
+
+/// `classify` with the /proc reader given, so tests can feed a made-up tree.
+fn classify_with(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> bool, read: impl Fn(i32) -> Option<Stat>) -> CallerClass {
     if pid <= 0 {
         return CallerClass::Unverified;
     }
     let mut cur = pid;
     let mut class = CallerClass::Unverified;
+    // The start time of the process whose parent `cur` is said to be.
+    let mut child_start: Option<u64> = None;
     for _ in 0..MAX_DEPTH {
         if cur == daemon_pid {
             // Reached the daemon without passing a recorded root: an escaped
@@ -127,7 +138,13 @@ pub fn classify(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> bo
             class = CallerClass::Operator;
             break;
         }
-        let Some(stat) = read_stat(cur) else { break };
+        let Some(stat) = read(cur) else { break };
+        if child_start.is_some_and(|c| stat.start_time > c) {
+            // The pid was recycled: this process started after its supposed
+            // child, so it is not the parent the child had.
+            break;
+        }
+        child_start = Some(stat.start_time);
         if let Some(owner) = roots.owner(cur, stat.start_time) {
             class = match owner {
                 Owner::Session(s) => CallerClass::AgentSession(Some(s.clone())),
@@ -194,6 +211,17 @@ pub fn pidfd_alive(pidfd: &OwnedFd) -> bool {
 
 /// Classifies a connected peer: the public entry point other surfaces use.
 pub fn classify_peer(peer: &Peer, roots: &Roots) -> CallerClass {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    restrict_by_uid(classify_pid_of(peer, roots), peer.uid, euid)
+}
+
+/// Operator only for a peer running as the daemon's user or as root.
+fn restrict_by_uid(class: CallerClass, uid: u32, euid: u32) -> CallerClass {
+    if class.is_operator() && uid != euid && uid != 0 { CallerClass::Unverified } else { class }
+}
+
+fn classify_pid_of(peer: &Peer, roots: &Roots) -> CallerClass {
     let daemon_pid = std::process::id() as i32;
     match &peer.pidfd {
         Some(fd) => classify(peer.pid, daemon_pid, roots, || pidfd_alive(fd)),
@@ -244,5 +272,34 @@ mod tests {
         let mut stale = Roots::default();
         stale.by_pid.insert(me, (1, Owner::Plugin("p".into())));
         assert_eq!(classify(me, -5, &stale, || true), CallerClass::Operator);
+    }
+
+    #[test]
+    fn a_parent_that_started_after_its_child_is_a_recycled_pid() {
+        let tree = |starts: [(i32, i32, u64); 3]| {
+            move |pid: i32| starts.iter().find(|(p, _, _)| *p == pid).map(|&(_, ppid, start_time)| Stat { ppid, start_time })
+        };
+        let roots = Roots::default();
+        // 30 -> 20 -> 10 -> 1, each parent older than its child.
+        let good = tree([(30, 20, 300), (20, 10, 200), (10, 1, 100)]);
+        assert_eq!(classify_with(30, -5, &roots, || true, good), CallerClass::Operator);
+        // 20 was recycled after 30 started: not the operator.
+        let bad = tree([(30, 20, 300), (20, 10, 400), (10, 1, 100)]);
+        assert_eq!(classify_with(30, -5, &roots, || true, bad), CallerClass::Unverified);
+        // The same recycled pid in front of the daemon: not an escapee either.
+        let bad = tree([(30, 20, 300), (20, 7, 400), (10, 1, 100)]);
+        assert_eq!(classify_with(30, 7, &roots, || true, bad), CallerClass::Unverified);
+        // Equal start times (same clock tick) are allowed.
+        let tick = tree([(30, 20, 300), (20, 10, 300), (10, 1, 100)]);
+        assert_eq!(classify_with(30, -5, &roots, || true, tick), CallerClass::Operator);
+    }
+
+    #[test]
+    fn only_the_daemons_user_or_root_is_the_operator() {
+        assert_eq!(restrict_by_uid(CallerClass::Operator, 1000, 1000), CallerClass::Operator);
+        assert_eq!(restrict_by_uid(CallerClass::Operator, 0, 1000), CallerClass::Operator);
+        assert_eq!(restrict_by_uid(CallerClass::Operator, 1001, 1000), CallerClass::Unverified);
+        let p = CallerClass::Plugin(Some("p".into()));
+        assert_eq!(restrict_by_uid(p.clone(), 1001, 1000), p);
     }
 }

@@ -4,6 +4,7 @@
 //! event at a time; blocking work (seat probes, ledger reads) runs on
 //! worker threads and comes back through the reactor inbox.
 
+pub mod agentfs;
 pub mod approvals;
 pub mod inbox;
 pub mod methods;

@@ -102,6 +102,9 @@ pub fn confined(worktree: &Path, path: &str) -> bool {
     let Ok(clean) = crate::agents::acp::confine(worktree, path) else { return false };
     let real = match std::fs::canonicalize(&clean) {
         Ok(r) => r,
+        // Only a path where nothing exists yet may fall back to its parent:
+        // a dangling symlink would otherwise be followed by the write.
+        Err(_) if std::fs::symlink_metadata(&clean).is_ok() => return false,
         Err(_) => match (clean.parent(), clean.file_name()) {
             (Some(parent), Some(name)) => match std::fs::canonicalize(parent) {
                 Ok(p) => p.join(name),
@@ -144,6 +147,8 @@ mod tests {
         assert!(!confined(&base, &base.join("out/passwd").display().to_string()));
         assert!(confined(&base, &base.join("new.txt").display().to_string()));
         assert!(!confined(&base, &format!("{}/../x", base.display())));
+        std::os::unix::fs::symlink("/nonexistent-risk-target/x", base.join("dangling")).unwrap();
+        assert!(!confined(&base, &base.join("dangling").display().to_string()));
         let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -982,38 +982,20 @@ fn permission(d: &mut Daemon, sid: &str, req: PermissionRequest, fx: &mut Effect
     approvals::add_agent_request(d, sid, &approval_id, &req, &cwd, fx);
 }
 
-/// ACP fs/*: the core checked the path lexically; here it is
-/// canonicalized and checked again, so a symlink cannot lead out.
+/// ACP fs/*: the core checked the path lexically; `agentfs` opens the file
+/// beneath a descriptor of the worktree, so no symlink can lead out, and
+/// reads only regular files without blocking.
 fn fs_request(d: &mut Daemon, sid: &str, req: FsRequest, fx: &mut Effects) {
     let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
     let cwd = s.cwd.clone();
     let Some(Driver::Acp(c)) = s.driver.as_mut() else { return };
     let step = match req {
         FsRequest::Read { key, path } => {
-            let r = (|| {
-                let p = path.to_string_lossy();
-                if !crate::core::risk::confined(&cwd, &p) {
-                    return Err(format!("{p} is outside the session's worktree"));
-                }
-                let meta = std::fs::metadata(&path).map_err(|e| crate::errors::io_cause(&e))?;
-                if meta.len() > limits::AGENT_FS_MAX_BYTES {
-                    return Err(format!("the file is over {} bytes", limits::AGENT_FS_MAX_BYTES));
-                }
-                std::fs::read_to_string(&path).map_err(|e| crate::errors::io_cause(&e))
-            })();
+            let r = crate::core::agentfs::read_text(&cwd, &path.to_string_lossy());
             c.answer_fs_read(&key, r)
         }
         FsRequest::Write { key, path, content } => {
-            let r = (|| {
-                let p = path.to_string_lossy();
-                if !crate::core::risk::confined(&cwd, &p) {
-                    return Err(format!("{p} is outside the session's worktree"));
-                }
-                if content.len() as u64 > limits::AGENT_FS_MAX_BYTES {
-                    return Err(format!("the content is over {} bytes", limits::AGENT_FS_MAX_BYTES));
-                }
-                std::fs::write(&path, content).map_err(|e| crate::errors::io_cause(&e))
-            })();
+            let r = crate::core::agentfs::write_text(&cwd, &path.to_string_lossy(), &content);
             c.answer_fs_write(&key, r)
         }
     };

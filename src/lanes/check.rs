@@ -99,7 +99,18 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
     };
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     cmd.env_clear().env("PATH", path).env("LANG", "C.UTF-8").env("HOME", "/tmp").env("CI", "true").stdin(Stdio::null());
-    cmd.process_group(0);
+    // A new session (pgid == pid, no controlling terminal): the command
+    // cannot TIOCSTI into the daemon's terminal, and killpg still reaches it.
+    // SAFETY: the closure runs between fork and exec and calls only setsid,
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let (read_end, write_end) = pipe().map_err(|e| format!("unable to make a pipe: {}", io_cause(&e)))?;
     let write2 = write_end.try_clone().map_err(|e| format!("unable to make a pipe: {}", io_cause(&e)))?;
     cmd.stdout(Stdio::from(write_end)).stderr(Stdio::from(write2));

@@ -100,7 +100,7 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
     let mut cmd = match &iso.bwrap {
         Some(bwrap) => {
             let mut c = Command::new(bwrap);
-            c.args(["--die-with-parent", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+            c.args(["--die-with-parent", "--new-session", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
             for d in ["/usr", "/etc", "/opt"] {
                 if Path::new(d).is_dir() {
                     c.args(["--ro-bind", d, d]);
