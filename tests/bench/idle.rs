@@ -14,9 +14,11 @@ pub const WAKEUPS: &str = "idle_wakeups";
 
 const RSS_GOAL_MIB: f64 = 8.0;
 const WINDOW: Duration = Duration::from_secs(3);
-/// Lets start-up work after ready (the integrity check on the reader
-/// thread, the closing of the probe connection) finish before measuring.
-const SETTLE: Duration = Duration::from_millis(500);
+/// Lets start-up work after ready finish before measuring: the ledger's
+/// integrity check runs `LEDGER_CHECK_DELAY_MS` after ready on the reader
+/// thread, and the isolation probe and seat probes run once. "While nothing
+/// happens" starts after them.
+const SETTLE: Duration = Duration::from_millis(omniconfluxd::limits::LEDGER_CHECK_DELAY_MS + 1_000);
 
 pub fn run() {
     if ![RSS, CPU, WAKEUPS].iter().any(|f| util::selected(f)) {
