@@ -31,6 +31,7 @@ use mio::Token;
 use rusqlite::types::Value as Sql;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use crate::ledger::WriteError;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Command;
@@ -637,7 +638,10 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     }
     // A reopened session is new to this run of the daemon too: `added`.
     let key = sid.clone();
-    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon| {
+    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon, r: Result<(), WriteError>| {
+        if let Err(e) = r {
+            return then(d, Err(crate::socket::methods::write_error(e)));
+        }
         let node = d.node_name.clone();
         let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
         then(d, Ok(json!({"session_id": sid, "session": v})));
@@ -668,11 +672,15 @@ fn end_reason_from(s: &str) -> Option<EndReason> {
     }
 }
 
+/// Work to do on the reactor once a round's records are committed, given
+/// the write's result: on an error nothing was committed, and a caller
+/// answering a request answers the error.
+pub type After = Box<dyn FnOnce(&mut Daemon, Result<(), WriteError>)>;
+
 /// Commits what a round produced; after the commit, the transcript delta
 /// goes to its subscribers and the session's update (or, for a new
-/// session, `added`) to the watchers, then `after` runs.
-/// Work to do on the reactor once a round's records are committed.
-pub type After = Box<dyn FnOnce(&mut Daemon)>;
+/// session, `added`) to the watchers, then `after` runs. When the ledger
+/// refuses the records nothing is announced; `after` gets the error.
 
 pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
     if let Some(s) = d.core.sessions.map.get_mut(sid) {
@@ -698,7 +706,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
     }
     if fx.ops.is_empty() {
         if let Some(a) = after {
-            a(d);
+            a(d, Ok(()));
         }
         return;
     }
@@ -706,7 +714,11 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
     let (delta, changed) = (fx.delta.take(), fx.changed);
     d.write(fx.ops, move |d, r| {
         if let Err(e) = r {
-            crate::error!("session {sid}: the ledger refused its records: {e:?}");
+            crate::error!("session {sid}: the ledger refused its records: {e}");
+            if let Some(a) = after {
+                a(d, Err(e));
+            }
+            return;
         }
         crate::http::session_committed(d, &sid, delta.as_ref());
         if let Some(delta) = delta {
@@ -716,7 +728,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
             notify_session(d, &sid, if added { "added" } else { "updated" });
         }
         if let Some(a) = after {
-            a(d);
+            a(d, Ok(()));
         }
     });
 }
