@@ -315,6 +315,28 @@ impl Sessions {
         self.map.len()
     }
 
+    /// Forgets the oldest ended sessions beyond `keep` (the ledger keeps
+    /// them): a lookup of one answers session-not-found from then on. Only
+    /// sessions whose agent is gone (no child) count as ended here. Their
+    /// transcript subscriptions and unsent deltas go with them; nothing else
+    /// of this module refers to a session but by its id.
+    pub fn evict_ended(&mut self, keep: usize) -> Vec<String> {
+        let map = &self.map;
+        let gone = oldest_ended_beyond(&self.order, |id| map.get(id).is_some_and(|s| s.ended && s.child.is_none()), keep);
+        if gone.is_empty() {
+            return gone;
+        }
+        let set: HashSet<&str> = gone.iter().map(String::as_str).collect();
+        self.order.retain(|id| !set.contains(id.as_str()));
+        for id in &gone {
+            self.map.remove(id);
+            self.tsubs.remove(id);
+        }
+        self.outbox.retain(|(id, _)| !set.contains(id.as_str()));
+        self.by_child.retain(|_, id| !set.contains(id.as_str()));
+        gone
+    }
+
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -360,6 +382,14 @@ impl Sessions {
         self.tsubs.retain(|_, v| !v.is_empty());
         found
     }
+}
+
+/// The ids, oldest first, of the ended sessions in `order` beyond the
+/// newest `keep` ended ones.
+fn oldest_ended_beyond(order: &[String], ended: impl Fn(&str) -> bool, keep: usize) -> Vec<String> {
+    let ended: Vec<&String> = order.iter().filter(|id| ended(id)).collect();
+    let over = ended.len().saturating_sub(keep);
+    ended.into_iter().take(over).cloned().collect()
 }
 
 /// What one round of handling a session produced, committed together.
@@ -492,6 +522,9 @@ pub fn spawn(d: &mut Daemon, p: SpawnParams, then: impl FnOnce(&mut Daemon, Resu
         if let Some(st @ (crate::core::seats::Status::Missing | crate::core::seats::Status::Degraded)) = seat.status {
             let why = seat.reason.clone().unwrap_or_default();
             return Err(RpcError::new(Code::SeatNotReady, format!("the seat {} is {}: {why}", p.harness, st.wire_name())));
+        }
+        for id in d.core.sessions.evict_ended(limits::SESSIONS_ENDED_KEPT) {
+            crate::debug!("session {id}: ended, no longer held in memory");
         }
         if d.core.sessions.len() >= limits::MAX_SESSIONS {
             return Err(RpcError::new(Code::TooManySessions, format!("the daemon holds {} sessions already", limits::MAX_SESSIONS)));
@@ -1339,4 +1372,19 @@ fn finish_plain(d: &mut Daemon, what: &str, fx: Effects) {
             crate::error!("session {what}: the ledger refused its records: {e:?}");
         }
     });
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_oldest_ended_sessions_beyond_the_kept_count_go() {
+        let order: Vec<String> = (0..8).map(|i| format!("s-{i}")).collect();
+        // s-1, s-3, s-4, s-6 ended; s-0, s-2, s-5, s-7 live.
+        let ended = |id: &str| ["s-1", "s-3", "s-4", "s-6"].contains(&id);
+        assert_eq!(oldest_ended_beyond(&order, ended, 2), vec!["s-1".to_string(), "s-3".to_string()]);
+        assert!(oldest_ended_beyond(&order, ended, 4).is_empty());
+        assert_eq!(oldest_ended_beyond(&order, ended, 0).len(), 4);
+    }
 }
