@@ -1369,7 +1369,7 @@ fn finish_plain(d: &mut Daemon, what: &str, fx: Effects) {
     let what = what.to_string();
     d.write(fx.ops, move |_d, r| {
         if let Err(e) = r {
-            crate::error!("session {what}: the ledger refused its records: {e:?}");
+            crate::error!("session {what}: the ledger refused its records: {e}");
         }
     });
 }

@@ -65,7 +65,6 @@ struct NoParams {}
 fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     let repos = controller::known_repos(d);
-    let inbox = d.inbox.clone();
     let req = req.clone();
     // `git worktree list` per repository: blocking, so on a lane worker.
     controller::job(
@@ -83,10 +82,7 @@ fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
                 })
                 .collect::<Vec<_>>()
         },
-        move |d, list| {
-            let _ = &inbox;
-            d.answer(req, Ok(json!({"repos": list})));
-        },
+        move |d, list| d.answer(req, Ok(json!({"repos": list}))),
     )?;
     Ok(None)
 }

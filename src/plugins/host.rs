@@ -804,7 +804,7 @@ fn on_request(d: &mut Daemon, id: &str, run_no: u64, wid: String, method: Method
         }
         run.list_second.1 += 1;
         if run.list_second.1 > limits::PLUGIN_LIST_CALLS_PER_SECOND {
-            reply(d, id, run_no, &wid, Err(HostError::new(HostErrorKind::RateLimited, "More than 10 list calls in this second")));
+            reply(d, id, run_no, &wid, Err(HostError::new(HostErrorKind::RateLimited, "more than 10 list calls in this second")));
             return;
         }
     }
@@ -958,7 +958,7 @@ pub fn take_task_budget(d: &mut Daemon, id: &str) -> Result<(), HostError> {
         return Err(HostError::new(HostErrorKind::RateLimited, "20 task requests in 24 hours"));
     }
     if p.records_left() < limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
-        return Err(HostError::new(HostErrorKind::RateLimited, "Too few of the hour's 60 ledger records are left for a task request"));
+        return Err(HostError::new(HostErrorKind::RateLimited, "too few of the hour's 60 ledger records are left for a task request"));
     }
     let now = Instant::now();
     p.task_times.push_back(now);
@@ -1253,7 +1253,7 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
             let owner = id.to_string();
             d.write(vec![op], move |d, r| {
                 if let Err(e) = r {
-                    crate::error!("plugin {owner}: its storage was not deleted: {e:?}; it stays remove-pending");
+                    crate::error!("plugin {owner}: its storage was not deleted: {e}; it stays remove-pending");
                     if let Some(p) = d.plugins.plugins.get_mut(&owner) {
                         p.rec.removal = Some("remove-failed".into());
                     }
