@@ -449,6 +449,12 @@ pub const INBOX_RESOLVED_KEPT: usize = 256;
 /// `too-many-sessions`.
 pub const MAX_SESSIONS: usize = 1024;
 
+/// Ended sessions kept in memory for `sessions.get`, `sessions.list` and
+/// transcript reads; older ended ones are evicted (the ledger keeps them),
+/// so ended sessions do not fill `MAX_SESSIONS` and refuse every spawn of a
+/// long run. A quarter of `MAX_SESSIONS` leaves the rest for live ones.
+pub const SESSIONS_ENDED_KEPT: usize = 256;
+
 /// "An agent that [...] stalls [...] ends the turn failed" (issue 3): the
 /// seconds a running turn may go without a line from its agent when the
 /// seat sets no `stall_timeout`. Time while an approval waits on the

@@ -286,7 +286,9 @@ pub fn answer(
         Ok(item) => {
             let v = to_socket(&item);
             let stream = item.subject.session().unwrap_or_default().to_string();
-            sessions::finish(d, &stream, fx, false, Some(Box::new(move |d: &mut Daemon| then(d, Ok(v)))));
+            sessions::finish(d, &stream, fx, false, Some(Box::new(move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
+                then(d, r.map(|()| v).map_err(crate::socket::methods::write_error))
+            })));
         }
         Err(e) => then(d, Err(e)),
     }

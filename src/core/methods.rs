@@ -184,7 +184,10 @@ fn session_rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     s.name = Some(name.clone());
     let fx = sessions::Effects { changed: true, ..Default::default() };
     let req = req.clone();
-    sessions::finish(d, &session_id, fx, false, Some(Box::new(move |d: &mut Daemon| d.answer(req, Ok(json!({"name": name, "applied": true}))))));
+    sessions::finish(d, &session_id, fx, false, Some(Box::new(move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
+        let out = r.map(|()| json!({"name": name, "applied": true})).map_err(crate::socket::methods::write_error);
+        d.answer(req, out)
+    })));
     Ok(None)
 }
 

@@ -7,10 +7,10 @@
 //! each seat's command in PATH and runs `command --version` with stdin,
 //! stdout and stderr closed, bounded by `SEAT_PROBE_TIMEOUT_MS`, then hands
 //! the results back through the reactor inbox. A probe asked for while one
-//! runs is run again once that one is done. The daemon is child subreaper
-//! and reaps every child on SIGCHLD, so the worker may find its probe
-//! already reaped (ECHILD); it then judges by whether the probe ended in
-//! time, not by its status.
+//! runs is run again once that one is done. The reactor reaps only its own
+//! thread's children, not the worker's probe; a wait that fails anyway
+//! (ECHILD included) leaves the probe's outcome unknown, and the seat is
+//! reported degraded with the cause rather than ready.
 
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -238,8 +238,14 @@ fn probe(cfg: &SeatConfig, path_var: &str) -> (Status, Option<String>, Option<Pa
                     (Status::Degraded, Some(format!("`{} --version` failed ({status})", cfg.command)), Some(program))
                 };
             }
-            // Reaped by the daemon's SIGCHLD handler: it ended in time.
-            Err(_) => return (Status::Ready, None, Some(program)),
+            // The probe's outcome is unknown: not evidence the tool works.
+            Err(e) => {
+                return (
+                    Status::Degraded,
+                    Some(format!("unable to wait for `{} --version`: {}", cfg.command, crate::errors::io_cause(&e))),
+                    Some(program),
+                )
+            }
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();

@@ -31,6 +31,7 @@ use mio::Token;
 use rusqlite::types::Value as Sql;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use crate::ledger::WriteError;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Command;
@@ -314,6 +315,28 @@ impl Sessions {
         self.map.len()
     }
 
+    /// Forgets the oldest ended sessions beyond `keep` (the ledger keeps
+    /// them): a lookup of one answers session-not-found from then on. Only
+    /// sessions whose agent is gone (no child) count as ended here. Their
+    /// transcript subscriptions and unsent deltas go with them; nothing else
+    /// of this module refers to a session but by its id.
+    pub fn evict_ended(&mut self, keep: usize) -> Vec<String> {
+        let map = &self.map;
+        let gone = oldest_ended_beyond(&self.order, |id| map.get(id).is_some_and(|s| s.ended && s.child.is_none()), keep);
+        if gone.is_empty() {
+            return gone;
+        }
+        let set: HashSet<&str> = gone.iter().map(String::as_str).collect();
+        self.order.retain(|id| !set.contains(id.as_str()));
+        for id in &gone {
+            self.map.remove(id);
+            self.tsubs.remove(id);
+        }
+        self.outbox.retain(|(id, _)| !set.contains(id.as_str()));
+        self.by_child.retain(|_, id| !set.contains(id.as_str()));
+        gone
+    }
+
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -359,6 +382,14 @@ impl Sessions {
         self.tsubs.retain(|_, v| !v.is_empty());
         found
     }
+}
+
+/// The ids, oldest first, of the ended sessions in `order` beyond the
+/// newest `keep` ended ones.
+fn oldest_ended_beyond(order: &[String], ended: impl Fn(&str) -> bool, keep: usize) -> Vec<String> {
+    let ended: Vec<&String> = order.iter().filter(|id| ended(id)).collect();
+    let over = ended.len().saturating_sub(keep);
+    ended.into_iter().take(over).cloned().collect()
 }
 
 /// What one round of handling a session produced, committed together.
@@ -491,6 +522,9 @@ pub fn spawn(d: &mut Daemon, p: SpawnParams, then: impl FnOnce(&mut Daemon, Resu
         if let Some(st @ (crate::core::seats::Status::Missing | crate::core::seats::Status::Degraded)) = seat.status {
             let why = seat.reason.clone().unwrap_or_default();
             return Err(RpcError::new(Code::SeatNotReady, format!("the seat {} is {}: {why}", p.harness, st.wire_name())));
+        }
+        for id in d.core.sessions.evict_ended(limits::SESSIONS_ENDED_KEPT) {
+            crate::debug!("session {id}: ended, no longer held in memory");
         }
         if d.core.sessions.len() >= limits::MAX_SESSIONS {
             return Err(RpcError::new(Code::TooManySessions, format!("the daemon holds {} sessions already", limits::MAX_SESSIONS)));
@@ -637,7 +671,10 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     }
     // A reopened session is new to this run of the daemon too: `added`.
     let key = sid.clone();
-    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon| {
+    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon, r: Result<(), WriteError>| {
+        if let Err(e) = r {
+            return then(d, Err(crate::socket::methods::write_error(e)));
+        }
         let node = d.node_name.clone();
         let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
         then(d, Ok(json!({"session_id": sid, "session": v})));
@@ -668,11 +705,15 @@ fn end_reason_from(s: &str) -> Option<EndReason> {
     }
 }
 
+/// Work to do on the reactor once a round's records are committed, given
+/// the write's result: on an error nothing was committed, and a caller
+/// answering a request answers the error.
+pub type After = Box<dyn FnOnce(&mut Daemon, Result<(), WriteError>)>;
+
 /// Commits what a round produced; after the commit, the transcript delta
 /// goes to its subscribers and the session's update (or, for a new
-/// session, `added`) to the watchers, then `after` runs.
-/// Work to do on the reactor once a round's records are committed.
-pub type After = Box<dyn FnOnce(&mut Daemon)>;
+/// session, `added`) to the watchers, then `after` runs. When the ledger
+/// refuses the records nothing is announced; `after` gets the error.
 
 pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
     if let Some(s) = d.core.sessions.map.get_mut(sid) {
@@ -698,7 +739,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
     }
     if fx.ops.is_empty() {
         if let Some(a) = after {
-            a(d);
+            a(d, Ok(()));
         }
         return;
     }
@@ -706,7 +747,11 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
     let (delta, changed) = (fx.delta.take(), fx.changed);
     d.write(fx.ops, move |d, r| {
         if let Err(e) = r {
-            crate::error!("session {sid}: the ledger refused its records: {e:?}");
+            crate::error!("session {sid}: the ledger refused its records: {e}");
+            if let Some(a) = after {
+                a(d, Err(e));
+            }
+            return;
         }
         crate::http::session_committed(d, &sid, delta.as_ref());
         if let Some(delta) = delta {
@@ -716,7 +761,7 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
             notify_session(d, &sid, if added { "added" } else { "updated" });
         }
         if let Some(a) = after {
-            a(d);
+            a(d, Ok(()));
         }
     });
 }
@@ -1306,7 +1351,22 @@ fn finish_plain(d: &mut Daemon, what: &str, fx: Effects) {
     let what = what.to_string();
     d.write(fx.ops, move |_d, r| {
         if let Err(e) = r {
-            crate::error!("session {what}: the ledger refused its records: {e:?}");
+            crate::error!("session {what}: the ledger refused its records: {e}");
         }
     });
+}
+
+#[cfg(test)]
+mod eviction_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_oldest_ended_sessions_beyond_the_kept_count_go() {
+        let order: Vec<String> = (0..8).map(|i| format!("s-{i}")).collect();
+        // s-1, s-3, s-4, s-6 ended; s-0, s-2, s-5, s-7 live.
+        let ended = |id: &str| ["s-1", "s-3", "s-4", "s-6"].contains(&id);
+        assert_eq!(oldest_ended_beyond(&order, ended, 2), vec!["s-1".to_string(), "s-3".to_string()]);
+        assert!(oldest_ended_beyond(&order, ended, 4).is_empty());
+        assert_eq!(oldest_ended_beyond(&order, ended, 0).len(), 4);
+    }
 }

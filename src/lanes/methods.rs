@@ -70,7 +70,6 @@ fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     // The repositories and their worktrees are the operator's to see.
     require_operator(req)?;
     let repos = controller::known_repos(d);
-    let inbox = d.inbox.clone();
     let req = req.clone();
     // `git worktree list` per repository: blocking, so on a lane worker.
     controller::job(
@@ -88,10 +87,7 @@ fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
                 })
                 .collect::<Vec<_>>()
         },
-        move |d, list| {
-            let _ = &inbox;
-            d.answer(req, Ok(json!({"repos": list})));
-        },
+        move |d, list| d.answer(req, Ok(json!({"repos": list}))),
     )?;
     Ok(None)
 }

@@ -180,6 +180,8 @@ pub enum Untrusted {
     NewerSchema(i64),
     /// The tables are not what the version says they are.
     MissingTable(&'static str),
+    /// No omniconfluxd writes a negative schema version.
+    NegativeSchema(i64),
 }
 
 impl std::fmt::Display for Untrusted {
@@ -190,6 +192,7 @@ impl std::fmt::Display for Untrusted {
                 write!(f, "schema version {v} was written by a newer omniconfluxd (this one knows {})", current_version())
             }
             Untrusted::MissingTable(t) => write!(f, "the table {t} is missing"),
+            Untrusted::NegativeSchema(v) => write!(f, "schema version {v} is negative"),
         }
     }
 }
@@ -209,6 +212,9 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<Prepared> {
     let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
     if app != APPLICATION_ID && !(app == 0 && version == 0 && tables == 0) {
         return Ok(Prepared::Untrusted(Untrusted::ForeignApplication(app)));
+    }
+    if version < 0 {
+        return Ok(Prepared::Untrusted(Untrusted::NegativeSchema(version)));
     }
     if version > current_version() {
         return Ok(Prepared::Untrusted(Untrusted::NewerSchema(version)));
@@ -230,4 +236,16 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<Prepared> {
         tx.commit()?;
     }
     Ok(Prepared::Ready { migrated_from: version })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_negative_schema_version_is_untrusted() {
+        let mut c = Connection::open_in_memory().unwrap();
+        c.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = -1;")).unwrap();
+        assert!(matches!(prepare(&mut c).unwrap(), Prepared::Untrusted(Untrusted::NegativeSchema(-1))));
+    }
 }

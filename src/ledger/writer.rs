@@ -56,6 +56,16 @@ pub enum WriteError {
     Failed(String),
 }
 
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Corrupt => f.write_str("the ledger is read-only"),
+            WriteError::Busy => f.write_str("the writer's queue is full"),
+            WriteError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The outcome of one batch.
 #[derive(Debug)]
 pub struct Committed {

@@ -293,6 +293,20 @@ impl Plugin {
         }
         limits::PLUGIN_LEDGER_RECORDS_PER_HOUR.saturating_sub(self.ledger_records.len())
     }
+
+    /// Counts `n` ledger records written now against the hour's budget.
+    /// Storage writes are not refused when the budget is spent (only task
+    /// requests are), so the deque keeps at most the budget's newest
+    /// entries: more would not change what [`Self::records_left`] answers.
+    fn note_records(&mut self, n: usize) {
+        let now = Instant::now();
+        for _ in 0..n {
+            self.ledger_records.push_back(now);
+        }
+        while self.ledger_records.len() > limits::PLUGIN_LEDGER_RECORDS_PER_HOUR {
+            self.ledger_records.pop_front();
+        }
+    }
 }
 
 /// The host's state.
@@ -790,7 +804,7 @@ fn on_request(d: &mut Daemon, id: &str, run_no: u64, wid: String, method: Method
         }
         run.list_second.1 += 1;
         if run.list_second.1 > limits::PLUGIN_LIST_CALLS_PER_SECOND {
-            reply(d, id, run_no, &wid, Err(HostError::new(HostErrorKind::RateLimited, "More than 10 list calls in this second")));
+            reply(d, id, run_no, &wid, Err(HostError::new(HostErrorKind::RateLimited, "more than 10 list calls in this second")));
             return;
         }
     }
@@ -883,8 +897,7 @@ fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, va
         reply(d, id, run_no, wid, Err(e));
         return;
     }
-    p.records_left();
-    p.ledger_records.push_back(Instant::now());
+    p.note_records(1);
     let previous = p.storage.insert(key.clone(), value.clone());
     let bytes = value.len();
     let op = Op::Exec {
@@ -895,7 +908,7 @@ fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, va
     d.write(vec![op], move |d, r| match r {
         Ok(_) => respond(d, &owner, run_no, &wid, &StorageWritten { key, bytes }),
         Err(e) => {
-            crate::error!("plugin {owner}: storage.set was not committed: {e:?}");
+            crate::error!("plugin {owner}: storage.set was not committed: {e}");
             if let Some(p) = d.plugins.plugins.get_mut(&owner) {
                 if p.storage.get(&key) == Some(&value) {
                     match previous {
@@ -915,8 +928,7 @@ fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String)
         respond(d, id, run_no, wid, &StorageDeleted { key, deleted: false });
         return;
     };
-    p.records_left();
-    p.ledger_records.push_back(Instant::now());
+    p.note_records(1);
     let op = Op::Exec {
         sql: "DELETE FROM plugin_storage WHERE plugin = ?1 AND key = ?2",
         params: vec![id.to_string().into(), key.clone().into()],
@@ -925,7 +937,7 @@ fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String)
     d.write(vec![op], move |d, r| match r {
         Ok(_) => respond(d, &owner, run_no, &wid, &StorageDeleted { key, deleted: true }),
         Err(e) => {
-            crate::error!("plugin {owner}: storage.delete was not committed: {e:?}");
+            crate::error!("plugin {owner}: storage.delete was not committed: {e}");
             if let Some(p) = d.plugins.plugins.get_mut(&owner) {
                 p.storage.entry(key).or_insert(previous);
             }
@@ -946,13 +958,11 @@ pub fn take_task_budget(d: &mut Daemon, id: &str) -> Result<(), HostError> {
         return Err(HostError::new(HostErrorKind::RateLimited, "20 task requests in 24 hours"));
     }
     if p.records_left() < limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
-        return Err(HostError::new(HostErrorKind::RateLimited, "Too few of the hour's 60 ledger records are left for a task request"));
+        return Err(HostError::new(HostErrorKind::RateLimited, "too few of the hour's 60 ledger records are left for a task request"));
     }
     let now = Instant::now();
     p.task_times.push_back(now);
-    for _ in 0..limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
-        p.ledger_records.push_back(now);
-    }
+    p.note_records(limits::PLUGIN_LEDGER_RECORDS_PER_TASK);
     Ok(())
 }
 
@@ -1251,7 +1261,7 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
             let owner = id.to_string();
             d.write(vec![op], move |d, r| {
                 if let Err(e) = r {
-                    crate::error!("plugin {owner}: its storage was not deleted: {e:?}; it stays remove-pending");
+                    crate::error!("plugin {owner}: its storage was not deleted: {e}; it stays remove-pending");
                     if let Some(p) = d.plugins.plugins.get_mut(&owner) {
                         p.rec.removal = Some("remove-failed".into());
                     }
@@ -1453,6 +1463,17 @@ mod tests {
 
     fn ev(stream: &str, kind: &str, data: &str) -> Appended {
         Appended { stream: stream.into(), seq: 3, kind: kind.into(), ts: "2026-11-14T09:31:07.412Z".into(), data: data.into() }
+    }
+
+    #[test]
+    fn the_ledger_record_count_stays_within_the_hour_budget() {
+        let rec = crate::plugins::store::Record { plugin: "p".into(), enabled: true, approval: None, waiting: None, removal: None, lanes: Vec::new(), starting: Vec::new() };
+        let mut p = super::Plugin::new(rec);
+        for _ in 0..1000 {
+            p.note_records(1);
+        }
+        assert_eq!(p.ledger_records.len(), crate::limits::PLUGIN_LEDGER_RECORDS_PER_HOUR);
+        assert_eq!(p.records_left(), 0);
     }
 
     #[test]

@@ -274,6 +274,9 @@ impl Store {
         let src_real = fs::canonicalize(src).map_err(|_| Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened"))?;
         if let Err(e) = mkdir_private(&staging).and_then(|_| copy_tree(&src_real, &staging)) {
             let _ = fs::remove_dir_all(&staging);
+            if e.get_ref().is_some_and(|i| i.is::<GrewPastCheck>()) {
+                return Err(Problem::new(ProblemCode::FileTooLarge, GrewPastCheck.to_string()));
+            }
             return Err(Problem::new(ProblemCode::FolderUnreadable, format!("the folder cannot be copied: {}", io_cause(&e))));
         }
         match manifest::check_folder(&staging) {
@@ -355,6 +358,18 @@ impl Store {
     }
 }
 
+/// A file grew past the size bound after the folder was checked.
+#[derive(Debug)]
+struct GrewPastCheck;
+
+impl std::fmt::Display for GrewPastCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a file grew past 32 MiB while it was copied")
+    }
+}
+
+impl std::error::Error for GrewPastCheck {}
+
 /// Copies a checked plugin folder: folders, regular files (keeping the
 /// execute bits) and symbolic links as links. The source passed
 /// [`manifest::check_folder`], so there is nothing else in it.
@@ -372,11 +387,20 @@ pub fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
             let mode = entry.metadata()?.permissions().mode();
             let mut from = fs::File::open(entry.path())?;
             let mut out = fs::OpenOptions::new().write(true).create_new(true).mode(if mode & 0o111 != 0 { 0o700 } else { 0o600 }).open(&to)?;
+            // The check bounded the file; one that grew since is refused
+            // rather than copied without bound.
+            let limit = limits::PLUGIN_FILE_MAX_BYTES;
+            let mut from = (&mut from).take(limit + 1);
             let mut buf = vec![0u8; 64 * 1024];
+            let mut copied: u64 = 0;
             loop {
                 let n = from.read(&mut buf)?;
                 if n == 0 {
                     break;
+                }
+                copied += n as u64;
+                if copied > limit {
+                    return Err(std::io::Error::other(GrewPastCheck));
                 }
                 out.write_all(&buf[..n])?;
             }
