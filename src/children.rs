@@ -389,6 +389,16 @@ impl Children {
         }
     }
 
+    /// Reads whatever stderr still holds. Called once the child is reaped:
+    /// everything it wrote is in the pipe by then, so the tail is complete
+    /// whatever order the pipes' readiness arrived in.
+    pub fn drain_stderr(&mut self, registry: &Registry, id: ChildId) {
+        let token = self.map.get(&id).and_then(|c| c.stderr.as_ref().map(|(_, t)| *t));
+        if let Some(t) = token {
+            self.on_ready(registry, t, true);
+        }
+    }
+
     /// The last bytes the child wrote to stderr (the caller cuts it at a
     /// character boundary as its surface requires).
     pub fn stderr_tail(&self, id: ChildId) -> Vec<u8> {

@@ -1124,6 +1124,7 @@ pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
 
 fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
     let Some(id) = d.plugins.by_child.remove(&child) else { return };
+    d.children.drain_stderr(d.reactor.poll.registry(), child);
     let raw_tail = d.children.stderr_tail(child);
     d.children.remove(d.reactor.poll.registry(), child);
     let note = d.plugins.isolation.missing.clone();
