@@ -458,13 +458,28 @@ fn an_agent_holding_the_token_reads_only_its_own_session() {
     // The operator reads both.
     let all = api.call("GET", "/sessions", "/sessions", &[], None).json();
     assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+    // The helper says it is done through a FIFO; reading it blocks until
+    // then, on a thread so that the test's patience bounds the wait.
+    let fifo = out.join("done.fifo");
+    let c_path = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    // SAFETY: a valid NUL-terminated path and a plain mode.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let want = a.clone();
+    std::thread::spawn(move || {
+        // Both sessions run the helper; each names itself when it is done.
+        loop {
+            match std::fs::read_to_string(&fifo) {
+                Ok(text) if text.lines().any(|l| l == want) => break,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+        let _ = tx.send(());
+    });
     std::fs::write(out.join("probe"), &b).unwrap();
+    rx.recv_timeout(util::PATIENCE).expect("the agent's helper finished");
     let file = out.join(format!("{a}.json"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !file.exists() {
-        assert!(std::time::Instant::now() < deadline, "the agent's helper wrote nothing");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     let got: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(got["list"]["status"], 200, "{got}");
     let ids: Vec<&str> = got["list"]["body"]["items"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
