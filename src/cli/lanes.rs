@@ -16,28 +16,7 @@ pub const USAGE: &str = "\
                               start a lane: B builds, CMD checks, V judges
   repos [list|add PATH]       the repositories lanes may work on";
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
-}
-
-fn usage(m: &str) -> Failure {
-    Failure { status: super::EXIT_USAGE, message: m.to_string() }
-}
-
-fn arg<'a>(rest: &'a [String], i: usize, what: &str) -> Result<&'a str, Failure> {
-    rest.get(i).map(String::as_str).ok_or_else(|| usage(&format!("missing {what}")))
-}
-
-fn done(rest: &[String], n: usize) -> Result<(), Failure> {
-    match rest.get(n) {
-        Some(a) => Err(usage(&format!("unexpected argument {a}"))),
-        None => Ok(()),
-    }
-}
+use super::args::{arg, done, s, usage};
 
 fn absolute(p: &str) -> String {
     std::path::absolute(p).map(|p| p.display().to_string()).unwrap_or_else(|_| p.to_string())

@@ -6,6 +6,7 @@
 //! with an error (its stable code and message on stderr) or `serve` failed at
 //! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
 
+mod args;
 pub mod client;
 pub mod lanes;
 pub mod plugin;

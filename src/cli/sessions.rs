@@ -7,28 +7,7 @@ use serde_json::{json, Value};
 use super::client::Client;
 use super::Failure;
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
-}
-
-fn usage(m: &str) -> Failure {
-    Failure { status: super::EXIT_USAGE, message: m.to_string() }
-}
-
-fn arg<'a>(rest: &'a [String], i: usize, what: &str) -> Result<&'a str, Failure> {
-    rest.get(i).map(String::as_str).ok_or_else(|| usage(&format!("missing {what}")))
-}
-
-fn done(rest: &[String], n: usize) -> Result<(), Failure> {
-    match rest.get(n) {
-        Some(a) => Err(usage(&format!("unexpected argument {a}"))),
-        None => Ok(()),
-    }
-}
+use super::args::{arg, done, s, usage};
 
 /// `seats [probe]`
 pub fn seats(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
