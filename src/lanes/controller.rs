@@ -1256,7 +1256,7 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
         branch: l.branch.clone(),
         worktree: l.worktree.display().to_string(),
         state: serde_json::from_value(json!(l.machine.stage.state())).ok()?,
-        stage: serde_json::from_value(json!(l.machine.stage.name())).ok()?,
+        stage: l.machine.stage,
         builder: LaneBuilder { session: l.builder_session.clone(), seat: seat(&l.builder)? },
         verifier: seat(&l.verifier)?,
         verdict,

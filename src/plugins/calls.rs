@@ -517,26 +517,9 @@ pub enum LaneState {
     Merged,
 }
 
-/// Where a lane is in the lane loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LaneStage {
-    Building,
-    Idle,
-    Checking,
-    WaitingVerifier,
-    Verifying,
-    VerifyFailed,
-    SecondOpinion,
-    Pass,
-    Rework,
-    SentBack,
-    Cap,
-    Merging,
-    MergeFailed,
-    Merged,
-    Closed,
-}
+/// Where a lane is in the lane loop: the lane machine's own stage, whose
+/// wire names are the page's (seed 000, lanes[].stage).
+pub use crate::lanes::machine::Stage as LaneStage;
 
 /// A verifier's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
