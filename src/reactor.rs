@@ -26,6 +26,9 @@ pub const LISTENER: Token = Token(1);
 /// Work a closure does on the reactor thread with the daemon's state.
 pub type Task = Box<dyn FnOnce(&mut Daemon) + Send>;
 
+/// A timer's work: it runs on the reactor and never crosses threads.
+pub type TimerTask = Box<dyn FnOnce(&mut Daemon)>;
+
 /// A message from another thread.
 pub enum Msg {
     Signal(libc::c_int),
@@ -64,7 +67,7 @@ pub struct Reactor {
     rx: Receiver<Msg>,
     inbox: Inbox,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
-    timer_tasks: std::collections::HashMap<u64, Box<dyn FnOnce(&mut Daemon)>>,
+    timer_tasks: std::collections::HashMap<u64, TimerTask>,
     next_timer: u64,
 }
 
@@ -117,7 +120,7 @@ impl Reactor {
     }
 
     /// Timers whose deadline has passed.
-    pub fn due_timers(&mut self) -> Vec<Box<dyn FnOnce(&mut Daemon)>> {
+    pub fn due_timers(&mut self) -> Vec<TimerTask> {
         let now = Instant::now();
         let mut due = Vec::new();
         while let Some(Reverse((at, id))) = self.timers.peek().copied() {

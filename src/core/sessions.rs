@@ -714,7 +714,6 @@ pub type After = Box<dyn FnOnce(&mut Daemon, Result<(), WriteError>)>;
 /// goes to its subscribers and the session's update (or, for a new
 /// session, `added`) to the watchers, then `after` runs. When the ledger
 /// refuses the records nothing is announced; `after` gets the error.
-
 pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
     if let Some(s) = d.core.sessions.map.get_mut(sid) {
         // The round's transcript text goes into this batch, its delta out

@@ -909,13 +909,12 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
         let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else { continue };
         let reason = serde_json::from_str::<Value>(&ev.data).ok().and_then(|v| v["reason"].as_str().map(str::to_string));
         match (role, ev.kind.as_str(), reason.as_deref()) {
-            (Role::Builder, "turn.end", Some("completed")) => {
-                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) {
+            (Role::Builder, "turn.end", Some("completed"))
+                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) => {
                     let _ = step(d, &lid, Input::BuilderIdle);
                 }
-            }
-            (Role::Builder, "turn.end", Some("failed" | "usage-limited")) | (Role::Builder, "session.end", _) => {
-                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) {
+            (Role::Builder, "turn.end", Some("failed" | "usage-limited")) | (Role::Builder, "session.end", _)
+                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) => {
                     let sid = ev.stream.clone();
                     d.lanes.by_session.remove(&sid);
                     if session_alive(d, &sid) {
@@ -928,14 +927,12 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
                     crate::warn!("lane {lid}: the builder's session {sid} failed; failing over");
                     failover(d, &lid);
                 }
-            }
             (Role::Verifier, "turn.end", Some("completed")) => read_answer(d, &lid, &ev.stream),
-            (Role::Verifier, "turn.end", _) | (Role::Verifier, "session.end", _) => {
-                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Verifying) {
+            (Role::Verifier, "turn.end", _) | (Role::Verifier, "session.end", _)
+                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Verifying) => {
                     finish_verifier(d, &ev.stream);
                     let _ = step(d, &lid, Input::VerifierFailed);
                 }
-            }
             _ => {}
         }
     }

@@ -46,5 +46,5 @@ pub fn seat_cursor(item: &Value) -> String {
 /// The lanes verify.list gives, newest first, archived lanes left out. The
 /// host keeps a copy of this for 5 seconds.
 pub fn lane_items(d: &Daemon) -> Vec<LaneItem> {
-    d.lanes.listed().into_iter().filter_map(|l| crate::lanes::controller::plugin_item(l)).collect()
+    d.lanes.listed().into_iter().filter_map(crate::lanes::controller::plugin_item).collect()
 }

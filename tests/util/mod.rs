@@ -70,17 +70,13 @@ pub struct Daemon {
     pub status: Option<ExitStatus>,
 }
 
+#[derive(Default)]
 pub struct Opts {
     pub config: Option<String>,
     pub extra_args: Vec<String>,
     pub env: Vec<(String, String)>,
 }
 
-impl Default for Opts {
-    fn default() -> Self {
-        Opts { config: None, extra_args: Vec::new(), env: Vec::new() }
-    }
-}
 
 impl Daemon {
     /// Starts a daemon on `dir` and waits for READY=1.
