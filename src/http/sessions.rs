@@ -1774,3 +1774,33 @@ pub fn close_all(api: &mut Api) {
     }
     api.collection.clear();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_history_cache_keeps_no_read_older_than_a_change_and_stays_bounded() {
+        let mut c = HistoryCache::default();
+        let items = vec![json!({"position": 0})];
+        assert!(c.hit("s-1", 100).is_none());
+        let start = c.begin("s-1");
+        c.fill("s-1", start, 100, &items, 1);
+        assert_eq!(c.hit("s-1", 100).map(|(i, h)| (i.len(), h)), Some((1, 1)));
+        assert!(c.hit("s-1", 5).is_none(), "another tail is another window");
+        // A change between the read's start and its fill: not kept.
+        let start = c.begin("s-2");
+        c.invalidate("s-2");
+        c.fill("s-2", start, 100, &items, 1);
+        assert!(c.hit("s-2", 100).is_none());
+        // A change drops what was kept.
+        c.invalidate("s-1");
+        assert!(c.hit("s-1", 100).is_none());
+        for n in 0..limits::HTTP_HISTORY_CACHE + 10 {
+            let sid = format!("s-x{n}");
+            let start = c.begin(&sid);
+            c.fill(&sid, start, 100, &items, 1);
+        }
+        assert_eq!(c.map.len(), limits::HTTP_HISTORY_CACHE);
+    }
+}
