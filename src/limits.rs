@@ -682,6 +682,14 @@ pub const HTTP_HISTORY_BYTES: usize = 256 * 1024;
 pub const HTTP_TAIL_DEFAULT: usize = 100;
 pub const HTTP_TAIL_MAX: usize = 200;
 
+/// Live sessions whose recent history `GET /sessions/{id}` keeps on the
+/// reactor (`http::sessions::HistoryCache`), least recently read first
+/// out: enough for the sessions a dashboard polls at once, while the
+/// memory stays bounded (at most this many tails of `HTTP_TAIL_MAX`
+/// entries, each within `HTTP_HISTORY_BYTES`: 64 x 256 KiB = 16 MiB at
+/// the very worst, a few KiB each for ordinary sessions).
+pub const HTTP_HISTORY_CACHE: usize = 64;
+
 /// One history entry's text inline in a page or an event; longer text is
 /// cut there (`content_complete: false`) and stays whole in the ledger
 /// ("A large group uses content references rather than growing a response

@@ -51,6 +51,9 @@ pub struct Conn {
     pub r: Reader<TcpStream>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// The caller class of the peer process, classified at the
+    /// connection's first request that asks for it (`Ctx::caller`).
+    pub class: std::cell::OnceCell<crate::procs::CallerClass>,
     _slot: Slot,
 }
 
@@ -221,7 +224,7 @@ impl Poller {
         if set.is_err() {
             return;
         }
-        self.park(Conn { r: Reader::new(stream), peer, local, _slot: slot });
+        self.park(Conn { r: Reader::new(stream), peer, local, class: std::cell::OnceCell::new(), _slot: slot });
     }
 
     /// Watches an idle connection until it has bytes or its idle time ends.

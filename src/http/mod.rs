@@ -295,8 +295,26 @@ impl Ctx<'_> {
         reactor_call(self.shared, f)
     }
 
-    /// The caller class of the peer process (see [`peer`]).
+    /// The caller class of the peer process (see [`peer`]), classified
+    /// once per connection: the scan reads every process's fd table
+    /// (milliseconds), which per request made it the dominant cost of a
+    /// keep-alive client's reads. Keeping it for the connection is as
+    /// strict: the processes holding the peer's socket can change only by
+    /// fork or fd passing from a holder, so a process comes to hold an
+    /// operator's connection only when that operator process gives it (it
+    /// could as well relay requests), and a holder added to an agent's
+    /// connection does not widen what the agent's class may do. Scoping
+    /// (`may_read`) and operator-only checks still run per request.
     pub fn caller(&self) -> Result<CallerClass, Problem> {
+        if let Some(c) = self.conn.class.get() {
+            return Ok(c.clone());
+        }
+        let class = self.classify()?;
+        let _ = self.conn.class.set(class.clone());
+        Ok(class)
+    }
+
+    fn classify(&self) -> Result<CallerClass, Problem> {
         let holders = peer::peer_processes(self.conn.peer, self.conn.local);
         if holders.is_empty() {
             return Ok(CallerClass::Unverified);

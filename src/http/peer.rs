@@ -14,8 +14,9 @@
 //! found (a remote host, another user's process we cannot inspect) is
 //! `unverified`, which is refused operator-only operations.
 //!
-//! The scan reads every process's fd table, so it runs only for
-//! operator-only routes, on the handler thread, never on the reactor.
+//! The scan reads every process's fd table, so it runs on the handler
+//! thread, never on the reactor, and once per connection (`Ctx::caller`
+//! keeps its result on the connection).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};

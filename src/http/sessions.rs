@@ -152,6 +152,8 @@ pub struct Api {
     /// The growing text or thinking entry of each watched session: what
     /// its `text`/`thinking` events have published so far.
     live: HashMap<String, Live>,
+    /// Recent history of live sessions read lately (GET /sessions/{id}).
+    history: HistoryCache,
 }
 
 /// A watched session's growing entry. Its appended text goes out as
@@ -934,11 +936,88 @@ fn create(d: &mut Daemon, id: String, uuid: Uuid7, intent: String, body: CreateB
 
 // ---- GET /sessions/{id} ----
 
+/// The recent history of live sessions read lately, kept on the reactor
+/// so that a `GET /sessions/{id}` of a session whose transcript has not
+/// changed is one reactor round trip, without a ledger read. Only the
+/// history (what the ledger holds) is kept: the rest of the Session is
+/// built anew from the reactor's state each time, so nothing else needs
+/// an invalidation hook. An entry is dropped when a round of its session
+/// is committed ([`on_committed`]) or the session starts or ends
+/// ([`on_events`]); a read that started before such a change is not kept
+/// (`stamp`). Bounded by `limits::HTTP_HISTORY_CACHE`, least recently
+/// used first out.
+#[derive(Default)]
+pub struct HistoryCache {
+    map: HashMap<String, Cached>,
+    /// Counts invalidations (and uses).
+    clock: u64,
+}
+
+struct Cached {
+    /// The clock at this session's last invalidation.
+    stamp: u64,
+    used: u64,
+    /// (tail, items, high water)
+    data: Option<(usize, Arc<Vec<Value>>, u64)>,
+}
+
+impl HistoryCache {
+    fn hit(&mut self, sid: &str, tail: usize) -> Option<(Arc<Vec<Value>>, u64)> {
+        self.clock += 1;
+        let c = self.map.get_mut(sid)?;
+        c.used = self.clock;
+        c.data.as_ref().filter(|(t, _, _)| *t == tail).map(|(_, items, high)| (items.clone(), *high))
+    }
+
+    /// Before a ledger read: the clock to hand to [`HistoryCache::fill`].
+    fn begin(&mut self, sid: &str) -> u64 {
+        self.clock += 1;
+        let now = self.clock;
+        if !self.map.contains_key(sid) {
+            if self.map.len() >= limits::HTTP_HISTORY_CACHE {
+                if let Some(old) = self.map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone()) {
+                    self.map.remove(&old);
+                }
+            }
+            self.map.insert(sid.to_string(), Cached { stamp: 0, used: now, data: None });
+        }
+        now
+    }
+
+    /// After the read begun at `start`: kept unless the session changed
+    /// since (or its entry left).
+    fn fill(&mut self, sid: &str, start: u64, tail: usize, items: &[Value], high: u64) {
+        if let Some(c) = self.map.get_mut(sid).filter(|c| c.stamp < start) {
+            c.data = Some((tail, Arc::new(items.to_vec()), high));
+        }
+    }
+
+    fn invalidate(&mut self, sid: &str) {
+        self.clock += 1;
+        if let Some(c) = self.map.get_mut(sid) {
+            c.stamp = self.clock;
+            c.data = None;
+        }
+    }
+}
+
+fn history_cache(d: &mut Daemon) -> Option<&mut HistoryCache> {
+    d.http.as_mut().map(|h| &mut h.sessions.history)
+}
+
 /// Captures the full Session on the reactor, then reads its recent
-/// history: (cursor, Session).
+/// history: (cursor, Session). A live session's history comes from
+/// [`HistoryCache`] when it holds it.
 fn capture(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Result<(u64, Value), Problem> {
     super::reactor_call(shared, move |d, answer: Answer<Result<(u64, Value), Problem>>| {
         let Some(sid) = readable(d, &class, &raw) else { return answer.send(Err(not_found(&raw))) };
+        let live = d.core.sessions.get(&sid).is_some();
+        if live {
+            if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
+                return answer.send(assemble(d, None, &sid, &raw, tail, items.as_ref().clone(), high));
+            }
+        }
+        let start = history_cache(d).map_or(0, |c| c.begin(&sid));
         let inbox = d.inbox.clone();
         let fallback = answer.clone();
         let queued = d.ledger.read(Box::new(move |conn| {
@@ -948,44 +1027,53 @@ fn capture(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Res
                     Ok(v) => v,
                     Err(e) => return answer.send(Err(read_failed(&e))),
                 };
-                // The state and the cursor are captured here, on the
-                // reactor, where publication happens.
-                let Some(mut s) = summary(d, row.as_ref(), &sid) else { return answer.send(Err(not_found(&raw))) };
-                let api = d.http.as_ref().map(|h| &h.sessions);
-                let cursor = api.and_then(|a| a.topics.get(&sid)).map_or(0, Topic::high_water);
-                let creation = api.and_then(|a| a.created_as.get(&sid).and_then(|c| a.creations.get(c)));
-                s["creation"] = match creation {
-                    Some(c) => json!({"id": api.and_then(|a| a.created_as.get(&sid)), "submitted": serde_json::from_str::<Value>(&c.intent).unwrap_or(Value::Null), "created_at": c.created_at}),
-                    None => Value::Null,
-                };
-                let q = api.and_then(|a| a.queues.get(&sid));
-                let pending: Vec<Value> = q
-                    .map(|q| q.handed.iter().chain(q.waiting.iter()).filter_map(|i| api.and_then(|a| a.inputs.get(i))).map(input_json).collect())
-                    .unwrap_or_default();
-                s["pending_inputs"] = Value::Array(pending);
-                s["input_order"] = json!(q.map_or(0, |q| q.input_order));
-                // The growing entry as its events have published it, so
-                // that the `text` events after this cursor append to
-                // exactly what the snapshot shows.
-                let (mut items, mut high) = (items, high);
-                if let Some(l) = api.and_then(|a| a.live.get(&sid)) {
-                    match items.iter_mut().find(|e| e["position"].as_u64() == Some(l.pos)) {
-                        Some(e) => *e = l.entry.clone(),
-                        None if tail > 0 && l.pos >= high => {
-                            items.push(l.entry.clone());
-                            high = l.pos + 1;
-                        }
-                        None => {}
+                if d.core.sessions.get(&sid).is_some() {
+                    if let Some(c) = history_cache(d) {
+                        c.fill(&sid, start, tail, &items, high);
                     }
                 }
-                s["history"] = history_page(items, high);
-                answer.send(Ok((cursor, s)));
+                answer.send(assemble(d, row.as_ref(), &sid, &raw, tail, items, high));
             });
         }));
         if let Err(e) = queued {
             fallback.send(Err(ledger_problem(e)));
         }
     })?
+}
+
+/// The full Session from the reactor's state and the history read.
+fn assemble(d: &Daemon, row: Option<&Row>, sid: &str, raw: &str, tail: usize, items: Vec<Value>, high: u64) -> Result<(u64, Value), Problem> {
+    // The state and the cursor are captured here, on the reactor, where
+    // publication happens.
+    let Some(mut s) = summary(d, row, sid) else { return Err(not_found(raw)) };
+    let api = d.http.as_ref().map(|h| &h.sessions);
+    let cursor = api.and_then(|a| a.topics.get(sid)).map_or(0, Topic::high_water);
+    let creation = api.and_then(|a| a.created_as.get(sid).and_then(|c| a.creations.get(c)));
+    s["creation"] = match creation {
+        Some(c) => json!({"id": api.and_then(|a| a.created_as.get(sid)), "submitted": serde_json::from_str::<Value>(&c.intent).unwrap_or(Value::Null), "created_at": c.created_at}),
+        None => Value::Null,
+    };
+    let q = api.and_then(|a| a.queues.get(sid));
+    let pending: Vec<Value> =
+        q.map(|q| q.handed.iter().chain(q.waiting.iter()).filter_map(|i| api.and_then(|a| a.inputs.get(i))).map(input_json).collect()).unwrap_or_default();
+    s["pending_inputs"] = Value::Array(pending);
+    s["input_order"] = json!(q.map_or(0, |q| q.input_order));
+    // The growing entry as its events have published it, so that the
+    // `text` events after this cursor append to exactly what the
+    // snapshot shows.
+    let (mut items, mut high) = (items, high);
+    if let Some(l) = api.and_then(|a| a.live.get(sid)) {
+        match items.iter_mut().find(|e| e["position"].as_u64() == Some(l.pos)) {
+            Some(e) => *e = l.entry.clone(),
+            None if tail > 0 && l.pos >= high => {
+                items.push(l.entry.clone());
+                high = l.pos + 1;
+            }
+            None => {}
+        }
+    }
+    s["history"] = history_page(items, high);
+    Ok((cursor, s))
 }
 
 fn full_session(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Result<Value, Problem> {
@@ -1495,6 +1583,9 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
             }
         }
         if ev.kind == "session.end" || ev.kind == "session.start" {
+            if let Some(c) = history_cache(d) {
+                c.invalidate(sid);
+            }
             invalidate(d, sid);
         }
     }
@@ -1504,9 +1595,8 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
 /// transcript entries, status and activity go out, and the next input is
 /// handed over when the session is free.
 pub fn on_committed(d: &mut Daemon, sid: &str, delta: Option<&Delta>) {
-    if d.http.is_none() {
-        return;
-    }
+    let Some(cache) = history_cache(d) else { return };
+    cache.invalidate(sid);
     if let Some(delta) = delta {
         let now = crate::clock::now_ms();
         let run_id = format!("r{}", d.core.sessions.get(sid).map_or(0, |s| s.turn));
@@ -1683,4 +1773,34 @@ pub fn close_all(api: &mut Api) {
         t.close();
     }
     api.collection.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_history_cache_keeps_no_read_older_than_a_change_and_stays_bounded() {
+        let mut c = HistoryCache::default();
+        let items = vec![json!({"position": 0})];
+        assert!(c.hit("s-1", 100).is_none());
+        let start = c.begin("s-1");
+        c.fill("s-1", start, 100, &items, 1);
+        assert_eq!(c.hit("s-1", 100).map(|(i, h)| (i.len(), h)), Some((1, 1)));
+        assert!(c.hit("s-1", 5).is_none(), "another tail is another window");
+        // A change between the read's start and its fill: not kept.
+        let start = c.begin("s-2");
+        c.invalidate("s-2");
+        c.fill("s-2", start, 100, &items, 1);
+        assert!(c.hit("s-2", 100).is_none());
+        // A change drops what was kept.
+        c.invalidate("s-1");
+        assert!(c.hit("s-1", 100).is_none());
+        for n in 0..limits::HTTP_HISTORY_CACHE + 10 {
+            let sid = format!("s-x{n}");
+            let start = c.begin(&sid);
+            c.fill(&sid, start, 100, &items, 1);
+        }
+        assert_eq!(c.map.len(), limits::HTTP_HISTORY_CACHE);
+    }
 }
