@@ -200,6 +200,8 @@ fn start_nginx(nginx: &Path, dir: &Path, body: &[u8], cpu: usize) -> Result<(Pro
         if t0.elapsed() > Duration::from_secs(10) {
             return Err("nginx did not answer".into());
         }
+        // nginx has no readiness signal of its own; its port answering is
+        // the only one, so this third-party baseline is polled.
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -349,7 +351,8 @@ fn threads_of(pid: i32) -> Option<u64> {
     s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok())
 }
 
-/// VmRSS after the daemon settles: the least of a few samples.
+/// VmRSS after the daemon settles: the least of a few samples taken apart
+/// (a measurement over time, not a wait for an event).
 fn settled_rss(pid: i32) -> f64 {
     let mut best = f64::MAX;
     for _ in 0..5 {
@@ -368,8 +371,9 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
     let _ = get_once(api.addr, &path, &api.token)?;
     drop(open_watch(api.addr, &path, &api.token)?);
     // One turn first, so that allocator arenas are warm in both samples.
+    api.ctl.call("events.subscribe", serde_json::json!({"streams": [api.sid]}))?;
     let _ = api.ctl.call("sessions.input", serde_json::json!({"session_id": api.sid, "text": "warm"}))?;
-    std::thread::sleep(Duration::from_millis(500));
+    api.ctl.wait_event("turn.end")?;
     let rss0 = settled_rss(pid);
     let threads0 = threads_of(pid).unwrap_or(0);
     let stop = Arc::new(AtomicBool::new(false));

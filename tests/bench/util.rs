@@ -513,6 +513,23 @@ impl Rpc {
         }
     }
 
+    /// Waits for the next `event` notification of `kind`, kept or new.
+    pub fn wait_event(&mut self, kind: &str) -> Result<Value, String> {
+        let is = |v: &Value| v["method"] == "event" && v["params"]["kind"] == kind;
+        if let Some(i) = self.notes.iter().position(is) {
+            return Ok(self.notes.remove(i).unwrap_or(Value::Null));
+        }
+        loop {
+            let v = self.read()?;
+            if is(&v) {
+                return Ok(v);
+            }
+            if v.get("method").is_some() {
+                self.notes.push_back(v);
+            }
+        }
+    }
+
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, String> {
         let id = self.send(method, params)?;
         self.wait(id).map_err(|e| format!("{method}: {e}"))
