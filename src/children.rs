@@ -103,11 +103,20 @@ pub struct ExitStatus {
 impl ExitStatus {
     pub fn from_wait(status: libc::c_int) -> ExitStatus {
         if libc::WIFEXITED(status) {
-            ExitStatus { code: Some(libc::WEXITSTATUS(status)), signal: None }
+            ExitStatus {
+                code: Some(libc::WEXITSTATUS(status)),
+                signal: None,
+            }
         } else if libc::WIFSIGNALED(status) {
-            ExitStatus { code: None, signal: Some(libc::WTERMSIG(status)) }
+            ExitStatus {
+                code: None,
+                signal: Some(libc::WTERMSIG(status)),
+            }
         } else {
-            ExitStatus { code: None, signal: None }
+            ExitStatus {
+                code: None,
+                signal: None,
+            }
         }
     }
 }
@@ -115,8 +124,17 @@ impl ExitStatus {
 impl Children {
     /// Starts `cmd` with piped stdio in its own process group, registers its
     /// pipes and records it as a root of `owner`'s process tree.
-    pub fn spawn(&mut self, registry: &Registry, roots: &mut Roots, mut cmd: Command, owner: Owner, limits: PipeLimits) -> std::io::Result<(ChildId, i32)> {
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    pub fn spawn(
+        &mut self,
+        registry: &Registry,
+        roots: &mut Roots,
+        mut cmd: Command,
+        owner: Owner,
+        limits: PipeLimits,
+    ) -> std::io::Result<(ChildId, i32)> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         // A new session, not only a new process group: the child then has no
         // controlling terminal, so it cannot TIOCSTI keystrokes into the
         // daemon's one. setsid also makes it a group leader (pgid == pid),
@@ -158,7 +176,10 @@ impl Children {
             registry.register(s, t_in, Interest::WRITABLE)?;
             self.by_token.insert(t_in, (id, Pipe::Stdin));
         }
-        for (r, t, p) in [(&mut stdout, t_out, Pipe::Stdout), (&mut stderr, t_err, Pipe::Stderr)] {
+        for (r, t, p) in [
+            (&mut stdout, t_out, Pipe::Stdout),
+            (&mut stderr, t_err, Pipe::Stderr),
+        ] {
             if let Some(r) = r {
                 r.set_nonblocking(true)?;
                 registry.register(r, t, Interest::READABLE)?;
@@ -208,7 +229,12 @@ impl Children {
     /// call of every plugin request. `closed` is the event's read-closed or
     /// error flag: then the writer may already be gone, no edge follows, and
     /// the pipe is read to its end.
-    pub fn on_ready(&mut self, registry: &Registry, token: Token, closed: bool) -> Option<(ChildId, Vec<Output>)> {
+    pub fn on_ready(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        closed: bool,
+    ) -> Option<(ChildId, Vec<Output>)> {
         let (id, pipe) = *self.by_token.get(&token)?;
         let child = self.map.get_mut(&id)?;
         if self.read_buf.is_empty() {
@@ -225,7 +251,9 @@ impl Children {
             Pipe::Stdout => {
                 let buf = &mut self.read_buf[..];
                 loop {
-                    let Some((r, _)) = &mut child.stdout else { break };
+                    let Some((r, _)) = &mut child.stdout else {
+                        break;
+                    };
                     match r.read(buf) {
                         Ok(0) => {
                             // A partial last line is still a line to judge.
@@ -258,7 +286,9 @@ impl Children {
             Pipe::Stderr => {
                 let buf = &mut self.read_buf[..STDERR_READ];
                 loop {
-                    let Some((r, _)) = &mut child.stderr else { break };
+                    let Some((r, _)) = &mut child.stderr else {
+                        break;
+                    };
                     match r.read(buf) {
                         Ok(0) => {
                             Self::drop_reader(&mut self.by_token, registry, &mut child.stderr);
@@ -302,14 +332,22 @@ impl Children {
         }
     }
 
-    fn drop_reader(by_token: &mut HashMap<Token, (ChildId, Pipe)>, registry: &Registry, slot: &mut Option<(pipe::Receiver, Token)>) {
+    fn drop_reader(
+        by_token: &mut HashMap<Token, (ChildId, Pipe)>,
+        registry: &Registry,
+        slot: &mut Option<(pipe::Receiver, Token)>,
+    ) {
         if let Some((mut r, t)) = slot.take() {
             let _ = registry.deregister(&mut r);
             by_token.remove(&t);
         }
     }
 
-    fn drop_stdin(by_token: &mut HashMap<Token, (ChildId, Pipe)>, registry: &Registry, child: &mut Child) {
+    fn drop_stdin(
+        by_token: &mut HashMap<Token, (ChildId, Pipe)>,
+        registry: &Registry,
+        child: &mut Child,
+    ) {
         if let Some((mut s, t)) = child.stdin.take() {
             let _ = registry.deregister(&mut s);
             by_token.remove(&t);
@@ -319,7 +357,9 @@ impl Children {
     }
 
     fn flush_child(child: &mut Child) -> Result<(), ()> {
-        let Some((s, _)) = &mut child.stdin else { return Err(()) };
+        let Some((s, _)) = &mut child.stdin else {
+            return Err(());
+        };
         while child.out_pos < child.out.len() {
             match s.write(&child.out[child.out_pos..]) {
                 Ok(0) => return Err(()),
@@ -337,7 +377,12 @@ impl Children {
     /// Queues bytes for the child's stdin and writes what the pipe takes.
     /// Err(Full) when the child is not reading and the queue is at its
     /// bound; Err(Closed) when its stdin is gone.
-    pub fn write(&mut self, registry: &Registry, id: ChildId, bytes: &[u8]) -> Result<(), WriteRefused> {
+    pub fn write(
+        &mut self,
+        registry: &Registry,
+        id: ChildId,
+        bytes: &[u8],
+    ) -> Result<(), WriteRefused> {
         let child = self.map.get_mut(&id).ok_or(WriteRefused::Closed)?;
         if child.stdin.is_none() || child.close_stdin_when_flushed {
             return Err(WriteRefused::Closed);
@@ -356,7 +401,9 @@ impl Children {
     /// Closes the child's stdin once what is queued has been written: the
     /// signal to a well-behaved child that no more input comes.
     pub fn close_stdin(&mut self, registry: &Registry, id: ChildId) {
-        let Some(child) = self.map.get_mut(&id) else { return };
+        let Some(child) = self.map.get_mut(&id) else {
+            return;
+        };
         if child.out_pos >= child.out.len() {
             Self::drop_stdin(&mut self.by_token, registry, child);
         } else {
@@ -377,10 +424,20 @@ impl Children {
     /// through its pidfd, so a recycled pid is never signalled; the group
     /// signal reaches what the child started in its group.
     pub fn signal(&self, id: ChildId, sig: libc::c_int) {
-        let Some(child) = self.map.get(&id) else { return };
+        let Some(child) = self.map.get(&id) else {
+            return;
+        };
         if let Some(fd) = &child.pidfd {
             // SAFETY: a live pidfd, a valid signal, no siginfo, no flags.
-            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0) };
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
         }
         if !child.exited {
             // SAFETY: the group id is the leader's pid, which is still ours
@@ -393,7 +450,10 @@ impl Children {
     /// everything it wrote is in the pipe by then, so the tail is complete
     /// whatever order the pipes' readiness arrived in.
     pub fn drain_stderr(&mut self, registry: &Registry, id: ChildId) {
-        let token = self.map.get(&id).and_then(|c| c.stderr.as_ref().map(|(_, t)| *t));
+        let token = self
+            .map
+            .get(&id)
+            .and_then(|c| c.stderr.as_ref().map(|(_, t)| *t));
         if let Some(t) = token {
             self.on_ready(registry, t, true);
         }
@@ -402,11 +462,14 @@ impl Children {
     /// The last bytes the child wrote to stderr (the caller cuts it at a
     /// character boundary as its surface requires).
     pub fn stderr_tail(&self, id: ChildId) -> Vec<u8> {
-        self.map.get(&id).map(|c| {
-            let max = c.limits.stderr_tail;
-            let start = c.err_tail.len().saturating_sub(max);
-            c.err_tail[start..].to_vec()
-        }).unwrap_or_default()
+        self.map
+            .get(&id)
+            .map(|c| {
+                let max = c.limits.stderr_tail;
+                let start = c.err_tail.len().saturating_sub(max);
+                c.err_tail[start..].to_vec()
+            })
+            .unwrap_or_default()
     }
 
     /// Records that `pid` was reaped; returns its child id if it was one of
@@ -423,7 +486,9 @@ impl Children {
 
     /// Forgets a child and deregisters its pipes.
     pub fn remove(&mut self, registry: &Registry, id: ChildId) {
-        let Some(mut child) = self.map.remove(&id) else { return };
+        let Some(mut child) = self.map.remove(&id) else {
+            return;
+        };
         Self::drop_stdin(&mut self.by_token, registry, &mut child);
         Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
         Self::drop_reader(&mut self.by_token, registry, &mut child.stderr);
@@ -473,18 +538,31 @@ mod tests {
     use mio::{Events, Poll};
 
     fn limits() -> PipeLimits {
-        PipeLimits { max_line: 64, max_queued: 1024, stderr_tail: 8 }
+        PipeLimits {
+            max_line: 64,
+            max_queued: 1024,
+            stderr_tail: 8,
+        }
     }
 
     /// Polls until `done` says the collected output is complete.
-    fn collect(poll: &mut Poll, ch: &mut Children, done: impl Fn(&[Output]) -> bool) -> Vec<Output> {
+    fn collect(
+        poll: &mut Poll,
+        ch: &mut Children,
+        done: impl Fn(&[Output]) -> bool,
+    ) -> Vec<Output> {
         let mut events = Events::with_capacity(16);
         let mut got = Vec::new();
         while !done(&got) {
-            poll.poll(&mut events, Some(std::time::Duration::from_secs(30))).unwrap();
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(30)))
+                .unwrap();
             assert!(!events.is_empty(), "no output within 30 s: {got:?}");
             for ev in events.iter() {
-                if let Some((_, out)) = ch.on_ready(poll.registry(), ev.token(), ev.is_read_closed() || ev.is_error()) {
+                if let Some((_, out)) = ch.on_ready(
+                    poll.registry(),
+                    ev.token(),
+                    ev.is_read_closed() || ev.is_error(),
+                ) {
                     got.extend(out);
                 }
             }
@@ -498,20 +576,41 @@ mod tests {
         let mut ch = Children::default();
         let mut roots = Roots::default();
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "read x; echo \"got $x\"; echo second; printf 'abcdefghijkl' >&2; printf partial"]);
-        let (id, _) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        cmd.args([
+            "-c",
+            "read x; echo \"got $x\"; echo second; printf 'abcdefghijkl' >&2; printf partial",
+        ]);
+        let (id, _) = ch
+            .spawn(
+                poll.registry(),
+                &mut roots,
+                cmd,
+                Owner::Plugin("t".into()),
+                limits(),
+            )
+            .unwrap();
         ch.write(poll.registry(), id, b"hello\n").unwrap();
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert_eq!(
             got,
-            vec![Output::Line(b"got hello".to_vec()), Output::Line(b"second".to_vec()), Output::Line(b"partial".to_vec()), Output::StdoutClosed]
+            vec![
+                Output::Line(b"got hello".to_vec()),
+                Output::Line(b"second".to_vec()),
+                Output::Line(b"partial".to_vec()),
+                Output::StdoutClosed
+            ]
         );
         // stderr may still be arriving; wait for its close via the tail.
         while ch.stderr_tail(id) != b"efghijkl" {
             let mut events = Events::with_capacity(4);
-            poll.poll(&mut events, Some(std::time::Duration::from_secs(30))).unwrap();
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(30)))
+                .unwrap();
             for ev in events.iter() {
-                ch.on_ready(poll.registry(), ev.token(), ev.is_read_closed() || ev.is_error());
+                ch.on_ready(
+                    poll.registry(),
+                    ev.token(),
+                    ev.is_read_closed() || ev.is_error(),
+                );
             }
         }
     }
@@ -524,7 +623,15 @@ mod tests {
         let mut cmd = Command::new("sh");
         // Field 5 of stat is the pgrp, 6 the session, 7 the controlling tty.
         cmd.args(["-c", "cut -d' ' -f5-7 /proc/$$/stat; sleep 30"]);
-        let (id, pid) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        let (id, pid) = ch
+            .spawn(
+                poll.registry(),
+                &mut roots,
+                cmd,
+                Owner::Plugin("t".into()),
+                limits(),
+            )
+            .unwrap();
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
         assert_eq!(got[0], Output::Line(format!("{pid} {pid} 0").into_bytes()));
         // SAFETY: getpgid on a pid we spawned and have not reaped.
@@ -542,12 +649,28 @@ mod tests {
         let mut ch = Children::default();
         let mut roots = Roots::default();
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "echo one; sleep 0.1; echo two; sleep 0.1; printf three; sleep 0.1"]);
-        let (_, _) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        cmd.args([
+            "-c",
+            "echo one; sleep 0.1; echo two; sleep 0.1; printf three; sleep 0.1",
+        ]);
+        let (_, _) = ch
+            .spawn(
+                poll.registry(),
+                &mut roots,
+                cmd,
+                Owner::Plugin("t".into()),
+                limits(),
+            )
+            .unwrap();
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert_eq!(
             got,
-            vec![Output::Line(b"one".to_vec()), Output::Line(b"two".to_vec()), Output::Line(b"three".to_vec()), Output::StdoutClosed]
+            vec![
+                Output::Line(b"one".to_vec()),
+                Output::Line(b"two".to_vec()),
+                Output::Line(b"three".to_vec()),
+                Output::StdoutClosed
+            ]
         );
     }
 
@@ -558,7 +681,15 @@ mod tests {
         let mut roots = Roots::default();
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "head -c 200 /dev/zero | tr '\\0' x; echo"]);
-        let (id, _) = ch.spawn(poll.registry(), &mut roots, cmd, Owner::Plugin("t".into()), limits()).unwrap();
+        let (id, _) = ch
+            .spawn(
+                poll.registry(),
+                &mut roots,
+                cmd,
+                Owner::Plugin("t".into()),
+                limits(),
+            )
+            .unwrap();
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::LineTooLong));
         assert_eq!(got, vec![Output::LineTooLong]);
         assert!(!ch.stdout_open(id));

@@ -36,7 +36,15 @@ pub fn format_ts(ms: i64) -> String {
 /// Parses the daemon's form back to milliseconds; `None` for anything else.
 pub fn parse_ts(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() != 24 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' || b[19] != b'.' || b[23] != b'Z' {
+    if b.len() != 24
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+        || b[19] != b'.'
+        || b[23] != b'Z'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {

@@ -111,7 +111,16 @@ pub struct SeatConfig {
 }
 
 /// The seed's provider families (seed 000, seats[].family).
-pub const FAMILIES: [&str; 8] = ["anthropic", "openai", "google", "xai", "moonshot", "deepseek", "local", "auto"];
+pub const FAMILIES: [&str; 8] = [
+    "anthropic",
+    "openai",
+    "google",
+    "xai",
+    "moonshot",
+    "deepseek",
+    "local",
+    "auto",
+];
 
 /// `[approvals]`: the risk gate, its automatic answers, and the timeout.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -129,7 +138,11 @@ pub struct ApprovalsSection {
 
 impl Default for ApprovalsSection {
     fn default() -> Self {
-        ApprovalsSection { timeout: limits::APPROVAL_TIMEOUT_DEFAULT_S, fallback: "deny".into(), rule: Vec::new() }
+        ApprovalsSection {
+            timeout: limits::APPROVAL_TIMEOUT_DEFAULT_S,
+            fallback: "deny".into(),
+            rule: Vec::new(),
+        }
     }
 }
 
@@ -286,29 +299,55 @@ impl HttpSection {
     /// Checks the section's values; `Err` holds the key and what was expected.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         if !self.listen.is_empty() && self.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(("listen", format!("expected IP:PORT such as 127.0.0.1:7777, found {:?}", self.listen)));
+            return Err((
+                "listen",
+                format!(
+                    "expected IP:PORT such as 127.0.0.1:7777, found {:?}",
+                    self.listen
+                ),
+            ));
         }
         if !self.token_file.is_empty() && !Path::new(&self.token_file).is_absolute() {
-            return Err(("token_file", format!("expected an absolute path, found {:?}", self.token_file)));
+            return Err((
+                "token_file",
+                format!("expected an absolute path, found {:?}", self.token_file),
+            ));
         }
         for o in &self.allowed_origins {
             if !valid_origin(o) {
-                return Err(("allowed_origins", format!("expected exact origins like https://app.example:8443, found {o:?}")));
+                return Err((
+                    "allowed_origins",
+                    format!("expected exact origins like https://app.example:8443, found {o:?}"),
+                ));
             }
         }
         for n in &self.public_names {
             if !valid_public_name(n) {
-                return Err(("public_names", format!("expected host names or name:port, found {n:?}")));
+                return Err((
+                    "public_names",
+                    format!("expected host names or name:port, found {n:?}"),
+                ));
             }
         }
         if !(1..=limits::HTTP_MAX_CONNECTIONS_CEILING).contains(&self.max_connections) {
             return Err((
                 "max_connections",
-                format!("expected 1 to {}, found {}", limits::HTTP_MAX_CONNECTIONS_CEILING, self.max_connections),
+                format!(
+                    "expected 1 to {}, found {}",
+                    limits::HTTP_MAX_CONNECTIONS_CEILING,
+                    self.max_connections
+                ),
             ));
         }
         if !(1..=limits::HTTP_THREADS_CEILING).contains(&self.threads) {
-            return Err(("threads", format!("expected 1 to {}, found {}", limits::HTTP_THREADS_CEILING, self.threads)));
+            return Err((
+                "threads",
+                format!(
+                    "expected 1 to {}, found {}",
+                    limits::HTTP_THREADS_CEILING,
+                    self.threads
+                ),
+            ));
         }
         Ok(())
     }
@@ -316,7 +355,12 @@ impl HttpSection {
 
 /// `scheme://host[:port]` with scheme http or https, lowercase, nothing after.
 pub fn valid_origin(o: &str) -> bool {
-    let Some(rest) = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://")) else { return false };
+    let Some(rest) = o
+        .strip_prefix("https://")
+        .or_else(|| o.strip_prefix("http://"))
+    else {
+        return false;
+    };
     !rest.is_empty() && valid_public_name(rest)
 }
 
@@ -324,7 +368,9 @@ pub fn valid_origin(o: &str) -> bool {
 /// optional `:port`.
 pub fn valid_public_name(n: &str) -> bool {
     let (host_ok, port) = if let Some(rest) = n.strip_prefix('[') {
-        let Some((v6, after)) = rest.split_once(']') else { return false };
+        let Some((v6, after)) = rest.split_once(']') else {
+            return false;
+        };
         let port = match after {
             "" => None,
             p => match p.strip_prefix(':') {
@@ -340,7 +386,9 @@ pub fn valid_public_name(n: &str) -> bool {
         };
         let ok = !host.is_empty()
             && host.len() <= 253
-            && host.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
         (ok, port)
     };
     host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|v| v > 0))
@@ -382,13 +430,28 @@ pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         let line = e.span().map(|s| line_of(text, s.start));
         // toml's message is multi-line with a source excerpt; the first
         // sentence is what was wrong and what was expected.
-        let message = e.message().lines().next().unwrap_or("invalid toml").trim().to_string();
-        ConfigError { path: None, key: key_from_message(&message), line, message }
+        let message = e
+            .message()
+            .lines()
+            .next()
+            .unwrap_or("invalid toml")
+            .trim()
+            .to_string();
+        ConfigError {
+            path: None,
+            key: key_from_message(&message),
+            line,
+            message,
+        }
     })
 }
 
 fn line_of(text: &str, byte: usize) -> usize {
-    text.as_bytes()[..byte.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..byte.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 fn key_from_message(msg: &str) -> Option<String> {
@@ -406,7 +469,13 @@ fn locate(text: &str, section: &str, key: &str) -> Option<usize> {
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if let Some(rest) = line.strip_prefix('[') {
-            current = rest.trim_start_matches('[').split(']').next().unwrap_or("").trim().to_string();
+            current = rest
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
             continue;
         }
         if current == section {
@@ -421,7 +490,9 @@ fn locate(text: &str, section: &str, key: &str) -> Option<usize> {
 }
 
 /// Action kinds a risk rule may name (ACP ToolKind, as agents::ActionKind).
-const ACTIONS: [&str; 9] = ["read", "edit", "execute", "fetch", "search", "delete", "move", "think", "other"];
+const ACTIONS: [&str; 9] = [
+    "read", "edit", "execute", "fetch", "search", "delete", "move", "think", "other",
+];
 
 /// Finds the line of `key` inside the `n`th `[[table]]` of that name.
 fn locate_nth(text: &str, table: &str, n: usize, key: &str) -> Option<usize> {
@@ -464,15 +535,30 @@ impl FileConfig {
         };
         let d = &self.daemon;
         if Level::parse(&d.log_level).is_none() {
-            return Err(bad("daemon", "log_level", format!("expected one of error, warn, info, debug, found {:?}", d.log_level)));
+            return Err(bad(
+                "daemon",
+                "log_level",
+                format!(
+                    "expected one of error, warn, info, debug, found {:?}",
+                    d.log_level
+                ),
+            ));
         }
         for (key, value) in [("state_dir", &d.state_dir), ("socket", &d.socket)] {
             if !value.is_empty() && !Path::new(value).is_absolute() {
-                return Err(bad("daemon", key, format!("expected an absolute path, found {value:?}")));
+                return Err(bad(
+                    "daemon",
+                    key,
+                    format!("expected an absolute path, found {value:?}"),
+                ));
             }
         }
         if !d.socket.is_empty() && d.socket.len() >= SUN_PATH_MAX {
-            return Err(bad("daemon", "socket", format!("expected a path shorter than {SUN_PATH_MAX} bytes")));
+            return Err(bad(
+                "daemon",
+                "socket",
+                format!("expected a path shorter than {SUN_PATH_MAX} bytes"),
+            ));
         }
         if !d.node_name.is_empty() && !valid_node_name(&d.node_name) {
             return Err(bad(
@@ -486,11 +572,19 @@ impl FileConfig {
             return Err(bad(
                 "socket",
                 "max_connections",
-                format!("expected 1 to {}, found {}", limits::SOCKET_MAX_CONNECTIONS_CEILING, s.max_connections),
+                format!(
+                    "expected 1 to {}, found {}",
+                    limits::SOCKET_MAX_CONNECTIONS_CEILING,
+                    s.max_connections
+                ),
             ));
         }
         if !(1..=1024).contains(&s.max_in_flight) {
-            return Err(bad("socket", "max_in_flight", format!("expected 1 to 1024, found {}", s.max_in_flight)));
+            return Err(bad(
+                "socket",
+                "max_in_flight",
+                format!("expected 1 to 1024, found {}", s.max_in_flight),
+            ));
         }
         if !(64 * 1024..=1024 * 1024 * 1024).contains(&s.max_queued_bytes) {
             return Err(bad(
@@ -501,11 +595,19 @@ impl FileConfig {
         }
         let p = &self.plugins;
         if p.isolation != "auto" && p.isolation != "none" {
-            return Err(bad("plugins", "isolation", format!("expected auto or none, found {:?}", p.isolation)));
+            return Err(bad(
+                "plugins",
+                "isolation",
+                format!("expected auto or none, found {:?}", p.isolation),
+            ));
         }
         for (key, value) in [("node", &p.node), ("python", &p.python)] {
             if value.is_empty() || value.contains('\0') {
-                return Err(bad("plugins", key, "expected a program name or an absolute path".into()));
+                return Err(bad(
+                    "plugins",
+                    key,
+                    "expected a program name or an absolute path".into(),
+                ));
             }
         }
         for (key, value, min) in [
@@ -516,20 +618,44 @@ impl FileConfig {
             ("watch_interval_ms", p.watch_interval_ms, 10),
         ] {
             if !(min..=3_600_000).contains(&value) {
-                return Err(bad("plugins", key, format!("expected {min} to 3600000, found {value}")));
+                return Err(bad(
+                    "plugins",
+                    key,
+                    format!("expected {min} to 3600000, found {value}"),
+                ));
             }
         }
         if !(1..=1000).contains(&p.crash_limit) {
-            return Err(bad("plugins", "crash_limit", format!("expected 1 to 1000, found {}", p.crash_limit)));
+            return Err(bad(
+                "plugins",
+                "crash_limit",
+                format!("expected 1 to 1000, found {}", p.crash_limit),
+            ));
         }
         if !(1..=limits::PLUGIN_MAX_INSTALLED).contains(&p.max_running) {
-            return Err(bad("plugins", "max_running", format!("expected 1 to {}, found {}", limits::PLUGIN_MAX_INSTALLED, p.max_running)));
+            return Err(bad(
+                "plugins",
+                "max_running",
+                format!(
+                    "expected 1 to {}, found {}",
+                    limits::PLUGIN_MAX_INSTALLED,
+                    p.max_running
+                ),
+            ));
         }
         if !(64..=65_536).contains(&p.memory_mb) {
-            return Err(bad("plugins", "memory_mb", format!("expected 64 to 65536, found {}", p.memory_mb)));
+            return Err(bad(
+                "plugins",
+                "memory_mb",
+                format!("expected 64 to 65536, found {}", p.memory_mb),
+            ));
         }
         if !(1..=4096).contains(&p.max_processes) {
-            return Err(bad("plugins", "max_processes", format!("expected 1 to 4096, found {}", p.max_processes)));
+            return Err(bad(
+                "plugins",
+                "max_processes",
+                format!("expected 1 to 4096, found {}", p.max_processes),
+            ));
         }
         if let Err((key, message)) = self.http.check() {
             return Err(bad("http", key, message));
@@ -549,23 +675,38 @@ impl FileConfig {
         let l = &self.lanes;
         if l.branch_prefix.is_empty()
             || l.branch_prefix.len() > 64
-            || !l.branch_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+            || !l
+                .branch_prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
             || l.branch_prefix.starts_with(['/', '.', '-'])
             || l.branch_prefix.ends_with('/')
         {
             return Err(bad("branch_prefix", "expected 1 to 64 letters, digits, '-', '_', '.' or '/', not starting with '/', '.' or '-'".into()));
         }
         if !l.worktree_root.is_empty() && !Path::new(&l.worktree_root).is_absolute() {
-            return Err(bad("worktree_root", format!("expected an absolute path, found {:?}", l.worktree_root)));
+            return Err(bad(
+                "worktree_root",
+                format!("expected an absolute path, found {:?}", l.worktree_root),
+            ));
         }
         if !(1..=50).contains(&l.max_rounds) {
-            return Err(bad("max_rounds", format!("expected 1 to 50, found {}", l.max_rounds)));
+            return Err(bad(
+                "max_rounds",
+                format!("expected 1 to 50, found {}", l.max_rounds),
+            ));
         }
         if !matches!(l.merge.as_str(), "fast-forward" | "merge-commit") {
-            return Err(bad("merge", format!("expected fast-forward or merge-commit, found {:?}", l.merge)));
+            return Err(bad(
+                "merge",
+                format!("expected fast-forward or merge-commit, found {:?}", l.merge),
+            ));
         }
         if !(1..=86_400).contains(&l.check_timeout_secs) {
-            return Err(bad("check_timeout_secs", format!("expected 1 to 86400, found {}", l.check_timeout_secs)));
+            return Err(bad(
+                "check_timeout_secs",
+                format!("expected 1 to 86400, found {}", l.check_timeout_secs),
+            ));
         }
         for (i, r) in self.repo.iter().enumerate() {
             if !Path::new(&r.path).is_absolute() {
@@ -582,30 +723,67 @@ impl FileConfig {
 
     fn check_approvals(&self, text: &str) -> Result<(), ConfigError> {
         let a = &self.approvals;
-        let bad = |key: &str, line: Option<usize>, message: String| ConfigError { path: None, key: Some(key.into()), line, message };
+        let bad = |key: &str, line: Option<usize>, message: String| ConfigError {
+            path: None,
+            key: Some(key.into()),
+            line,
+            message,
+        };
         if !matches!(a.fallback.as_str(), "deny" | "withdraw") {
-            return Err(bad("approvals.fallback", locate(text, "approvals", "fallback"), format!("expected deny or withdraw, found {:?}", a.fallback)));
+            return Err(bad(
+                "approvals.fallback",
+                locate(text, "approvals", "fallback"),
+                format!("expected deny or withdraw, found {:?}", a.fallback),
+            ));
         }
         if a.timeout > limits::APPROVAL_TIMEOUT_MAX_S {
-            return Err(bad("approvals.timeout", locate(text, "approvals", "timeout"), format!("expected 0 to {}, found {}", limits::APPROVAL_TIMEOUT_MAX_S, a.timeout)));
+            return Err(bad(
+                "approvals.timeout",
+                locate(text, "approvals", "timeout"),
+                format!(
+                    "expected 0 to {}, found {}",
+                    limits::APPROVAL_TIMEOUT_MAX_S,
+                    a.timeout
+                ),
+            ));
         }
         for (i, r) in a.rule.iter().enumerate() {
             let at = |key: &str| locate_nth(text, "approvals.rule", i, key);
             if r.action != "*" && !ACTIONS.contains(&r.action.as_str()) {
-                return Err(bad("approvals.rule.action", at("action"), format!("expected * or one of {}, found {:?}", ACTIONS.join(", "), r.action)));
+                return Err(bad(
+                    "approvals.rule.action",
+                    at("action"),
+                    format!(
+                        "expected * or one of {}, found {:?}",
+                        ACTIONS.join(", "),
+                        r.action
+                    ),
+                ));
             }
             if let Some(risk) = &r.risk {
                 if !matches!(risk.as_str(), "low" | "medium" | "high") {
-                    return Err(bad("approvals.rule.risk", at("risk"), format!("expected low, medium or high, found {risk:?}")));
+                    return Err(bad(
+                        "approvals.rule.risk",
+                        at("risk"),
+                        format!("expected low, medium or high, found {risk:?}"),
+                    ));
                 }
             }
             if let Some(ans) = &r.answer {
                 if !matches!(ans.as_str(), "allow" | "deny") {
-                    return Err(bad("approvals.rule.answer", at("answer"), format!("expected allow or deny, found {ans:?}")));
+                    return Err(bad(
+                        "approvals.rule.answer",
+                        at("answer"),
+                        format!("expected allow or deny, found {ans:?}"),
+                    ));
                 }
             }
             if r.risk.is_none() && r.answer.is_none() {
-                return Err(bad("approvals.rule", at("action"), "a rule needs risk, answer, or both".into()));
+                return Err(bad(
+                    "approvals.rule",
+                    at("action"),
+                    "a rule needs risk, answer, or both".into(),
+                ));
             }
         }
         Ok(())
@@ -620,26 +798,61 @@ impl FileConfig {
                 line: locate_nth(text, "seat", i, key),
                 message,
             };
-            let id_ok = (1..=128).contains(&s.harness.len()) && s.harness.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            let id_ok = (1..=128).contains(&s.harness.len())
+                && s.harness
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !id_ok {
-                return Err(bad("harness", format!("expected 1 to 128 letters, digits, '_' or '-', found {:?}", s.harness)));
+                return Err(bad(
+                    "harness",
+                    format!(
+                        "expected 1 to 128 letters, digits, '_' or '-', found {:?}",
+                        s.harness
+                    ),
+                ));
             }
             if !seen.insert(s.harness.clone()) {
-                return Err(bad("harness", format!("the harness {} is configured twice", s.harness)));
+                return Err(bad(
+                    "harness",
+                    format!("the harness {} is configured twice", s.harness),
+                ));
             }
             if s.command.is_empty() || s.command.contains('\0') {
-                return Err(bad("command", "expected a program name or an absolute path".into()));
+                return Err(bad(
+                    "command",
+                    "expected a program name or an absolute path".into(),
+                ));
             }
             if crate::agents::Transport::from_wire_name(&s.transport).is_none() {
-                return Err(bad("transport", format!("expected acp or stream-json, found {:?}", s.transport)));
+                return Err(bad(
+                    "transport",
+                    format!("expected acp or stream-json, found {:?}", s.transport),
+                ));
             }
             let p = s.provider.as_bytes();
-            let provider_ok = !p.is_empty() && p.len() <= 64 && p[0].is_ascii_lowercase() && p.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+            let provider_ok = !p.is_empty()
+                && p.len() <= 64
+                && p[0].is_ascii_lowercase()
+                && p.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
             if !provider_ok {
-                return Err(bad("provider", format!("expected a lowercase name like anthropic, found {:?}", s.provider)));
+                return Err(bad(
+                    "provider",
+                    format!(
+                        "expected a lowercase name like anthropic, found {:?}",
+                        s.provider
+                    ),
+                ));
             }
             if !FAMILIES.contains(&s.family.as_str()) {
-                return Err(bad("family", format!("expected one of {}, found {:?}", FAMILIES.join(", "), s.family)));
+                return Err(bad(
+                    "family",
+                    format!(
+                        "expected one of {}, found {:?}",
+                        FAMILIES.join(", "),
+                        s.family
+                    ),
+                ));
             }
             for k in s.env.keys() {
                 if k.is_empty() || k.contains('=') || k.contains('\0') {
@@ -659,7 +872,8 @@ impl FileConfig {
 
     /// The effective configuration as TOML, defaults filled in.
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# unable to print the configuration: {e}\n"))
+        toml::to_string(self)
+            .unwrap_or_else(|e| format!("# unable to print the configuration: {e}\n"))
     }
 }
 
@@ -672,7 +886,9 @@ pub fn valid_node_name(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && b[0].is_ascii_alphanumeric()
-        && b[1..].iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// Reads and checks a config file.
@@ -718,10 +934,22 @@ pub struct Env {
 
 impl Env {
     pub fn from_process() -> Env {
-        let abs = |k: &str| std::env::var_os(k).map(PathBuf::from).filter(|p| p.is_absolute());
+        let abs = |k: &str| {
+            std::env::var_os(k)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
         // systemd may hand over several directories separated by ':'; ours is the first.
         let first = |k: &str| {
-            abs(k).map(|p| PathBuf::from(p.to_string_lossy().split(':').next().unwrap_or_default().to_string()))
+            abs(k).map(|p| {
+                PathBuf::from(
+                    p.to_string_lossy()
+                        .split(':')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
         };
         Env {
             home: abs("HOME"),
@@ -748,7 +976,10 @@ impl Env {
         if self.uid == 0 && self.xdg_config_home.is_none() {
             return PathBuf::from("/etc/omniconflux/omniconfluxd.toml");
         }
-        let base = self.xdg_config_home.clone().unwrap_or_else(|| self.home_dir().join(".config"));
+        let base = self
+            .xdg_config_home
+            .clone()
+            .unwrap_or_else(|| self.home_dir().join(".config"));
         base.join("omniconflux/omniconfluxd.toml")
     }
 
@@ -759,7 +990,10 @@ impl Env {
         if self.uid == 0 && self.xdg_state_home.is_none() {
             return PathBuf::from("/var/lib/omniconflux");
         }
-        let base = self.xdg_state_home.clone().unwrap_or_else(|| self.home_dir().join(".local/state"));
+        let base = self
+            .xdg_state_home
+            .clone()
+            .unwrap_or_else(|| self.home_dir().join(".local/state"));
         base.join("omniconflux")
     }
 
@@ -790,7 +1024,10 @@ pub struct Paths {
 
 impl Paths {
     pub fn resolve(flags: &PathFlags, cfg: &FileConfig, env: &Env) -> Paths {
-        let config = flags.config.clone().unwrap_or_else(|| env.default_config_path());
+        let config = flags
+            .config
+            .clone()
+            .unwrap_or_else(|| env.default_config_path());
         let state_dir = flags
             .state_dir
             .clone()
@@ -802,7 +1039,12 @@ impl Paths {
             .or_else(|| non_empty(&cfg.daemon.socket))
             .unwrap_or_else(|| env.default_socket(&state_dir));
         let ledger = state_dir.join("ledger.sqlite3");
-        Paths { config, state_dir, socket, ledger }
+        Paths {
+            config,
+            state_dir,
+            socket,
+            ledger,
+        }
     }
 }
 
@@ -813,11 +1055,23 @@ fn non_empty(s: &str) -> Option<PathBuf> {
 /// The config in force: the file when there is one, the defaults when the
 /// default path has none. A file named by `--config` must exist.
 pub fn load_effective(flags: &PathFlags, env: &Env) -> Result<(FileConfig, Paths), ConfigError> {
-    let path = flags.config.clone().unwrap_or_else(|| env.default_config_path());
-    let mut cfg = if flags.config.is_none() && !path.exists() { FileConfig::default() } else { load(&path)? };
+    let path = flags
+        .config
+        .clone()
+        .unwrap_or_else(|| env.default_config_path());
+    let mut cfg = if flags.config.is_none() && !path.exists() {
+        FileConfig::default()
+    } else {
+        load(&path)?
+    };
     if let Some(listen) = &flags.http_listen {
         cfg.http.listen = listen.clone();
-        cfg.http.check().map_err(|(key, message)| ConfigError { path: None, key: Some(format!("--http ({key})")), line: None, message })?;
+        cfg.http.check().map_err(|(key, message)| ConfigError {
+            path: None,
+            key: Some(format!("--http ({key})")),
+            line: None,
+            message,
+        })?;
     }
     let mut paths = Paths::resolve(flags, &cfg, env);
     paths.config = path;
@@ -835,7 +1089,12 @@ pub struct ReloadReport {
 /// name, and how plugins are isolated (decided once, at start). Every other
 /// key applies at once or at the next use (a new connection, the next start
 /// of a plugin, the next step of a lane).
-pub const RESTART_KEYS: &[&str] = &["daemon.state_dir", "daemon.socket", "daemon.node_name", "plugins.isolation"];
+pub const RESTART_KEYS: &[&str] = &[
+    "daemon.state_dir",
+    "daemon.socket",
+    "daemon.node_name",
+    "plugins.isolation",
+];
 
 /// Sections whose every key needs a restart: the HTTP listener, its token
 /// and its checks are fixed when it starts.
@@ -859,13 +1118,16 @@ pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
                 let mut ks: Vec<&String> = ta.keys().chain(tb.keys()).collect();
                 ks.sort();
                 ks.dedup();
-                ks.into_iter().map(|k| (format!("{name}.{k}"), ta.get(k), tb.get(k))).collect()
+                ks.into_iter()
+                    .map(|k| (format!("{name}.{k}"), ta.get(k), tb.get(k)))
+                    .collect()
             }
             _ => vec![(name.clone(), a, b)],
         };
         for (key, va, vb) in keys {
             if va != vb {
-                if RESTART_KEYS.contains(&key.as_str()) || RESTART_SECTIONS.contains(&name.as_str()) {
+                if RESTART_KEYS.contains(&key.as_str()) || RESTART_SECTIONS.contains(&name.as_str())
+                {
                     r.needs_restart.push(key);
                 } else {
                     r.applied.push(key);
@@ -899,7 +1161,9 @@ mod tests {
         let cfg = parse(ok).unwrap();
         cfg.check(ok).unwrap();
         assert_eq!(cfg.seat[0].harness, "claude");
-        let two = format!("{ok}\n[[seat]]\nharness = \"x\"\ncommand = \"x\"\ntransport = \"tmux\"\nprovider = \"p\"\nfamily = \"local\"\n");
+        let two = format!(
+            "{ok}\n[[seat]]\nharness = \"x\"\ncommand = \"x\"\ntransport = \"tmux\"\nprovider = \"p\"\nfamily = \"local\"\n"
+        );
         let e = parse(&two).unwrap().check(&two).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("seat.transport"));
         assert_eq!(e.line, Some(11));
@@ -907,7 +1171,10 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("frob"));
         let rules = "[approvals]\ntimeout = 5\n\n[[approvals.rule]]\naction = \"read\"\nanswer = \"maybe\"\n";
         let e = parse(rules).unwrap().check(rules).unwrap_err();
-        assert_eq!((e.key.as_deref(), e.line), (Some("approvals.rule.answer"), Some(6)));
+        assert_eq!(
+            (e.key.as_deref(), e.line),
+            (Some("approvals.rule.answer"), Some(6))
+        );
         let fb = "[approvals]\nfallback = \"shrug\"\n";
         let e = parse(fb).unwrap().check(fb).unwrap_err();
         assert_eq!(e.line, Some(2));
@@ -941,18 +1208,46 @@ mod tests {
             ..Env::default()
         };
         let p = Paths::resolve(&PathFlags::default(), &FileConfig::default(), &env);
-        assert_eq!(p.config, PathBuf::from("/home/op/.config/omniconflux/omniconfluxd.toml"));
-        assert_eq!(p.state_dir, PathBuf::from("/home/op/.local/state/omniconflux"));
-        assert_eq!(p.socket, PathBuf::from("/run/user/1000/omniconflux/omniconfluxd.sock"));
-        let sys = Env { state_directory: Some("/var/lib/omniconflux".into()), runtime_directory: Some("/run/omniconflux".into()), ..Env::default() };
+        assert_eq!(
+            p.config,
+            PathBuf::from("/home/op/.config/omniconflux/omniconfluxd.toml")
+        );
+        assert_eq!(
+            p.state_dir,
+            PathBuf::from("/home/op/.local/state/omniconflux")
+        );
+        assert_eq!(
+            p.socket,
+            PathBuf::from("/run/user/1000/omniconflux/omniconfluxd.sock")
+        );
+        let sys = Env {
+            state_directory: Some("/var/lib/omniconflux".into()),
+            runtime_directory: Some("/run/omniconflux".into()),
+            ..Env::default()
+        };
         let p = Paths::resolve(&PathFlags::default(), &FileConfig::default(), &sys);
-        assert_eq!(p.socket, PathBuf::from("/run/omniconflux/omniconfluxd.sock"));
-        assert_eq!(p.ledger, PathBuf::from("/var/lib/omniconflux/ledger.sqlite3"));
-        let flags = PathFlags { socket: Some("/x/s.sock".into()), ..PathFlags::default() };
+        assert_eq!(
+            p.socket,
+            PathBuf::from("/run/omniconflux/omniconfluxd.sock")
+        );
+        assert_eq!(
+            p.ledger,
+            PathBuf::from("/var/lib/omniconflux/ledger.sqlite3")
+        );
+        let flags = PathFlags {
+            socket: Some("/x/s.sock".into()),
+            ..PathFlags::default()
+        };
         let mut cfg = FileConfig::default();
         cfg.daemon.socket = "/cfg/s.sock".into();
-        assert_eq!(Paths::resolve(&flags, &cfg, &env).socket, PathBuf::from("/x/s.sock"));
-        assert_eq!(Paths::resolve(&PathFlags::default(), &cfg, &env).socket, PathBuf::from("/cfg/s.sock"));
+        assert_eq!(
+            Paths::resolve(&flags, &cfg, &env).socket,
+            PathBuf::from("/x/s.sock")
+        );
+        assert_eq!(
+            Paths::resolve(&PathFlags::default(), &cfg, &env).socket,
+            PathBuf::from("/cfg/s.sock")
+        );
     }
 
     #[test]
@@ -964,8 +1259,17 @@ mod tests {
         new.plugins.ping_interval_ms += 1;
         new.plugins.isolation = "none".into();
         let r = diff(&old, &new);
-        assert_eq!(r.applied, vec!["daemon.log_level".to_string(), "plugins.ping_interval_ms".to_string()]);
-        assert_eq!(r.needs_restart, vec!["daemon.socket".to_string(), "plugins.isolation".to_string()]);
+        assert_eq!(
+            r.applied,
+            vec![
+                "daemon.log_level".to_string(),
+                "plugins.ping_interval_ms".to_string()
+            ]
+        );
+        assert_eq!(
+            r.needs_restart,
+            vec!["daemon.socket".to_string(), "plugins.isolation".to_string()]
+        );
     }
 
     #[test]
@@ -974,9 +1278,18 @@ mod tests {
         parse(text).unwrap().check(text).unwrap();
         for (text, key) in [
             ("[http]\nlisten = \"localhost\"\n", "http.listen"),
-            ("[http]\nallowed_origins = [\"*\"]\n", "http.allowed_origins"),
-            ("[http]\nallowed_origins = [\"https://app.example/\"]\n", "http.allowed_origins"),
-            ("[http]\npublic_names = [\"Box.lan\"]\n", "http.public_names"),
+            (
+                "[http]\nallowed_origins = [\"*\"]\n",
+                "http.allowed_origins",
+            ),
+            (
+                "[http]\nallowed_origins = [\"https://app.example/\"]\n",
+                "http.allowed_origins",
+            ),
+            (
+                "[http]\npublic_names = [\"Box.lan\"]\n",
+                "http.public_names",
+            ),
             ("[http]\nthreads = 0\n", "http.threads"),
             ("[http]\ntoken_file = \"rel/token\"\n", "http.token_file"),
         ] {

@@ -25,8 +25,8 @@ use crate::errors::{Code, RpcError};
 use crate::ledger::{self, Appended, Batch, Ledger, Op, WriteError};
 use crate::limits;
 use crate::procs::{CallerClass, Owner, Roots};
-use crate::reactor::{Inbox, Msg, Reactor, LISTENER, WAKER};
-use crate::socket::{self, rpc, CloseReason, Server};
+use crate::reactor::{Inbox, LISTENER, Msg, Reactor, WAKER};
+use crate::socket::{self, CloseReason, Server, rpc};
 
 /// Who sent a request and where its answer goes.
 #[derive(Clone, Debug)]
@@ -95,24 +95,32 @@ impl Daemon {
     /// Runs the daemon until it is stopped. Returns once everything queued
     /// was committed and the socket file is gone.
     pub fn serve(flags: &config::PathFlags) -> Result<(), ServeError> {
-        crate::signals::block().map_err(|e| ServeError::Startup(format!("unable to block signals: {e}")))?;
+        crate::signals::block()
+            .map_err(|e| ServeError::Startup(format!("unable to block signals: {e}")))?;
         let env = config::Env::from_process();
         let (cfg, paths) = config::load_effective(flags, &env).map_err(ServeError::Config)?;
         crate::log::set_level(cfg.log_level());
         if let Err(e) = crate::procs::become_subreaper() {
-            return Err(ServeError::Startup(format!("unable to become child subreaper: {e}")));
+            return Err(ServeError::Startup(format!(
+                "unable to become child subreaper: {e}"
+            )));
         }
-        let reactor = Reactor::new().map_err(|e| ServeError::Startup(format!("unable to create the event loop: {e}")))?;
+        let reactor = Reactor::new()
+            .map_err(|e| ServeError::Startup(format!("unable to create the event loop: {e}")))?;
         let inbox = reactor.inbox();
         let commit_inbox = inbox.clone();
-        let ledger = Ledger::open(&paths.ledger, Box::new(move |c| {
-            commit_inbox.send(Msg::Committed(c));
-        }))
+        let ledger = Ledger::open(
+            &paths.ledger,
+            Box::new(move |c| {
+                commit_inbox.send(Msg::Committed(c));
+            }),
+        )
         .map_err(|e| ServeError::Startup(e.0))?;
         if let Some(reason) = &ledger.corrupt {
             crate::error!("{}", corrupt_line(&paths.ledger, &reason.0));
         }
-        let mut socket = Server::bind(&paths.socket, cfg.socket.clone()).map_err(|e| ServeError::Startup(e.to_string()))?;
+        let mut socket = Server::bind(&paths.socket, cfg.socket.clone())
+            .map_err(|e| ServeError::Startup(e.to_string()))?;
         socket
             .register(reactor.poll.registry(), LISTENER)
             .map_err(|e| ServeError::Startup(format!("unable to watch the socket: {e}")))?;
@@ -121,11 +129,16 @@ impl Daemon {
             signal_inbox.send(Msg::Signal(sig));
         })
         .map_err(|e| ServeError::Startup(format!("unable to start the signal thread: {e}")))?;
-        let node_name = if cfg.daemon.node_name.is_empty() { host_name() } else { cfg.daemon.node_name.clone() };
+        let node_name = if cfg.daemon.node_name.is_empty() {
+            host_name()
+        } else {
+            cfg.daemon.node_name.clone()
+        };
         let plugins = crate::plugins::host::load(&paths);
         let core_cfg = cfg.clone();
         let instance_id = crate::ids::uuid_v4();
-        let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id).map_err(ServeError::Startup)?;
+        let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id)
+            .map_err(ServeError::Startup)?;
         let mut d = Daemon {
             cfg,
             paths,
@@ -163,7 +176,9 @@ impl Daemon {
             crate::lanes::controller::isolation_known(d, &probe);
         });
         if let Err(e) = probed {
-            crate::error!("unable to start the isolation probe: {e}; plugins run without isolation");
+            crate::error!(
+                "unable to start the isolation probe: {e}; plugins run without isolation"
+            );
             let none: crate::isolation::Probe = Err("the probe could not run".into());
             crate::plugins::host::isolation_known(&mut d, &none);
             crate::lanes::controller::isolation_known(&mut d, &none);
@@ -189,7 +204,11 @@ impl Daemon {
             if let Some(deadline) = self.stopping {
                 if self.drained() || Instant::now() >= deadline {
                     if !self.drained() {
-                        crate::warn!("stopping with {} commits and {} bytes of replies not done", self.pending.len(), self.socket.queued_bytes());
+                        crate::warn!(
+                            "stopping with {} commits and {} bytes of replies not done",
+                            self.pending.len(),
+                            self.socket.queued_bytes()
+                        );
                     }
                     return;
                 }
@@ -211,11 +230,16 @@ impl Daemon {
                     WAKER => {}
                     LISTENER => {
                         let roots = &self.roots;
-                        self.socket.accept_all(self.reactor.poll.registry(), |s| socket::classify_stream(s, roots));
+                        self.socket.accept_all(self.reactor.poll.registry(), |s| {
+                            socket::classify_stream(s, roots)
+                        });
                     }
                     t if Children::owns_token(t) => {
                         let closed = ev.is_read_closed() || ev.is_error();
-                        if let Some((id, out)) = self.children.on_ready(self.reactor.poll.registry(), t, closed) {
+                        if let Some((id, out)) =
+                            self.children
+                                .on_ready(self.reactor.poll.registry(), t, closed)
+                        {
                             self.on_child_output(id, out);
                         }
                     }
@@ -267,7 +291,9 @@ impl Daemon {
                         self.publish(appended);
                     }
                     if let Err(WriteError::Corrupt) = &c.result {
-                        self.mark_ledger_corrupt("sqlite reported the database corrupt during a write".into());
+                        self.mark_ledger_corrupt(
+                            "sqlite reported the database corrupt during a write".into(),
+                        );
                     }
                     if let Some(k) = self.pending.remove(&c.ticket) {
                         k(self, c.result);
@@ -280,7 +306,11 @@ impl Daemon {
     fn on_signal(&mut self, sig: libc::c_int) {
         match sig {
             libc::SIGTERM | libc::SIGINT => {
-                let name = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+                let name = if sig == libc::SIGTERM {
+                    "SIGTERM"
+                } else {
+                    "SIGINT"
+                };
                 self.begin_stop(name);
             }
             libc::SIGHUP => self.reload(),
@@ -300,7 +330,10 @@ impl Daemon {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
-            pids.extend(list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            pids.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
         }
         pids.sort_unstable();
         pids.dedup();
@@ -323,7 +356,9 @@ impl Daemon {
         match self.children.owner(id) {
             // Also with nothing read: a drained stdin queue matters to it.
             Some(Owner::Plugin(_)) => crate::plugins::host::on_output(self, id, out),
-            Some(Owner::Session(_)) if !out.is_empty() => crate::core::sessions::on_output(self, id, out),
+            Some(Owner::Session(_)) if !out.is_empty() => {
+                crate::core::sessions::on_output(self, id, out)
+            }
             _ => {}
         }
     }
@@ -343,7 +378,9 @@ impl Daemon {
             match config::load(&path) {
                 Ok(c) => c,
                 Err(e) => {
-                    crate::error!("unable to reload configuration: {e}; keeping the running configuration");
+                    crate::error!(
+                        "unable to reload configuration: {e}; keeping the running configuration"
+                    );
                     return;
                 }
             }
@@ -394,7 +431,9 @@ impl Daemon {
         if let Some(h) = &mut self.http {
             h.stop();
         }
-        let plugin_ms = Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000);
+        let plugin_ms = Duration::from_millis(
+            limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000,
+        );
         self.stopping = Some(Instant::now() + drain.max(plugin_ms));
     }
 
@@ -419,11 +458,20 @@ impl Daemon {
     fn on_line(&mut self, conn: Token, line: &[u8]) {
         match rpc::parse(line) {
             Ok(rpc::Frame::Request { id, method, params }) => {
-                let Some(c) = self.socket.conns.get_mut(&conn) else { return };
+                let Some(c) = self.socket.conns.get_mut(&conn) else {
+                    return;
+                };
                 c.in_flight += 1;
-                let req = Req { conn, id, class: c.class.clone() };
+                let req = Req {
+                    conn,
+                    id,
+                    class: c.class.clone(),
+                };
                 if self.stopping.is_some() && method != "ping" {
-                    self.answer(req, Err(RpcError::new(Code::ShuttingDown, "the daemon is stopping")));
+                    self.answer(
+                        req,
+                        Err(RpcError::new(Code::ShuttingDown, "the daemon is stopping")),
+                    );
                     return;
                 }
                 crate::socket::methods::dispatch(self, req, &method, params);
@@ -450,7 +498,9 @@ impl Daemon {
 
     /// Answers with a reply line built by the caller.
     pub fn answer_raw(&mut self, req: Req, bytes: Vec<u8>) {
-        let Some(c) = self.socket.conns.get_mut(&req.conn) else { return };
+        let Some(c) = self.socket.conns.get_mut(&req.conn) else {
+            return;
+        };
         c.in_flight = c.in_flight.saturating_sub(1);
         self.send(req.conn, &bytes);
         if self.socket.wants_pump(req.conn) {
@@ -492,7 +542,11 @@ impl Daemon {
 
     /// Queues `ops` for the ledger; `then` runs here after the commit, or at
     /// once with the error when the ledger refuses the batch.
-    pub fn write(&mut self, ops: Vec<Op>, then: impl FnOnce(&mut Daemon, Result<Vec<Appended>, WriteError>) + 'static) {
+    pub fn write(
+        &mut self,
+        ops: Vec<Op>,
+        then: impl FnOnce(&mut Daemon, Result<Vec<Appended>, WriteError>) + 'static,
+    ) {
         self.next_ticket += 1;
         let ticket = self.next_ticket;
         match self.ledger.submit(Batch { ticket, ops }) {
@@ -517,7 +571,11 @@ impl Daemon {
             let targets: Vec<Token> = self
                 .subscriptions
                 .values()
-                .filter(|s| s.streams.as_ref().is_none_or(|set| set.contains(&ev.stream)))
+                .filter(|s| {
+                    s.streams
+                        .as_ref()
+                        .is_none_or(|set| set.contains(&ev.stream))
+                })
                 .map(|s| s.conn)
                 .collect();
             for t in targets {
@@ -537,7 +595,10 @@ impl Daemon {
     /// daemon is ready, so that neither start-up nor the first requests wait
     /// for a scan of a large ledger; a failure turns the ledger read-only.
     fn start_integrity_check(&mut self) {
-        self.reactor.schedule(Duration::from_millis(limits::LEDGER_CHECK_DELAY_MS), |d| d.run_integrity_check());
+        self.reactor
+            .schedule(Duration::from_millis(limits::LEDGER_CHECK_DELAY_MS), |d| {
+                d.run_integrity_check()
+            });
     }
 
     /// Hands the ledger's lanes to the lane controller once the reader has
@@ -548,11 +609,16 @@ impl Daemon {
             let rows = crate::lanes::controller::read_at_start(conn);
             inbox.run(move |d| match rows {
                 Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
-                Err(e) => crate::error!("unable to read the lanes from the ledger: {}; lanes are unavailable", e.to_string().to_lowercase()),
+                Err(e) => crate::error!(
+                    "unable to read the lanes from the ledger: {}; lanes are unavailable",
+                    e.to_string().to_lowercase()
+                ),
             });
         }));
         if queued.is_err() {
-            crate::error!("unable to read the lanes from the ledger: the reader is busy; lanes are unavailable");
+            crate::error!(
+                "unable to read the lanes from the ledger: the reader is busy; lanes are unavailable"
+            );
         }
     }
 
@@ -563,7 +629,9 @@ impl Daemon {
         let inbox = self.inbox.clone();
         let _ = self.ledger.read(Box::new(move |conn| {
             if let Err(problem) = ledger::quick_check(conn) {
-                inbox.run(move |d| d.mark_ledger_corrupt(format!("integrity check failed: {problem}")));
+                inbox.run(move |d| {
+                    d.mark_ledger_corrupt(format!("integrity check failed: {problem}"))
+                });
             }
         }));
     }
@@ -598,5 +666,9 @@ fn corrupt_line(path: &std::path::Path, reason: &str) -> String {
 fn host_name() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let name = raw.trim();
-    if config::valid_node_name(name) { name.to_string() } else { "unknown".into() }
+    if config::valid_node_name(name) {
+        name.to_string()
+    } else {
+        "unknown".into()
+    }
 }

@@ -170,7 +170,10 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: Code, message: impl Into<String>) -> RpcError {
-        RpcError { code, message: message.into() }
+        RpcError {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn invalid_params(message: impl Into<String>) -> RpcError {
@@ -178,7 +181,10 @@ impl RpcError {
     }
 
     pub fn internal() -> RpcError {
-        RpcError::new(Code::InternalError, "the daemon could not complete the request")
+        RpcError::new(
+            Code::InternalError,
+            "the daemon could not complete the request",
+        )
     }
 }
 

@@ -34,7 +34,11 @@ pub fn prefixed_id(prefix: &str) -> String {
 /// Whether `s` is `prefix` followed by 12 lowercase hex digits: the form
 /// [`prefixed_id`] mints.
 pub fn is_prefixed_id(s: &str, prefix: &str) -> bool {
-    s.strip_prefix(prefix).is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    s.strip_prefix(prefix).is_some_and(|h| {
+        h.len() == 12
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// A random (version 4) UUID in its canonical lowercase form.
@@ -49,7 +53,14 @@ pub fn uuid_v4() -> String {
 /// Formats 16 bytes as `8-4-4-4-12` lowercase hex.
 pub fn format_uuid(b: &[u8; 16]) -> String {
     let h = hex(b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// A secret of `n` random bytes as hex, for bearer tokens.
@@ -67,13 +78,21 @@ mod tests {
     fn ids_have_their_patterns() {
         let s = prefixed_id("s-");
         assert_eq!(s.len(), 14);
-        assert!(s[2..].bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(
+            s[2..]
+                .bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
         let u = uuid_v4();
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4");
         assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(prefixed_id("t-"), prefixed_id("t-"));
         assert!(is_prefixed_id(&s, "s-") && !is_prefixed_id(&s, "t-"));
-        assert!(!is_prefixed_id("s-4F9A1C2B7D3E", "s-") && !is_prefixed_id("s-4f9a1c2b7d3", "s-") && !is_prefixed_id("x-s1", "s-"));
+        assert!(
+            !is_prefixed_id("s-4F9A1C2B7D3E", "s-")
+                && !is_prefixed_id("s-4f9a1c2b7d3", "s-")
+                && !is_prefixed_id("x-s1", "s-")
+        );
     }
 }

@@ -21,7 +21,9 @@ pub fn which(name: &str) -> Option<PathBuf> {
         return p.is_file().then_some(p);
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 /// Runs bwrap with a read-only root, new /dev and /proc and every
@@ -29,26 +31,51 @@ pub fn which(name: &str) -> Option<PathBuf> {
 pub fn probe() -> Probe {
     let bwrap = which("bwrap").ok_or_else(|| "bubblewrap (bwrap) is not installed".to_string())?;
     let out = Command::new(&bwrap)
-        .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent", "true"])
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-all",
+            "--die-with-parent",
+            "true",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| format!("unable to run {}: {}", bwrap.display(), crate::errors::io_cause(&e)))?;
+        .map_err(|e| {
+            format!(
+                "unable to run {}: {}",
+                bwrap.display(),
+                crate::errors::io_cause(&e)
+            )
+        })?;
     if out.status.success() {
         Ok(bwrap)
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
-        Err(format!("bubblewrap cannot create namespaces here: {}", err.lines().next().unwrap_or("it failed").trim()))
+        Err(format!(
+            "bubblewrap cannot create namespaces here: {}",
+            err.lines().next().unwrap_or("it failed").trim()
+        ))
     }
 }
 
 /// Runs the probe on its own thread and calls `done` on the reactor with
 /// the answer.
-pub fn probe_later(inbox: crate::reactor::Inbox, done: impl FnOnce(&mut crate::daemon::Daemon, Probe) + Send + 'static) -> std::io::Result<()> {
-    std::thread::Builder::new().name("isolation-probe".into()).spawn(move || {
-        let r = probe();
-        inbox.run(move |d| done(d, r));
-    })?;
+pub fn probe_later(
+    inbox: crate::reactor::Inbox,
+    done: impl FnOnce(&mut crate::daemon::Daemon, Probe) + Send + 'static,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("isolation-probe".into())
+        .spawn(move || {
+            let r = probe();
+            inbox.run(move |d| done(d, r));
+        })?;
     Ok(())
 }

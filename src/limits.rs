@@ -263,7 +263,8 @@ pub const PLUGIN_EVENT_QUEUE_BYTES: usize = 1024 * 1024;
 /// plus room for the answers to its 16 unanswered requests and the host's
 /// own requests, each at most one line. Past it the plugin is not reading
 /// at all and is stopped with the fault `flood`.
-pub const PLUGIN_STDIN_QUEUE_BYTES: usize = PLUGIN_EVENT_QUEUE_BYTES + (PLUGIN_MAX_UNANSWERED + 8) * (PLUGIN_MAX_LINE + 1);
+pub const PLUGIN_STDIN_QUEUE_BYTES: usize =
+    PLUGIN_EVENT_QUEUE_BYTES + (PLUGIN_MAX_UNANSWERED + 8) * (PLUGIN_MAX_LINE + 1);
 
 /// "Sent every 30 seconds." (seed 000, ping) The default of
 /// `plugins.ping_interval_ms`.

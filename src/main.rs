@@ -2,5 +2,7 @@
 //! work is in the library; this turns its outcome into an exit status.
 
 fn main() {
-    std::process::exit(omniconfluxd::cli::run(std::env::args_os().skip(1).collect()));
+    std::process::exit(omniconfluxd::cli::run(
+        std::env::args_os().skip(1).collect(),
+    ));
 }

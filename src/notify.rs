@@ -6,9 +6,13 @@
 use std::os::unix::net::UnixDatagram;
 
 pub fn notify(state: &str) {
-    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
     let target = target.to_string_lossy().into_owned();
-    let Ok(sock) = UnixDatagram::unbound() else { return };
+    let Ok(sock) = UnixDatagram::unbound() else {
+        return;
+    };
     let sent = if let Some(name) = target.strip_prefix('@') {
         use std::os::linux::net::SocketAddrExt;
         std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
@@ -17,6 +21,9 @@ pub fn notify(state: &str) {
         sock.send_to(state.as_bytes(), &target)
     };
     if let Err(e) = sent {
-        crate::warn!("unable to notify the service manager at {target}: {}", crate::errors::io_cause(&e));
+        crate::warn!(
+            "unable to notify the service manager at {target}: {}",
+            crate::errors::io_cause(&e)
+        );
     }
 }

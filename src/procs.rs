@@ -101,7 +101,10 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(3) ppid(4) ... starttime(22), so index 1 and 19.
-    Some(Stat { ppid: fields.get(1)?.parse().ok()?, start_time: fields.get(19)?.parse().ok()? })
+    Some(Stat {
+        ppid: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
 }
 
 pub fn read_stat(pid: i32) -> Option<Stat> {
@@ -118,7 +121,13 @@ pub fn classify(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> bo
 }
 
 /// `classify` with the /proc reader given, so tests can feed a made-up tree.
-fn classify_with(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> bool, read: impl Fn(i32) -> Option<Stat>) -> CallerClass {
+fn classify_with(
+    pid: i32,
+    daemon_pid: i32,
+    roots: &Roots,
+    alive: impl Fn() -> bool,
+    read: impl Fn(i32) -> Option<Stat>,
+) -> CallerClass {
     if pid <= 0 {
         return CallerClass::Unverified;
     }
@@ -154,7 +163,11 @@ fn classify_with(pid: i32, daemon_pid: i32, roots: &Roots, alive: impl Fn() -> b
         }
         cur = stat.ppid;
     }
-    if alive() { class } else { CallerClass::Unverified }
+    if alive() {
+        class
+    } else {
+        CallerClass::Unverified
+    }
 }
 
 /// Peer credentials of a connected unix socket.
@@ -169,12 +182,22 @@ const SO_PEERPIDFD: libc::c_int = 77;
 
 /// Reads SO_PEERCRED and pins the peer with a pidfd.
 pub fn peer_of(fd: RawFd) -> Option<Peer> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `cred` is a valid, writable ucred and `len` holds its size, as
     // getsockopt(SO_PEERCRED) requires; `fd` is a socket the caller owns.
     let r = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
     };
     if r != 0 {
         return None;
@@ -183,7 +206,15 @@ pub fn peer_of(fd: RawFd) -> Option<Peer> {
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: as above, with an int-sized buffer for SO_PEERPIDFD (Linux 6.5+);
     // older kernels fail with ENOPROTOOPT and leave it untouched.
-    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERPIDFD, (&mut pidfd as *mut libc::c_int).cast(), &mut len) };
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut pidfd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
     let pidfd = if r == 0 && pidfd >= 0 {
         Some(pidfd)
     } else if cred.pid > 0 {
@@ -196,14 +227,26 @@ pub fn peer_of(fd: RawFd) -> Option<Peer> {
     // SAFETY: each fd above was just returned to us by the kernel and is
     // owned by nothing else.
     let pidfd = pidfd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-    Some(Peer { pid: cred.pid, uid: cred.uid, pidfd })
+    Some(Peer {
+        pid: cred.pid,
+        uid: cred.uid,
+        pidfd,
+    })
 }
 
 /// Whether the process a pidfd names is still running.
 pub fn pidfd_alive(pidfd: &OwnedFd) -> bool {
     use std::os::fd::AsRawFd;
     // SAFETY: signal 0 only checks deliverability; the fd is a live pidfd.
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, std::ptr::null::<libc::siginfo_t>(), 0) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
     // EPERM: the process lives but belongs to another user (root calling a
     // daemon that runs as its own user). Only ESRCH means it is gone.
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
@@ -218,7 +261,11 @@ pub fn classify_peer(peer: &Peer, roots: &Roots) -> CallerClass {
 
 /// Operator only for a peer running as the daemon's user or as root.
 fn restrict_by_uid(class: CallerClass, uid: u32, euid: u32) -> CallerClass {
-    if class.is_operator() && uid != euid && uid != 0 { CallerClass::Unverified } else { class }
+    if class.is_operator() && uid != euid && uid != 0 {
+        CallerClass::Unverified
+    } else {
+        class
+    }
 }
 
 fn classify_pid_of(peer: &Peer, roots: &Roots) -> CallerClass {
@@ -229,7 +276,9 @@ fn classify_pid_of(peer: &Peer, roots: &Roots) -> CallerClass {
         // re-reading the peer's start time is the best remaining check.
         None => {
             let before = read_stat(peer.pid);
-            classify(peer.pid, daemon_pid, roots, || before.is_some() && read_stat(peer.pid) == before)
+            classify(peer.pid, daemon_pid, roots, || {
+                before.is_some() && read_stat(peer.pid) == before
+            })
         }
     }
 }
@@ -239,7 +288,11 @@ fn classify_pid_of(peer: &Peer, roots: &Roots) -> CallerClass {
 pub fn become_subreaper() -> std::io::Result<()> {
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes plain integers.
     let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
@@ -248,8 +301,15 @@ mod tests {
 
     #[test]
     fn parses_stat_with_awkward_names() {
-        let line = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(parse_stat(line), Some(Stat { ppid: 17, start_time: 987654 }));
+        let line =
+            "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                ppid: 17,
+                start_time: 987654
+            })
+        );
         assert_eq!(parse_stat("garbage"), None);
     }
 
@@ -263,11 +323,17 @@ mod tests {
         assert_eq!(classify(me, -5, &roots, || false), CallerClass::Unverified);
         // Our parent as the daemon: we are an escaped descendant.
         let parent = read_stat(me).unwrap().ppid;
-        assert_eq!(classify(me, parent, &roots, || true), CallerClass::AgentSession(None));
+        assert_eq!(
+            classify(me, parent, &roots, || true),
+            CallerClass::AgentSession(None)
+        );
         // Ourselves recorded as a plugin root.
         let mut roots = Roots::default();
         roots.add(me, Owner::Plugin("p".into()));
-        assert_eq!(classify(me, -5, &roots, || true), CallerClass::Plugin(Some("p".into())));
+        assert_eq!(
+            classify(me, -5, &roots, || true),
+            CallerClass::Plugin(Some("p".into()))
+        );
         // A root recorded with another start time (a recycled pid) is not ours.
         let mut stale = Roots::default();
         stale.by_pid.insert(me, (1, Owner::Plugin("p".into())));
@@ -277,28 +343,54 @@ mod tests {
     #[test]
     fn a_parent_that_started_after_its_child_is_a_recycled_pid() {
         let tree = |starts: [(i32, i32, u64); 3]| {
-            move |pid: i32| starts.iter().find(|(p, _, _)| *p == pid).map(|&(_, ppid, start_time)| Stat { ppid, start_time })
+            move |pid: i32| {
+                starts
+                    .iter()
+                    .find(|(p, _, _)| *p == pid)
+                    .map(|&(_, ppid, start_time)| Stat { ppid, start_time })
+            }
         };
         let roots = Roots::default();
         // 30 -> 20 -> 10 -> 1, each parent older than its child.
         let good = tree([(30, 20, 300), (20, 10, 200), (10, 1, 100)]);
-        assert_eq!(classify_with(30, -5, &roots, || true, good), CallerClass::Operator);
+        assert_eq!(
+            classify_with(30, -5, &roots, || true, good),
+            CallerClass::Operator
+        );
         // 20 was recycled after 30 started: not the operator.
         let bad = tree([(30, 20, 300), (20, 10, 400), (10, 1, 100)]);
-        assert_eq!(classify_with(30, -5, &roots, || true, bad), CallerClass::Unverified);
+        assert_eq!(
+            classify_with(30, -5, &roots, || true, bad),
+            CallerClass::Unverified
+        );
         // The same recycled pid in front of the daemon: not an escapee either.
         let bad = tree([(30, 20, 300), (20, 7, 400), (10, 1, 100)]);
-        assert_eq!(classify_with(30, 7, &roots, || true, bad), CallerClass::Unverified);
+        assert_eq!(
+            classify_with(30, 7, &roots, || true, bad),
+            CallerClass::Unverified
+        );
         // Equal start times (same clock tick) are allowed.
         let tick = tree([(30, 20, 300), (20, 10, 300), (10, 1, 100)]);
-        assert_eq!(classify_with(30, -5, &roots, || true, tick), CallerClass::Operator);
+        assert_eq!(
+            classify_with(30, -5, &roots, || true, tick),
+            CallerClass::Operator
+        );
     }
 
     #[test]
     fn only_the_daemons_user_or_root_is_the_operator() {
-        assert_eq!(restrict_by_uid(CallerClass::Operator, 1000, 1000), CallerClass::Operator);
-        assert_eq!(restrict_by_uid(CallerClass::Operator, 0, 1000), CallerClass::Operator);
-        assert_eq!(restrict_by_uid(CallerClass::Operator, 1001, 1000), CallerClass::Unverified);
+        assert_eq!(
+            restrict_by_uid(CallerClass::Operator, 1000, 1000),
+            CallerClass::Operator
+        );
+        assert_eq!(
+            restrict_by_uid(CallerClass::Operator, 0, 1000),
+            CallerClass::Operator
+        );
+        assert_eq!(
+            restrict_by_uid(CallerClass::Operator, 1001, 1000),
+            CallerClass::Unverified
+        );
         let p = CallerClass::Plugin(Some("p".into()));
         assert_eq!(restrict_by_uid(p.clone(), 1001, 1000), p);
     }

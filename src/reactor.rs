@@ -7,7 +7,7 @@
 //! Timers are a heap of deadlines; the poll sleeps until the earliest, so an
 //! idle daemon with no timers sleeps until something happens.
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, bounded};
 use mio::{Poll, Token, Waker};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -95,7 +95,11 @@ impl Reactor {
     }
 
     /// Runs `task` on the reactor after `after`.
-    pub fn schedule(&mut self, after: Duration, task: impl FnOnce(&mut Daemon) + 'static) -> TimerId {
+    pub fn schedule(
+        &mut self,
+        after: Duration,
+        task: impl FnOnce(&mut Daemon) + 'static,
+    ) -> TimerId {
         self.next_timer += 1;
         let id = self.next_timer;
         self.timers.push(Reverse((Instant::now() + after, id)));

@@ -28,21 +28,27 @@ pub fn block() -> std::io::Result<()> {
     let set = watched_set();
     // SAFETY: `set` is initialised; a null old-set pointer is allowed.
     let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if r == 0 { Ok(()) } else { Err(std::io::Error::from_raw_os_error(r)) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(r))
+    }
 }
 
 /// Starts the `signals` thread; `deliver` runs on it for each signal.
 pub fn spawn(deliver: impl Fn(libc::c_int) + Send + 'static) -> std::io::Result<()> {
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let set = watched_set();
-        loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: `set` is initialised and `sig` is a valid out pointer.
-            let r = unsafe { libc::sigwait(&set, &mut sig) };
-            if r == 0 {
-                deliver(sig);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let set = watched_set();
+            loop {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: `set` is initialised and `sig` is a valid out pointer.
+                let r = unsafe { libc::sigwait(&set, &mut sig) };
+                if r == 0 {
+                    deliver(sig);
+                }
             }
-        }
-    })?;
+        })?;
     Ok(())
 }

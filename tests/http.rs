@@ -6,9 +6,9 @@
 
 mod util;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::net::SocketAddr;
-use util::http::{check_reply, openapi, request, validate, Conn, Resp, SseError, SseParser, Watch};
+use util::http::{Conn, Resp, SseError, SseParser, Watch, check_reply, openapi, request, validate};
 use util::{Daemon, Opts, TestDir};
 
 /// A daemon serving HTTP on a free loopback port.
@@ -21,11 +21,31 @@ struct Api {
 
 impl Api {
     fn start(dir: &TestDir, config: &str) -> Api {
-        let d = Daemon::start_with(&dir.path, Opts { config: Some(config.into()), extra_args: vec!["--http".into(), "127.0.0.1:0".into()], ..Opts::default() });
+        let d = Daemon::start_with(
+            &dir.path,
+            Opts {
+                config: Some(config.into()),
+                extra_args: vec!["--http".into(), "127.0.0.1:0".into()],
+                ..Opts::default()
+            },
+        );
         let line = d.wait_log("serving HTTP on ");
-        let addr: SocketAddr = line.split("serving HTTP on ").nth(1).and_then(|r| r.split(' ').next()).and_then(|a| a.parse().ok()).expect("address in log");
-        let token = std::fs::read_to_string(d.state.join("http.token")).expect("token file").trim().to_string();
-        Api { d, addr, token, doc: openapi() }
+        let addr: SocketAddr = line
+            .split("serving HTTP on ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|a| a.parse().ok())
+            .expect("address in log");
+        let token = std::fs::read_to_string(d.state.join("http.token"))
+            .expect("token file")
+            .trim()
+            .to_string();
+        Api {
+            d,
+            addr,
+            token,
+            doc: openapi(),
+        }
     }
 
     fn host(&self) -> String {
@@ -37,7 +57,13 @@ impl Api {
     }
 
     /// Sends one request on a new connection and reads the answer.
-    fn send(&self, method: &str, target: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+    fn send(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Resp {
         let mut c = Conn::open(self.addr);
         c.send(&request(method, target, &self.host(), headers, body));
         c.read().expect("an answer")
@@ -50,7 +76,15 @@ impl Api {
 
     fn post_json(&self, target: &str, body: &Value) -> Resp {
         let auth = self.bearer();
-        self.send("POST", target, &[("Authorization", &auth), ("Content-Type", "application/json")], Some(body.to_string().as_bytes()))
+        self.send(
+            "POST",
+            target,
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            Some(body.to_string().as_bytes()),
+        )
     }
 
     fn check(&self, path: &str, method: &str, r: &Resp) {
@@ -60,15 +94,26 @@ impl Api {
     fn watch(&self, query: &str) -> Watch {
         let mut c = Conn::open(self.addr);
         let auth = self.bearer();
-        c.send(&request("GET", &format!("/events?{query}"), &self.host(), &[("Authorization", &auth), ("Accept", "text/event-stream")], None));
+        c.send(&request(
+            "GET",
+            &format!("/events?{query}"),
+            &self.host(),
+            &[("Authorization", &auth), ("Accept", "text/event-stream")],
+            None,
+        ));
         let (status, headers) = c.read_head().expect("a watch head");
         assert_eq!(status, 200, "{headers:?}");
-        assert!(headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("content-type") && v == "text/event-stream"));
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case("content-type") && v == "text/event-stream")
+        );
         Watch::new(c)
     }
 
     fn check_batch(&self, b: &Value) {
-        let schema = util::http::response_schema(&self.doc, "/events", "get", 200, "text/event-stream");
+        let schema =
+            util::http::response_schema(&self.doc, "/events", "get", 200, "text/event-stream");
         if let Err(e) = validate(&self.doc, schema, b, "$") {
             panic!("SSE batch does not match openapi.yaml: {e}\n{b}");
         }
@@ -80,9 +125,21 @@ fn token_is_private_and_bearer_failures_are_401_with_a_challenge() {
     let dir = TestDir::new("httpauth");
     let api = Api::start(&dir, "");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(api.d.state.join("http.token")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(api.d.state.join("http.token"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
     assert_eq!(api.token.len(), 64);
-    for auth in [None, Some("Bearer wrong"), Some("Basic abc"), Some(&*format!("Bearer {}x", api.token))] {
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Basic abc"),
+        Some(&*format!("Bearer {}x", api.token)),
+    ] {
         let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
         let r = api.send("GET", "/server", &headers, None);
         assert_eq!(r.status, 401);
@@ -99,49 +156,112 @@ fn token_is_private_and_bearer_failures_are_401_with_a_challenge() {
     // A representation's ETag makes a conditional read a 304.
     let tag = r.header("etag").expect("etag").to_string();
     let auth = api.bearer();
-    let again = api.send("GET", "/server", &[("Authorization", &auth), ("If-None-Match", &tag)], None);
+    let again = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("If-None-Match", &tag)],
+        None,
+    );
     assert_eq!(again.status, 304);
-    assert!(!api.d.log_text().contains(&api.token), "the token must never be logged");
+    assert!(
+        !api.d.log_text().contains(&api.token),
+        "the token must never be logged"
+    );
     api.d.stop();
 }
 
 #[test]
 fn origins_preflights_and_hosts() {
     let dir = TestDir::new("httporigin");
-    let api = Api::start(&dir, "[http]\nallowed_origins = [\"https://app.example\"]\npublic_names = [\"box.lan\"]\n");
+    let api = Api::start(
+        &dir,
+        "[http]\nallowed_origins = [\"https://app.example\"]\npublic_names = [\"box.lan\"]\n",
+    );
     let auth = api.bearer();
     // A foreign origin is refused before anything else, token or not.
-    let r = api.send("GET", "/server", &[("Authorization", &auth), ("Origin", "https://evil.example")], None);
+    let r = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("Origin", "https://evil.example")],
+        None,
+    );
     assert_eq!((r.status, r.code().as_str()), (403, "origin_not_allowed"));
     api.check("/server", "get", &r);
-    let r = api.send("OPTIONS", "/server/shutdown", &[("Origin", "https://evil.example"), ("Access-Control-Request-Method", "POST")], None);
+    let r = api.send(
+        "OPTIONS",
+        "/server/shutdown",
+        &[
+            ("Origin", "https://evil.example"),
+            ("Access-Control-Request-Method", "POST"),
+        ],
+        None,
+    );
     assert_eq!(r.status, 403);
     // The allowed origin gets exact CORS headers, never a wildcard or cookies.
-    let r = api.send("GET", "/server", &[("Authorization", &auth), ("Origin", "https://app.example")], None);
+    let r = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("Origin", "https://app.example")],
+        None,
+    );
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
-    assert!(r.header("access-control-expose-headers").unwrap().contains("ETag"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert!(
+        r.header("access-control-expose-headers")
+            .unwrap()
+            .contains("ETag")
+    );
     assert!(r.headers_named("vary").iter().any(|v| v.contains("Origin")));
     assert!(r.header("access-control-allow-credentials").is_none());
     // A preflight needs no token and answers only metadata.
     let r = api.send(
         "OPTIONS",
         "/server/shutdown",
-        &[("Origin", "https://app.example"), ("Access-Control-Request-Method", "POST"), ("Access-Control-Request-Headers", "authorization, content-type")],
+        &[
+            ("Origin", "https://app.example"),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            ),
+        ],
         None,
     );
     assert_eq!(r.status, 204);
-    assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
-    assert_eq!(r.header("access-control-allow-methods"), Some("POST, OPTIONS"));
-    let allowed = r.header("access-control-allow-headers").unwrap().to_ascii_lowercase();
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("POST, OPTIONS")
+    );
+    let allowed = r
+        .header("access-control-allow-headers")
+        .unwrap()
+        .to_ascii_lowercase();
     for h in ["authorization", "content-type", "if-match", "if-none-match"] {
         assert!(allowed.contains(h), "{allowed}");
     }
     assert!(r.body.is_empty());
     // Host: the listener's address, localhost, or a public name; nothing else.
-    for (host, status) in [("evil.example", 403), ("box.lan", 200), (&*format!("localhost:{}", api.addr.port()), 200), ("127.0.0.1:1", 403)] {
+    for (host, status) in [
+        ("evil.example", 403),
+        ("box.lan", 200),
+        (&*format!("localhost:{}", api.addr.port()), 200),
+        ("127.0.0.1:1", 403),
+    ] {
         let mut c = Conn::open(api.addr);
-        c.send(&request("GET", "/server", host, &[("Authorization", &auth)], None));
+        c.send(&request(
+            "GET",
+            "/server",
+            host,
+            &[("Authorization", &auth)],
+            None,
+        ));
         let r = c.read().unwrap();
         assert_eq!(r.status, status, "Host {host}");
         if status == 403 {
@@ -153,7 +273,12 @@ fn origins_preflights_and_hosts() {
     assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
     let r = api.send("DELETE", "/server", &[("Authorization", &auth)], None);
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, OPTIONS")));
-    let r = api.send("GET", "/events?stream=x-a", &[("Authorization", &auth), ("Accept", "text/html")], None);
+    let r = api.send(
+        "GET",
+        "/events?stream=x-a",
+        &[("Authorization", &auth), ("Accept", "text/html")],
+        None,
+    );
     assert_eq!((r.status, r.code().as_str()), (406, "not_acceptable"));
     api.d.stop();
 }
@@ -167,15 +292,29 @@ fn unknown_fields_and_parameters_are_400_and_bodies_are_bounded() {
     api.check("/server", "get", &r);
     let r = api.get("/events?stream=x-a&stream=x-b");
     assert_eq!(r.status, 400);
-    let id = api.get("/server").json()["instance_id"].as_str().unwrap().to_string();
+    let id = api.get("/server").json()["instance_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let r = api.post_json("/server/shutdown", &json!({"instance_id": id, "now": true}));
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
     api.check("/server/shutdown", "post", &r);
-    let r = api.post_json("/server/shutdown", &json!({"instance_id": id, "timeout_ms": 30001}));
+    let r = api.post_json(
+        "/server/shutdown",
+        &json!({"instance_id": id, "timeout_ms": 30001}),
+    );
     assert_eq!(r.status, 400);
     let auth = api.bearer();
-    let r = api.send("POST", "/server/shutdown", &[("Authorization", &auth), ("Content-Type", "text/plain")], Some(b"{}"));
-    assert_eq!((r.status, r.code().as_str()), (415, "unsupported_media_type"));
+    let r = api.send(
+        "POST",
+        "/server/shutdown",
+        &[("Authorization", &auth), ("Content-Type", "text/plain")],
+        Some(b"{}"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (415, "unsupported_media_type")
+    );
 
     // Fixed length over 64 KiB: refused from the header, before the body.
     let mut c = Conn::open(api.addr);
@@ -213,8 +352,20 @@ fn unknown_fields_and_parameters_are_400_and_bodies_are_bounded() {
     assert_eq!(c.read().unwrap().status, 400);
     // The daemon still answers, on a kept-alive connection, two in a row.
     let mut c = Conn::open(api.addr);
-    c.send(&request("GET", "/server", &api.host(), &[("Authorization", &auth)], None));
-    c.send(&request("GET", "/storage", &api.host(), &[("Authorization", &auth)], None));
+    c.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    c.send(&request(
+        "GET",
+        "/storage",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
     assert_eq!(c.read().unwrap().status, 200);
     let storage = c.read().unwrap();
     assert_eq!(storage.status, 200);
@@ -230,7 +381,13 @@ fn connections_past_the_bound_get_503() {
     let mut held: Vec<Conn> = (0..2).map(|_| Conn::open(api.addr)).collect();
     // Both are admitted: each answers a request and stays open.
     for c in held.iter_mut() {
-        c.send(&request("GET", "/server", &api.host(), &[("Authorization", &auth)], None));
+        c.send(&request(
+            "GET",
+            "/server",
+            &api.host(),
+            &[("Authorization", &auth)],
+            None,
+        ));
         assert_eq!(c.read().unwrap().status, 200);
     }
     let mut third = Conn::open(api.addr);
@@ -243,7 +400,13 @@ fn connections_past_the_bound_get_503() {
     let deadline = std::time::Instant::now() + util::PATIENCE;
     loop {
         let mut c = Conn::open(api.addr);
-        c.send(&request("GET", "/server", &api.host(), &[("Authorization", &auth)], None));
+        c.send(&request(
+            "GET",
+            "/server",
+            &api.host(),
+            &[("Authorization", &auth)],
+            None,
+        ));
         match c.read() {
             Some(r) if r.status == 200 => break,
             _ if std::time::Instant::now() < deadline => std::thread::yield_now(),
@@ -254,7 +417,10 @@ fn connections_past_the_bound_get_503() {
 }
 
 fn append(c: &mut util::Client, stream: &str, n: u64) {
-    c.call("events.append", json!({"stream": stream, "kind": "note", "data": {"n": n}}));
+    c.call(
+        "events.append",
+        json!({"stream": stream, "kind": "note", "data": {"n": n}}),
+    );
 }
 
 #[test]
@@ -272,7 +438,13 @@ fn events_pages_are_bounded_and_tied_to_their_query() {
         assert_eq!(r.status, 200);
         api.check("/events", "get", &r);
         let page = r.json();
-        seen.extend(page["items"].as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()));
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["seq"].as_u64().unwrap()),
+        );
         match page["next"].as_str() {
             Some(next) => {
                 // A token belongs to its query.
@@ -284,11 +456,20 @@ fn events_pages_are_bounded_and_tied_to_their_query() {
         }
     }
     assert_eq!(seen, vec![1, 2, 3, 4, 5]);
-    assert_eq!(api.get("/events?stream=x-a&after_seq=3").json()["items"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        api.get("/events?stream=x-a&after_seq=3").json()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(api.get("/events?stream=x-a&limit=201").status, 400);
     let storage = api.get("/storage");
     api.check("/storage", "get", &storage);
-    assert_eq!(storage.json()["streams"]["items"], json!([{"stream": "x-a", "events": 5}]));
+    assert_eq!(
+        storage.json()["streams"]["items"],
+        json!([{"stream": "x-a", "events": 5}])
+    );
     api.d.stop();
 }
 
@@ -298,14 +479,20 @@ fn the_events_watch_resumes_after_seq_without_duplicates() {
     let api = Api::start(&dir, "");
     let mut sock = api.d.connect();
     append(&mut sock, "x-w", 1);
-    let generation = api.get("/server").json()["instance_id"].as_str().unwrap().to_string();
+    let generation = api.get("/server").json()["instance_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // First attachment: a reset whose snapshot says what history covers.
     let mut w = api.watch("stream=x-w");
     let first = w.next().unwrap();
     api.check_batch(&first);
     assert_eq!(first["generation"], json!(generation));
-    assert_eq!(first["events"][0], json!({"type": "reset", "data": {"reason": "initial"}}));
+    assert_eq!(
+        first["events"][0],
+        json!({"type": "reset", "data": {"reason": "initial"}})
+    );
     assert_eq!(first["snapshot"], json!({"stream": "x-w", "high_water": 1}));
     let mut cursor = first["cursor"].as_u64().unwrap();
     let mut got = Vec::new();
@@ -328,13 +515,24 @@ fn the_events_watch_resumes_after_seq_without_duplicates() {
     for n in 5..=7 {
         append(&mut sock, "x-w", n);
     }
-    let mut w = api.watch(&format!("stream=x-w&after_generation={generation}&after_seq={cursor}"));
+    let mut w = api.watch(&format!(
+        "stream=x-w&after_generation={generation}&after_seq={cursor}"
+    ));
     let mut again = Vec::new();
     while again.len() < 3 {
         let b = w.next().expect("a batch");
         api.check_batch(&b);
-        assert_ne!(b["events"][0]["type"], "reset", "a servable cursor must not reset: {b}");
-        again.extend(b["events"].as_array().unwrap().iter().map(|e| e["sequence"].as_u64().unwrap()));
+        assert_ne!(
+            b["events"][0]["type"], "reset",
+            "a servable cursor must not reset: {b}"
+        );
+        again.extend(
+            b["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["sequence"].as_u64().unwrap()),
+        );
     }
     assert_eq!(again, vec![5, 6, 7]);
     drop(w);
@@ -345,8 +543,32 @@ fn the_events_watch_resumes_after_seq_without_duplicates() {
     assert_eq!(b["events"][0]["data"]["reason"], "generation_changed");
     assert_eq!(b["snapshot"]["high_water"], 7);
     // Malformed cursors are 400 before any header.
-    assert_eq!(api.send("GET", "/events?stream=x-w&after_seq=3", &[("Authorization", &api.bearer()), ("Accept", "text/event-stream")], None).status, 400);
-    assert_eq!(api.send("GET", "/events?stream=x-w&after_generation=g&after_seq=-1", &[("Authorization", &api.bearer()), ("Accept", "text/event-stream")], None).status, 400);
+    assert_eq!(
+        api.send(
+            "GET",
+            "/events?stream=x-w&after_seq=3",
+            &[
+                ("Authorization", &api.bearer()),
+                ("Accept", "text/event-stream")
+            ],
+            None
+        )
+        .status,
+        400
+    );
+    assert_eq!(
+        api.send(
+            "GET",
+            "/events?stream=x-w&after_generation=g&after_seq=-1",
+            &[
+                ("Authorization", &api.bearer()),
+                ("Accept", "text/event-stream")
+            ],
+            None
+        )
+        .status,
+        400
+    );
 
     // Stopping ends the watch with a failure batch.
     api.d.signal(libc::SIGTERM);
@@ -355,7 +577,10 @@ fn the_events_watch_resumes_after_seq_without_duplicates() {
         api.check_batch(&b);
         last = Some(b);
     }
-    assert_eq!(last.expect("a final batch")["events"][0], json!({"type": "failure", "data": {"code": "shutting_down"}}));
+    assert_eq!(
+        last.expect("a final batch")["events"][0],
+        json!({"type": "failure", "data": {"code": "shutting_down"}})
+    );
     let mut d = api.d;
     assert_eq!(d.wait().code(), Some(0));
 }
@@ -364,13 +589,22 @@ fn the_events_watch_resumes_after_seq_without_duplicates() {
 fn shutdown_names_its_instance_and_this_process_is_the_operator() {
     let dir = TestDir::new("httpstop");
     let api = Api::start(&dir, "");
-    let r = api.post_json("/server/shutdown", &json!({"instance_id": "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1e"}));
+    let r = api.post_json(
+        "/server/shutdown",
+        &json!({"instance_id": "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1e"}),
+    );
     assert_eq!((r.status, r.code().as_str()), (409, "instance_changed"));
     api.check("/server/shutdown", "post", &r);
     assert_eq!(api.get("/server").json()["state"], "ready");
-    let id = api.get("/server").json()["instance_id"].as_str().unwrap().to_string();
+    let id = api.get("/server").json()["instance_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // The test process was not started by the daemon: it is the operator.
-    let r = api.post_json("/server/shutdown", &json!({"instance_id": id, "timeout_ms": 2000}));
+    let r = api.post_json(
+        "/server/shutdown",
+        &json!({"instance_id": id, "timeout_ms": 2000}),
+    );
     assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
     api.check("/server/shutdown", "post", &r);
     assert_eq!(r.json(), json!({"instance_id": id, "state": "draining"}));
@@ -381,7 +615,11 @@ fn shutdown_names_its_instance_and_this_process_is_the_operator() {
 #[test]
 fn sse_parser_handles_fragments_line_ends_and_utf8_bounds() {
     let stream = "\u{feff}: comment\r\ndata: {\"a\":\"\u{e9}\u{1f600}\"}\r\n\r\ndata: x\rdata: y\r\rid: 1\nevent: e\ndata\n\n".as_bytes();
-    let want = vec!["{\"a\":\"\u{e9}\u{1f600}\"}".to_string(), "x\ny".to_string(), String::new()];
+    let want = vec![
+        "{\"a\":\"\u{e9}\u{1f600}\"}".to_string(),
+        "x\ny".to_string(),
+        String::new(),
+    ];
     // Every split point, including inside a multibyte character and between
     // a CR and its LF, gives the same events.
     for size in 1..=stream.len() {
@@ -392,8 +630,14 @@ fn sse_parser_handles_fragments_line_ends_and_utf8_bounds() {
         }
         assert_eq!(got, want, "pieces of {size}");
     }
-    assert_eq!(SseParser::new(1024).feed(b"data: \xff\xfe\n\n"), Err(SseError::NotUtf8));
-    assert_eq!(SseParser::new(8).feed(b"data: 0123456789\n"), Err(SseError::TooLarge));
+    assert_eq!(
+        SseParser::new(1024).feed(b"data: \xff\xfe\n\n"),
+        Err(SseError::NotUtf8)
+    );
+    assert_eq!(
+        SseParser::new(8).feed(b"data: 0123456789\n"),
+        Err(SseError::TooLarge)
+    );
     let mut p = SseParser::new(8);
     assert_eq!(p.feed(b"data: 12345\ndata: 6\n"), Err(SseError::TooLarge));
 }

@@ -9,9 +9,9 @@
 
 mod util;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::net::{SocketAddr, TcpListener};
-use util::http::{check_reply, openapi, request, response_schema, validate, Conn, Resp, Watch};
+use util::http::{Conn, Resp, Watch, check_reply, openapi, request, response_schema, validate};
 use util::{Daemon, Opts, TestDir};
 
 fn fixture(name: &str) -> String {
@@ -32,13 +32,27 @@ fn seat(script: &Value, env: &[(&str, &str)]) -> String {
 
 /// A UUIDv7 minted `ms` milliseconds from now, distinct by `n`.
 fn uuid7(ms: i64, n: u64) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     let t = (now + ms) as u64;
-    format!("{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}", t >> 16, t & 0xffff, n & 0xfff, (n >> 12) & 0xfff, (n.wrapping_mul(2654435761)) & 0xffff_ffff_ffff)
+    format!(
+        "{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}",
+        t >> 16,
+        t & 0xffff,
+        n & 0xfff,
+        (n >> 12) & 0xfff,
+        (n.wrapping_mul(2654435761)) & 0xffff_ffff_ffff
+    )
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Api {
@@ -53,15 +67,45 @@ impl Api {
     fn start(dir: &TestDir, config: &str, port: u16) -> Api {
         let wt = dir.join("wt");
         std::fs::create_dir_all(&wt).unwrap();
-        let config = format!("[http]\ntoken_file = \"{}\"\n\n{config}", dir.join("token").display());
-        let d = Daemon::start_with(&dir.path, Opts { config: Some(config), extra_args: vec!["--http".into(), format!("127.0.0.1:{port}")], ..Opts::default() });
+        let config = format!(
+            "[http]\ntoken_file = \"{}\"\n\n{config}",
+            dir.join("token").display()
+        );
+        let d = Daemon::start_with(
+            &dir.path,
+            Opts {
+                config: Some(config),
+                extra_args: vec!["--http".into(), format!("127.0.0.1:{port}")],
+                ..Opts::default()
+            },
+        );
         let line = d.wait_log("serving HTTP on ");
-        let addr: SocketAddr = line.split("serving HTTP on ").nth(1).and_then(|r| r.split(' ').next()).and_then(|a| a.parse().ok()).expect("address in log");
-        let token = std::fs::read_to_string(dir.join("token")).expect("token file").trim().to_string();
-        Api { d, addr, token, doc: openapi(), wt: wt.canonicalize().unwrap().display().to_string() }
+        let addr: SocketAddr = line
+            .split("serving HTTP on ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|a| a.parse().ok())
+            .expect("address in log");
+        let token = std::fs::read_to_string(dir.join("token"))
+            .expect("token file")
+            .trim()
+            .to_string();
+        Api {
+            d,
+            addr,
+            token,
+            doc: openapi(),
+            wt: wt.canonicalize().unwrap().display().to_string(),
+        }
     }
 
-    fn send(&self, method: &str, target: &str, extra: &[(&str, &str)], body: Option<&Value>) -> Resp {
+    fn send(
+        &self,
+        method: &str,
+        target: &str,
+        extra: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Resp {
         let auth = format!("Bearer {}", self.token);
         let mut headers = vec![("Authorization", auth.as_str())];
         if body.is_some() {
@@ -70,29 +114,60 @@ impl Api {
         headers.extend_from_slice(extra);
         let text = body.map(|b| b.to_string());
         let mut c = Conn::open(self.addr);
-        c.send(&request(method, target, &self.addr.to_string(), &headers, text.as_deref().map(str::as_bytes)));
+        c.send(&request(
+            method,
+            target,
+            &self.addr.to_string(),
+            &headers,
+            text.as_deref().map(str::as_bytes),
+        ));
         c.read().expect("an answer")
     }
 
     /// Sends and checks the reply against the document's `path` template.
-    fn call(&self, method: &str, target: &str, template: &str, extra: &[(&str, &str)], body: Option<&Value>) -> Resp {
+    fn call(
+        &self,
+        method: &str,
+        target: &str,
+        template: &str,
+        extra: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Resp {
         let r = self.send(method, target, extra, body);
         check_reply(&self.doc, template, &method.to_lowercase(), &r);
         r
     }
 
     fn create(&self, id: &str, body: &Value) -> Resp {
-        self.call("PUT", &format!("/sessions/{id}"), "/sessions/{session_id}", &[("If-None-Match", "*")], Some(body))
+        self.call(
+            "PUT",
+            &format!("/sessions/{id}"),
+            "/sessions/{session_id}",
+            &[("If-None-Match", "*")],
+            Some(body),
+        )
     }
 
     fn input(&self, sid: &str, iid: &str, body: &Value) -> Resp {
-        self.call("PUT", &format!("/sessions/{sid}/inputs/{iid}"), "/sessions/{session_id}/inputs/{input_id}", &[], Some(body))
+        self.call(
+            "PUT",
+            &format!("/sessions/{sid}/inputs/{iid}"),
+            "/sessions/{session_id}/inputs/{input_id}",
+            &[],
+            Some(body),
+        )
     }
 
     fn watch(&self, target: &str) -> Watch {
         let mut c = Conn::open(self.addr);
         let auth = format!("Bearer {}", self.token);
-        c.send(&request("GET", target, &self.addr.to_string(), &[("Authorization", &auth), ("Accept", "text/event-stream")], None));
+        c.send(&request(
+            "GET",
+            target,
+            &self.addr.to_string(),
+            &[("Authorization", &auth), ("Accept", "text/event-stream")],
+            None,
+        ));
         let (status, headers) = c.read_head().expect("a watch head");
         assert_eq!(status, 200, "{headers:?}");
         Watch::new(c)
@@ -114,7 +189,10 @@ impl Api {
             let b = self.batch(w, "/sessions/{session_id}");
             let hit = b["events"].as_array().unwrap().iter().any(&pred);
             if hit {
-                return (b["generation"].as_str().unwrap().to_string(), b["cursor"].as_u64().unwrap());
+                return (
+                    b["generation"].as_str().unwrap().to_string(),
+                    b["cursor"].as_u64().unwrap(),
+                );
             }
         }
     }
@@ -131,24 +209,55 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
     let cid = uuid7(0, 1);
     let body = json!({"harness": "fake", "worktree": api.wt, "name": "first"});
     let first = api.create(&cid, &body);
-    assert_eq!(first.status, 201, "{}", String::from_utf8_lossy(&first.body));
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
     let sid = first.json()["id"].as_str().unwrap().to_string();
     assert!(sid.starts_with("s-"));
-    assert_eq!(first.header("location"), Some(format!("/sessions/{sid}").as_str()));
+    assert_eq!(
+        first.header("location"),
+        Some(format!("/sessions/{sid}").as_str())
+    );
     // The response was lost: the same PUT returns the retained decision.
     let again = api.create(&cid, &body);
-    assert_eq!((again.status, again.json()["id"].clone()), (201, json!(sid)));
+    assert_eq!(
+        (again.status, again.json()["id"].clone()),
+        (201, json!(sid))
+    );
     assert_eq!(again.json()["creation"]["submitted"]["name"], "first");
-    let changed = api.create(&cid, &json!({"harness": "fake", "worktree": api.wt, "name": "other"}));
-    assert_eq!((changed.status, changed.code().as_str()), (409, "identity_conflict"));
+    let changed = api.create(
+        &cid,
+        &json!({"harness": "fake", "worktree": api.wt, "name": "other"}),
+    );
+    assert_eq!(
+        (changed.status, changed.code().as_str()),
+        (409, "identity_conflict")
+    );
     let old = api.create(&uuid7(-8 * 24 * 3600 * 1000, 2), &body);
     assert_eq!((old.status, old.code().as_str()), (410, "identity_expired"));
     let ahead = api.create(&uuid7(10 * 60 * 1000, 3), &body);
-    assert_eq!((ahead.status, ahead.code().as_str()), (400, "identity_future"));
-    let bare = api.send("PUT", &format!("/sessions/{}", uuid7(0, 4)), &[], Some(&body));
+    assert_eq!(
+        (ahead.status, ahead.code().as_str()),
+        (400, "identity_future")
+    );
+    let bare = api.send(
+        "PUT",
+        &format!("/sessions/{}", uuid7(0, 4)),
+        &[],
+        Some(&body),
+    );
     assert_eq!(bare.status, 428);
     // The creation's UUIDv7 names the session too.
-    let by_uuid = api.call("GET", &format!("/sessions/{cid}"), "/sessions/{session_id}", &[], None);
+    let by_uuid = api.call(
+        "GET",
+        &format!("/sessions/{cid}"),
+        "/sessions/{session_id}",
+        &[],
+        None,
+    );
     assert_eq!(by_uuid.json()["id"], json!(sid));
 
     let mut w = api.watch(&format!("/sessions/{sid}"));
@@ -161,27 +270,75 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
     assert_eq!(r.json()["admission"]["state"], "accepted");
     assert_eq!(r.json()["acceptance_order"], 1);
     // Lost 202: the same PUT, the same decision; echo-only client_id too.
-    let again = api.input(&sid, &iid, &json!({"kind": "message", "text": "hello", "client_id": "c1"}));
-    assert_eq!((again.status, again.json()["acceptance_order"].clone()), (202, json!(1)));
+    let again = api.input(
+        &sid,
+        &iid,
+        &json!({"kind": "message", "text": "hello", "client_id": "c1"}),
+    );
+    assert_eq!(
+        (again.status, again.json()["acceptance_order"].clone()),
+        (202, json!(1))
+    );
     let changed = api.input(&sid, &iid, &json!({"kind": "message", "text": "bye"}));
-    assert_eq!((changed.status, changed.code().as_str()), (409, "input_conflict"));
-    api.until(&mut w, |e| e["type"] == "turn_completed" && e["data"]["input_ids"][0] == json!(iid));
-    let got = api.call("GET", &format!("/sessions/{sid}/inputs/{iid}"), "/sessions/{session_id}/inputs/{input_id}", &[], None);
+    assert_eq!(
+        (changed.status, changed.code().as_str()),
+        (409, "input_conflict")
+    );
+    api.until(&mut w, |e| {
+        e["type"] == "turn_completed" && e["data"]["input_ids"][0] == json!(iid)
+    });
+    let got = api.call(
+        "GET",
+        &format!("/sessions/{sid}/inputs/{iid}"),
+        "/sessions/{session_id}/inputs/{input_id}",
+        &[],
+        None,
+    );
     assert_eq!(got.json()["delivery"], "committed");
     assert_eq!(got.json()["turn"]["outcome"], "completed");
-    let h = api.call("GET", &format!("/sessions/{sid}/history"), "/sessions/{session_id}/history", &[], None);
-    let texts: Vec<String> = h.json()["items"].as_array().unwrap().iter().filter_map(|e| e["text"].as_str().map(str::to_string)).collect();
+    let h = api.call(
+        "GET",
+        &format!("/sessions/{sid}/history"),
+        "/sessions/{session_id}/history",
+        &[],
+        None,
+    );
+    let texts: Vec<String> = h.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(str::to_string))
+        .collect();
     assert!(texts.iter().any(|t| t.contains("echo: hello")), "{texts:?}");
     // Stopping keeps the record and the decisions.
-    let del = api.call("DELETE", &format!("/sessions/{sid}"), "/sessions/{session_id}", &[], None);
+    let del = api.call(
+        "DELETE",
+        &format!("/sessions/{sid}"),
+        "/sessions/{session_id}",
+        &[],
+        None,
+    );
     assert_eq!(del.status, 200);
-    api.until(&mut w, |e| e["type"] == "status" && e["data"]["phase"] == "ended");
-    let got = api.call("GET", &format!("/sessions/{sid}/inputs/{iid}"), "/sessions/{session_id}/inputs/{input_id}", &[], None);
+    api.until(&mut w, |e| {
+        e["type"] == "status" && e["data"]["phase"] == "ended"
+    });
+    let got = api.call(
+        "GET",
+        &format!("/sessions/{sid}/inputs/{iid}"),
+        "/sessions/{session_id}/inputs/{input_id}",
+        &[],
+        None,
+    );
     assert_eq!(got.status, 200);
     let list = api.call("GET", "/sessions?state=ended", "/sessions", &[], None);
     assert_eq!(list.json()["items"][0]["id"], json!(sid));
     let storage = api.call("GET", "/storage", "/storage", &[], None);
-    assert!(storage.json()["sessions"]["items"][0]["transcript_entries"].as_u64().unwrap() >= 2);
+    assert!(
+        storage.json()["sessions"]["items"][0]["transcript_entries"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
     api.d.stop();
 }
 
@@ -189,34 +346,73 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
 fn a_full_queue_stays_rejected_and_interrupt_takes_exactly_its_run() {
     let dir = TestDir::new("hsqueue");
     let api = Api::start(&dir, &seat(&json!([[{"stall": 60}]]), &[]), 0);
-    let created = api.create(&uuid7(0, 1), &json!({"harness": "fake", "worktree": api.wt, "prompt": "wait"}));
+    let created = api.create(
+        &uuid7(0, 1),
+        &json!({"harness": "fake", "worktree": api.wt, "prompt": "wait"}),
+    );
     let sid = created.json()["id"].as_str().unwrap().to_string();
     let mut w = api.watch(&format!("/sessions/{sid}"));
-    api.until(&mut w, |e| e["type"] == "status" && e["data"]["phase"] == "running");
+    api.until(&mut w, |e| {
+        e["type"] == "status" && e["data"]["phase"] == "running"
+    });
     let ids: Vec<String> = (0..33).map(|n| uuid7(0, 100 + n)).collect();
     for (n, id) in ids.iter().take(32).enumerate() {
-        let r = api.input(&sid, id, &json!({"kind": "message", "text": format!("m{n}")}));
+        let r = api.input(
+            &sid,
+            id,
+            &json!({"kind": "message", "text": format!("m{n}")}),
+        );
         assert_eq!(r.status, 202);
     }
     let full = api.input(&sid, &ids[32], &json!({"kind": "message", "text": "m32"}));
     assert_eq!((full.status, full.code().as_str()), (429, "queue_full"));
-    let cancel = api.call("POST", &format!("/sessions/{sid}/inputs/{}/cancel", ids[0]), "/sessions/{session_id}/inputs/{input_id}/cancel", &[], Some(&json!({})));
+    let cancel = api.call(
+        "POST",
+        &format!("/sessions/{sid}/inputs/{}/cancel", ids[0]),
+        "/sessions/{session_id}/inputs/{input_id}/cancel",
+        &[],
+        Some(&json!({})),
+    );
     assert_eq!(cancel.json()["result"], "cancelled");
     // Capacity cleared; the rejected decision stays rejected.
     let again = api.input(&sid, &ids[32], &json!({"kind": "message", "text": "m32"}));
     assert_eq!((again.status, again.code().as_str()), (429, "queue_full"));
-    let s = api.call("GET", &format!("/sessions/{sid}"), "/sessions/{session_id}", &[], None).json();
+    let s = api
+        .call(
+            "GET",
+            &format!("/sessions/{sid}"),
+            "/sessions/{session_id}",
+            &[],
+            None,
+        )
+        .json();
     let run = s["status"]["run_id"].clone();
     assert_eq!(s["pending_inputs"].as_array().unwrap().len(), 31);
     // A stale run id interrupts nothing; the captured one is interrupted,
     // and waiting inputs through order 5 are cancelled.
-    let stale = api.call("POST", &format!("/sessions/{sid}/interrupt"), "/sessions/{session_id}/interrupt", &[], Some(&json!({"run_id": "r999", "through_input_order": 0})));
+    let stale = api.call(
+        "POST",
+        &format!("/sessions/{sid}/interrupt"),
+        "/sessions/{session_id}/interrupt",
+        &[],
+        Some(&json!({"run_id": "r999", "through_input_order": 0})),
+    );
     assert_eq!(stale.json()["state"], "already_ended");
-    let r = api.call("POST", &format!("/sessions/{sid}/interrupt"), "/sessions/{session_id}/interrupt", &[], Some(&json!({"run_id": run, "through_input_order": 5})));
+    let r = api.call(
+        "POST",
+        &format!("/sessions/{sid}/interrupt"),
+        "/sessions/{session_id}/interrupt",
+        &[],
+        Some(&json!({"run_id": run, "through_input_order": 5})),
+    );
     assert_eq!(r.json()["state"], "requested");
     assert_eq!(r.json()["cancelled_input_ids"].as_array().unwrap().len(), 4);
     // The next waiting input (order 6) runs after the interrupted turn.
-    api.until(&mut w, |e| e["type"] == "input" && e["data"]["input"]["acceptance_order"] == 6 && e["data"]["input"]["delivery"] == "committed");
+    api.until(&mut w, |e| {
+        e["type"] == "input"
+            && e["data"]["input"]["acceptance_order"] == 6
+            && e["data"]["input"]["delivery"] == "committed"
+    });
     api.d.stop();
 }
 
@@ -224,57 +420,137 @@ fn a_full_queue_stays_rejected_and_interrupt_takes_exactly_its_run() {
 fn watches_replay_reset_and_survive_a_restart_with_history() {
     let dir = TestDir::new("hswatch");
     let port = free_port();
-    let long: Vec<Value> = (0..300).map(|i| json!({"text": format!("chunk {i} ")})).collect();
+    let long: Vec<Value> = (0..300)
+        .map(|i| json!({"text": format!("chunk {i} ")}))
+        .collect();
     let script = json!([[{"text": "a"}, {"stall": 60}], long]);
     let api = Api::start(&dir, &seat(&script, &[]), port);
-    let sid = api.create(&uuid7(0, 1), &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"})).json()["id"].as_str().unwrap().to_string();
+    let sid = api
+        .create(
+            &uuid7(0, 1),
+            &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"}),
+        )
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // Attach during the turn: a reset with the snapshot, then live events.
     let mut w = api.watch(&format!("/sessions/{sid}"));
     let first = api.batch(&mut w, "/sessions/{session_id}");
     assert_eq!(first["events"][0]["type"], "reset");
     assert_eq!(first["snapshot"]["id"], json!(sid));
-    let (generation, cursor) = api.until(&mut w, |e| e["type"] == "status" && e["data"]["phase"] == "running");
+    let (generation, cursor) = api.until(&mut w, |e| {
+        e["type"] == "status" && e["data"]["phase"] == "running"
+    });
     drop(w);
     // Reconnect from the cursor: replay, no reset.
-    let mut w = api.watch(&format!("/sessions/{sid}?after_generation={generation}&after_seq={}", cursor.saturating_sub(1)));
+    let mut w = api.watch(&format!(
+        "/sessions/{sid}?after_generation={generation}&after_seq={}",
+        cursor.saturating_sub(1)
+    ));
     let b = api.batch(&mut w, "/sessions/{session_id}");
     assert_ne!(b["events"][0]["type"], "reset", "{b}");
     assert_eq!(b["events"][0]["sequence"], cursor);
     // Interrupt, then a longer turn; a cursor the buffer cannot serve (here
     // one from the future; eviction is sse.rs's unit test) resets.
-    let run = api.call("GET", &format!("/sessions/{sid}"), "/sessions/{session_id}", &[], None).json()["status"]["run_id"].clone();
-    api.call("POST", &format!("/sessions/{sid}/interrupt"), "/sessions/{session_id}/interrupt", &[], Some(&json!({"run_id": run, "through_input_order": 0})));
+    let run = api
+        .call(
+            "GET",
+            &format!("/sessions/{sid}"),
+            "/sessions/{session_id}",
+            &[],
+            None,
+        )
+        .json()["status"]["run_id"]
+        .clone();
+    api.call(
+        "POST",
+        &format!("/sessions/{sid}/interrupt"),
+        "/sessions/{session_id}/interrupt",
+        &[],
+        Some(&json!({"run_id": run, "through_input_order": 0})),
+    );
     let iid = uuid7(0, 2);
     api.input(&sid, &iid, &json!({"kind": "message", "text": "long"}));
-    api.until(&mut w, |e| e["type"] == "turn_completed" && e["data"]["input_ids"][0] == json!(iid));
+    api.until(&mut w, |e| {
+        e["type"] == "turn_completed" && e["data"]["input_ids"][0] == json!(iid)
+    });
     drop(w);
-    let mut w = api.watch(&format!("/sessions/{sid}?after_generation={generation}&after_seq={}", cursor + 1000));
+    let mut w = api.watch(&format!(
+        "/sessions/{sid}?after_generation={generation}&after_seq={}",
+        cursor + 1000
+    ));
     let b = api.batch(&mut w, "/sessions/{session_id}");
-    assert_eq!(b["events"][0]["data"]["reason"], "replay_unavailable", "{b}");
-    let (generation, cursor) = (b["generation"].as_str().unwrap().to_string(), b["cursor"].as_u64().unwrap());
+    assert_eq!(
+        b["events"][0]["data"]["reason"], "replay_unavailable",
+        "{b}"
+    );
+    let (generation, cursor) = (
+        b["generation"].as_str().unwrap().to_string(),
+        b["cursor"].as_u64().unwrap(),
+    );
     drop(w);
-    let entries_before = api.call("GET", &format!("/sessions/{sid}/history?limit=200"), "/sessions/{session_id}/history", &[], None).json()["high_water"].clone();
+    let entries_before = api
+        .call(
+            "GET",
+            &format!("/sessions/{sid}/history?limit=200"),
+            "/sessions/{session_id}/history",
+            &[],
+            None,
+        )
+        .json()["high_water"]
+        .clone();
     // Restart: committed history survives; the old cursor resets.
     let Api { d, .. } = api;
     d.stop();
     let api = Api::start(&dir, &seat(&script, &[]), port);
-    let h = api.call("GET", &format!("/sessions/{sid}/history"), "/sessions/{session_id}/history", &[], None).json();
-    assert!(h["high_water"].as_u64().unwrap() >= entries_before.as_u64().unwrap(), "{h}");
-    let older = api.call("GET", &format!("/sessions/{sid}/history?before={}&limit=5", h["high_water"]), "/sessions/{session_id}/history", &[], None).json();
+    let h = api
+        .call(
+            "GET",
+            &format!("/sessions/{sid}/history"),
+            "/sessions/{session_id}/history",
+            &[],
+            None,
+        )
+        .json();
+    assert!(
+        h["high_water"].as_u64().unwrap() >= entries_before.as_u64().unwrap(),
+        "{h}"
+    );
+    let older = api
+        .call(
+            "GET",
+            &format!("/sessions/{sid}/history?before={}&limit=5", h["high_water"]),
+            "/sessions/{session_id}/history",
+            &[],
+            None,
+        )
+        .json();
     assert_eq!(older["items"].as_array().unwrap().len(), 5);
     assert!(older["older"].is_u64(), "{older}");
-    let got = api.call("GET", &format!("/sessions/{sid}/inputs/{iid}"), "/sessions/{session_id}/inputs/{input_id}", &[], None);
+    let got = api.call(
+        "GET",
+        &format!("/sessions/{sid}/inputs/{iid}"),
+        "/sessions/{session_id}/inputs/{input_id}",
+        &[],
+        None,
+    );
     assert_eq!(got.json()["turn"]["outcome"], "completed");
     let mut w = loop {
         // The session is live again once the daemon has reopened it.
         let r = api.send("GET", &format!("/sessions/{sid}"), &[], None);
         if r.json()["state"] != "starting" && r.json()["state"] != "ended" {
-            break api.watch(&format!("/sessions/{sid}?after_generation={generation}&after_seq={cursor}"));
+            break api.watch(&format!(
+                "/sessions/{sid}?after_generation={generation}&after_seq={cursor}"
+            ));
         }
         api.d.wait_log("reopened");
     };
     let b = api.batch(&mut w, "/sessions/{session_id}");
-    assert_eq!(b["events"][0]["data"]["reason"], "generation_changed", "{b}");
+    assert_eq!(
+        b["events"][0]["data"]["reason"], "generation_changed",
+        "{b}"
+    );
     api.d.stop();
 }
 
@@ -285,27 +561,47 @@ fn watches_replay_reset_and_survive_a_restart_with_history() {
 fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
     let dir = TestDir::new("hsgrow");
     let port = free_port();
-    let mut long = vec![json!({"think": "plan"}), json!({"text": "héllo "}), json!({"stall": 0.05})];
+    let mut long = vec![
+        json!({"think": "plan"}),
+        json!({"text": "héllo "}),
+        json!({"stall": 0.05}),
+    ];
     for i in 0..200 {
         long.push(json!({"text": format!("chunk {i} ")}));
         if i % 40 == 0 {
             long.push(json!({"stall": 0.02}));
         }
     }
-    long.push(json!({"tool": {"id": "t1", "name": "Read", "input": {"file_path": "x"}, "output": "ok"}}));
+    long.push(
+        json!({"tool": {"id": "t1", "name": "Read", "input": {"file_path": "x"}, "output": "ok"}}),
+    );
     long.push(json!({"text": "done"}));
     let script = json!([[{"text": "ready"}], long]);
     let api = Api::start(&dir, &seat(&script, &[]), port);
-    let sid = api.create(&uuid7(0, 1), &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"})).json()["id"].as_str().unwrap().to_string();
+    let sid = api
+        .create(
+            &uuid7(0, 1),
+            &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"}),
+        )
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let mut w = api.watch(&format!("/sessions/{sid}"));
     let first = api.batch(&mut w, "/sessions/{session_id}");
     assert_eq!(first["events"][0]["type"], "reset");
-    let mut texts: std::collections::HashMap<String, String> = first["snapshot"]["history"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["id"].as_str().unwrap().to_string(), e["text"].as_str().unwrap_or_default().to_string()))
-        .collect();
+    let mut texts: std::collections::HashMap<String, String> =
+        first["snapshot"]["history"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["id"].as_str().unwrap().to_string(),
+                    e["text"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
     let iid = uuid7(0, 2);
     api.input(&sid, &iid, &json!({"kind": "message", "text": "long"}));
     let mut messages: std::collections::HashMap<String, usize> = Default::default();
@@ -315,7 +611,15 @@ fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
     let (mut done, mut committed, mut want) = (false, 0, u64::MAX);
     while !done || committed < want {
         if done && want == u64::MAX {
-            let h = api.call("GET", &format!("/sessions/{sid}/history?limit=1"), "/sessions/{session_id}/history", &[], None).json();
+            let h = api
+                .call(
+                    "GET",
+                    &format!("/sessions/{sid}/history?limit=1"),
+                    "/sessions/{session_id}/history",
+                    &[],
+                    None,
+                )
+                .json();
             want = h["high_water"].as_u64().unwrap();
             continue;
         }
@@ -325,7 +629,11 @@ fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
                 "text" | "thinking" => {
                     let id = e["data"]["message_id"].as_str().unwrap().to_string();
                     let have = texts.entry(id.clone()).or_default();
-                    assert_eq!(e["data"]["offset"].as_u64().unwrap() as usize, have.len(), "{id} continues where it stopped: {e}");
+                    assert_eq!(
+                        e["data"]["offset"].as_u64().unwrap() as usize,
+                        have.len(),
+                        "{id} continues where it stopped: {e}"
+                    );
                     let piece = e["data"]["text"].as_str().unwrap();
                     appended_bytes += piece.len();
                     have.push_str(piece);
@@ -337,7 +645,10 @@ fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
                         if let Some(have) = texts.get(&id) {
                             // The whole entry replaces its pieces; a round
                             // that completes it may also have grown it.
-                            assert!(t.starts_with(have.as_str()), "the whole {id} continues what its pieces made:\n{have}\n{t}");
+                            assert!(
+                                t.starts_with(have.as_str()),
+                                "the whole {id} continues what its pieces made:\n{have}\n{t}"
+                            );
                         }
                         texts.insert(id.clone(), t.to_string());
                     }
@@ -349,13 +660,25 @@ fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
             }
         }
     }
-    let h = api.call("GET", &format!("/sessions/{sid}/history?limit=200"), "/sessions/{session_id}/history", &[], None).json();
+    let h = api
+        .call(
+            "GET",
+            &format!("/sessions/{sid}/history?limit=200"),
+            "/sessions/{session_id}/history",
+            &[],
+            None,
+        )
+        .json();
     let mut long_id = None;
     for e in h["items"].as_array().unwrap() {
         let id = e["id"].as_str().unwrap();
         if let Some(t) = e["text"].as_str() {
             if e["kind"] == "text" || e["kind"] == "thinking" {
-                assert_eq!(texts.get(id).map(String::as_str), Some(t), "the watcher holds {id} as history does");
+                assert_eq!(
+                    texts.get(id).map(String::as_str),
+                    Some(t),
+                    "the watcher holds {id} as history does"
+                );
             }
             if t.starts_with("héllo chunk 0") {
                 long_id = Some(id.to_string());
@@ -363,36 +686,73 @@ fn growing_text_is_sent_as_appended_pieces_then_once_whole() {
         }
     }
     let long_id = long_id.expect("the long reply in history");
-    assert_eq!(messages.get(&long_id), Some(&1), "the long reply goes out whole once: {messages:?}");
+    assert_eq!(
+        messages.get(&long_id),
+        Some(&1),
+        "the long reply goes out whole once: {messages:?}"
+    );
     let long_len = texts[&long_id].len();
-    assert!(appended_bytes < 2 * long_len + 64, "appended {appended_bytes} bytes for a reply of {long_len}");
+    assert!(
+        appended_bytes < 2 * long_len + 64,
+        "appended {appended_bytes} bytes for a reply of {long_len}"
+    );
     api.d.stop();
 }
 
 #[test]
 fn a_stalled_collection_reader_does_not_hold_back_a_live_one() {
     let dir = TestDir::new("hsstall");
-    let many: Vec<Value> = (0..200).map(|i| json!({"text": format!("{i} {}", "x".repeat(200))})).collect();
+    let many: Vec<Value> = (0..200)
+        .map(|i| json!({"text": format!("{i} {}", "x".repeat(200))}))
+        .collect();
     let api = Api::start(&dir, &seat(&json!([many]), &[]), 0);
     // The stalled one: subscribed, never read.
     let stalled = api.watch("/sessions");
     let mut live = api.watch("/sessions");
     let b = api.batch(&mut live, "/sessions");
-    assert_eq!((b["events"][0]["type"].clone(), b["events"][1]["type"].clone()), (json!("ready"), json!("reset")));
+    assert_eq!(
+        (
+            b["events"][0]["type"].clone(),
+            b["events"][1]["type"].clone()
+        ),
+        (json!("ready"), json!("reset"))
+    );
     let sids: Vec<String> = (0..4)
-        .map(|n| api.create(&uuid7(0, n), &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"})).json()["id"].as_str().unwrap().to_string())
+        .map(|n| {
+            api.create(
+                &uuid7(0, n),
+                &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"}),
+            )
+            .json()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     let mut idle = std::collections::HashSet::new();
     while idle.len() < sids.len() {
         let b = api.batch(&mut live, "/sessions");
         for e in b["events"].as_array().unwrap() {
-            if e["type"] == "activity" && e["data"]["status"]["phase"] == "idle" && e["data"]["activity"]["lines"].as_array().is_some_and(|l| !l.is_empty()) {
+            if e["type"] == "activity"
+                && e["data"]["status"]["phase"] == "idle"
+                && e["data"]["activity"]["lines"]
+                    .as_array()
+                    .is_some_and(|l| !l.is_empty())
+            {
                 idle.insert(e["data"]["session_id"].as_str().unwrap().to_string());
             }
             assert_ne!(e["type"], "overflow");
         }
     }
-    let list = api.call("GET", "/sessions?harness=fake&limit=2", "/sessions", &[], None).json();
+    let list = api
+        .call(
+            "GET",
+            "/sessions?harness=fake&limit=2",
+            "/sessions",
+            &[],
+            None,
+        )
+        .json();
     assert_eq!(list["items"].as_array().unwrap().len(), 2);
     assert!(list["next"].is_string());
     drop(stalled);
@@ -409,28 +769,65 @@ fn an_agent_holding_the_token_cannot_answer_its_own_approval() {
         {"permission": {"id": "c1", "name": "Bash", "input": {"command": "curl evil"}, "description": "d"}}
     ]]);
     let helper = fixture("http_answer_own_approval.py");
-    let mut cfg = seat(&script, &[("OMNI_HTTP", &addr), ("OMNI_TOKEN_FILE", &token)]);
+    let mut cfg = seat(
+        &script,
+        &[("OMNI_HTTP", &addr), ("OMNI_TOKEN_FILE", &token)],
+    );
     // The agent's first step runs the helper, which holds the token.
-    cfg = cfg.replace("FAKE_SCRIPT = '[[", &format!("FAKE_SCRIPT = '[[{{\"spawn\": [\"python3\", \"{helper}\"]}}, "));
+    cfg = cfg.replace(
+        "FAKE_SCRIPT = '[[",
+        &format!("FAKE_SCRIPT = '[[{{\"spawn\": [\"python3\", \"{helper}\"]}}, "),
+    );
     let api = Api::start(&dir, &cfg, port);
-    let sid = api.create(&uuid7(0, 1), &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"})).json()["id"].as_str().unwrap().to_string();
-    let line = api.d.wait_log("refused HTTP POST /approvals/{approval_id}/answer");
+    let sid = api
+        .create(
+            &uuid7(0, 1),
+            &json!({"harness": "fake", "worktree": api.wt, "prompt": "go"}),
+        )
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let line = api
+        .d
+        .wait_log("refused HTTP POST /approvals/{approval_id}/answer");
     assert!(line.contains("agent-session"), "{line}");
     let id = format!("{sid}-a1");
     let mut w = api.watch(&format!("/sessions/{sid}"));
     loop {
         let b = api.batch(&mut w, "/sessions/{session_id}");
         let waiting = |st: &Value| st["phase"] == "awaiting_approval";
-        if waiting(&b["snapshot"]["status"]) || b["events"].as_array().unwrap().iter().any(|e| e["type"] == "status" && waiting(&e["data"])) {
+        if waiting(&b["snapshot"]["status"])
+            || b["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["type"] == "status" && waiting(&e["data"]))
+        {
             break;
         }
     }
-    let a = api.call("GET", &format!("/approvals/{id}"), "/approvals/{approval_id}", &[], None);
+    let a = api.call(
+        "GET",
+        &format!("/approvals/{id}"),
+        "/approvals/{approval_id}",
+        &[],
+        None,
+    );
     assert_eq!(a.json()["state"], "pending");
     let list = api.call("GET", "/approvals", "/approvals", &[], None);
     assert_eq!(list.json()["items"][0]["request_id"], json!(id));
-    let r = api.call("POST", &format!("/approvals/{id}/answer"), "/approvals/{approval_id}/answer", &[], Some(&json!({"decision": "allow"})));
-    assert_eq!((r.status, r.json()["surface"].clone()), (200, json!("http")));
+    let r = api.call(
+        "POST",
+        &format!("/approvals/{id}/answer"),
+        "/approvals/{approval_id}/answer",
+        &[],
+        Some(&json!({"decision": "allow"})),
+    );
+    assert_eq!(
+        (r.status, r.json()["surface"].clone()),
+        (200, json!("http"))
+    );
     api.until(&mut w, is("turn_completed"));
     let seats = api.call("GET", "/seats", "/seats", &[], None);
     assert_eq!(seats.json()["items"][0]["harness"], "fake");
@@ -450,11 +847,24 @@ fn an_agent_holding_the_token_reads_only_its_own_session() {
     let helper = fixture("http_read_sessions.py");
     let script = json!([[{"spawn": ["python3", helper]}]]);
     let out_s = out.display().to_string();
-    let cfg = seat(&script, &[("OMNI_HTTP", &addr), ("OMNI_TOKEN_FILE", &token), ("OMNI_OUT", &out_s)]);
+    let cfg = seat(
+        &script,
+        &[
+            ("OMNI_HTTP", &addr),
+            ("OMNI_TOKEN_FILE", &token),
+            ("OMNI_OUT", &out_s),
+        ],
+    );
     let api = Api::start(&dir, &cfg, port);
     let body = json!({"harness": "fake", "worktree": api.wt, "prompt": "go"});
-    let a = api.create(&uuid7(0, 1), &body).json()["id"].as_str().unwrap().to_string();
-    let b = api.create(&uuid7(0, 2), &body).json()["id"].as_str().unwrap().to_string();
+    let a = api.create(&uuid7(0, 1), &body).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = api.create(&uuid7(0, 2), &body).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // The operator reads both.
     let all = api.call("GET", "/sessions", "/sessions", &[], None).json();
     assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
@@ -478,14 +888,27 @@ fn an_agent_holding_the_token_reads_only_its_own_session() {
         let _ = tx.send(());
     });
     std::fs::write(out.join("probe"), &b).unwrap();
-    rx.recv_timeout(util::PATIENCE).expect("the agent's helper finished");
+    rx.recv_timeout(util::PATIENCE)
+        .expect("the agent's helper finished");
     let file = out.join(format!("{a}.json"));
     let got: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(got["list"]["status"], 200, "{got}");
-    let ids: Vec<&str> = got["list"]["body"]["items"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = got["list"]["body"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, vec![a.as_str()], "{got}");
     assert_eq!(got["own"]["status"], 200, "{got}");
-    assert_eq!((got["other"]["status"].clone(), got["other"]["body"]["code"].clone()), (json!(404), json!("not_found")), "{got}");
+    assert_eq!(
+        (
+            got["other"]["status"].clone(),
+            got["other"]["body"]["code"].clone()
+        ),
+        (json!(404), json!("not_found")),
+        "{got}"
+    );
     assert_eq!(got["other_history"]["status"], 404, "{got}");
     api.d.stop();
 }

@@ -4,13 +4,16 @@
 
 mod util;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use util::{Client, Daemon, Opts, TestDir};
 
 fn fake_acp() -> String {
-    format!("{}/tests/fixtures/fake_acp_agent.py", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/tests/fixtures/fake_acp_agent.py",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -24,7 +27,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .env("GIT_COMMITTER_EMAIL", "t@t")
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -58,7 +65,8 @@ fn verdict_text(v: &str) -> String {
 }
 
 const PASS: &str = r#"{"verdict":"pass"}"#;
-const REWORK: &str = r#"{"verdict":"rework","defects":[{"file":"feature.txt","line":1,"issue":"say fixed"}]}"#;
+const REWORK: &str =
+    r#"{"verdict":"rework","defects":[{"file":"feature.txt","line":1,"issue":"say fixed"}]}"#;
 
 struct Rig {
     d: Daemon,
@@ -70,8 +78,18 @@ struct Rig {
 impl Rig {
     fn start(dir: &TestDir, lanes_cfg: &str, seats: String, env: Vec<(String, String)>) -> Rig {
         let repo = repo(dir);
-        let config = format!("{lanes_cfg}\n[[repo]]\npath = \"{}\"\n\n{seats}", repo.display());
-        let d = Daemon::start_with(&dir.path, Opts { config: Some(config), env, ..Opts::default() });
+        let config = format!(
+            "{lanes_cfg}\n[[repo]]\npath = \"{}\"\n\n{seats}",
+            repo.display()
+        );
+        let d = Daemon::start_with(
+            &dir.path,
+            Opts {
+                config: Some(config),
+                env,
+                ..Opts::default()
+            },
+        );
         d.wait_log("seat builder: ready");
         d.wait_log("seat verifier: ready");
         // Lanes and plugins learn isolation from the same probe, in one step.
@@ -129,7 +147,12 @@ fn pass_in_round_one_merges_and_archives() {
     let seats = format!(
         "{}{}",
         seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
-        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
     );
     let mut r = Rig::start(&dir, "", seats, vec![]);
     let lane = r.dispatch("test -f feature.txt");
@@ -139,7 +162,19 @@ fn pass_in_round_one_merges_and_archives() {
     let wt = PathBuf::from(lane["worktree"].as_str().unwrap());
     assert_eq!(wt, r.repo.with_file_name("shop-wt").join("add-feature"));
     let (stages, verdicts) = r.run_until(&["merged", "sent-back", "cap"]);
-    assert_eq!(stages, ["building", "idle", "checking", "waiting-verifier", "verifying", "pass", "merging", "merged"]);
+    assert_eq!(
+        stages,
+        [
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "pass",
+            "merging",
+            "merged"
+        ]
+    );
     assert_eq!(verdicts.len(), 1);
     assert_eq!(verdicts[0]["verdict"], json!("pass"));
     assert_eq!(verdicts[0]["round"], json!(1));
@@ -149,7 +184,10 @@ fn pass_in_round_one_merges_and_archives() {
     let list = r.c.call("verify.list", json!({}));
     assert_eq!(list["lanes"], json!([]));
     let got = r.c.call("lanes.get", json!({"lane": id}));
-    assert_eq!((got["stage"].as_str(), got["archived"].as_bool()), (Some("merged"), Some(true)));
+    assert_eq!(
+        (got["stage"].as_str(), got["archived"].as_bool()),
+        (Some("merged"), Some(true))
+    );
     // Removal runs on a lane worker after the archive.
     r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
     // Its checkout is kept for the repository's next lane, not removed.
@@ -171,7 +209,16 @@ fn rework_then_pass_sends_the_defects_to_the_builder() {
         verdict_text(REWORK).replace('\n', "\\n")
     );
     let verifier = json!([[{"text_from": ["sh", "-c", judge]}]]);
-    let seats = format!("{}{}", seat("builder", "anthropic", &builder_writes(&["first", "fixed"]), &[]), seat("verifier", "google", &verifier, &[]));
+    let seats = format!(
+        "{}{}",
+        seat(
+            "builder",
+            "anthropic",
+            &builder_writes(&["first", "fixed"]),
+            &[]
+        ),
+        seat("verifier", "google", &verifier, &[])
+    );
     let mut r = Rig::start(&dir, "", seats, vec![]);
     let lane = r.dispatch("test -f feature.txt");
     let builder = lane["session"].as_str().unwrap().to_string();
@@ -179,20 +226,53 @@ fn rework_then_pass_sends_the_defects_to_the_builder() {
     assert_eq!(
         stages,
         [
-            "building", "idle", "checking", "waiting-verifier", "verifying", "rework", "building", "idle", "checking", "waiting-verifier",
-            "verifying", "pass", "merging", "merged"
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "rework",
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "pass",
+            "merging",
+            "merged"
         ]
     );
-    assert_eq!(verdicts.iter().map(|v| (v["verdict"].clone(), v["round"].clone(), v["defects"].clone())).collect::<Vec<_>>(), vec![
-        (json!("rework"), json!(1), json!(1)),
-        (json!("pass"), json!(2), json!(0))
-    ]);
+    assert_eq!(
+        verdicts
+            .iter()
+            .map(|v| (
+                v["verdict"].clone(),
+                v["round"].clone(),
+                v["defects"].clone()
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (json!("rework"), json!(1), json!(1)),
+            (json!("pass"), json!(2), json!(0))
+        ]
+    );
     assert_ne!(verdicts[0]["commit"], verdicts[1]["commit"]);
     // The builder got the cited defect as its next turn, recorded as check-1.
-    let evs = r.c.call("events.list", json!({"stream": builder, "limit": 1000}))["events"].clone();
-    let check = evs.as_array().unwrap().iter().find(|e| e["kind"] == "check.rework").expect("a check.rework record");
+    let evs =
+        r.c.call("events.list", json!({"stream": builder, "limit": 1000}))["events"].clone();
+    let check = evs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "check.rework")
+        .expect("a check.rework record");
     assert_eq!(check["data"]["id"], json!("check-1"));
-    assert!(check["data"]["text"].as_str().unwrap().contains("feature.txt:1: say fixed"));
+    assert!(
+        check["data"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("feature.txt:1: say fixed")
+    );
     assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "fixed");
     r.d.stop();
 }
@@ -202,18 +282,38 @@ fn failing_acceptance_goes_back_to_the_builder_until_the_cap() {
     let dir = TestDir::new("lanecap");
     let seats = format!(
         "{}{}",
-        seat("builder", "anthropic", &json!([[{"text": "did nothing"}], [{"text": "still nothing"}]]), &[]),
-        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+        seat(
+            "builder",
+            "anthropic",
+            &json!([[{"text": "did nothing"}], [{"text": "still nothing"}]]),
+            &[]
+        ),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
     );
     let mut r = Rig::start(&dir, "[lanes]\nmax_rounds = 2\n", seats, vec![]);
     let lane = r.dispatch("echo the feature is missing; test -f feature.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
     let (stages, verdicts) = r.run_until(&["merged", "sent-back", "cap"]);
-    assert_eq!(stages, ["building", "idle", "checking", "rework", "building", "idle", "checking", "cap"]);
+    assert_eq!(
+        stages,
+        [
+            "building", "idle", "checking", "rework", "building", "idle", "checking", "cap"
+        ]
+    );
     assert!(verdicts.is_empty());
     let got = r.c.call("lanes.get", json!({"lane": id}));
     assert_eq!(got["state"], json!("sent-back"));
-    assert!(got["last_check"]["tail"].as_str().unwrap().contains("the feature is missing"));
+    assert!(
+        got["last_check"]["tail"]
+            .as_str()
+            .unwrap()
+            .contains("the feature is missing")
+    );
     // The operator closes it and keeps the worktree.
     let closed = r.c.call("lanes.close", json!({"lane": id}));
     assert_eq!(closed["stage"], json!("closed"));
@@ -229,18 +329,37 @@ fn an_answer_that_is_not_a_verdict_gets_a_second_opinion_then_goes_back() {
     let seats = format!(
         "{}{}",
         seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
-        seat("verifier", "openai", &json!([[{"text": "Looks fine to me."}]]), &[])
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": "Looks fine to me."}]]),
+            &[]
+        )
     );
     let mut r = Rig::start(&dir, "", seats, vec![]);
     let lane = r.dispatch("test -f feature.txt");
     let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
     assert_eq!(
         stages,
-        ["building", "idle", "checking", "waiting-verifier", "verifying", "verify-failed", "second-opinion", "verifying", "verify-failed", "sent-back"]
+        [
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "verify-failed",
+            "second-opinion",
+            "verifying",
+            "verify-failed",
+            "sent-back"
+        ]
     );
     // The operator sends it back with notes; the builder gets them.
     let id = lane["lane"].as_str().unwrap();
-    let got = r.c.call("lanes.rework", json!({"lane": id, "notes": "please try again"}));
+    let got = r.c.call(
+        "lanes.rework",
+        json!({"lane": id, "notes": "please try again"}),
+    );
     assert_eq!(got["state"], json!("building"));
     r.d.stop();
 }
@@ -249,8 +368,22 @@ fn an_answer_that_is_not_a_verdict_gets_a_second_opinion_then_goes_back() {
 fn a_merge_conflict_is_left_for_the_operator() {
     let dir = TestDir::new("laneconflict");
     let builder = json!([[{"run": ["sh", "-c", "echo lane > a.txt"]}, {"text": "done"}]]);
-    let seats = format!("{}{}", seat("builder", "anthropic", &builder, &[]), seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[]));
-    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\nmerge = \"merge-commit\"\n", seats, vec![]);
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder, &[]),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
+    );
+    let mut r = Rig::start(
+        &dir,
+        "[lanes]\nrequire_merge_approval = true\nmerge = \"merge-commit\"\n",
+        seats,
+        vec![],
+    );
     let lane = r.dispatch("test -f a.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
     let (stages, _) = r.run_until(&["pass"]);
@@ -263,7 +396,11 @@ fn a_merge_conflict_is_left_for_the_operator() {
     assert_eq!(stages, ["merging", "merge-failed"]);
     let got = r.c.call("lanes.get", json!({"lane": id}));
     assert!(got["reason"].as_str().unwrap().contains("a.txt"), "{got}");
-    assert_eq!(git(&r.repo, &["status", "--porcelain"]), "", "the main worktree is left clean");
+    assert_eq!(
+        git(&r.repo, &["status", "--porcelain"]),
+        "",
+        "the main worktree is left clean"
+    );
     r.d.stop();
 }
 
@@ -278,18 +415,31 @@ fn dispatch_refusals_have_stable_codes() {
     );
     let mut r = Rig::start(&dir, "", seats, vec![]);
     r.d.wait_log("seat twin: ready");
-    let base = |builder: &str, verifier: &str, repo: &str| {
-        json!({"repo": repo, "task": "t", "builder": builder, "verifier": verifier, "acceptance": {"name": "n", "command": "true"}, "name": "x"})
-    };
+    let base = |builder: &str, verifier: &str, repo: &str| json!({"repo": repo, "task": "t", "builder": builder, "verifier": verifier, "acceptance": {"name": "n", "command": "true"}, "name": "x"});
     let repo = r.repo.display().to_string();
-    assert_eq!(r.c.error_code("task.dispatch", base("builder", "twin", &repo)), "same-family");
-    assert_eq!(r.c.error_code("task.dispatch", base("builder", "nobody", &repo)), "seat-not-found");
-    assert_eq!(r.c.error_code("task.dispatch", base("builder", "verifier", "/no/such/repo")), "repo-unknown");
+    assert_eq!(
+        r.c.error_code("task.dispatch", base("builder", "twin", &repo)),
+        "same-family"
+    );
+    assert_eq!(
+        r.c.error_code("task.dispatch", base("builder", "nobody", &repo)),
+        "seat-not-found"
+    );
+    assert_eq!(
+        r.c.error_code(
+            "task.dispatch",
+            base("builder", "verifier", "/no/such/repo")
+        ),
+        "repo-unknown"
+    );
     let mut p = base("builder", "verifier", &repo);
     p["base"] = json!("no-such-branch");
     assert_eq!(r.c.error_code("task.dispatch", p), "base-unknown");
     git(&r.repo, &["branch", "omni/x"]);
-    assert_eq!(r.c.error_code("task.dispatch", base("builder", "verifier", &repo)), "name-taken");
+    assert_eq!(
+        r.c.error_code("task.dispatch", base("builder", "verifier", &repo)),
+        "name-taken"
+    );
     let mut p = base("builder", "verifier", &repo);
     p["extra"] = json!(1);
     assert_eq!(r.c.error_code("task.dispatch", p), "invalid-params");
@@ -303,11 +453,23 @@ fn a_machine_that_cannot_isolate_refuses_with_isolation_missing() {
     // container that forbids them looks like to the daemon.
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(bin.join("bwrap"), "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n").unwrap();
+    std::fs::write(
+        bin.join("bwrap"),
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(bin.join("bwrap"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let seats = format!("{}{}", seat("builder", "anthropic", &json!([]), &[]), seat("verifier", "openai", &json!([]), &[]));
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &json!([]), &[]),
+        seat("verifier", "openai", &json!([]), &[])
+    );
     let mut r = Rig::start(&dir, "", seats, vec![("PATH".into(), path)]);
     let repo = r.repo.display().to_string();
     let p = json!({"repo": repo, "task": "t", "builder": "builder", "verifier": "verifier", "acceptance": {"name": "n", "command": "true"}});
@@ -326,7 +488,16 @@ fn a_daemon_killed_mid_verify_resumes_the_lane() {
         verdict_text(PASS).replace('\n', "\\n"),
         m = mark.display()
     );
-    let seats = format!("{}{}", seat("builder", "anthropic", &builder_writes(&["feature"]), &[]), seat("verifier", "openai", &json!([[{"text_from": ["sh", "-c", judge]}]]), &[]));
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text_from": ["sh", "-c", judge]}]]),
+            &[]
+        )
+    );
     let mut r = Rig::start(&dir, "", seats.clone(), vec![]);
     let lane = r.dispatch("test -f feature.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
@@ -338,7 +509,13 @@ fn a_daemon_killed_mid_verify_resumes_the_lane() {
     let Rig { mut d, .. } = r;
     d.kill9();
     drop(d);
-    let d = Daemon::start_with(&dir.path, Opts { config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()), ..Opts::default() });
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()),
+            ..Opts::default()
+        },
+    );
     d.wait_log(&format!("lane {id}: resuming at verifying"));
     // The lane goes on from waiting-verifier and merges: follow the stream
     // (subscribe, then read what was committed before), deduplicated by seq.
@@ -346,7 +523,10 @@ fn a_daemon_killed_mid_verify_resumes_the_lane() {
     sub.call("events.subscribe", json!({"streams": ["lanes"]}));
     let mut c = d.connect();
     let mut seen = std::collections::BTreeMap::new();
-    for e in c.call("events.list", json!({"stream": "lanes", "limit": 1000}))["events"].as_array().unwrap() {
+    for e in c.call("events.list", json!({"stream": "lanes", "limit": 1000}))["events"]
+        .as_array()
+        .unwrap()
+    {
         seen.insert(e["seq"].as_i64().unwrap(), e.clone());
     }
     while !seen.values().any(|e| e["data"]["stage"] == "merged") {
@@ -355,10 +535,25 @@ fn a_daemon_killed_mid_verify_resumes_the_lane() {
     }
     let got = c.call("lanes.get", json!({"lane": id}));
     assert_eq!(got["stage"], json!("merged"));
-    let stages: Vec<&str> = seen.values().filter(|e| e["kind"] == "lane.stage").filter_map(|e| e["data"]["stage"].as_str()).collect();
+    let stages: Vec<&str> = seen
+        .values()
+        .filter(|e| e["kind"] == "lane.stage")
+        .filter_map(|e| e["data"]["stage"].as_str())
+        .collect();
     assert_eq!(
         stages,
-        ["building", "idle", "checking", "waiting-verifier", "verifying", "waiting-verifier", "verifying", "pass", "merging", "merged"]
+        [
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "waiting-verifier",
+            "verifying",
+            "pass",
+            "merging",
+            "merged"
+        ]
     );
     d.stop();
 }
@@ -369,9 +564,19 @@ fn the_command_line_dispatches_shows_and_merges_a_lane() {
     let seats = format!(
         "{}{}",
         seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
-        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
     );
-    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\n", seats, vec![]);
+    let mut r = Rig::start(
+        &dir,
+        "[lanes]\nrequire_merge_approval = true\n",
+        seats,
+        vec![],
+    );
     let sock = r.d.socket.display().to_string();
     let cli = |args: &[&str]| {
         let mut all = vec!["--socket", sock.as_str()];
@@ -383,14 +588,36 @@ fn the_command_line_dispatches_shows_and_merges_a_lane() {
     assert_eq!(code, 0, "{err}");
     assert!(out.lines().next() == Some(repo.as_str()), "{out}");
     // A usage error names what is missing and exits 2 without asking the daemon.
-    let (code, _, err) = cli(&["lanes", "dispatch", "--repo", &repo, "--task", "Add feature.txt"]);
+    let (code, _, err) = cli(&[
+        "lanes",
+        "dispatch",
+        "--repo",
+        &repo,
+        "--task",
+        "Add feature.txt",
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("needs --builder"), "{err}");
     let (code, _, err) = cli(&["lanes", "frobnicate"]);
     assert_eq!(code, 2, "{err}");
     let (code, out, err) = cli(&[
-        "--json", "lanes", "dispatch", "--repo", &repo, "--task", "Add feature.txt", "--builder", "builder", "--verifier", "verifier",
-        "--acceptance-name", "feature exists", "--acceptance", "test -f feature.txt", "--name", "add feature",
+        "--json",
+        "lanes",
+        "dispatch",
+        "--repo",
+        &repo,
+        "--task",
+        "Add feature.txt",
+        "--builder",
+        "builder",
+        "--verifier",
+        "verifier",
+        "--acceptance-name",
+        "feature exists",
+        "--acceptance",
+        "test -f feature.txt",
+        "--name",
+        "add feature",
     ]);
     assert_eq!(code, 0, "{err}");
     let lane: Value = serde_json::from_str(&out).unwrap();
@@ -401,15 +628,31 @@ fn the_command_line_dispatches_shows_and_merges_a_lane() {
     // The list line: id, stage, state, builder→verifier, branch, rounds.
     let (code, out, err) = cli(&["lanes", "list"]);
     assert_eq!(code, 0, "{err}");
-    let line = out.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{out}"));
-    for part in ["pass", "verified", "builder\u{2192}verifier", "omni/add-feature", "round 1/3", "waits for you"] {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{out}"));
+    for part in [
+        "pass",
+        "verified",
+        "builder\u{2192}verifier",
+        "omni/add-feature",
+        "round 1/3",
+        "waits for you",
+    ] {
         assert!(line.contains(part), "{part} not in {line}");
     }
     let (code, out, err) = cli(&["lanes", "show", &id]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("the acceptance command exited with status 0"), "{out}");
+    assert!(
+        out.contains("the acceptance command exited with status 0"),
+        "{out}"
+    );
     assert!(out.contains("verdict     pass on "), "{out}");
-    assert!(out.contains("waits for the operator's approval in the inbox"), "{out}");
+    assert!(
+        out.contains("waits for the operator's approval in the inbox"),
+        "{out}"
+    );
     let (code, out, _) = cli(&["--json", "lanes", "list"]);
     assert_eq!(code, 0);
     let list: Value = serde_json::from_str(&out).unwrap();
@@ -425,7 +668,10 @@ fn the_command_line_dispatches_shows_and_merges_a_lane() {
     assert_eq!(stages, ["merging", "merged"]);
     let (code, out, _) = cli(&["lanes", "show", &id]);
     assert_eq!(code, 0);
-    assert!(out.contains(" merged ") && out.contains("(archived)"), "{out}");
+    assert!(
+        out.contains(" merged ") && out.contains("(archived)"),
+        "{out}"
+    );
     let (code, out, _) = cli(&["lanes"]);
     assert_eq!((code, out.trim()), (0, "no lanes"));
     // Merging twice is refused: the lane is not waiting.
@@ -441,20 +687,54 @@ fn a_required_merge_approval_waits_in_the_inbox() {
     let dir = TestDir::new("lanemergeok");
     let seats = format!(
         "{}{}",
-        seat("builder", "anthropic", &builder_writes(&["feature", "again"]), &[]),
-        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+        seat(
+            "builder",
+            "anthropic",
+            &builder_writes(&["feature", "again"]),
+            &[]
+        ),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
     );
-    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\n", seats, vec![]);
+    let mut r = Rig::start(
+        &dir,
+        "[lanes]\nrequire_merge_approval = true\n",
+        seats,
+        vec![],
+    );
     let lane = r.dispatch("test -f feature.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
     r.run_until(&["pass"]);
-    r.d.wait_log(&format!("approval {id}-merge-1: lane merge waits for the operator"));
-    let item = r.c.call("approvals.get", json!({"request_id": format!("{id}-merge-1")}));
-    assert_eq!((item["subject"].as_str(), item["risk"].as_str(), item["state"].as_str()), (Some("lane-merge"), Some("high"), Some("pending")), "{item}");
+    r.d.wait_log(&format!(
+        "approval {id}-merge-1: lane merge waits for the operator"
+    ));
+    let item = r.c.call(
+        "approvals.get",
+        json!({"request_id": format!("{id}-merge-1")}),
+    );
+    assert_eq!(
+        (
+            item["subject"].as_str(),
+            item["risk"].as_str(),
+            item["state"].as_str()
+        ),
+        (Some("lane-merge"), Some("high"), Some("pending")),
+        "{item}"
+    );
     let got = r.c.call("lanes.get", json!({"lane": id}));
-    assert_eq!(item["digest"], got["verdict"]["commit"], "the approval is bound to the commit that passed");
+    assert_eq!(
+        item["digest"], got["verdict"]["commit"],
+        "the approval is bound to the commit that passed"
+    );
     // Allowed in the inbox: the lane merges that commit.
-    r.c.call("approvals.answer", json!({"request_id": format!("{id}-merge-1"), "decision": "allow"}));
+    r.c.call(
+        "approvals.answer",
+        json!({"request_id": format!("{id}-merge-1"), "decision": "allow"}),
+    );
     let (stages, _) = r.run_until(&["merged", "merge-failed"]);
     assert_eq!(stages, ["merging", "merged"]);
     assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), "feature");
@@ -467,19 +747,36 @@ fn a_denied_merge_goes_back_to_the_operator() {
     let seats = format!(
         "{}{}",
         seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
-        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
     );
-    let mut r = Rig::start(&dir, "[lanes]\nrequire_merge_approval = true\n", seats, vec![]);
+    let mut r = Rig::start(
+        &dir,
+        "[lanes]\nrequire_merge_approval = true\n",
+        seats,
+        vec![],
+    );
     let lane = r.dispatch("test -f feature.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
     r.run_until(&["pass"]);
     r.d.wait_log(&format!("approval {id}-merge-1: lane merge waits"));
-    r.c.call("approvals.answer", json!({"request_id": format!("{id}-merge-1"), "decision": "deny"}));
+    r.c.call(
+        "approvals.answer",
+        json!({"request_id": format!("{id}-merge-1"), "decision": "deny"}),
+    );
     let (stages, _) = r.run_until(&["sent-back"]);
     assert_eq!(stages, ["sent-back"]);
     let got = r.c.call("lanes.get", json!({"lane": id}));
     assert_eq!(got["reason"], json!("the operator did not allow the merge"));
-    assert!(git(&r.repo, &["ls-tree", "main", "--name-only"]).lines().all(|f| f != "feature.txt"));
+    assert!(
+        git(&r.repo, &["ls-tree", "main", "--name-only"])
+            .lines()
+            .all(|f| f != "feature.txt")
+    );
     r.d.stop();
 }
 
@@ -491,7 +788,16 @@ fn a_daemon_killed_mid_check_runs_the_check_again() {
     // system read-only, so the test makes the mark itself, after killing
     // the daemon under the first check; the rerun then passes.
     let check = format!("while [ ! -e {m} ]; do sleep 1; done", m = mark.display());
-    let seats = format!("{}{}", seat("builder", "anthropic", &builder_writes(&["feature"]), &[]), seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[]));
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
+    );
     let mut r = Rig::start(&dir, "", seats, vec![]);
     let lane = r.dispatch(&check);
     let id = lane["lane"].as_str().unwrap().to_string();
@@ -500,23 +806,37 @@ fn a_daemon_killed_mid_check_runs_the_check_again() {
     d.kill9();
     drop(d);
     std::fs::write(&mark, "").unwrap();
-    let d = Daemon::start_with(&dir.path, Opts { config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()), ..Opts::default() });
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()),
+            ..Opts::default()
+        },
+    );
     d.wait_log(&format!("lane {id}: resuming at checking"));
     d.wait_log(&format!("lane {id}: merged"));
-    assert_eq!(git(&d.dir.join("shop"), &["show", "main:feature.txt"]), "feature");
+    assert_eq!(
+        git(&d.dir.join("shop"), &["show", "main:feature.txt"]),
+        "feature"
+    );
     d.stop();
 }
 
 #[test]
 fn close_can_remove_the_worktree() {
     let dir = TestDir::new("laneclose");
-    let seats = format!("{}{}", seat("builder", "anthropic", &json!([[{"text": "nothing"}]]), &[]), seat("verifier", "openai", &json!([]), &[]));
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &json!([[{"text": "nothing"}]]), &[]),
+        seat("verifier", "openai", &json!([]), &[])
+    );
     let mut r = Rig::start(&dir, "[lanes]\nmax_rounds = 1\n", seats, vec![]);
     let lane = r.dispatch("test -f feature.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
     let wt = PathBuf::from(lane["worktree"].as_str().unwrap());
     r.run_until(&["cap"]);
-    let closed = r.c.call("lanes.close", json!({"lane": id, "remove_worktree": true}));
+    let closed =
+        r.c.call("lanes.close", json!({"lane": id, "remove_worktree": true}));
     assert_eq!(closed["stage"], json!("closed"));
     r.d.wait_log(&format!("lane {id}: worktree {} removed", wt.display()));
     assert!(!wt.exists());
@@ -530,19 +850,37 @@ fn a_builder_that_fails_hands_over_to_another_ready_seat() {
     let dir = TestDir::new("lanefailover");
     let seats = format!(
         "{}{}{}",
-        seat("builder", "anthropic", &json!([[{"text": "starting"}, {"exit": 3}]]), &[]),
+        seat(
+            "builder",
+            "anthropic",
+            &json!([[{"text": "starting"}, {"exit": 3}]]),
+            &[]
+        ),
         seat("second", "google", &builder_writes(&["feature"]), &[]),
-        seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[])
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
     );
     let mut r = Rig::start(&dir, "", seats, vec![]);
     r.d.wait_log("seat second: ready");
     let lane = r.dispatch("test -f feature.txt");
     let id = lane["lane"].as_str().unwrap().to_string();
     let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
-    assert_eq!(stages.last().map(String::as_str), Some("merged"), "{stages:?}");
+    assert_eq!(
+        stages.last().map(String::as_str),
+        Some("merged"),
+        "{stages:?}"
+    );
     r.d.wait_log(&format!("lane {id}: the builder's session"));
     let got = r.c.call("lanes.get", json!({"lane": id}));
-    assert_eq!(got["builder"]["harness"], json!("second"), "the lane shows the latest builder");
+    assert_eq!(
+        got["builder"]["harness"],
+        json!("second"),
+        "the lane shows the latest builder"
+    );
     r.d.stop();
 }
 
@@ -552,7 +890,9 @@ fn checkout_in(line: &str) -> String {
 }
 
 fn checkouts(dir: &TestDir) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("state/lanes")).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("state/lanes"))
+        .map(|e| e.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
     v.sort();
     v
 }
@@ -563,7 +903,16 @@ fn the_next_lane_of_a_repository_reuses_the_checkout_the_last_one_gave_back() {
     // Each lane's builder writes its own worktree's path, so that every
     // lane has a commit of its own to check.
     let builder = json!([[{"run": ["sh", "-c", "pwd > feature.txt"]}, {"text": "done"}]]);
-    let seats = format!("{}{}", seat("builder", "anthropic", &builder, &[]), seat("verifier", "openai", &json!([[{"text": verdict_text(PASS)}]]), &[]));
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder, &[]),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
+    );
     let mut r = Rig::start(&dir, "", seats.clone(), vec![]);
     // A check leaves an untracked file in the checkout; the next lane's
     // check, in the same checkout, must not find it.
@@ -573,36 +922,79 @@ fn the_next_lane_of_a_repository_reuses_the_checkout_the_last_one_gave_back() {
         let lane = r.dispatch_named(accept, name);
         let id = lane["lane"].as_str().unwrap().to_string();
         let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
-        assert_eq!(stages.last().map(String::as_str), Some("merged"), "{}", r.d.log_text());
+        assert_eq!(
+            stages.last().map(String::as_str),
+            Some("merged"),
+            "{}",
+            r.d.log_text()
+        );
         let given = checkout_in(&r.d.wait_log(&format!("lane {id}: gives back checkout ")));
         r.d.wait_log(&format!("checkout {given}: kept for the next lane of "));
         ids.push((id, given));
     }
     let made = checkout_in(&r.d.wait_log(&format!("lane {}: new checkout ", ids[0].0)));
     let reused = checkout_in(&r.d.wait_log(&format!("lane {}: reuses checkout ", ids[1].0)));
-    assert_eq!(reused, made, "the second lane checks in the first one's checkout");
+    assert_eq!(
+        reused, made,
+        "the second lane checks in the first one's checkout"
+    );
     assert_eq!(ids[1].1, made);
-    assert!(!r.d.log_text().contains(&format!("lane {}: new checkout", ids[1].0)));
-    assert_eq!(checkouts(&dir), vec![PathBuf::from(&made)], "one checkout for two lanes");
-    assert_eq!(git(&r.repo, &["show", "main:feature.txt"]), r.repo.with_file_name("shop-wt").join("second-feature").display().to_string());
+    assert!(
+        !r.d.log_text()
+            .contains(&format!("lane {}: new checkout", ids[1].0))
+    );
+    assert_eq!(
+        checkouts(&dir),
+        vec![PathBuf::from(&made)],
+        "one checkout for two lanes"
+    );
+    assert_eq!(
+        git(&r.repo, &["show", "main:feature.txt"]),
+        r.repo
+            .with_file_name("shop-wt")
+            .join("second-feature")
+            .display()
+            .to_string()
+    );
 
     // A restart finds the spare under state/lanes/, no lane holds it, and
     // it goes back to the repository's pool for the next lane.
     let Rig { d, .. } = r;
     d.stop();
-    let d = Daemon::start_with(&dir.path, Opts { config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()), ..Opts::default() });
-    d.wait_log(&format!("checkout {made}: left by the last run, kept for the next lane of "));
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()),
+            ..Opts::default()
+        },
+    );
+    d.wait_log(&format!(
+        "checkout {made}: left by the last run, kept for the next lane of "
+    ));
     d.wait_log("seat verifier: ready");
     d.wait_log("plugins run");
     let mut events = d.connect();
     events.call("events.subscribe", json!({"streams": ["lanes"]}));
     let c = d.connect();
-    let mut r = Rig { d, c, events, repo: dir.join("shop").canonicalize().unwrap() };
+    let mut r = Rig {
+        d,
+        c,
+        events,
+        repo: dir.join("shop").canonicalize().unwrap(),
+    };
     let lane = r.dispatch_named(accept, "third feature");
     let id = lane["lane"].as_str().unwrap().to_string();
     let (stages, _) = r.run_until(&["merged", "sent-back", "cap"]);
-    assert_eq!(stages.last().map(String::as_str), Some("merged"), "{}", r.d.log_text());
-    assert_eq!(checkout_in(&r.d.wait_log(&format!("lane {id}: reuses checkout "))), made);
+    assert_eq!(
+        stages.last().map(String::as_str),
+        Some("merged"),
+        "{}",
+        r.d.log_text()
+    );
+    assert_eq!(
+        checkout_in(&r.d.wait_log(&format!("lane {id}: reuses checkout "))),
+        made
+    );
     assert_eq!(checkouts(&dir), vec![PathBuf::from(&made)]);
     r.d.stop();
 }

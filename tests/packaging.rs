@@ -38,7 +38,11 @@ fn keys() -> Vec<(String, String, String)> {
 /// The lines of `text` between the line `start` and the next line starting
 /// with `next`.
 fn block<'a>(text: &'a str, start: &str, next: &str) -> Vec<&'a str> {
-    text.lines().skip_while(|l| l.trim() != start).skip(1).take_while(|l| !l.starts_with(next)).collect()
+    text.lines()
+        .skip_while(|l| l.trim() != start)
+        .skip(1)
+        .take_while(|l| !l.starts_with(next))
+        .collect()
 }
 
 #[test]
@@ -56,22 +60,34 @@ fn example_config_passes_config_check() {
         String::from_utf8_lossy(&out.stderr)
     );
     // It prints the effective config: the example changes nothing.
-    assert_eq!(String::from_utf8_lossy(&out.stdout), FileConfig::default().to_toml());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        FileConfig::default().to_toml()
+    );
 }
 
 #[test]
 fn example_config_sets_every_key_to_its_default() {
     let text = read("packaging/omniconfluxd.toml");
     let cfg = config::parse(&text).unwrap_or_else(|e| panic!("packaging/omniconfluxd.toml: {e}"));
-    cfg.check(&text).unwrap_or_else(|e| panic!("packaging/omniconfluxd.toml: {e}"));
-    assert_eq!(cfg, FileConfig::default(), "the example must show the defaults");
+    cfg.check(&text)
+        .unwrap_or_else(|e| panic!("packaging/omniconfluxd.toml: {e}"));
+    assert_eq!(
+        cfg,
+        FileConfig::default(),
+        "the example must show the defaults"
+    );
     for (section, key, value) in keys() {
         let lines = block(&text, &format!("[{section}]"), "[");
         let written = lines.iter().find_map(|l| {
             let (k, v) = l.split_once('=')?;
             (!l.trim_start().starts_with('#') && k.trim() == key).then(|| v.trim())
         });
-        assert_eq!(written, Some(value.as_str()), "packaging/omniconfluxd.toml must set {section}.{key} = {value}");
+        assert_eq!(
+            written,
+            Some(value.as_str()),
+            "packaging/omniconfluxd.toml must set {section}.{key} = {value}"
+        );
     }
 }
 
@@ -80,9 +96,17 @@ fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
     let page = read("man/omniconfluxd.toml.5");
     for (section, key, value) in keys() {
         let lines = block(&page, &format!(".SH \"[{section}]\""), ".SH");
-        let entry: Vec<&str> =
-            lines.iter().skip_while(|l| **l != format!(".B {key}")).skip(1).take_while(|l| **l != ".TP").copied().collect();
-        assert!(!entry.is_empty(), "omniconfluxd.toml(5) has no entry `.B {key}` under [{section}]");
+        let entry: Vec<&str> = lines
+            .iter()
+            .skip_while(|l| **l != format!(".B {key}"))
+            .skip(1)
+            .take_while(|l| **l != ".TP")
+            .copied()
+            .collect();
+        assert!(
+            !entry.is_empty(),
+            "omniconfluxd.toml(5) has no entry `.B {key}` under [{section}]"
+        );
         let entry = entry.join("\n");
         assert!(
             entry.contains(&format!("Default: \\fB{value}\\fR")),
@@ -97,7 +121,8 @@ fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
             "false" => "true".to_string(),
             v => (v.parse::<i64>().expect("an integer default") - 1).to_string(),
         };
-        let new = config::parse(&format!("[{section}]\n{key} = {changed}\n")).expect("a changed value parses");
+        let new = config::parse(&format!("[{section}]\n{key} = {changed}\n"))
+            .expect("a changed value parses");
         let report = config::diff(&FileConfig::default(), &new);
         let full = format!("{section}.{key}");
         let rule = if report.applied.contains(&full) {
@@ -107,7 +132,10 @@ fn every_key_is_in_the_toml_man_page_with_default_and_reload_rule() {
         } else {
             panic!("config::diff does not report {full}")
         };
-        assert!(entry.contains(rule), "omniconfluxd.toml(5) must say `{rule}` for {full}:\n{entry}");
+        assert!(
+            entry.contains(rule),
+            "omniconfluxd.toml(5) must say `{rule}` for {full}:\n{entry}"
+        );
     }
 }
 
@@ -127,10 +155,15 @@ fn every_error_code_and_method_is_in_the_daemon_man_page() {
     let page = read("man/omniconfluxd.8");
     let errors = block(&page, ".SH ERRORS", ".SH").join("\n");
     let codes = quoted_after_arrow(&read("src/errors.rs"), "Code::");
-    assert!(codes.len() >= 12, "expected the stable codes of src/errors.rs, found {codes:?}");
+    assert!(
+        codes.len() >= 12,
+        "expected the stable codes of src/errors.rs, found {codes:?}"
+    );
     for code in codes {
         assert!(
-            errors.lines().any(|l| l.split('\t').next() == Some(code.as_str())),
+            errors
+                .lines()
+                .any(|l| l.split('\t').next() == Some(code.as_str())),
             "omniconfluxd(8) ERRORS has no row for {code}"
         );
     }
@@ -142,19 +175,36 @@ fn every_error_code_and_method_is_in_the_daemon_man_page() {
         .filter(|l| l.contains("(d, &req, p)") && l.trim_start().starts_with('"'))
         .filter_map(|l| l.trim_start().split('"').nth(1).map(str::to_string))
         .collect();
-    assert!(methods.len() >= 6, "expected the methods of src/socket/methods.rs, found {methods:?}");
+    assert!(
+        methods.len() >= 6,
+        "expected the methods of src/socket/methods.rs, found {methods:?}"
+    );
     for m in methods.iter().chain(std::iter::once(&"ping".to_string())) {
-        assert!(protocol.lines().any(|l| l.split('\t').next() == Some(m.as_str())), "omniconfluxd(8) has no table row for {m}");
-        let shown = exchanges.windows(3).any(|w| w[0] == format!(".B {m}") && w[1..].contains(&".EX"));
+        assert!(
+            protocol
+                .lines()
+                .any(|l| l.split('\t').next() == Some(m.as_str())),
+            "omniconfluxd(8) has no table row for {m}"
+        );
+        let shown = exchanges
+            .windows(3)
+            .any(|w| w[0] == format!(".B {m}") && w[1..].contains(&".EX"));
         assert!(shown, "omniconfluxd(8) Exchanges has no exchange for {m}");
     }
 }
 
 #[test]
 fn units_run_the_daemon_in_the_foreground_with_reload() {
-    for unit in ["packaging/omniconfluxd.service", "packaging/omniconfluxd-user.service"] {
+    for unit in [
+        "packaging/omniconfluxd.service",
+        "packaging/omniconfluxd-user.service",
+    ] {
         let text = read(unit);
-        for line in ["Type=notify", "ExecStart=/usr/bin/omniconfluxd serve", "ExecReload=/bin/kill -HUP $MAINPID"] {
+        for line in [
+            "Type=notify",
+            "ExecStart=/usr/bin/omniconfluxd serve",
+            "ExecReload=/bin/kill -HUP $MAINPID",
+        ] {
             assert!(text.lines().any(|l| l == line), "{unit} must have {line}");
         }
     }

@@ -11,17 +11,23 @@
 mod schema_check;
 mod util;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use util::{Daemon, Opts, TestDir};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/plugins")
+        .join(name)
 }
 
 fn config(extra: &str) -> String {
-    let py = if Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+    let py = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
     format!("[plugins]\nnode = \"node\"\npython = \"{py}\"\nrestart_backoff_ms = 20\n{extra}")
 }
 
@@ -47,7 +53,13 @@ fn start_with_seats(dir: &TestDir, extra: &str, seats: &[Seat]) -> Daemon {
             script.display()
         ));
     }
-    Daemon::start_with(&dir.path, Opts { config: Some(cfg), ..Opts::default() })
+    Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(cfg),
+            ..Opts::default()
+        },
+    )
 }
 
 /// Spawns a session of `harness` in `dir`/wt with `prompt`; its id.
@@ -61,7 +73,13 @@ fn spawn(c: &mut util::Client, dir: &TestDir, harness: &str, prompt: &str) -> St
 /// The seq of the first `kind` event of `stream` in the ledger.
 fn seq_of(c: &mut util::Client, stream: &str, kind: &str) -> Value {
     let r = c.call("events.list", json!({"stream": stream, "limit": 1000}));
-    r["events"].as_array().unwrap().iter().find(|e| e["kind"] == kind).map(|e| e["seq"].clone()).unwrap_or(Value::Null)
+    r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == kind)
+        .map(|e| e["seq"].clone())
+        .unwrap_or(Value::Null)
 }
 
 /// Runs `command` of sample-py with `input`; its JSON answer.
@@ -76,14 +94,34 @@ fn py(c: &mut util::Client, command: &str, input: &str) -> Value {
 
 /// Installs and approves the folder; returns the plugin id.
 fn install_approve(c: &mut util::Client, folder: &Path) -> String {
-    let inst = c.call("plugin.install", json!({"path": folder.display().to_string()}));
+    let inst = c.call(
+        "plugin.install",
+        json!({"path": folder.display().to_string()}),
+    );
     let id = inst["plugin"].as_str().unwrap().to_string();
     let got = c.call("plugin.get", json!({"plugin": id}));
     let m = &got["waiting"]["manifest"];
-    let mut perms: Vec<String> = m["permissions"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
-    let order = ["events.read", "lists.read", "commands.add", "storage.own", "tasks.create"];
+    let mut perms: Vec<String> = m["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    let order = [
+        "events.read",
+        "lists.read",
+        "commands.add",
+        "storage.own",
+        "tasks.create",
+    ];
     perms.sort_by_key(|p| order.iter().position(|o| o == p));
-    let cmds: Vec<Value> = m["commands"].as_array().cloned().unwrap_or_default().iter().map(|c| c["id"].clone()).collect();
+    let cmds: Vec<Value> = m["commands"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
     let r = c.call(
         "plugin.approve",
         json!({"plugin": id, "snapshotHash": inst["snapshotHash"], "permissions": perms, "commands": cmds, "operator": "test operator"}),
@@ -93,7 +131,10 @@ fn install_approve(c: &mut util::Client, folder: &Path) -> String {
 }
 
 fn report(c: &mut util::Client, id: &str, wait: &str) -> Value {
-    let r = c.call("plugin.command.run", json!({"command": format!("{id}.report"), "input": wait}));
+    let r = c.call(
+        "plugin.command.run",
+        json!({"command": format!("{id}.report"), "input": wait}),
+    );
     serde_json::from_str(r["text"].as_str().unwrap()).unwrap()
 }
 
@@ -103,7 +144,10 @@ fn check_wire(state: &Path, id: &str) -> usize {
     let work = state.join("plugins").join(id).join("work");
     let schemas = schema_check::Schemas::load();
     let mut asked = HashMap::new();
-    for line in std::fs::read_to_string(work.join("wire-out.jsonl")).unwrap_or_default().lines() {
+    for line in std::fs::read_to_string(work.join("wire-out.jsonl"))
+        .unwrap_or_default()
+        .lines()
+    {
         let v: Value = serde_json::from_str(line).unwrap();
         if let (Some(i), Some(m)) = (v["id"].as_str(), v["method"].as_str()) {
             asked.insert(i.to_string(), m.to_string());
@@ -125,11 +169,17 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     let dir = TestDir::new("pslice");
     let d = start_with_seats(&dir, "", &[("fake", json!([]), vec![])]);
     let mut c = d.connect();
-    let inst = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
+    let inst = c.call(
+        "plugin.install",
+        json!({"path": fixture("sample-node").display().to_string()}),
+    );
     assert_eq!(inst["state"], "pending-approval");
     assert_eq!(inst["installedBy"], "operator");
     assert_eq!(inst["unchanged"], false);
-    let again = c.call("plugin.install", json!({"path": fixture("sample-node").display().to_string()}));
+    let again = c.call(
+        "plugin.install",
+        json!({"path": fixture("sample-node").display().to_string()}),
+    );
     assert_eq!(again["unchanged"], true);
     let listed = c.call("plugin.list", json!({}));
     assert_eq!(listed["plugins"][0]["reason"], "first-approval");
@@ -149,7 +199,10 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     d.wait_log("plugin sample-node is running");
     let seen = report(&mut c, "sample-node", "subscribed");
     assert_eq!(seen["subscribed"], json!(["session.start", "turn.end"]));
-    assert_eq!(seen["sessions"], json!({"sessions": [], "nextCursor": null}));
+    assert_eq!(
+        seen["sessions"],
+        json!({"sessions": [], "nextCursor": null})
+    );
     assert_eq!(seen["boot"], json!({"key": "boots", "bytes": 1}));
 
     // What an operator appends on an x- stream looks like a session's
@@ -157,13 +210,23 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     // turn.end, committed by the daemon, are delivered with their seq and
     // only the page's members; its turn.start, a kind the plugin did not
     // subscribe to, is not.
-    c.call("events.append", json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed"}}));
+    c.call(
+        "events.append",
+        json!({"stream": "x-s1", "kind": "turn.end", "data": {"reason": "completed"}}),
+    );
     c.call("events.append", json!({"stream": "x-s1", "kind": "session.start", "data": {"harness": "h", "provider": "p", "transport": "acp", "flags": {}}}));
     let sid = spawn(&mut c, &dir, "fake", "hello");
     let seen = report(&mut c, "sample-node", "events:2");
     let events = seen["events"].as_array().unwrap();
-    let kinds: Vec<(&str, &str)> = events.iter().map(|e| (e["kind"].as_str().unwrap(), e["session"].as_str().unwrap())).collect();
-    assert_eq!(kinds, [("session.start", sid.as_str()), ("turn.end", sid.as_str())], "{seen}");
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["session"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("session.start", sid.as_str()), ("turn.end", sid.as_str())],
+        "{seen}"
+    );
     assert_eq!(events[0]["seq"], seq_of(&mut c, &sid, "session.start"));
     assert_eq!(events[1]["seq"], seq_of(&mut c, &sid, "turn.end"));
     assert_eq!(events[1]["data"], json!({"reason": "completed"}));
@@ -171,15 +234,24 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     assert_eq!(start_data, ["flags", "harness", "provider", "transport"]);
 
     // A note goes to storage, on disk before the answer.
-    let r = c.call("plugin.command.run", json!({"command": "sample-node.note", "input": "check the flaky login test"}));
+    let r = c.call(
+        "plugin.command.run",
+        json!({"command": "sample-node.note", "input": "check the flaky login test"}),
+    );
     assert_eq!(r["text"], "Saved.");
     let got = c.call("plugin.get", json!({"plugin": "sample-node"}));
     assert_eq!(got["state"], "running");
     assert_eq!(got["storage"], json!({"keys": 2, "bytes": 27}));
     assert_eq!(got["approval"]["operator"], "test operator");
     assert!(got["waiting"].is_null());
-    assert_eq!(c.error_code("plugin.command.run", json!({"command": "sample-node.note"})), "invalid-params");
-    assert_eq!(c.error_code("plugin.command.run", json!({"command": "sample-node.nope"})), "command-not-found");
+    assert_eq!(
+        c.error_code("plugin.command.run", json!({"command": "sample-node.note"})),
+        "invalid-params"
+    );
+    assert_eq!(
+        c.error_code("plugin.command.run", json!({"command": "sample-node.nope"})),
+        "command-not-found"
+    );
     let cmds = c.call("plugin.commands", json!({}));
     assert_eq!(cmds["commands"].as_array().unwrap().len(), 2);
     assert_eq!(cmds["commands"][0]["command"], "sample-node.note");
@@ -199,9 +271,15 @@ fn install_approve_run_subscribe_and_get_a_committed_event() {
     assert!(n >= 10, "{n} lines");
 
     let r = c.call("plugin.remove", json!({"plugin": "sample-node"}));
-    assert_eq!(r, json!({"plugin": "sample-node", "removed": true, "stopped": 0, "worktrees": []}));
+    assert_eq!(
+        r,
+        json!({"plugin": "sample-node", "removed": true, "stopped": 0, "worktrees": []})
+    );
     assert!(!d.state.join("plugins/sample-node").exists());
-    assert_eq!(c.error_code("plugin.get", json!({"plugin": "sample-node"})), "plugin-not-found");
+    assert_eq!(
+        c.error_code("plugin.get", json!({"plugin": "sample-node"})),
+        "plugin-not-found"
+    );
     d.stop();
 }
 
@@ -211,7 +289,10 @@ fn hostile(dir: &TestDir, kind: &str) -> PathBuf {
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::copy(fixture("hostile/main.py"), folder.join("main.py")).unwrap();
     let (perms, cmds) = if kind == "inflight" {
-        (json!(["storage.own", "commands.add"]), json!([{"id": "report", "title": "Report", "input": "text"}]))
+        (
+            json!(["storage.own", "commands.add"]),
+            json!([{"id": "report", "title": "Report", "input": "text"}]),
+        )
     } else {
         (json!(["storage.own"]), json!([]))
     };
@@ -255,23 +336,47 @@ fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
     install_approve(&mut c, &hostile(&dir, "inflight"));
     // Under bubblewrap the sandbox's own processes hold the plugin's stdout
     // open, so closing it is found by the next ping (omniconflux-plugin(7)).
-    let isolated = d.log_text().contains("plugins run isolated with bubblewrap");
+    let isolated = d
+        .log_text()
+        .contains("plugins run isolated with bubblewrap");
     for (kind, fault) in &cases {
-        let fault = if *kind == "stdoutclosed" && isolated { &"unresponsive" } else { fault };
+        let fault = if *kind == "stdoutclosed" && isolated {
+            &"unresponsive"
+        } else {
+            fault
+        };
         d.wait_log(&format!("plugin hostile-{kind}: 3 crashes in 10 minutes"));
         let got = c.call("plugin.get", json!({"plugin": format!("hostile-{kind}")}));
-        assert_eq!((got["state"].as_str(), got["reason"].as_str()), (Some("failed"), Some("crash-limit")), "{kind}: {got}");
+        assert_eq!(
+            (got["state"].as_str(), got["reason"].as_str()),
+            (Some("failed"), Some("crash-limit")),
+            "{kind}: {got}"
+        );
         assert_eq!(got["lastExit"]["fault"], json!(fault), "{kind}: {got}");
         assert_eq!(got["crashes"], json!(3), "{kind}");
-        let listed = c.call("plugin.list", json!({"cursor": format!("hostile-{kind}").replace("hostile-", "hostile")}));
+        let listed = c.call(
+            "plugin.list",
+            json!({"cursor": format!("hostile-{kind}").replace("hostile-", "hostile")}),
+        );
         assert!(listed["plugins"].is_array());
     }
     // 17 requests in flight: exactly the 17th is busy.
     d.wait_log("plugin hostile-inflight is running");
-    let r = c.call("plugin.command.run", json!({"command": "hostile-inflight.report", "input": "now"}));
+    let r = c.call(
+        "plugin.command.run",
+        json!({"command": "hostile-inflight.report", "input": "now"}),
+    );
     let codes: HashMap<String, String> = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
-    assert_eq!(codes.values().filter(|c| *c == "busy").count(), 1, "{codes:?}");
-    assert_eq!(codes.values().filter(|c| *c == "ok").count(), 16, "{codes:?}");
+    assert_eq!(
+        codes.values().filter(|c| *c == "busy").count(),
+        1,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.values().filter(|c| *c == "ok").count(),
+        16,
+        "{codes:?}"
+    );
     // The daemon, its sessions and the well-behaved plugin never noticed.
     let sid = spawn(&mut c, &dir, "fake", "still there?");
     let seen = report(&mut c, "sample-node", "events:2");
@@ -308,7 +413,13 @@ fn unisolated_a_closed_stdout_is_its_own_fault_and_the_tail_says_why() {
     d.wait_log("plugin hostile-stdoutclosed: 1 crashes in 10 minutes");
     let got = c.call("plugin.get", json!({"plugin": "hostile-stdoutclosed"}));
     assert_eq!(got["lastExit"]["fault"], "stdout-closed", "{got}");
-    assert!(got["stderrTail"].as_str().unwrap().starts_with("[omniconfluxd] this plugin ran without isolation"), "{got}");
+    assert!(
+        got["stderrTail"]
+            .as_str()
+            .unwrap()
+            .starts_with("[omniconfluxd] this plugin ran without isolation"),
+        "{got}"
+    );
     d.stop();
 }
 
@@ -322,10 +433,16 @@ fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
     let r = c.call("plugin.command.run", json!({"command": "sample-py.ask"}));
     let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
     assert_eq!(got["create"]["error"]["code"], "request-cancelled", "{got}");
-    let rid = got["cancel"]["result"]["requestId"].as_str().unwrap().to_string();
+    let rid = got["cancel"]["result"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(got["cancel"]["result"]["cancelled"], true);
     assert!(rid.starts_with("plugin_"), "{rid}");
-    assert_eq!(got["again"]["error"], json!({"code": "not-pending", "message": "The request is not pending: cancelled", "data": {"state": "cancelled"}}));
+    assert_eq!(
+        got["again"]["error"],
+        json!({"code": "not-pending", "message": "The request is not pending: cancelled", "data": {"state": "cancelled"}})
+    );
     assert_eq!(got["unknown"]["error"]["data"]["state"], "unknown");
     let req = c.call("plugin.request.get", json!({"requestId": rid}));
     assert_eq!(req["state"], "orphaned");
@@ -333,7 +450,13 @@ fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
     assert_eq!(req["params"]["acceptance"]["command"], "npm test");
     let digest = req["digest"].as_str().unwrap();
     assert_eq!(digest.len(), 64);
-    assert_eq!(c.error_code("plugin.request.get", json!({"requestId": "plugin_00000000-0000-4000-8000-000000000000"})), "not-found");
+    assert_eq!(
+        c.error_code(
+            "plugin.request.get",
+            json!({"requestId": "plugin_00000000-0000-4000-8000-000000000000"})
+        ),
+        "not-found"
+    );
 
     // Calls outside its permissions and bad params get the page's errors.
     let r = c.call("plugin.command.run", json!({"command": "sample-py.probe"}));
@@ -342,7 +465,10 @@ fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
     assert_eq!(got["storage"]["error"]["data"]["permission"], "storage.own");
     assert_eq!(got["limit"]["error"]["code"], "invalid-params");
     assert_eq!(got["get"]["error"]["code"], "invalid-params");
-    assert_eq!(got["seats"]["result"], json!({"seats": [], "nextCursor": null}));
+    assert_eq!(
+        got["seats"]["result"],
+        json!({"seats": [], "nextCursor": null})
+    );
     check_wire(&d.state, "sample-py");
     d.stop();
 }
@@ -354,21 +480,36 @@ fn the_command_line_installs_shows_approves_and_runs() {
     let sock = d.socket.display().to_string();
     let cfg = dir.join("omniconfluxd.toml").display().to_string();
     let cli = |args: &[&str]| {
-        let mut all = vec!["--config", cfg.as_str(), "--socket", sock.as_str(), "plugin"];
+        let mut all = vec![
+            "--config",
+            cfg.as_str(),
+            "--socket",
+            sock.as_str(),
+            "plugin",
+        ];
         all.extend_from_slice(args);
         util::run_cli(&all)
     };
     let path = fixture("sample-node").display().to_string();
     let (code, out, err) = cli(&["install", &path]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("sample-node 1.0.0 installed by the operator"), "{out}");
+    assert!(
+        out.contains("sample-node 1.0.0 installed by the operator"),
+        "{out}"
+    );
     let (code, out, err) = cli(&["approve", "sample-node", "--yes", "--operator", "cli test"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(err.contains("permissions events.read, lists.read, commands.add, storage.own"), "{err}");
+    assert!(
+        err.contains("permissions events.read, lists.read, commands.add, storage.own"),
+        "{err}"
+    );
     assert!(err.contains("main.mjs"), "{err}");
     d.wait_log("plugin sample-node is running");
     let (_, out, _) = cli(&["list"]);
-    assert!(out.contains("sample-node") && out.contains("running"), "{out}");
+    assert!(
+        out.contains("sample-node") && out.contains("running"),
+        "{out}"
+    );
     let (code, out, _) = cli(&["run", "sample-node.note", "from the cli"]);
     assert_eq!((code, out.trim()), (0, "Saved."));
     let (code, _, err) = cli(&["show", "nope-nope"]);
@@ -386,22 +527,47 @@ fn a_plugin_reads_the_real_sessions_seats_and_their_events() {
     install_approve(&mut c, &fixture("sample-py"));
     d.wait_log("plugin sample-py is running");
     let seen = py(&mut c, "events", "0");
-    assert_eq!(seen["subscribed"]["result"]["kinds"].as_array().unwrap().len(), 9);
+    assert_eq!(
+        seen["subscribed"]["result"]["kinds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        9
+    );
     // An approval.request an operator appends, whatever id it names, is
     // not a session's.
     c.call("events.append", json!({"stream": "x-s1", "kind": "approval.request", "data": {"requestId": "x-s1-a1", "action": "execute", "risk": "high"}}));
     let sid = spawn(&mut c, &dir, "fake", "go");
     let seen = py(&mut c, "events", "3");
-    let kinds: Vec<&str> = seen["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["session.start", "turn.start", "approval.request"], "{seen}");
-    assert_eq!(seen["events"][2]["data"], json!({"requestId": format!("{sid}-a1"), "action": "execute", "risk": "high"}));
+    let kinds: Vec<&str> = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["session.start", "turn.start", "approval.request"],
+        "{seen}"
+    );
+    assert_eq!(
+        seen["events"][2]["data"],
+        json!({"requestId": format!("{sid}-a1"), "action": "execute", "risk": "high"})
+    );
 
     // While the agent waits for the answer, the plugin reads its session
     // as sessions.list and sessions.get (1.1) give it, and the seat.
     let lists = py(&mut c, "lists", &sid);
     let wt = dir.join("wt").canonicalize().unwrap().display().to_string();
     let item = &lists["sessions"]["result"]["sessions"][0];
-    assert_eq!(lists["sessions"]["result"]["sessions"].as_array().unwrap().len(), 1, "{lists}");
+    assert_eq!(
+        lists["sessions"]["result"]["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "{lists}"
+    );
     assert_eq!(lists["sessions"]["result"]["nextCursor"], Value::Null);
     for (k, v) in [
         ("session", json!(sid)),
@@ -420,16 +586,40 @@ fn a_plugin_reads_the_real_sessions_seats_and_their_events() {
     }
     assert_eq!(&lists["get"]["result"], item);
     let seat = &lists["seats"]["result"]["seats"][0];
-    assert_eq!((seat["harness"].clone(), seat["provider"].clone(), seat["family"].clone()), (json!("fake"), json!("test"), json!("local")), "{seat}");
+    assert_eq!(
+        (
+            seat["harness"].clone(),
+            seat["provider"].clone(),
+            seat["family"].clone()
+        ),
+        (json!("fake"), json!("test"), json!("local")),
+        "{seat}"
+    );
     assert_eq!(lists["seats"]["result"]["nextCursor"], Value::Null);
 
-    c.call("approvals.answer", json!({"request_id": format!("{sid}-a1"), "decision": "allow"}));
+    c.call(
+        "approvals.answer",
+        json!({"request_id": format!("{sid}-a1"), "decision": "allow"}),
+    );
     let seen = py(&mut c, "events", "5");
     let events = seen["events"].as_array().unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["session.start", "turn.start", "approval.request", "approval.resolved", "turn.end"], "{seen}");
+    assert_eq!(
+        kinds,
+        [
+            "session.start",
+            "turn.start",
+            "approval.request",
+            "approval.resolved",
+            "turn.end"
+        ],
+        "{seen}"
+    );
     assert!(events.iter().all(|e| e["session"] == json!(sid)), "{seen}");
-    assert_eq!(events[3]["data"], json!({"requestId": format!("{sid}-a1"), "decision": "allow", "delivered": true}));
+    assert_eq!(
+        events[3]["data"],
+        json!({"requestId": format!("{sid}-a1"), "decision": "allow", "delivered": true})
+    );
     assert_eq!(events[4]["seq"], seq_of(&mut c, &sid, "turn.end"));
     let after = py(&mut c, "lists", &sid);
     assert_eq!(after["get"]["result"]["state"], "idle");
@@ -444,7 +634,13 @@ fn ask_task(c: &mut util::Client, d: &Daemon, n: usize) -> (String, Value) {
     let wid = py(c, "create", "")["wid"].as_str().unwrap().to_string();
     d.wait_log_count("waits for the operator", n);
     let list = c.call("approvals.list", json!({}));
-    let item = list["approvals"].as_array().unwrap().iter().rfind(|i| i["subject"] == "plugin-task").cloned().unwrap();
+    let item = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|i| i["subject"] == "plugin-task")
+        .cloned()
+        .unwrap();
     (wid, item)
 }
 
@@ -452,10 +648,23 @@ fn ask_task(c: &mut util::Client, d: &Daemon, n: usize) -> (String, Value) {
 fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     let dir = TestDir::new("ptasks");
     let socket = dir.join("run/d.sock").display().to_string();
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/answer_own_approval.py").display().to_string();
-    let (ask_file, report_file) = (dir.join("ask.json").display().to_string(), dir.join("seen.json"));
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/answer_own_approval.py")
+        .display()
+        .to_string();
+    let (ask_file, report_file) = (
+        dir.join("ask.json").display().to_string(),
+        dir.join("seen.json"),
+    );
     let rogue = json!([[{"spawn": ["python3", helper, "direct", ask_file, report_file.display().to_string()]}]]);
-    let d = start_with_seats(&dir, "", &[("plain", json!([]), vec![]), ("rogue", rogue, vec![("OMNI_SOCKET", socket)])]);
+    let d = start_with_seats(
+        &dir,
+        "",
+        &[
+            ("plain", json!([]), vec![]),
+            ("rogue", rogue, vec![("OMNI_SOCKET", socket)]),
+        ],
+    );
     let mut c = d.connect();
     install_approve(&mut c, &fixture("sample-py"));
     d.wait_log("plugin sample-py is running");
@@ -466,71 +675,176 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
     let rid = item["request_id"].as_str().unwrap().to_string();
     assert!(rid.starts_with("plugin_"), "{item}");
     assert_eq!(item["plugin"], "sample-py");
-    assert_eq!(item["summary"], "Sample Python: login redirect test in /srv/work/shop");
-    assert_eq!((item["risk"].clone(), item["session"].clone(), item["state"].clone()), (json!("high"), Value::Null, json!("pending")));
+    assert_eq!(
+        item["summary"],
+        "Sample Python: login redirect test in /srv/work/shop"
+    );
+    assert_eq!(
+        (
+            item["risk"].clone(),
+            item["session"].clone(),
+            item["state"].clone()
+        ),
+        (json!("high"), Value::Null, json!("pending"))
+    );
     let req = c.call("plugin.request.get", json!({"requestId": rid}));
     assert_eq!(req["state"], "pending");
     assert_eq!(req["digest"], item["digest"]);
     assert_eq!(req["expiresAt"], item["expires_at"]);
     assert_eq!(req["createdAt"], item["created_at"]);
     // The operator denies it: the plugin's call fails approval-denied.
-    let a = c.call("approvals.answer", json!({"request_id": rid, "decision": "deny", "digest": item["digest"]}));
-    assert_eq!((a["decision"].clone(), a["delivered"].clone()), (json!("deny"), json!(true)), "{a}");
-    assert_eq!(py(&mut c, "result", &wid)["error"], json!({"code": "approval-denied", "message": "The operator did not allow the task"}));
-    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
-    assert_eq!(c.error_code("approvals.answer", json!({"request_id": rid, "decision": "allow"})), "not-pending");
+    let a = c.call(
+        "approvals.answer",
+        json!({"request_id": rid, "decision": "deny", "digest": item["digest"]}),
+    );
+    assert_eq!(
+        (a["decision"].clone(), a["delivered"].clone()),
+        (json!("deny"), json!(true)),
+        "{a}"
+    );
+    assert_eq!(
+        py(&mut c, "result", &wid)["error"],
+        json!({"code": "approval-denied", "message": "The operator did not allow the task"})
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "answered"
+    );
+    assert_eq!(
+        c.error_code(
+            "approvals.answer",
+            json!({"request_id": rid, "decision": "allow"})
+        ),
+        "not-pending"
+    );
 
     // Allowed, the stored request is dispatched, and the daemon's refusal
     // (the repository is not one it knows) comes back as the reason.
     let (wid, item) = ask_task(&mut c, &d, 2);
     let rid = item["request_id"].as_str().unwrap().to_string();
-    c.call("approvals.answer", json!({"request_id": rid, "decision": "allow"}));
+    c.call(
+        "approvals.answer",
+        json!({"request_id": rid, "decision": "allow"}),
+    );
     let got = py(&mut c, "result", &wid);
     let reason = "repo-unknown";
     assert_eq!(got["error"]["code"], "task-refused", "{got}");
     assert_eq!(got["error"]["data"], json!({"reason": reason}));
-    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "answered");
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "answered"
+    );
 
     // tasks.cancel withdraws it from the inbox.
     let (wid, item) = ask_task(&mut c, &d, 3);
     let rid = item["request_id"].as_str().unwrap().to_string();
     let cancelled = py(&mut c, "cancel", &wid);
-    assert_eq!(cancelled["result"], json!({"requestId": rid, "cancelled": true}));
-    assert_eq!(py(&mut c, "result", &wid)["error"]["code"], "request-cancelled");
+    assert_eq!(
+        cancelled["result"],
+        json!({"requestId": rid, "cancelled": true})
+    );
+    assert_eq!(
+        py(&mut c, "result", &wid)["error"]["code"],
+        "request-cancelled"
+    );
     let pending = c.call("approvals.list", json!({}));
-    assert!(pending["approvals"].as_array().unwrap().iter().all(|i| i["request_id"] != json!(rid)), "{pending}");
+    assert!(
+        pending["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["request_id"] != json!(rid)),
+        "{pending}"
+    );
     let got = c.call("approvals.get", json!({"request_id": rid}));
-    assert_eq!((got["decision"].clone(), got["delivered"].clone(), got["surface"].clone()), (json!("cancel"), json!(false), json!("plugin")), "{got}");
-    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
+    assert_eq!(
+        (
+            got["decision"].clone(),
+            got["delivered"].clone(),
+            got["surface"].clone()
+        ),
+        (json!("cancel"), json!(false), json!("plugin")),
+        "{got}"
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "orphaned"
+    );
 
     // An agent cannot answer it, and reads only its own session.
     let (_, item) = ask_task(&mut c, &d, 4);
     let rid = item["request_id"].as_str().unwrap().to_string();
     let other = spawn(&mut c, &dir, "plain", "hi");
-    std::fs::write(&ask_file, json!({"request": rid, "probe": [other]}).to_string()).unwrap();
+    std::fs::write(
+        &ask_file,
+        json!({"request": rid, "probe": [other]}).to_string(),
+    )
+    .unwrap();
     let sid = spawn(&mut c, &dir, "rogue", "go");
-    d.wait_log(&format!("refused approvals.answer for {rid} from a caller of class agent-session"));
-    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
+    d.wait_log(&format!(
+        "refused approvals.answer for {rid} from a caller of class agent-session"
+    ));
+    let seen: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
     assert_eq!(seen["own"], json!(sid));
-    let listed: Vec<&Value> = seen["list"]["result"].as_array().unwrap().iter().map(|s| &s["id"]).collect();
+    let listed: Vec<&Value> = seen["list"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["id"])
+        .collect();
     assert_eq!(listed, [&json!(sid)], "{seen}");
-    assert_eq!(seen["get"][&other]["error"]["data"]["code"], "session-not-found", "{seen}");
+    assert_eq!(
+        seen["get"][&other]["error"]["data"]["code"], "session-not-found",
+        "{seen}"
+    );
     assert_eq!(seen["get"][&sid]["result"]["id"], json!(sid));
     // Nor another session's events, nor every stream at once.
-    assert_eq!(seen["events"][&other]["error"]["data"]["code"], "operator-only", "{seen}");
-    assert!(seen["events"][&sid]["result"]["events"].as_array().is_some_and(|e| !e.is_empty()), "{seen}");
-    assert_eq!(seen["follow_all"]["error"]["data"]["code"], "operator-only", "{seen}");
-    assert_eq!(seen["approvals"]["result"]["approvals"], json!([]), "{seen}");
-    assert_eq!(c.call("approvals.get", json!({"request_id": rid}))["state"], "pending");
-    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "pending");
-    assert_eq!(c.call("sessions.list", json!({})).as_array().unwrap().len(), 2);
+    assert_eq!(
+        seen["events"][&other]["error"]["data"]["code"], "operator-only",
+        "{seen}"
+    );
+    assert!(
+        seen["events"][&sid]["result"]["events"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty()),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["follow_all"]["error"]["data"]["code"], "operator-only",
+        "{seen}"
+    );
+    assert_eq!(
+        seen["approvals"]["result"]["approvals"],
+        json!([]),
+        "{seen}"
+    );
+    assert_eq!(
+        c.call("approvals.get", json!({"request_id": rid}))["state"],
+        "pending"
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "pending"
+    );
+    assert_eq!(
+        c.call("sessions.list", json!({})).as_array().unwrap().len(),
+        2
+    );
 
     // The plugin's run ends: nobody waits for the answer any more.
     c.call("plugin.disable", json!({"plugin": "sample-py"}));
     d.wait_log("plugin sample-py exited");
     let got = c.call("approvals.get", json!({"request_id": rid}));
-    assert_eq!((got["decision"].clone(), got["delivered"].clone()), (json!("cancel"), json!(false)), "{got}");
-    assert_eq!(c.call("plugin.request.get", json!({"requestId": rid}))["state"], "orphaned");
+    assert_eq!(
+        (got["decision"].clone(), got["delivered"].clone()),
+        (json!("cancel"), json!(false)),
+        "{got}"
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "orphaned"
+    );
     check_wire(&d.state, "sample-py");
     d.stop();
 }
@@ -540,7 +854,10 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
     let dir = TestDir::new("ptasklane");
     let repo = dir.join("shop");
     std::fs::create_dir_all(&repo).unwrap();
-    for args in [vec!["init", "-q", "-b", "main"], vec!["commit", "-q", "--allow-empty", "-m", "first"]] {
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec!["commit", "-q", "--allow-empty", "-m", "first"],
+    ] {
         let ok = std::process::Command::new("git")
             .arg("-C")
             .arg(&repo)
@@ -558,14 +875,23 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
     let builder = json!([[{"run": ["sh", "-c", "echo feature > feature.txt"]}, {"text": "done"}]]);
     let verifier = json!([[{"text": "```omniconflux-verdict\n{\"verdict\":\"pass\"}\n```\n"}]]);
     let mut cfg = config(&format!("[[repo]]\npath = \"{}\"\n", repo.display()));
-    for (h, fam, script) in [("builder", "anthropic", &builder), ("verifier", "openai", &verifier)] {
+    for (h, fam, script) in [
+        ("builder", "anthropic", &builder),
+        ("verifier", "openai", &verifier),
+    ] {
         cfg.push_str(&format!(
             "\n[[seat]]\nharness = \"{h}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"{fam}\"\nenv = {{ FAKE_SCRIPT = {} }}\n",
             agent.display(),
             q(script)
         ));
     }
-    let d = Daemon::start_with(&dir.path, Opts { config: Some(cfg), ..Opts::default() });
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(cfg),
+            ..Opts::default()
+        },
+    );
     d.wait_log("seat builder: ready");
     d.wait_log("seat verifier: ready");
     let mut c = d.connect();
@@ -573,17 +899,32 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
     d.wait_log("plugin sample-py is running");
     let task = json!({"repo": repo.display().to_string(), "builder": "builder", "verifier": "verifier",
                       "acceptance": {"name": "feature", "command": "test -f feature.txt"}, "name": "add feature"});
-    let wid = py(&mut c, "dispatch", &task.to_string())["wid"].as_str().unwrap().to_string();
+    let wid = py(&mut c, "dispatch", &task.to_string())["wid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     d.wait_log("waits for the operator");
     let list = c.call("approvals.list", json!({}));
-    let item = list["approvals"].as_array().unwrap().iter().find(|i| i["subject"] == "plugin-task").cloned().unwrap();
+    let item = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["subject"] == "plugin-task")
+        .cloned()
+        .unwrap();
     let rid = item["request_id"].as_str().unwrap().to_string();
-    c.call("approvals.answer", json!({"request_id": rid, "decision": "allow"}));
+    c.call(
+        "approvals.answer",
+        json!({"request_id": rid, "decision": "allow"}),
+    );
     let got = py(&mut c, "result", &wid);
     let started = &got["result"];
     assert_eq!(started["requestId"], json!(rid), "{got}");
     let lane = started["lane"].as_str().unwrap().to_string();
-    assert!(lane.starts_with("t-") && started["session"].as_str().unwrap().starts_with("s-"), "{got}");
+    assert!(
+        lane.starts_with("t-") && started["session"].as_str().unwrap().starts_with("s-"),
+        "{got}"
+    );
     d.wait_log(&format!("lane {lane}: merged"));
     d.stop();
 }

@@ -57,7 +57,7 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use super::{
-    ActionKind, AgentEvent, Capabilities, CommandError, Decision, Entry, EndReason, FsRequest,
+    ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
     OptionKind, PermissionOption, PermissionRequest, SignInState, Step, ToolEntry, ToolStatus,
     TurnMode, Usage, Violation, parse_line, prompt_chars,
 };
@@ -96,7 +96,10 @@ enum Outstanding {
 #[derive(Debug)]
 enum AgentRequestKind {
     Permission(Vec<PermissionOption>),
-    FsRead { line: Option<u64>, limit: Option<u64> },
+    FsRead {
+        line: Option<u64>,
+        limit: Option<u64>,
+    },
     FsWrite,
 }
 
@@ -210,13 +213,22 @@ impl AcpClient {
         }
         self.interrupting = true;
         let sid = self.session_id.clone().unwrap_or_default();
-        step.write(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+        step.write(
+            &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}),
+        );
         // The spec asks the client to answer every open permission of the
         // turn with `cancelled` once it has cancelled.
         for key in self.permission_keys() {
             if let Some(req) = self.agent_requests.remove(&key) {
-                write_result(&mut step, &req.id, json!({"outcome": {"outcome": "cancelled"}}));
-                step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: true });
+                write_result(
+                    &mut step,
+                    &req.id,
+                    json!({"outcome": {"outcome": "cancelled"}}),
+                );
+                step.event(AgentEvent::PermissionClosed {
+                    agent_request_key: key,
+                    delivered: true,
+                });
             }
         }
         step
@@ -226,15 +238,23 @@ impl AcpClient {
     /// the decision: allow -> its `allow_once` option (never `allow_always`:
     /// the operator allowed this one call); deny -> `reject_once`, else
     /// `reject_always`; cancel -> outcome `cancelled`.
-    pub fn answer_permission(&mut self, key: &str, decision: Decision) -> Result<Step, CommandError> {
+    pub fn answer_permission(
+        &mut self,
+        key: &str,
+        decision: Decision,
+    ) -> Result<Step, CommandError> {
         let options = match self.agent_requests.get(key) {
-            Some(AgentRequest { kind: AgentRequestKind::Permission(o), .. }) => o,
+            Some(AgentRequest {
+                kind: AgentRequestKind::Permission(o),
+                ..
+            }) => o,
             _ => return Err(CommandError::UnknownRequest),
         };
         let outcome = match decision {
             Decision::Cancel => json!({"outcome": "cancelled"}),
             Decision::Allow => {
-                let id = pick(options, &[OptionKind::AllowOnce]).ok_or(CommandError::NoMatchingOption)?;
+                let id = pick(options, &[OptionKind::AllowOnce])
+                    .ok_or(CommandError::NoMatchingOption)?;
                 json!({"outcome": "selected", "optionId": id})
             }
             Decision::Deny { .. } => {
@@ -252,15 +272,26 @@ impl AcpClient {
 
     /// Answers fs/read_text_file with the whole file's text (or why it could
     /// not be read); the core applies the request's `line` and `limit`.
-    pub fn answer_fs_read(&mut self, key: &str, file: Result<String, String>) -> Result<Step, CommandError> {
+    pub fn answer_fs_read(
+        &mut self,
+        key: &str,
+        file: Result<String, String>,
+    ) -> Result<Step, CommandError> {
         let (line, limit) = match self.agent_requests.get(key) {
-            Some(AgentRequest { kind: AgentRequestKind::FsRead { line, limit }, .. }) => (*line, *limit),
+            Some(AgentRequest {
+                kind: AgentRequestKind::FsRead { line, limit },
+                ..
+            }) => (*line, *limit),
             _ => return Err(CommandError::UnknownRequest),
         };
         let mut step = Step::default();
         if let Some(req) = self.agent_requests.remove(key) {
             match file {
-                Ok(text) => write_result(&mut step, &req.id, json!({"content": slice_lines(&text, line, limit)})),
+                Ok(text) => write_result(
+                    &mut step,
+                    &req.id,
+                    json!({"content": slice_lines(&text, line, limit)}),
+                ),
                 Err(msg) => write_error(&mut step, &req.id, -32603, &msg),
             }
         }
@@ -268,8 +299,18 @@ impl AcpClient {
     }
 
     /// Answers fs/write_text_file once the caller wrote (or failed to).
-    pub fn answer_fs_write(&mut self, key: &str, done: Result<(), String>) -> Result<Step, CommandError> {
-        if !matches!(self.agent_requests.get(key), Some(AgentRequest { kind: AgentRequestKind::FsWrite, .. })) {
+    pub fn answer_fs_write(
+        &mut self,
+        key: &str,
+        done: Result<(), String>,
+    ) -> Result<Step, CommandError> {
+        if !matches!(
+            self.agent_requests.get(key),
+            Some(AgentRequest {
+                kind: AgentRequestKind::FsWrite,
+                ..
+            })
+        ) {
             return Err(CommandError::UnknownRequest);
         }
         let mut step = Step::default();
@@ -294,10 +335,16 @@ impl AcpClient {
             None => "the agent was killed by a signal".to_string(),
         };
         if matches!(self.phase, Phase::Initializing | Phase::Opening) {
-            step.event(AgentEvent::SetupFailed { detail: detail.clone() });
+            step.event(AgentEvent::SetupFailed {
+                detail: detail.clone(),
+            });
         }
         if self.prompt_in_flight.is_some() {
-            let reason = if self.interrupting { EndReason::Interrupted } else { EndReason::Failed };
+            let reason = if self.interrupting {
+                EndReason::Interrupted
+            } else {
+                EndReason::Failed
+            };
             self.end_turn(&mut step, reason, Some(detail));
         } else {
             self.close_requests(&mut step);
@@ -310,7 +357,10 @@ impl AcpClient {
     /// Feeds one complete line the agent wrote on stdout.
     pub fn on_line(&mut self, line: &[u8]) -> Result<Step, Violation> {
         if self.phase == Phase::Closed {
-            return Err(Violation { reason: "a line after the transport closed".into(), turn_was_active: false });
+            return Err(Violation {
+                reason: "a line after the transport closed".into(),
+                turn_was_active: false,
+            });
         }
         let mut msg = parse_line(line).map_err(|r| self.violate(r))?;
         if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -328,7 +378,10 @@ impl AcpClient {
                 self.on_notification(&mut step, method, &params)?;
             }
             (None, Some(id)) => self.on_response(&mut step, id, &msg)?,
-            _ => return Err(self.violate("a message that is neither request, notification nor answer".into())),
+            _ => {
+                return Err(self
+                    .violate("a message that is neither request, notification nor answer".into()));
+            }
         }
         Ok(step)
     }
@@ -339,7 +392,10 @@ impl AcpClient {
         self.prompt_in_flight = None;
         self.queue.clear();
         self.agent_requests.clear();
-        Violation { reason, turn_was_active }
+        Violation {
+            reason,
+            turn_was_active,
+        }
     }
 
     fn request(&mut self, step: &mut Step, what: Outstanding, method: &str, params: Value) -> u64 {
@@ -355,7 +411,9 @@ impl AcpClient {
         if self.phase != Phase::Ready || self.prompt_in_flight.is_some() {
             return;
         }
-        let Some(text) = self.queue.pop_front() else { return };
+        let Some(text) = self.queue.pop_front() else {
+            return;
+        };
         let sid = self.session_id.clone().unwrap_or_default();
         let id = self.request(
             step,
@@ -365,7 +423,10 @@ impl AcpClient {
         );
         self.prompt_in_flight = Some(id);
         self.interrupting = false;
-        step.event(AgentEvent::TurnStarted { mode: TurnMode::Prompt, chars: prompt_chars(&text) });
+        step.event(AgentEvent::TurnStarted {
+            mode: TurnMode::Prompt,
+            chars: prompt_chars(&text),
+        });
         step.event(AgentEvent::Transcript(Entry::User { text }));
     }
 
@@ -383,21 +444,34 @@ impl AcpClient {
                 None
             };
             if let Some(method) = method {
-                self.request(step, Outstanding::Reopen, method, json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}));
+                self.request(
+                    step,
+                    Outstanding::Reopen,
+                    method,
+                    json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+                );
                 return;
             }
             step.event(AgentEvent::Transcript(Entry::System {
                 text: format!("the agent cannot reopen session {sid}; a new session was started"),
             }));
         }
-        self.request(step, Outstanding::NewSession, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+        self.request(
+            step,
+            Outstanding::NewSession,
+            "session/new",
+            json!({"cwd": cwd, "mcpServers": []}),
+        );
     }
 
     fn became_ready(&mut self, step: &mut Step, sid: String) {
         self.session_id = Some(sid.clone());
         self.phase = Phase::Ready;
         self.replaying = false;
-        step.event(AgentEvent::Ready { agent_session_id: sid, capabilities: self.capabilities });
+        step.event(AgentEvent::Ready {
+            agent_session_id: sid,
+            capabilities: self.capabilities,
+        });
         if self.auth_offered {
             step.event(AgentEvent::SignIn(SignInState::SignedIn));
         }
@@ -410,31 +484,49 @@ impl AcpClient {
         self.queue.clear();
     }
 
-    fn on_response(&mut self, step: &mut Step, id: &Value, msg: &Map<String, Value>) -> Result<(), Violation> {
+    fn on_response(
+        &mut self,
+        step: &mut Step,
+        id: &Value,
+        msg: &Map<String, Value>,
+    ) -> Result<(), Violation> {
         let Some(what) = id.as_u64().and_then(|n| self.outstanding.remove(&n)) else {
             return Err(self.violate(format!("an answer to id {id}, which we never sent")));
         };
         let outcome = match (msg.get("result"), msg.get("error")) {
             (Some(r), None) => Ok(r),
             (None, Some(e)) => Err(e),
-            _ => return Err(self.violate(format!("the answer to id {id} has not exactly one of result and error"))),
+            _ => {
+                return Err(self.violate(format!(
+                    "the answer to id {id} has not exactly one of result and error"
+                )));
+            }
         };
         match (what, outcome) {
             (Outstanding::Initialize, Ok(r)) => {
                 let version = r.get("protocolVersion").and_then(Value::as_u64);
                 if version != Some(PROTOCOL_VERSION) {
-                    self.setup_failed(step, format!("the agent speaks ACP version {version:?}; we speak 1"));
+                    self.setup_failed(
+                        step,
+                        format!("the agent speaks ACP version {version:?}; we speak 1"),
+                    );
                     return Ok(());
                 }
                 let caps = r.get("agentCapabilities");
                 self.capabilities = Capabilities {
-                    load_session: caps.and_then(|c| c.get("loadSession")).and_then(Value::as_bool).unwrap_or(false),
+                    load_session: caps
+                        .and_then(|c| c.get("loadSession"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
                     resume_session: caps
                         .and_then(|c| c.get("sessionCapabilities"))
                         .and_then(|c| c.get("resume"))
                         .is_some_and(Value::is_object),
                 };
-                self.auth_offered = r.get("authMethods").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
+                self.auth_offered = r
+                    .get("authMethods")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty());
                 self.open_session(step);
             }
             (Outstanding::NewSession, Ok(r)) => match r.get("sessionId").and_then(Value::as_str) {
@@ -456,7 +548,10 @@ impl AcpClient {
                 self.replaying = false;
                 self.cfg.reopen = None;
                 step.event(AgentEvent::Transcript(Entry::System {
-                    text: format!("the agent refused to reopen its session ({}); a new session was started", error_text(e)),
+                    text: format!(
+                        "the agent refused to reopen its session ({}); a new session was started",
+                        error_text(e)
+                    ),
                 }));
                 self.open_session(step);
             }
@@ -476,7 +571,10 @@ impl AcpClient {
                     match stop {
                         "end_turn" => (EndReason::Completed, None),
                         "cancelled" => (EndReason::Interrupted, None),
-                        "" => (EndReason::Failed, Some("the agent gave no stopReason".to_string())),
+                        "" => (
+                            EndReason::Failed,
+                            Some("the agent gave no stopReason".to_string()),
+                        ),
                         other => (EndReason::Failed, Some(other.to_string())),
                     }
                 };
@@ -512,7 +610,10 @@ impl AcpClient {
     fn close_requests(&mut self, step: &mut Step) {
         for key in self.permission_keys() {
             self.agent_requests.remove(&key);
-            step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: false });
+            step.event(AgentEvent::PermissionClosed {
+                agent_request_key: key,
+                delivered: false,
+            });
         }
     }
 
@@ -539,7 +640,13 @@ impl AcpClient {
         }
     }
 
-    fn on_agent_request(&mut self, step: &mut Step, id: Value, method: &str, params: Value) -> Result<(), Violation> {
+    fn on_agent_request(
+        &mut self,
+        step: &mut Step,
+        id: Value,
+        method: &str,
+        params: Value,
+    ) -> Result<(), Violation> {
         let key = id.to_string();
         if self.agent_requests.contains_key(&key) {
             return Err(self.violate(format!("a second request with the open id {key}")));
@@ -563,13 +670,29 @@ impl AcpClient {
                 }
                 let request = PermissionRequest {
                     agent_request_key: key.clone(),
-                    tool_call_id: tool.get("toolCallId").and_then(Value::as_str).map(String::from),
-                    title: tool.get("title").and_then(Value::as_str).unwrap_or("permission").to_string(),
-                    action: tool.get("kind").and_then(Value::as_str).map_or(ActionKind::Other, ActionKind::from_acp),
+                    tool_call_id: tool
+                        .get("toolCallId")
+                        .and_then(Value::as_str)
+                        .map(String::from),
+                    title: tool
+                        .get("title")
+                        .and_then(Value::as_str)
+                        .unwrap_or("permission")
+                        .to_string(),
+                    action: tool
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .map_or(ActionKind::Other, ActionKind::from_acp),
                     input: tool.get("rawInput").cloned().unwrap_or(Value::Null),
                     options: options.clone(),
                 };
-                self.agent_requests.insert(key, AgentRequest { id, kind: AgentRequestKind::Permission(options) });
+                self.agent_requests.insert(
+                    key,
+                    AgentRequest {
+                        id,
+                        kind: AgentRequestKind::Permission(options),
+                    },
+                );
                 step.event(AgentEvent::PermissionRequest(request));
             }
             "fs/read_text_file" | "fs/write_text_file" => {
@@ -587,8 +710,12 @@ impl AcpClient {
                 };
                 if method == "fs/read_text_file" {
                     let n = |k: &str| params.get(k).and_then(Value::as_u64);
-                    let kind = AgentRequestKind::FsRead { line: n("line"), limit: n("limit") };
-                    self.agent_requests.insert(key.clone(), AgentRequest { id, kind });
+                    let kind = AgentRequestKind::FsRead {
+                        line: n("line"),
+                        limit: n("limit"),
+                    };
+                    self.agent_requests
+                        .insert(key.clone(), AgentRequest { id, kind });
                     step.event(AgentEvent::Fs(FsRequest::Read { key, path }));
                 } else {
                     let Some(content) = params.get("content").and_then(Value::as_str) else {
@@ -596,7 +723,13 @@ impl AcpClient {
                         return Ok(());
                     };
                     let content = content.to_string();
-                    self.agent_requests.insert(key.clone(), AgentRequest { id, kind: AgentRequestKind::FsWrite });
+                    self.agent_requests.insert(
+                        key.clone(),
+                        AgentRequest {
+                            id,
+                            kind: AgentRequestKind::FsWrite,
+                        },
+                    );
                     step.event(AgentEvent::Fs(FsRequest::Write { key, path, content }));
                 }
             }
@@ -605,7 +738,12 @@ impl AcpClient {
         Ok(())
     }
 
-    fn on_notification(&mut self, step: &mut Step, method: &str, params: &Value) -> Result<(), Violation> {
+    fn on_notification(
+        &mut self,
+        step: &mut Step,
+        method: &str,
+        params: &Value,
+    ) -> Result<(), Violation> {
         if method != "session/update" {
             return Ok(());
         }
@@ -613,7 +751,9 @@ impl AcpClient {
         if self.replaying {
             return Ok(());
         }
-        let Some(update) = params.get("update") else { return Ok(()) };
+        let Some(update) = params.get("update") else {
+            return Ok(());
+        };
         let text = || {
             update
                 .get("content")
@@ -626,7 +766,9 @@ impl AcpClient {
             Some("agent_message_chunk") => text().map(|text| Entry::Text { text }),
             Some("agent_thought_chunk") => text().map(|text| Entry::Thinking { text }),
             Some("tool_call") | Some("tool_call_update") => tool_entry(update).map(Entry::Tool),
-            Some("plan") => Some(Entry::System { text: render_plan(update) }),
+            Some("plan") => Some(Entry::System {
+                text: render_plan(update),
+            }),
             // user_message_chunk outside a load replay would repeat the
             // prompt we recorded when the turn started; the rest
             // (available_commands_update, current_mode_update, ...) is not
@@ -680,7 +822,9 @@ fn write_error(step: &mut Step, id: &Value, code: i64, message: &str) {
 }
 
 fn pick(options: &[PermissionOption], kinds: &[OptionKind]) -> Option<String> {
-    kinds.iter().find_map(|k| options.iter().find(|o| o.kind == *k).map(|o| o.id.clone()))
+    kinds
+        .iter()
+        .find_map(|k| options.iter().find(|o| o.kind == *k).map(|o| o.id.clone()))
 }
 
 fn parse_option(v: &Value) -> Option<PermissionOption> {
@@ -693,7 +837,11 @@ fn parse_option(v: &Value) -> Option<PermissionOption> {
     };
     Some(PermissionOption {
         id: v.get("optionId")?.as_str()?.to_string(),
-        name: v.get("name").and_then(Value::as_str).unwrap_or_default().to_string(),
+        name: v
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
         kind,
     })
 }
@@ -708,7 +856,10 @@ fn tool_entry(update: &Value) -> Option<ToolEntry> {
         status: s("status").and_then(ToolStatus::from_acp),
         // rawOutput is what the tool returned; content is its display form,
         // kept when there is nothing rawer.
-        result: update.get("rawOutput").or_else(|| update.get("content")).cloned(),
+        result: update
+            .get("rawOutput")
+            .or_else(|| update.get("content"))
+            .cloned(),
     })
 }
 
@@ -738,9 +889,22 @@ fn usage_limited(e: &Value) -> bool {
     if e.get("code").and_then(Value::as_i64) == Some(429) {
         return true;
     }
-    let text = format!("{} {}", e.get("message").unwrap_or(&Value::Null), e.get("data").unwrap_or(&Value::Null))
-        .to_lowercase();
-    ["rate limit", "rate_limit", "ratelimit", "429", "quota", "usage limit"].iter().any(|s| text.contains(s))
+    let text = format!(
+        "{} {}",
+        e.get("message").unwrap_or(&Value::Null),
+        e.get("data").unwrap_or(&Value::Null)
+    )
+    .to_lowercase();
+    [
+        "rate limit",
+        "rate_limit",
+        "ratelimit",
+        "429",
+        "quota",
+        "usage limit",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
 }
 
 /// ACP's `line` is 1-based; `limit` counts lines.
@@ -755,7 +919,10 @@ mod tests {
     use super::*;
 
     fn recording(name: &str) -> Vec<(String, Value)> {
-        let path = format!("{}/tests/fixtures/recordings/{name}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/tests/fixtures/recordings/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let text = std::fs::read_to_string(&path).expect("recording");
         text.lines()
             .filter_map(|l| {
@@ -764,24 +931,36 @@ mod tests {
                 if dir != "C->A" && dir != "A->C" {
                     return None;
                 }
-                Some((dir.to_string(), serde_json::from_str(json).expect("recorded JSON")))
+                Some((
+                    dir.to_string(),
+                    serde_json::from_str(json).expect("recorded JSON"),
+                ))
             })
             .collect()
     }
 
     fn client() -> AcpClient {
-        AcpClient::new(AcpConfig { worktree: PathBuf::from("/srv/work/demo"), reopen: None })
+        AcpClient::new(AcpConfig {
+            worktree: PathBuf::from("/srv/work/demo"),
+            reopen: None,
+        })
     }
 
     fn parsed(writes: &[Vec<u8>]) -> Vec<Value> {
-        writes.iter().map(|w| serde_json::from_slice(w).expect("we write JSON")).collect()
+        writes
+            .iter()
+            .map(|w| serde_json::from_slice(w).expect("we write JSON"))
+            .collect()
     }
 
     /// Replays a recording: agent lines go into the core; every client line
     /// of the recording must either be what the core wrote by itself, or is
     /// an operator action (`act`) whose writes must then equal it. Returns
     /// every event, in order.
-    fn replay(name: &str, act: &mut dyn FnMut(&mut AcpClient, &Value, &[AgentEvent]) -> Step) -> Vec<AgentEvent> {
+    fn replay(
+        name: &str,
+        act: &mut dyn FnMut(&mut AcpClient, &Value, &[AgentEvent]) -> Step,
+    ) -> Vec<AgentEvent> {
         replay_with(name, act, &|_| false)
     }
 
@@ -811,18 +990,32 @@ mod tests {
                 produced.extend(parsed(&step.writes));
                 events.extend(step.events);
             }
-            let Some(ours) = produced.pop_front() else { continue };
+            let Some(ours) = produced.pop_front() else {
+                continue;
+            };
             if msg["method"] == "initialize" {
                 // We serve no terminal and name ourselves; the rest matches.
-                assert_eq!(ours["params"]["protocolVersion"], msg["params"]["protocolVersion"]);
-                assert_eq!(ours["params"]["clientCapabilities"]["fs"], msg["params"]["clientCapabilities"]["fs"]);
+                assert_eq!(
+                    ours["params"]["protocolVersion"],
+                    msg["params"]["protocolVersion"]
+                );
+                assert_eq!(
+                    ours["params"]["clientCapabilities"]["fs"],
+                    msg["params"]["clientCapabilities"]["fs"]
+                );
                 assert_eq!(ours["params"]["clientCapabilities"]["terminal"], false);
                 assert_eq!(ours["id"], msg["id"]);
             } else {
-                assert_eq!(ours, msg, "{name}: the core wrote something else than the recorded client");
+                assert_eq!(
+                    ours, msg,
+                    "{name}: the core wrote something else than the recorded client"
+                );
             }
         }
-        assert!(produced.is_empty(), "{name}: unrecorded writes {produced:?}");
+        assert!(
+            produced.is_empty(),
+            "{name}: unrecorded writes {produced:?}"
+        );
         events
     }
 
@@ -851,10 +1044,19 @@ mod tests {
     fn replays_allow() {
         let events = replay("acp-zed-example-allow.log", &mut |c, msg, ev| {
             assert_eq!(msg["result"]["outcome"]["optionId"], "allow");
-            c.answer_permission(&permission_key(ev), Decision::Allow).expect("answer")
+            c.answer_permission(&permission_key(ev), Decision::Allow)
+                .expect("answer")
         });
-        assert!(matches!(&events[0], AgentEvent::Ready { agent_session_id, .. } if agent_session_id == "dz7a6gndsb"));
-        assert_eq!(events[1], AgentEvent::TurnStarted { mode: TurnMode::Prompt, chars: 5 });
+        assert!(
+            matches!(&events[0], AgentEvent::Ready { agent_session_id, .. } if agent_session_id == "dz7a6gndsb")
+        );
+        assert_eq!(
+            events[1],
+            AgentEvent::TurnStarted {
+                mode: TurnMode::Prompt,
+                chars: 5
+            }
+        );
         let p = events
             .iter()
             .find_map(|e| match e {
@@ -864,7 +1066,10 @@ mod tests {
             .expect("permission");
         assert_eq!(p.action, ActionKind::Edit);
         assert_eq!(p.tool_call_id.as_deref(), Some("call_2"));
-        assert_eq!(p.input["content"], "{\"database\": {\"host\": \"new-host\"}}");
+        assert_eq!(
+            p.input["content"],
+            "{\"database\": {\"host\": \"new-host\"}}"
+        );
         assert_eq!(p.options.len(), 2);
         let tools: Vec<&ToolEntry> = events
             .iter()
@@ -876,8 +1081,14 @@ mod tests {
         assert_eq!(tools.len(), 4);
         assert_eq!(tools[0].kind, Some(ActionKind::Read));
         assert_eq!(tools[1].status, Some(ToolStatus::Completed));
-        assert_eq!(tools[1].result.as_ref().map(|r| r["content"].is_string()), Some(true));
-        let texts = events.iter().filter(|e| matches!(e, AgentEvent::Transcript(Entry::Text { .. }))).count();
+        assert_eq!(
+            tools[1].result.as_ref().map(|r| r["content"].is_string()),
+            Some(true)
+        );
+        let texts = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Transcript(Entry::Text { .. })))
+            .count();
         assert_eq!(texts, 3);
         assert_eq!(ended(&events), vec![EndReason::Completed]);
     }
@@ -886,7 +1097,8 @@ mod tests {
     fn replays_reject() {
         let events = replay("acp-zed-example-reject.log", &mut |c, msg, ev| {
             assert_eq!(msg["result"]["outcome"]["optionId"], "reject");
-            c.answer_permission(&permission_key(ev), Decision::Deny { message: None }).expect("answer")
+            c.answer_permission(&permission_key(ev), Decision::Deny { message: None })
+                .expect("answer")
         });
         assert_eq!(ended(&events), vec![EndReason::Completed]);
     }
@@ -902,12 +1114,18 @@ mod tests {
 
     #[test]
     fn replays_cancel_during_permission_as_interrupted_despite_end_turn() {
-        let events = replay("acp-zed-example-cancel-during-permission.log", &mut |c, msg, _| {
-            assert_eq!(msg["method"], "session/cancel");
-            c.interrupt()
-        });
+        let events = replay(
+            "acp-zed-example-cancel-during-permission.log",
+            &mut |c, msg, _| {
+                assert_eq!(msg["method"], "session/cancel");
+                c.interrupt()
+            },
+        );
         let key = permission_key(&events);
-        assert!(events.contains(&AgentEvent::PermissionClosed { agent_request_key: key, delivered: true }));
+        assert!(events.contains(&AgentEvent::PermissionClosed {
+            agent_request_key: key,
+            delivered: true
+        }));
         assert_eq!(ended(&events), vec![EndReason::Interrupted]);
     }
 
@@ -928,7 +1146,8 @@ mod tests {
                     assert_eq!(c.queued(), 1);
                     Step::default()
                 } else {
-                    c.answer_permission(&permission_key(ev), Decision::Allow).expect("answer")
+                    c.answer_permission(&permission_key(ev), Decision::Allow)
+                        .expect("answer")
                 }
             },
             &|w| *w == second,
@@ -936,8 +1155,14 @@ mod tests {
         // The example agent fails the first prompt (-32603) when the second
         // arrives; here that error ends turn 1 failed and the queued prompt
         // goes out as id 3, which the agent's end_turn completes.
-        assert_eq!(ended(&events), vec![EndReason::Failed, EndReason::Completed]);
-        let starts = events.iter().filter(|e| matches!(e, AgentEvent::TurnStarted { .. })).count();
+        assert_eq!(
+            ended(&events),
+            vec![EndReason::Failed, EndReason::Completed]
+        );
+        let starts = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::TurnStarted { .. }))
+            .count();
         assert_eq!(starts, 2);
         assert_eq!(c_steps, 2);
     }
@@ -947,7 +1172,8 @@ mod tests {
         c.start(None).expect("start");
         c.on_line(br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":true}}}"#)
             .expect("init");
-        c.on_line(br#"{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}"#).expect("new");
+        c.on_line(br#"{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}"#)
+            .expect("new");
         c
     }
 
@@ -966,55 +1192,91 @@ mod tests {
 
     #[test]
     fn maps_stop_reasons() {
-        let r = |stop: &str| end_reason_for(&format!(r#"{{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"{stop}"}}}}"#)).0;
+        let r = |stop: &str| {
+            end_reason_for(&format!(
+                r#"{{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"{stop}"}}}}"#
+            ))
+            .0
+        };
         assert_eq!(r("end_turn"), EndReason::Completed);
         assert_eq!(r("cancelled"), EndReason::Interrupted);
         assert_eq!(r("max_tokens"), EndReason::Failed);
         assert_eq!(r("max_turn_requests"), EndReason::Failed);
         assert_eq!(r("refusal"), EndReason::Failed);
-        let e = |err: &str| end_reason_for(&format!(r#"{{"jsonrpc":"2.0","id":2,"error":{err}}}"#)).0;
-        assert_eq!(e(r#"{"code":-32603,"message":"Internal error"}"#), EndReason::Failed);
-        assert_eq!(e(r#"{"code":429,"message":"slow down"}"#), EndReason::UsageLimited);
-        assert_eq!(e(r#"{"code":-32603,"message":"Rate limit exceeded"}"#), EndReason::UsageLimited);
+        let e =
+            |err: &str| end_reason_for(&format!(r#"{{"jsonrpc":"2.0","id":2,"error":{err}}}"#)).0;
+        assert_eq!(
+            e(r#"{"code":-32603,"message":"Internal error"}"#),
+            EndReason::Failed
+        );
+        assert_eq!(
+            e(r#"{"code":429,"message":"slow down"}"#),
+            EndReason::UsageLimited
+        );
+        assert_eq!(
+            e(r#"{"code":-32603,"message":"Rate limit exceeded"}"#),
+            EndReason::UsageLimited
+        );
     }
 
     #[test]
     fn queue_is_bounded_and_sent_in_order() {
         let mut c = ready_client();
         let first = c.prompt("one".into()).expect("prompt");
-        assert_eq!(parsed(&first.writes)[0]["params"]["prompt"][0]["text"], "one");
+        assert_eq!(
+            parsed(&first.writes)[0]["params"]["prompt"][0]["text"],
+            "one"
+        );
         for i in 0..AGENT_PROMPT_QUEUE {
             assert!(c.prompt(format!("q{i}")).expect("queued").writes.is_empty());
         }
         assert_eq!(c.prompt("over".into()), Err(CommandError::QueueFull));
-        let s = c.on_line(br#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#).expect("end");
+        let s = c
+            .on_line(br#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#)
+            .expect("end");
         let w = parsed(&s.writes);
         assert_eq!(w[0]["id"], 3);
         assert_eq!(w[0]["params"]["prompt"][0]["text"], "q0");
-        assert!(s.events.contains(&AgentEvent::TurnStarted { mode: TurnMode::Prompt, chars: 2 }));
+        assert!(s.events.contains(&AgentEvent::TurnStarted {
+            mode: TurnMode::Prompt,
+            chars: 2
+        }));
     }
 
     #[test]
     fn reopens_with_load_and_skips_the_replay() {
-        let mut c = AcpClient::new(AcpConfig { worktree: PathBuf::from("/w"), reopen: Some("old".into()) });
+        let mut c = AcpClient::new(AcpConfig {
+            worktree: PathBuf::from("/w"),
+            reopen: Some("old".into()),
+        });
         c.start(None).expect("start");
         let s = c
             .on_line(br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":true}}}"#)
             .expect("init");
         let w = parsed(&s.writes);
         assert_eq!(w[0]["method"], "session/load");
-        assert_eq!(w[0]["params"], json!({"sessionId": "old", "cwd": "/w", "mcpServers": []}));
+        assert_eq!(
+            w[0]["params"],
+            json!({"sessionId": "old", "cwd": "/w", "mcpServers": []})
+        );
         let replayed = c
             .on_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"old","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"old"}}}}"#)
             .expect("replay");
         assert!(replayed.events.is_empty());
-        let s = c.on_line(br#"{"jsonrpc":"2.0","id":1,"result":null}"#).expect("loaded");
-        assert!(matches!(&s.events[0], AgentEvent::Ready { agent_session_id, .. } if agent_session_id == "old"));
+        let s = c
+            .on_line(br#"{"jsonrpc":"2.0","id":1,"result":null}"#)
+            .expect("loaded");
+        assert!(
+            matches!(&s.events[0], AgentEvent::Ready { agent_session_id, .. } if agent_session_id == "old")
+        );
     }
 
     #[test]
     fn reopens_with_resume_when_offered() {
-        let mut c = AcpClient::new(AcpConfig { worktree: PathBuf::from("/w"), reopen: Some("old".into()) });
+        let mut c = AcpClient::new(AcpConfig {
+            worktree: PathBuf::from("/w"),
+            reopen: Some("old".into()),
+        });
         c.start(None).expect("start");
         let s = c
             .on_line(br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"sessionCapabilities":{"resume":{}}}}}"#)
@@ -1045,7 +1307,9 @@ mod tests {
     #[test]
     fn unknown_methods_and_updates() {
         let mut c = ready_client();
-        let s = c.on_line(br#"{"jsonrpc":"2.0","id":"t","method":"terminal/create","params":{}}"#).expect("ok");
+        let s = c
+            .on_line(br#"{"jsonrpc":"2.0","id":"t","method":"terminal/create","params":{}}"#)
+            .expect("ok");
         assert_eq!(parsed(&s.writes)[0]["error"]["code"], -32601);
         let s = c
             .on_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"brand_new"}}}"#)
@@ -1056,7 +1320,10 @@ mod tests {
     #[test]
     fn confinement() {
         let wt = Path::new("/srv/work/demo");
-        assert_eq!(confine(wt, "/srv/work/demo/a/./b.txt"), Ok(PathBuf::from("/srv/work/demo/a/b.txt")));
+        assert_eq!(
+            confine(wt, "/srv/work/demo/a/./b.txt"),
+            Ok(PathBuf::from("/srv/work/demo/a/b.txt"))
+        );
         assert!(confine(wt, "/srv/work/demo/../x").is_err());
         assert!(confine(wt, "/srv/work/demo/a/../../demo/x").is_err());
         assert!(confine(wt, "/srv/work/demo2/x").is_err());
@@ -1064,7 +1331,10 @@ mod tests {
         assert!(confine(wt, "relative/x").is_err());
         assert!(confine(wt, "/srv/work/demo/a\0b").is_err());
         assert!(confine(Path::new("rel"), "/rel/x").is_err());
-        assert_eq!(confine(wt, "/srv/work/demo"), Ok(PathBuf::from("/srv/work/demo")));
+        assert_eq!(
+            confine(wt, "/srv/work/demo"),
+            Ok(PathBuf::from("/srv/work/demo"))
+        );
     }
 
     #[test]
@@ -1078,17 +1348,29 @@ mod tests {
         let s = c
             .on_line(br#"{"jsonrpc":"2.0","id":6,"method":"fs/read_text_file","params":{"sessionId":"s1","path":"/srv/work/demo/f","line":2,"limit":2}}"#)
             .expect("ok");
-        let AgentEvent::Fs(FsRequest::Read { key, path }) = &s.events[0] else { panic!("{s:?}") };
+        let AgentEvent::Fs(FsRequest::Read { key, path }) = &s.events[0] else {
+            panic!("{s:?}")
+        };
         assert_eq!(path, Path::new("/srv/work/demo/f"));
-        let a = c.answer_fs_read(key, Ok("1\n2\n3\n4\n".into())).expect("answer");
-        assert_eq!(parsed(&a.writes)[0], json!({"jsonrpc":"2.0","id":6,"result":{"content":"2\n3\n"}}));
+        let a = c
+            .answer_fs_read(key, Ok("1\n2\n3\n4\n".into()))
+            .expect("answer");
+        assert_eq!(
+            parsed(&a.writes)[0],
+            json!({"jsonrpc":"2.0","id":6,"result":{"content":"2\n3\n"}})
+        );
         let s = c
             .on_line(br#"{"jsonrpc":"2.0","id":7,"method":"fs/write_text_file","params":{"sessionId":"s1","path":"/srv/work/demo/g","content":"x"}}"#)
             .expect("ok");
-        let AgentEvent::Fs(FsRequest::Write { key, content, .. }) = &s.events[0] else { panic!("{s:?}") };
+        let AgentEvent::Fs(FsRequest::Write { key, content, .. }) = &s.events[0] else {
+            panic!("{s:?}")
+        };
         assert_eq!(content, "x");
         let a = c.answer_fs_write(key, Ok(())).expect("answer");
-        assert_eq!(parsed(&a.writes)[0], json!({"jsonrpc":"2.0","id":7,"result":null}));
+        assert_eq!(
+            parsed(&a.writes)[0],
+            json!({"jsonrpc":"2.0","id":7,"result":null})
+        );
     }
 
     #[test]
@@ -1098,8 +1380,14 @@ mod tests {
         c.on_line(br#"{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t"},"options":[]}}"#)
             .expect("ok");
         let s = c.on_exit(Some(3));
-        assert!(s.events.contains(&AgentEvent::PermissionClosed { agent_request_key: "9".into(), delivered: false }));
+        assert!(s.events.contains(&AgentEvent::PermissionClosed {
+            agent_request_key: "9".into(),
+            delivered: false
+        }));
         assert_eq!(ended(&s.events), vec![EndReason::Failed]);
-        assert_eq!(c.answer_permission("9", Decision::Allow), Err(CommandError::UnknownRequest));
+        assert_eq!(
+            c.answer_permission("9", Decision::Allow),
+            Err(CommandError::UnknownRequest)
+        );
     }
 }

@@ -68,7 +68,9 @@ struct Fake {
 
 impl Fake {
     fn spawn(file: &str, script: &str) -> Fake {
-        let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", file].iter().collect();
+        let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "fixtures", file]
+            .iter()
+            .collect();
         let mut child = Command::new("python3")
             .arg(path)
             .env("FAKE_SCRIPT", script)
@@ -94,7 +96,11 @@ impl Fake {
                 }
             }
         });
-        Fake { child, stdin, lines }
+        Fake {
+            child,
+            stdin,
+            lines,
+        }
     }
 
     fn write(&mut self, step: &Step) {
@@ -163,7 +169,10 @@ fn ended_n(n: usize) -> impl Fn(&[AgentEvent]) -> bool {
 /// starting are the first of the scenario.
 fn acp(script: &str) -> (Fake, AcpClient, Vec<AgentEvent>) {
     let mut fake = Fake::spawn("fake_acp_agent.py", script);
-    let mut core = AcpClient::new(AcpConfig { worktree: PathBuf::from("/tmp"), reopen: None });
+    let mut core = AcpClient::new(AcpConfig {
+        worktree: PathBuf::from("/tmp"),
+        reopen: None,
+    });
     let s = core.start(Some("hello".into())).expect("start");
     fake.write(&s);
     (fake, core, s.events)
@@ -200,15 +209,20 @@ fn run<C: Core>(
         Reaction::Nothing => None,
         Reaction::Interrupt => Some(c.interrupt_now()),
         Reaction::Answer(k) => {
-            let AgentEvent::PermissionRequest(p) = e else { return None };
+            let AgentEvent::PermissionRequest(p) = e else {
+                return None;
+            };
             let d = match k {
                 DecisionKind::Allow => Decision::Allow,
-                DecisionKind::Deny => Decision::Deny { message: Some("no".into()) },
+                DecisionKind::Deny => Decision::Deny {
+                    message: Some("no".into()),
+                },
             };
             Some(c.answer(&p.agent_request_key, d))
         }
     };
-    fake.drive(&mut core, &mut events, &mut react, &ended_n(turns)).expect("no violation");
+    fake.drive(&mut core, &mut events, &mut react, &ended_n(turns))
+        .expect("no violation");
     events
 }
 
@@ -220,18 +234,33 @@ fn on_permission(k: DecisionKind) -> impl Fn(&AgentEvent) -> Reaction {
 }
 
 fn interrupt_on(pred: fn(&AgentEvent) -> bool) -> impl Fn(&AgentEvent) -> Reaction {
-    move |e| if pred(e) { Reaction::Interrupt } else { Reaction::Nothing }
+    move |e| {
+        if pred(e) {
+            Reaction::Interrupt
+        } else {
+            Reaction::Nothing
+        }
+    }
 }
 
 /// Runs one scenario against both fakes: [acp events, stream-json events].
-fn scenario(script: &str, rule: &dyn Fn(&AgentEvent) -> Reaction, turns: usize) -> [Vec<AgentEvent>; 2] {
+fn scenario(
+    script: &str,
+    rule: &dyn Fn(&AgentEvent) -> Reaction,
+    turns: usize,
+) -> [Vec<AgentEvent>; 2] {
     [run(acp(script), rule, turns), run(cc(script), rule, turns)]
 }
 
 #[test]
 fn default_turn_echoes() {
     for ev in scenario("[]", &|_| Reaction::Nothing, 1) {
-        assert!(ev.contains(&AgentEvent::Transcript(Entry::Text { text: "echo: hello".into() })), "{ev:?}");
+        assert!(
+            ev.contains(&AgentEvent::Transcript(Entry::Text {
+                text: "echo: hello".into()
+            })),
+            "{ev:?}"
+        );
         assert_eq!(ends(&ev), vec![EndReason::Completed]);
         assert!(ev.iter().any(|e| matches!(e, AgentEvent::Ready { .. })));
     }
@@ -254,7 +283,9 @@ fn deny() {
     let script = r#"[[{"permission":{"id":"t1"}}]]"#;
     let [a, b] = scenario(script, &on_permission(DecisionKind::Deny), 1);
     assert_eq!(ends(&a), vec![EndReason::Completed]);
-    assert!(a.iter().any(|e| matches!(e, AgentEvent::Transcript(Entry::Text { text }) if text.contains("prefer not"))));
+    assert!(a.iter().any(
+        |e| matches!(e, AgentEvent::Transcript(Entry::Text { text }) if text.contains("prefer not"))
+    ));
     assert_eq!(ends(&b), vec![EndReason::Completed]);
     let failed = b.iter().any(|e| {
         matches!(e, AgentEvent::Transcript(Entry::Tool(t)) if t.status == Some(ToolStatus::Failed)
@@ -269,7 +300,9 @@ fn interrupt_while_streaming() {
     let rule = interrupt_on(|e| matches!(e, AgentEvent::Transcript(Entry::Text { .. })));
     for ev in scenario(script, &rule, 1) {
         assert_eq!(ends(&ev), vec![EndReason::Interrupted], "{ev:?}");
-        assert!(!ev.contains(&AgentEvent::Transcript(Entry::Text { text: "never".into() })));
+        assert!(!ev.contains(&AgentEvent::Transcript(Entry::Text {
+            text: "never".into()
+        })));
     }
 }
 
@@ -279,7 +312,13 @@ fn interrupt_during_permission() {
     let rule = interrupt_on(|e| matches!(e, AgentEvent::PermissionRequest(_)));
     for ev in scenario(script, &rule, 1) {
         assert_eq!(ends(&ev), vec![EndReason::Interrupted], "{ev:?}");
-        assert!(ev.iter().any(|e| matches!(e, AgentEvent::PermissionClosed { delivered: true, .. })));
+        assert!(ev.iter().any(|e| matches!(
+            e,
+            AgentEvent::PermissionClosed {
+                delivered: true,
+                ..
+            }
+        )));
     }
 }
 
@@ -311,7 +350,8 @@ fn queue() {
         sent = true;
         Some(c.send("second"))
     };
-    f.drive(&mut c, &mut ev, &mut react, &ended_n(2)).expect("no violation");
+    f.drive(&mut c, &mut ev, &mut react, &ended_n(2))
+        .expect("no violation");
     assert_eq!(modes(&ev), vec![TurnMode::Prompt, TurnMode::Prompt]);
     assert_eq!(ends(&ev), vec![EndReason::Completed, EndReason::Completed]);
 
@@ -324,7 +364,8 @@ fn queue() {
         sent = true;
         Some(c.send("second"))
     };
-    f.drive(&mut c, &mut ev, &mut react, &ended_n(2)).expect("no violation");
+    f.drive(&mut c, &mut ev, &mut react, &ended_n(2))
+        .expect("no violation");
     assert_eq!(modes(&ev), vec![TurnMode::Prompt, TurnMode::Queue]);
     assert_eq!(ends(&ev), vec![EndReason::Completed, EndReason::Completed]);
     assert!(ev.contains(&AgentEvent::Transcript(Entry::Text { text: "two".into() })));
@@ -334,10 +375,14 @@ fn queue() {
 fn invalid_line_is_a_violation() {
     let script = r#"[[{"text":"a"},{"invalid":"this is not JSON"}]]"#;
     let (mut f, mut c, _) = acp(script);
-    let v = f.drive(&mut c, &mut Vec::new(), &mut |_, _| None, &ended_n(1)).expect_err("violation");
+    let v = f
+        .drive(&mut c, &mut Vec::new(), &mut |_, _| None, &ended_n(1))
+        .expect_err("violation");
     assert!(v.turn_was_active);
     let (mut f, mut c, _) = cc(script);
-    let v = f.drive(&mut c, &mut Vec::new(), &mut |_, _| None, &ended_n(1)).expect_err("violation");
+    let v = f
+        .drive(&mut c, &mut Vec::new(), &mut |_, _| None, &ended_n(1))
+        .expect_err("violation");
     assert!(v.turn_was_active);
 }
 
@@ -345,9 +390,16 @@ fn invalid_line_is_a_violation() {
 fn crash_fails_the_turn() {
     for ev in scenario(r#"[[{"text":"a"},{"exit":3}]]"#, &|_| Reaction::Nothing, 1) {
         let detail = ev.iter().find_map(|e| match e {
-            AgentEvent::TurnEnded { reason: EndReason::Failed, detail } => detail.clone(),
+            AgentEvent::TurnEnded {
+                reason: EndReason::Failed,
+                detail,
+            } => detail.clone(),
             _ => None,
         });
-        assert_eq!(detail.as_deref(), Some("the agent exited with status 3"), "{ev:?}");
+        assert_eq!(
+            detail.as_deref(),
+            Some("the agent exited with status 3"),
+            "{ev:?}"
+        );
     }
 }

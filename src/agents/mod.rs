@@ -181,15 +181,25 @@ pub struct ToolEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
     /// The prompt the daemon gave (recorded when its turn starts).
-    User { text: String },
+    User {
+        text: String,
+    },
     /// Text of the agent's answer, as the agent chunked it.
-    Text { text: String },
-    Thinking { text: String },
+    Text {
+        text: String,
+    },
+    Thinking {
+        text: String,
+    },
     Tool(ToolEntry),
-    TurnEnd { reason: EndReason },
+    TurnEnd {
+        reason: EndReason,
+    },
     /// Something the agent or its harness reported that is neither answer
     /// nor tool: a plan, an API retry, "[Request interrupted by user]".
-    System { text: String },
+    System {
+        text: String,
+    },
 }
 
 /// What the agent said it can do (ACP initialize; for stream-json, what the
@@ -236,7 +246,9 @@ pub struct PermissionRequest {
 pub enum Decision {
     Allow,
     /// `message` goes to the agent where the transport carries one.
-    Deny { message: Option<String> },
+    Deny {
+        message: Option<String>,
+    },
     /// Withdrawn without a yes or no (the turn was interrupted, the request
     /// expired).
     Cancel,
@@ -285,17 +297,28 @@ pub enum AgentEvent {
     },
     /// The agent could not set up a session (initialize or session/new
     /// failed); the caller ends the session.
-    SetupFailed { detail: String },
-    TurnStarted { mode: TurnMode, chars: usize },
+    SetupFailed {
+        detail: String,
+    },
+    TurnStarted {
+        mode: TurnMode,
+        chars: usize,
+    },
     Transcript(Entry),
     PermissionRequest(PermissionRequest),
     /// A permission request is over without the operator's answer:
     /// `delivered` is true when the core answered the agent itself
     /// (cancelled, on interrupt), false when the request vanished (the
     /// turn ended, the agent withdrew it, the agent exited).
-    PermissionClosed { agent_request_key: String, delivered: bool },
+    PermissionClosed {
+        agent_request_key: String,
+        delivered: bool,
+    },
     Fs(FsRequest),
-    TurnEnded { reason: EndReason, detail: Option<String> },
+    TurnEnded {
+        reason: EndReason,
+        detail: Option<String>,
+    },
     Usage(Usage),
     SignIn(SignInState),
 }

@@ -48,8 +48,9 @@ use std::collections::{HashMap, VecDeque};
 use serde_json::{Map, Value, json};
 
 use super::{
-    ActionKind, AgentEvent, Capabilities, CommandError, Decision, Entry, EndReason, PermissionRequest,
-    SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation, parse_line, prompt_chars,
+    ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry,
+    PermissionRequest, SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation,
+    parse_line, prompt_chars,
 };
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE};
 
@@ -73,7 +74,10 @@ pub fn resume_args(agent_session_id: &str) -> Vec<String> {
 
 /// What the CLI can do, as far as the daemon uses it: `--resume` reopens a
 /// session; there is no replay-style load.
-const CAPABILITIES: Capabilities = Capabilities { load_session: false, resume_session: true };
+const CAPABILITIES: Capabilities = Capabilities {
+    load_session: false,
+    resume_session: true,
+};
 
 /// The stream-json core of one session.
 #[derive(Debug, Default)]
@@ -168,13 +172,20 @@ impl StreamJsonClient {
         for key in keys {
             self.permissions.remove(&key);
             write_deny(&mut step, &key, "The operator interrupted the turn.");
-            step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: true });
+            step.event(AgentEvent::PermissionClosed {
+                agent_request_key: key,
+                delivered: true,
+            });
         }
         step
     }
 
     /// Answers a can_use_tool request.
-    pub fn answer_permission(&mut self, key: &str, decision: Decision) -> Result<Step, CommandError> {
+    pub fn answer_permission(
+        &mut self,
+        key: &str,
+        decision: Decision,
+    ) -> Result<Step, CommandError> {
         let Some(input) = self.permissions.remove(key) else {
             return Err(CommandError::UnknownRequest);
         };
@@ -188,10 +199,16 @@ impl StreamJsonClient {
                     "response": {"behavior": "allow", "updatedInput": input}
                 }
             })),
-            Decision::Deny { message } => {
-                write_deny(&mut step, key, message.as_deref().unwrap_or("The operator denied this."))
-            }
-            Decision::Cancel => write_deny(&mut step, key, "The request was withdrawn without an answer."),
+            Decision::Deny { message } => write_deny(
+                &mut step,
+                key,
+                message.as_deref().unwrap_or("The operator denied this."),
+            ),
+            Decision::Cancel => write_deny(
+                &mut step,
+                key,
+                "The request was withdrawn without an answer.",
+            ),
         }
         Ok(step)
     }
@@ -208,7 +225,11 @@ impl StreamJsonClient {
                 Some(c) => format!("the agent exited with status {c}"),
                 None => "the agent was killed by a signal".to_string(),
             };
-            let reason = if self.interrupting { EndReason::Interrupted } else { EndReason::Failed };
+            let reason = if self.interrupting {
+                EndReason::Interrupted
+            } else {
+                EndReason::Failed
+            };
             self.end_turn(&mut step, reason, Some(detail));
         }
         self.closed = true;
@@ -219,7 +240,10 @@ impl StreamJsonClient {
     /// Feeds one complete line the CLI wrote on stdout.
     pub fn on_line(&mut self, line: &[u8]) -> Result<Step, Violation> {
         if self.closed {
-            return Err(Violation { reason: "a line after the transport closed".into(), turn_was_active: false });
+            return Err(Violation {
+                reason: "a line after the transport closed".into(),
+                turn_was_active: false,
+            });
         }
         let msg = parse_line(line).map_err(|r| self.violate(r))?;
         let Some(kind) = msg.get("type").and_then(Value::as_str) else {
@@ -234,9 +258,15 @@ impl StreamJsonClient {
             "control_request" => self.on_control_request(&mut step, &msg)?,
             "control_response" => self.on_control_response(&mut step, &msg)?,
             "control_cancel_request" => {
-                let id = msg.get("request_id").and_then(Value::as_str).unwrap_or_default();
+                let id = msg
+                    .get("request_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 if self.permissions.remove(id).is_some() {
-                    step.event(AgentEvent::PermissionClosed { agent_request_key: id.to_string(), delivered: false });
+                    step.event(AgentEvent::PermissionClosed {
+                        agent_request_key: id.to_string(),
+                        delivered: false,
+                    });
                 }
             }
             _ => {}
@@ -250,14 +280,20 @@ impl StreamJsonClient {
         self.turn_active = false;
         self.queued.clear();
         self.permissions.clear();
-        Violation { reason, turn_was_active }
+        Violation {
+            reason,
+            turn_was_active,
+        }
     }
 
     fn begin_turn(&mut self, step: &mut Step, mode: TurnMode, text: String) {
         self.turn_active = true;
         self.interrupting = false;
         self.rate_limited = false;
-        step.event(AgentEvent::TurnStarted { mode, chars: prompt_chars(&text) });
+        step.event(AgentEvent::TurnStarted {
+            mode,
+            chars: prompt_chars(&text),
+        });
         step.event(AgentEvent::Transcript(Entry::User { text }));
     }
 
@@ -268,7 +304,10 @@ impl StreamJsonClient {
         keys.sort();
         for key in keys {
             self.permissions.remove(&key);
-            step.event(AgentEvent::PermissionClosed { agent_request_key: key, delivered: false });
+            step.event(AgentEvent::PermissionClosed {
+                agent_request_key: key,
+                delivered: false,
+            });
         }
         step.event(AgentEvent::Transcript(Entry::TurnEnd { reason }));
         step.event(AgentEvent::TurnEnded { reason, detail });
@@ -280,10 +319,15 @@ impl StreamJsonClient {
                 if let Some(m) = msg.get("model").and_then(Value::as_str) {
                     self.model = Some(m.to_string());
                 }
-                let Some(sid) = msg.get("session_id").and_then(Value::as_str) else { return };
+                let Some(sid) = msg.get("session_id").and_then(Value::as_str) else {
+                    return;
+                };
                 if self.session_id.as_deref() != Some(sid) {
                     self.session_id = Some(sid.to_string());
-                    step.event(AgentEvent::Ready { agent_session_id: sid.to_string(), capabilities: CAPABILITIES });
+                    step.event(AgentEvent::Ready {
+                        agent_session_id: sid.to_string(),
+                        capabilities: CAPABILITIES,
+                    });
                 }
             }
             Some("api_retry") => {
@@ -311,11 +355,21 @@ impl StreamJsonClient {
             }
             _ => {}
         }
-        let Some(message) = msg.get("message") else { return };
-        if let Some(m) = message.get("model").and_then(Value::as_str).filter(|m| *m != "<synthetic>") {
+        let Some(message) = msg.get("message") else {
+            return;
+        };
+        if let Some(m) = message
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| *m != "<synthetic>")
+        {
             self.model = Some(m.to_string());
         }
-        let blocks = message.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+        let blocks = message
+            .get("content")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         for b in blocks {
             let s = |k: &str| b.get(k).and_then(Value::as_str).map(String::from);
             let entry = match b.get("type").and_then(Value::as_str) {
@@ -352,7 +406,10 @@ impl StreamJsonClient {
                 output_tokens: tokens("output_tokens"),
             }));
         }
-        let is_error = msg.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+        let is_error = msg
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let subtype = msg.get("subtype").and_then(Value::as_str).unwrap_or("");
         let status_429 = msg.get("api_error_status").and_then(Value::as_u64) == Some(429);
         let detail = msg
@@ -376,8 +433,16 @@ impl StreamJsonClient {
         Ok(())
     }
 
-    fn on_control_request(&mut self, step: &mut Step, msg: &Map<String, Value>) -> Result<(), Violation> {
-        let Some(id) = msg.get("request_id").and_then(Value::as_str).map(String::from) else {
+    fn on_control_request(
+        &mut self,
+        step: &mut Step,
+        msg: &Map<String, Value>,
+    ) -> Result<(), Violation> {
+        let Some(id) = msg
+            .get("request_id")
+            .and_then(Value::as_str)
+            .map(String::from)
+        else {
             return Err(self.violate("a control_request without a request_id".into()));
         };
         let request = msg.get("request").cloned().unwrap_or(Value::Null);
@@ -419,19 +484,35 @@ impl StreamJsonClient {
         Ok(())
     }
 
-    fn on_control_response(&mut self, step: &mut Step, msg: &Map<String, Value>) -> Result<(), Violation> {
+    fn on_control_response(
+        &mut self,
+        step: &mut Step,
+        msg: &Map<String, Value>,
+    ) -> Result<(), Violation> {
         let response = msg.get("response");
-        let id = response.and_then(|r| r.get("request_id")).and_then(Value::as_str).unwrap_or_default();
+        let id = response
+            .and_then(|r| r.get("request_id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let Some(pos) = self.controls.iter().position(|c| c == id) else {
             return Err(self.violate(format!("a control_response to {id:?}, which we never sent")));
         };
         self.controls.remove(pos);
-        if response.and_then(|r| r.get("subtype")).and_then(Value::as_str) == Some("error") {
+        if response
+            .and_then(|r| r.get("subtype"))
+            .and_then(Value::as_str)
+            == Some("error")
+        {
             // The CLI refused to interrupt: the turn goes on, and may be
             // interrupted again.
             self.interrupting = false;
-            let why = response.and_then(|r| r.get("error")).and_then(Value::as_str).unwrap_or("no reason given");
-            step.event(AgentEvent::Transcript(Entry::System { text: format!("interrupt refused: {why}") }));
+            let why = response
+                .and_then(|r| r.get("error"))
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given");
+            step.event(AgentEvent::Transcript(Entry::System {
+                text: format!("interrupt refused: {why}"),
+            }));
         }
         Ok(())
     }
@@ -456,13 +537,22 @@ fn on_user(step: &mut Step, msg: &Map<String, Value>) {
                     title: None,
                     kind: None,
                     input: None,
-                    status: Some(if failed { ToolStatus::Failed } else { ToolStatus::Completed }),
+                    status: Some(if failed {
+                        ToolStatus::Failed
+                    } else {
+                        ToolStatus::Completed
+                    }),
                     result: b.get("content").cloned(),
                 })
             }),
             // Text the CLI puts in the user's mouth, e.g. "[Request
             // interrupted by user]".
-            Some("text") => b.get("text").and_then(Value::as_str).map(|t| Entry::System { text: t.to_string() }),
+            Some("text") => b
+                .get("text")
+                .and_then(Value::as_str)
+                .map(|t| Entry::System {
+                    text: t.to_string(),
+                }),
             _ => None,
         };
         if let Some(e) = entry {
@@ -513,41 +603,68 @@ mod tests {
         let mut out = jsonl.lines();
         let mut recs = Vec::new();
         for l in log.lines() {
-            let Some((_, rest)) = l.split_once("] ") else { continue };
+            let Some((_, rest)) = l.split_once("] ") else {
+                continue;
+            };
             if let Some(j) = rest.strip_prefix("IN  ") {
                 recs.push(Rec::In(serde_json::from_str(j).expect("IN json")));
             } else if rest.starts_with("OUT ") {
-                recs.push(Rec::Out(out.next().expect("as many OUT as jsonl lines").as_bytes().to_vec()));
+                recs.push(Rec::Out(
+                    out.next()
+                        .expect("as many OUT as jsonl lines")
+                        .as_bytes()
+                        .to_vec(),
+                ));
             }
         }
-        assert!(out.next().is_none(), "{name}: jsonl has more lines than the log");
+        assert!(
+            out.next().is_none(),
+            "{name}: jsonl has more lines than the log"
+        );
         recs
     }
 
     fn parsed(writes: &[Vec<u8>]) -> Vec<Value> {
-        writes.iter().map(|w| serde_json::from_slice(w).expect("we write JSON")).collect()
+        writes
+            .iter()
+            .map(|w| serde_json::from_slice(w).expect("we write JSON"))
+            .collect()
     }
 
     /// Replays a recording: every IN line is an operator action (`act`)
     /// whose writes must equal it; every OUT line goes into the core.
-    fn replay(name: &str, act: &mut dyn FnMut(&mut StreamJsonClient, &Value, &[AgentEvent]) -> Step) -> Vec<AgentEvent> {
+    fn replay(
+        name: &str,
+        act: &mut dyn FnMut(&mut StreamJsonClient, &Value, &[AgentEvent]) -> Step,
+    ) -> Vec<AgentEvent> {
         let mut c = StreamJsonClient::new();
         let mut events = Vec::new();
         for rec in recording(name) {
             match rec {
                 Rec::In(msg) => {
                     let step = if events.is_empty() {
-                        let text = msg["message"]["content"].as_str().expect("prompt").to_string();
+                        let text = msg["message"]["content"]
+                            .as_str()
+                            .expect("prompt")
+                            .to_string();
                         c.start(Some(text)).expect("start")
                     } else {
                         act(&mut c, &msg, &events)
                     };
-                    assert_eq!(parsed(&step.writes), vec![msg], "{name}: the core wrote something else");
+                    assert_eq!(
+                        parsed(&step.writes),
+                        vec![msg],
+                        "{name}: the core wrote something else"
+                    );
                     events.extend(step.events);
                 }
                 Rec::Out(line) => {
                     let step = c.on_line(&line).expect("recorded lines are valid");
-                    assert!(step.writes.is_empty(), "{name}: unprompted writes {:?}", step.writes);
+                    assert!(
+                        step.writes.is_empty(),
+                        "{name}: unprompted writes {:?}",
+                        step.writes
+                    );
                     events.extend(step.events);
                 }
             }
@@ -585,15 +702,22 @@ mod tests {
         assert_eq!(
             events[..3],
             [
-                AgentEvent::TurnStarted { mode: TurnMode::Prompt, chars: 11 },
-                AgentEvent::Transcript(Entry::User { text: "hello there".into() }),
+                AgentEvent::TurnStarted {
+                    mode: TurnMode::Prompt,
+                    chars: 11
+                },
+                AgentEvent::Transcript(Entry::User {
+                    text: "hello there".into()
+                }),
                 AgentEvent::Ready {
                     agent_session_id: "833c2c66-1e38-4ba6-a2cf-c5a90282262c".into(),
                     capabilities: CAPABILITIES
                 },
             ]
         );
-        assert!(events.contains(&AgentEvent::Transcript(Entry::Text { text: "echo: hello there".into() })));
+        assert!(events.contains(&AgentEvent::Transcript(Entry::Text {
+            text: "echo: hello there".into()
+        })));
         assert!(events.contains(&AgentEvent::Usage(Usage {
             model: Some("claude-sonnet-4-5".into()),
             input_tokens: 10,
@@ -606,7 +730,8 @@ mod tests {
     fn replays_bash_allow() {
         let events = replay("cc-bash-allow", &mut |c, msg, ev| {
             assert_eq!(msg["response"]["response"]["behavior"], "allow");
-            c.answer_permission(&permission(ev).agent_request_key, Decision::Allow).expect("answer")
+            c.answer_permission(&permission(ev).agent_request_key, Decision::Allow)
+                .expect("answer")
         });
         let p = permission(&events);
         assert_eq!(p.action, ActionKind::Execute);
@@ -620,7 +745,10 @@ mod tests {
             })
             .collect();
         assert_eq!(tools.len(), 2);
-        assert_eq!(tools[0].input.as_ref().map(|i| i["command"].clone()), Some(json!("touch mock_created.txt")));
+        assert_eq!(
+            tools[0].input.as_ref().map(|i| i["command"].clone()),
+            Some(json!("touch mock_created.txt"))
+        );
         assert_eq!(tools[1].status, Some(ToolStatus::Completed));
         assert_eq!(ended(&events), vec![(EndReason::Completed, None)]);
     }
@@ -628,8 +756,14 @@ mod tests {
     #[test]
     fn replays_bash_deny() {
         let events = replay("cc-bash-deny", &mut |c, msg, ev| {
-            let message = msg["response"]["response"]["message"].as_str().map(String::from);
-            c.answer_permission(&permission(ev).agent_request_key, Decision::Deny { message }).expect("answer")
+            let message = msg["response"]["response"]["message"]
+                .as_str()
+                .map(String::from);
+            c.answer_permission(
+                &permission(ev).agent_request_key,
+                Decision::Deny { message },
+            )
+            .expect("answer")
         });
         let failed = events.iter().any(|e| {
             matches!(e, AgentEvent::Transcript(Entry::Tool(t)) if t.status == Some(ToolStatus::Failed)
@@ -645,32 +779,66 @@ mod tests {
             assert_eq!(msg["request"]["subtype"], "interrupt");
             c.interrupt()
         });
-        assert!(events.contains(&AgentEvent::Transcript(Entry::System { text: "[Request interrupted by user]".into() })));
+        assert!(events.contains(&AgentEvent::Transcript(Entry::System {
+            text: "[Request interrupted by user]".into()
+        })));
         assert_eq!(ended(&events), vec![(EndReason::Interrupted, None)]);
     }
 
     #[test]
     fn replays_queue() {
         let events = replay("cc-queue", &mut |c, msg, _| {
-            let text = msg["message"]["content"].as_str().expect("prompt").to_string();
+            let text = msg["message"]["content"]
+                .as_str()
+                .expect("prompt")
+                .to_string();
             c.prompt(text).expect("queued")
         });
-        let starts: Vec<&AgentEvent> =
-            events.iter().filter(|e| matches!(e, AgentEvent::TurnStarted { .. })).collect();
+        let starts: Vec<&AgentEvent> = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::TurnStarted { .. }))
+            .collect();
         assert_eq!(
             starts,
             vec![
-                &AgentEvent::TurnStarted { mode: TurnMode::Prompt, chars: 18 },
-                &AgentEvent::TurnStarted { mode: TurnMode::Queue, chars: 25 },
+                &AgentEvent::TurnStarted {
+                    mode: TurnMode::Prompt,
+                    chars: 18
+                },
+                &AgentEvent::TurnStarted {
+                    mode: TurnMode::Queue,
+                    chars: 25
+                },
             ]
         );
-        assert_eq!(ended(&events), vec![(EndReason::Completed, None), (EndReason::Completed, None)]);
+        assert_eq!(
+            ended(&events),
+            vec![(EndReason::Completed, None), (EndReason::Completed, None)]
+        );
         // The init line repeats at the second turn; Ready is said once, and
         // the replayed prompts are not recorded twice.
-        assert_eq!(events.iter().filter(|e| matches!(e, AgentEvent::Ready { .. })).count(), 1);
-        assert_eq!(events.iter().filter(|e| matches!(e, AgentEvent::Transcript(Entry::User { .. }))).count(), 2);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::Ready { .. }))
+                .count(),
+            1
+        );
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::Transcript(Entry::User { .. })))
+                .count(),
+            2
+        );
         // Stream events are previews: the text is recorded once per answer.
-        assert_eq!(events.iter().filter(|e| matches!(e, AgentEvent::Transcript(Entry::Text { .. }))).count(), 2);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, AgentEvent::Transcript(Entry::Text { .. })))
+                .count(),
+            2
+        );
     }
 
     #[test]
@@ -679,22 +847,34 @@ mod tests {
         let ends = ended(&events);
         assert_eq!(ends.len(), 1);
         assert_eq!(ends[0].0, EndReason::UsageLimited);
-        assert!(events.iter().any(|e| matches!(e, AgentEvent::Transcript(Entry::System { text }) if text.contains("429"))));
+        assert!(events.iter().any(
+            |e| matches!(e, AgentEvent::Transcript(Entry::System { text }) if text.contains("429"))
+        ));
         // The CLI's own error message is not a model.
-        assert!(events.iter().any(|e| matches!(e, AgentEvent::Usage(u) if u.model.as_deref() == Some("claude-sonnet-4-5"))));
+        assert!(events.iter().any(
+            |e| matches!(e, AgentEvent::Usage(u) if u.model.as_deref() == Some("claude-sonnet-4-5"))
+        ));
     }
 
     #[test]
     fn rate_limit_from_the_assistant_line_alone() {
         let mut c = StreamJsonClient::new();
         c.start(Some("x".into())).expect("start");
-        c.on_line(br#"{"type":"assistant","message":{"content":[]},"error":"rate_limit"}"#).expect("ok");
-        let s = c.on_line(br#"{"type":"result","subtype":"success","is_error":true}"#).expect("ok");
+        c.on_line(br#"{"type":"assistant","message":{"content":[]},"error":"rate_limit"}"#)
+            .expect("ok");
+        let s = c
+            .on_line(br#"{"type":"result","subtype":"success","is_error":true}"#)
+            .expect("ok");
         assert_eq!(ended(&s.events)[0].0, EndReason::UsageLimited);
         let mut c = StreamJsonClient::new();
         c.start(Some("x".into())).expect("start");
-        let s = c.on_line(br#"{"type":"result","subtype":"error_max_turns","is_error":false}"#).expect("ok");
-        assert_eq!(ended(&s.events)[0], (EndReason::Failed, Some("error_max_turns".into())));
+        let s = c
+            .on_line(br#"{"type":"result","subtype":"error_max_turns","is_error":false}"#)
+            .expect("ok");
+        assert_eq!(
+            ended(&s.events)[0],
+            (EndReason::Failed, Some("error_max_turns".into()))
+        );
     }
 
     #[test]
@@ -705,10 +885,16 @@ mod tests {
             assert_eq!(c.prompt(format!("q{i}")).expect("queued").writes.len(), 1);
         }
         assert_eq!(c.prompt("over".into()), Err(CommandError::QueueFull));
-        let v = c.on_line(br#"{"type":"control_response","response":{"subtype":"success","request_id":"nope"}}"#);
+        let v = c.on_line(
+            br#"{"type":"control_response","response":{"subtype":"success","request_id":"nope"}}"#,
+        );
         assert!(v.expect_err("violation").turn_was_active);
         assert_eq!(c.prompt("x".into()), Err(CommandError::Closed));
-        for bad in [&b"garbage"[..], br#"{"no_type":1}"#, br#"{"type":"result","subtype":"success"}"#] {
+        for bad in [
+            &b"garbage"[..],
+            br#"{"no_type":1}"#,
+            br#"{"type":"result","subtype":"success"}"#,
+        ] {
             let mut c = StreamJsonClient::new();
             assert!(c.on_line(bad).is_err());
         }
@@ -729,13 +915,27 @@ mod tests {
         c.start(Some("x".into())).expect("start");
         let req = br#"{"type":"control_request","request_id":"p1","request":{"subtype":"can_use_tool","tool_name":"Write","input":{}}}"#;
         c.on_line(req).expect("ok");
-        let s = c.on_line(br#"{"type":"control_cancel_request","request_id":"p1"}"#).expect("ok");
-        assert_eq!(s.events, vec![AgentEvent::PermissionClosed { agent_request_key: "p1".into(), delivered: false }]);
+        let s = c
+            .on_line(br#"{"type":"control_cancel_request","request_id":"p1"}"#)
+            .expect("ok");
+        assert_eq!(
+            s.events,
+            vec![AgentEvent::PermissionClosed {
+                agent_request_key: "p1".into(),
+                delivered: false
+            }]
+        );
         let req2 = br#"{"type":"control_request","request_id":"p2","request":{"subtype":"can_use_tool","tool_name":"Write","input":{}}}"#;
         c.on_line(req2).expect("ok");
         let s = c.on_exit(Some(1));
-        assert!(s.events.contains(&AgentEvent::PermissionClosed { agent_request_key: "p2".into(), delivered: false }));
+        assert!(s.events.contains(&AgentEvent::PermissionClosed {
+            agent_request_key: "p2".into(),
+            delivered: false
+        }));
         assert_eq!(ended(&s.events)[0].0, EndReason::Failed);
-        assert_eq!(resume_args("abc"), vec!["--resume".to_string(), "abc".to_string()]);
+        assert_eq!(
+            resume_args("abc"),
+            vec!["--resume".to_string(), "abc".to_string()]
+        );
     }
 }

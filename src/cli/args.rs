@@ -16,11 +16,16 @@ pub fn s(v: &Value) -> String {
 }
 
 pub fn usage(m: &str) -> Failure {
-    Failure { status: super::EXIT_USAGE, message: m.to_string() }
+    Failure {
+        status: super::EXIT_USAGE,
+        message: m.to_string(),
+    }
 }
 
 pub fn arg<'a>(rest: &'a [String], i: usize, what: &str) -> Result<&'a str, Failure> {
-    rest.get(i).map(String::as_str).ok_or_else(|| usage(&format!("missing {what}")))
+    rest.get(i)
+        .map(String::as_str)
+        .ok_or_else(|| usage(&format!("missing {what}")))
 }
 
 pub fn done(rest: &[String], n: usize) -> Result<(), Failure> {

@@ -2,10 +2,10 @@
 //! lane methods of the daemon socket (src/lanes/methods.rs), plain text for
 //! a person, the JSON result with `--json`.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use super::client::Client;
 use super::Failure;
+use super::client::Client;
 
 /// The lines `omniconfluxd help` shows for these commands.
 pub const USAGE: &str = "\
@@ -19,12 +19,18 @@ pub const USAGE: &str = "\
 use super::args::{arg, done, s, usage};
 
 fn absolute(p: &str) -> String {
-    std::path::absolute(p).map(|p| p.display().to_string()).unwrap_or_else(|_| p.to_string())
+    std::path::absolute(p)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| p.to_string())
 }
 
 /// One line of `lanes list`: id, stage, state, builder→verifier, branch, rounds.
 fn lane_line(l: &Value) -> String {
-    let wait = if l["waits_for_operator"] == json!(true) { "  (waits for you)" } else { "" };
+    let wait = if l["waits_for_operator"] == json!(true) {
+        "  (waits for you)"
+    } else {
+        ""
+    };
     format!(
         "{}  {:<16} {:<10} {}\u{2192}{}  {}  round {}/{}{wait}",
         s(&l["lane"]),
@@ -43,16 +49,44 @@ fn print_lane(l: &Value) {
     println!("{}", lane_line(l));
     let row = |k: &str, v: String| println!("  {k:<12}{v}");
     row("task", s(&l["task"]["name"]));
-    row("repo", format!("{} (base {})", s(&l["repo"]), s(&l["base"])));
+    row(
+        "repo",
+        format!("{} (base {})", s(&l["repo"]), s(&l["base"])),
+    );
     row("worktree", s(&l["worktree"]));
     row("since", s(&l["since"]));
-    row("builder", format!("{} ({}, session {})", s(&l["builder"]["harness"]), s(&l["builder"]["family"]), s(&l["builder"]["session"])));
-    let vs = if l["verifier_session"].is_null() { String::new() } else { format!(", session {}", s(&l["verifier_session"])) };
-    row("verifier", format!("{} ({}{vs})", s(&l["verifier"]["harness"]), s(&l["verifier"]["family"])));
+    row(
+        "builder",
+        format!(
+            "{} ({}, session {})",
+            s(&l["builder"]["harness"]),
+            s(&l["builder"]["family"]),
+            s(&l["builder"]["session"])
+        ),
+    );
+    let vs = if l["verifier_session"].is_null() {
+        String::new()
+    } else {
+        format!(", session {}", s(&l["verifier_session"]))
+    };
+    row(
+        "verifier",
+        format!(
+            "{} ({}{vs})",
+            s(&l["verifier"]["harness"]),
+            s(&l["verifier"]["family"])
+        ),
+    );
     let acc = &l["task"]["acceptance"];
-    row("acceptance", format!("{}: {}", s(&acc["name"]), s(&acc["command"])));
+    row(
+        "acceptance",
+        format!("{}: {}", s(&acc["name"]), s(&acc["command"])),
+    );
     match l["verdict"].as_object() {
-        Some(v) => row("verdict", format!("{} on {}", s(&v["verdict"]), s(&v["commit"]))),
+        Some(v) => row(
+            "verdict",
+            format!("{} on {}", s(&v["verdict"]), s(&v["commit"])),
+        ),
         None => row("verdict", "none yet".into()),
     }
     if let Some(r) = l["reason"].as_str() {
@@ -84,7 +118,11 @@ fn print_result(json_out: bool, r: &Value, text: impl FnOnce(&Value)) {
 }
 
 /// `lanes [list|show LANE|dispatch ...|close LANE [--remove-worktree]|merge LANE|rework LANE NOTES]`
-pub fn lanes(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
+pub fn lanes(
+    mut c: impl FnMut() -> Result<Client, Failure>,
+    json_out: bool,
+    rest: &[String],
+) -> Result<(), Failure> {
     let sub = rest.first().map(String::as_str).unwrap_or("list");
     match sub {
         "list" => {
@@ -139,9 +177,16 @@ pub fn lanes(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, res
                 Some(other) => return Err(usage(&format!("unexpected argument {other}"))),
             };
             done(rest, 3)?;
-            let r = c()?.call("lanes.close", json!({"lane": lane, "remove_worktree": remove}))?;
+            let r = c()?.call(
+                "lanes.close",
+                json!({"lane": lane, "remove_worktree": remove}),
+            )?;
             print_result(json_out, &r, |r| {
-                let wt = if remove { "removing the worktree" } else { "the worktree is kept" };
+                let wt = if remove {
+                    "removing the worktree"
+                } else {
+                    "the worktree is kept"
+                };
                 println!("{} closed; {wt}: {}", s(&r["lane"]), s(&r["worktree"]));
             });
             Ok(())
@@ -149,7 +194,15 @@ pub fn lanes(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, res
         "merge" => {
             done(rest, 2)?;
             let r = c()?.call("lanes.merge", json!({"lane": arg(rest, 1, "lane id")?}))?;
-            print_result(json_out, &r, |r| println!("{} {}: merging {} into {}", s(&r["lane"]), s(&r["stage"]), s(&r["branch"]), s(&r["base"])));
+            print_result(json_out, &r, |r| {
+                println!(
+                    "{} {}: merging {} into {}",
+                    s(&r["lane"]),
+                    s(&r["stage"]),
+                    s(&r["branch"]),
+                    s(&r["base"])
+                )
+            });
             Ok(())
         }
         "rework" => {
@@ -157,26 +210,53 @@ pub fn lanes(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, res
             let lane = arg(rest, 1, "lane id")?;
             let notes = arg(rest, 2, "notes for the builder")?;
             let r = c()?.call("lanes.rework", json!({"lane": lane, "notes": notes}))?;
-            print_result(json_out, &r, |r| println!("{} {}: sent back to {}", s(&r["lane"]), s(&r["stage"]), s(&r["builder"]["harness"])));
+            print_result(json_out, &r, |r| {
+                println!(
+                    "{} {}: sent back to {}",
+                    s(&r["lane"]),
+                    s(&r["stage"]),
+                    s(&r["builder"]["harness"])
+                )
+            });
             Ok(())
         }
-        other => Err(usage(&format!("unknown lanes command {other}; expected list, show, dispatch, close, merge or rework"))),
+        other => Err(usage(&format!(
+            "unknown lanes command {other}; expected list, show, dispatch, close, merge or rework"
+        ))),
     }
 }
 
 /// The flags of `lanes dispatch` as task.dispatch's params.
 fn dispatch_params(args: &[String]) -> Result<Value, Failure> {
-    const FLAGS: [&str; 8] = ["--repo", "--task", "--builder", "--verifier", "--acceptance-name", "--acceptance", "--name", "--base"];
+    const FLAGS: [&str; 8] = [
+        "--repo",
+        "--task",
+        "--builder",
+        "--verifier",
+        "--acceptance-name",
+        "--acceptance",
+        "--name",
+        "--base",
+    ];
     let mut got: [Option<String>; 8] = Default::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let i = FLAGS.iter().position(|f| f == a).ok_or_else(|| usage(&format!("unexpected argument {a}")))?;
-        let v = it.next().ok_or_else(|| usage(&format!("{a} needs a value")))?;
+        let i = FLAGS
+            .iter()
+            .position(|f| f == a)
+            .ok_or_else(|| usage(&format!("unexpected argument {a}")))?;
+        let v = it
+            .next()
+            .ok_or_else(|| usage(&format!("{a} needs a value")))?;
         if got[i].replace(v.clone()).is_some() {
             return Err(usage(&format!("{a} is given twice")));
         }
     }
-    let need = |i: usize| got[i].clone().ok_or_else(|| usage(&format!("lanes dispatch needs {}", FLAGS[i])));
+    let need = |i: usize| {
+        got[i]
+            .clone()
+            .ok_or_else(|| usage(&format!("lanes dispatch needs {}", FLAGS[i])))
+    };
     let mut p = json!({
         "repo": absolute(&need(0)?),
         "task": need(1)?,
@@ -194,7 +274,11 @@ fn dispatch_params(args: &[String]) -> Result<Value, Failure> {
 }
 
 /// `repos [list|add PATH]`
-pub fn repos(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
+pub fn repos(
+    mut c: impl FnMut() -> Result<Client, Failure>,
+    json_out: bool,
+    rest: &[String],
+) -> Result<(), Failure> {
     match rest.first().map(String::as_str).unwrap_or("list") {
         "list" => {
             done(rest, 1)?;
@@ -205,7 +289,11 @@ pub fn repos(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, res
                     println!("no repositories; add one with: omniconfluxd repos add PATH");
                 }
                 for repo in repos {
-                    let missing = if repo["exists"] == json!(false) { "  (missing)" } else { "" };
+                    let missing = if repo["exists"] == json!(false) {
+                        "  (missing)"
+                    } else {
+                        ""
+                    };
                     println!("{}{missing}", s(&repo["path"]));
                     for wt in repo["worktrees"].as_array().into_iter().flatten() {
                         println!("  {:<40} {}", s(&wt["branch"]), s(&wt["path"]));
@@ -221,6 +309,8 @@ pub fn repos(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, res
             print_result(json_out, &r, |r| println!("added {}", s(&r["path"])));
             Ok(())
         }
-        other => Err(usage(&format!("unknown repos command {other}; expected list or add"))),
+        other => Err(usage(&format!(
+            "unknown repos command {other}; expected list or add"
+        ))),
     }
 }

@@ -12,7 +12,7 @@ pub mod lanes;
 pub mod plugin;
 pub mod sessions;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -33,16 +33,28 @@ pub struct Failure {
 
 impl Failure {
     fn usage(message: impl Into<String>) -> Failure {
-        Failure { status: EXIT_USAGE, message: message.into() }
+        Failure {
+            status: EXIT_USAGE,
+            message: message.into(),
+        }
     }
 }
 
 impl From<CallError> for Failure {
     fn from(e: CallError) -> Failure {
         match e {
-            CallError::NoDaemon(m) => Failure { status: EXIT_NO_DAEMON, message: m },
-            CallError::Daemon { code, message, .. } => Failure { status: EXIT_ERROR, message: format!("{code}: {message}") },
-            CallError::Protocol(m) => Failure { status: EXIT_ERROR, message: m },
+            CallError::NoDaemon(m) => Failure {
+                status: EXIT_NO_DAEMON,
+                message: m,
+            },
+            CallError::Daemon { code, message, .. } => Failure {
+                status: EXIT_ERROR,
+                message: format!("{code}: {message}"),
+            },
+            CallError::Protocol(m) => Failure {
+                status: EXIT_ERROR,
+                message: m,
+            },
         }
     }
 }
@@ -74,7 +86,9 @@ plugin commands:
 see omniconfluxd(8) and omniconflux-plugin(7)";
 
 fn usage_text() -> String {
-    USAGE_TEMPLATE.replace("{PLUGIN}", plugin::USAGE).replace("{LANES}", lanes::USAGE)
+    USAGE_TEMPLATE
+        .replace("{PLUGIN}", plugin::USAGE)
+        .replace("{LANES}", lanes::USAGE)
 }
 
 /// Parsed global options and the rest of the arguments.
@@ -90,9 +104,13 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, Failure> {
     let mut rest = Vec::new();
     let mut it = raw.into_iter();
     while let Some(a) = it.next() {
-        let a = a.into_string().map_err(|a| Failure::usage(format!("argument is not UTF-8: {}", a.to_string_lossy())))?;
+        let a = a.into_string().map_err(|a| {
+            Failure::usage(format!("argument is not UTF-8: {}", a.to_string_lossy()))
+        })?;
         let mut path_value = |name: &str| -> Result<PathBuf, Failure> {
-            let v = it.next().ok_or_else(|| Failure::usage(format!("{name} needs a value")))?;
+            let v = it
+                .next()
+                .ok_or_else(|| Failure::usage(format!("{name} needs a value")))?;
             let p = PathBuf::from(v);
             if p.as_os_str().is_empty() {
                 return Err(Failure::usage(format!("{name} needs a non-empty path")));
@@ -126,7 +144,10 @@ pub fn run(raw: Vec<OsString>) -> i32 {
 fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
     let args = parse_args(raw)?;
     let Some(cmd) = args.rest.first().cloned() else {
-        return Err(Failure::usage(format!("no command given\n{}", usage_text())));
+        return Err(Failure::usage(format!(
+            "no command given\n{}",
+            usage_text()
+        )));
     };
     let rest = &args.rest[1..];
     match cmd.as_str() {
@@ -143,12 +164,20 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             match rest {
                 [] => {}
                 [flag, addr] if flag == "--http" => flags.http_listen = Some(addr.clone()),
-                [flag] if flag == "--http" => return Err(Failure::usage("--http needs an address, IP:PORT")),
+                [flag] if flag == "--http" => {
+                    return Err(Failure::usage("--http needs an address, IP:PORT"));
+                }
                 [other, ..] => return Err(Failure::usage(format!("unexpected argument {other}"))),
             }
             crate::daemon::Daemon::serve(&flags).map_err(|e| match e {
-                crate::daemon::ServeError::Config(_) => Failure { status: EXIT_USAGE, message: e.to_string() },
-                crate::daemon::ServeError::Startup(_) => Failure { status: EXIT_ERROR, message: e.to_string() },
+                crate::daemon::ServeError::Config(_) => Failure {
+                    status: EXIT_USAGE,
+                    message: e.to_string(),
+                },
+                crate::daemon::ServeError::Startup(_) => Failure {
+                    status: EXIT_ERROR,
+                    message: e.to_string(),
+                },
             })
         }
         "config" => config_cmd(&args, rest),
@@ -174,7 +203,10 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
             }
             Ok(())
         }
-        other => Err(Failure::usage(format!("unknown command {other}\n{}", usage_text()))),
+        other => Err(Failure::usage(format!(
+            "unknown command {other}\n{}",
+            usage_text()
+        ))),
     }
 }
 
@@ -188,23 +220,35 @@ fn no_more(rest: &[String]) -> Result<(), Failure> {
 /// Finds the socket the way the daemon does, and connects.
 fn connect(args: &Args) -> Result<Client, Failure> {
     let env = config::Env::from_process();
-    let (_, paths) = config::load_effective(&args.flags, &env).map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
+    let (_, paths) = config::load_effective(&args.flags, &env)
+        .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
     Ok(Client::connect(&paths.socket)?)
 }
 
 fn config_cmd(args: &Args, rest: &[String]) -> Result<(), Failure> {
     match rest.first().map(String::as_str) {
         Some("check") => {}
-        Some(other) => return Err(Failure::usage(format!("unknown config command {other}; expected check"))),
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "unknown config command {other}; expected check"
+            )));
+        }
         None => return Err(Failure::usage("config needs a command: check")),
     }
     let path = match rest.get(1) {
         Some(p) => PathBuf::from(p),
-        None => args.flags.config.clone().unwrap_or_else(|| config::Env::from_process().default_config_path()),
+        None => args
+            .flags
+            .config
+            .clone()
+            .unwrap_or_else(|| config::Env::from_process().default_config_path()),
     };
     no_more(&rest[2.min(rest.len())..])?;
     let cfg = if rest.get(1).is_none() && args.flags.config.is_none() && !path.exists() {
-        eprintln!("omniconfluxd: no config file at {}; the defaults are in force", path.display());
+        eprintln!(
+            "omniconfluxd: no config file at {}; the defaults are in force",
+            path.display()
+        );
         config::FileConfig::default()
     } else {
         config::load(&path).map_err(|e| Failure::usage(e.to_string()))?
@@ -223,20 +267,40 @@ fn status(args: &Args) -> Result<(), Failure> {
         println!("{info}");
         return Ok(());
     }
-    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    let s = |v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
     println!("daemon {} is running", s(&info["version"]));
     println!("instance    {}", s(&info["instance_id"]));
     println!("started     {}", s(&info["started_at"]));
-    println!("uptime      {}", human_duration(info["uptime_ms"].as_u64().unwrap_or(0)));
-    println!("ledger      {} ({})", s(&info["ledger"]["path"]), s(&info["ledger"]["state"]));
+    println!(
+        "uptime      {}",
+        human_duration(info["uptime_ms"].as_u64().unwrap_or(0))
+    );
+    println!(
+        "ledger      {} ({})",
+        s(&info["ledger"]["path"]),
+        s(&info["ledger"]["state"])
+    );
     if let Some(reason) = info["ledger"]["reason"].as_str() {
         println!("            {reason}");
     }
     let c = &info["counts"];
-    println!("holds       {} events in {} streams, {} connections", c["events"], c["streams"], c["connections"]);
+    println!(
+        "holds       {} events in {} streams, {} connections",
+        c["events"], c["streams"], c["connections"]
+    );
     println!(
         "            {} sessions ({} live), {} approvals waiting, {} lanes, {} plugins ({} running), {} seats",
-        c["sessions"], c["sessions_live"], c["approvals_pending"], c["lanes"], c["plugins"], c["plugins_running"], c["seats"]
+        c["sessions"],
+        c["sessions_live"],
+        c["approvals_pending"],
+        c["lanes"],
+        c["plugins"],
+        c["plugins_running"],
+        c["seats"]
     );
     println!("you are     {}", s(&info["caller"]["class"]));
     Ok(())
@@ -253,11 +317,14 @@ fn human_duration(ms: u64) -> String {
 }
 
 fn call(args: &Args, rest: &[String]) -> Result<(), Failure> {
-    let method = rest.first().ok_or_else(|| Failure::usage("call needs a METHOD"))?;
+    let method = rest
+        .first()
+        .ok_or_else(|| Failure::usage("call needs a METHOD"))?;
     let params = match rest.get(1) {
         None => json!({}),
         Some(text) => {
-            let v: Value = serde_json::from_str(text).map_err(|e| Failure::usage(format!("PARAMS-JSON is not JSON: {e}")))?;
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| Failure::usage(format!("PARAMS-JSON is not JSON: {e}")))?;
             if !v.is_object() {
                 return Err(Failure::usage("PARAMS-JSON must be a JSON object"));
             }
@@ -269,7 +336,10 @@ fn call(args: &Args, rest: &[String]) -> Result<(), Failure> {
     if args.json {
         println!("{result}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        );
     }
     Ok(())
 }
@@ -281,17 +351,29 @@ fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
     let mut it = rest.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--stream" => stream = Some(it.next().ok_or_else(|| Failure::usage("--stream needs a value"))?.clone()),
+            "--stream" => {
+                stream = Some(
+                    it.next()
+                        .ok_or_else(|| Failure::usage("--stream needs a value"))?
+                        .clone(),
+                )
+            }
             "--after" => {
-                let v = it.next().ok_or_else(|| Failure::usage("--after needs a value"))?;
-                after = v.parse().map_err(|_| Failure::usage(format!("--after needs a whole number, found {v}")))?;
+                let v = it
+                    .next()
+                    .ok_or_else(|| Failure::usage("--after needs a value"))?;
+                after = v.parse().map_err(|_| {
+                    Failure::usage(format!("--after needs a whole number, found {v}"))
+                })?;
             }
             "--follow" | "-f" => follow = true,
             other => return Err(Failure::usage(format!("unexpected argument {other}"))),
         }
     }
     if stream.is_none() && !follow {
-        return Err(Failure::usage("events needs --stream S, or --follow for every stream"));
+        return Err(Failure::usage(
+            "events needs --stream S, or --follow for every stream",
+        ));
     }
     let mut client = connect(args)?;
     let print = |ev: &Value| println!("{ev}");
@@ -303,14 +385,18 @@ fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
             Some(s) => json!({"streams": [s]}),
             None => json!({}),
         };
-        client.call_with("events.subscribe", params, |n| live.push(n["params"].clone()))?;
+        client.call_with("events.subscribe", params, |n| {
+            live.push(n["params"].clone())
+        })?;
     }
     let mut last = after;
     if let Some(s) = &stream {
         loop {
-            let page = client.call_with("events.list", json!({"stream": s, "after_seq": last, "limit": 1000}), |n| {
-                live.push(n["params"].clone())
-            })?;
+            let page = client.call_with(
+                "events.list",
+                json!({"stream": s, "after_seq": last, "limit": 1000}),
+                |n| live.push(n["params"].clone()),
+            )?;
             for ev in page["events"].as_array().into_iter().flatten() {
                 print(ev);
                 last = ev["seq"].as_i64().unwrap_or(last);

@@ -4,10 +4,10 @@
 //! permissions, the commands and the diff of the copy that waits) and asks
 //! before it sends, unless `--yes` is given for a script.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 
-use super::{Failure, EXIT_ERROR};
+use super::{EXIT_ERROR, Failure};
 use crate::cli::client::Client;
 
 pub const USAGE: &str = "\
@@ -23,7 +23,10 @@ pub const USAGE: &str = "\
   plugin run PLUGIN.COMMAND [INPUT]";
 
 fn usage(m: &str) -> Failure {
-    Failure { status: super::EXIT_USAGE, message: format!("{m}\n{USAGE}") }
+    Failure {
+        status: super::EXIT_USAGE,
+        message: format!("{m}\n{USAGE}"),
+    }
 }
 
 fn print(json_out: bool, v: &Value, text: impl FnOnce(&Value)) {
@@ -35,12 +38,21 @@ fn print(json_out: bool, v: &Value, text: impl FnOnce(&Value)) {
 }
 
 fn s(v: &Value) -> String {
-    v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
+    v.as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| v.to_string())
 }
 
 /// Runs `plugin ARGS`.
-pub fn run(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
-    let sub = rest.first().map(String::as_str).ok_or_else(|| usage("plugin needs a command"))?;
+pub fn run(
+    client: impl FnOnce() -> Result<Client, Failure>,
+    json_out: bool,
+    rest: &[String],
+) -> Result<(), Failure> {
+    let sub = rest
+        .first()
+        .map(String::as_str)
+        .ok_or_else(|| usage("plugin needs a command"))?;
     let args = &rest[1..];
     let one = |what: &str| -> Result<String, Failure> {
         match args {
@@ -51,15 +63,30 @@ pub fn run(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, res
     match sub {
         "install" => {
             let path = one("install")?;
-            let abs = std::path::absolute(&path).map_err(|e| usage(&format!("bad path {path}: {e}")))?;
+            let abs =
+                std::path::absolute(&path).map_err(|e| usage(&format!("bad path {path}: {e}")))?;
             let r = client()?.call("plugin.install", json!({"path": abs.display().to_string()}))?;
             print(json_out, &r, |r| {
                 if r["unchanged"] == true {
-                    println!("{} {}: unchanged ({})", s(&r["plugin"]), s(&r["version"]), s(&r["state"]));
+                    println!(
+                        "{} {}: unchanged ({})",
+                        s(&r["plugin"]),
+                        s(&r["version"]),
+                        s(&r["state"])
+                    );
                 } else {
-                    println!("{} {} installed by the {}; state {}", s(&r["plugin"]), s(&r["version"]), s(&r["installedBy"]), s(&r["state"]));
+                    println!(
+                        "{} {} installed by the {}; state {}",
+                        s(&r["plugin"]),
+                        s(&r["version"]),
+                        s(&r["installedBy"]),
+                        s(&r["state"])
+                    );
                     println!("snapshot {}", s(&r["snapshotHash"]));
-                    println!("approve it with: omniconfluxd plugin approve {}", s(&r["plugin"]));
+                    println!(
+                        "approve it with: omniconfluxd plugin approve {}",
+                        s(&r["plugin"])
+                    );
                 }
             });
         }
@@ -67,34 +94,62 @@ pub fn run(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, res
             let r = client()?.call("plugin.list", json!({}))?;
             print(json_out, &r, |r| {
                 for p in r["plugins"].as_array().into_iter().flatten() {
-                    let reason = if p["reason"].is_null() { String::new() } else { format!(" ({})", s(&p["reason"])) };
-                    println!("{:<24} {:<10} {}{}", s(&p["plugin"]), s(&p["version"]), s(&p["state"]), reason);
+                    let reason = if p["reason"].is_null() {
+                        String::new()
+                    } else {
+                        format!(" ({})", s(&p["reason"]))
+                    };
+                    println!(
+                        "{:<24} {:<10} {}{}",
+                        s(&p["plugin"]),
+                        s(&p["version"]),
+                        s(&p["state"]),
+                        reason
+                    );
                 }
             });
         }
         "show" => {
             let r = client()?.call("plugin.get", json!({"plugin": one("show")?}))?;
-            print(json_out, &r, |r| println!("{}", serde_json::to_string_pretty(r).unwrap_or_default()));
+            print(json_out, &r, |r| {
+                println!("{}", serde_json::to_string_pretty(r).unwrap_or_default())
+            });
         }
         "approve" => approve(client, json_out, args)?,
         "discard" | "enable" | "disable" => {
             let r = client()?.call(&format!("plugin.{sub}"), json!({"plugin": one(sub)?}))?;
-            print(json_out, &r, |r| println!("{}", serde_json::to_string(r).unwrap_or_default()));
+            print(json_out, &r, |r| {
+                println!("{}", serde_json::to_string(r).unwrap_or_default())
+            });
         }
         "remove" => {
             let (id, keep) = match args {
                 [id] => (id.clone(), false),
                 [id, flag] if flag == "--keep-tasks" => (id.clone(), true),
-                _ => return Err(usage("plugin remove needs a plugin id and optionally --keep-tasks")),
+                _ => {
+                    return Err(usage(
+                        "plugin remove needs a plugin id and optionally --keep-tasks",
+                    ));
+                }
             };
             let r = client()?.call("plugin.remove", json!({"plugin": id, "stopTasks": !keep}))?;
-            print(json_out, &r, |r| println!("{} removed; {} sessions stopped", s(&r["plugin"]), r["stopped"]));
+            print(json_out, &r, |r| {
+                println!(
+                    "{} removed; {} sessions stopped",
+                    s(&r["plugin"]),
+                    r["stopped"]
+                )
+            });
         }
         "commands" => {
             let r = client()?.call("plugin.commands", json!({}))?;
             print(json_out, &r, |r| {
                 for c in r["commands"].as_array().into_iter().flatten() {
-                    let avail = if c["available"] == true { "" } else { " (not running)" };
+                    let avail = if c["available"] == true {
+                        ""
+                    } else {
+                        " (not running)"
+                    };
                     println!("{:<40} {}{}", s(&c["command"]), s(&c["title"]), avail);
                 }
             });
@@ -103,7 +158,11 @@ pub fn run(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, res
             let (command, input) = match args {
                 [c] => (c.clone(), None),
                 [c, i] => (c.clone(), Some(i.clone())),
-                _ => return Err(usage("plugin run needs PLUGIN.COMMAND and optionally one INPUT")),
+                _ => {
+                    return Err(usage(
+                        "plugin run needs PLUGIN.COMMAND and optionally one INPUT",
+                    ));
+                }
             };
             let mut p = json!({"command": command});
             if let Some(i) = input {
@@ -117,49 +176,121 @@ pub fn run(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, res
     Ok(())
 }
 
-fn approve(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, args: &[String]) -> Result<(), Failure> {
+fn approve(
+    client: impl FnOnce() -> Result<Client, Failure>,
+    json_out: bool,
+    args: &[String],
+) -> Result<(), Failure> {
     let mut id = None;
     let mut yes = false;
-    let mut operator = std::env::var("USER").ok().filter(|u| !u.is_empty()).map(|u| format!("{u} via cli")).unwrap_or_else(|| "cli".into());
+    let mut operator = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .map(|u| format!("{u} via cli"))
+        .unwrap_or_else(|| "cli".into());
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--yes" | "-y" => yes = true,
-            "--operator" => operator = it.next().ok_or_else(|| usage("--operator needs a name"))?.clone(),
+            "--operator" => {
+                operator = it
+                    .next()
+                    .ok_or_else(|| usage("--operator needs a name"))?
+                    .clone()
+            }
             other if id.is_none() => id = Some(other.to_string()),
             other => return Err(usage(&format!("unexpected argument {other}"))),
         }
     }
     let id = id.ok_or_else(|| usage("plugin approve needs a plugin id"))?;
-    let operator: String = operator.chars().filter(|c| c.is_ascii_alphanumeric() || " ._-".contains(*c)).take(64).collect();
+    let operator: String = operator
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || " ._-".contains(*c))
+        .take(64)
+        .collect();
     let mut c = client()?;
     let got = c.call("plugin.get", json!({"plugin": id}))?;
     let w = &got["waiting"];
     if w.is_null() {
-        return Err(Failure { status: EXIT_ERROR, message: format!("plugin-stale-snapshot: no copy of {id} waits for approval") });
+        return Err(Failure {
+            status: EXIT_ERROR,
+            message: format!("plugin-stale-snapshot: no copy of {id} waits for approval"),
+        });
     }
     let m = &w["manifest"];
     if m.is_null() {
-        return Err(Failure { status: EXIT_ERROR, message: format!("plugin-invalid: the copy of {id} that waits has no valid manifest") });
+        return Err(Failure {
+            status: EXIT_ERROR,
+            message: format!("plugin-invalid: the copy of {id} that waits has no valid manifest"),
+        });
     }
-    let order = ["events.read", "lists.read", "commands.add", "storage.own", "tasks.create"];
-    let mut perms: Vec<String> = m["permissions"].as_array().into_iter().flatten().map(s).collect();
+    let order = [
+        "events.read",
+        "lists.read",
+        "commands.add",
+        "storage.own",
+        "tasks.create",
+    ];
+    let mut perms: Vec<String> = m["permissions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(s)
+        .collect();
     perms.sort_by_key(|p| order.iter().position(|o| o == p));
-    let cmds: Vec<String> = m["commands"].as_array().into_iter().flatten().map(|c| s(&c["id"])).collect();
+    let cmds: Vec<String> = m["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| s(&c["id"]))
+        .collect();
     let mut out = std::io::stderr();
-    let _ = writeln!(out, "plugin {id} {} ({}), installed by {} at {}", s(&m["version"]), s(&w["kind"]), s(&w["installedBy"]), s(&w["installedAt"]));
+    let _ = writeln!(
+        out,
+        "plugin {id} {} ({}), installed by {} at {}",
+        s(&m["version"]),
+        s(&w["kind"]),
+        s(&w["installedBy"]),
+        s(&w["installedAt"])
+    );
     let _ = writeln!(out, "snapshot    {}", s(&w["snapshotHash"]));
-    let _ = writeln!(out, "permissions {}", if perms.is_empty() { "none".into() } else { perms.join(", ") });
-    let _ = writeln!(out, "commands    {}", if cmds.is_empty() { "none".into() } else { cmds.join(", ") });
+    let _ = writeln!(
+        out,
+        "permissions {}",
+        if perms.is_empty() {
+            "none".into()
+        } else {
+            perms.join(", ")
+        }
+    );
+    let _ = writeln!(
+        out,
+        "commands    {}",
+        if cmds.is_empty() {
+            "none".into()
+        } else {
+            cmds.join(", ")
+        }
+    );
     let _ = writeln!(out, "what differs from the approved copy:");
     for e in w["diff"].as_array().into_iter().flatten() {
         if e["field"] == "files" {
-            let _ = writeln!(out, "  files: {} added, {} removed, {} changed", e["added"], e["removed"], e["changed"]);
+            let _ = writeln!(
+                out,
+                "  files: {} added, {} removed, {} changed",
+                e["added"], e["removed"], e["changed"]
+            );
             for p in e["paths"].as_array().into_iter().flatten() {
                 let _ = writeln!(out, "    {}", s(p));
             }
         } else {
-            let _ = writeln!(out, "  {}: {} -> {}", s(&e["field"]), e["before"], e["after"]);
+            let _ = writeln!(
+                out,
+                "  {}: {} -> {}",
+                s(&e["field"]),
+                e["before"],
+                e["after"]
+            );
         }
     }
     if !yes {
@@ -168,13 +299,18 @@ fn approve(client: impl FnOnce() -> Result<Client, Failure>, json_out: bool, arg
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            return Err(Failure { status: EXIT_ERROR, message: "not approved".into() });
+            return Err(Failure {
+                status: EXIT_ERROR,
+                message: "not approved".into(),
+            });
         }
     }
     let r = c.call(
         "plugin.approve",
         json!({"plugin": id, "snapshotHash": w["snapshotHash"], "permissions": perms, "commands": cmds, "operator": operator}),
     )?;
-    print(json_out, &r, |r| println!("{} approved; state {}", s(&r["plugin"]), s(&r["state"])));
+    print(json_out, &r, |r| {
+        println!("{} approved; state {}", s(&r["plugin"]), s(&r["state"]))
+    });
     Ok(())
 }

@@ -2,24 +2,39 @@
 //! 3): clients of the daemon socket's methods of the same names, plain
 //! text for a person, the JSON result with `--json`.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use super::client::Client;
 use super::Failure;
+use super::client::Client;
 
 use super::args::{arg, done, s, usage};
 
 /// `seats [probe]`
-pub fn seats(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
+pub fn seats(
+    mut c: impl FnMut() -> Result<Client, Failure>,
+    json_out: bool,
+    rest: &[String],
+) -> Result<(), Failure> {
     match rest.first().map(String::as_str) {
         Some("probe") => {
             done(rest, 1)?;
             c()?.call("seats.probe", json!({}))?;
-            println!("{}", if json_out { "null" } else { "probing the seats again" });
+            println!(
+                "{}",
+                if json_out {
+                    "null"
+                } else {
+                    "probing the seats again"
+                }
+            );
             return Ok(());
         }
         Some("list") | None => done(rest, 1)?,
-        Some(other) => return Err(usage(&format!("unknown seats command {other}; expected list or probe"))),
+        Some(other) => {
+            return Err(usage(&format!(
+                "unknown seats command {other}; expected list or probe"
+            )));
+        }
     }
     let r = c()?.call("seats.list", json!({}))?;
     if json_out {
@@ -31,7 +46,10 @@ pub fn seats(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, res
         println!("no seats configured");
     }
     for seat in seats {
-        let reason = seat["reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default();
+        let reason = seat["reason"]
+            .as_str()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
         println!(
             "{:<16} {:<10} {:<12} {:<10} sign-in {}{reason}",
             s(&seat["harness"]),
@@ -51,13 +69,21 @@ fn print_session(v: &Value) {
         s(&v["state"]),
         s(&v["harness"]),
         s(&v["turn"]),
-        if v["pending_approvals"].as_u64().unwrap_or(0) > 0 { format!("{} approvals waiting", v["pending_approvals"]) } else { s(&v["end_reason"]) },
+        if v["pending_approvals"].as_u64().unwrap_or(0) > 0 {
+            format!("{} approvals waiting", v["pending_approvals"])
+        } else {
+            s(&v["end_reason"])
+        },
         s(&v["cwd"])
     );
 }
 
 /// `sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]`
-pub fn sessions(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
+pub fn sessions(
+    mut c: impl FnMut() -> Result<Client, Failure>,
+    json_out: bool,
+    rest: &[String],
+) -> Result<(), Failure> {
     let sub = rest.first().map(String::as_str).unwrap_or("list");
     let (method, params) = match sub {
         "list" => {
@@ -66,12 +92,17 @@ pub fn sessions(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, 
         }
         "get" => {
             done(rest, 2)?;
-            ("sessions.get", json!({"session_id": arg(rest, 1, "session id")?}))
+            (
+                "sessions.get",
+                json!({"session_id": arg(rest, 1, "session id")?}),
+            )
         }
         "spawn" => {
             done(rest, 4)?;
             let cwd = arg(rest, 2, "working directory")?;
-            let cwd = std::path::absolute(cwd).map(|p| p.display().to_string()).unwrap_or_else(|_| cwd.to_string());
+            let cwd = std::path::absolute(cwd)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| cwd.to_string());
             let mut p = json!({"harness": arg(rest, 1, "harness")?, "cwd": cwd});
             if let Some(prompt) = rest.get(3) {
                 p["prompt"] = json!(prompt);
@@ -80,13 +111,27 @@ pub fn sessions(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, 
         }
         "input" => {
             done(rest, 3)?;
-            ("sessions.input", json!({"session_id": arg(rest, 1, "session id")?, "text": arg(rest, 2, "text")?}))
+            (
+                "sessions.input",
+                json!({"session_id": arg(rest, 1, "session id")?, "text": arg(rest, 2, "text")?}),
+            )
         }
         "interrupt" | "kill" => {
             done(rest, 2)?;
-            (if sub == "kill" { "sessions.kill" } else { "sessions.interrupt" }, json!({"session_id": arg(rest, 1, "session id")?}))
+            (
+                if sub == "kill" {
+                    "sessions.kill"
+                } else {
+                    "sessions.interrupt"
+                },
+                json!({"session_id": arg(rest, 1, "session id")?}),
+            )
         }
-        other => return Err(usage(&format!("unknown sessions command {other}; expected list, get, spawn, input, interrupt or kill"))),
+        other => {
+            return Err(usage(&format!(
+                "unknown sessions command {other}; expected list, get, spawn, input, interrupt or kill"
+            )));
+        }
     };
     let r = c()?.call(method, params)?;
     if json_out {
@@ -103,15 +148,40 @@ pub fn sessions(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, 
         }
         "get" => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
         "spawn" => println!("{}", s(&r["session_id"])),
-        "input" => println!("{}", if r["queued"] == json!(true) { format!("queued ({} waiting)", r["queue_length"]) } else { "sent".into() }),
-        "interrupt" => println!("{}", if r["interrupted"] == json!(true) { "interrupting the turn" } else { "no turn was running" }),
-        _ => println!("{}", if r["ended"] == json!(true) { "the session had ended" } else { "stopping the agent" }),
+        "input" => println!(
+            "{}",
+            if r["queued"] == json!(true) {
+                format!("queued ({} waiting)", r["queue_length"])
+            } else {
+                "sent".into()
+            }
+        ),
+        "interrupt" => println!(
+            "{}",
+            if r["interrupted"] == json!(true) {
+                "interrupting the turn"
+            } else {
+                "no turn was running"
+            }
+        ),
+        _ => println!(
+            "{}",
+            if r["ended"] == json!(true) {
+                "the session had ended"
+            } else {
+                "stopping the agent"
+            }
+        ),
     }
     Ok(())
 }
 
 /// `approvals [list|allow ID [REASON]|deny ID [REASON]]`
-pub fn approvals(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool, rest: &[String]) -> Result<(), Failure> {
+pub fn approvals(
+    mut c: impl FnMut() -> Result<Client, Failure>,
+    json_out: bool,
+    rest: &[String],
+) -> Result<(), Failure> {
     let sub = rest.first().map(String::as_str).unwrap_or("list");
     match sub {
         "list" => {
@@ -131,8 +201,18 @@ pub fn approvals(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool,
                 println!("no approvals waiting");
             }
             for a in items {
-                let state = if a["state"] == "pending" { "pending".to_string() } else { format!("{} by {}", s(&a["decision"]), s(&a["answered_by"])) };
-                println!("{:<22} {:<7} {:<8} {:<24} {state}", s(&a["request_id"]), s(&a["risk"]), s(&a["action"]), s(&a["tool"]));
+                let state = if a["state"] == "pending" {
+                    "pending".to_string()
+                } else {
+                    format!("{} by {}", s(&a["decision"]), s(&a["answered_by"]))
+                };
+                println!(
+                    "{:<22} {:<7} {:<8} {:<24} {state}",
+                    s(&a["request_id"]),
+                    s(&a["risk"]),
+                    s(&a["action"]),
+                    s(&a["tool"])
+                );
             }
             Ok(())
         }
@@ -146,10 +226,17 @@ pub fn approvals(mut c: impl FnMut() -> Result<Client, Failure>, json_out: bool,
             if json_out {
                 println!("{r}");
             } else {
-                println!("{} {}: delivered {}", s(&r["request_id"]), s(&r["decision"]), s(&r["delivered"]));
+                println!(
+                    "{} {}: delivered {}",
+                    s(&r["request_id"]),
+                    s(&r["decision"]),
+                    s(&r["delivered"])
+                );
             }
             Ok(())
         }
-        other => Err(usage(&format!("unknown approvals command {other}; expected list, allow or deny"))),
+        other => Err(usage(&format!(
+            "unknown approvals command {other}; expected list, allow or deny"
+        ))),
     }
 }

@@ -41,7 +41,12 @@ fn open_beneath(worktree: &Path, path: &str, flags: libc::c_int) -> Result<File,
     let c_wt = cstr(worktree)?;
     let c_rel = cstr(rel)?;
     // SAFETY: open on a NUL-terminated path we own; the result is checked.
-    let dfd = unsafe { libc::open(c_wt.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let dfd = unsafe {
+        libc::open(
+            c_wt.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if dfd < 0 {
         return Err(crate::errors::io_cause(&std::io::Error::last_os_error()));
     }
@@ -50,12 +55,22 @@ fn open_beneath(worktree: &Path, path: &str, flags: libc::c_int) -> Result<File,
     // SAFETY: open_how is plain integers; all-zero is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags as u64;
-    how.mode = if flags & libc::O_CREAT != 0 { mode as u64 } else { 0 };
+    how.mode = if flags & libc::O_CREAT != 0 {
+        mode as u64
+    } else {
+        0
+    };
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: openat2 reads `how` (of the size passed) and the NUL-terminated
     // path, both alive for the call; the result is checked.
     let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), c_rel.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c_rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
     };
     let fd = if fd >= 0 {
         fd as libc::c_int
@@ -102,23 +117,36 @@ pub fn read_text(worktree: &Path, path: &str) -> Result<String, String> {
     let f = open_beneath(worktree, path, libc::O_RDONLY | libc::O_NONBLOCK)?;
     regular(&f, path)?;
     let mut buf = Vec::new();
-    f.take(limits::AGENT_FS_MAX_BYTES + 1).read_to_end(&mut buf).map_err(|e| crate::errors::io_cause(&e))?;
+    f.take(limits::AGENT_FS_MAX_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| crate::errors::io_cause(&e))?;
     if buf.len() as u64 > limits::AGENT_FS_MAX_BYTES {
-        return Err(format!("the file is over {} bytes", limits::AGENT_FS_MAX_BYTES));
+        return Err(format!(
+            "the file is over {} bytes",
+            limits::AGENT_FS_MAX_BYTES
+        ));
     }
     String::from_utf8(buf).map_err(|_| format!("{path} is not UTF-8 text"))
 }
 
 pub fn write_text(worktree: &Path, path: &str, content: &str) -> Result<(), String> {
     if content.len() as u64 > limits::AGENT_FS_MAX_BYTES {
-        return Err(format!("the content is over {} bytes", limits::AGENT_FS_MAX_BYTES));
+        return Err(format!(
+            "the content is over {} bytes",
+            limits::AGENT_FS_MAX_BYTES
+        ));
     }
     // O_NONBLOCK so a FIFO without a reader fails (ENXIO) instead of
     // blocking; truncation waits until the target is known to be regular.
-    let mut f = open_beneath(worktree, path, libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK)?;
+    let mut f = open_beneath(
+        worktree,
+        path,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK,
+    )?;
     regular(&f, path)?;
     f.set_len(0).map_err(|e| crate::errors::io_cause(&e))?;
-    f.write_all(content.as_bytes()).map_err(|e| crate::errors::io_cause(&e))
+    f.write_all(content.as_bytes())
+        .map_err(|e| crate::errors::io_cause(&e))
 }
 
 #[cfg(test)]
@@ -127,7 +155,10 @@ mod tests {
     use std::path::PathBuf;
 
     fn tmp(tag: &str) -> PathBuf {
-        let base = std::env::temp_dir().canonicalize().unwrap().join(format!("agentfs-{tag}-{}", crate::ids::prefixed_id("")));
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("agentfs-{tag}-{}", crate::ids::prefixed_id("")));
         std::fs::create_dir_all(&base).unwrap();
         base
     }
@@ -192,7 +223,11 @@ mod tests {
         let wt = tmp("big");
         let f = wt.join("big");
         std::fs::write(&f, vec![b'a'; limits::AGENT_FS_MAX_BYTES as usize + 1]).unwrap();
-        assert!(read_text(&wt, &f.display().to_string()).unwrap_err().contains("over"));
+        assert!(
+            read_text(&wt, &f.display().to_string())
+                .unwrap_err()
+                .contains("over")
+        );
         let _ = std::fs::remove_dir_all(&wt);
     }
 }

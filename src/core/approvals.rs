@@ -21,11 +21,14 @@
 
 use ring::digest;
 use rusqlite::types::Value as Sql;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::time::Duration;
 
 use crate::agents::{CommandError, Decision, PermissionRequest};
-use crate::core::inbox::{AgentAsk, Answerer, Fallback, InboxError, Item, LaneMerge, PluginTask, Resolution, Subject, Verdict};
+use crate::core::inbox::{
+    AgentAsk, Answerer, Fallback, InboxError, Item, LaneMerge, PluginTask, Resolution, Subject,
+    Verdict,
+};
 use crate::core::sessions::{self, Effects};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
@@ -86,7 +89,8 @@ pub fn persist(item: &Item) -> Op {
             Sql::Text(item.fallback.wire_name().into()),
             Sql::Text(if r.is_some() { "resolved" } else { "pending" }.into()),
             t(r.map(|r| r.verdict.wire_name().to_string())),
-            r.map(|r| Sql::Integer(r.delivered as i64)).unwrap_or(Sql::Null),
+            r.map(|r| Sql::Integer(r.delivered as i64))
+                .unwrap_or(Sql::Null),
             t(r.map(|r| r.by.describe())),
             t(r.map(|r| r.surface.to_string())),
             t(r.map(|r| crate::clock::format_ts(r.at_ms))),
@@ -98,17 +102,31 @@ pub fn persist(item: &Item) -> Op {
 /// Schedules the expiry of a pending item at its deadline.
 pub fn arm_expiry(d: &mut Daemon, item_id: &str, after_ms: i64) {
     let id = item_id.to_string();
-    d.reactor.schedule(Duration::from_millis(after_ms.max(0) as u64), move |d| expire(d, &id));
+    d.reactor
+        .schedule(Duration::from_millis(after_ms.max(0) as u64), move |d| {
+            expire(d, &id)
+        });
 }
 
 /// An agent asked for permission: label it, record it, and answer it at
 /// once when a rule says so.
-pub fn add_agent_request(d: &mut Daemon, sid: &str, id: &str, req: &PermissionRequest, cwd: &std::path::Path, fx: &mut Effects) {
+pub fn add_agent_request(
+    d: &mut Daemon,
+    sid: &str,
+    id: &str,
+    req: &PermissionRequest,
+    cwd: &std::path::Path,
+    fx: &mut Effects,
+) {
     let action = req.action.wire_name();
     let digest = sha256_hex(req.input.to_string().as_bytes());
     let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.title, &req.input, cwd);
     let timeout_ms = (d.cfg.approvals.timeout > 0).then(|| (d.cfg.approvals.timeout * 1000) as i64);
-    let fallback = if d.cfg.approvals.fallback == "withdraw" { Fallback::Withdraw } else { Fallback::Deny };
+    let fallback = if d.cfg.approvals.fallback == "withdraw" {
+        Fallback::Withdraw
+    } else {
+        Fallback::Deny
+    };
     let subject = Subject::Agent(AgentAsk {
         session: sid.to_string(),
         agent_request_key: req.agent_request_key.clone(),
@@ -117,7 +135,14 @@ pub fn add_agent_request(d: &mut Daemon, sid: &str, id: &str, req: &PermissionRe
         digest,
     });
     let now = crate::clock::now_ms();
-    let item = match d.core.approvals.add(id.to_string(), subject, gate.risk, now, timeout_ms, fallback) {
+    let item = match d.core.approvals.add(
+        id.to_string(),
+        subject,
+        gate.risk,
+        now,
+        timeout_ms,
+        fallback,
+    ) {
         Ok(i) => i.clone(),
         Err(e) => {
             crate::error!("approval {id} could not be added: {e:?}");
@@ -125,11 +150,32 @@ pub fn add_agent_request(d: &mut Daemon, sid: &str, id: &str, req: &PermissionRe
         }
     };
     fx.ops.push(persist(&item));
-    fx.event(sid, "approval.request", json!({"requestId": id, "action": action, "risk": gate.risk.wire_name()}));
-    crate::info!("approval {id}: {} {:?} ({} risk) waits", action, req.title, gate.risk.wire_name());
+    fx.event(
+        sid,
+        "approval.request",
+        json!({"requestId": id, "action": action, "risk": gate.risk.wire_name()}),
+    );
+    crate::info!(
+        "approval {id}: {} {:?} ({} risk) waits",
+        action,
+        req.title,
+        gate.risk.wire_name()
+    );
     if let Some((verdict, rule)) = gate.auto {
-        if let Err(e) = settle(d, id, verdict, Answerer::Rule(rule), "config-rule", Some(format!("answered by [[approvals.rule]] {rule}")), false, fx) {
-            crate::warn!("approval {id}: rule {rule} could not answer it: {}", e.message);
+        if let Err(e) = settle(
+            d,
+            id,
+            verdict,
+            Answerer::Rule(rule),
+            "config-rule",
+            Some(format!("answered by [[approvals.rule]] {rule}")),
+            false,
+            fx,
+        ) {
+            crate::warn!(
+                "approval {id}: rule {rule} could not answer it: {}",
+                e.message
+            );
         }
         return;
     }
@@ -144,17 +190,42 @@ pub fn add_agent_request(d: &mut Daemon, sid: &str, id: &str, req: &PermissionRe
 /// timer. The item's times are the request's, so approvals.get and
 /// plugin.request.get show the same. No rule answers it: "nothing starts
 /// unless the operator allows this very request" (seed 000, tasks.create).
-pub fn add_plugin_task(d: &mut Daemon, id: &str, task: PluginTask, created_ms: i64) -> Result<(), InboxError> {
+pub fn add_plugin_task(
+    d: &mut Daemon,
+    id: &str,
+    task: PluginTask,
+    created_ms: i64,
+) -> Result<(), InboxError> {
     let timeout = limits::PLUGIN_TASK_EXPIRY_MS as i64;
-    let item = d.core.approvals.add(id.to_string(), Subject::PluginTask(task), crate::core::risk::PLUGIN_TASK, created_ms, Some(timeout), Fallback::Deny)?.clone();
+    let item = d
+        .core
+        .approvals
+        .add(
+            id.to_string(),
+            Subject::PluginTask(task),
+            crate::core::risk::PLUGIN_TASK,
+            created_ms,
+            Some(timeout),
+            Fallback::Deny,
+        )?
+        .clone();
     let rid = id.to_string();
     d.write(vec![persist(&item)], move |_d, r| {
         if let Err(e) = r {
             crate::error!("approval {rid}: the ledger refused its record: {e:?}");
         }
     });
-    crate::info!("approval {id}: plugin task ({} risk) waits", item.risk.wire_name());
-    arm_expiry(d, id, created_ms.saturating_add(timeout).saturating_sub(crate::clock::now_ms()));
+    crate::info!(
+        "approval {id}: plugin task ({} risk) waits",
+        item.risk.wire_name()
+    );
+    arm_expiry(
+        d,
+        id,
+        created_ms
+            .saturating_add(timeout)
+            .saturating_sub(crate::clock::now_ms()),
+    );
     Ok(())
 }
 
@@ -165,8 +236,23 @@ pub fn add_lane_merge(d: &mut Daemon, id: &str, merge: LaneMerge) -> Result<(), 
     let now = crate::clock::now_ms();
     let timeout = d.cfg.approvals.timeout;
     let timeout_ms = (timeout > 0).then(|| (timeout as i64).saturating_mul(1000));
-    let fallback = if d.cfg.approvals.fallback == "withdraw" { Fallback::Withdraw } else { Fallback::Deny };
-    let item = d.core.approvals.add(id.to_string(), Subject::LaneMerge(merge), crate::core::risk::LANE_MERGE, now, timeout_ms, fallback)?.clone();
+    let fallback = if d.cfg.approvals.fallback == "withdraw" {
+        Fallback::Withdraw
+    } else {
+        Fallback::Deny
+    };
+    let item = d
+        .core
+        .approvals
+        .add(
+            id.to_string(),
+            Subject::LaneMerge(merge),
+            crate::core::risk::LANE_MERGE,
+            now,
+            timeout_ms,
+            fallback,
+        )?
+        .clone();
     let rid = id.to_string();
     d.write(vec![persist(&item)], move |_d, r| {
         if let Err(e) = r {
@@ -184,23 +270,55 @@ pub fn add_lane_merge(d: &mut Daemon, id: &str, merge: LaneMerge) -> Result<(), 
 /// writes go into `fx`. `withdraw` sends the owner a cancel but records
 /// the request as undelivered (a withdrawn request).
 #[allow(clippy::too_many_arguments)]
-pub fn settle(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: &'static str, reason: Option<String>, withdraw: bool, fx: &mut Effects) -> Result<Item, RpcError> {
-    let item = d.core.approvals.pending(id).map_err(inbox_error(id))?.clone();
+pub fn settle(
+    d: &mut Daemon,
+    id: &str,
+    verdict: Verdict,
+    by: Answerer,
+    surface: &'static str,
+    reason: Option<String>,
+    withdraw: bool,
+    fx: &mut Effects,
+) -> Result<Item, RpcError> {
+    let item = d
+        .core
+        .approvals
+        .pending(id)
+        .map_err(inbox_error(id))?
+        .clone();
     let delivered = deliver(d, &item, verdict, &by, reason.clone(), fx)? && !withdraw;
-    close(d, id, verdict, by, surface, delivered, reason, fx).ok_or_else(|| RpcError::new(Code::NotPending, format!("approval {id} is no longer pending")))
+    close(d, id, verdict, by, surface, delivered, reason, fx).ok_or_else(|| {
+        RpcError::new(
+            Code::NotPending,
+            format!("approval {id} is no longer pending"),
+        )
+    })
 }
 
 /// Tells the owner of `item` the answer; Ok(false) when the owner can no
 /// longer take it (the agent is gone, the request vanished, the plugin's
 /// call no longer waits).
-fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, by: &Answerer, reason: Option<String>, fx: &mut Effects) -> Result<bool, RpcError> {
+fn deliver(
+    d: &mut Daemon,
+    item: &Item,
+    verdict: Verdict,
+    by: &Answerer,
+    reason: Option<String>,
+    fx: &mut Effects,
+) -> Result<bool, RpcError> {
     match &item.subject {
         Subject::PluginTask(_) => Ok(crate::plugins::tasks::on_answer(d, &item.id, verdict, by)),
-        Subject::LaneMerge(m) => Ok(crate::lanes::controller::on_merge_answer(d, &m.lane, &m.commit, verdict)),
+        Subject::LaneMerge(m) => Ok(crate::lanes::controller::on_merge_answer(
+            d, &m.lane, &m.commit, verdict,
+        )),
         Subject::Agent(a) => {
-            let Some(s) = d.core.sessions.get_mut(&a.session) else { return Ok(false) };
+            let Some(s) = d.core.sessions.get_mut(&a.session) else {
+                return Ok(false);
+            };
             let pos = s.open.iter().position(|o| o.approval_id == item.id);
-            let Some(drv) = s.driver.as_mut() else { return Ok(false) };
+            let Some(drv) = s.driver.as_mut() else {
+                return Ok(false);
+            };
             let decision = match verdict {
                 Verdict::Allow => Decision::Allow,
                 Verdict::Deny => Decision::Deny { message: reason },
@@ -215,9 +333,14 @@ fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, by: &Answerer, reason:
                     sessions::handle_step(d, &a.session, step, fx);
                     Ok(true)
                 }
-                Err(CommandError::NoMatchingOption) => {
-                    Err(RpcError::new(Code::Unavailable, format!("the agent offered no option to {} approval {}", verdict.wire_name(), item.id)))
-                }
+                Err(CommandError::NoMatchingOption) => Err(RpcError::new(
+                    Code::Unavailable,
+                    format!(
+                        "the agent offered no option to {} approval {}",
+                        verdict.wire_name(),
+                        item.id
+                    ),
+                )),
                 Err(_) => {
                     if let Some(p) = pos {
                         s.open.remove(p);
@@ -232,20 +355,41 @@ fn deliver(d: &mut Daemon, item: &Item, verdict: Verdict, by: &Answerer, reason:
 /// Resolves a pending item without delivering anything (the owner already
 /// knows, or is gone), recording it and the session's approval.resolved.
 #[allow(clippy::too_many_arguments)]
-pub fn close(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: &'static str, delivered: bool, reason: Option<String>, fx: &mut Effects) -> Option<Item> {
-    let res = Resolution { verdict, by, surface, at_ms: crate::clock::now_ms(), delivered, reason };
+pub fn close(
+    d: &mut Daemon,
+    id: &str,
+    verdict: Verdict,
+    by: Answerer,
+    surface: &'static str,
+    delivered: bool,
+    reason: Option<String>,
+    fx: &mut Effects,
+) -> Option<Item> {
+    let res = Resolution {
+        verdict,
+        by,
+        surface,
+        at_ms: crate::clock::now_ms(),
+        delivered,
+        reason,
+    };
     let item = d.core.approvals.resolve(id, res).ok()?;
     fx.ops.push(persist(&item));
     match &item.subject {
-        Subject::Agent(a) => {
-            fx.event(&a.session, "approval.resolved", json!({"requestId": id, "decision": verdict.wire_name(), "delivered": delivered}))
-        }
+        Subject::Agent(a) => fx.event(
+            &a.session,
+            "approval.resolved",
+            json!({"requestId": id, "decision": verdict.wire_name(), "delivered": delivered}),
+        ),
         Subject::PluginTask(_) | Subject::LaneMerge(_) => {}
     }
     crate::info!(
         "approval {id}: {} by {} through {} (delivered {delivered})",
         verdict.wire_name(),
-        item.resolution.as_ref().map(|r| r.by.describe()).unwrap_or_default(),
+        item.resolution
+            .as_ref()
+            .map(|r| r.by.describe())
+            .unwrap_or_default(),
         surface
     );
     Some(item)
@@ -253,8 +397,13 @@ pub fn close(d: &mut Daemon, id: &str, verdict: Verdict, by: Answerer, surface: 
 
 fn inbox_error(id: &str) -> impl Fn(InboxError) -> RpcError + '_ {
     move |e| match e {
-        InboxError::NotPending => RpcError::new(Code::NotPending, format!("approval {id} was already answered, withdrawn or expired")),
-        InboxError::NotFound | InboxError::Duplicate => RpcError::new(Code::NotFound, format!("no approval {id}")),
+        InboxError::NotPending => RpcError::new(
+            Code::NotPending,
+            format!("approval {id} was already answered, withdrawn or expired"),
+        ),
+        InboxError::NotFound | InboxError::Duplicate => {
+            RpcError::new(Code::NotFound, format!("no approval {id}"))
+        }
     }
 }
 
@@ -278,7 +427,13 @@ pub fn answer(
     };
     if let Some(want) = expect_digest {
         if want != item.subject.digest() {
-            return then(d, Err(RpcError::new(Code::ActionMismatch, format!("approval {id} is for another action than the one answered"))));
+            return then(
+                d,
+                Err(RpcError::new(
+                    Code::ActionMismatch,
+                    format!("approval {id} is for another action than the one answered"),
+                )),
+            );
         }
     }
     let mut fx = Effects::default();
@@ -286,9 +441,20 @@ pub fn answer(
         Ok(item) => {
             let v = to_socket(&item);
             let stream = item.subject.session().unwrap_or_default().to_string();
-            sessions::finish(d, &stream, fx, false, Some(Box::new(move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
-                then(d, r.map(|()| v).map_err(crate::socket::methods::write_error))
-            })));
+            sessions::finish(
+                d,
+                &stream,
+                fx,
+                false,
+                Some(Box::new(
+                    move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
+                        then(
+                            d,
+                            r.map(|()| v).map_err(crate::socket::methods::write_error),
+                        )
+                    },
+                )),
+            );
         }
         Err(e) => then(d, Err(e)),
     }
@@ -299,25 +465,45 @@ fn expire(d: &mut Daemon, id: &str) {
     if !d.core.approvals.is_due(id, crate::clock::now_ms()) {
         return;
     }
-    let Some(item) = d.core.approvals.get(id) else { return };
+    let Some(item) = d.core.approvals.get(id) else {
+        return;
+    };
     let fallback = item.fallback;
-    let waited_s = item.expires_ms.map_or(0, |at| at.saturating_sub(item.created_ms) / 1000);
+    let waited_s = item
+        .expires_ms
+        .map_or(0, |at| at.saturating_sub(item.created_ms) / 1000);
     let why = Some(format!("no answer within {waited_s} s"));
     let (verdict, withdraw) = match fallback {
         Fallback::Deny => (Verdict::Deny, false),
         Fallback::Withdraw => (Verdict::Cancel, true),
     };
     let id_owned = id.to_string();
-    answer(d, id, verdict, Answerer::Timeout, "timer", why, None, withdraw, move |_d, r| {
-        if let Err(e) = r {
-            crate::warn!("approval {id_owned}: its fallback could not be applied: {}", e.message);
-        }
-    });
+    answer(
+        d,
+        id,
+        verdict,
+        Answerer::Timeout,
+        "timer",
+        why,
+        None,
+        withdraw,
+        move |_d, r| {
+            if let Err(e) = r {
+                crate::warn!(
+                    "approval {id_owned}: its fallback could not be applied: {}",
+                    e.message
+                );
+            }
+        },
+    );
 }
 
 /// Pending approvals of the last run: (id, session).
-pub fn read_pending(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<(String, Option<String>)>> {
-    let mut stmt = conn.prepare("SELECT id, session FROM approvals WHERE state = 'pending' ORDER BY created_at")?;
+pub fn read_pending(
+    conn: &rusqlite::Connection,
+) -> rusqlite::Result<Vec<(String, Option<String>)>> {
+    let mut stmt = conn
+        .prepare("SELECT id, session FROM approvals WHERE state = 'pending' ORDER BY created_at")?;
     let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
     rows.collect()
 }
@@ -330,6 +516,10 @@ pub fn withdraw_stale(id: &str, session: Option<&str>, fx: &mut Effects) {
         params: vec![Sql::Text(id.into()), Sql::Text(crate::clock::now_ts())],
     });
     if let Some(s) = session {
-        fx.event(s, "approval.resolved", json!({"requestId": id, "decision": "cancel", "delivered": false}));
+        fx.event(
+            s,
+            "approval.resolved",
+            json!({"requestId": id, "decision": "cancel", "delivered": false}),
+        );
     }
 }

@@ -317,11 +317,16 @@ impl Inbox {
 
     /// Whether `id` is pending and its deadline has passed at `now_ms`.
     pub fn is_due(&self, id: &str, now_ms: i64) -> bool {
-        self.pending.get(id).and_then(|i| i.expires_ms).is_some_and(|at| at <= now_ms)
+        self.pending
+            .get(id)
+            .and_then(|i| i.expires_ms)
+            .is_some_and(|at| at <= now_ms)
     }
 
     pub fn get(&self, id: &str) -> Option<&Item> {
-        self.pending.get(id).or_else(|| self.resolved.iter().rev().find(|i| i.id == id))
+        self.pending
+            .get(id)
+            .or_else(|| self.resolved.iter().rev().find(|i| i.id == id))
     }
 
     /// Pending requests oldest first, then (with `resolved`) the kept
@@ -363,38 +368,113 @@ mod tests {
     }
 
     fn res(v: Verdict) -> Resolution {
-        Resolution { verdict: v, by: Answerer::Operator { pid: 1 }, surface: "socket", at_ms: 5, delivered: true, reason: None }
+        Resolution {
+            verdict: v,
+            by: Answerer::Operator { pid: 1 },
+            surface: "socket",
+            at_ms: 5,
+            delivered: true,
+            reason: None,
+        }
     }
 
     #[test]
     fn a_request_is_answered_once_and_then_kept_resolved() {
         let mut inbox = Inbox::default();
-        inbox.add("s-1-a1".into(), ask(1), Risk::High, 0, Some(1000), Fallback::Deny).unwrap();
-        inbox.add("s-1-a2".into(), ask(2), Risk::Low, 1, None, Fallback::Withdraw).unwrap();
-        assert_eq!(inbox.add("s-1-a1".into(), ask(1), Risk::High, 0, None, Fallback::Deny).unwrap_err(), InboxError::Duplicate);
-        assert!(inbox.is_due("s-1-a1", 1000) && !inbox.is_due("s-1-a1", 999) && !inbox.is_due("s-1-a2", i64::MAX));
+        inbox
+            .add(
+                "s-1-a1".into(),
+                ask(1),
+                Risk::High,
+                0,
+                Some(1000),
+                Fallback::Deny,
+            )
+            .unwrap();
+        inbox
+            .add(
+                "s-1-a2".into(),
+                ask(2),
+                Risk::Low,
+                1,
+                None,
+                Fallback::Withdraw,
+            )
+            .unwrap();
+        assert_eq!(
+            inbox
+                .add("s-1-a1".into(), ask(1), Risk::High, 0, None, Fallback::Deny)
+                .unwrap_err(),
+            InboxError::Duplicate
+        );
+        assert!(
+            inbox.is_due("s-1-a1", 1000)
+                && !inbox.is_due("s-1-a1", 999)
+                && !inbox.is_due("s-1-a2", i64::MAX)
+        );
         let ids: Vec<&str> = inbox.list(false).iter().map(|i| i.id.as_str()).collect();
         assert_eq!(ids, ["s-1-a1", "s-1-a2"]);
         let item = inbox.resolve("s-1-a1", res(Verdict::Allow)).unwrap();
         assert_eq!(item.resolution.unwrap().verdict, Verdict::Allow);
-        assert_eq!(inbox.resolve("s-1-a1", res(Verdict::Deny)).unwrap_err(), InboxError::NotPending);
-        assert_eq!(inbox.resolve("nope", res(Verdict::Deny)).unwrap_err(), InboxError::NotFound);
+        assert_eq!(
+            inbox.resolve("s-1-a1", res(Verdict::Deny)).unwrap_err(),
+            InboxError::NotPending
+        );
+        assert_eq!(
+            inbox.resolve("nope", res(Verdict::Deny)).unwrap_err(),
+            InboxError::NotFound
+        );
         assert!(!inbox.get("s-1-a1").unwrap().is_pending());
         assert_eq!(inbox.list(true).len(), 2);
-        assert_eq!(inbox.pending_ids(|i| i.subject.session() == Some("s-1")), vec!["s-1-a2".to_string()]);
+        assert_eq!(
+            inbox.pending_ids(|i| i.subject.session() == Some("s-1")),
+            vec!["s-1-a2".to_string()]
+        );
     }
 
     #[test]
     fn a_plugin_task_has_no_session_and_names_its_plugin() {
-        let t = Subject::PluginTask(PluginTask { plugin: "night-shift".into(), summary: "Night Shift: fix in /srv".into(), digest: "ab".into() });
-        assert_eq!((t.kind(), t.session(), t.plugin(), t.summary()), ("plugin-task", None, Some("night-shift"), Some("Night Shift: fix in /srv")));
-        assert_eq!((t.action(), t.tool(), t.digest()), ("task", "tasks.create", "ab"));
+        let t = Subject::PluginTask(PluginTask {
+            plugin: "night-shift".into(),
+            summary: "Night Shift: fix in /srv".into(),
+            digest: "ab".into(),
+        });
+        assert_eq!(
+            (t.kind(), t.session(), t.plugin(), t.summary()),
+            (
+                "plugin-task",
+                None,
+                Some("night-shift"),
+                Some("Night Shift: fix in /srv")
+            )
+        );
+        assert_eq!(
+            (t.action(), t.tool(), t.digest()),
+            ("task", "tasks.create", "ab")
+        );
         let a = ask(1);
-        assert_eq!((a.kind(), a.session(), a.plugin(), a.summary()), ("agent", Some("s-1"), None, None));
+        assert_eq!(
+            (a.kind(), a.session(), a.plugin(), a.summary()),
+            ("agent", Some("s-1"), None, None)
+        );
         let mut inbox = Inbox::default();
-        inbox.add("s-1-a1".into(), a, Risk::High, 0, None, Fallback::Deny).unwrap();
-        inbox.add("plugin_x".into(), t, Risk::High, 0, Some(10), Fallback::Deny).unwrap();
-        assert_eq!(inbox.pending_ids(|i| i.subject.session() == Some("s-1")), vec!["s-1-a1".to_string()]);
+        inbox
+            .add("s-1-a1".into(), a, Risk::High, 0, None, Fallback::Deny)
+            .unwrap();
+        inbox
+            .add(
+                "plugin_x".into(),
+                t,
+                Risk::High,
+                0,
+                Some(10),
+                Fallback::Deny,
+            )
+            .unwrap();
+        assert_eq!(
+            inbox.pending_ids(|i| i.subject.session() == Some("s-1")),
+            vec!["s-1-a1".to_string()]
+        );
     }
 
     #[test]
@@ -402,7 +482,9 @@ mod tests {
         let mut inbox = Inbox::default();
         for n in 0..(limits::INBOX_RESOLVED_KEPT as u32 + 10) {
             let id = format!("s-1-a{n}");
-            inbox.add(id.clone(), ask(n), Risk::Low, 0, None, Fallback::Deny).unwrap();
+            inbox
+                .add(id.clone(), ask(n), Risk::Low, 0, None, Fallback::Deny)
+                .unwrap();
             inbox.resolve(&id, res(Verdict::Deny)).unwrap();
         }
         assert_eq!(inbox.list(true).len(), limits::INBOX_RESOLVED_KEPT);

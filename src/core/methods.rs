@@ -38,7 +38,7 @@
 //! prompts and tool calls.
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::core::inbox::{Answerer, Verdict};
 use crate::core::{approvals, sessions, transcript};
@@ -61,7 +61,15 @@ struct SessionRef {
 
 /// Whether this module serves `method`.
 pub fn serves(method: &str) -> bool {
-    ["seats.", "sessions.", "session.", "transcript.", "approvals."].iter().any(|p| method.starts_with(p))
+    [
+        "seats.",
+        "sessions.",
+        "session.",
+        "transcript.",
+        "approvals.",
+    ]
+    .iter()
+    .any(|p| method.starts_with(p))
 }
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
@@ -71,9 +79,8 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.list" => sessions_list(d, &req, p),
         "sessions.get" => sessions_get(d, &req, p),
         "sessions.subscribe" => sessions_subscribe(d, &req, p),
-        "sessions.unsubscribe" => {
-            params::<NoParams>(p).map(|_| Some(json!({"was_subscribed": d.core.sessions.unwatch(req.conn)})))
-        }
+        "sessions.unsubscribe" => params::<NoParams>(p)
+            .map(|_| Some(json!({"was_subscribed": d.core.sessions.unwatch(req.conn)}))),
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
         "sessions.interrupt" => with_session(d, &req, p, sessions::interrupt),
@@ -86,7 +93,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "approvals.list" => approvals_list(d, &req, p),
         "approvals.get" => approvals_get(d, &req, p),
         "approvals.answer" => approvals_answer(d, &req, p),
-        other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
+        other => Err(RpcError::new(
+            Code::MethodNotFound,
+            format!("unknown method {other}"),
+        )),
     };
     match result {
         Ok(Some(v)) => d.answer(req, Ok(v)),
@@ -111,12 +121,27 @@ fn seats_probe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 /// Every session `req`'s caller may read, in creation order.
 fn readable(d: &Daemon, req: &Req) -> Value {
     let node = &d.node_name;
-    Value::Array(d.core.sessions.iter().filter(|s| sessions::may_read(&req.class, &s.id)).map(|s| s.to_socket(node)).collect())
+    Value::Array(
+        d.core
+            .sessions
+            .iter()
+            .filter(|s| sessions::may_read(&req.class, &s.id))
+            .map(|s| s.to_socket(node))
+            .collect(),
+    )
 }
 
 /// Session `sid` when `req`'s caller may read it (module comment).
-fn readable_session<'a>(d: &'a Daemon, req: &Req, sid: &str) -> Result<&'a sessions::Session, RpcError> {
-    d.core.sessions.get(sid).filter(|_| sessions::may_read(&req.class, sid)).ok_or_else(|| sessions::not_found(sid))
+fn readable_session<'a>(
+    d: &'a Daemon,
+    req: &Req,
+    sid: &str,
+) -> Result<&'a sessions::Session, RpcError> {
+    d.core
+        .sessions
+        .get(sid)
+        .filter(|_| sessions::may_read(&req.class, sid))
+        .ok_or_else(|| sessions::not_found(sid))
 }
 
 fn sessions_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
@@ -158,12 +183,19 @@ struct InputParams {
 }
 
 fn sessions_input(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let InputParams { session_id, text, .. } = params(p)?;
+    let InputParams {
+        session_id, text, ..
+    } = params(p)?;
     require_operator(req)?;
     sessions::input(d, &session_id, text).map(Some)
 }
 
-fn with_session(d: &mut Daemon, req: &Req, p: Map<String, Value>, f: fn(&mut Daemon, &str) -> Result<Value, RpcError>) -> Handled {
+fn with_session(
+    d: &mut Daemon,
+    req: &Req,
+    p: Map<String, Value>,
+    f: fn(&mut Daemon, &str) -> Result<Value, RpcError>,
+) -> Handled {
     let SessionRef { session_id } = params(p)?;
     require_operator(req)?;
     f(d, &session_id).map(Some)
@@ -180,19 +212,41 @@ fn session_rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let RenameParams { session_id, name } = params(p)?;
     require_operator(req)?;
     let name = sessions::clean_name(&name)?;
-    let s = d.core.sessions.get_mut(&session_id).ok_or_else(|| sessions::not_found(&session_id))?;
+    let s = d
+        .core
+        .sessions
+        .get_mut(&session_id)
+        .ok_or_else(|| sessions::not_found(&session_id))?;
     s.name = Some(name.clone());
-    let fx = sessions::Effects { changed: true, ..Default::default() };
+    let fx = sessions::Effects {
+        changed: true,
+        ..Default::default()
+    };
     let req = req.clone();
-    sessions::finish(d, &session_id, fx, false, Some(Box::new(move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
-        let out = r.map(|()| json!({"name": name, "applied": true})).map_err(crate::socket::methods::write_error);
-        d.answer(req, out)
-    })));
+    sessions::finish(
+        d,
+        &session_id,
+        fx,
+        false,
+        Some(Box::new(
+            move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
+                let out = r
+                    .map(|()| json!({"name": name, "applied": true}))
+                    .map_err(crate::socket::methods::write_error);
+                d.answer(req, out)
+            },
+        )),
+    );
     Ok(None)
 }
 
 /// Runs `job` on the ledger reader and answers with what it returns.
-fn read_then(d: &mut Daemon, req: &Req, job: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<Value> + Send + 'static, finish: impl FnOnce(&mut Daemon, Value) -> Result<Value, RpcError> + Send + 'static) -> Handled {
+fn read_then(
+    d: &mut Daemon,
+    req: &Req,
+    job: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<Value> + Send + 'static,
+    finish: impl FnOnce(&mut Daemon, Value) -> Result<Value, RpcError> + Send + 'static,
+) -> Handled {
     let inbox = d.inbox.clone();
     let req = req.clone();
     d.ledger
@@ -203,7 +257,10 @@ fn read_then(d: &mut Daemon, req: &Req, job: impl FnOnce(&rusqlite::Connection) 
                     Ok(v) => finish(d, v),
                     Err(e) => {
                         crate::error!("ledger read failed: {}", e.to_string().to_lowercase());
-                        Err(RpcError::new(Code::LedgerCorrupt, "the ledger could not be read"))
+                        Err(RpcError::new(
+                            Code::LedgerCorrupt,
+                            "the ledger could not be read",
+                        ))
                     }
                 };
                 d.answer(req, out);
@@ -228,7 +285,11 @@ fn merge_cached(d: &Daemon, sid: &str, start: usize, mut rows: Vec<Value>) -> Ve
 }
 
 fn page_start(d: &Daemon, sid: &str) -> Result<usize, RpcError> {
-    let s = d.core.sessions.get(sid).ok_or_else(|| sessions::not_found(sid))?;
+    let s = d
+        .core
+        .sessions
+        .get(sid)
+        .ok_or_else(|| sessions::not_found(sid))?;
     Ok(s.transcript.len.saturating_sub(limits::TRANSCRIPT_PAGE_MAX))
 }
 
@@ -240,7 +301,10 @@ fn transcript_view(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled 
     read_then(
         d,
         req,
-        move |conn| transcript::read_entries(conn, &sid, start, limits::TRANSCRIPT_PAGE_MAX).map(Value::Array),
+        move |conn| {
+            transcript::read_entries(conn, &sid, start, limits::TRANSCRIPT_PAGE_MAX)
+                .map(Value::Array)
+        },
         move |d, v| {
             let rows = match v {
                 Value::Array(a) => a,
@@ -261,9 +325,16 @@ struct ToolDetailParams {
 }
 
 fn tool_detail(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let ToolDetailParams { session_id, tool_id, agent_id } = params(p)?;
+    let ToolDetailParams {
+        session_id,
+        tool_id,
+        agent_id,
+    } = params(p)?;
     if let Some(a) = agent_id {
-        return Err(RpcError::new(Code::NotFound, format!("unknown subagent: {a}")));
+        return Err(RpcError::new(
+            Code::NotFound,
+            format!("unknown subagent: {a}"),
+        ));
     }
     readable_session(d, req, &session_id)?;
     let (sid, tid) = (session_id.clone(), tool_id.clone());
@@ -271,7 +342,16 @@ fn tool_detail(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         d,
         req,
         move |conn| transcript::tool_detail(conn, &sid, &tid).map(|o| o.unwrap_or(Value::Null)),
-        move |_d, v| if v.is_null() { Err(RpcError::new(Code::NotFound, format!("session {session_id} has no tool call {tool_id}"))) } else { Ok(v) },
+        move |_d, v| {
+            if v.is_null() {
+                Err(RpcError::new(
+                    Code::NotFound,
+                    format!("session {session_id} has no tool call {tool_id}"),
+                ))
+            } else {
+                Ok(v)
+            }
+        },
     )
 }
 
@@ -287,12 +367,20 @@ struct SubscribeParams {
 }
 
 fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let SubscribeParams { sub_id, session_id, have_entries, agent_id } = params(p)?;
+    let SubscribeParams {
+        sub_id,
+        session_id,
+        have_entries,
+        agent_id,
+    } = params(p)?;
     if sub_id.is_empty() {
         return Err(RpcError::invalid_params("sub_id required"));
     }
     if let Some(a) = agent_id {
-        return Err(RpcError::new(Code::NotFound, format!("unknown subagent: {a}")));
+        return Err(RpcError::new(
+            Code::NotFound,
+            format!("unknown subagent: {a}"),
+        ));
     }
     let len = readable_session(d, req, &session_id)?.transcript.len;
     let have = have_entries.min(len);
@@ -313,9 +401,16 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
                 Some(Value::Array(a)) => a.clone(),
                 _ => Vec::new(),
             };
-            d.core.sessions.get(&session_id).ok_or_else(|| sessions::not_found(&session_id))?;
-            d.core.sessions.subscribe_transcript(conn_token, &sub_id, &session_id)?;
-            Ok(json!({"sub_id": sub_id, "from_index": start, "entries": merge_cached(d, &session_id, start, rows)}))
+            d.core
+                .sessions
+                .get(&session_id)
+                .ok_or_else(|| sessions::not_found(&session_id))?;
+            d.core
+                .sessions
+                .subscribe_transcript(conn_token, &sub_id, &session_id)?;
+            Ok(
+                json!({"sub_id": sub_id, "from_index": start, "entries": merge_cached(d, &session_id, start, rows)}),
+            )
         },
     )
 }
@@ -345,14 +440,23 @@ struct ApprovalsListParams {
 fn may_see(req: &Req, item: &crate::core::inbox::Item) -> bool {
     match &req.class {
         crate::procs::CallerClass::Operator => true,
-        crate::procs::CallerClass::AgentSession(Some(s)) => item.subject.session() == Some(s.as_str()),
+        crate::procs::CallerClass::AgentSession(Some(s)) => {
+            item.subject.session() == Some(s.as_str())
+        }
         _ => false,
     }
 }
 
 fn approvals_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ApprovalsListParams { all } = params(p)?;
-    let items: Vec<Value> = d.core.approvals.list(all).into_iter().filter(|i| may_see(req, i)).map(approvals::to_socket).collect();
+    let items: Vec<Value> = d
+        .core
+        .approvals
+        .list(all)
+        .into_iter()
+        .filter(|i| may_see(req, i))
+        .map(approvals::to_socket)
+        .collect();
     Ok(Some(json!({"approvals": items})))
 }
 
@@ -364,7 +468,12 @@ struct ApprovalRef {
 
 fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ApprovalRef { request_id } = params(p)?;
-    d.core.approvals.get(&request_id).filter(|i| may_see(req, i)).map(|i| Some(approvals::to_socket(i))).ok_or_else(|| RpcError::new(Code::NotFound, format!("no approval {request_id}")))
+    d.core
+        .approvals
+        .get(&request_id)
+        .filter(|i| may_see(req, i))
+        .map(|i| Some(approvals::to_socket(i)))
+        .ok_or_else(|| RpcError::new(Code::NotFound, format!("no approval {request_id}")))
 }
 
 #[derive(Deserialize)]
@@ -381,21 +490,48 @@ struct AnswerParams {
 }
 
 fn approvals_answer(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let AnswerParams { request_id, decision, reason, digest } = params(p)?;
+    let AnswerParams {
+        request_id,
+        decision,
+        reason,
+        digest,
+    } = params(p)?;
     let verdict = match decision.as_str() {
         "allow" => Verdict::Allow,
         "deny" => Verdict::Deny,
-        other => return Err(RpcError::invalid_params(format!("decision must be allow or deny, found {other:?}"))),
+        other => {
+            return Err(RpcError::invalid_params(format!(
+                "decision must be allow or deny, found {other:?}"
+            )));
+        }
     };
     let pid = d.socket.conns.get(&req.conn).map_or(0, |c| c.peer_pid);
     if let Err(e) = require_operator(req) {
-        crate::warn!("refused approvals.answer for {request_id} from a caller of class {} (pid {pid})", req.class.name());
+        crate::warn!(
+            "refused approvals.answer for {request_id} from a caller of class {} (pid {pid})",
+            req.class.name()
+        );
         return Err(e);
     }
-    if reason.as_ref().is_some_and(|r| r.len() > 4096 || r.chars().any(|c| c.is_control() && c != '\n')) {
-        return Err(RpcError::invalid_params("reason must be at most 4096 bytes without control characters"));
+    if reason
+        .as_ref()
+        .is_some_and(|r| r.len() > 4096 || r.chars().any(|c| c.is_control() && c != '\n'))
+    {
+        return Err(RpcError::invalid_params(
+            "reason must be at most 4096 bytes without control characters",
+        ));
     }
     let req = req.clone();
-    approvals::answer(d, &request_id, verdict, Answerer::Operator { pid }, "socket", reason, digest.as_deref(), false, move |d, r| d.answer(req, r));
+    approvals::answer(
+        d,
+        &request_id,
+        verdict,
+        Answerer::Operator { pid },
+        "socket",
+        reason,
+        digest.as_deref(),
+        false,
+        move |d, r| d.answer(req, r),
+    );
     Ok(None)
 }

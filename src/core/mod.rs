@@ -26,7 +26,11 @@ pub struct Core {
 
 impl Core {
     pub fn new(cfg: &FileConfig) -> Core {
-        Core { seats: seats::Seats::from_config(&cfg.seat), sessions: sessions::Sessions::default(), approvals: inbox::Inbox::default() }
+        Core {
+            seats: seats::Seats::from_config(&cfg.seat),
+            sessions: sessions::Sessions::default(),
+            approvals: inbox::Inbox::default(),
+        }
     }
 
     /// Forgets what a closed connection subscribed to.

@@ -64,7 +64,10 @@ pub fn judge(rules: &[RiskRule], action: &str, tool: &str, input: &Value, worktr
             break;
         }
     }
-    Gate { risk: risk.unwrap_or_else(|| default_risk(action)), auto }
+    Gate {
+        risk: risk.unwrap_or_else(|| default_risk(action)),
+        auto,
+    }
 }
 
 /// Whether the request names at least one path and every path it names is
@@ -86,7 +89,10 @@ fn collect_paths<'a>(v: &'a Value, out: &mut Vec<&'a str>, depth: usize) {
         Value::Object(m) => {
             for (k, val) in m {
                 match (k.as_str(), val) {
-                    ("path" | "file_path" | "filePath" | "abs_path" | "notebook_path", Value::String(s)) => out.push(s),
+                    (
+                        "path" | "file_path" | "filePath" | "abs_path" | "notebook_path",
+                        Value::String(s),
+                    ) => out.push(s),
                     _ => collect_paths(val, out, depth + 1),
                 }
             }
@@ -99,7 +105,9 @@ fn collect_paths<'a>(v: &'a Value, out: &mut Vec<&'a str>, depth: usize) {
 /// Lexical confinement, then the same check on the canonical path of the
 /// file, or of its parent when the file does not exist yet.
 pub fn confined(worktree: &Path, path: &str) -> bool {
-    let Ok(clean) = crate::agents::acp::confine(worktree, path) else { return false };
+    let Ok(clean) = crate::agents::acp::confine(worktree, path) else {
+        return false;
+    };
     let real = match std::fs::canonicalize(&clean) {
         Ok(r) => r,
         // Only a path where nothing exists yet may fall back to its parent:
@@ -125,30 +133,70 @@ mod tests {
     fn defaults_then_rules_first_match() {
         let wt = std::env::temp_dir().canonicalize().unwrap();
         assert_eq!(judge(&[], "read", "Read", &json!({}), &wt).risk, Risk::Low);
-        assert_eq!(judge(&[], "edit", "Edit", &json!({}), &wt).risk, Risk::Medium);
-        assert_eq!(judge(&[], "execute", "Bash", &json!({}), &wt).risk, Risk::High);
+        assert_eq!(
+            judge(&[], "edit", "Edit", &json!({}), &wt).risk,
+            Risk::Medium
+        );
+        assert_eq!(
+            judge(&[], "execute", "Bash", &json!({}), &wt).risk,
+            Risk::High
+        );
         let rules = vec![
-            RiskRule { action: "read".into(), inside_worktree: true, answer: Some("allow".into()), ..RiskRule::default() },
-            RiskRule { action: "*".into(), tool: Some("Bash".into()), risk: Some("low".into()), ..RiskRule::default() },
+            RiskRule {
+                action: "read".into(),
+                inside_worktree: true,
+                answer: Some("allow".into()),
+                ..RiskRule::default()
+            },
+            RiskRule {
+                action: "*".into(),
+                tool: Some("Bash".into()),
+                risk: Some("low".into()),
+                ..RiskRule::default()
+            },
         ];
         let inside_path = wt.join("x.txt").display().to_string();
         let g = judge(&rules, "read", "Read", &json!({"path": inside_path}), &wt);
-        assert_eq!(g, Gate { risk: Risk::Low, auto: Some((Verdict::Allow, 1)) });
-        assert_eq!(judge(&rules, "read", "Read", &json!({"path": "/etc/passwd"}), &wt).auto, None);
+        assert_eq!(
+            g,
+            Gate {
+                risk: Risk::Low,
+                auto: Some((Verdict::Allow, 1))
+            }
+        );
+        assert_eq!(
+            judge(&rules, "read", "Read", &json!({"path": "/etc/passwd"}), &wt).auto,
+            None
+        );
         assert_eq!(judge(&rules, "read", "Read", &json!({}), &wt).auto, None);
-        assert_eq!(judge(&rules, "execute", "Bash", &json!({}), &wt), Gate { risk: Risk::Low, auto: None });
+        assert_eq!(
+            judge(&rules, "execute", "Bash", &json!({}), &wt),
+            Gate {
+                risk: Risk::Low,
+                auto: None
+            }
+        );
     }
 
     #[test]
     fn a_symlink_out_of_the_worktree_is_not_inside() {
-        let base = std::env::temp_dir().canonicalize().unwrap().join(format!("risk-{}", crate::ids::prefixed_id("")));
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("risk-{}", crate::ids::prefixed_id("")));
         std::fs::create_dir_all(&base).unwrap();
         std::os::unix::fs::symlink("/etc", base.join("out")).unwrap();
-        assert!(!confined(&base, &base.join("out/passwd").display().to_string()));
+        assert!(!confined(
+            &base,
+            &base.join("out/passwd").display().to_string()
+        ));
         assert!(confined(&base, &base.join("new.txt").display().to_string()));
         assert!(!confined(&base, &format!("{}/../x", base.display())));
         std::os::unix::fs::symlink("/nonexistent-risk-target/x", base.join("dangling")).unwrap();
-        assert!(!confined(&base, &base.join("dangling").display().to_string()));
+        assert!(!confined(
+            &base,
+            &base.join("dangling").display().to_string()
+        ));
         let _ = std::fs::remove_dir_all(&base);
     }
 }

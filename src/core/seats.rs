@@ -12,7 +12,7 @@
 //! (ECHILD included) leaves the probe's outcome unknown, and the seat is
 //! reported degraded with the cause rather than ready.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -55,7 +55,15 @@ pub struct Seat {
 impl Seat {
     fn new(cfg: SeatConfig) -> Seat {
         let transport = Transport::from_wire_name(&cfg.transport).unwrap_or(Transport::Acp);
-        Seat { cfg, transport, status: None, reason: None, program: None, sign_in: None, probed_at_ms: None }
+        Seat {
+            cfg,
+            transport,
+            status: None,
+            reason: None,
+            program: None,
+            sign_in: None,
+            probed_at_ms: None,
+        }
     }
 
     fn sign_in_name(&self) -> &'static str {
@@ -107,7 +115,11 @@ pub struct Seats {
 
 impl Seats {
     pub fn from_config(cfg: &[SeatConfig]) -> Seats {
-        Seats { list: cfg.iter().cloned().map(Seat::new).collect(), probing: false, again: false }
+        Seats {
+            list: cfg.iter().cloned().map(Seat::new).collect(),
+            probing: false,
+            again: false,
+        }
     }
 
     pub fn get(&self, harness: &str) -> Option<&Seat> {
@@ -147,38 +159,45 @@ pub fn probe_all(d: &mut Daemon) {
     seats.probing = true;
     let inbox = d.inbox.clone();
     let path_var = crate::core::sessions::search_path();
-    let spawned = std::thread::Builder::new().name("seat-probe".into()).spawn(move || {
-        let results: Vec<(SeatConfig, Status, Option<String>, Option<PathBuf>)> = cfgs
-            .into_iter()
-            .map(|c| {
-                let (st, why, prog) = probe(&c, &path_var);
-                (c, st, why, prog)
-            })
-            .collect();
-        inbox.run(move |d| {
-            let now = crate::clock::now_ms();
-            for (cfg, st, why, prog) in results {
-                if let Some(s) = d.core.seats.list.iter_mut().find(|s| s.cfg == cfg) {
-                    if s.status != Some(st) {
-                        match &why {
-                            Some(w) => crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name()),
-                            None => crate::info!("seat {}: {}", cfg.harness, st.wire_name()),
+    let spawned = std::thread::Builder::new()
+        .name("seat-probe".into())
+        .spawn(move || {
+            let results: Vec<(SeatConfig, Status, Option<String>, Option<PathBuf>)> = cfgs
+                .into_iter()
+                .map(|c| {
+                    let (st, why, prog) = probe(&c, &path_var);
+                    (c, st, why, prog)
+                })
+                .collect();
+            inbox.run(move |d| {
+                let now = crate::clock::now_ms();
+                for (cfg, st, why, prog) in results {
+                    if let Some(s) = d.core.seats.list.iter_mut().find(|s| s.cfg == cfg) {
+                        if s.status != Some(st) {
+                            match &why {
+                                Some(w) => {
+                                    crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name())
+                                }
+                                None => crate::info!("seat {}: {}", cfg.harness, st.wire_name()),
+                            }
                         }
+                        s.status = Some(st);
+                        s.reason = why;
+                        s.program = prog;
+                        s.probed_at_ms = Some(now);
                     }
-                    s.status = Some(st);
-                    s.reason = why;
-                    s.program = prog;
-                    s.probed_at_ms = Some(now);
                 }
-            }
-            d.core.seats.probing = false;
-            if std::mem::take(&mut d.core.seats.again) {
-                probe_all(d);
-            }
+                d.core.seats.probing = false;
+                if std::mem::take(&mut d.core.seats.again) {
+                    probe_all(d);
+                }
+            });
         });
-    });
     if let Err(e) = spawned {
-        crate::warn!("unable to start the seat probe thread: {}", crate::errors::io_cause(&e));
+        crate::warn!(
+            "unable to start the seat probe thread: {}",
+            crate::errors::io_cause(&e)
+        );
         d.core.seats.probing = false;
     }
 }
@@ -189,7 +208,11 @@ pub fn resolve(command: &str, path_var: &str) -> Result<PathBuf, (Status, String
     let candidates: Vec<PathBuf> = if command.contains('/') {
         vec![PathBuf::from(command)]
     } else {
-        path_var.split(':').filter(|d| !d.is_empty()).map(|d| Path::new(d).join(command)).collect()
+        path_var
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(d).join(command))
+            .collect()
     };
     let mut not_exec = None;
     for c in candidates {
@@ -200,8 +223,13 @@ pub fn resolve(command: &str, path_var: &str) -> Result<PathBuf, (Status, String
         }
     }
     match not_exec {
-        Some(p) => Err((Status::Degraded, format!("{} is not executable", p.display()))),
-        None if command.contains('/') => Err((Status::Missing, format!("{command} does not exist"))),
+        Some(p) => Err((
+            Status::Degraded,
+            format!("{} is not executable", p.display()),
+        )),
+        None if command.contains('/') => {
+            Err((Status::Missing, format!("{command} does not exist")))
+        }
         None => Err((Status::Missing, format!("{command} is not in PATH"))),
     }
 }
@@ -226,7 +254,17 @@ fn probe(cfg: &SeatConfig, path_var: &str) -> (Status, Option<String>, Option<Pa
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return (Status::Degraded, Some(format!("unable to run {}: {}", program.display(), crate::errors::io_cause(&e))), Some(program)),
+        Err(e) => {
+            return (
+                Status::Degraded,
+                Some(format!(
+                    "unable to run {}: {}",
+                    program.display(),
+                    crate::errors::io_cause(&e)
+                )),
+                Some(program),
+            );
+        }
     };
     let deadline = Instant::now() + Duration::from_millis(limits::SEAT_PROBE_TIMEOUT_MS);
     loop {
@@ -235,23 +273,35 @@ fn probe(cfg: &SeatConfig, path_var: &str) -> (Status, Option<String>, Option<Pa
                 return if status.success() {
                     (Status::Ready, None, Some(program))
                 } else {
-                    (Status::Degraded, Some(format!("`{} --version` failed ({status})", cfg.command)), Some(program))
+                    (
+                        Status::Degraded,
+                        Some(format!("`{} --version` failed ({status})", cfg.command)),
+                        Some(program),
+                    )
                 };
             }
             // The probe's outcome is unknown: not evidence the tool works.
             Err(e) => {
                 return (
                     Status::Degraded,
-                    Some(format!("unable to wait for `{} --version`: {}", cfg.command, crate::errors::io_cause(&e))),
+                    Some(format!(
+                        "unable to wait for `{} --version`: {}",
+                        cfg.command,
+                        crate::errors::io_cause(&e)
+                    )),
                     Some(program),
-                )
+                );
             }
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return (
                     Status::Degraded,
-                    Some(format!("`{} --version` did not finish within {} ms", cfg.command, limits::SEAT_PROBE_TIMEOUT_MS)),
+                    Some(format!(
+                        "`{} --version` did not finish within {} ms",
+                        cfg.command,
+                        limits::SEAT_PROBE_TIMEOUT_MS
+                    )),
                     Some(program),
                 );
             }
@@ -269,8 +319,14 @@ mod tests {
     #[test]
     fn resolves_in_path_and_names_what_is_wrong() {
         assert!(resolve("sh", "/nonexistent:/bin:/usr/bin").is_ok());
-        assert_eq!(resolve("no-such-agent-xyz", "/bin").unwrap_err().0, Status::Missing);
-        assert_eq!(resolve("/nonexistent/agent", "/bin").unwrap_err().0, Status::Missing);
+        assert_eq!(
+            resolve("no-such-agent-xyz", "/bin").unwrap_err().0,
+            Status::Missing
+        );
+        assert_eq!(
+            resolve("/nonexistent/agent", "/bin").unwrap_err().0,
+            Status::Missing
+        );
         let dir = std::env::temp_dir().join(format!("seat-{}", crate::ids::prefixed_id("")));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("agent"), "#!/bin/sh\n").unwrap();

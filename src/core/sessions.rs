@@ -27,11 +27,11 @@
 //! closing the turn that was running as interrupted and withdrawing every
 //! pending approval (delivered false).
 
+use crate::ledger::WriteError;
 use mio::Token;
 use rusqlite::types::Value as Sql;
 use serde::Deserialize;
-use serde_json::{json, Value};
-use crate::ledger::WriteError;
+use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,7 +39,10 @@ use std::time::{Duration, Instant};
 
 use crate::agents::acp::{AcpClient, AcpConfig};
 use crate::agents::stream_json::{self, StreamJsonClient};
-use crate::agents::{AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest, PermissionRequest, Step, Transport, TurnMode, Violation};
+use crate::agents::{
+    AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
+    PermissionRequest, Step, Transport, TurnMode, Violation,
+};
 use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
 use crate::core::approvals;
 use crate::core::transcript::{Delta, Transcript};
@@ -176,7 +179,11 @@ impl Session {
     }
 
     fn can_prompt(&self) -> bool {
-        !self.ended && self.ready && !self.turn_active && self.open.is_empty() && !self.stopping_agent
+        !self.ended
+            && self.ready
+            && !self.turn_active
+            && self.open.is_empty()
+            && !self.stopping_agent
     }
 
     /// The daemon socket's Session (snake_case; seed 004's fields where
@@ -270,7 +277,10 @@ impl Session {
                 Sql::Integer(self.turn as i64),
                 Sql::Integer(self.turn_active as i64),
                 text(&self.end_reason.map(|r| r.wire_name().to_string())),
-                self.exit.and_then(|e| e.code).map(|c| Sql::Integer(c as i64)).unwrap_or(Sql::Null),
+                self.exit
+                    .and_then(|e| e.code)
+                    .map(|c| Sql::Integer(c as i64))
+                    .unwrap_or(Sql::Null),
                 text(&self.exit.and_then(|e| e.signal).map(signal_name)),
                 Sql::Integer(self.input_tokens as i64),
                 Sql::Integer(self.output_tokens as i64),
@@ -322,7 +332,11 @@ impl Sessions {
     /// of this module refers to a session but by its id.
     pub fn evict_ended(&mut self, keep: usize) -> Vec<String> {
         let map = &self.map;
-        let gone = oldest_ended_beyond(&self.order, |id| map.get(id).is_some_and(|s| s.ended && s.child.is_none()), keep);
+        let gone = oldest_ended_beyond(
+            &self.order,
+            |id| map.get(id).is_some_and(|s| s.ended && s.child.is_none()),
+            keep,
+        );
         if gone.is_empty() {
             return gone;
         }
@@ -362,13 +376,28 @@ impl Sessions {
     }
 
     /// Adds (or replaces) a transcript subscription.
-    pub fn subscribe_transcript(&mut self, conn: Token, sub_id: &str, session: &str) -> Result<(), RpcError> {
+    pub fn subscribe_transcript(
+        &mut self,
+        conn: Token,
+        sub_id: &str,
+        session: &str,
+    ) -> Result<(), RpcError> {
         self.unsubscribe_transcript(conn, sub_id);
-        let held: usize = self.tsubs.values().map(|v| v.iter().filter(|(t, _)| *t == conn).count()).sum();
+        let held: usize = self
+            .tsubs
+            .values()
+            .map(|v| v.iter().filter(|(t, _)| *t == conn).count())
+            .sum();
         if held >= limits::TRANSCRIPT_SUBS_PER_CONN {
-            return Err(RpcError::invalid_params(format!("a connection holds at most {} transcript subscriptions", limits::TRANSCRIPT_SUBS_PER_CONN)));
+            return Err(RpcError::invalid_params(format!(
+                "a connection holds at most {} transcript subscriptions",
+                limits::TRANSCRIPT_SUBS_PER_CONN
+            )));
         }
-        self.tsubs.entry(session.to_string()).or_default().push((conn, sub_id.to_string()));
+        self.tsubs
+            .entry(session.to_string())
+            .or_default()
+            .push((conn, sub_id.to_string()));
         Ok(())
     }
 
@@ -402,13 +431,21 @@ pub struct Effects {
 
 impl Effects {
     pub fn event(&mut self, sid: &str, kind: &str, data: Value) {
-        self.ops.push(Op::Event { stream: sid.to_string(), kind: kind.to_string(), ts: crate::clock::now_ts(), data: data.to_string() });
+        self.ops.push(Op::Event {
+            stream: sid.to_string(),
+            kind: kind.to_string(),
+            ts: crate::clock::now_ts(),
+            data: data.to_string(),
+        });
     }
 }
 
 /// The PATH agents and probes run with: the daemon's own, or a default.
 pub fn search_path() -> String {
-    std::env::var("PATH").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
+    std::env::var("PATH")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
 }
 
 pub fn signal_name(sig: i32) -> String {
@@ -439,7 +476,21 @@ pub fn signal_name(sig: i32) -> String {
 fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap<String, String>) {
     cmd.env_clear();
     cmd.env("PATH", search_path());
-    for k in ["HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"] {
+    for k in [
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "TMPDIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_CACHE_HOME",
+        "XDG_STATE_HOME",
+    ] {
         if let Some(v) = std::env::var_os(k) {
             cmd.env(k, v);
         }
@@ -468,10 +519,15 @@ pub fn clean_name(name: &str) -> Result<String, RpcError> {
         return Err(RpcError::invalid_params("name must not be blank"));
     }
     if n.chars().any(char::is_control) {
-        return Err(RpcError::invalid_params("name must not contain control characters"));
+        return Err(RpcError::invalid_params(
+            "name must not contain control characters",
+        ));
     }
     if n.chars().count() > limits::SESSION_NAME_MAX {
-        return Err(RpcError::invalid_params(format!("name must be at most {} characters", limits::SESSION_NAME_MAX)));
+        return Err(RpcError::invalid_params(format!(
+            "name must be at most {} characters",
+            limits::SESSION_NAME_MAX
+        )));
     }
     Ok(n.to_string())
 }
@@ -481,7 +537,10 @@ fn check_prompt(text: &str) -> Result<(), RpcError> {
         return Err(RpcError::invalid_params("the prompt must not be blank"));
     }
     if text.len() > limits::PROMPT_MAX_BYTES {
-        return Err(RpcError::invalid_params(format!("the prompt must be at most {} bytes", limits::PROMPT_MAX_BYTES)));
+        return Err(RpcError::invalid_params(format!(
+            "the prompt must be at most {} bytes",
+            limits::PROMPT_MAX_BYTES
+        )));
     }
     Ok(())
 }
@@ -516,18 +575,36 @@ pub struct Restored {
 
 /// `sessions.spawn`: starts the seat's agent; the answer goes out once
 /// session.start is committed.
-pub fn spawn(d: &mut Daemon, p: SpawnParams, then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static) {
+pub fn spawn(
+    d: &mut Daemon,
+    p: SpawnParams,
+    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+) {
     let checked = (|| -> Result<Start, RpcError> {
-        let seat = d.core.seats.get(&p.harness).ok_or_else(|| RpcError::new(Code::SeatNotFound, format!("no seat has the harness {}", p.harness)))?;
-        if let Some(st @ (crate::core::seats::Status::Missing | crate::core::seats::Status::Degraded)) = seat.status {
+        let seat = d.core.seats.get(&p.harness).ok_or_else(|| {
+            RpcError::new(
+                Code::SeatNotFound,
+                format!("no seat has the harness {}", p.harness),
+            )
+        })?;
+        if let Some(
+            st @ (crate::core::seats::Status::Missing | crate::core::seats::Status::Degraded),
+        ) = seat.status
+        {
             let why = seat.reason.clone().unwrap_or_default();
-            return Err(RpcError::new(Code::SeatNotReady, format!("the seat {} is {}: {why}", p.harness, st.wire_name())));
+            return Err(RpcError::new(
+                Code::SeatNotReady,
+                format!("the seat {} is {}: {why}", p.harness, st.wire_name()),
+            ));
         }
         for id in d.core.sessions.evict_ended(limits::SESSIONS_ENDED_KEPT) {
             crate::debug!("session {id}: ended, no longer held in memory");
         }
         if d.core.sessions.len() >= limits::MAX_SESSIONS {
-            return Err(RpcError::new(Code::TooManySessions, format!("the daemon holds {} sessions already", limits::MAX_SESSIONS)));
+            return Err(RpcError::new(
+                Code::TooManySessions,
+                format!("the daemon holds {} sessions already", limits::MAX_SESSIONS),
+            ));
         }
         let raw = if p.cwd == "~" || p.cwd.starts_with("~/") {
             let home = std::env::var("HOME").unwrap_or_default();
@@ -536,11 +613,18 @@ pub fn spawn(d: &mut Daemon, p: SpawnParams, then: impl FnOnce(&mut Daemon, Resu
             p.cwd.clone()
         };
         if !raw.starts_with('/') {
-            return Err(RpcError::invalid_params(format!("cwd must be an absolute path, found {:?}", p.cwd)));
+            return Err(RpcError::invalid_params(format!(
+                "cwd must be an absolute path, found {:?}",
+                p.cwd
+            )));
         }
-        let cwd = std::fs::canonicalize(&raw).map_err(|e| RpcError::invalid_params(format!("cwd {raw}: {}", crate::errors::io_cause(&e))))?;
+        let cwd = std::fs::canonicalize(&raw).map_err(|e| {
+            RpcError::invalid_params(format!("cwd {raw}: {}", crate::errors::io_cause(&e)))
+        })?;
         if !cwd.is_dir() {
-            return Err(RpcError::invalid_params(format!("cwd {raw} is not a directory")));
+            return Err(RpcError::invalid_params(format!(
+                "cwd {raw} is not a directory"
+            )));
         }
         if let Some(t) = &p.prompt {
             check_prompt(t)?;
@@ -568,10 +652,19 @@ type Reply = Box<dyn FnOnce(&mut Daemon, Result<Value, RpcError>)>;
 /// Starts the agent of a new or reopened session and records it.
 fn launch(d: &mut Daemon, st: Start, then: Reply) {
     let Some(seat) = d.core.seats.get(&st.harness).cloned() else {
-        then(d, Err(RpcError::new(Code::SeatNotFound, format!("no seat has the harness {}", st.harness))));
+        then(
+            d,
+            Err(RpcError::new(
+                Code::SeatNotFound,
+                format!("no seat has the harness {}", st.harness),
+            )),
+        );
         return;
     };
-    let program = seat.program.clone().unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
+    let program = seat
+        .program
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
     let mut cmd = Command::new(&program);
     cmd.args(&seat.cfg.args);
     if seat.transport == Transport::StreamJson {
@@ -585,8 +678,18 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     }
     cmd.current_dir(&st.cwd);
     agent_env(&mut cmd, &st.id, &seat.cfg.env);
-    let limits = PipeLimits { max_line: limits::AGENT_MAX_LINE, max_queued: limits::AGENT_STDIN_QUEUED, stderr_tail: limits::AGENT_STDERR_TAIL };
-    let spawned = d.children.spawn(d.reactor.poll.registry(), &mut d.roots, cmd, Owner::Session(st.id.clone()), limits);
+    let limits = PipeLimits {
+        max_line: limits::AGENT_MAX_LINE,
+        max_queued: limits::AGENT_STDIN_QUEUED,
+        stderr_tail: limits::AGENT_STDERR_TAIL,
+    };
+    let spawned = d.children.spawn(
+        d.reactor.poll.registry(),
+        &mut d.roots,
+        cmd,
+        Owner::Session(st.id.clone()),
+        limits,
+    );
     let (child, pid) = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -597,7 +700,10 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         }
     };
     let driver = match seat.transport {
-        Transport::Acp => Driver::Acp(AcpClient::new(AcpConfig { worktree: st.cwd.clone(), reopen: st.reopen.clone() })),
+        Transport::Acp => Driver::Acp(AcpClient::new(AcpConfig {
+            worktree: st.cwd.clone(),
+            reopen: st.reopen.clone(),
+        })),
         Transport::StreamJson => Driver::StreamJson(StreamJsonClient::new()),
     };
     let now = crate::clock::now_ms();
@@ -605,13 +711,17 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     let s = Session {
         id: st.id.clone(),
         harness: seat.cfg.harness.clone(),
-        provider: r.as_ref().map_or(seat.cfg.provider.clone(), |r| r.provider.clone()),
+        provider: r
+            .as_ref()
+            .map_or(seat.cfg.provider.clone(), |r| r.provider.clone()),
         transport: seat.transport,
         cwd: st.cwd.clone(),
         name: st.name.clone(),
         parent: r.as_ref().and_then(|r| r.parent.clone()),
         model: st.model.clone(),
-        created_at: r.as_ref().map_or_else(crate::clock::now_ts, |r| r.created_at.clone()),
+        created_at: r
+            .as_ref()
+            .map_or_else(crate::clock::now_ts, |r| r.created_at.clone()),
         agent_session_id: st.reopen.clone(),
         capabilities: Capabilities::default(),
         // The CLI of stream-json takes input at once; an ACP agent after
@@ -620,7 +730,10 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         ended: false,
         turn: r.as_ref().map_or(0, |r| r.turn),
         turn_active: false,
-        end_reason: r.as_ref().and_then(|r| r.end_reason.as_deref()).and_then(end_reason_from),
+        end_reason: r
+            .as_ref()
+            .and_then(|r| r.end_reason.as_deref())
+            .and_then(end_reason_from),
         exit: None,
         input_tokens: r.as_ref().map_or(0, |r| r.input_tokens),
         output_tokens: r.as_ref().map_or(0, |r| r.output_tokens),
@@ -634,7 +747,11 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         exit_pending: None,
         stopping_agent: false,
         last_line: Instant::now(),
-        stall: Duration::from_secs(seat.cfg.stall_timeout.unwrap_or(limits::AGENT_STALL_DEFAULT_S)),
+        stall: Duration::from_secs(
+            seat.cfg
+                .stall_timeout
+                .unwrap_or(limits::AGENT_STALL_DEFAULT_S),
+        ),
         stall_timer: None,
         last_state: "starting",
         row_transcript_len: usize::MAX,
@@ -642,7 +759,11 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     let sid = st.id.clone();
     crate::info!(
         "session {sid}: {} {} (pid {pid}) in {}",
-        if st.reopen.is_some() { "reopened" } else { "started" },
+        if st.reopen.is_some() {
+            "reopened"
+        } else {
+            "started"
+        },
         seat.cfg.harness,
         st.cwd.display()
     );
@@ -663,7 +784,13 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     d.core.sessions.by_child.insert(child, sid.clone());
     d.core.sessions.order.push(sid.clone());
     d.core.sessions.map.insert(sid.clone(), s);
-    let started = d.core.sessions.map.get_mut(&sid).and_then(|s| s.driver.as_mut()).map(|drv| drv.start(st.prompt.clone()));
+    let started = d
+        .core
+        .sessions
+        .map
+        .get_mut(&sid)
+        .and_then(|s| s.driver.as_mut())
+        .map(|drv| drv.start(st.prompt.clone()));
     match started {
         Some(Ok(step)) => handle_step(d, &sid, step, &mut fx),
         Some(Err(e)) => crate::warn!("session {sid}: {e}"),
@@ -671,14 +798,22 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     }
     // A reopened session is new to this run of the daemon too: `added`.
     let key = sid.clone();
-    finish(d, &key, fx, true, Some(Box::new(move |d: &mut Daemon, r: Result<(), WriteError>| {
-        if let Err(e) = r {
-            return then(d, Err(crate::socket::methods::write_error(e)));
-        }
-        let node = d.node_name.clone();
-        let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
-        then(d, Ok(json!({"session_id": sid, "session": v})));
-    })));
+    finish(
+        d,
+        &key,
+        fx,
+        true,
+        Some(Box::new(
+            move |d: &mut Daemon, r: Result<(), WriteError>| {
+                if let Err(e) = r {
+                    return then(d, Err(crate::socket::methods::write_error(e)));
+                }
+                let node = d.node_name.clone();
+                let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
+                then(d, Ok(json!({"session_id": sid, "session": v})));
+            },
+        )),
+    );
 }
 
 /// The capability flags each transport really has (seed 000 session.start).
@@ -775,7 +910,13 @@ fn queue_delta(d: &mut Daemon, sid: &str, delta: Delta) {
     let out = &mut d.core.sessions.outbox;
     match out.iter_mut().find(|(s, _)| s == sid) {
         Some((_, slot)) => {
-            let mut merged = Some(std::mem::replace(slot, Delta { from: 0, entries: Vec::new() }));
+            let mut merged = Some(std::mem::replace(
+                slot,
+                Delta {
+                    from: 0,
+                    entries: Vec::new(),
+                },
+            ));
             Delta::merge(&mut merged, delta);
             if let Some(m) = merged {
                 *slot = m;
@@ -793,12 +934,16 @@ pub fn flush_deltas(d: &mut Daemon) {
         return;
     }
     for (sid, delta) in std::mem::take(&mut d.core.sessions.outbox) {
-        let Some(subs) = d.core.sessions.tsubs.get(&sid).cloned() else { continue };
+        let Some(subs) = d.core.sessions.tsubs.get(&sid).cloned() else {
+            continue;
+        };
         let entries = Value::Array(delta.entries).to_string();
         let tail = format!(",\"from_index\":{},\"entries\":{entries}}}}}\n", delta.from);
         for (conn, sub_id) in subs {
             let mut line = Vec::with_capacity(tail.len() + sub_id.len() + 64);
-            line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":");
+            line.extend_from_slice(
+                b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":",
+            );
             let _ = serde_json::to_writer(&mut line, &sub_id);
             line.extend_from_slice(tail.as_bytes());
             d.send(conn, &line);
@@ -807,7 +952,9 @@ pub fn flush_deltas(d: &mut Daemon) {
 }
 
 fn note(method: &str, params: Value) -> Vec<u8> {
-    let mut line = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string().into_bytes();
+    let mut line = json!({"jsonrpc": "2.0", "method": method, "params": params})
+        .to_string()
+        .into_bytes();
     line.push(b'\n');
     line
 }
@@ -832,11 +979,22 @@ pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
         return;
     }
     let node = d.node_name.clone();
-    let Some(s) = d.core.sessions.get(sid) else { return };
-    let line = note("session.event", json!({"type": kind, "session": s.to_socket(&node)}));
+    let Some(s) = d.core.sessions.get(sid) else {
+        return;
+    };
+    let line = note(
+        "session.event",
+        json!({"type": kind, "session": s.to_socket(&node)}),
+    );
     let conns = &d.socket.conns;
-    let targets: Vec<Token> =
-        d.core.sessions.watchers.iter().copied().filter(|t| conns.get(t).is_some_and(|c| may_read(&c.class, sid))).collect();
+    let targets: Vec<Token> = d
+        .core
+        .sessions
+        .watchers
+        .iter()
+        .copied()
+        .filter(|t| conns.get(t).is_some_and(|c| may_read(&c.class, sid)))
+        .collect();
     for t in targets {
         d.send(t, &line);
     }
@@ -844,17 +1002,23 @@ pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
 
 /// Routes a child's output to its session.
 pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
-    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else { return };
+    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else {
+        return;
+    };
     let mut fx = Effects::default();
     // One clock read for the lines of one wake-up, not one per line.
     let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
     for o in out {
         match o {
             Output::Line(line) => {
-                let Some(s) = d.core.sessions.map.get_mut(&sid) else { return };
+                let Some(s) = d.core.sessions.map.get_mut(&sid) else {
+                    return;
+                };
                 s.last_line = now;
                 s.last_activity_ms = Some(now_ms);
-                let Some(drv) = s.driver.as_mut() else { continue };
+                let Some(drv) = s.driver.as_mut() else {
+                    continue;
+                };
                 match drv.on_line(&line) {
                     Ok(step) => handle_step(d, &sid, step, &mut fx),
                     Err(v) => {
@@ -869,7 +1033,12 @@ pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
                 break;
             }
             Output::StdoutClosed => {
-                let pending = d.core.sessions.map.get_mut(&sid).and_then(|s| s.exit_pending.take());
+                let pending = d
+                    .core
+                    .sessions
+                    .map
+                    .get_mut(&sid)
+                    .and_then(|s| s.exit_pending.take());
                 if let Some(status) = pending {
                     finish(d, &sid, fx, false, None);
                     ended(d, &sid, status);
@@ -885,18 +1054,41 @@ pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
 /// The agent broke its transport's protocol.
 fn broke(d: &mut Daemon, sid: &str, reason: &str, fx: &mut Effects) {
     crate::warn!("session {sid}: the agent broke its transport with {reason}; stopping it");
-    fail_turn(d, sid, &format!("the agent broke its transport: {reason}"), fx);
+    fail_turn(
+        d,
+        sid,
+        &format!("the agent broke its transport: {reason}"),
+        fx,
+    );
     stop_agent(d, sid);
 }
 
 /// Ends the running turn failed (the daemon's own judgement: a violation,
 /// a stall, an agent that does not read), recording why.
 fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let ts = crate::clock::now_ts();
-    s.transcript.push(sid, &Entry::System { text: why.to_string() }, Some(&ts), true, &mut fx.ops);
+    s.transcript.push(
+        sid,
+        &Entry::System {
+            text: why.to_string(),
+        },
+        Some(&ts),
+        true,
+        &mut fx.ops,
+    );
     if s.turn_active {
-        s.transcript.push(sid, &Entry::TurnEnd { reason: EndReason::Failed }, Some(&ts), false, &mut fx.ops);
+        s.transcript.push(
+            sid,
+            &Entry::TurnEnd {
+                reason: EndReason::Failed,
+            },
+            Some(&ts),
+            false,
+            &mut fx.ops,
+        );
         end_turn_state(d, sid, EndReason::Failed, fx);
     }
     withdraw_open(d, sid, "the turn ended", fx);
@@ -904,7 +1096,9 @@ fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
 }
 
 fn end_turn_state(d: &mut Daemon, sid: &str, reason: EndReason, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     s.turn_active = false;
     s.end_reason = Some(reason);
     if let Some(t) = s.stall_timer.take() {
@@ -916,17 +1110,30 @@ fn end_turn_state(d: &mut Daemon, sid: &str, reason: EndReason, fx: &mut Effects
 
 /// Withdraws every approval of the session still open (delivered false).
 fn withdraw_open(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let ids: Vec<String> = s.open.drain(..).map(|a| a.approval_id).collect();
     for id in ids {
-        approvals::close(d, &id, crate::core::inbox::Verdict::Cancel, crate::core::inbox::Answerer::Daemon(why.into()), "daemon", false, None, fx);
+        approvals::close(
+            d,
+            &id,
+            crate::core::inbox::Verdict::Cancel,
+            crate::core::inbox::Answerer::Daemon(why.into()),
+            "daemon",
+            false,
+            None,
+            fx,
+        );
     }
 }
 
 /// Applies what a core reported: its lines to the agent's stdin, its
 /// events to the session.
 pub fn handle_step(d: &mut Daemon, sid: &str, step: Step, fx: &mut Effects) {
-    let Some(child) = d.core.sessions.map.get(sid).and_then(|s| s.child) else { return };
+    let Some(child) = d.core.sessions.map.get(sid).and_then(|s| s.child) else {
+        return;
+    };
     for w in &step.writes {
         match d.children.write(d.reactor.poll.registry(), child, w) {
             Ok(()) => {}
@@ -945,9 +1152,14 @@ pub fn handle_step(d: &mut Daemon, sid: &str, step: Step, fx: &mut Effects) {
 }
 
 fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     match ev {
-        AgentEvent::Ready { agent_session_id, capabilities } => {
+        AgentEvent::Ready {
+            agent_session_id,
+            capabilities,
+        } => {
             s.ready = true;
             s.capabilities = capabilities;
             s.agent_session_id = Some(agent_session_id);
@@ -956,7 +1168,15 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
         AgentEvent::SetupFailed { detail } => {
             crate::warn!("session {sid}: the agent could not set up a session: {detail}");
             let ts = crate::clock::now_ts();
-            s.transcript.push(sid, &Entry::System { text: format!("the agent could not set up a session: {detail}") }, Some(&ts), true, &mut fx.ops);
+            s.transcript.push(
+                sid,
+                &Entry::System {
+                    text: format!("the agent could not set up a session: {detail}"),
+                },
+                Some(&ts),
+                true,
+                &mut fx.ops,
+            );
             stop_agent(d, sid);
         }
         AgentEvent::TurnStarted { mode, chars } => {
@@ -965,8 +1185,16 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
             s.end_reason = None;
             s.last_line = Instant::now();
             let (turn, stall) = (s.turn, s.stall);
-            let mode = if mode == TurnMode::Queue { "queue" } else { "prompt" };
-            fx.event(sid, "turn.start", json!({"turn": turn, "mode": mode, "chars": chars}));
+            let mode = if mode == TurnMode::Queue {
+                "queue"
+            } else {
+                "prompt"
+            };
+            fx.event(
+                sid,
+                "turn.start",
+                json!({"turn": turn, "mode": mode, "chars": chars}),
+            );
             fx.changed = true;
             arm_stall(d, sid, turn, stall);
         }
@@ -977,11 +1205,29 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
             s.transcript.push(sid, &entry, None, false, &mut fx.ops);
         }
         AgentEvent::PermissionRequest(req) => permission(d, sid, req, fx),
-        AgentEvent::PermissionClosed { agent_request_key, delivered } => {
-            let Some(pos) = s.open.iter().position(|a| a.key == agent_request_key) else { return };
+        AgentEvent::PermissionClosed {
+            agent_request_key,
+            delivered,
+        } => {
+            let Some(pos) = s.open.iter().position(|a| a.key == agent_request_key) else {
+                return;
+            };
             let a = s.open.remove(pos);
-            let why = if delivered { "the turn was interrupted" } else { "the request vanished" };
-            approvals::close(d, &a.approval_id, crate::core::inbox::Verdict::Cancel, crate::core::inbox::Answerer::Daemon(why.into()), "daemon", delivered, None, fx);
+            let why = if delivered {
+                "the turn was interrupted"
+            } else {
+                "the request vanished"
+            };
+            approvals::close(
+                d,
+                &a.approval_id,
+                crate::core::inbox::Verdict::Cancel,
+                crate::core::inbox::Answerer::Daemon(why.into()),
+                "daemon",
+                delivered,
+                None,
+                fx,
+            );
             fx.changed = true;
         }
         AgentEvent::Fs(req) => fs_request(d, sid, req, fx),
@@ -990,7 +1236,11 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
                 return;
             }
             if let Some(detail) = detail.filter(|_| reason != EndReason::Completed) {
-                crate::info!("session {sid}: turn {} ended {}: {detail}", s.turn, reason.wire_name());
+                crate::info!(
+                    "session {sid}: turn {} ended {}: {detail}",
+                    s.turn,
+                    reason.wire_name()
+                );
             }
             end_turn_state(d, sid, reason, fx);
         }
@@ -1010,7 +1260,9 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
 }
 
 fn permission(d: &mut Daemon, sid: &str, req: PermissionRequest, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let n = s.next_request;
     s.next_request += 1;
     let approval_id = format!("{sid}-a{n}");
@@ -1030,9 +1282,13 @@ fn permission(d: &mut Daemon, sid: &str, req: PermissionRequest, fx: &mut Effect
 /// beneath a descriptor of the worktree, so no symlink can lead out, and
 /// reads only regular files without blocking.
 fn fs_request(d: &mut Daemon, sid: &str, req: FsRequest, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let cwd = s.cwd.clone();
-    let Some(Driver::Acp(c)) = s.driver.as_mut() else { return };
+    let Some(Driver::Acp(c)) = s.driver.as_mut() else {
+        return;
+    };
     let step = match req {
         FsRequest::Read { key, path } => {
             let r = crate::core::agentfs::read_text(&cwd, &path.to_string_lossy());
@@ -1050,7 +1306,9 @@ fn fs_request(d: &mut Daemon, sid: &str, req: FsRequest, fx: &mut Effects) {
 
 fn arm_stall(d: &mut Daemon, sid: &str, turn: u64, after: Duration) {
     let id = sid.to_string();
-    let t = d.reactor.schedule(after, move |d| check_stall(d, &id, turn));
+    let t = d
+        .reactor
+        .schedule(after, move |d| check_stall(d, &id, turn));
     if let Some(s) = d.core.sessions.map.get_mut(sid) {
         if let Some(old) = s.stall_timer.replace(t) {
             d.reactor.cancel(old);
@@ -1059,7 +1317,9 @@ fn arm_stall(d: &mut Daemon, sid: &str, turn: u64, after: Duration) {
 }
 
 fn check_stall(d: &mut Daemon, sid: &str, turn: u64) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     s.stall_timer = None;
     if !s.turn_active || s.turn != turn || s.ended {
         return;
@@ -1074,9 +1334,17 @@ fn check_stall(d: &mut Daemon, sid: &str, turn: u64) {
         arm_stall(d, sid, turn, stall - quiet);
         return;
     }
-    crate::warn!("session {sid}: the agent wrote nothing for {} s in turn {turn}; stopping it", stall.as_secs());
+    crate::warn!(
+        "session {sid}: the agent wrote nothing for {} s in turn {turn}; stopping it",
+        stall.as_secs()
+    );
     let mut fx = Effects::default();
-    fail_turn(d, sid, &format!("the agent stalled: nothing for {} s", stall.as_secs()), &mut fx);
+    fail_turn(
+        d,
+        sid,
+        &format!("the agent stalled: nothing for {} s", stall.as_secs()),
+        &mut fx,
+    );
     stop_agent(d, sid);
     finish(d, sid, fx, false, None);
 }
@@ -1084,7 +1352,9 @@ fn check_stall(d: &mut Daemon, sid: &str, turn: u64) {
 /// Asks the agent to exit: stdin closed, SIGTERM to its group, SIGKILL
 /// after the grace period.
 pub fn stop_agent(d: &mut Daemon, sid: &str) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let Some(child) = s.child else { return };
     if s.stopping_agent {
         return;
@@ -1092,16 +1362,21 @@ pub fn stop_agent(d: &mut Daemon, sid: &str) {
     s.stopping_agent = true;
     d.children.close_stdin(d.reactor.poll.registry(), child);
     d.children.signal(child, libc::SIGTERM);
-    d.reactor.schedule(Duration::from_millis(limits::AGENT_KILL_GRACE_MS), move |d| {
-        if d.core.sessions.by_child.contains_key(&child) {
-            d.children.signal(child, libc::SIGKILL);
-        }
-    });
+    d.reactor.schedule(
+        Duration::from_millis(limits::AGENT_KILL_GRACE_MS),
+        move |d| {
+            if d.core.sessions.by_child.contains_key(&child) {
+                d.children.signal(child, libc::SIGKILL);
+            }
+        },
+    );
 }
 
 /// Routes a reaped agent's exit to its session.
 pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
-    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else { return };
+    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else {
+        return;
+    };
     if d.children.stdout_open(child) {
         // Lines it wrote before exiting are still in the pipe: finish when
         // stdout closes, or after the grace period if a descendant holds it.
@@ -1109,12 +1384,20 @@ pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
             s.exit_pending = Some(status);
         }
         let id = sid.clone();
-        d.reactor.schedule(Duration::from_millis(limits::AGENT_KILL_GRACE_MS), move |d| {
-            let pending = d.core.sessions.map.get_mut(&id).and_then(|s| s.exit_pending.take());
-            if let Some(st) = pending {
-                ended(d, &id, st);
-            }
-        });
+        d.reactor.schedule(
+            Duration::from_millis(limits::AGENT_KILL_GRACE_MS),
+            move |d| {
+                let pending = d
+                    .core
+                    .sessions
+                    .map
+                    .get_mut(&id)
+                    .and_then(|s| s.exit_pending.take());
+                if let Some(st) = pending {
+                    ended(d, &id, st);
+                }
+            },
+        );
         return;
     }
     ended(d, &sid, status);
@@ -1124,7 +1407,9 @@ pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
 /// session.end is recorded (not while the daemon stops: see the module
 /// comment).
 fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let Some(child) = s.child.take() else { return };
     d.core.sessions.by_child.remove(&child);
     let tail = d.children.stderr_tail(child);
@@ -1132,18 +1417,28 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
     if d.core.sessions.stopping {
         return;
     }
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     let mut fx = Effects::default();
     if let Some(mut drv) = s.driver.take() {
         let step = drv.on_exit(status.code);
         for ev in step.events {
             if let AgentEvent::TurnEnded { reason, detail } = &ev {
-                if d.core.sessions.get(sid).is_some_and(|s| s.turn_active) && *reason != EndReason::Interrupted {
+                if d.core.sessions.get(sid).is_some_and(|s| s.turn_active)
+                    && *reason != EndReason::Interrupted
+                {
                     let why = detail.clone().unwrap_or_else(|| "the agent exited".into());
                     crate::warn!("session {sid}: the agent exited mid-turn ({why})");
                     if let Some(s) = d.core.sessions.map.get_mut(sid) {
                         let ts = crate::clock::now_ts();
-                        s.transcript.push(sid, &Entry::System { text: why }, Some(&ts), true, &mut fx.ops);
+                        s.transcript.push(
+                            sid,
+                            &Entry::System { text: why },
+                            Some(&ts),
+                            true,
+                            &mut fx.ops,
+                        );
                     }
                 }
             }
@@ -1151,7 +1446,9 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
         }
     }
     withdraw_open(d, sid, "the agent exited", &mut fx);
-    let Some(s) = d.core.sessions.map.get_mut(sid) else { return };
+    let Some(s) = d.core.sessions.map.get_mut(sid) else {
+        return;
+    };
     s.ended = true;
     s.exit = Some(status);
     if let Some(t) = s.stall_timer.take() {
@@ -1170,7 +1467,11 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
     } else {
         crate::warn!("session {sid}: the agent exited {how}; its last error output: {tail}");
     }
-    fx.event(sid, "session.end", json!({"code": status.code, "signal": signal}));
+    fx.event(
+        sid,
+        "session.end",
+        json!({"code": status.code, "signal": signal}),
+    );
     fx.changed = true;
     finish(d, sid, fx, false, None);
 }
@@ -1178,17 +1479,39 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
 /// `sessions.input`: a prompt now, or queued behind the running turn.
 pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError> {
     check_prompt(&text)?;
-    let s = d.core.sessions.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+    let s = d
+        .core
+        .sessions
+        .map
+        .get_mut(sid)
+        .ok_or_else(|| not_found(sid))?;
     if s.ended || s.stopping_agent {
-        return Err(RpcError::new(Code::SessionEnded, format!("session {sid} has ended")));
+        return Err(RpcError::new(
+            Code::SessionEnded,
+            format!("session {sid} has ended"),
+        ));
     }
-    let Some(drv) = s.driver.as_mut() else { return Err(RpcError::new(Code::SessionEnded, format!("session {sid} has ended"))) };
+    let Some(drv) = s.driver.as_mut() else {
+        return Err(RpcError::new(
+            Code::SessionEnded,
+            format!("session {sid} has ended"),
+        ));
+    };
     let was_busy = s.turn_active || !s.ready;
     let step = drv.prompt(text).map_err(|e| match e {
-        CommandError::QueueFull => RpcError::new(Code::QueueFull, format!("session {sid} has {} prompts waiting already", limits::AGENT_PROMPT_QUEUE)),
+        CommandError::QueueFull => RpcError::new(
+            Code::QueueFull,
+            format!(
+                "session {sid} has {} prompts waiting already",
+                limits::AGENT_PROMPT_QUEUE
+            ),
+        ),
         other => RpcError::new(Code::SessionEnded, format!("session {sid}: {other}")),
     })?;
-    let mut fx = Effects { changed: true, ..Effects::default() };
+    let mut fx = Effects {
+        changed: true,
+        ..Effects::default()
+    };
     handle_step(d, sid, step, &mut fx);
     let queued = d.core.sessions.get(sid).map_or(0, Session::queued);
     finish(d, sid, fx, false, None);
@@ -1198,9 +1521,16 @@ pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError>
 /// `sessions.interrupt`: the running turn is cancelled, every open
 /// permission answered cancelled; the turn ends interrupted.
 pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
-    let s = d.core.sessions.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+    let s = d
+        .core
+        .sessions
+        .map
+        .get_mut(sid)
+        .ok_or_else(|| not_found(sid))?;
     let active = s.turn_active && !s.ended;
-    let Some(drv) = s.driver.as_mut() else { return Ok(json!({"interrupted": false})) };
+    let Some(drv) = s.driver.as_mut() else {
+        return Ok(json!({"interrupted": false}));
+    };
     let step = drv.interrupt();
     let mut fx = Effects::default();
     handle_step(d, sid, step, &mut fx);
@@ -1225,7 +1555,14 @@ pub fn not_found(sid: &str) -> RpcError {
 /// SIGTERM to every agent; their exits are not recorded (module comment).
 pub fn stop_all(d: &mut Daemon) {
     d.core.sessions.stopping = true;
-    let ids: Vec<String> = d.core.sessions.map.iter().filter(|(_, s)| s.child.is_some()).map(|(k, _)| k.clone()).collect();
+    let ids: Vec<String> = d
+        .core
+        .sessions
+        .map
+        .iter()
+        .filter(|(_, s)| s.child.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
     for sid in ids {
         stop_agent(d, &sid);
     }
@@ -1240,7 +1577,10 @@ pub fn restore(d: &mut Daemon) {
         let pending = approvals::read_pending(conn);
         inbox.run(move |d| match (rows, pending) {
             (Ok(rows), Ok(pending)) => reopen(d, rows, pending),
-            (Err(e), _) | (_, Err(e)) => crate::error!("unable to read the sessions of the last run: {}", e.to_string().to_lowercase()),
+            (Err(e), _) | (_, Err(e)) => crate::error!(
+                "unable to read the sessions of the last run: {}",
+                e.to_string().to_lowercase()
+            ),
         });
     }));
     if queued.is_err() {
@@ -1248,7 +1588,15 @@ pub fn restore(d: &mut Daemon) {
     }
 }
 
-type LiveRow = (String, String, String, Option<String>, Option<String>, Option<String>, Restored);
+type LiveRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Restored,
+);
 
 fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
     let mut stmt = conn.prepare(
@@ -1285,8 +1633,14 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
     // The read ran while this run already served requests: what this run
     // created (a session, a request) is live here and is not the last
     // run's.
-    let pending: Vec<(String, Option<String>)> = pending.into_iter().filter(|(id, _)| d.core.approvals.get(id).is_none()).collect();
-    let rows: Vec<LiveRow> = rows.into_iter().filter(|r| d.core.sessions.get(&r.0).is_none()).collect();
+    let pending: Vec<(String, Option<String>)> = pending
+        .into_iter()
+        .filter(|(id, _)| d.core.approvals.get(id).is_none())
+        .collect();
+    let rows: Vec<LiveRow> = rows
+        .into_iter()
+        .filter(|r| d.core.sessions.get(&r.0).is_none())
+        .collect();
     // Every request pending when the daemon stopped resolves undelivered.
     for (id, session) in pending {
         let mut fx = Effects::default();
@@ -1300,7 +1654,15 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
         if was_active {
             // The turn that ran when the daemon stopped ended with it.
             let mut t = Transcript::restored(restored.transcript_len);
-            t.push(&id, &Entry::TurnEnd { reason: EndReason::Interrupted }, None, false, &mut fx.ops);
+            t.push(
+                &id,
+                &Entry::TurnEnd {
+                    reason: EndReason::Interrupted,
+                },
+                None,
+                false,
+                &mut fx.ops,
+            );
             // Nobody subscribes to a session not reopened yet: no delta.
             let _ = t.flush(&id, &mut fx.ops);
             restored.transcript_len = t.len;
@@ -1308,7 +1670,11 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
             restored.end_reason = Some("interrupted".into());
             fx.event(&id, "turn.end", json!({"reason": "interrupted"}));
         }
-        let seat_ok = d.core.seats.get(&harness).is_some_and(|s| s.transport.wire_name() == restored.transport);
+        let seat_ok = d
+            .core
+            .seats
+            .get(&harness)
+            .is_some_and(|s| s.transport.wire_name() == restored.transport);
         match (agent_sid, seat_ok) {
             (Some(asid), true) => {
                 finish_plain(d, &id, fx);
@@ -1322,15 +1688,25 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
                     reopen: Some(asid),
                     restored: Some(restored),
                 };
-                launch(d, start, Box::new(move |_d, r| {
-                    if let Err(e) = r {
-                        crate::warn!("session {id}: could not be reopened: {}", e.message);
-                    }
-                }));
+                launch(
+                    d,
+                    start,
+                    Box::new(move |_d, r| {
+                        if let Err(e) = r {
+                            crate::warn!("session {id}: could not be reopened: {}", e.message);
+                        }
+                    }),
+                );
             }
             (asid, _) => {
-                let why = if asid.is_none() { "its agent never opened a session" } else { "its seat is gone or changed transport" };
-                crate::warn!("session {id}: cannot be reopened after the restart ({why}); it has ended");
+                let why = if asid.is_none() {
+                    "its agent never opened a session"
+                } else {
+                    "its seat is gone or changed transport"
+                };
+                crate::warn!(
+                    "session {id}: cannot be reopened after the restart ({why}); it has ended"
+                );
                 fx.event(&id, "session.end", json!({"code": null, "signal": null}));
                 fx.ops.push(Op::Exec {
                     sql: "UPDATE sessions SET ended = 1, turn_active = 0, end_reason = coalesce(?2, end_reason), transcript_len = ?3 WHERE id = ?1",
@@ -1364,7 +1740,10 @@ mod eviction_tests {
         let order: Vec<String> = (0..8).map(|i| format!("s-{i}")).collect();
         // s-1, s-3, s-4, s-6 ended; s-0, s-2, s-5, s-7 live.
         let ended = |id: &str| ["s-1", "s-3", "s-4", "s-6"].contains(&id);
-        assert_eq!(oldest_ended_beyond(&order, ended, 2), vec!["s-1".to_string(), "s-3".to_string()]);
+        assert_eq!(
+            oldest_ended_beyond(&order, ended, 2),
+            vec!["s-1".to_string(), "s-3".to_string()]
+        );
         assert!(oldest_ended_beyond(&order, ended, 4).is_empty());
         assert_eq!(oldest_ended_beyond(&order, ended, 0).len(), 4);
     }

@@ -37,7 +37,7 @@
 //! into one line per subscriber (`sessions::flush_deltas`).
 
 use rusqlite::types::Value as Sql;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
 use crate::agents::{Entry, ToolEntry, ToolStatus};
@@ -46,7 +46,8 @@ use crate::limits;
 
 const INSERT: &str = "INSERT INTO transcript (session, idx, kind, ts, text, tool_id, tool_name, tool_kind, tool_status, tool_input, tool_result) \
                       VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-const APPEND_PART: &str = "INSERT INTO transcript_parts (session, idx, part, text) VALUES (?1, ?2, ?3, ?4)";
+const APPEND_PART: &str =
+    "INSERT INTO transcript_parts (session, idx, part, text) VALUES (?1, ?2, ?3, ?4)";
 const TOOL_UPDATE: &str = "UPDATE transcript SET tool_name = coalesce(?3, tool_name), tool_kind = coalesce(?4, tool_kind), \
                            tool_status = coalesce(?5, tool_status), tool_input = coalesce(?6, tool_input), \
                            tool_result = coalesce(?7, tool_result) WHERE session = ?1 AND idx = ?2";
@@ -125,12 +126,19 @@ fn opt(s: Option<String>) -> Sql {
 
 /// The first characters of a tool's input, for `inputPreview`.
 pub fn preview(input: &str) -> String {
-    input.chars().take(limits::TRANSCRIPT_PREVIEW_CHARS).collect()
+    input
+        .chars()
+        .take(limits::TRANSCRIPT_PREVIEW_CHARS)
+        .collect()
 }
 
 impl Transcript {
     pub fn restored(len: usize) -> Transcript {
-        Transcript { len, cache_start: len, ..Transcript::default() }
+        Transcript {
+            len,
+            cache_start: len,
+            ..Transcript::default()
+        }
     }
 
     /// The running turn's entries, from `from` on, if they are cached.
@@ -138,7 +146,12 @@ impl Transcript {
         if from < self.cache_start || from > self.len {
             return None;
         }
-        Some(self.cache[from - self.cache_start..].iter().map(|m| Value::Object(m.clone())).collect())
+        Some(
+            self.cache[from - self.cache_start..]
+                .iter()
+                .map(|m| Value::Object(m.clone()))
+                .collect(),
+        )
     }
 
     /// Where the cache starts, and whether it holds anything.
@@ -156,7 +169,14 @@ impl Transcript {
     /// growing entry at the next [`flush`](Self::flush)), and the change to
     /// the next flush's delta. A new entry is stamped `ts`, or now when it
     /// is `None`: a chunk that grows an entry costs no clock read or format.
-    pub fn push(&mut self, sid: &str, entry: &Entry, ts: Option<&str>, is_error: bool, ops: &mut Vec<Op>) {
+    pub fn push(
+        &mut self,
+        sid: &str,
+        entry: &Entry,
+        ts: Option<&str>,
+        is_error: bool,
+        ops: &mut Vec<Op>,
+    ) {
         // A text chunk after a text chunk grows that entry.
         if let Some((kind, text)) = text_kind(entry) {
             let last = self.len.checked_sub(1);
@@ -170,7 +190,11 @@ impl Transcript {
                         Some(p) if p.idx == idx => p.text.push_str(text),
                         _ => {
                             self.write_pending(sid, ops);
-                            self.pending = Some(Pending { idx, row: None, text: text.to_string() });
+                            self.pending = Some(Pending {
+                                idx,
+                                row: None,
+                                text: text.to_string(),
+                            });
                         }
                     }
                     self.touched(idx);
@@ -193,14 +217,62 @@ impl Transcript {
         wire.insert("id".into(), json!(format!("e{idx}")));
         wire.insert("timestamp".into(), json!(ts));
         let (kind, text, tool_id, tool_name, tool_kind, status, input, result) = match entry {
-            Entry::User { text } => ("user", Some(text.clone()), None, None, None, None, None, None),
-            Entry::Text { text } => ("text", Some(text.clone()), None, None, None, None, None, None),
-            Entry::Thinking { text } => ("thinking", Some(text.clone()), None, None, None, None, None, None),
-            Entry::System { text } => ("system", Some(text.clone()), None, None, None, is_error.then(|| "error".to_string()), None, None),
-            Entry::TurnEnd { reason } => ("turn_end", Some(reason.wire_name().to_string()), None, None, None, None, None, None),
+            Entry::User { text } => (
+                "user",
+                Some(text.clone()),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
+            Entry::Text { text } => (
+                "text",
+                Some(text.clone()),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
+            Entry::Thinking { text } => (
+                "thinking",
+                Some(text.clone()),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
+            Entry::System { text } => (
+                "system",
+                Some(text.clone()),
+                None,
+                None,
+                None,
+                is_error.then(|| "error".to_string()),
+                None,
+                None,
+            ),
+            Entry::TurnEnd { reason } => (
+                "turn_end",
+                Some(reason.wire_name().to_string()),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
             Entry::Tool(t) => {
                 self.tools.insert(t.id.clone(), idx);
-                let name = t.title.clone().or_else(|| t.kind.map(|k| k.wire_name().to_string()));
+                let name = t
+                    .title
+                    .clone()
+                    .or_else(|| t.kind.map(|k| k.wire_name().to_string()));
                 (
                     "tool",
                     None,
@@ -214,11 +286,23 @@ impl Transcript {
             }
         };
         wire.insert("kind".into(), json!(kind));
-        fill_wire(&mut wire, kind, text.as_deref(), tool_id.as_deref(), tool_name.as_deref(), status.as_deref(), input.as_deref());
+        fill_wire(
+            &mut wire,
+            kind,
+            text.as_deref(),
+            tool_id.as_deref(),
+            tool_name.as_deref(),
+            status.as_deref(),
+            input.as_deref(),
+        );
         if let (Some((k, _)), Some(t)) = (text_kind(entry), &text) {
             // A text entry is written at the flush, with the text of every
             // chunk of this round.
-            self.pending = Some(Pending { idx, row: Some((k, ts.to_string())), text: t.clone() });
+            self.pending = Some(Pending {
+                idx,
+                row: Some((k, ts.to_string())),
+                text: t.clone(),
+            });
             self.next_part = 1;
         } else {
             ops.push(Op::Exec {
@@ -275,7 +359,12 @@ impl Transcript {
             None => {
                 ops.push(Op::Exec {
                     sql: APPEND_PART,
-                    params: vec![Sql::Text(sid.into()), Sql::Integer(p.idx as i64), Sql::Integer(self.next_part), Sql::Text(p.text)],
+                    params: vec![
+                        Sql::Text(sid.into()),
+                        Sql::Integer(p.idx as i64),
+                        Sql::Integer(self.next_part),
+                        Sql::Text(p.text),
+                    ],
                 });
                 self.next_part += 1;
             }
@@ -319,8 +408,12 @@ impl Transcript {
                 opt(t.result.as_ref().map(Value::to_string)),
             ],
         });
-        let Some(pos) = idx.checked_sub(self.cache_start) else { return };
-        let Some(m) = self.cache.get_mut(pos) else { return };
+        let Some(pos) = idx.checked_sub(self.cache_start) else {
+            return;
+        };
+        let Some(m) = self.cache.get_mut(pos) else {
+            return;
+        };
         if let Some(n) = name {
             m.insert("toolName".into(), json!(n));
         }
@@ -334,11 +427,20 @@ impl Transcript {
     }
 
     fn delta(&self, from: usize) -> Option<Delta> {
-        self.cached_from(from).map(|entries| Delta { from, entries })
+        self.cached_from(from)
+            .map(|entries| Delta { from, entries })
     }
 }
 
-fn fill_wire(m: &mut Map<String, Value>, kind: &str, text: Option<&str>, tool_id: Option<&str>, tool_name: Option<&str>, status: Option<&str>, input: Option<&str>) {
+fn fill_wire(
+    m: &mut Map<String, Value>,
+    kind: &str,
+    text: Option<&str>,
+    tool_id: Option<&str>,
+    tool_name: Option<&str>,
+    status: Option<&str>,
+    input: Option<&str>,
+) {
     match kind {
         "tool" => {
             if let Some(n) = tool_name {
@@ -388,7 +490,12 @@ struct Row {
 /// Entries `from..` of a session from the ledger (reader thread), at most
 /// `limit`, in wire form: each entry's text is its row's followed by its
 /// parts in order.
-pub fn read_entries(conn: &rusqlite::Connection, sid: &str, from: usize, limit: usize) -> rusqlite::Result<Vec<Value>> {
+pub fn read_entries(
+    conn: &rusqlite::Connection,
+    sid: &str,
+    from: usize,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
     let mut stmt = conn.prepare_cached(
         "SELECT idx, kind, ts, text, tool_id, tool_name, tool_status, tool_input FROM transcript \
          WHERE session = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
@@ -417,7 +524,10 @@ pub fn read_entries(conn: &rusqlite::Connection, sid: &str, from: usize, limit: 
             let piece: String = p.get(1)?;
             // Rows are sorted by idx: find the entry the part belongs to.
             if let Ok(pos) = rows.binary_search_by_key(&idx, |r| r.idx) {
-                rows[pos].text.get_or_insert_with(String::new).push_str(&piece);
+                rows[pos]
+                    .text
+                    .get_or_insert_with(String::new)
+                    .push_str(&piece);
             }
         }
     }
@@ -428,7 +538,15 @@ pub fn read_entries(conn: &rusqlite::Connection, sid: &str, from: usize, limit: 
             m.insert("id".into(), json!(format!("e{}", r.idx)));
             m.insert("kind".into(), json!(r.kind));
             m.insert("timestamp".into(), json!(r.ts));
-            fill_wire(&mut m, &r.kind, r.text.as_deref(), r.tool_id.as_deref(), r.tool_name.as_deref(), r.status.as_deref(), r.input.as_deref());
+            fill_wire(
+                &mut m,
+                &r.kind,
+                r.text.as_deref(),
+                r.tool_id.as_deref(),
+                r.tool_name.as_deref(),
+                r.status.as_deref(),
+                r.input.as_deref(),
+            );
             Value::Object(m)
         })
         .collect())
@@ -437,32 +555,46 @@ pub fn read_entries(conn: &rusqlite::Connection, sid: &str, from: usize, limit: 
 /// Where a first `transcript.subscribe` answer starts (seed 004): the first
 /// entry of the turn that holds the client's last cached entry, or that
 /// entry itself when it ends a turn.
-pub fn subscribe_start(conn: &rusqlite::Connection, sid: &str, have: usize) -> rusqlite::Result<usize> {
+pub fn subscribe_start(
+    conn: &rusqlite::Connection,
+    sid: &str,
+    have: usize,
+) -> rusqlite::Result<usize> {
     if have == 0 {
         return Ok(0);
     }
     let last = (have - 1) as i64;
     let ends = "kind IN ('turn_end', 'system', 'compact', 'shell')";
     let last_ends: bool = conn
-        .prepare_cached(&format!("SELECT count(*) FROM transcript WHERE session = ?1 AND idx = ?2 AND {ends}"))?
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM transcript WHERE session = ?1 AND idx = ?2 AND {ends}"
+        ))?
         .query_row(rusqlite::params![sid, last], |r| r.get::<_, i64>(0))?
         > 0;
     if last_ends {
         return Ok(have - 1);
     }
     let prev: Option<i64> = conn
-        .prepare_cached(&format!("SELECT max(idx) FROM transcript WHERE session = ?1 AND idx < ?2 AND {ends}"))?
+        .prepare_cached(&format!(
+            "SELECT max(idx) FROM transcript WHERE session = ?1 AND idx < ?2 AND {ends}"
+        ))?
         .query_row(rusqlite::params![sid, last], |r| r.get(0))?;
     Ok(prev.map(|p| p as usize + 1).unwrap_or(0))
 }
 
 /// `sessions.toolDetail`: the first entry of that tool call, whole.
-pub fn tool_detail(conn: &rusqlite::Connection, sid: &str, tool_id: &str) -> rusqlite::Result<Option<Value>> {
+pub fn tool_detail(
+    conn: &rusqlite::Connection,
+    sid: &str,
+    tool_id: &str,
+) -> rusqlite::Result<Option<Value>> {
     let mut stmt = conn.prepare_cached(
         "SELECT tool_input, tool_result, tool_status FROM transcript WHERE session = ?1 AND tool_id = ?2 ORDER BY idx LIMIT 1",
     )?;
     let mut rows = stmt.query(rusqlite::params![sid, tool_id])?;
-    let Some(r) = rows.next()? else { return Ok(None) };
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
     let mut m = Map::new();
     if let Some(i) = r.get::<_, Option<String>>(0)? {
         m.insert("toolInput".into(), json!(i));
@@ -485,7 +617,10 @@ mod tests {
 
     fn db() -> rusqlite::Connection {
         let mut c = rusqlite::Connection::open_in_memory().unwrap();
-        assert!(matches!(crate::ledger::schema::prepare(&mut c).unwrap(), crate::ledger::schema::Prepared::Ready { .. }));
+        assert!(matches!(
+            crate::ledger::schema::prepare(&mut c).unwrap(),
+            crate::ledger::schema::Prepared::Ready { .. }
+        ));
         c
     }
 
@@ -514,23 +649,64 @@ mod tests {
         assert_eq!(d.entries[1]["text"], json!("ab"));
         // The user row and the text row, whose INSERT holds both chunks.
         assert_eq!(ops.len(), 2);
-        let call = ToolEntry { id: "c1".into(), title: Some("Read".into()), kind: Some(ActionKind::Read), input: Some(json!({"path": "/x"})), status: None, result: None };
+        let call = ToolEntry {
+            id: "c1".into(),
+            title: Some("Read".into()),
+            kind: Some(ActionKind::Read),
+            input: Some(json!({"path": "/x"})),
+            status: None,
+            result: None,
+        };
         t.push("s", &Entry::Tool(call), Some("ts"), false, &mut ops);
         let d = t.flush("s", &mut ops).unwrap();
         assert_eq!((d.from, d.entries.len()), (2, 1));
-        let done = ToolEntry { id: "c1".into(), title: None, kind: None, input: None, status: Some(ToolStatus::Failed), result: Some(json!("no")) };
+        let done = ToolEntry {
+            id: "c1".into(),
+            title: None,
+            kind: None,
+            input: None,
+            status: Some(ToolStatus::Failed),
+            result: Some(json!("no")),
+        };
         t.push("s", &Entry::Tool(done), Some("ts"), false, &mut ops);
-        t.push("s", &Entry::TurnEnd { reason: EndReason::Interrupted }, Some("ts"), false, &mut ops);
+        t.push(
+            "s",
+            &Entry::TurnEnd {
+                reason: EndReason::Interrupted,
+            },
+            Some("ts"),
+            false,
+            &mut ops,
+        );
         let d = t.flush("s", &mut ops).unwrap();
-        assert_eq!((d.from, d.entries[0]["resultIsError"].clone(), d.entries[0]["toolName"].clone()), (2, json!(true), json!("Read")));
+        assert_eq!(
+            (
+                d.from,
+                d.entries[0]["resultIsError"].clone(),
+                d.entries[0]["toolName"].clone()
+            ),
+            (2, json!(true), json!("Read"))
+        );
         assert_eq!(d.entries[1]["interrupted"], json!(true));
         assert_eq!(t.len, 4);
         assert_eq!(t.cache_start(), None);
         assert_eq!(t.flush("s", &mut ops), None);
         assert_eq!(ops.len(), 5);
-        let mut merged = Some(Delta { from: 3, entries: vec![json!(3), json!(4)] });
-        Delta::merge(&mut merged, Delta { from: 4, entries: vec![json!("4b"), json!(5)] });
-        assert_eq!(merged.unwrap().entries, vec![json!(3), json!("4b"), json!(5)]);
+        let mut merged = Some(Delta {
+            from: 3,
+            entries: vec![json!(3), json!(4)],
+        });
+        Delta::merge(
+            &mut merged,
+            Delta {
+                from: 4,
+                entries: vec![json!("4b"), json!(5)],
+            },
+        );
+        assert_eq!(
+            merged.unwrap().entries,
+            vec![json!(3), json!("4b"), json!(5)]
+        );
     }
 
     #[test]
@@ -538,13 +714,25 @@ mod tests {
         let c = db();
         let mut t = Transcript::default();
         let mut ops = Vec::new();
-        t.push("s", &Entry::User { text: "go".into() }, Some("ts"), false, &mut ops);
+        t.push(
+            "s",
+            &Entry::User { text: "go".into() },
+            Some("ts"),
+            false,
+            &mut ops,
+        );
         let mut want = String::new();
         for round in 0..5 {
             for chunk in 0..10 {
                 let piece = format!("<{round}.{chunk}>");
                 want.push_str(&piece);
-                t.push("s", &Entry::Text { text: piece }, Some("ts"), false, &mut ops);
+                t.push(
+                    "s",
+                    &Entry::Text { text: piece },
+                    Some("ts"),
+                    false,
+                    &mut ops,
+                );
             }
             let d = t.flush("s", &mut ops).unwrap();
             // One statement per round: the row, then one part each.
@@ -552,17 +740,42 @@ mod tests {
             assert_eq!(d.entries.last().unwrap()["text"], json!(want));
             apply(&c, &mut ops);
         }
-        let parts: i64 = c.query_row("SELECT count(*) FROM transcript_parts", [], |r| r.get(0)).unwrap();
+        let parts: i64 = c
+            .query_row("SELECT count(*) FROM transcript_parts", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(parts, 4);
         // Thinking after text is a new entry; a tool between stops a merge.
-        t.push("s", &Entry::Thinking { text: "hm".into() }, Some("ts"), false, &mut ops);
-        t.push("s", &Entry::Thinking { text: "m".into() }, Some("ts"), false, &mut ops);
-        t.push("s", &Entry::TurnEnd { reason: EndReason::Completed }, Some("ts"), false, &mut ops);
+        t.push(
+            "s",
+            &Entry::Thinking { text: "hm".into() },
+            Some("ts"),
+            false,
+            &mut ops,
+        );
+        t.push(
+            "s",
+            &Entry::Thinking { text: "m".into() },
+            Some("ts"),
+            false,
+            &mut ops,
+        );
+        t.push(
+            "s",
+            &Entry::TurnEnd {
+                reason: EndReason::Completed,
+            },
+            Some("ts"),
+            false,
+            &mut ops,
+        );
         t.flush("s", &mut ops);
         apply(&c, &mut ops);
         let rows = read_entries(&c, "s", 0, 100).unwrap();
         let texts: Vec<Value> = rows.iter().map(|r| r["text"].clone()).collect();
-        assert_eq!(texts, vec![json!("go"), json!(want), json!("hmm"), Value::Null]);
+        assert_eq!(
+            texts,
+            vec![json!("go"), json!(want), json!("hmm"), Value::Null]
+        );
         assert_eq!(rows[3]["stopReason"], json!("completed"));
         // A page that starts inside the transcript still gets its parts.
         let page = read_entries(&c, "s", 1, 1).unwrap();

@@ -46,7 +46,9 @@ fn sha256(b: &[u8]) -> [u8; 32] {
 
 impl Token {
     pub fn from_secret(secret: &str) -> Token {
-        Token { digest: sha256(secret.as_bytes()) }
+        Token {
+            digest: sha256(secret.as_bytes()),
+        }
     }
 
     /// Reads the token file, or creates it with a new token when it does
@@ -60,12 +62,20 @@ impl Token {
                     return Err(format!("token file {shown} is not a regular file"));
                 }
                 if meta.mode() & 0o077 != 0 {
-                    return Err(format!("token file {shown} is readable by others (mode {:o}); chmod 600 it", meta.mode() & 0o777));
+                    return Err(format!(
+                        "token file {shown} is readable by others (mode {:o}); chmod 600 it",
+                        meta.mode() & 0o777
+                    ));
                 }
-                let text = std::fs::read_to_string(path).map_err(|e| format!("unable to read token file {shown}: {}", io_cause(&e)))?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("unable to read token file {shown}: {}", io_cause(&e)))?;
                 let secret = text.trim();
-                if !(32..=1024).contains(&secret.len()) || !secret.bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(format!("token file {shown} must hold one token of 32 to 1024 visible ASCII characters"));
+                if !(32..=1024).contains(&secret.len())
+                    || !secret.bytes().all(|b| b.is_ascii_graphic())
+                {
+                    return Err(format!(
+                        "token file {shown} must hold one token of 32 to 1024 visible ASCII characters"
+                    ));
                 }
                 Ok(Token::from_secret(secret))
             }
@@ -76,26 +86,39 @@ impl Token {
                     .create_new(true)
                     .mode(0o600)
                     .open(path)
-                    .map_err(|e| format!("unable to create token file {shown}: {}", io_cause(&e)))?;
+                    .map_err(|e| {
+                        format!("unable to create token file {shown}: {}", io_cause(&e))
+                    })?;
                 f.write_all(format!("{secret}\n").as_bytes())
                     .and_then(|()| f.sync_all())
                     .map_err(|e| format!("unable to write token file {shown}: {}", io_cause(&e)))?;
                 crate::info!("created the HTTP bearer token file {shown}");
                 Ok(Token::from_secret(&secret))
             }
-            Err(e) => Err(format!("unable to read token file {shown}: {}", io_cause(&e))),
+            Err(e) => Err(format!(
+                "unable to read token file {shown}: {}",
+                io_cause(&e)
+            )),
         }
     }
 
     /// Checks an `Authorization` header value in constant time.
     pub fn verify(&self, authorization: Option<&str>) -> bool {
-        let Some(value) = authorization else { return false };
-        let Some((scheme, given)) = value.split_once(' ') else { return false };
+        let Some(value) = authorization else {
+            return false;
+        };
+        let Some((scheme, given)) = value.split_once(' ') else {
+            return false;
+        };
         if !scheme.eq_ignore_ascii_case("bearer") {
             return false;
         }
         let given = sha256(given.trim().as_bytes());
-        given.iter().zip(self.digest.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        given
+            .iter()
+            .zip(self.digest.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
     }
 }
 
@@ -109,7 +132,10 @@ pub fn check_origin<'a>(head: &'a Head, allowed: &[String]) -> Result<Option<&'a
             if allowed.iter().any(|a| a == o) {
                 Ok(Some(o))
             } else {
-                Err(Problem::new(Code::OriginNotAllowed, "this origin is not in http.allowed_origins"))
+                Err(Problem::new(
+                    Code::OriginNotAllowed,
+                    "this origin is not in http.allowed_origins",
+                ))
             }
         }
         _ => Err(Problem::invalid("more than one Origin header")),
@@ -130,9 +156,14 @@ impl Hosts {
     pub fn new(listener: SocketAddr, public_names: &[String]) -> Hosts {
         let (exact, names) = public_names.iter().cloned().partition(|n: &String| {
             // "[v6]:port" or "name:port"; a bracketed literal alone has no port.
-            n.rsplit_once(':').is_some_and(|(h, _)| !h.is_empty() && (!h.starts_with('[') || h.ends_with(']')))
+            n.rsplit_once(':')
+                .is_some_and(|(h, _)| !h.is_empty() && (!h.starts_with('[') || h.ends_with(']')))
         });
-        Hosts { port: listener.port(), names, exact }
+        Hosts {
+            port: listener.port(),
+            names,
+            exact,
+        }
     }
 
     /// Whether a `Host` header value names this daemon: an IP literal or
@@ -161,7 +192,9 @@ impl Hosts {
             None => self.port == 80,
             Some(p) => p.parse::<u16>().is_ok_and(|p| p == self.port),
         };
-        if self.names.contains(&name) && (port.is_none() || port.is_some_and(|p| p.parse::<u16>().is_ok())) {
+        if self.names.contains(&name)
+            && (port.is_none() || port.is_some_and(|p| p.parse::<u16>().is_ok()))
+        {
             return true;
         }
         port_ok && (name == "localhost" || name.parse::<IpAddr>().is_ok())
@@ -172,7 +205,10 @@ impl Hosts {
         match head.header("host") {
             None => Ok(()),
             Some(h) if self.allows(h) => Ok(()),
-            Some(_) => Err(Problem::new(Code::HostNotAllowed, "the Host header names neither this listener nor a configured public name")),
+            Some(_) => Err(Problem::new(
+                Code::HostNotAllowed,
+                "the Host header names neither this listener nor a configured public name",
+            )),
         }
     }
 }
@@ -181,12 +217,16 @@ impl Hosts {
 pub fn cors_headers(origin: &str) -> Vec<(&'static str, String)> {
     vec![
         ("Access-Control-Allow-Origin", origin.to_string()),
-        ("Access-Control-Expose-Headers", "ETag, Location, Retry-After".into()),
+        (
+            "Access-Control-Expose-Headers",
+            "ETag, Location, Retry-After".into(),
+        ),
     ]
 }
 
 /// The request headers a preflight may ask for.
-pub const ALLOWED_REQUEST_HEADERS: &str = "Authorization, Content-Type, If-Match, If-None-Match, Accept";
+pub const ALLOWED_REQUEST_HEADERS: &str =
+    "Authorization, Content-Type, If-Match, If-None-Match, Accept";
 
 #[cfg(test)]
 mod tests {
@@ -198,7 +238,12 @@ mod tests {
         let t = Token::from_secret("abc123abc123abc123abc123abc123abc123");
         assert!(t.verify(Some("Bearer abc123abc123abc123abc123abc123abc123")));
         assert!(t.verify(Some("bearer abc123abc123abc123abc123abc123abc123")));
-        for bad in ["Bearer abc", "Basic abc123abc123abc123abc123abc123abc123", "abc123abc123abc123abc123abc123abc123", ""] {
+        for bad in [
+            "Bearer abc",
+            "Basic abc123abc123abc123abc123abc123abc123",
+            "abc123abc123abc123abc123abc123abc123",
+            "",
+        ] {
             assert!(!t.verify(Some(bad)), "{bad}");
         }
         assert!(!t.verify(None));
@@ -215,10 +260,18 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.trim().len(), 64);
         assert!(t.verify(Some(&format!("Bearer {}", text.trim()))));
-        assert!(Token::load_or_create(&p).unwrap().verify(Some(&format!("Bearer {}", text.trim()))));
+        assert!(
+            Token::load_or_create(&p)
+                .unwrap()
+                .verify(Some(&format!("Bearer {}", text.trim())))
+        );
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(Token::load_or_create(&p).unwrap_err().contains("readable by others"));
+        assert!(
+            Token::load_or_create(&p)
+                .unwrap_err()
+                .contains("readable by others")
+        );
     }
 
     fn head(extra: &str) -> Head {
@@ -229,19 +282,53 @@ mod tests {
     fn origins_are_exact() {
         let allowed = vec!["https://app.example".to_string()];
         assert_eq!(check_origin(&head("Host: a"), &allowed).unwrap(), None);
-        assert_eq!(check_origin(&head("Host: a\r\nOrigin: https://app.example"), &allowed).unwrap(), Some("https://app.example"));
-        for o in ["https://app.example.evil", "http://app.example", "null", "https://APP.example"] {
-            assert_eq!(check_origin(&head(&format!("Host: a\r\nOrigin: {o}")), &allowed).unwrap_err().status(), 403, "{o}");
+        assert_eq!(
+            check_origin(&head("Host: a\r\nOrigin: https://app.example"), &allowed).unwrap(),
+            Some("https://app.example")
+        );
+        for o in [
+            "https://app.example.evil",
+            "http://app.example",
+            "null",
+            "https://APP.example",
+        ] {
+            assert_eq!(
+                check_origin(&head(&format!("Host: a\r\nOrigin: {o}")), &allowed)
+                    .unwrap_err()
+                    .status(),
+                403,
+                "{o}"
+            );
         }
     }
 
     #[test]
     fn hosts_are_the_listener_or_public_names() {
-        let h = Hosts::new("127.0.0.1:7777".parse().unwrap(), &["box.lan".into(), "proxy.example:443".into()]);
-        for ok in ["127.0.0.1:7777", "localhost:7777", "LOCALHOST:7777", "[::1]:7777", "box.lan", "box.lan:9", "proxy.example:443"] {
+        let h = Hosts::new(
+            "127.0.0.1:7777".parse().unwrap(),
+            &["box.lan".into(), "proxy.example:443".into()],
+        );
+        for ok in [
+            "127.0.0.1:7777",
+            "localhost:7777",
+            "LOCALHOST:7777",
+            "[::1]:7777",
+            "box.lan",
+            "box.lan:9",
+            "proxy.example:443",
+        ] {
             assert!(h.allows(ok), "{ok}");
         }
-        for bad in ["evil.example:7777", "127.0.0.1:7778", "127.0.0.1", "proxy.example", "proxy.example:444", "[::1", "[::1]x", "localhost:x"] {
+        for bad in [
+            "evil.example:7777",
+            "127.0.0.1:7778",
+            "127.0.0.1",
+            "proxy.example",
+            "proxy.example:444",
+            "[::1",
+            "[::1]x",
+            "localhost:x",
+        ] {
             assert!(!h.allows(bad), "{bad}");
         }
     }

@@ -32,24 +32,47 @@ impl Framing {
     pub fn of(head: &Head) -> Result<Framing, Problem> {
         let te = head.list("transfer-encoding");
         let cl = head.list("content-length");
-        if let Some(coding) = head.list("content-encoding").into_iter().find(|c| !c.eq_ignore_ascii_case("identity")) {
-            return Err(Problem::new(Code::UnsupportedMediaType, format!("content coding {coding} is not accepted")));
+        if let Some(coding) = head
+            .list("content-encoding")
+            .into_iter()
+            .find(|c| !c.eq_ignore_ascii_case("identity"))
+        {
+            return Err(Problem::new(
+                Code::UnsupportedMediaType,
+                format!("content coding {coding} is not accepted"),
+            ));
         }
         if !te.is_empty() {
             if !cl.is_empty() {
-                return Err(Problem::invalid("both Transfer-Encoding and Content-Length frame the body"));
+                return Err(Problem::invalid(
+                    "both Transfer-Encoding and Content-Length frame the body",
+                ));
             }
             if head.minor == 0 || te.len() != 1 || !te[0].eq_ignore_ascii_case("chunked") {
-                return Err(Problem::invalid("the only transfer coding accepted is chunked, alone, over HTTP/1.1"));
+                return Err(Problem::invalid(
+                    "the only transfer coding accepted is chunked, alone, over HTTP/1.1",
+                ));
             }
             return Ok(Framing::Chunked);
         }
-        let Some(first) = cl.first() else { return Ok(Framing::None) };
-        if cl.iter().any(|v| v != first) || first.is_empty() || first.len() > 19 || !first.bytes().all(|b| b.is_ascii_digit()) {
+        let Some(first) = cl.first() else {
+            return Ok(Framing::None);
+        };
+        if cl.iter().any(|v| v != first)
+            || first.is_empty()
+            || first.len() > 19
+            || !first.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(Problem::invalid("Content-Length is not one whole number"));
         }
-        let n: u64 = first.parse().map_err(|_| Problem::invalid("Content-Length is not one whole number"))?;
-        Ok(if n == 0 { Framing::None } else { Framing::Length(n) })
+        let n: u64 = first
+            .parse()
+            .map_err(|_| Problem::invalid("Content-Length is not one whole number"))?;
+        Ok(if n == 0 {
+            Framing::None
+        } else {
+            Framing::Length(n)
+        })
     }
 }
 
@@ -65,7 +88,10 @@ pub enum BodyError {
 impl BodyError {
     pub fn problem(&self) -> Problem {
         match self {
-            BodyError::TooLarge(limit) => Problem::new(Code::BodyTooLarge, format!("the body exceeds its limit of {limit} bytes")),
+            BodyError::TooLarge(limit) => Problem::new(
+                Code::BodyTooLarge,
+                format!("the body exceeds its limit of {limit} bytes"),
+            ),
             BodyError::Bad(why) => Problem::invalid(why.clone()),
         }
     }
@@ -73,9 +99,14 @@ impl BodyError {
 
 fn fill<R: Read>(r: &mut Reader<R>) -> Result<(), BodyError> {
     match r.fill() {
-        Ok(0) => Err(BodyError::Bad("the body ended before its declared end".into())),
+        Ok(0) => Err(BodyError::Bad(
+            "the body ended before its declared end".into(),
+        )),
         Ok(_) => Ok(()),
-        Err(e) => Err(BodyError::Bad(format!("the body could not be read: {}", crate::errors::io_cause(&e)))),
+        Err(e) => Err(BodyError::Bad(format!(
+            "the body could not be read: {}",
+            crate::errors::io_cause(&e)
+        ))),
     }
 }
 
@@ -97,7 +128,8 @@ fn take<R: Read>(r: &mut Reader<R>, out: &mut Vec<u8>, mut n: usize) -> Result<(
 fn line<R: Read>(r: &mut Reader<R>) -> Result<String, BodyError> {
     loop {
         if let Some(i) = r.peek().windows(2).position(|w| w == b"\r\n") {
-            let text = String::from_utf8(r.peek()[..i].to_vec()).map_err(|_| BodyError::Bad("chunk line is not ASCII".into()))?;
+            let text = String::from_utf8(r.peek()[..i].to_vec())
+                .map_err(|_| BodyError::Bad("chunk line is not ASCII".into()))?;
             r.consume(i + 2);
             return Ok(text);
         }
@@ -109,7 +141,11 @@ fn line<R: Read>(r: &mut Reader<R>) -> Result<String, BodyError> {
 }
 
 /// Reads a whole body of at most `limit` bytes.
-pub fn read<R: Read>(r: &mut Reader<R>, framing: Framing, limit: usize) -> Result<Vec<u8>, BodyError> {
+pub fn read<R: Read>(
+    r: &mut Reader<R>,
+    framing: Framing,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
     match framing {
         Framing::None => Ok(Vec::new()),
         Framing::Length(n) => {
@@ -125,10 +161,14 @@ pub fn read<R: Read>(r: &mut Reader<R>, framing: Framing, limit: usize) -> Resul
             loop {
                 let size_line = line(r)?;
                 let size = size_line.split(';').next().unwrap_or_default().trim();
-                if size.is_empty() || size.len() > 16 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+                if size.is_empty()
+                    || size.len() > 16
+                    || !size.bytes().all(|b| b.is_ascii_hexdigit())
+                {
                     return Err(BodyError::Bad("chunk size is not hexadecimal".into()));
                 }
-                let size = u64::from_str_radix(size, 16).map_err(|_| BodyError::Bad("chunk size is not hexadecimal".into()))?;
+                let size = u64::from_str_radix(size, 16)
+                    .map_err(|_| BodyError::Bad("chunk size is not hexadecimal".into()))?;
                 if size == 0 {
                     break;
                 }
@@ -168,7 +208,10 @@ pub fn require_json(head: &Head) -> Result<(), Problem> {
     if essence.eq_ignore_ascii_case("application/json") {
         Ok(())
     } else {
-        Err(Problem::new(Code::UnsupportedMediaType, "the body must be application/json"))
+        Err(Problem::new(
+            Code::UnsupportedMediaType,
+            "the body must be application/json",
+        ))
     }
 }
 
@@ -178,14 +221,27 @@ mod tests {
     use crate::http::wire::parse_head;
 
     fn framing(h: &str) -> Result<Framing, Problem> {
-        Framing::of(&parse_head(format!("POST /x HTTP/1.1\r\nHost: a\r\n{h}").trim_end().as_bytes()).unwrap())
+        Framing::of(
+            &parse_head(
+                format!("POST /x HTTP/1.1\r\nHost: a\r\n{h}")
+                    .trim_end()
+                    .as_bytes(),
+            )
+            .unwrap(),
+        )
     }
 
     #[test]
     fn framing_refuses_ambiguity() {
         assert_eq!(framing("Content-Length: 5").unwrap(), Framing::Length(5));
-        assert_eq!(framing("Content-Length: 5\r\nContent-Length: 5").unwrap(), Framing::Length(5));
-        assert_eq!(framing("Transfer-Encoding: Chunked").unwrap(), Framing::Chunked);
+        assert_eq!(
+            framing("Content-Length: 5\r\nContent-Length: 5").unwrap(),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            framing("Transfer-Encoding: Chunked").unwrap(),
+            Framing::Chunked
+        );
         assert_eq!(framing("").unwrap(), Framing::None);
         for bad in [
             "Content-Length: 5\r\nContent-Length: 6",
@@ -198,7 +254,12 @@ mod tests {
         ] {
             assert_eq!(framing(bad).unwrap_err().status(), 400, "{bad}");
         }
-        assert_eq!(framing("Content-Encoding: zstd\r\nContent-Length: 5").unwrap_err().status(), 415);
+        assert_eq!(
+            framing("Content-Encoding: zstd\r\nContent-Length: 5")
+                .unwrap_err()
+                .status(),
+            415
+        );
     }
 
     fn reader(bytes: &[u8]) -> Reader<&[u8]> {
@@ -210,8 +271,14 @@ mod tests {
         let mut r = reader(b"{\"a\":1}rest");
         assert_eq!(read(&mut r, Framing::Length(7), 10).unwrap(), b"{\"a\":1}");
         assert_eq!(r.peek(), b"rest");
-        assert!(matches!(read(&mut reader(b""), Framing::Length(1 << 40), 10), Err(BodyError::TooLarge(10))));
-        assert!(matches!(read(&mut reader(b"abc"), Framing::Length(5), 10), Err(BodyError::Bad(_))));
+        assert!(matches!(
+            read(&mut reader(b""), Framing::Length(1 << 40), 10),
+            Err(BodyError::TooLarge(10))
+        ));
+        assert!(matches!(
+            read(&mut reader(b"abc"), Framing::Length(5), 10),
+            Err(BodyError::Bad(_))
+        ));
     }
 
     #[test]
@@ -221,9 +288,18 @@ mod tests {
         assert_eq!(r.peek(), b"next");
         // The second chunk passes the limit: refused without reading it.
         let mut r = reader(b"6\r\nabcdef\r\nffffffff\r\n");
-        assert!(matches!(read(&mut r, Framing::Chunked, 10), Err(BodyError::TooLarge(10))));
+        assert!(matches!(
+            read(&mut r, Framing::Chunked, 10),
+            Err(BodyError::TooLarge(10))
+        ));
         for bad in [&b"zz\r\n"[..], b"3\r\nabcX\r\n0\r\n\r\n", b"3\r\nab"] {
-            assert!(matches!(read(&mut reader(bad), Framing::Chunked, 10), Err(BodyError::Bad(_))), "{bad:?}");
+            assert!(
+                matches!(
+                    read(&mut reader(bad), Framing::Chunked, 10),
+                    Err(BodyError::Bad(_))
+                ),
+                "{bad:?}"
+            );
         }
     }
 

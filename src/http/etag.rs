@@ -31,12 +31,18 @@ pub fn none_match_hits(if_none_match: Option<&str>, etag: &str) -> bool {
 /// missing, 412 when it names anything but the current representation.
 pub fn require_match(if_match: Option<&str>, current: &str) -> Result<(), Problem> {
     let Some(h) = if_match else {
-        return Err(Problem::new(Code::PreconditionRequired, "this change requires If-Match with the representation's ETag"));
+        return Err(Problem::new(
+            Code::PreconditionRequired,
+            "this change requires If-Match with the representation's ETag",
+        ));
     };
     if tags(h).any(|t| t == "*" || (!t.starts_with("W/") && t == current)) {
         Ok(())
     } else {
-        Err(Problem::new(Code::PreconditionFailed, "the representation changed since it was read; read it again"))
+        Err(Problem::new(
+            Code::PreconditionFailed,
+            "the representation changed since it was read; read it again",
+        ))
     }
 }
 
@@ -65,8 +71,16 @@ mod tests {
     fn if_match_is_required_and_strong() {
         let t = of(b"x");
         assert_eq!(require_match(None, &t).unwrap_err().status(), 428);
-        assert_eq!(require_match(Some("\"old\""), &t).unwrap_err().status(), 412);
-        assert_eq!(require_match(Some(&format!("W/{t}")), &t).unwrap_err().status(), 412);
+        assert_eq!(
+            require_match(Some("\"old\""), &t).unwrap_err().status(),
+            412
+        );
+        assert_eq!(
+            require_match(Some(&format!("W/{t}")), &t)
+                .unwrap_err()
+                .status(),
+            412
+        );
         assert!(require_match(Some(&t), &t).is_ok());
         assert!(require_match(Some(&format!("\"old\", {t}")), &t).is_ok());
     }

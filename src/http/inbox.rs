@@ -29,7 +29,7 @@
 //! the socket's `data.code` family.
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::problem::{Code, Problem};
 use super::{Answer, Ctx, Reply};
@@ -82,16 +82,39 @@ pub fn get_approvals(ctx: &mut Ctx) -> Result<Reply, Problem> {
     };
     let (route, query) = (ctx.route, ctx.query.clone());
     let body = ctx.reactor(move |d, answer: Answer<Value>| {
-        let mut items: Vec<&crate::core::inbox::Item> =
-            d.core.approvals.list(true).into_iter().filter(|i| may_see(&class, i)).filter(|i| state.is_none_or(|p| p == i.is_pending())).collect();
+        let mut items: Vec<&crate::core::inbox::Item> = d
+            .core
+            .approvals
+            .list(true)
+            .into_iter()
+            .filter(|i| may_see(&class, i))
+            .filter(|i| state.is_none_or(|p| p == i.is_pending()))
+            .collect();
         // Pending first, then the newest.
-        items.sort_by(|a, b| b.is_pending().cmp(&a.is_pending()).then(b.created_ms.cmp(&a.created_ms)).then(a.id.cmp(&b.id)));
-        let start = after.as_ref().and_then(|a| items.iter().position(|i| &i.id == a).map(|p| p + 1)).unwrap_or(0);
-        let page: Vec<Value> = items.iter().skip(start).take(limit).map(|i| approvals::to_socket(i)).collect();
+        items.sort_by(|a, b| {
+            b.is_pending()
+                .cmp(&a.is_pending())
+                .then(b.created_ms.cmp(&a.created_ms))
+                .then(a.id.cmp(&b.id))
+        });
+        let start = after
+            .as_ref()
+            .and_then(|a| items.iter().position(|i| &i.id == a).map(|p| p + 1))
+            .unwrap_or(0);
+        let page: Vec<Value> = items
+            .iter()
+            .skip(start)
+            .take(limit)
+            .map(|i| approvals::to_socket(i))
+            .collect();
         let more = items.len() > start + page.len();
         let (page, all) = super::pages::fit(page);
         let next = match page.last() {
-            Some(last) if more || !all => json!(super::pages::token(route, &query, last["request_id"].as_str().unwrap_or_default())),
+            Some(last) if more || !all => json!(super::pages::token(
+                route,
+                &query,
+                last["request_id"].as_str().unwrap_or_default()
+            )),
             _ => Value::Null,
         };
         answer.send(json!({"items": page, "next": next}));
@@ -101,11 +124,21 @@ pub fn get_approvals(ctx: &mut Ctx) -> Result<Reply, Problem> {
 
 pub fn get_approval(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let class = ctx.caller()?;
-    let id = ctx.path_param("approval_id").unwrap_or_default().to_string();
+    let id = ctx
+        .path_param("approval_id")
+        .unwrap_or_default()
+        .to_string();
     let body = ctx.reactor(move |d, answer: Answer<Option<Value>>| {
-        answer.send(d.core.approvals.get(&id).filter(|i| may_see(&class, i)).map(approvals::to_socket));
+        answer.send(
+            d.core
+                .approvals
+                .get(&id)
+                .filter(|i| may_see(&class, i))
+                .map(approvals::to_socket),
+        );
     })?;
-    body.map(Reply::representation).ok_or_else(|| Problem::new(Code::NotFound, "no such approval"))
+    body.map(Reply::representation)
+        .ok_or_else(|| Problem::new(Code::NotFound, "no such approval"))
 }
 
 #[derive(Deserialize)]
@@ -119,21 +152,42 @@ struct AnswerBody {
 }
 
 pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
-    let id = ctx.path_param("approval_id").unwrap_or_default().to_string();
+    let id = ctx
+        .path_param("approval_id")
+        .unwrap_or_default()
+        .to_string();
     let body: AnswerBody = ctx.json()?;
     let verdict = match body.decision.as_str() {
         "allow" => Verdict::Allow,
         "deny" => Verdict::Deny,
         _ => return Err(Problem::invalid("decision must be allow or deny")),
     };
-    if body.reason.as_ref().is_some_and(|r| r.len() > 4096 || r.chars().any(|c| c.is_control() && c != '\n')) {
-        return Err(Problem::invalid("reason must be at most 4096 bytes without control characters"));
+    if body
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.len() > 4096 || r.chars().any(|c| c.is_control() && c != '\n'))
+    {
+        return Err(Problem::invalid(
+            "reason must be at most 4096 bytes without control characters",
+        ));
     }
-    let pid = super::peer::peer_processes(ctx.conn.peer, ctx.conn.local).first().map_or(0, |h| h.pid);
+    let pid = super::peer::peer_processes(ctx.conn.peer, ctx.conn.local)
+        .first()
+        .map_or(0, |h| h.pid);
     let v = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        approvals::answer(d, &id, verdict, Answerer::Operator { pid }, "http", body.reason, body.digest.as_deref(), false, move |_d, r| {
-            answer.send(r.map_err(|e| rpc_problem(&e)));
-        });
+        approvals::answer(
+            d,
+            &id,
+            verdict,
+            Answerer::Operator { pid },
+            "http",
+            body.reason,
+            body.digest.as_deref(),
+            false,
+            move |_d, r| {
+                answer.send(r.map_err(|e| rpc_problem(&e)));
+            },
+        );
     })??;
     Ok(Reply::json(200, v))
 }
@@ -153,23 +207,51 @@ pub fn get_seats(ctx: &mut Ctx) -> Result<Reply, Problem> {
 /// Runs a daemon-socket method for this request and waits for its answer.
 /// `operator`: the route is operator-only, and the pipeline has checked
 /// the caller already.
-fn socket_method(ctx: &mut Ctx, operator: bool, method: &'static str, params: Map<String, Value>) -> Result<Value, Problem> {
-    let class = if operator { CallerClass::Operator } else { ctx.caller()? };
+fn socket_method(
+    ctx: &mut Ctx,
+    operator: bool,
+    method: &'static str,
+    params: Map<String, Value>,
+) -> Result<Value, Problem> {
+    let class = if operator {
+        CallerClass::Operator
+    } else {
+        ctx.caller()?
+    };
     ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let Some(h) = d.http.as_mut() else { return answer.send(Err(Problem::new(Code::Unavailable, "the HTTP API is not running"))) };
+        let Some(h) = d.http.as_mut() else {
+            return answer.send(Err(Problem::new(
+                Code::Unavailable,
+                "the HTTP API is not running",
+            )));
+        };
         let Some(conn) = h.answer_token() else {
-            return answer.send(Err(Problem::new(Code::Unavailable, "too many daemon methods are waiting for their answers").retry(1)));
+            return answer.send(Err(Problem::new(
+                Code::Unavailable,
+                "too many daemon methods are waiting for their answers",
+            )
+            .retry(1)));
         };
         let a = answer.clone();
-        h.answers.insert(conn, Box::new(move |r: Result<Value, RpcError>| a.send(r.map_err(|e| rpc_problem(&e)))));
-        let req = Req { conn, id: Value::Null, class };
+        h.answers.insert(
+            conn,
+            Box::new(move |r: Result<Value, RpcError>| a.send(r.map_err(|e| rpc_problem(&e)))),
+        );
+        let req = Req {
+            conn,
+            id: Value::Null,
+            class,
+        };
         crate::plugins::methods::dispatch(d, req, method, params);
     })?
 }
 
 fn plugin_params(ctx: &Ctx) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("plugin".into(), json!(ctx.path_param("plugin_id").unwrap_or_default()));
+    m.insert(
+        "plugin".into(),
+        json!(ctx.path_param("plugin_id").unwrap_or_default()),
+    );
     m
 }
 
@@ -180,7 +262,12 @@ pub fn get_plugins(ctx: &mut Ctx) -> Result<Reply, Problem> {
 
 pub fn get_plugin(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let p = plugin_params(ctx);
-    Ok(Reply::representation(socket_method(ctx, false, "plugin.get", p)?))
+    Ok(Reply::representation(socket_method(
+        ctx,
+        false,
+        "plugin.get",
+        p,
+    )?))
 }
 
 #[derive(Deserialize)]
@@ -199,7 +286,10 @@ pub fn post_plugin_approve(ctx: &mut Ctx) -> Result<Reply, Problem> {
     p.insert("permissions".into(), json!(b.permissions));
     p.insert("commands".into(), json!(b.commands));
     p.insert("operator".into(), json!(b.operator));
-    Ok(Reply::json(200, socket_method(ctx, true, "plugin.approve", p)?))
+    Ok(Reply::json(
+        200,
+        socket_method(ctx, true, "plugin.approve", p)?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -236,7 +326,10 @@ pub fn delete_plugin(ctx: &mut Ctx) -> Result<Reply, Problem> {
         }
         Some(_) => return Err(Problem::invalid("stop_tasks must be true or false")),
     }
-    Ok(Reply::json(200, socket_method(ctx, true, "plugin.remove", p)?))
+    Ok(Reply::json(
+        200,
+        socket_method(ctx, true, "plugin.remove", p)?,
+    ))
 }
 
 pub fn get_plugin_commands(ctx: &mut Ctx) -> Result<Reply, Problem> {
@@ -244,7 +337,19 @@ pub fn get_plugin_commands(ctx: &mut Ctx) -> Result<Reply, Problem> {
     // plugin.commands lists every plugin's; this resource is one plugin's.
     let v = socket_method(ctx, false, "plugin.commands", Map::new())?;
     let prefix = format!("{id}.");
-    let items: Vec<Value> = v["commands"].as_array().map(|a| a.iter().filter(|c| c["command"].as_str().is_some_and(|n| n.starts_with(&prefix))).cloned().collect()).unwrap_or_default();
+    let items: Vec<Value> = v["commands"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|c| {
+                    c["command"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(&prefix))
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Reply::representation(json!({"items": items, "next": null})))
 }
 
@@ -257,17 +362,32 @@ struct RunBody {
 
 pub fn post_plugin_command_run(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let b: RunBody = ctx.json()?;
-    let command = format!("{}.{}", ctx.path_param("plugin_id").unwrap_or_default(), ctx.path_param("command_id").unwrap_or_default());
+    let command = format!(
+        "{}.{}",
+        ctx.path_param("plugin_id").unwrap_or_default(),
+        ctx.path_param("command_id").unwrap_or_default()
+    );
     let mut p = Map::new();
     p.insert("command".into(), json!(command));
     if let Some(i) = b.input {
         p.insert("input".into(), json!(i));
     }
-    Ok(Reply::json(200, socket_method(ctx, true, "plugin.command.run", p)?))
+    Ok(Reply::json(
+        200,
+        socket_method(ctx, true, "plugin.command.run", p)?,
+    ))
 }
 
 pub fn get_plugin_request(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let mut p = Map::new();
-    p.insert("request_id".into(), json!(ctx.path_param("request_id").unwrap_or_default()));
-    Ok(Reply::representation(socket_method(ctx, false, "plugin.request.get", p)?))
+    p.insert(
+        "request_id".into(),
+        json!(ctx.path_param("request_id").unwrap_or_default()),
+    );
+    Ok(Reply::representation(socket_method(
+        ctx,
+        false,
+        "plugin.request.get",
+        p,
+    )?))
 }

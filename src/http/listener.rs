@@ -30,20 +30,20 @@
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::Shared;
 use super::problem::{Code, Problem};
 use super::wire::{self, Reader, Response};
-use super::Shared;
 use crate::limits;
 
 /// One open connection and the slot it holds.
@@ -93,19 +93,38 @@ impl Listener {
 
 /// Binds the listening socket; returns it with the address it got.
 pub fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), String> {
-    let listener = TcpListener::bind(addr).map_err(|e| format!("unable to listen for HTTP on {addr}: {}", crate::errors::io_cause(&e)))?;
-    listener.set_nonblocking(true).map_err(|e| format!("unable to set up the HTTP listener: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| format!("unable to set up the HTTP listener: {e}"))?;
+    let listener = TcpListener::bind(addr).map_err(|e| {
+        format!(
+            "unable to listen for HTTP on {addr}: {}",
+            crate::errors::io_cause(&e)
+        )
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("unable to set up the HTTP listener: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("unable to set up the HTTP listener: {e}"))?;
     Ok((listener, addr))
 }
 
 /// Starts the poller and `threads` handler threads on a bound listener.
 /// `serve` handles a connection with bytes to read and gives it back when
 /// it should stay open.
-pub fn start(listener: TcpListener, shared: Arc<Shared>, threads: usize, serve: fn(&Arc<Shared>, Conn) -> Option<Conn>) -> Result<Listener, String> {
-    let addr = listener.local_addr().map_err(|e| format!("unable to set up the HTTP listener: {e}"))?;
+pub fn start(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    threads: usize,
+    serve: fn(&Arc<Shared>, Conn) -> Option<Conn>,
+) -> Result<Listener, String> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("unable to set up the HTTP listener: {e}"))?;
     let poll = Poll::new().map_err(|e| format!("unable to create the HTTP poll: {e}"))?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(|e| format!("unable to create the HTTP waker: {e}"))?);
+    let waker = Arc::new(
+        Waker::new(poll.registry(), WAKE)
+            .map_err(|e| format!("unable to create the HTTP waker: {e}"))?,
+    );
     let max = shared.max_connections;
     let (work_tx, work_rx) = bounded::<Conn>(max);
     let (back_tx, back_rx) = bounded::<Conn>(max);
@@ -128,11 +147,24 @@ pub fn start(listener: TcpListener, shared: Arc<Shared>, threads: usize, serve: 
             })
             .map_err(|e| format!("unable to start HTTP handler thread: {e}"))?;
     }
-    let mut poller = Poller { poll, listener, shared, work_tx, back_rx, idle: HashMap::new(), next: 2, stop: stop.clone() };
+    let mut poller = Poller {
+        poll,
+        listener,
+        shared,
+        work_tx,
+        back_rx,
+        idle: HashMap::new(),
+        next: 2,
+        stop: stop.clone(),
+    };
     poller
         .poll
         .registry()
-        .register(&mut SourceFd(&poller.listener.as_raw_fd()), LISTEN, Interest::READABLE)
+        .register(
+            &mut SourceFd(&poller.listener.as_raw_fd()),
+            LISTEN,
+            Interest::READABLE,
+        )
         .map_err(|e| format!("unable to watch the HTTP listener: {e}"))?;
     std::thread::Builder::new()
         .name("http-poll".into())
@@ -157,7 +189,11 @@ impl Poller {
         let mut events = Events::with_capacity(256);
         loop {
             let now = Instant::now();
-            let timeout = self.idle.values().map(|(_, d)| d.saturating_duration_since(now)).min();
+            let timeout = self
+                .idle
+                .values()
+                .map(|(_, d)| d.saturating_duration_since(now))
+                .min();
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     crate::error!("the HTTP poll failed: {e}; the HTTP listener stops");
@@ -174,20 +210,35 @@ impl Poller {
                     WAKE => {}
                     Token(t) => {
                         if let Some((conn, _)) = self.idle.remove(&t) {
-                            let _ = self.poll.registry().deregister(&mut SourceFd(&conn.stream().as_raw_fd()));
+                            let _ = self
+                                .poll
+                                .registry()
+                                .deregister(&mut SourceFd(&conn.stream().as_raw_fd()));
                             self.dispatch(conn);
                         }
                     }
                 }
             }
             while let Ok(conn) = self.back_rx.try_recv() {
-                if conn.r.buffered() > 0 { self.dispatch(conn) } else { self.park(conn) }
+                if conn.r.buffered() > 0 {
+                    self.dispatch(conn)
+                } else {
+                    self.park(conn)
+                }
             }
             let now = Instant::now();
-            let expired: Vec<usize> = self.idle.iter().filter(|(_, (_, d))| *d <= now).map(|(t, _)| *t).collect();
+            let expired: Vec<usize> = self
+                .idle
+                .iter()
+                .filter(|(_, (_, d))| *d <= now)
+                .map(|(t, _)| *t)
+                .collect();
             for t in expired {
                 if let Some((conn, _)) = self.idle.remove(&t) {
-                    let _ = self.poll.registry().deregister(&mut SourceFd(&conn.stream().as_raw_fd()));
+                    let _ = self
+                        .poll
+                        .registry()
+                        .deregister(&mut SourceFd(&conn.stream().as_raw_fd()));
                 }
             }
         }
@@ -202,7 +253,10 @@ impl Poller {
                 Err(e) => {
                     // Out of descriptors or memory: the connection stays in the
                     // backlog and is accepted when the poll reports it again.
-                    crate::warn!("unable to accept an HTTP connection: {}", crate::errors::io_cause(&e));
+                    crate::warn!(
+                        "unable to accept an HTTP connection: {}",
+                        crate::errors::io_cause(&e)
+                    );
                     return;
                 }
             }
@@ -213,18 +267,37 @@ impl Poller {
         let taken = self.shared.conns.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.shared.clone());
         if taken >= self.shared.max_connections {
-            refuse(stream, &Problem::new(Code::TooManyConnections, "the daemon already serves the maximum number of HTTP connections; try again").retry(1));
+            refuse(
+                stream,
+                &Problem::new(
+                    Code::TooManyConnections,
+                    "the daemon already serves the maximum number of HTTP connections; try again",
+                )
+                .retry(1),
+            );
             return;
         }
-        let Ok(local) = stream.local_addr() else { return };
+        let Ok(local) = stream.local_addr() else {
+            return;
+        };
         let set = stream
             .set_nodelay(true)
-            .and_then(|()| stream.set_read_timeout(Some(Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS))))
-            .and_then(|()| stream.set_write_timeout(Some(Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS))));
+            .and_then(|()| {
+                stream.set_read_timeout(Some(Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS)))
+            })
+            .and_then(|()| {
+                stream.set_write_timeout(Some(Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS)))
+            });
         if set.is_err() {
             return;
         }
-        self.park(Conn { r: Reader::new(stream), peer, local, class: std::cell::OnceCell::new(), _slot: slot });
+        self.park(Conn {
+            r: Reader::new(stream),
+            peer,
+            local,
+            class: std::cell::OnceCell::new(),
+            _slot: slot,
+        });
     }
 
     /// Watches an idle connection until it has bytes or its idle time ends.
@@ -233,9 +306,28 @@ impl Poller {
             return;
         }
         let t = self.next;
-        self.next = if self.next == usize::MAX { 2 } else { self.next + 1 };
-        if self.poll.registry().register(&mut SourceFd(&conn.stream().as_raw_fd()), Token(t), Interest::READABLE).is_ok() {
-            self.idle.insert(t, (conn, Instant::now() + Duration::from_millis(limits::HTTP_IDLE_MS)));
+        self.next = if self.next == usize::MAX {
+            2
+        } else {
+            self.next + 1
+        };
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut SourceFd(&conn.stream().as_raw_fd()),
+                Token(t),
+                Interest::READABLE,
+            )
+            .is_ok()
+        {
+            self.idle.insert(
+                t,
+                (
+                    conn,
+                    Instant::now() + Duration::from_millis(limits::HTTP_IDLE_MS),
+                ),
+            );
         }
     }
 

@@ -39,13 +39,13 @@ pub mod sse;
 pub mod uuid7;
 pub mod wire;
 
-use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::config::{HttpSection, Paths};
@@ -93,20 +93,34 @@ pub struct Http {
 
 impl Http {
     /// Starts the listener when the config asks for one.
-    pub fn start(cfg: &HttpSection, paths: &Paths, inbox: crate::reactor::Inbox, instance_id: &str) -> Result<Option<Http>, String> {
+    pub fn start(
+        cfg: &HttpSection,
+        paths: &Paths,
+        inbox: crate::reactor::Inbox,
+        instance_id: &str,
+    ) -> Result<Option<Http>, String> {
         if cfg.listen.is_empty() {
             return Ok(None);
         }
-        let addr: SocketAddr = cfg.listen.parse().map_err(|_| format!("http.listen {:?} is not IP:PORT", cfg.listen))?;
-        let token_path = if cfg.token_file.is_empty() { paths.state_dir.join("http.token") } else { cfg.token_file.clone().into() };
+        let addr: SocketAddr = cfg
+            .listen
+            .parse()
+            .map_err(|_| format!("http.listen {:?} is not IP:PORT", cfg.listen))?;
+        let token_path = if cfg.token_file.is_empty() {
+            paths.state_dir.join("http.token")
+        } else {
+            cfg.token_file.clone().into()
+        };
         let token = auth::Token::load_or_create(&token_path)?;
         let (api, fixes) = sessions::Api::load(&paths.ledger)?;
         if !fixes.is_empty() {
-            inbox.run(move |d| d.write(fixes, |_, r| {
-                if let Err(e) = r {
-                    crate::error!("unable to record the inputs the last run left: {e:?}");
-                }
-            }));
+            inbox.run(move |d| {
+                d.write(fixes, |_, r| {
+                    if let Err(e) = r {
+                        crate::error!("unable to record the inputs the last run left: {e:?}");
+                    }
+                })
+            });
         }
         // Bound first: with port 0 the Host check needs the port chosen.
         let (tcp, addr) = listener::bind(addr)?;
@@ -125,7 +139,15 @@ impl Http {
         });
         let listener = listener::start(tcp, shared.clone(), cfg.threads, serve)?;
         crate::info!("serving HTTP on {addr} (token in {})", token_path.display());
-        Ok(Some(Http { shared, addr, listener, event_topics: HashMap::new(), sessions: api, answers: HashMap::new(), next_answer: 0 }))
+        Ok(Some(Http {
+            shared,
+            addr,
+            listener,
+            event_topics: HashMap::new(),
+            sessions: api,
+            answers: HashMap::new(),
+            next_answer: 0,
+        }))
     }
 
     /// A request token for a socket method run for HTTP: counted down from
@@ -164,10 +186,10 @@ impl Http {
     /// Whether requests are still being answered, or streams still writing
     /// their final `failure` batch.
     pub fn busy(&self) -> bool {
-        self.shared.in_flight.load(Ordering::Acquire) > 0 || self.shared.streams.load(Ordering::Acquire) > 0
+        self.shared.in_flight.load(Ordering::Acquire) > 0
+            || self.shared.streams.load(Ordering::Acquire) > 0
     }
 }
-
 
 /// How many request tokens [`Http::answer_token`] counts through before
 /// it wraps.
@@ -194,14 +216,24 @@ pub fn publish(d: &mut Daemon, events: &[Appended]) {
 }
 
 /// A session's round was committed (from `core::sessions::finish`).
-pub fn session_committed(d: &mut Daemon, sid: &str, delta: Option<&crate::core::transcript::Delta>) {
+pub fn session_committed(
+    d: &mut Daemon,
+    sid: &str,
+    delta: Option<&crate::core::transcript::Delta>,
+) {
     sessions::on_committed(d, sid, delta);
 }
 
 /// Where the answer of a daemon-socket method run for HTTP goes: true when
 /// `conn` was such a request (see [`inbox`]).
-pub fn take_answer(d: &mut Daemon, conn: mio::Token, result: &Result<Value, crate::errors::RpcError>) -> bool {
-    let Some(k) = d.http.as_mut().and_then(|h| h.answers.remove(&conn)) else { return false };
+pub fn take_answer(
+    d: &mut Daemon,
+    conn: mio::Token,
+    result: &Result<Value, crate::errors::RpcError>,
+) -> bool {
+    let Some(k) = d.http.as_mut().and_then(|h| h.answers.remove(&conn)) else {
+        return false;
+    };
     k(result.clone());
     true
 }
@@ -226,7 +258,12 @@ impl<T> Answer<T> {
 /// What a handler answers.
 pub enum Reply {
     /// A JSON representation. `etag`: validate it (GET representations).
-    Json { status: u16, body: Value, etag: bool, headers: Vec<(&'static str, String)> },
+    Json {
+        status: u16,
+        body: Value,
+        etag: bool,
+        headers: Vec<(&'static str, String)>,
+    },
     /// An SSE stream: the closure writes the events after the head; it runs
     /// on its own writer thread.
     Stream(Box<dyn FnOnce(&mut TcpStream) -> sse::End + Send>),
@@ -234,12 +271,22 @@ pub enum Reply {
 
 impl Reply {
     pub fn json(status: u16, body: Value) -> Reply {
-        Reply::Json { status, body, etag: false, headers: Vec::new() }
+        Reply::Json {
+            status,
+            body,
+            etag: false,
+            headers: Vec::new(),
+        }
     }
 
     /// A representation that carries an ETag and honours If-None-Match.
     pub fn representation(body: Value) -> Reply {
-        Reply::Json { status: 200, body, etag: true, headers: Vec::new() }
+        Reply::Json {
+            status: 200,
+            body,
+            etag: true,
+            headers: Vec::new(),
+        }
     }
 }
 
@@ -259,11 +306,17 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn path_param(&self, name: &str) -> Option<&str> {
-        self.params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.params
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Reads and decodes the JSON body (at most `HTTP_BODY_MAX` bytes).
@@ -277,13 +330,20 @@ impl Ctx<'_> {
             return Err(Problem::invalid("this request needs a JSON body"));
         }
         body::require_json(self.head)?;
-        if self.head.header("expect").is_some_and(|e| e.eq_ignore_ascii_case("100-continue")) {
+        if self
+            .head
+            .header("expect")
+            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+        {
             if let Framing::Length(n) = self.framing {
                 if n > limit as u64 {
                     return Err(body::BodyError::TooLarge(limit).problem());
                 }
             }
-            let _ = self.conn.stream().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let _ = self
+                .conn
+                .stream()
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         let bytes = body::read(&mut self.conn.r, self.framing, limit).map_err(|e| e.problem())?;
         self.body_read = true;
@@ -291,7 +351,10 @@ impl Ctx<'_> {
     }
 
     /// Runs `f` on the reactor thread and waits for what it sends.
-    pub fn reactor<T: Send + 'static>(&self, f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static) -> Result<T, Problem> {
+    pub fn reactor<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static,
+    ) -> Result<T, Problem> {
         reactor_call(self.shared, f)
     }
 
@@ -323,7 +386,9 @@ impl Ctx<'_> {
             let daemon_pid = std::process::id() as i32;
             let mut class = CallerClass::Operator;
             for h in &holders {
-                let c = crate::procs::classify(h.pid, daemon_pid, &d.roots, || crate::procs::pidfd_alive(&h.pidfd));
+                let c = crate::procs::classify(h.pid, daemon_pid, &d.roots, || {
+                    crate::procs::pidfd_alive(&h.pidfd)
+                });
                 if !c.is_operator() {
                     class = c;
                     break;
@@ -337,15 +402,22 @@ impl Ctx<'_> {
 use std::io::Write as _;
 
 /// Runs `f` on the reactor and waits (bounded) for its answer.
-pub fn reactor_call<T: Send + 'static>(shared: &Shared, f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static) -> Result<T, Problem> {
+pub fn reactor_call<T: Send + 'static>(
+    shared: &Shared,
+    f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static,
+) -> Result<T, Problem> {
     let (tx, rx) = bounded(1);
     if !shared.inbox.run(move |d| f(d, Answer(tx))) {
         return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
     }
     match rx.recv_timeout(Duration::from_millis(limits::HTTP_REACTOR_WAIT_MS)) {
         Ok(v) => Ok(v),
-        Err(RecvTimeoutError::Timeout) => Err(Problem::new(Code::Unavailable, "the daemon did not answer in time").retry(1)),
-        Err(RecvTimeoutError::Disconnected) => Err(Problem::new(Code::ShuttingDown, "the daemon is stopping")),
+        Err(RecvTimeoutError::Timeout) => {
+            Err(Problem::new(Code::Unavailable, "the daemon did not answer in time").retry(1))
+        }
+        Err(RecvTimeoutError::Disconnected) => {
+            Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"))
+        }
     }
 }
 
@@ -361,7 +433,9 @@ impl<'a> InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.stopping.load(Ordering::Acquire) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
+            && self.0.stopping.load(Ordering::Acquire)
+        {
             // The reactor waits for the last answer before it exits.
             self.0.inbox.run(|_| {});
         }
@@ -376,7 +450,12 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
             Ok(h) => h,
             Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
             Err(HeadError::Bad(p)) => {
-                let _ = wire::write_response(&mut conn.stream(), &with_common(Response::problem(&p), None), false, true);
+                let _ = wire::write_response(
+                    &mut conn.stream(),
+                    &with_common(Response::problem(&p), None),
+                    false,
+                    true,
+                );
                 return None;
             }
         };
@@ -426,28 +505,61 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
             return Ok(Outcome::Done(preflight(route, head, origin)));
         }
         if !shared.token.verify(head.header("authorization")) {
-            return Err(Problem::new(Code::Unauthorized, "missing or wrong bearer token"));
+            return Err(Problem::new(
+                Code::Unauthorized,
+                "missing or wrong bearer token",
+            ));
         }
-        let op = route.ops.iter().find(|o| o.method == head.method).ok_or_else(|| {
-            let mut p = Problem::new(Code::MethodNotAllowed, format!("{} does not support {}", route.path, head.method));
-            p.allow = Some(route.allow());
-            p
-        })?;
+        let op = route
+            .ops
+            .iter()
+            .find(|o| o.method == head.method)
+            .ok_or_else(|| {
+                let mut p = Problem::new(
+                    Code::MethodNotAllowed,
+                    format!("{} does not support {}", route.path, head.method),
+                );
+                p.allow = Some(route.allow());
+                p
+            })?;
         let query = wire::parse_query(&head.query)?;
         if let Some((k, _)) = query.iter().find(|(k, _)| !op.query.contains(&k.as_str())) {
             return Err(Problem::invalid(format!("unknown query parameter {k}")));
         }
         if let Some(e) = head.header("expect") {
             if !e.eq_ignore_ascii_case("100-continue") {
-                return Err(Problem::new(Code::ExpectationFailed, "the only expectation accepted is 100-continue"));
+                return Err(Problem::new(
+                    Code::ExpectationFailed,
+                    "the only expectation accepted is 100-continue",
+                ));
             }
         }
-        let mut ctx = Ctx { shared, head, params, query, route: route.path, conn, framing, body_read: false };
+        let mut ctx = Ctx {
+            shared,
+            head,
+            params,
+            query,
+            route: route.path,
+            conn,
+            framing,
+            body_read: false,
+        };
         if op.operator_only {
             let class = ctx.caller()?;
             if !class.is_operator() {
-                crate::warn!("refused HTTP {} {} to a caller of class {}", head.method, route.path, class.name());
-                return Err(Problem::new(Code::OperatorOnly, format!("only the operator may do this; the caller is {}", class.name())));
+                crate::warn!(
+                    "refused HTTP {} {} to a caller of class {}",
+                    head.method,
+                    route.path,
+                    class.name()
+                );
+                return Err(Problem::new(
+                    Code::OperatorOnly,
+                    format!(
+                        "only the operator may do this; the caller is {}",
+                        class.name()
+                    ),
+                ));
             }
         }
         let reply = (op.handler)(&mut ctx);
@@ -469,11 +581,20 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
             }
             return (false, Some((headers, task)));
         }
-        Ok(Outcome::Replied(Ok(Reply::Json { status, body, etag, headers }), consumed)) => {
-            (json_response(head, status, &body, etag, headers), consumed)
-        }
+        Ok(Outcome::Replied(
+            Ok(Reply::Json {
+                status,
+                body,
+                etag,
+                headers,
+            }),
+            consumed,
+        )) => (json_response(head, status, &body, etag, headers), consumed),
         Ok(Outcome::Replied(Err(p), consumed)) => (Response::problem(&p), consumed),
-        Err(p) => (Response::problem(&p), framing.as_ref().is_ok_and(|f| *f == Framing::None)),
+        Err(p) => (
+            Response::problem(&p),
+            framing.as_ref().is_ok_and(|f| *f == Framing::None),
+        ),
     };
     let keep = consumed && head.keep_alive() && !stopping;
     let response = with_common(response, origin);
@@ -488,7 +609,13 @@ enum Outcome {
     Replied(Result<Reply, Problem>, bool),
 }
 
-fn json_response(head: &Head, status: u16, body: &Value, etag: bool, headers: Vec<(&'static str, String)>) -> Response {
+fn json_response(
+    head: &Head,
+    status: u16,
+    body: &Value,
+    etag: bool,
+    headers: Vec<(&'static str, String)>,
+) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut r = Response::json(status, Vec::new());
     r.headers.extend(headers);
@@ -510,37 +637,57 @@ fn preflight(route: &routes::Route, head: &Head, origin: Option<&str>) -> Respon
     if origin.is_some() && head.header("access-control-request-method").is_some() {
         r = r
             .header("Access-Control-Allow-Methods", allow)
-            .header("Access-Control-Allow-Headers", auth::ALLOWED_REQUEST_HEADERS)
+            .header(
+                "Access-Control-Allow-Headers",
+                auth::ALLOWED_REQUEST_HEADERS,
+            )
             .header("Access-Control-Max-Age", "600");
     }
     r
 }
 
 /// Moves a connection to its own SSE writer thread.
-fn start_stream(shared: &Arc<Shared>, conn: Conn, headers: Vec<(&'static str, String)>, task: StreamTask) {
+fn start_stream(
+    shared: &Arc<Shared>,
+    conn: Conn,
+    headers: Vec<(&'static str, String)>,
+    task: StreamTask,
+) {
     let taken = shared.streams.fetch_add(1, Ordering::AcqRel);
     let release = StreamSlot(shared.clone());
     if taken >= limits::HTTP_MAX_STREAMS {
-        let p = Problem::new(Code::TooManyStreams, "the daemon already serves the maximum number of streams").retry(1);
-        let _ = wire::write_response(&mut conn.stream(), &with_common(Response::problem(&p), None), false, true);
+        let p = Problem::new(
+            Code::TooManyStreams,
+            "the daemon already serves the maximum number of streams",
+        )
+        .retry(1);
+        let _ = wire::write_response(
+            &mut conn.stream(),
+            &with_common(Response::problem(&p), None),
+            false,
+            true,
+        );
         return;
     }
     let n = shared.next_stream.fetch_add(1, Ordering::Relaxed);
-    let spawned = std::thread::Builder::new().name(format!("http-sse-{n}")).stack_size(limits::HTTP_SSE_STACK).spawn(move || {
-        let _release = release;
-        let mut stream = match conn.stream().try_clone() {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        let mut head = Vec::new();
-        wire::write_status_and_headers(&mut head, 200, &headers);
-        head.extend_from_slice(b"Connection: close\r\n\r\n");
-        if stream.write_all(&head).is_err() {
-            return;
-        }
-        task(&mut stream);
-        drop(conn);
-    });
+    let spawned = std::thread::Builder::new()
+        .name(format!("http-sse-{n}"))
+        .stack_size(limits::HTTP_SSE_STACK)
+        .spawn(move || {
+            let _release = release;
+            let mut stream = match conn.stream().try_clone() {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            let mut head = Vec::new();
+            wire::write_status_and_headers(&mut head, 200, &headers);
+            head.extend_from_slice(b"Connection: close\r\n\r\n");
+            if stream.write_all(&head).is_err() {
+                return;
+            }
+            task(&mut stream);
+            drop(conn);
+        });
     if let Err(e) = spawned {
         crate::warn!("unable to start an SSE writer thread: {e}");
     }
@@ -550,7 +697,9 @@ struct StreamSlot(Arc<Shared>);
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        if self.0.streams.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.stopping.load(Ordering::Acquire) {
+        if self.0.streams.fetch_sub(1, Ordering::AcqRel) == 1
+            && self.0.stopping.load(Ordering::Acquire)
+        {
             // The reactor waits for the last stream before it exits.
             self.0.inbox.run(|_| {});
         }
@@ -567,7 +716,10 @@ mod tests {
         let top = |n: usize| mio::Token(usize::MAX - n);
         // ANSWER_TOKENS - 1 is taken; the count wraps to 0, also taken.
         let waiting = [top(ANSWER_TOKENS - 1), top(0)];
-        assert_eq!(next_answer_token(&mut next, |t| waiting.contains(&t)), Some(top(1)));
+        assert_eq!(
+            next_answer_token(&mut next, |t| waiting.contains(&t)),
+            Some(top(1))
+        );
         assert_eq!(next_answer_token(&mut next, |_| false), Some(top(2)));
         // Every token waiting: none, rather than one that is.
         assert_eq!(next_answer_token(&mut next, |_| true), None);

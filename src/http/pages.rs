@@ -24,7 +24,10 @@ pub fn limit(raw: Option<&str>) -> Result<usize, Problem> {
         None => Ok(limits::HTTP_PAGE_DEFAULT),
         Some(s) => match s.parse::<usize>() {
             Ok(n) if (1..=limits::HTTP_PAGE_MAX).contains(&n) && !s.starts_with('+') => Ok(n),
-            _ => Err(Problem::invalid(format!("limit must be a whole number from 1 to {}", limits::HTTP_PAGE_MAX))),
+            _ => Err(Problem::invalid(format!(
+                "limit must be a whole number from 1 to {}",
+                limits::HTTP_PAGE_MAX
+            ))),
         },
     }
 }
@@ -44,21 +47,34 @@ fn binding(route: &str, query: &[(String, String)], position: &str) -> String {
 
 /// The token that resumes `route` with `query` after `position`.
 pub fn token(route: &str, query: &[(String, String)], position: &str) -> String {
-    format!("p1.{}.{}", crate::ids::hex(position.as_bytes()), binding(route, query, position))
+    format!(
+        "p1.{}.{}",
+        crate::ids::hex(position.as_bytes()),
+        binding(route, query, position)
+    )
 }
 
 /// The position inside a `next` token given with `query`; 400 when the
 /// token is malformed or belongs to another query.
 pub fn resume(route: &str, query: &[(String, String)], next: &str) -> Result<String, Problem> {
-    let bad = || Problem::invalid("next is not a continuation of this query; repeat the original query without next");
+    let bad = || {
+        Problem::invalid(
+            "next is not a continuation of this query; repeat the original query without next",
+        )
+    };
     let mut parts = next.split('.');
-    let (Some("p1"), Some(hex), Some(bind), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let (Some("p1"), Some(hex), Some(bind), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return Err(bad());
     };
     if hex.len() % 2 != 0 || hex.len() > 512 {
         return Err(bad());
     }
-    let bytes: Option<Vec<u8>> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
     let position = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
     if binding(route, query, &position) != bind {
         return Err(bad());
@@ -89,7 +105,10 @@ mod tests {
     use serde_json::json;
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -109,7 +128,10 @@ mod tests {
         with_next.push(("next".into(), t.clone()));
         assert_eq!(resume("/events", &with_next, &t).unwrap(), "42");
         // Parameter order does not matter; content does.
-        assert_eq!(resume("/events", &q(&[("limit", "2"), ("stream", "x-a")]), &t).unwrap(), "42");
+        assert_eq!(
+            resume("/events", &q(&[("limit", "2"), ("stream", "x-a")]), &t).unwrap(),
+            "42"
+        );
         assert!(resume("/events", &q(&[("stream", "x-b"), ("limit", "2")]), &t).is_err());
         assert!(resume("/events", &q(&[("stream", "x-a"), ("limit", "3")]), &t).is_err());
         assert!(resume("/storage", &query, &t).is_err());

@@ -26,7 +26,11 @@ use std::os::fd::{FromRawFd, OwnedFd};
 pub fn parse_addr(s: &str) -> Option<SocketAddr> {
     let (ip, port) = s.split_once(':')?;
     let port = u16::from_str_radix(port, 16).ok()?;
-    let word = |i: usize| u32::from_str_radix(ip.get(i * 8..i * 8 + 8)?, 16).ok().map(u32::to_ne_bytes);
+    let word = |i: usize| {
+        u32::from_str_radix(ip.get(i * 8..i * 8 + 8)?, 16)
+            .ok()
+            .map(u32::to_ne_bytes)
+    };
     let ip = match ip.len() {
         8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
         32 => {
@@ -43,7 +47,10 @@ pub fn parse_addr(s: &str) -> Option<SocketAddr> {
 
 fn same(a: SocketAddr, b: SocketAddr) -> bool {
     let canon = |s: SocketAddr| match s.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(|v4| SocketAddr::new(IpAddr::V4(v4), s.port())).unwrap_or(s),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(|v4| SocketAddr::new(IpAddr::V4(v4), s.port()))
+            .unwrap_or(s),
         IpAddr::V4(_) => s,
     };
     canon(a) == canon(b)
@@ -56,14 +63,18 @@ pub fn find_inode(table: &str, theirs: SocketAddr, ours: SocketAddr) -> Option<u
         let f: Vec<&str> = line.split_whitespace().collect();
         let local = parse_addr(f.get(1)?)?;
         let remote = parse_addr(f.get(2)?)?;
-        (same(local, theirs) && same(remote, ours)).then(|| f.get(9)?.parse().ok()).flatten()
+        (same(local, theirs) && same(remote, ours))
+            .then(|| f.get(9)?.parse().ok())
+            .flatten()
     })
 }
 
 /// Pids whose fd table holds socket `inode`.
 fn holders(inode: u64) -> Vec<i32> {
     let want = format!("socket:[{inode}]");
-    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     procs
         .flatten()
         .filter_map(|p| p.file_name().to_str()?.parse::<i32>().ok())
@@ -72,8 +83,11 @@ fn holders(inode: u64) -> Vec<i32> {
 }
 
 fn holds(pid: i32, link: &str) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link))
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link))
 }
 
 /// A process holding the peer's socket, pinned.
@@ -89,7 +103,9 @@ pub fn peer_processes(theirs: SocketAddr, ours: SocketAddr) -> Vec<Holder> {
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .find_map(|t| find_inode(&t, theirs, ours));
-    let Some(inode) = inode else { return Vec::new() };
+    let Some(inode) = inode else {
+        return Vec::new();
+    };
     let link = format!("socket:[{inode}]");
     holders(inode)
         .into_iter()
@@ -114,9 +130,18 @@ mod tests {
 
     #[test]
     fn parses_proc_net_addresses() {
-        assert_eq!(parse_addr("0100007F:1F90"), Some("127.0.0.1:8080".parse().unwrap()));
-        assert_eq!(parse_addr("00000000000000000000000001000000:0050"), Some("[::1]:80".parse().unwrap()));
-        assert_eq!(parse_addr("0000000000000000FFFF00000100007F:0050").map(|a| a.ip().to_string()), Some("::ffff:127.0.0.1".into()));
+        assert_eq!(
+            parse_addr("0100007F:1F90"),
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(
+            parse_addr("00000000000000000000000001000000:0050"),
+            Some("[::1]:80".parse().unwrap())
+        );
+        assert_eq!(
+            parse_addr("0000000000000000FFFF00000100007F:0050").map(|a| a.ip().to_string()),
+            Some("::ffff:127.0.0.1".into())
+        );
         assert_eq!(parse_addr("zz:1"), None);
     }
 
@@ -127,10 +152,27 @@ mod tests {
         let (server, peer) = listener.accept().unwrap();
         let ours = server.local_addr().unwrap();
         let found = peer_processes(peer, ours);
-        assert!(found.iter().any(|h| h.pid == std::process::id() as i32), "this process holds the client end");
+        assert!(
+            found.iter().any(|h| h.pid == std::process::id() as i32),
+            "this process holds the client end"
+        );
         drop(client);
         let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:A000 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 20 4 30 10 -1\n";
-        assert_eq!(find_inode(table, "127.0.0.1:40960".parse().unwrap(), "127.0.0.1:8080".parse().unwrap()), Some(4242));
-        assert_eq!(find_inode(table, "127.0.0.1:8080".parse().unwrap(), "127.0.0.1:40960".parse().unwrap()), None);
+        assert_eq!(
+            find_inode(
+                table,
+                "127.0.0.1:40960".parse().unwrap(),
+                "127.0.0.1:8080".parse().unwrap()
+            ),
+            Some(4242)
+        );
+        assert_eq!(
+            find_inode(
+                table,
+                "127.0.0.1:8080".parse().unwrap(),
+                "127.0.0.1:40960".parse().unwrap()
+            ),
+            None
+        );
     }
 }

@@ -201,7 +201,13 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(code: Code, detail: impl Into<String>) -> Problem {
-        Problem { code, detail: detail.into(), allow: None, retry_after: None, status_override: None }
+        Problem {
+            code,
+            detail: detail.into(),
+            allow: None,
+            retry_after: None,
+            status_override: None,
+        }
     }
 
     /// Adds `Retry-After`.

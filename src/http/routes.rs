@@ -23,15 +23,15 @@
 //! validates real replies against it.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
 use super::inbox as ib;
 use super::pages;
-use super::sessions as ss;
 use super::problem::{Code, Problem};
+use super::sessions as ss;
 use super::sse::{self, Start, Subscription};
 use super::{Answer, Ctx, Reply};
 use crate::daemon::Daemon;
@@ -68,9 +68,33 @@ impl Route {
 }
 
 pub const ROUTES: &[Route] = &[
-    Route { path: "/server", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: get_server }] },
-    Route { path: "/server/shutdown", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: post_shutdown }] },
-    Route { path: "/storage", ops: &[Op { method: "GET", query: &["limit", "next", "sessions_next"], operator_only: true, handler: get_storage }] },
+    Route {
+        path: "/server",
+        ops: &[Op {
+            method: "GET",
+            query: &[],
+            operator_only: false,
+            handler: get_server,
+        }],
+    },
+    Route {
+        path: "/server/shutdown",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: post_shutdown,
+        }],
+    },
+    Route {
+        path: "/storage",
+        ops: &[Op {
+            method: "GET",
+            query: &["limit", "next", "sessions_next"],
+            operator_only: true,
+            handler: get_storage,
+        }],
+    },
     Route {
         path: "/events",
         ops: &[Op {
@@ -82,54 +106,207 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         path: "/sessions",
-        ops: &[Op { method: "GET", query: &["state", "harness", "worktree", "parent", "search", "limit", "next"], operator_only: false, handler: ss::get_sessions }],
+        ops: &[Op {
+            method: "GET",
+            query: &[
+                "state", "harness", "worktree", "parent", "search", "limit", "next",
+            ],
+            operator_only: false,
+            handler: ss::get_sessions,
+        }],
     },
     Route {
         path: "/sessions/{session_id}",
         ops: &[
-            Op { method: "GET", query: &["tail", "after_generation", "after_seq"], operator_only: false, handler: ss::get_session },
-            Op { method: "PUT", query: &[], operator_only: true, handler: ss::put_session },
-            Op { method: "DELETE", query: &[], operator_only: true, handler: ss::delete_session },
+            Op {
+                method: "GET",
+                query: &["tail", "after_generation", "after_seq"],
+                operator_only: false,
+                handler: ss::get_session,
+            },
+            Op {
+                method: "PUT",
+                query: &[],
+                operator_only: true,
+                handler: ss::put_session,
+            },
+            Op {
+                method: "DELETE",
+                query: &[],
+                operator_only: true,
+                handler: ss::delete_session,
+            },
         ],
     },
     Route {
         path: "/sessions/{session_id}/inputs/{input_id}",
         ops: &[
-            Op { method: "GET", query: &[], operator_only: false, handler: ss::get_input },
-            Op { method: "PUT", query: &[], operator_only: true, handler: ss::put_input },
+            Op {
+                method: "GET",
+                query: &[],
+                operator_only: false,
+                handler: ss::get_input,
+            },
+            Op {
+                method: "PUT",
+                query: &[],
+                operator_only: true,
+                handler: ss::put_input,
+            },
         ],
     },
     Route {
         path: "/sessions/{session_id}/inputs/{input_id}/cancel",
-        ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ss::cancel_input }],
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ss::cancel_input,
+        }],
     },
-    Route { path: "/sessions/{session_id}/interrupt", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ss::post_interrupt }] },
+    Route {
+        path: "/sessions/{session_id}/interrupt",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ss::post_interrupt,
+        }],
+    },
     Route {
         path: "/sessions/{session_id}/history",
-        ops: &[Op { method: "GET", query: &["before", "after", "limit"], operator_only: false, handler: ss::get_history }],
+        ops: &[Op {
+            method: "GET",
+            query: &["before", "after", "limit"],
+            operator_only: false,
+            handler: ss::get_history,
+        }],
     },
-    Route { path: "/approvals", ops: &[Op { method: "GET", query: &["state", "limit", "next"], operator_only: false, handler: ib::get_approvals }] },
-    Route { path: "/approvals/{approval_id}", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_approval }] },
-    Route { path: "/approvals/{approval_id}/answer", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_answer }] },
-    Route { path: "/seats", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_seats }] },
-    Route { path: "/plugins", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugins }] },
+    Route {
+        path: "/approvals",
+        ops: &[Op {
+            method: "GET",
+            query: &["state", "limit", "next"],
+            operator_only: false,
+            handler: ib::get_approvals,
+        }],
+    },
+    Route {
+        path: "/approvals/{approval_id}",
+        ops: &[Op {
+            method: "GET",
+            query: &[],
+            operator_only: false,
+            handler: ib::get_approval,
+        }],
+    },
+    Route {
+        path: "/approvals/{approval_id}/answer",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ib::post_answer,
+        }],
+    },
+    Route {
+        path: "/seats",
+        ops: &[Op {
+            method: "GET",
+            query: &[],
+            operator_only: false,
+            handler: ib::get_seats,
+        }],
+    },
+    Route {
+        path: "/plugins",
+        ops: &[Op {
+            method: "GET",
+            query: &[],
+            operator_only: false,
+            handler: ib::get_plugins,
+        }],
+    },
     Route {
         path: "/plugins/{plugin_id}",
         ops: &[
-            Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin },
-            Op { method: "DELETE", query: &["stop_tasks"], operator_only: true, handler: ib::delete_plugin },
+            Op {
+                method: "GET",
+                query: &[],
+                operator_only: false,
+                handler: ib::get_plugin,
+            },
+            Op {
+                method: "DELETE",
+                query: &["stop_tasks"],
+                operator_only: true,
+                handler: ib::delete_plugin,
+            },
         ],
     },
-    Route { path: "/plugins/{plugin_id}/approve", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_approve }] },
-    Route { path: "/plugins/{plugin_id}/discard", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_discard }] },
-    Route { path: "/plugins/{plugin_id}/enable", ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_enable }] },
-    Route { path: "/plugins/{plugin_id}/disable", ops: &[Op { method: "POST", query: &[], operator_only: false, handler: ib::post_plugin_disable }] },
-    Route { path: "/plugins/{plugin_id}/commands", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin_commands }] },
+    Route {
+        path: "/plugins/{plugin_id}/approve",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ib::post_plugin_approve,
+        }],
+    },
+    Route {
+        path: "/plugins/{plugin_id}/discard",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ib::post_plugin_discard,
+        }],
+    },
+    Route {
+        path: "/plugins/{plugin_id}/enable",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ib::post_plugin_enable,
+        }],
+    },
+    Route {
+        path: "/plugins/{plugin_id}/disable",
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: false,
+            handler: ib::post_plugin_disable,
+        }],
+    },
+    Route {
+        path: "/plugins/{plugin_id}/commands",
+        ops: &[Op {
+            method: "GET",
+            query: &[],
+            operator_only: false,
+            handler: ib::get_plugin_commands,
+        }],
+    },
     Route {
         path: "/plugins/{plugin_id}/commands/{command_id}/run",
-        ops: &[Op { method: "POST", query: &[], operator_only: true, handler: ib::post_plugin_command_run }],
+        ops: &[Op {
+            method: "POST",
+            query: &[],
+            operator_only: true,
+            handler: ib::post_plugin_command_run,
+        }],
     },
-    Route { path: "/plugin-requests/{request_id}", ops: &[Op { method: "GET", query: &[], operator_only: false, handler: ib::get_plugin_request }] },
+    Route {
+        path: "/plugin-requests/{request_id}",
+        ops: &[Op {
+            method: "GET",
+            query: &[],
+            operator_only: false,
+            handler: ib::get_plugin_request,
+        }],
+    },
 ];
 
 /// Path parameters by the names in the route template.
@@ -164,12 +341,17 @@ pub fn find(path: &str) -> Result<(&'static Route, PathParams), Problem> {
 /// Picks the representation `Accept` admits best among `offers` (the first
 /// offer on a tie or without Accept); 406 when none.
 pub fn negotiate(accept: Option<&str>, offers: &[&'static str]) -> Result<&'static str, Problem> {
-    let Some(accept) = accept else { return Ok(offers[0]) };
+    let Some(accept) = accept else {
+        return Ok(offers[0]);
+    };
     let mut best: Option<(f32, usize)> = None;
     for range in accept.split(',') {
         let mut parts = range.split(';').map(str::trim);
         let media = parts.next().unwrap_or_default().to_ascii_lowercase();
-        let q = parts.find_map(|p| p.strip_prefix("q=")).and_then(|q| q.parse::<f32>().ok()).unwrap_or(1.0);
+        let q = parts
+            .find_map(|p| p.strip_prefix("q="))
+            .and_then(|q| q.parse::<f32>().ok())
+            .unwrap_or(1.0);
         if q <= 0.0 {
             continue;
         }
@@ -181,14 +363,24 @@ pub fn negotiate(accept: Option<&str>, offers: &[&'static str]) -> Result<&'stat
             }
         }
     }
-    best.map(|(_, i)| offers[i]).ok_or_else(|| Problem::new(Code::NotAcceptable, format!("this resource is served as {}", offers.join(" or "))))
+    best.map(|(_, i)| offers[i]).ok_or_else(|| {
+        Problem::new(
+            Code::NotAcceptable,
+            format!("this resource is served as {}", offers.join(" or ")),
+        )
+    })
 }
 
 /// Maps a ledger refusal to a problem.
 pub(crate) fn ledger_problem(e: WriteError) -> Problem {
     match e {
-        WriteError::Corrupt => Problem::new(Code::LedgerCorrupt, "the ledger cannot be trusted and is read-only"),
-        WriteError::Busy => Problem::new(Code::LedgerBusy, "the ledger is busy; try again").retry(1),
+        WriteError::Corrupt => Problem::new(
+            Code::LedgerCorrupt,
+            "the ledger cannot be trusted and is read-only",
+        ),
+        WriteError::Busy => {
+            Problem::new(Code::LedgerBusy, "the ledger is busy; try again").retry(1)
+        }
         WriteError::Failed(why) => {
             crate::error!("ledger access failed: {why}");
             Problem::new(Code::Unavailable, "the ledger could not be reached")
@@ -206,7 +398,9 @@ pub(crate) fn read_failed(e: &rusqlite::Error) -> Problem {
 pub(crate) fn counter(name: &str, raw: &str) -> Result<u64, Problem> {
     match raw.parse::<u64>() {
         Ok(n) if n < (1 << 53) && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-        _ => Err(Problem::invalid(format!("{name} must be a whole number from 0 to 2^53-1"))),
+        _ => Err(Problem::invalid(format!(
+            "{name} must be a whole number from 0 to 2^53-1"
+        ))),
     }
 }
 
@@ -237,19 +431,29 @@ struct ShutdownBody {
 
 fn post_shutdown(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let body: ShutdownBody = ctx.json()?;
-    let timeout = body.timeout_ms.unwrap_or(limits::HTTP_SHUTDOWN_TIMEOUT_DEFAULT_MS);
+    let timeout = body
+        .timeout_ms
+        .unwrap_or(limits::HTTP_SHUTDOWN_TIMEOUT_DEFAULT_MS);
     if !(1..=limits::HTTP_SHUTDOWN_TIMEOUT_MAX_MS).contains(&timeout) {
-        return Err(Problem::invalid(format!("timeout_ms must be 1 to {}", limits::HTTP_SHUTDOWN_TIMEOUT_MAX_MS)));
+        return Err(Problem::invalid(format!(
+            "timeout_ms must be 1 to {}",
+            limits::HTTP_SHUTDOWN_TIMEOUT_MAX_MS
+        )));
     }
     let id = body.instance_id;
     let result = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
         if id != d.instance_id {
-            answer.send(Err(Problem::new(Code::InstanceChanged, "the daemon is another instance than the one named; read /server again")));
+            answer.send(Err(Problem::new(
+                Code::InstanceChanged,
+                "the daemon is another instance than the one named; read /server again",
+            )));
             return;
         }
         // The answer is handed over before the stop begins, and the stop
         // waits for in-flight HTTP answers before the process exits.
-        answer.send(Ok(json!({"instance_id": d.instance_id, "state": "draining"})));
+        answer.send(Ok(
+            json!({"instance_id": d.instance_id, "state": "draining"}),
+        ));
         d.begin_stop_within("POST /server/shutdown", Duration::from_millis(timeout));
     })?;
     Ok(Reply::json(202, result?))
@@ -270,7 +474,9 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let query = ctx.query.clone();
     let route = ctx.route;
     let result = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let main = std::fs::metadata(&d.paths.ledger).map(|m| m.len()).unwrap_or(0);
+        let main = std::fs::metadata(&d.paths.ledger)
+            .map(|m| m.len())
+            .unwrap_or(0);
         let side = |ext: &str| {
             let mut p = d.paths.ledger.clone().into_os_string();
             p.push(ext);
@@ -281,14 +487,19 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
         let queued = d.ledger.read(Box::new(move |conn| {
             let figures = ledger::page_figures(conn);
             let streams = ledger::stream_counts(conn, after.as_deref().unwrap_or(""), limit + 1);
-            let sessions = session_estimates(conn, after_session.as_deref().unwrap_or(""), limit + 1);
+            let sessions =
+                session_estimates(conn, after_session.as_deref().unwrap_or(""), limit + 1);
             let v = match (figures, streams, sessions) {
                 (Ok((page_size, pages_total, free)), Ok(mut rows), Ok(mut srows)) => {
                     let smore = srows.len() > limit;
                     srows.truncate(limit);
                     let (sitems, sall) = pages::fit(srows);
                     let snext = match sitems.last() {
-                        Some(last) if smore || !sall => json!(pages::token("/storage#sessions", &query, last["id"].as_str().unwrap_or(""))),
+                        Some(last) if smore || !sall => json!(pages::token(
+                            "/storage#sessions",
+                            &query,
+                            last["id"].as_str().unwrap_or("")
+                        )),
                         _ => Value::Null,
                     };
                     let more = rows.len() > limit;
@@ -296,7 +507,11 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
                     let items = rows.iter().map(|(s, n)| json!({"stream": s, "events": n}));
                     let (items, all) = pages::fit(items);
                     let next = match items.last() {
-                        Some(last) if more || !all => json!(pages::token(route, &query, last["stream"].as_str().unwrap_or(""))),
+                        Some(last) if more || !all => json!(pages::token(
+                            route,
+                            &query,
+                            last["stream"].as_str().unwrap_or("")
+                        )),
                         _ => Value::Null,
                     };
                     Ok(json!({
@@ -328,7 +543,11 @@ fn get_storage(ctx: &mut Ctx) -> Result<Reply, Problem> {
 /// include ID, title, workspace, creation and activity timestamps, and
 /// estimated content bytes"), after session id `after`, by id: events in
 /// the session's stream, transcript entries and their text bytes.
-fn session_estimates(conn: &rusqlite::Connection, after: &str, limit: usize) -> rusqlite::Result<Vec<Value>> {
+fn session_estimates(
+    conn: &rusqlite::Connection,
+    after: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<Value>> {
     let mut st = conn.prepare_cached(
         "SELECT s.id, s.name, s.cwd, s.created_at, s.last_activity, \
          coalesce((SELECT last_seq FROM streams WHERE stream = s.id), 0), \
@@ -385,9 +604,13 @@ pub fn event_sse_json(ev: &Appended) -> String {
 }
 
 fn stream_name(ctx: &Ctx) -> Result<String, Problem> {
-    let s = ctx.param("stream").ok_or_else(|| Problem::invalid("stream is required"))?;
+    let s = ctx
+        .param("stream")
+        .ok_or_else(|| Problem::invalid("stream is required"))?;
     if s.is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
-        return Err(Problem::invalid("stream must be 1 to 128 characters without control characters"));
+        return Err(Problem::invalid(
+            "stream must be 1 to 128 characters without control characters",
+        ));
     }
     Ok(s.to_string())
 }
@@ -399,18 +622,30 @@ fn may_read_stream(ctx: &Ctx, stream: &str) -> Result<(), Problem> {
     match ctx.caller()? {
         crate::procs::CallerClass::Operator => Ok(()),
         crate::procs::CallerClass::AgentSession(Some(own)) if own == stream => Ok(()),
-        other => Err(Problem::new(Code::OperatorOnly, format!("a caller of class {} reads only its own session's events", other.name()))),
+        other => Err(Problem::new(
+            Code::OperatorOnly,
+            format!(
+                "a caller of class {} reads only its own session's events",
+                other.name()
+            ),
+        )),
     }
 }
 
 fn get_events(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let stream = stream_name(ctx)?;
     may_read_stream(ctx, &stream)?;
-    if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
+    if negotiate(
+        ctx.head.header("accept"),
+        &["application/json", "text/event-stream"],
+    )? == "text/event-stream"
+    {
         return watch_events(ctx, stream);
     }
     if ctx.param("after_generation").is_some() {
-        return Err(Problem::invalid("after_generation belongs to a watch (Accept: text/event-stream)"));
+        return Err(Problem::invalid(
+            "after_generation belongs to a watch (Accept: text/event-stream)",
+        ));
     }
     let limit = pages::limit(ctx.param("limit"))?;
     let after = match (ctx.param("next"), ctx.param("after_seq")) {
@@ -418,42 +653,77 @@ fn get_events(ctx: &mut Ctx) -> Result<Reply, Problem> {
         (None, Some(a)) => counter("after_seq", a)?,
         (None, None) => 0,
     };
-    let rows = ctx.reactor(move |d, answer: Answer<Result<Vec<ledger::StoredEvent>, Problem>>| {
-        let fallback = answer.clone();
-        let queued = crate::socket::methods::read_events(d, stream, after as i64, limit + 1, move |_, rows| {
-            answer.send(rows.map_err(|e| read_failed(&e)));
-        });
-        if let Err(e) = queued {
-            fallback.send(Err(ledger_problem(e)));
-        }
-    })??;
+    let rows = ctx.reactor(
+        move |d, answer: Answer<Result<Vec<ledger::StoredEvent>, Problem>>| {
+            let fallback = answer.clone();
+            let queued = crate::socket::methods::read_events(
+                d,
+                stream,
+                after as i64,
+                limit + 1,
+                move |_, rows| {
+                    answer.send(rows.map_err(|e| read_failed(&e)));
+                },
+            );
+            if let Err(e) = queued {
+                fallback.send(Err(ledger_problem(e)));
+            }
+        },
+    )??;
     let more = rows.len() > limit;
-    let items = rows.iter().take(limit).map(|r| serde_json::from_str::<Value>(&event_item_text(&r.stream, r.seq, &r.kind, &r.ts, &r.data)).unwrap_or(Value::Null));
+    let items = rows.iter().take(limit).map(|r| {
+        serde_json::from_str::<Value>(&event_item_text(&r.stream, r.seq, &r.kind, &r.ts, &r.data))
+            .unwrap_or(Value::Null)
+    });
     let (items, all) = pages::fit(items);
     let next = match items.last() {
-        Some(last) if more || !all => json!(pages::token(ctx.route, &ctx.query, &last["seq"].to_string())),
+        Some(last) if more || !all => json!(pages::token(
+            ctx.route,
+            &ctx.query,
+            &last["seq"].to_string()
+        )),
         _ => Value::Null,
     };
-    Ok(Reply::Json { status: 200, body: json!({"items": items, "next": next}), etag: true, headers: vec![("Vary", "Accept".into())] })
+    Ok(Reply::Json {
+        status: 200,
+        body: json!({"items": items, "next": next}),
+        etag: true,
+        headers: vec![("Vary", "Accept".into())],
+    })
 }
 
 fn watch_events(ctx: &mut Ctx, stream: String) -> Result<Reply, Problem> {
     if ctx.param("limit").is_some() || ctx.param("next").is_some() {
-        return Err(Problem::invalid("limit and next belong to JSON pages, not to a watch"));
+        return Err(Problem::invalid(
+            "limit and next belong to JSON pages, not to a watch",
+        ));
     }
     let after = match (ctx.param("after_generation"), ctx.param("after_seq")) {
         (None, None) => None,
-        (Some(g), Some(s)) if !g.is_empty() && g.len() <= 128 => Some((g.to_string(), counter("after_seq", s)?)),
-        _ => return Err(Problem::invalid("a watch resumes with both after_generation and after_seq, from the last batch consumed")),
+        (Some(g), Some(s)) if !g.is_empty() && g.len() <= 128 => {
+            Some((g.to_string(), counter("after_seq", s)?))
+        }
+        _ => {
+            return Err(Problem::invalid(
+                "a watch resumes with both after_generation and after_seq, from the last batch consumed",
+            ));
+        }
     };
-    let (sub, start) = ctx.reactor(move |d, answer| subscribe_events(d, stream, after, answer))??;
+    let (sub, start) =
+        ctx.reactor(move |d, answer| subscribe_events(d, stream, after, answer))??;
     let name = ctx.param("stream").unwrap_or_default().to_string();
     Ok(Reply::Stream(Box::new(move |w: &mut TcpStream| {
         let mut snapshot = || {
             let at = sub.high_water();
             Ok((at, json!({"stream": name, "high_water": at}).to_string()))
         };
-        let end = sse::run_watch(w, &sub, start, Duration::from_millis(limits::SSE_KEEPALIVE_MS), &mut snapshot);
+        let end = sse::run_watch(
+            w,
+            &sub,
+            start,
+            Duration::from_millis(limits::SSE_KEEPALIVE_MS),
+            &mut snapshot,
+        );
         let _ = w.flush();
         end
     })))
@@ -463,13 +733,24 @@ type Attached = Result<(Subscription, Start), Problem>;
 
 /// Subscribes to a ledger stream's topic, creating the topic at the
 /// stream's committed high water when it is the first watch.
-fn subscribe_events(d: &mut Daemon, stream: String, after: Option<(String, u64)>, answer: Answer<Attached>) {
+fn subscribe_events(
+    d: &mut Daemon,
+    stream: String,
+    after: Option<(String, u64)>,
+    answer: Answer<Attached>,
+) {
     if d.is_stopping() {
-        answer.send(Err(Problem::new(Code::ShuttingDown, "the daemon is stopping")));
+        answer.send(Err(Problem::new(
+            Code::ShuttingDown,
+            "the daemon is stopping",
+        )));
         return;
     }
     let Some(http) = d.http.as_mut() else {
-        answer.send(Err(Problem::new(Code::Unavailable, "the HTTP API is not running")));
+        answer.send(Err(Problem::new(
+            Code::Unavailable,
+            "the HTTP API is not running",
+        )));
         return;
     };
     if let Some(topic) = http.event_topics.get_mut(&stream) {
@@ -484,8 +765,12 @@ fn subscribe_events(d: &mut Daemon, stream: String, after: Option<(String, u64)>
             let generation = d.instance_id.clone();
             let r = match (last, d.http.as_mut()) {
                 (Err(e), _) => Err(read_failed(&e)),
-                (Ok(_), None) => Err(Problem::new(Code::Unavailable, "the HTTP API is not running")),
-                (Ok(high), Some(http)) => topic_for(http, &stream, generation, high.max(0) as u64).and_then(|t| attach(t, &after)),
+                (Ok(_), None) => Err(Problem::new(
+                    Code::Unavailable,
+                    "the HTTP API is not running",
+                )),
+                (Ok(high), Some(http)) => topic_for(http, &stream, generation, high.max(0) as u64)
+                    .and_then(|t| attach(t, &after)),
             };
             answer.send(r);
         });
@@ -495,24 +780,48 @@ fn subscribe_events(d: &mut Daemon, stream: String, after: Option<(String, u64)>
     }
 }
 
-fn topic_for<'a>(http: &'a mut super::Http, stream: &str, generation: String, high: u64) -> Result<&'a mut sse::Topic, Problem> {
+fn topic_for<'a>(
+    http: &'a mut super::Http,
+    stream: &str,
+    generation: String,
+    high: u64,
+) -> Result<&'a mut sse::Topic, Problem> {
     if !http.event_topics.contains_key(stream) {
         if http.event_topics.len() >= limits::SSE_EVENT_TOPICS {
-            let idle = http.event_topics.iter_mut().filter_map(|(k, t)| (t.watchers() == 0).then(|| k.clone())).next();
+            let idle = http
+                .event_topics
+                .iter_mut()
+                .filter_map(|(k, t)| (t.watchers() == 0).then(|| k.clone()))
+                .next();
             match idle {
                 Some(k) => {
                     http.event_topics.remove(&k);
                 }
-                None => return Err(Problem::new(Code::TooManyStreams, "every watchable stream slot is in use").retry(1)),
+                None => {
+                    return Err(Problem::new(
+                        Code::TooManyStreams,
+                        "every watchable stream slot is in use",
+                    )
+                    .retry(1));
+                }
             }
         }
-        http.event_topics.insert(stream.to_string(), sse::Topic::new(generation, high));
+        http.event_topics
+            .insert(stream.to_string(), sse::Topic::new(generation, high));
     }
-    http.event_topics.get_mut(stream).ok_or_else(|| Problem::new(Code::Unavailable, "the watch could not be set up"))
+    http.event_topics
+        .get_mut(stream)
+        .ok_or_else(|| Problem::new(Code::Unavailable, "the watch could not be set up"))
 }
 
 fn attach(topic: &mut sse::Topic, after: &Option<(String, u64)>) -> Attached {
-    let sub = topic.subscribe().map_err(|_| Problem::new(Code::TooManyStreams, "this stream has the maximum number of watchers").retry(1))?;
+    let sub = topic.subscribe().map_err(|_| {
+        Problem::new(
+            Code::TooManyStreams,
+            "this stream has the maximum number of watchers",
+        )
+        .retry(1)
+    })?;
     let start = sub.plan(after.as_ref().map(|(g, s)| (g.as_str(), *s)));
     Ok((sub, start))
 }
@@ -526,7 +835,11 @@ mod tests {
         assert_eq!(find("/server").unwrap().0.path, "/server");
         assert_eq!(find("/server/shutdown").unwrap().0.path, "/server/shutdown");
         for missing in ["/", "/server/", "/servers", "/server/shutdown/x", ""] {
-            assert_eq!(find(missing).err().map(|p| p.status()), Some(404), "{missing}");
+            assert_eq!(
+                find(missing).err().map(|p| p.status()),
+                Some(404),
+                "{missing}"
+            );
         }
         assert_eq!(find("/events").unwrap().0.allow(), "GET, OPTIONS");
     }
@@ -535,19 +848,42 @@ mod tests {
     fn negotiation_prefers_quality_then_order() {
         let offers = ["application/json", "text/event-stream"];
         assert_eq!(negotiate(None, &offers).unwrap(), "application/json");
-        assert_eq!(negotiate(Some("text/event-stream"), &offers).unwrap(), "text/event-stream");
+        assert_eq!(
+            negotiate(Some("text/event-stream"), &offers).unwrap(),
+            "text/event-stream"
+        );
         assert_eq!(negotiate(Some("*/*"), &offers).unwrap(), "application/json");
-        assert_eq!(negotiate(Some("application/json;q=0.5, text/*"), &offers).unwrap(), "text/event-stream");
-        assert_eq!(negotiate(Some("text/html"), &offers).unwrap_err().status(), 406);
-        assert_eq!(negotiate(Some("application/json;q=0"), &offers[..1]).unwrap_err().status(), 406);
+        assert_eq!(
+            negotiate(Some("application/json;q=0.5, text/*"), &offers).unwrap(),
+            "text/event-stream"
+        );
+        assert_eq!(
+            negotiate(Some("text/html"), &offers).unwrap_err().status(),
+            406
+        );
+        assert_eq!(
+            negotiate(Some("application/json;q=0"), &offers[..1])
+                .unwrap_err()
+                .status(),
+            406
+        );
     }
 
     #[test]
     fn large_event_data_is_left_out() {
         let small = event_item_text("x-a", 3, "note", "t", "{\"n\":1}");
-        assert_eq!(serde_json::from_str::<Value>(&small).unwrap()["data"]["n"], 1);
-        let big = format!("{{\"s\":\"{}\"}}", "x".repeat(limits::HTTP_EVENT_INLINE_MAX));
+        assert_eq!(
+            serde_json::from_str::<Value>(&small).unwrap()["data"]["n"],
+            1
+        );
+        let big = format!(
+            "{{\"s\":\"{}\"}}",
+            "x".repeat(limits::HTTP_EVENT_INLINE_MAX)
+        );
         let v: Value = serde_json::from_str(&event_item_text("x-a", 3, "note", "t", &big)).unwrap();
-        assert_eq!((v["data"].clone(), v["data_omitted"].clone()), (Value::Null, json!(true)));
+        assert_eq!(
+            (v["data"].clone(), v["data_omitted"].clone()),
+            (Value::Null, json!(true))
+        );
     }
 }

@@ -49,7 +49,7 @@
 //! [`sse::CollectionQueue`] per subscriber with `invalidate` and `activity`.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::net::TcpStream;
@@ -182,7 +182,9 @@ fn problem_pair(p: &Problem) -> Option<(String, String)> {
 }
 
 fn stored_problem(status: u16, pair: &Option<(String, String)>) -> Problem {
-    let (code, detail) = pair.clone().unwrap_or_else(|| ("conflict".into(), "the request was refused".into()));
+    let (code, detail) = pair
+        .clone()
+        .unwrap_or_else(|| ("conflict".into(), "the request was refused".into()));
     let mut p = Problem::new(Code::parse(&code).unwrap_or(Code::Conflict), detail);
     p.status_override = Some(status);
     p
@@ -196,24 +198,49 @@ impl Api {
     pub fn load(path: &std::path::Path) -> Result<(Api, Vec<Op>), String> {
         let mut api = Api::default();
         let mut ops = Vec::new();
-        let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| format!("unable to read the HTTP identities: {e}"))?;
+        let conn =
+            rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .map_err(|e| format!("unable to read the HTTP identities: {e}"))?;
         let cut = crate::clock::format_ts(crate::clock::now_ms() - limits::UUID7_MAX_AGE_MS);
         let r = (|| -> rusqlite::Result<()> {
-            let mut st = conn.prepare("SELECT id, intent, session, status, problem, created_at FROM http_creations")?;
+            let mut st = conn.prepare(
+                "SELECT id, intent, session, status, problem, created_at FROM http_creations",
+            )?;
             let rows = st.query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, Option<String>>(2)?, r.get::<_, i64>(3)?, r.get::<_, Option<String>>(4)?, r.get::<_, String>(5)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
             })?;
             for row in rows {
                 let (id, intent, session, status, problem, created_at) = row?;
                 if session.is_none() && created_at < cut {
-                    ops.push(Op::Exec { sql: "DELETE FROM http_creations WHERE id = ?1", params: vec![Sql::Text(id)] });
+                    ops.push(Op::Exec {
+                        sql: "DELETE FROM http_creations WHERE id = ?1",
+                        params: vec![Sql::Text(id)],
+                    });
                     continue;
                 }
-                let problem = problem.and_then(|p| serde_json::from_str::<(String, String)>(&p).ok());
+                let problem =
+                    problem.and_then(|p| serde_json::from_str::<(String, String)>(&p).ok());
                 if let Some(s) = &session {
                     api.created_as.insert(s.clone(), id.clone());
                 }
-                api.creations.insert(id, Creation { intent, session, status: status.clamp(100, 599) as u16, problem, created_at, settled: true });
+                api.creations.insert(
+                    id,
+                    Creation {
+                        intent,
+                        session,
+                        status: status.clamp(100, 599) as u16,
+                        problem,
+                        created_at,
+                        settled: true,
+                    },
+                );
             }
             let mut st = conn.prepare(
                 "SELECT id, session, intent, kind, status, problem, accepted_at, ord, delivery, turn, outcome, position, ended_at FROM http_inputs ORDER BY session, ord",
@@ -227,7 +254,9 @@ impl Api {
                         kind: r.get(3)?,
                         text: None,
                         status: r.get::<_, i64>(4)?.clamp(100, 599) as u16,
-                        problem: r.get::<_, Option<String>>(5)?.and_then(|p| serde_json::from_str(&p).ok()),
+                        problem: r
+                            .get::<_, Option<String>>(5)?
+                            .and_then(|p| serde_json::from_str(&p).ok()),
                         accepted_at: r.get(6)?,
                         order: r.get::<_, Option<i64>>(7)?.map(|o| o.max(0) as u64),
                         delivery: r.get(8)?,
@@ -241,12 +270,18 @@ impl Api {
             })?;
             for row in rows {
                 let (mut input, ended_at) = row?;
-                let terminal = ended_at.as_deref().is_some_and(|e| e < cut.as_str()) || (input.status != 202 && input.accepted_at < cut);
+                let terminal = ended_at.as_deref().is_some_and(|e| e < cut.as_str())
+                    || (input.status != 202 && input.accepted_at < cut);
                 if terminal {
-                    ops.push(Op::Exec { sql: "DELETE FROM http_inputs WHERE id = ?1", params: vec![Sql::Text(input.id.clone())] });
+                    ops.push(Op::Exec {
+                        sql: "DELETE FROM http_inputs WHERE id = ?1",
+                        params: vec![Sql::Text(input.id.clone())],
+                    });
                     continue;
                 }
-                input.text = serde_json::from_str::<Value>(&input.intent).ok().and_then(|v| v["text"].as_str().map(str::to_string));
+                input.text = serde_json::from_str::<Value>(&input.intent)
+                    .ok()
+                    .and_then(|v| v["text"].as_str().map(str::to_string));
                 let q = api.queues.entry(input.session.clone()).or_default();
                 if let Some(o) = input.order {
                     q.input_order = q.input_order.max(o);
@@ -262,7 +297,12 @@ impl Api {
             }
             Ok(())
         })();
-        r.map_err(|e| format!("unable to read the HTTP identities: {}", e.to_string().to_lowercase()))?;
+        r.map_err(|e| {
+            format!(
+                "unable to read the HTTP identities: {}",
+                e.to_string().to_lowercase()
+            )
+        })?;
         Ok((api, ops))
     }
 
@@ -272,7 +312,8 @@ impl Api {
 }
 
 fn row_update(i: &Input) -> Op {
-    let terminal = i.delivery.as_deref() == Some("cancelled") || i.outcome.as_deref().is_some_and(|o| o != "running");
+    let terminal = i.delivery.as_deref() == Some("cancelled")
+        || i.outcome.as_deref().is_some_and(|o| o != "running");
     Op::Exec {
         sql: "UPDATE http_inputs SET delivery = ?2, turn = ?3, outcome = ?4, position = ?5, ended_at = coalesce(ended_at, ?6) WHERE id = ?1",
         params: vec![
@@ -280,8 +321,14 @@ fn row_update(i: &Input) -> Op {
             i.delivery.clone().map(Sql::Text).unwrap_or(Sql::Null),
             i.turn.map(|t| Sql::Integer(t as i64)).unwrap_or(Sql::Null),
             i.outcome.clone().map(Sql::Text).unwrap_or(Sql::Null),
-            i.position.map(|p| Sql::Integer(p as i64)).unwrap_or(Sql::Null),
-            if terminal { Sql::Text(crate::clock::now_ts()) } else { Sql::Null },
+            i.position
+                .map(|p| Sql::Integer(p as i64))
+                .unwrap_or(Sql::Null),
+            if terminal {
+                Sql::Text(crate::clock::now_ts())
+            } else {
+                Sql::Null
+            },
         ],
     }
 }
@@ -295,11 +342,18 @@ fn input_insert(i: &Input) -> Op {
             Sql::Text(i.intent.clone()),
             Sql::Text(i.kind.clone()),
             Sql::Integer(i.status as i64),
-            i.problem.as_ref().map(|p| Sql::Text(json!([p.0, p.1]).to_string())).unwrap_or(Sql::Null),
+            i.problem
+                .as_ref()
+                .map(|p| Sql::Text(json!([p.0, p.1]).to_string()))
+                .unwrap_or(Sql::Null),
             Sql::Text(i.accepted_at.clone()),
             i.order.map(|o| Sql::Integer(o as i64)).unwrap_or(Sql::Null),
             i.delivery.clone().map(Sql::Text).unwrap_or(Sql::Null),
-            if i.status == 202 { Sql::Null } else { Sql::Text(i.accepted_at.clone()) },
+            if i.status == 202 {
+                Sql::Null
+            } else {
+                Sql::Text(i.accepted_at.clone())
+            },
         ],
     }
 }
@@ -324,7 +378,11 @@ fn phase(s: &core_sessions::Session, q: Option<&Queue>) -> &'static str {
 }
 
 fn status_json(s: &core_sessions::Session, q: Option<&Queue>) -> Value {
-    let blocking = if !s.open.is_empty() { Some("waiting for the operator to answer an approval") } else { None };
+    let blocking = if !s.open.is_empty() {
+        Some("waiting for the operator to answer an approval")
+    } else {
+        None
+    };
     json!({
         "phase": phase(s, q),
         "run_id": if s.turn_active { Some(format!("r{}", s.turn)) } else { None },
@@ -390,7 +448,8 @@ fn row_from(r: &rusqlite::Row) -> rusqlite::Result<Row> {
 }
 
 fn read_row(conn: &rusqlite::Connection, sid: &str) -> rusqlite::Result<Option<Row>> {
-    let mut st = conn.prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM sessions WHERE id = ?1"))?;
+    let mut st =
+        conn.prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM sessions WHERE id = ?1"))?;
     let mut rows = st.query_map([sid], row_from)?;
     rows.next().transpose()
 }
@@ -400,7 +459,10 @@ fn read_row(conn: &rusqlite::Connection, sid: &str) -> rusqlite::Result<Option<R
 fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
     let api = d.http.as_ref().map(|h| &h.sessions);
     let creation_id = api.and_then(|a| a.created_as.get(sid)).cloned();
-    let cursor = |a: Option<&Api>| a.and_then(|a| a.topics.get(sid)).map(|t| json!({"generation": t.generation(), "sequence": t.high_water()}));
+    let cursor = |a: Option<&Api>| {
+        a.and_then(|a| a.topics.get(sid))
+            .map(|t| json!({"generation": t.generation(), "sequence": t.high_water()}))
+    };
     if let Some(s) = d.core.sessions.get(sid) {
         let q = api.and_then(|a| a.queues.get(sid));
         let st = status_json(s, q);
@@ -458,7 +520,14 @@ fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
 
 fn activity_json(api: Option<&Api>, sid: &str) -> Value {
     let a = api.and_then(|a| a.activity.get(sid));
-    let lines: Vec<Value> = a.map(|a| a.lines.iter().map(|l| json!({"kind": l.kind, "text": l.text})).collect()).unwrap_or_default();
+    let lines: Vec<Value> = a
+        .map(|a| {
+            a.lines
+                .iter()
+                .map(|l| json!({"kind": l.kind, "text": l.text}))
+                .collect()
+        })
+        .unwrap_or_default();
     json!({"lines": lines, "observed_at": a.map(|a| crate::clock::format_ts(a.observed_ms))})
 }
 
@@ -471,7 +540,9 @@ pub fn input_json(i: &Input) -> Value {
         json!({"state": "rejected", "status": i.status, "code": p.code.as_str(), "detail": p.detail})
     };
     let blocking = match i.delivery.as_deref() {
-        Some("pending") if i.turn.is_none() => Some("waiting for the session's running turn to end"),
+        Some("pending") if i.turn.is_none() => {
+            Some("waiting for the session's running turn to end")
+        }
         _ => None,
     };
     json!({
@@ -491,7 +562,16 @@ pub fn input_json(i: &Input) -> Value {
 
 /// A history entry from a transcript row.
 #[allow(clippy::too_many_arguments)]
-fn entry_json(idx: u64, kind: &str, ts: &str, text: Option<&str>, tool_id: Option<&str>, tool_name: Option<&str>, tool_status: Option<&str>, input: Option<&str>) -> Value {
+fn entry_json(
+    idx: u64,
+    kind: &str,
+    ts: &str,
+    text: Option<&str>,
+    tool_id: Option<&str>,
+    tool_name: Option<&str>,
+    tool_status: Option<&str>,
+    input: Option<&str>,
+) -> Value {
     let (text, complete) = match text {
         Some(t) if t.len() > limits::HTTP_ENTRY_TEXT_MAX => {
             let mut cut = limits::HTTP_ENTRY_TEXT_MAX;
@@ -533,24 +613,58 @@ fn entry_from_wire(pos: u64, m: &Value) -> Value {
         Some(false) => Some("completed"),
         None => None,
     };
-    let mut e = entry_json(pos, kind, m["timestamp"].as_str().unwrap_or_default(), text, m["toolId"].as_str(), m["toolName"].as_str(), status, None);
+    let mut e = entry_json(
+        pos,
+        kind,
+        m["timestamp"].as_str().unwrap_or_default(),
+        text,
+        m["toolId"].as_str(),
+        m["toolName"].as_str(),
+        status,
+        None,
+    );
     if kind == "tool" {
         e["tool"]["input_preview"] = m.get("inputPreview").cloned().unwrap_or(Value::Null);
     }
     e
 }
 
-fn read_history(conn: &rusqlite::Connection, sid: &str, before: Option<u64>, after: Option<u64>, limit: usize) -> rusqlite::Result<(Vec<Value>, u64)> {
-    let high: i64 = conn.query_row("SELECT coalesce(max(idx) + 1, 0) FROM transcript WHERE session = ?1", [sid], |r| r.get(0))?;
+fn read_history(
+    conn: &rusqlite::Connection,
+    sid: &str,
+    before: Option<u64>,
+    after: Option<u64>,
+    limit: usize,
+) -> rusqlite::Result<(Vec<Value>, u64)> {
+    let high: i64 = conn.query_row(
+        "SELECT coalesce(max(idx) + 1, 0) FROM transcript WHERE session = ?1",
+        [sid],
+        |r| r.get(0),
+    )?;
     // A growing entry's text is its row's first text and then its parts
     // in order (core::transcript: one row per append).
     let cols = "idx, kind, ts, CASE WHEN text IS NULL THEN NULL ELSE text || coalesce((SELECT group_concat(p.text, '' ORDER BY p.part) \
                 FROM transcript_parts p WHERE p.session = transcript.session AND p.idx = transcript.idx), '') END, \
                 tool_id, tool_name, tool_status, tool_input";
     let (sql, bound) = match (before, after) {
-        (_, Some(a)) => (format!("SELECT {cols} FROM transcript WHERE session = ?1 AND idx > ?2 ORDER BY idx ASC LIMIT ?3"), a as i64),
-        (Some(b), None) => (format!("SELECT {cols} FROM transcript WHERE session = ?1 AND idx < ?2 ORDER BY idx DESC LIMIT ?3"), b as i64),
-        (None, None) => (format!("SELECT {cols} FROM transcript WHERE session = ?1 AND idx < ?2 ORDER BY idx DESC LIMIT ?3"), high),
+        (_, Some(a)) => (
+            format!(
+                "SELECT {cols} FROM transcript WHERE session = ?1 AND idx > ?2 ORDER BY idx ASC LIMIT ?3"
+            ),
+            a as i64,
+        ),
+        (Some(b), None) => (
+            format!(
+                "SELECT {cols} FROM transcript WHERE session = ?1 AND idx < ?2 ORDER BY idx DESC LIMIT ?3"
+            ),
+            b as i64,
+        ),
+        (None, None) => (
+            format!(
+                "SELECT {cols} FROM transcript WHERE session = ?1 AND idx < ?2 ORDER BY idx DESC LIMIT ?3"
+            ),
+            high,
+        ),
     };
     let mut st = conn.prepare_cached(&sql)?;
     let rows = st.query_map(rusqlite::params![sid, bound, limit as i64], |r| {
@@ -573,7 +687,11 @@ fn read_history(conn: &rusqlite::Connection, sid: &str, before: Option<u64>, aft
     // The content budget: keep the entries nearest the anchor.
     let mut bytes = 0;
     let mut keep = 0;
-    let order: Vec<usize> = if after.is_some() { (0..items.len()).collect() } else { (0..items.len()).rev().collect() };
+    let order: Vec<usize> = if after.is_some() {
+        (0..items.len()).collect()
+    } else {
+        (0..items.len()).rev().collect()
+    };
     for &i in &order {
         let n = items[i].to_string().len();
         if keep > 0 && bytes + n > limits::HTTP_HISTORY_BYTES {
@@ -610,7 +728,13 @@ fn resolve(d: &Daemon, raw: &str) -> Option<String> {
         return Some(raw.to_string());
     }
     let key = Uuid7::parse(raw).ok()?.canonical();
-    d.http.as_ref()?.sessions.creations.get(&key)?.session.clone()
+    d.http
+        .as_ref()?
+        .sessions
+        .creations
+        .get(&key)?
+        .session
+        .clone()
 }
 
 /// The session a path names when `class` may read it
@@ -643,7 +767,10 @@ fn rpc_problem(e: &RpcError) -> Problem {
 }
 
 fn api_mut(d: &mut Daemon) -> Result<&mut Api, Problem> {
-    d.http.as_mut().map(|h| &mut h.sessions).ok_or_else(|| Problem::new(Code::Unavailable, "the HTTP API is not running"))
+    d.http
+        .as_mut()
+        .map(|h| &mut h.sessions)
+        .ok_or_else(|| Problem::new(Code::Unavailable, "the HTTP API is not running"))
 }
 
 // ---- GET /sessions ----
@@ -660,13 +787,22 @@ pub struct Filter {
     search: Option<String>,
 }
 
-const STATES: [&str; 6] = ["starting", "idle", "running", "awaiting_approval", "ended", "interrupting"];
+const STATES: [&str; 6] = [
+    "starting",
+    "idle",
+    "running",
+    "awaiting_approval",
+    "ended",
+    "interrupting",
+];
 
 fn filter_of(ctx: &Ctx, reader: CallerClass) -> Result<Filter, Problem> {
     let text = |name: &str| -> Result<Option<String>, Problem> {
         match ctx.param(name) {
             Some(v) if v.is_empty() || v.len() > 4096 || v.chars().any(char::is_control) => {
-                Err(Problem::invalid(format!("{name} must be 1 to 4096 bytes without control characters")))
+                Err(Problem::invalid(format!(
+                    "{name} must be 1 to 4096 bytes without control characters"
+                )))
             }
             v => Ok(v.map(str::to_string)),
         }
@@ -674,30 +810,58 @@ fn filter_of(ctx: &Ctx, reader: CallerClass) -> Result<Filter, Problem> {
     let state = text("state")?;
     if let Some(s) = &state {
         if !STATES[..5].contains(&s.as_str()) {
-            return Err(Problem::invalid("state must be starting, idle, running, awaiting_approval or ended"));
+            return Err(Problem::invalid(
+                "state must be starting, idle, running, awaiting_approval or ended",
+            ));
         }
     }
-    Ok(Filter { reader, state, harness: text("harness")?, worktree: text("worktree")?, parent: text("parent")?, search: text("search")? })
+    Ok(Filter {
+        reader,
+        state,
+        harness: text("harness")?,
+        worktree: text("worktree")?,
+        parent: text("parent")?,
+        search: text("search")?,
+    })
 }
 
 impl Filter {
     /// Whether a summary passes (state and search included).
     fn admits(&self, s: &Value) -> bool {
-        let eq = |f: &Option<String>, k: &str| f.as_ref().is_none_or(|v| s[k].as_str() == Some(v.as_str()));
+        let eq = |f: &Option<String>, k: &str| {
+            f.as_ref().is_none_or(|v| s[k].as_str() == Some(v.as_str()))
+        };
         let search = self.search.as_ref().is_none_or(|q| {
             let q = q.to_lowercase();
-            s["id"].as_str().is_some_and(|i| i.starts_with(&q)) || s["creation_id"].as_str().is_some_and(|i| i.starts_with(&q)) || s["name"].as_str().is_some_and(|n| n.to_lowercase().contains(&q))
+            s["id"].as_str().is_some_and(|i| i.starts_with(&q))
+                || s["creation_id"].as_str().is_some_and(|i| i.starts_with(&q))
+                || s["name"]
+                    .as_str()
+                    .is_some_and(|n| n.to_lowercase().contains(&q))
         });
-        let readable = s["id"].as_str().is_some_and(|id| core_sessions::may_read(&self.reader, id));
-        readable && eq(&self.state, "state") && eq(&self.harness, "harness") && eq(&self.worktree, "worktree") && eq(&self.parent, "parent_id") && search
+        let readable = s["id"]
+            .as_str()
+            .is_some_and(|id| core_sessions::may_read(&self.reader, id));
+        readable
+            && eq(&self.state, "state")
+            && eq(&self.harness, "harness")
+            && eq(&self.worktree, "worktree")
+            && eq(&self.parent, "parent_id")
+            && search
     }
 }
 
 pub fn get_sessions(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let filter = filter_of(ctx, ctx.caller()?)?;
-    if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
+    if negotiate(
+        ctx.head.header("accept"),
+        &["application/json", "text/event-stream"],
+    )? == "text/event-stream"
+    {
         if ctx.param("limit").is_some() || ctx.param("next").is_some() {
-            return Err(Problem::invalid("limit and next belong to JSON pages, not to a watch"));
+            return Err(Problem::invalid(
+                "limit and next belong to JSON pages, not to a watch",
+            ));
         }
         return watch_collection(ctx, filter);
     }
@@ -705,7 +869,9 @@ pub fn get_sessions(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let after = match ctx.param("next") {
         Some(t) => {
             let pos = pages::resume(ctx.route, &ctx.query, t)?;
-            let (at, id) = pos.split_once('|').ok_or_else(|| Problem::invalid("next is not a continuation of this query"))?;
+            let (at, id) = pos
+                .split_once('|')
+                .ok_or_else(|| Problem::invalid("next is not a continuation of this query"))?;
             Some((at.to_string(), id.to_string()))
         }
         None => None,
@@ -736,7 +902,11 @@ pub fn get_sessions(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 let (items, all) = pages::fit(items);
                 let next = match (&last_key, more || !all) {
                     (Some((at, id)), true) => {
-                        let (at, id) = if all { (at.clone(), id.clone()) } else { sort_key(items.last()) };
+                        let (at, id) = if all {
+                            (at.clone(), id.clone())
+                        } else {
+                            sort_key(items.last())
+                        };
                         json!(pages::token(route, &query, &format!("{at}|{id}")))
                     }
                     _ => Value::Null,
@@ -748,19 +918,35 @@ pub fn get_sessions(ctx: &mut Ctx) -> Result<Reply, Problem> {
             fallback.send(Err(ledger_problem(e)));
         }
     })??;
-    Ok(Reply::Json { status: 200, body, etag: true, headers: vec![("Vary", "Accept".into())] })
+    Ok(Reply::Json {
+        status: 200,
+        body,
+        etag: true,
+        headers: vec![("Vary", "Accept".into())],
+    })
 }
 
 fn sort_key(v: Option<&Value>) -> (String, String) {
     let v = v.cloned().unwrap_or(Value::Null);
-    let at = v["activity_at"].as_str().or(v["created_at"].as_str()).unwrap_or_default().to_string();
+    let at = v["activity_at"]
+        .as_str()
+        .or(v["created_at"].as_str())
+        .unwrap_or_default()
+        .to_string();
     (at, v["id"].as_str().unwrap_or_default().to_string())
 }
 
 type Keyed = ((String, String), Row);
 
-fn list_rows(conn: &rusqlite::Connection, f: &Filter, after: Option<&(String, String)>, limit: usize) -> rusqlite::Result<Vec<Keyed>> {
-    let mut sql = format!("SELECT {ROW_COLUMNS}, coalesce(last_activity, created_at) AS k FROM sessions WHERE 1 = 1");
+fn list_rows(
+    conn: &rusqlite::Connection,
+    f: &Filter,
+    after: Option<&(String, String)>,
+    limit: usize,
+) -> rusqlite::Result<Vec<Keyed>> {
+    let mut sql = format!(
+        "SELECT {ROW_COLUMNS}, coalesce(last_activity, created_at) AS k FROM sessions WHERE 1 = 1"
+    );
     let mut params: Vec<Sql> = Vec::new();
     let mut add = |clause: &str, v: Sql, params: &mut Vec<Sql>| {
         params.push(v);
@@ -770,7 +956,9 @@ fn list_rows(conn: &rusqlite::Connection, f: &Filter, after: Option<&(String, St
     // ones of others' sessions ([`Filter::admits`] checks again).
     match &f.reader {
         CallerClass::Operator => {}
-        CallerClass::AgentSession(Some(own)) => add(" AND id = ?", Sql::Text(own.clone()), &mut params),
+        CallerClass::AgentSession(Some(own)) => {
+            add(" AND id = ?", Sql::Text(own.clone()), &mut params)
+        }
         _ => add(" AND 0 = ?", Sql::Integer(1), &mut params),
     }
     if let Some(h) = &f.harness {
@@ -794,7 +982,10 @@ fn list_rows(conn: &rusqlite::Connection, f: &Filter, after: Option<&(String, St
         sql.push_str(&format!(" AND (k < ?{a} OR (k = ?{a} AND id < ?{b}))"));
     }
     params.push(Sql::Integer(limit as i64));
-    sql.push_str(&format!(" ORDER BY k DESC, id DESC LIMIT ?{}", params.len()));
+    sql.push_str(&format!(
+        " ORDER BY k DESC, id DESC LIMIT ?{}",
+        params.len()
+    ));
     let mut st = conn.prepare(&sql)?;
     let rows = st.query_map(rusqlite::params_from_iter(params), |r| {
         let row = row_from(r)?;
@@ -811,19 +1002,37 @@ fn watch_collection(ctx: &mut Ctx, filter: Filter) -> Result<Reply, Problem> {
                 return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
             }
             let api = api_mut(d)?;
-            api.collection.retain(|c| !matches!(c.wake.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(()))));
+            api.collection.retain(|c| {
+                !matches!(
+                    c.wake.try_send(()),
+                    Err(crossbeam_channel::TrySendError::Disconnected(()))
+                )
+            });
             if api.collection.len() >= limits::SSE_COLLECTION_WATCHES {
-                return Err(Problem::new(Code::TooManyStreams, "the daemon already serves the maximum number of collection watches").retry(1));
+                return Err(Problem::new(
+                    Code::TooManyStreams,
+                    "the daemon already serves the maximum number of collection watches",
+                )
+                .retry(1));
             }
             let queue = Arc::new(Mutex::new(CollectionQueue::new()));
             let (tx, rx) = crossbeam_channel::bounded(limits::SSE_MAILBOX);
-            api.collection.push(CollectionSub { filter, queue: queue.clone(), wake: tx });
+            api.collection.push(CollectionSub {
+                filter,
+                queue: queue.clone(),
+                wake: tx,
+            });
             Ok((queue, rx))
         })();
         answer.send(r);
     })??;
     Ok(Reply::Stream(Box::new(move |w: &mut TcpStream| {
-        let end = sse::run_collection(w, &queue, &wake, Duration::from_millis(limits::SSE_KEEPALIVE_MS));
+        let end = sse::run_collection(
+            w,
+            &queue,
+            &wake,
+            Duration::from_millis(limits::SSE_KEEPALIVE_MS),
+        );
         let _ = w.flush();
         end
     })))
@@ -850,7 +1059,12 @@ pub fn put_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
     match ctx.head.header("if-none-match") {
         Some("*") => {}
         Some(_) => return Err(Problem::invalid("creation takes If-None-Match: * only")),
-        None => return Err(Problem::new(Code::PreconditionRequired, "creation needs If-None-Match: *")),
+        None => {
+            return Err(Problem::new(
+                Code::PreconditionRequired,
+                "creation needs If-None-Match: *",
+            ));
+        }
     }
     let body: CreateBody = ctx.json()?;
     let intent = json!({
@@ -859,22 +1073,49 @@ pub fn put_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
     })
     .to_string();
     let uuid = Uuid7::parse(&raw)?;
-    let (status, sid) = ctx.reactor(move |d, answer: Answer<Result<(u16, String), Problem>>| create(d, id, uuid, intent, body, answer))??;
+    let (status, sid) =
+        ctx.reactor(move |d, answer: Answer<Result<(u16, String), Problem>>| {
+            create(d, id, uuid, intent, body, answer)
+        })??;
     let shared = ctx.shared.clone();
-    let session = full_session(&shared, CallerClass::Operator, sid.clone(), limits::HTTP_TAIL_DEFAULT)?;
-    Ok(Reply::Json { status, body: session, etag: false, headers: vec![("Location", format!("/sessions/{sid}"))] })
+    let session = full_session(
+        &shared,
+        CallerClass::Operator,
+        sid.clone(),
+        limits::HTTP_TAIL_DEFAULT,
+    )?;
+    Ok(Reply::Json {
+        status,
+        body: session,
+        etag: false,
+        headers: vec![("Location", format!("/sessions/{sid}"))],
+    })
 }
 
-fn create(d: &mut Daemon, id: String, uuid: Uuid7, intent: String, body: CreateBody, answer: Answer<Result<(u16, String), Problem>>) {
+fn create(
+    d: &mut Daemon,
+    id: String,
+    uuid: Uuid7,
+    intent: String,
+    body: CreateBody,
+    answer: Answer<Result<(u16, String), Problem>>,
+) {
     let api = match api_mut(d) {
         Ok(a) => a,
         Err(p) => return answer.send(Err(p)),
     };
     if let Some(c) = api.creations.get(&id) {
         let r = if c.intent != intent {
-            Err(Problem::new(Code::IdentityConflict, format!("creation {id} was made with another intent")))
+            Err(Problem::new(
+                Code::IdentityConflict,
+                format!("creation {id} was made with another intent"),
+            ))
         } else if !c.settled {
-            Err(Problem::new(Code::Unavailable, "this creation is still being decided; repeat it").retry(1))
+            Err(Problem::new(
+                Code::Unavailable,
+                "this creation is still being decided; repeat it",
+            )
+            .retry(1))
         } else if let Some(s) = &c.session {
             Ok((201, s.clone()))
         } else {
@@ -886,11 +1127,31 @@ fn create(d: &mut Daemon, id: String, uuid: Uuid7, intent: String, body: CreateB
         return answer.send(Err(p));
     }
     if api.creations.len() >= limits::HTTP_DECISIONS_MAX {
-        return answer.send(Err(Problem::new(Code::TooManySessions, "too many creation decisions are retained").retry(3600)));
+        return answer.send(Err(Problem::new(
+            Code::TooManySessions,
+            "too many creation decisions are retained",
+        )
+        .retry(3600)));
     }
     let created_at = crate::clock::now_ts();
-    api.creations.insert(id.clone(), Creation { intent: intent.clone(), session: None, status: 0, problem: None, created_at: created_at.clone(), settled: false });
-    let sp = core_sessions::SpawnParams { harness: body.harness, cwd: body.worktree, prompt: body.prompt, model: body.model, name: body.name };
+    api.creations.insert(
+        id.clone(),
+        Creation {
+            intent: intent.clone(),
+            session: None,
+            status: 0,
+            problem: None,
+            created_at: created_at.clone(),
+            settled: false,
+        },
+    );
+    let sp = core_sessions::SpawnParams {
+        harness: body.harness,
+        cwd: body.worktree,
+        prompt: body.prompt,
+        model: body.model,
+        name: body.name,
+    };
     core_sessions::spawn(d, sp, move |d, r| {
         let (session, status, problem) = match &r {
             Ok(v) => (v["session_id"].as_str().map(str::to_string), 201u16, None),
@@ -906,12 +1167,21 @@ fn create(d: &mut Daemon, id: String, uuid: Uuid7, intent: String, body: CreateB
                 Sql::Text(intent),
                 session.clone().map(Sql::Text).unwrap_or(Sql::Null),
                 Sql::Integer(status as i64),
-                problem.as_ref().and_then(problem_pair).map(|p| Sql::Text(json!([p.0, p.1]).to_string())).unwrap_or(Sql::Null),
+                problem
+                    .as_ref()
+                    .and_then(problem_pair)
+                    .map(|p| Sql::Text(json!([p.0, p.1]).to_string()))
+                    .unwrap_or(Sql::Null),
                 Sql::Text(created_at),
             ],
         };
         d.write(vec![op], move |d, w| {
-            let Ok(api) = api_mut(d) else { return answer.send(Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"))) };
+            let Ok(api) = api_mut(d) else {
+                return answer.send(Err(Problem::new(
+                    Code::ShuttingDown,
+                    "the daemon is stopping",
+                )));
+            };
             if let Err(e) = w {
                 api.creations.remove(&id);
                 return answer.send(Err(ledger_problem(e)));
@@ -928,7 +1198,10 @@ fn create(d: &mut Daemon, id: String, uuid: Uuid7, intent: String, body: CreateB
                     answer.send(Ok((201, s)));
                 }
                 (None, Some(p)) => answer.send(Err(p)),
-                (None, None) => answer.send(Err(Problem::new(Code::Unavailable, "the session could not be started"))),
+                (None, None) => answer.send(Err(Problem::new(
+                    Code::Unavailable,
+                    "the session could not be started",
+                ))),
             }
         });
     });
@@ -966,7 +1239,10 @@ impl HistoryCache {
         self.clock += 1;
         let c = self.map.get_mut(sid)?;
         c.used = self.clock;
-        c.data.as_ref().filter(|(t, _, _)| *t == tail).map(|(_, items, high)| (items.clone(), *high))
+        c.data
+            .as_ref()
+            .filter(|(t, _, _)| *t == tail)
+            .map(|(_, items, high)| (items.clone(), *high))
     }
 
     /// Before a ledger read: the clock to hand to [`HistoryCache::fill`].
@@ -975,11 +1251,23 @@ impl HistoryCache {
         let now = self.clock;
         if !self.map.contains_key(sid) {
             if self.map.len() >= limits::HTTP_HISTORY_CACHE {
-                if let Some(old) = self.map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone()) {
+                if let Some(old) = self
+                    .map
+                    .iter()
+                    .min_by_key(|(_, c)| c.used)
+                    .map(|(k, _)| k.clone())
+                {
                     self.map.remove(&old);
                 }
             }
-            self.map.insert(sid.to_string(), Cached { stamp: 0, used: now, data: None });
+            self.map.insert(
+                sid.to_string(),
+                Cached {
+                    stamp: 0,
+                    used: now,
+                    data: None,
+                },
+            );
         }
         now
     }
@@ -1008,54 +1296,95 @@ fn history_cache(d: &mut Daemon) -> Option<&mut HistoryCache> {
 /// Captures the full Session on the reactor, then reads its recent
 /// history: (cursor, Session). A live session's history comes from
 /// [`HistoryCache`] when it holds it.
-fn capture(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Result<(u64, Value), Problem> {
-    super::reactor_call(shared, move |d, answer: Answer<Result<(u64, Value), Problem>>| {
-        let Some(sid) = readable(d, &class, &raw) else { return answer.send(Err(not_found(&raw))) };
-        let live = d.core.sessions.get(&sid).is_some();
-        if live {
-            if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
-                return answer.send(assemble(d, None, &sid, &raw, tail, items.as_ref().clone(), high));
-            }
-        }
-        let start = history_cache(d).map_or(0, |c| c.begin(&sid));
-        let inbox = d.inbox.clone();
-        let fallback = answer.clone();
-        let queued = d.ledger.read(Box::new(move |conn| {
-            let got = read_row(conn, &sid).and_then(|row| Ok((row, read_history(conn, &sid, None, None, tail)?)));
-            inbox.run(move |d| {
-                let (row, (items, high)) = match got {
-                    Ok(v) => v,
-                    Err(e) => return answer.send(Err(read_failed(&e))),
-                };
-                if d.core.sessions.get(&sid).is_some() {
-                    if let Some(c) = history_cache(d) {
-                        c.fill(&sid, start, tail, &items, high);
-                    }
+fn capture(
+    shared: &Shared,
+    class: CallerClass,
+    raw: String,
+    tail: usize,
+) -> Result<(u64, Value), Problem> {
+    super::reactor_call(
+        shared,
+        move |d, answer: Answer<Result<(u64, Value), Problem>>| {
+            let Some(sid) = readable(d, &class, &raw) else {
+                return answer.send(Err(not_found(&raw)));
+            };
+            let live = d.core.sessions.get(&sid).is_some();
+            if live {
+                if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
+                    return answer.send(assemble(
+                        d,
+                        None,
+                        &sid,
+                        &raw,
+                        tail,
+                        items.as_ref().clone(),
+                        high,
+                    ));
                 }
-                answer.send(assemble(d, row.as_ref(), &sid, &raw, tail, items, high));
-            });
-        }));
-        if let Err(e) = queued {
-            fallback.send(Err(ledger_problem(e)));
-        }
-    })?
+            }
+            let start = history_cache(d).map_or(0, |c| c.begin(&sid));
+            let inbox = d.inbox.clone();
+            let fallback = answer.clone();
+            let queued = d.ledger.read(Box::new(move |conn| {
+                let got = read_row(conn, &sid)
+                    .and_then(|row| Ok((row, read_history(conn, &sid, None, None, tail)?)));
+                inbox.run(move |d| {
+                    let (row, (items, high)) = match got {
+                        Ok(v) => v,
+                        Err(e) => return answer.send(Err(read_failed(&e))),
+                    };
+                    if d.core.sessions.get(&sid).is_some() {
+                        if let Some(c) = history_cache(d) {
+                            c.fill(&sid, start, tail, &items, high);
+                        }
+                    }
+                    answer.send(assemble(d, row.as_ref(), &sid, &raw, tail, items, high));
+                });
+            }));
+            if let Err(e) = queued {
+                fallback.send(Err(ledger_problem(e)));
+            }
+        },
+    )?
 }
 
 /// The full Session from the reactor's state and the history read.
-fn assemble(d: &Daemon, row: Option<&Row>, sid: &str, raw: &str, tail: usize, items: Vec<Value>, high: u64) -> Result<(u64, Value), Problem> {
+fn assemble(
+    d: &Daemon,
+    row: Option<&Row>,
+    sid: &str,
+    raw: &str,
+    tail: usize,
+    items: Vec<Value>,
+    high: u64,
+) -> Result<(u64, Value), Problem> {
     // The state and the cursor are captured here, on the reactor, where
     // publication happens.
-    let Some(mut s) = summary(d, row, sid) else { return Err(not_found(raw)) };
+    let Some(mut s) = summary(d, row, sid) else {
+        return Err(not_found(raw));
+    };
     let api = d.http.as_ref().map(|h| &h.sessions);
-    let cursor = api.and_then(|a| a.topics.get(sid)).map_or(0, Topic::high_water);
+    let cursor = api
+        .and_then(|a| a.topics.get(sid))
+        .map_or(0, Topic::high_water);
     let creation = api.and_then(|a| a.created_as.get(sid).and_then(|c| a.creations.get(c)));
     s["creation"] = match creation {
-        Some(c) => json!({"id": api.and_then(|a| a.created_as.get(sid)), "submitted": serde_json::from_str::<Value>(&c.intent).unwrap_or(Value::Null), "created_at": c.created_at}),
+        Some(c) => {
+            json!({"id": api.and_then(|a| a.created_as.get(sid)), "submitted": serde_json::from_str::<Value>(&c.intent).unwrap_or(Value::Null), "created_at": c.created_at})
+        }
         None => Value::Null,
     };
     let q = api.and_then(|a| a.queues.get(sid));
-    let pending: Vec<Value> =
-        q.map(|q| q.handed.iter().chain(q.waiting.iter()).filter_map(|i| api.and_then(|a| a.inputs.get(i))).map(input_json).collect()).unwrap_or_default();
+    let pending: Vec<Value> = q
+        .map(|q| {
+            q.handed
+                .iter()
+                .chain(q.waiting.iter())
+                .filter_map(|i| api.and_then(|a| a.inputs.get(i)))
+                .map(input_json)
+                .collect()
+        })
+        .unwrap_or_default();
     s["pending_inputs"] = Value::Array(pending);
     s["input_order"] = json!(q.map_or(0, |q| q.input_order));
     // The growing entry as its events have published it, so that the
@@ -1063,7 +1392,10 @@ fn assemble(d: &Daemon, row: Option<&Row>, sid: &str, raw: &str, tail: usize, it
     // snapshot shows.
     let (mut items, mut high) = (items, high);
     if let Some(l) = api.and_then(|a| a.live.get(sid)) {
-        match items.iter_mut().find(|e| e["position"].as_u64() == Some(l.pos)) {
+        match items
+            .iter_mut()
+            .find(|e| e["position"].as_u64() == Some(l.pos))
+        {
             Some(e) => *e = l.entry.clone(),
             None if tail > 0 && l.pos >= high => {
                 items.push(l.entry.clone());
@@ -1076,7 +1408,12 @@ fn assemble(d: &Daemon, row: Option<&Row>, sid: &str, raw: &str, tail: usize, it
     Ok((cursor, s))
 }
 
-fn full_session(shared: &Shared, class: CallerClass, raw: String, tail: usize) -> Result<Value, Problem> {
+fn full_session(
+    shared: &Shared,
+    class: CallerClass,
+    raw: String,
+    tail: usize,
+) -> Result<Value, Problem> {
     capture(shared, class, raw, tail).map(|(_, v)| v)
 }
 
@@ -1085,7 +1422,10 @@ fn tail_of(ctx: &Ctx) -> Result<usize, Problem> {
         None => Ok(limits::HTTP_TAIL_DEFAULT),
         Some(t) => match t.parse::<usize>() {
             Ok(n) if n <= limits::HTTP_TAIL_MAX && t.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-            _ => Err(Problem::invalid(format!("tail must be a whole number from 0 to {}", limits::HTTP_TAIL_MAX))),
+            _ => Err(Problem::invalid(format!(
+                "tail must be a whole number from 0 to {}",
+                limits::HTTP_TAIL_MAX
+            ))),
         },
     }
 }
@@ -1094,44 +1434,77 @@ pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let raw = ctx.path_param("session_id").unwrap_or_default().to_string();
     let tail = tail_of(ctx)?;
     let class = ctx.caller()?;
-    if negotiate(ctx.head.header("accept"), &["application/json", "text/event-stream"])? == "text/event-stream" {
+    if negotiate(
+        ctx.head.header("accept"),
+        &["application/json", "text/event-stream"],
+    )? == "text/event-stream"
+    {
         return watch_session(ctx, class, raw, tail);
     }
     if ctx.param("after_generation").is_some() || ctx.param("after_seq").is_some() {
-        return Err(Problem::invalid("after_generation and after_seq belong to a watch (Accept: text/event-stream)"));
+        return Err(Problem::invalid(
+            "after_generation and after_seq belong to a watch (Accept: text/event-stream)",
+        ));
     }
     let body = full_session(ctx.shared, class, raw, tail)?;
-    Ok(Reply::Json { status: 200, body, etag: true, headers: vec![("Vary", "Accept".into())] })
+    Ok(Reply::Json {
+        status: 200,
+        body,
+        etag: true,
+        headers: vec![("Vary", "Accept".into())],
+    })
 }
 
-fn watch_session(ctx: &mut Ctx, class: CallerClass, raw: String, tail: usize) -> Result<Reply, Problem> {
+fn watch_session(
+    ctx: &mut Ctx,
+    class: CallerClass,
+    raw: String,
+    tail: usize,
+) -> Result<Reply, Problem> {
     let after = match (ctx.param("after_generation"), ctx.param("after_seq")) {
         (None, None) => None,
-        (Some(g), Some(s)) if !g.is_empty() && g.len() <= 128 => Some((g.to_string(), counter("after_seq", s)?)),
-        _ => return Err(Problem::invalid("a watch resumes with both after_generation and after_seq, from the last batch consumed")),
+        (Some(g), Some(s)) if !g.is_empty() && g.len() <= 128 => {
+            Some((g.to_string(), counter("after_seq", s)?))
+        }
+        _ => {
+            return Err(Problem::invalid(
+                "a watch resumes with both after_generation and after_seq, from the last batch consumed",
+            ));
+        }
     };
     let (r, reader) = (raw.clone(), class.clone());
-    let (sub, start): (Subscription, Start) = ctx.reactor(move |d, answer: Answer<Result<_, Problem>>| {
-        let r = (|| {
-            if d.is_stopping() {
-                return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
-            }
-            let sid = readable(d, &reader, &r).filter(|s| d.core.sessions.get(s).is_some()).ok_or_else(|| Problem::new(Code::NotFound, format!("no live session {r} to watch")))?;
-            let seed = live_now(d, &sid);
-            let api = api_mut(d)?;
-            if !api.topics.contains_key(&sid) {
-                match seed {
-                    Some(l) => api.live.insert(sid.clone(), l),
-                    None => api.live.remove(&sid),
-                };
-            }
-            let topic = topic_for(api, &sid)?;
-            let sub = topic.subscribe().map_err(|_| Problem::new(Code::TooManyStreams, "this session has the maximum number of watchers").retry(1))?;
-            let start = sub.plan(after.as_ref().map(|(g, s)| (g.as_str(), *s)));
-            Ok((sub, start))
-        })();
-        answer.send(r);
-    })??;
+    let (sub, start): (Subscription, Start) =
+        ctx.reactor(move |d, answer: Answer<Result<_, Problem>>| {
+            let r = (|| {
+                if d.is_stopping() {
+                    return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
+                }
+                let sid = readable(d, &reader, &r)
+                    .filter(|s| d.core.sessions.get(s).is_some())
+                    .ok_or_else(|| {
+                        Problem::new(Code::NotFound, format!("no live session {r} to watch"))
+                    })?;
+                let seed = live_now(d, &sid);
+                let api = api_mut(d)?;
+                if !api.topics.contains_key(&sid) {
+                    match seed {
+                        Some(l) => api.live.insert(sid.clone(), l),
+                        None => api.live.remove(&sid),
+                    };
+                }
+                let topic = topic_for(api, &sid)?;
+                let sub = topic.subscribe().map_err(|_| {
+                    Problem::new(
+                        Code::TooManyStreams,
+                        "this session has the maximum number of watchers",
+                    )
+                    .retry(1)
+                })?;
+                let start = sub.plan(after.as_ref().map(|(g, s)| (g.as_str(), *s)));
+                Ok((sub, start))
+            })();
+            answer.send(r);
+        })??;
     let shared = ctx.shared.clone();
     Ok(Reply::Stream(Box::new(move |w: &mut TcpStream| {
         let mut snapshot = || match capture(&shared, class.clone(), raw.clone(), tail) {
@@ -1140,7 +1513,13 @@ fn watch_session(ctx: &mut Ctx, class: CallerClass, raw: String, tail: usize) ->
             Err(p) if p.code == Code::ShuttingDown => Err("shutting_down"),
             Err(_) => Err("snapshot_failed"),
         };
-        let end = sse::run_watch(w, &sub, start, Duration::from_millis(limits::SSE_KEEPALIVE_MS), &mut snapshot);
+        let end = sse::run_watch(
+            w,
+            &sub,
+            start,
+            Duration::from_millis(limits::SSE_KEEPALIVE_MS),
+            &mut snapshot,
+        );
         let _ = w.flush();
         end
     })))
@@ -1157,7 +1536,10 @@ fn base64url(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
     for c in bytes.chunks(3) {
-        let n = c.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        let n = c
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
         for i in 0..=c.len() {
             out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
         }
@@ -1168,19 +1550,31 @@ fn base64url(bytes: &[u8]) -> String {
 fn topic_for<'a>(api: &'a mut Api, sid: &str) -> Result<&'a mut Topic, Problem> {
     if !api.topics.contains_key(sid) {
         if api.topics.len() >= limits::SSE_SESSION_TOPICS {
-            let idle = api.topics.iter_mut().find_map(|(k, t)| (t.watchers() == 0).then(|| k.clone()));
+            let idle = api
+                .topics
+                .iter_mut()
+                .find_map(|(k, t)| (t.watchers() == 0).then(|| k.clone()));
             match idle {
                 Some(k) => {
                     api.topics.remove(&k);
                     api.last_status.remove(&k);
                     api.live.remove(&k);
                 }
-                None => return Err(Problem::new(Code::TooManyStreams, "every session watch slot is in use").retry(1)),
+                None => {
+                    return Err(Problem::new(
+                        Code::TooManyStreams,
+                        "every session watch slot is in use",
+                    )
+                    .retry(1));
+                }
             }
         }
-        api.topics.insert(sid.to_string(), Topic::new(new_generation(), 0));
+        api.topics
+            .insert(sid.to_string(), Topic::new(new_generation(), 0));
     }
-    api.topics.get_mut(sid).ok_or_else(|| Problem::new(Code::Unavailable, "the watch could not be set up"))
+    api.topics
+        .get_mut(sid)
+        .ok_or_else(|| Problem::new(Code::Unavailable, "the watch could not be set up"))
 }
 
 // ---- DELETE /sessions/{id} ----
@@ -1192,7 +1586,10 @@ pub fn delete_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
             let sid = resolve(d, &raw).ok_or_else(|| not_found(&raw))?;
             if d.core.sessions.get(&sid).is_none() {
                 // Not live here: ended before, or unknown.
-                return Err(Problem::new(Code::NotFound, format!("no live session {raw}; an ended session keeps its record")));
+                return Err(Problem::new(
+                    Code::NotFound,
+                    format!("no live session {raw}; an ended session keeps its record"),
+                ));
             }
             let v = core_sessions::kill(d, &sid).map_err(|e| rpc_problem(&e))?;
             let ended = v["ended"].as_bool().unwrap_or(false);
@@ -1232,26 +1629,60 @@ pub fn put_input(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 return Err(Problem::invalid("a message needs nonblank text"));
             }
             if text.len() > limits::PROMPT_MAX_BYTES {
-                return Err(Problem::new(Code::BodyTooLarge, format!("a message's text is at most {} bytes", limits::PROMPT_MAX_BYTES)));
+                return Err(Problem::new(
+                    Code::BodyTooLarge,
+                    format!(
+                        "a message's text is at most {} bytes",
+                        limits::PROMPT_MAX_BYTES
+                    ),
+                ));
             }
             ("message", Some(text), client_id)
         }
         InputBody::Continue { client_id } => ("continue", None, client_id),
     };
-    if client_id.as_ref().is_some_and(|c| c.len() > 128 || c.chars().any(char::is_control)) {
-        return Err(Problem::invalid("client_id must be at most 128 bytes without control characters"));
+    if client_id
+        .as_ref()
+        .is_some_and(|c| c.len() > 128 || c.chars().any(char::is_control))
+    {
+        return Err(Problem::invalid(
+            "client_id must be at most 128 bytes without control characters",
+        ));
     }
-    let (status, v) = ctx.reactor(move |d, answer: Answer<Result<(u16, Value), Problem>>| admit(d, raw, uuid, kind, text, answer))??;
+    let (status, v) = ctx.reactor(move |d, answer: Answer<Result<(u16, Value), Problem>>| {
+        admit(d, raw, uuid, kind, text, answer)
+    })??;
     if status >= 400 {
-        let p = stored_problem(status, &Some((v["admission"]["code"].as_str().unwrap_or("conflict").to_string(), v["admission"]["detail"].as_str().unwrap_or_default().to_string())));
+        let p = stored_problem(
+            status,
+            &Some((
+                v["admission"]["code"]
+                    .as_str()
+                    .unwrap_or("conflict")
+                    .to_string(),
+                v["admission"]["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )),
+        );
         return Err(p);
     }
     let _ = client_id;
     Ok(Reply::json(status, v))
 }
 
-fn admit(d: &mut Daemon, raw: String, uuid: Uuid7, kind: &'static str, text: Option<String>, answer: Answer<Result<(u16, Value), Problem>>) {
-    let Some(sid) = resolve(d, &raw) else { return answer.send(Err(not_found(&raw))) };
+fn admit(
+    d: &mut Daemon,
+    raw: String,
+    uuid: Uuid7,
+    kind: &'static str,
+    text: Option<String>,
+    answer: Answer<Result<(u16, Value), Problem>>,
+) {
+    let Some(sid) = resolve(d, &raw) else {
+        return answer.send(Err(not_found(&raw)));
+    };
     let id = uuid.canonical();
     let intent = json!({"session_id": sid, "kind": kind, "text": text}).to_string();
     let live = d.core.sessions.get(&sid).map(|s| s.ended);
@@ -1261,9 +1692,16 @@ fn admit(d: &mut Daemon, raw: String, uuid: Uuid7, kind: &'static str, text: Opt
     };
     if let Some(i) = api.inputs.get(&id) {
         let r = if i.intent != intent {
-            Err(Problem::new(Code::InputConflict, format!("input {id} was admitted with another intent")))
+            Err(Problem::new(
+                Code::InputConflict,
+                format!("input {id} was admitted with another intent"),
+            ))
         } else if !i.durable {
-            Err(Problem::new(Code::Unavailable, "this input is still being committed; repeat it").retry(1))
+            Err(Problem::new(
+                Code::Unavailable,
+                "this input is still being committed; repeat it",
+            )
+            .retry(1))
         } else {
             Ok((i.status, input_json(i)))
         };
@@ -1273,14 +1711,30 @@ fn admit(d: &mut Daemon, raw: String, uuid: Uuid7, kind: &'static str, text: Opt
         return answer.send(Err(p));
     }
     if api.inputs.len() >= limits::HTTP_DECISIONS_MAX {
-        return answer.send(Err(Problem::new(Code::QueueFull, "too many input decisions are retained").retry(3600)));
+        return answer.send(Err(Problem::new(
+            Code::QueueFull,
+            "too many input decisions are retained",
+        )
+        .retry(3600)));
     }
     let rejection = match live {
-        None => return answer.send(Err(Problem::new(Code::NotFound, format!("no live session {raw}")))),
-        Some(true) => Some(Problem::new(Code::SessionEnded, format!("session {sid} has ended"))),
-        Some(false) if api.waiting(&sid) >= limits::HTTP_INPUTS_WAITING => {
-            Some(Problem::new(Code::QueueFull, format!("session {sid} has {} inputs waiting already", limits::HTTP_INPUTS_WAITING)))
+        None => {
+            return answer.send(Err(Problem::new(
+                Code::NotFound,
+                format!("no live session {raw}"),
+            )));
         }
+        Some(true) => Some(Problem::new(
+            Code::SessionEnded,
+            format!("session {sid} has ended"),
+        )),
+        Some(false) if api.waiting(&sid) >= limits::HTTP_INPUTS_WAITING => Some(Problem::new(
+            Code::QueueFull,
+            format!(
+                "session {sid} has {} inputs waiting already",
+                limits::HTTP_INPUTS_WAITING
+            ),
+        )),
         Some(false) => None,
     };
     let q = api.queues.entry(sid.clone()).or_default();
@@ -1310,7 +1764,12 @@ fn admit(d: &mut Daemon, raw: String, uuid: Uuid7, kind: &'static str, text: Opt
     let op = input_insert(&input);
     api.inputs.insert(id.clone(), input);
     d.write(vec![op], move |d, w| {
-        let Ok(api) = api_mut(d) else { return answer.send(Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"))) };
+        let Ok(api) = api_mut(d) else {
+            return answer.send(Err(Problem::new(
+                Code::ShuttingDown,
+                "the daemon is stopping",
+            )));
+        };
         if let Err(e) = w {
             api.inputs.remove(&id);
             if let Some(q) = api.queues.get_mut(&sid) {
@@ -1318,7 +1777,9 @@ fn admit(d: &mut Daemon, raw: String, uuid: Uuid7, kind: &'static str, text: Opt
             }
             return answer.send(Err(ledger_problem(e)));
         }
-        let Some(i) = api.inputs.get_mut(&id) else { return answer.send(Err(Problem::new(Code::Unavailable, "the input vanished"))) };
+        let Some(i) = api.inputs.get_mut(&id) else {
+            return answer.send(Err(Problem::new(Code::Unavailable, "the input vanished")));
+        };
         i.durable = true;
         let out = (i.status, input_json(i));
         answer.send(Ok(out));
@@ -1357,12 +1818,20 @@ pub fn cancel_input(ctx: &mut Ctx) -> Result<Reply, Problem> {
         let r = (|| {
             let sid = resolve(d, &raw).ok_or_else(|| not_found(&raw))?;
             let api = api_mut(d)?;
-            let i = api.inputs.get(&id).filter(|i| i.durable && i.session == sid).ok_or_else(|| Problem::new(Code::NotFound, format!("no input {id} in session {raw}")))?;
+            let i = api
+                .inputs
+                .get(&id)
+                .filter(|i| i.durable && i.session == sid)
+                .ok_or_else(|| {
+                    Problem::new(Code::NotFound, format!("no input {id} in session {raw}"))
+                })?;
             let q = api.queues.entry(sid.clone()).or_default();
             let result = if q.waiting.contains(&id) {
                 q.waiting.retain(|x| x != &id);
                 "cancelled"
-            } else if q.handed.as_ref() == Some(&id) || q.running.as_ref().is_some_and(|(_, r)| r == &id) {
+            } else if q.handed.as_ref() == Some(&id)
+                || q.running.as_ref().is_some_and(|(_, r)| r == &id)
+            {
                 q.interrupt_requested = true;
                 "interrupt_requested"
             } else {
@@ -1384,7 +1853,12 @@ pub fn cancel_input(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 }
                 _ => {}
             }
-            let i = d.http.as_ref().and_then(|h| h.sessions.inputs.get(&id)).map(input_json).unwrap_or(Value::Null);
+            let i = d
+                .http
+                .as_ref()
+                .and_then(|h| h.sessions.inputs.get(&id))
+                .map(input_json)
+                .unwrap_or(Value::Null);
             Ok(json!({"result": result, "input": i}))
         })();
         answer.send(r);
@@ -1403,7 +1877,9 @@ pub fn post_interrupt(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let raw = ctx.path_param("session_id").unwrap_or_default().to_string();
     let body: InterruptBody = ctx.json()?;
     if body.through_input_order >= 1 << 53 {
-        return Err(Problem::invalid("through_input_order must be a whole number from 0 to 2^53-1"));
+        return Err(Problem::invalid(
+            "through_input_order must be a whole number from 0 to 2^53-1",
+        ));
     }
     let out = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
         let r = (|| {
@@ -1457,23 +1933,43 @@ pub fn get_history(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let limit = match ctx.param("limit") {
         None => limits::HTTP_HISTORY_DEFAULT,
         Some(l) => match l.parse::<usize>() {
-            Ok(n) if (1..=limits::HTTP_HISTORY_MAX).contains(&n) && l.bytes().all(|b| b.is_ascii_digit()) => n,
-            _ => return Err(Problem::invalid(format!("limit must be a whole number from 1 to {}", limits::HTTP_HISTORY_MAX))),
+            Ok(n)
+                if (1..=limits::HTTP_HISTORY_MAX).contains(&n)
+                    && l.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                n
+            }
+            _ => {
+                return Err(Problem::invalid(format!(
+                    "limit must be a whole number from 1 to {}",
+                    limits::HTTP_HISTORY_MAX
+                )));
+            }
         },
     };
-    let before = ctx.param("before").map(|b| counter("before", b)).transpose()?;
-    let after = ctx.param("after").map(|a| counter("after", a)).transpose()?;
+    let before = ctx
+        .param("before")
+        .map(|b| counter("before", b))
+        .transpose()?;
+    let after = ctx
+        .param("after")
+        .map(|a| counter("after", a))
+        .transpose()?;
     if before.is_some() && after.is_some() {
         return Err(Problem::invalid("give before or after, not both"));
     }
     let class = ctx.caller()?;
     let body = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let Some(sid) = readable(d, &class, &raw) else { return answer.send(Err(not_found(&raw))) };
+        let Some(sid) = readable(d, &class, &raw) else {
+            return answer.send(Err(not_found(&raw)));
+        };
         let fallback = answer.clone();
         let queued = d.ledger.read(Box::new(move |conn| {
             let r = match read_row(conn, &sid) {
                 Ok(None) => Err(not_found(&raw)),
-                Ok(Some(_)) => read_history(conn, &sid, before, after, limit).map(|(items, high)| history_page(items, high)).map_err(|e| read_failed(&e)),
+                Ok(Some(_)) => read_history(conn, &sid, before, after, limit)
+                    .map(|(items, high)| history_page(items, high))
+                    .map_err(|e| read_failed(&e)),
                 Err(e) => Err(read_failed(&e)),
             };
             answer.send(r);
@@ -1490,20 +1986,39 @@ pub fn get_history(ctx: &mut Ctx) -> Result<Reply, Problem> {
 /// Hands the next waiting input to the agent when the session has no
 /// turn running and none handed.
 pub fn deliver(d: &mut Daemon, sid: &str) {
-    let Some(s) = d.core.sessions.get(sid) else { return };
+    let Some(s) = d.core.sessions.get(sid) else {
+        return;
+    };
     if s.ended || s.turn_active || !s.open.is_empty() {
         return;
     }
-    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else { return };
-    let Some(q) = api.queues.get_mut(sid) else { return };
+    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else {
+        return;
+    };
+    let Some(q) = api.queues.get_mut(sid) else {
+        return;
+    };
     if q.handed.is_some() || q.running.is_some() {
         return;
     }
-    let Some(id) = q.waiting.pop_front() else { return };
-    let text = api.inputs.get(&id).map(|i| i.text.clone().unwrap_or_else(|| CONTINUE_PROMPT.to_string())).unwrap_or_default();
+    let Some(id) = q.waiting.pop_front() else {
+        return;
+    };
+    let text = api
+        .inputs
+        .get(&id)
+        .map(|i| {
+            i.text
+                .clone()
+                .unwrap_or_else(|| CONTINUE_PROMPT.to_string())
+        })
+        .unwrap_or_default();
     q.handed = Some(id.clone());
     if let Err(e) = core_sessions::input(d, sid, text) {
-        crate::warn!("session {sid}: input {id} could not be handed to the agent: {}", e.message);
+        crate::warn!(
+            "session {sid}: input {id} could not be handed to the agent: {}",
+            e.message
+        );
         if let Some(q) = d.http.as_mut().and_then(|h| h.sessions.queues.get_mut(sid)) {
             q.handed = None;
             q.waiting.push_front(id);
@@ -1519,8 +2034,14 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
         }
         let sid = ev.stream.as_str();
         let turn = d.core.sessions.get(sid).map_or(0, |s| s.turn);
-        let position = d.core.sessions.get(sid).map_or(0, |s| s.transcript.len as u64);
-        let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else { return };
+        let position = d
+            .core
+            .sessions
+            .get(sid)
+            .map_or(0, |s| s.transcript.len as u64);
+        let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else {
+            return;
+        };
         let mut touched = None;
         let mut completed = None;
         match ev.kind.as_str() {
@@ -1539,7 +2060,11 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
                 }
             }
             "turn.end" | "session.end" => {
-                let outcome = match serde_json::from_str::<Value>(&ev.data).ok().and_then(|v| v["reason"].as_str().map(str::to_string)).as_deref() {
+                let outcome = match serde_json::from_str::<Value>(&ev.data)
+                    .ok()
+                    .and_then(|v| v["reason"].as_str().map(str::to_string))
+                    .as_deref()
+                {
                     Some("completed") => "completed",
                     Some("interrupted") => "interrupted",
                     _ if ev.kind == "session.end" => "abandoned",
@@ -1574,7 +2099,12 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
         }
         if let Some((t, outcome, id)) = completed {
             let ids: Vec<String> = id.into_iter().collect();
-            publish(d, sid, "turn_completed", json!({"run_id": format!("r{t}"), "outcome": outcome, "input_ids": ids}));
+            publish(
+                d,
+                sid,
+                "turn_completed",
+                json!({"run_id": format!("r{t}"), "outcome": outcome, "input_ids": ids}),
+            );
         }
         if ev.kind == "session.end" {
             // No later entry will complete a growing one now.
@@ -1595,12 +2125,17 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
 /// transcript entries, status and activity go out, and the next input is
 /// handed over when the session is free.
 pub fn on_committed(d: &mut Daemon, sid: &str, delta: Option<&Delta>) {
-    let Some(cache) = history_cache(d) else { return };
+    let Some(cache) = history_cache(d) else {
+        return;
+    };
     cache.invalidate(sid);
     if let Some(delta) = delta {
         let now = crate::clock::now_ms();
         let run_id = format!("r{}", d.core.sessions.get(sid).map_or(0, |s| s.turn));
-        let watched = d.http.as_ref().is_some_and(|h| h.sessions.topics.contains_key(sid));
+        let watched = d
+            .http
+            .as_ref()
+            .is_some_and(|h| h.sessions.topics.contains_key(sid));
         let mut live = d.http.as_mut().and_then(|h| h.sessions.live.remove(sid));
         let end = (delta.from + delta.entries.len()) as u64;
         // The growing entry is complete once a later entry exists; when
@@ -1612,14 +2147,25 @@ pub fn on_committed(d: &mut Daemon, sid: &str, delta: Option<&Delta>) {
             let pos = (delta.from + i) as u64;
             let entry = entry_from_wire(pos, e);
             if let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) {
-                note_activity(api.activity.entry(sid.to_string()).or_default(), &entry, now);
+                note_activity(
+                    api.activity.entry(sid.to_string()).or_default(),
+                    &entry,
+                    now,
+                );
             }
             let kind = e["kind"].as_str().unwrap_or_default();
             if watched && (kind == "text" || kind == "thinking") && pos + 1 == end {
                 let text = e["text"].as_str().unwrap_or_default();
-                let from = live.as_ref().filter(|l| l.pos == pos).map_or(0, |l| l.published);
+                let from = live
+                    .as_ref()
+                    .filter(|l| l.pos == pos)
+                    .map_or(0, |l| l.published);
                 publish_appended(d, sid, kind, &run_id, pos, from, text);
-                live = Some(Live { pos, published: text.len().max(from), entry });
+                live = Some(Live {
+                    pos,
+                    published: text.len().max(from),
+                    entry,
+                });
                 continue;
             }
             if live.as_ref().is_some_and(|l| l.pos == pos) {
@@ -1653,14 +2199,20 @@ fn note_activity(a: &mut Activity, entry: &Value, now: i64) {
     };
     // The tail of the text: the current partial line is what moves.
     let chars: Vec<char> = text.chars().collect();
-    let text: String = chars[chars.len().saturating_sub(limits::HTTP_ACTIVITY_LINE_CHARS)..].iter().collect();
+    let text: String = chars[chars.len().saturating_sub(limits::HTTP_ACTIVITY_LINE_CHARS)..]
+        .iter()
+        .collect();
     let id = entry["id"].as_str().unwrap_or_default().to_string();
     a.observed_ms = now;
     if let Some(l) = a.lines.iter_mut().find(|l| l.entry == id) {
         l.text = text;
         return;
     }
-    a.lines.push_back(Line { entry: id, kind, text });
+    a.lines.push_back(Line {
+        entry: id,
+        kind,
+        text,
+    });
     while a.lines.len() > limits::HTTP_ACTIVITY_LINES {
         a.lines.pop_front();
     }
@@ -1670,8 +2222,18 @@ fn note_activity(a: &mut Activity, entry: &Value, now: i64) {
 /// `text` (or `thinking`) events, each at most `HTTP_ENTRY_TEXT_MAX` bytes
 /// of text so that one event always fits a frame and the replay buffer.
 /// `offset` is where the event's text starts in the entry, in UTF-8 bytes.
-fn publish_appended(d: &mut Daemon, sid: &str, kind: &str, run_id: &str, pos: u64, from: usize, text: &str) {
-    let Some(mut rest) = text.get(from..) else { return };
+fn publish_appended(
+    d: &mut Daemon,
+    sid: &str,
+    kind: &str,
+    run_id: &str,
+    pos: u64,
+    from: usize,
+    text: &str,
+) {
+    let Some(mut rest) = text.get(from..) else {
+        return;
+    };
     let mut offset = from;
     while !rest.is_empty() {
         let mut cut = rest.len().min(limits::HTTP_ENTRY_TEXT_MAX);
@@ -1679,7 +2241,12 @@ fn publish_appended(d: &mut Daemon, sid: &str, kind: &str, run_id: &str, pos: u6
             cut -= 1;
         }
         let (piece, tail) = rest.split_at(cut);
-        publish(d, sid, kind, json!({"run_id": run_id, "message_id": format!("e{pos}"), "offset": offset, "text": piece}));
+        publish(
+            d,
+            sid,
+            kind,
+            json!({"run_id": run_id, "message_id": format!("e{pos}"), "offset": offset, "text": piece}),
+        );
         offset += piece.len();
         rest = tail;
     }
@@ -1696,19 +2263,29 @@ fn live_now(d: &Daemon, sid: &str) -> Option<Live> {
         return None;
     }
     let published = e["text"].as_str().map_or(0, str::len);
-    Some(Live { pos: pos as u64, published, entry: entry_from_wire(pos as u64, &e) })
+    Some(Live {
+        pos: pos as u64,
+        published,
+        entry: entry_from_wire(pos as u64, &e),
+    })
 }
 
 /// Publishes one event to the session's topic, if it is watched.
 fn publish(d: &mut Daemon, sid: &str, kind: &str, data: Value) {
-    let Some(topic) = d.http.as_mut().and_then(|h| h.sessions.topics.get_mut(sid)) else { return };
+    let Some(topic) = d.http.as_mut().and_then(|h| h.sessions.topics.get_mut(sid)) else {
+        return;
+    };
     let seq = topic.high_water() + 1;
     topic.publish(seq, &sse::event(kind, seq, &data));
 }
 
 fn publish_status(d: &mut Daemon, sid: &str) {
-    let Some(s) = d.core.sessions.get(sid) else { return };
-    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else { return };
+    let Some(s) = d.core.sessions.get(sid) else {
+        return;
+    };
+    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else {
+        return;
+    };
     if !api.topics.contains_key(sid) {
         return;
     }
@@ -1722,7 +2299,9 @@ fn publish_status(d: &mut Daemon, sid: &str) {
 }
 
 fn publish_input(d: &mut Daemon, id: &str) {
-    let Some(i) = d.http.as_ref().and_then(|h| h.sessions.inputs.get(id)) else { return };
+    let Some(i) = d.http.as_ref().and_then(|h| h.sessions.inputs.get(id)) else {
+        return;
+    };
     let (sid, v) = (i.session.clone(), input_json(i));
     publish(d, &sid, "input", json!({"input": v}));
 }
@@ -1730,10 +2309,15 @@ fn publish_input(d: &mut Daemon, id: &str) {
 /// Queues an `activity` replacement for the session to every collection
 /// watch whose filter admits it.
 fn collection_activity(d: &mut Daemon, sid: &str) {
-    if d.http.as_ref().is_none_or(|h| h.sessions.collection.is_empty()) {
+    if d.http
+        .as_ref()
+        .is_none_or(|h| h.sessions.collection.is_empty())
+    {
         return;
     }
-    let Some(s) = summary(d, None, sid) else { return };
+    let Some(s) = summary(d, None, sid) else {
+        return;
+    };
     let ev = json!({"type": "activity", "data": {
         "session_id": sid,
         "cursor": s["cursor"],
@@ -1741,11 +2325,16 @@ fn collection_activity(d: &mut Daemon, sid: &str) {
         "activity": s["activity"],
     }})
     .to_string();
-    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else { return };
+    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else {
+        return;
+    };
     api.collection.retain(|c| {
         if c.filter.admits(&s) {
             lock(&c.queue).activity(sid, ev.clone());
-            !matches!(c.wake.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(())))
+            !matches!(
+                c.wake.try_send(()),
+                Err(crossbeam_channel::TrySendError::Disconnected(()))
+            )
         } else {
             true
         }
@@ -1756,14 +2345,19 @@ fn collection_activity(d: &mut Daemon, sid: &str) {
 /// ended): it reads the session again. Filters are not consulted: a
 /// session that left a filter must reach the client too.
 fn invalidate(d: &mut Daemon, sid: &str) {
-    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else { return };
+    let Some(api) = d.http.as_mut().map(|h| &mut h.sessions) else {
+        return;
+    };
     if api.collection.is_empty() {
         return;
     }
     let ev = json!({"type": "invalidate", "data": {"resource": "session", "url": format!("/sessions/{sid}"), "session_ids": [sid]}}).to_string();
     api.collection.retain(|c| {
         lock(&c.queue).invalidate(ev.clone());
-        !matches!(c.wake.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(())))
+        !matches!(
+            c.wake.try_send(()),
+            Err(crossbeam_channel::TrySendError::Disconnected(()))
+        )
     });
 }
 

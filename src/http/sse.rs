@@ -36,8 +36,8 @@
 //! reactor. The collection watch feeds one [`CollectionQueue`] per
 //! subscriber.
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
-use serde_json::{json, Value};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -95,7 +95,13 @@ impl Replay {
     /// An empty buffer whose history up to `high_water` is durable
     /// elsewhere (the snapshot's business).
     pub fn new(generation: impl Into<String>, high_water: u64) -> Replay {
-        Replay { generation: generation.into(), entries: VecDeque::new(), bytes: 0, floor: high_water, last: high_water }
+        Replay {
+            generation: generation.into(),
+            entries: VecDeque::new(),
+            bytes: 0,
+            floor: high_water,
+            last: high_water,
+        }
     }
 
     pub fn generation(&self) -> &str {
@@ -138,9 +144,16 @@ impl Replay {
         }
         self.last = seq;
         self.bytes += json.len();
-        self.entries.push_back(Entry { seq, json: Arc::from(json) });
-        while self.entries.len() > limits::SSE_REPLAY_EVENTS || self.bytes > limits::SSE_REPLAY_BYTES {
-            let Some(old) = self.entries.pop_front() else { break };
+        self.entries.push_back(Entry {
+            seq,
+            json: Arc::from(json),
+        });
+        while self.entries.len() > limits::SSE_REPLAY_EVENTS
+            || self.bytes > limits::SSE_REPLAY_BYTES
+        {
+            let Some(old) = self.entries.pop_front() else {
+                break;
+            };
             self.bytes -= old.json.len();
             self.floor = old.seq;
         }
@@ -153,7 +166,9 @@ impl Replay {
         match after {
             None => Start::Reset(ResetReason::Initial),
             Some((g, _)) if g != self.generation => Start::Reset(ResetReason::GenerationChanged),
-            Some((_, s)) if s < self.floor || s > self.last => Start::Reset(ResetReason::ReplayUnavailable),
+            Some((_, s)) if s < self.floor || s > self.last => {
+                Start::Reset(ResetReason::ReplayUnavailable)
+            }
             Some((_, s)) => Start::Resume(s),
         }
     }
@@ -216,13 +231,17 @@ pub struct TopicFull;
 
 impl Topic {
     pub fn new(generation: impl Into<String>, high_water: u64) -> Topic {
-        Topic { replay: Arc::new(Mutex::new(Replay::new(generation, high_water))), subs: Vec::new() }
+        Topic {
+            replay: Arc::new(Mutex::new(Replay::new(generation, high_water))),
+            subs: Vec::new(),
+        }
     }
 
     /// Appends an event and wakes every subscriber; never blocks.
     pub fn publish(&mut self, seq: u64, json: &str) {
         lock(&self.replay).push(seq, json);
-        self.subs.retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
+        self.subs
+            .retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
     }
 
     pub fn subscribe(&mut self) -> Result<Subscription, TopicFull> {
@@ -234,13 +253,17 @@ impl Topic {
         }
         let (tx, rx) = bounded(limits::SSE_MAILBOX);
         self.subs.push(tx);
-        Ok(Subscription { replay: self.replay.clone(), wake: rx })
+        Ok(Subscription {
+            replay: self.replay.clone(),
+            wake: rx,
+        })
     }
 
     /// Drops the mailboxes of subscribers that went away.
     fn prune(&mut self) {
         // A full mailbox's reader may be gone; a probe wake tells.
-        self.subs.retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
+        self.subs
+            .retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
     }
 
     /// Live subscribers, after dropping those that went away.
@@ -274,8 +297,14 @@ pub fn event(kind: &str, sequence: u64, data: &Value) -> String {
 }
 
 /// The batch envelope around already-encoded events (and snapshot).
-pub fn batch(generation: &str, cursor: u64, events: &[impl AsRef<str>], snapshot: Option<&str>) -> String {
-    let mut s = String::with_capacity(64 + events.iter().map(|e| e.as_ref().len() + 1).sum::<usize>());
+pub fn batch(
+    generation: &str,
+    cursor: u64,
+    events: &[impl AsRef<str>],
+    snapshot: Option<&str>,
+) -> String {
+    let mut s =
+        String::with_capacity(64 + events.iter().map(|e| e.as_ref().len() + 1).sum::<usize>());
     s.push_str("{\"generation\":");
     s.push_str(&Value::from(generation).to_string());
     s.push_str(&format!(",\"cursor\":{cursor},\"events\":["));
@@ -372,7 +401,12 @@ pub fn run_watch<W: Write>(
                 }
             };
             cursor = at;
-            if send(w, &batch(&generation, cursor, &[reset_event(reason)], Some(&snap))).is_err() {
+            if send(
+                w,
+                &batch(&generation, cursor, &[reset_event(reason)], Some(&snap)),
+            )
+            .is_err()
+            {
                 return End::ClientGone;
             }
         }
@@ -433,7 +467,11 @@ impl CollectionQueue {
     /// A new subscriber's queue: "Its first batch contains ready and reset,
     /// requiring an authoritative collection read."
     pub fn new() -> CollectionQueue {
-        let mut q = CollectionQueue { events: VecDeque::new(), bytes: 0, overflowed: false };
+        let mut q = CollectionQueue {
+            events: VecDeque::new(),
+            bytes: 0,
+            overflowed: false,
+        };
         q.admit(None, json!({"type": "ready", "data": {}}).to_string());
         q.admit(None, reset_event(ResetReason::Initial));
         q
@@ -463,7 +501,11 @@ impl CollectionQueue {
         if self.overflowed {
             return;
         }
-        if let Some(slot) = self.events.iter_mut().find(|(k, _)| k.as_deref() == Some(session_id)) {
+        if let Some(slot) = self
+            .events
+            .iter_mut()
+            .find(|(k, _)| k.as_deref() == Some(session_id))
+        {
             self.bytes = self.bytes - slot.1.len() + json.len();
             slot.1 = json;
             if self.bytes > limits::SSE_QUEUE_BYTES {
@@ -511,7 +553,12 @@ fn collection_batch(events: &[String]) -> String {
 
 /// Serves one collection watch until it ends: the queue is filled by the
 /// publisher, which wakes `wake`.
-pub fn run_collection<W: Write>(w: &mut W, queue: &Mutex<CollectionQueue>, wake: &Receiver<()>, keepalive: Duration) -> End {
+pub fn run_collection<W: Write>(
+    w: &mut W,
+    queue: &Mutex<CollectionQueue>,
+    wake: &Receiver<()>,
+    keepalive: Duration,
+) -> End {
     let mut quiet = false;
     loop {
         let taken = lock(queue).take(limits::HTTP_RESPONSE_MAX - 256);
@@ -519,7 +566,10 @@ pub fn run_collection<W: Write>(w: &mut W, queue: &Mutex<CollectionQueue>, wake:
             Taken::Overflow => {
                 // "emits overflow and closes if the socket can still accept
                 // the signal"; closing alone also requires a refresh.
-                let _ = send(w, &collection_batch(&[json!({"type": "overflow", "data": {}}).to_string()]));
+                let _ = send(
+                    w,
+                    &collection_batch(&[json!({"type": "overflow", "data": {}}).to_string()]),
+                );
                 return End::Failed;
             }
             Taken::Events(events) if !events.is_empty() => {
@@ -539,7 +589,8 @@ pub fn run_collection<W: Write>(w: &mut W, queue: &Mutex<CollectionQueue>, wake:
             Ok(()) => quiet = false,
             Err(RecvTimeoutError::Timeout) => quiet = true,
             Err(RecvTimeoutError::Disconnected) => {
-                let failure = json!({"type": "failure", "data": {"code": "shutting_down"}}).to_string();
+                let failure =
+                    json!({"type": "failure", "data": {"code": "shutting_down"}}).to_string();
                 let _ = send(w, &collection_batch(&[failure]));
                 return End::Stopped;
             }
@@ -591,14 +642,26 @@ mod tests {
         let mut r = Replay::new("g1", 5);
         r.push(6, &ev(6));
         assert_eq!(r.plan(None), Start::Reset(ResetReason::Initial));
-        assert_eq!(r.plan(Some(("g0", 6))), Start::Reset(ResetReason::GenerationChanged));
-        assert_eq!(r.plan(Some(("g1", 4))), Start::Reset(ResetReason::ReplayUnavailable));
-        assert_eq!(r.plan(Some(("g1", 7))), Start::Reset(ResetReason::ReplayUnavailable));
+        assert_eq!(
+            r.plan(Some(("g0", 6))),
+            Start::Reset(ResetReason::GenerationChanged)
+        );
+        assert_eq!(
+            r.plan(Some(("g1", 4))),
+            Start::Reset(ResetReason::ReplayUnavailable)
+        );
+        assert_eq!(
+            r.plan(Some(("g1", 7))),
+            Start::Reset(ResetReason::ReplayUnavailable)
+        );
         assert_eq!(r.plan(Some(("g1", 5))), Start::Resume(5));
         assert_eq!(r.plan(Some(("g1", 6))), Start::Resume(6));
         // A gap: the buffer cannot vouch for what it did not see.
         r.push(9, &ev(9));
-        assert_eq!(r.plan(Some(("g1", 6))), Start::Reset(ResetReason::ReplayUnavailable));
+        assert_eq!(
+            r.plan(Some(("g1", 6))),
+            Start::Reset(ResetReason::ReplayUnavailable)
+        );
         assert_eq!(r.plan(Some(("g1", 8))), Start::Resume(8));
         // Old or repeated sequences are ignored.
         r.push(9, &ev(9));
@@ -664,7 +727,10 @@ mod tests {
         }
         let first_cursor = got[0]["cursor"].as_u64().unwrap();
         let want: Vec<u64> = (first_cursor + 1..=5).collect();
-        assert_eq!(seqs, want, "each event once, in order, after the reset's cursor");
+        assert_eq!(
+            seqs, want,
+            "each event once, in order, after the reset's cursor"
+        );
         assert_eq!(got.last().unwrap()["events"][0]["type"], "failure");
     }
 
@@ -688,11 +754,20 @@ mod tests {
         let sub = topic.subscribe().unwrap();
         let mut w = Budget(3, Vec::new());
         let mut snap = || Ok((7, "{}".to_string()));
-        let end = run_watch(&mut w, &sub, Start::Resume(7), Duration::from_millis(1), &mut snap);
+        let end = run_watch(
+            &mut w,
+            &sub,
+            Start::Resume(7),
+            Duration::from_millis(1),
+            &mut snap,
+        );
         assert_eq!(end, End::ClientGone);
         let got = batches(&w.1);
         assert_eq!(got.len(), 3);
-        assert!(got.iter().all(|b| b == &json!({"generation": "g", "cursor": 7, "events": []})));
+        assert!(
+            got.iter()
+                .all(|b| b == &json!({"generation": "g", "cursor": 7, "events": []}))
+        );
     }
 
     #[test]
@@ -706,7 +781,16 @@ mod tests {
         let mut out = Vec::new();
         let replay = sub.replay.clone();
         let mut snap = || Ok((lock(&replay).last(), "{}".to_string()));
-        assert_eq!(run_watch(&mut out, &sub, Start::Resume(2), Duration::from_secs(60), &mut snap), End::Stopped);
+        assert_eq!(
+            run_watch(
+                &mut out,
+                &sub,
+                Start::Resume(2),
+                Duration::from_secs(60),
+                &mut snap
+            ),
+            End::Stopped
+        );
         let got = batches(&out);
         assert_eq!(got[0]["events"][0]["data"]["reason"], "replay_unavailable");
         assert_eq!(got[0]["cursor"], 300);
@@ -715,7 +799,9 @@ mod tests {
     #[test]
     fn topics_bound_their_subscribers_and_forget_departed_ones() {
         let mut t = Topic::new("g", 0);
-        let subs: Vec<_> = (0..limits::SSE_TOPIC_SUBSCRIBERS).map(|_| t.subscribe().unwrap()).collect();
+        let subs: Vec<_> = (0..limits::SSE_TOPIC_SUBSCRIBERS)
+            .map(|_| t.subscribe().unwrap())
+            .collect();
         assert!(t.subscribe().is_err());
         drop(subs);
         assert_eq!(t.watchers(), 0);
@@ -728,7 +814,9 @@ mod tests {
         q.activity("s-1", "{\"type\":\"activity\",\"v\":1}".into());
         q.invalidate("{\"type\":\"invalidate\"}".into());
         q.activity("s-1", "{\"type\":\"activity\",\"v\":2}".into());
-        let Taken::Events(got) = q.take(1 << 20) else { panic!() };
+        let Taken::Events(got) = q.take(1 << 20) else {
+            panic!()
+        };
         assert_eq!(got.len(), 4);
         assert!(got[0].contains("ready"));
         assert!(got[1].contains("reset"));
@@ -740,8 +828,14 @@ mod tests {
         let (tx, rx) = bounded(1);
         let queue = Mutex::new(q);
         let mut out = Vec::new();
-        assert_eq!(run_collection(&mut out, &queue, &rx, Duration::from_secs(60)), End::Failed);
+        assert_eq!(
+            run_collection(&mut out, &queue, &rx, Duration::from_secs(60)),
+            End::Failed
+        );
         drop(tx);
-        assert_eq!(batches(&out), vec![json!({"events": [{"type": "overflow", "data": {}}]})]);
+        assert_eq!(
+            batches(&out),
+            vec![json!({"events": [{"type": "overflow", "data": {}}]})]
+        );
     }
 }

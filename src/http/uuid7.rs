@@ -18,7 +18,11 @@ impl Uuid7 {
     /// Parses the canonical `8-4-4-4-12` hex form (either case) and checks
     /// the version (7) and the variant (RFC 9562, `10` bits).
     pub fn parse(s: &str) -> Result<Uuid7, Problem> {
-        let bad = |why: &str| Problem::invalid(format!("{why}: expected a UUIDv7 like 0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1e"));
+        let bad = |why: &str| {
+            Problem::invalid(format!(
+                "{why}: expected a UUIDv7 like 0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1e"
+            ))
+        };
         let b = s.as_bytes();
         if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
             return Err(bad("not a UUID"));
@@ -43,7 +47,9 @@ impl Uuid7 {
 
     /// Milliseconds since the Unix epoch in the first 48 bits.
     pub fn unix_ms(&self) -> i64 {
-        self.bytes[..6].iter().fold(0i64, |acc, &b| (acc << 8) | i64::from(b))
+        self.bytes[..6]
+            .iter()
+            .fold(0i64, |acc, &b| (acc << 8) | i64::from(b))
     }
 
     /// The canonical lowercase form, the one key an identity is stored by.
@@ -55,10 +61,16 @@ impl Uuid7 {
     pub fn check_age(&self, now_ms: i64) -> Result<(), Problem> {
         let t = self.unix_ms();
         if t > now_ms + limits::UUID7_MAX_AHEAD_MS {
-            return Err(Problem::new(Code::IdentityFuture, "the identity's timestamp is more than five minutes ahead of the daemon's clock"));
+            return Err(Problem::new(
+                Code::IdentityFuture,
+                "the identity's timestamp is more than five minutes ahead of the daemon's clock",
+            ));
         }
         if t < now_ms - limits::UUID7_MAX_AGE_MS {
-            return Err(Problem::new(Code::IdentityExpired, "the identity is older than seven days and unknown; mint a new one"));
+            return Err(Problem::new(
+                Code::IdentityExpired,
+                "the identity is older than seven days and unknown; mint a new one",
+            ));
         }
         Ok(())
     }
@@ -88,12 +100,12 @@ mod tests {
     #[test]
     fn refuses_other_versions_variants_and_shapes() {
         for bad in [
-            "0190b9a0-5f2e-4c3a-8b1d-2e4f6a8c0d1e", // version 4
-            "0190b9a0-5f2e-7c3a-cb1d-2e4f6a8c0d1e", // variant 110
-            "0190b9a05f2e7c3a8b1d2e4f6a8c0d1e",     // no dashes
-            "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1",  // short
-            "0190b9a0-5f2e-7c3a-8b1d_2e4f6a8c0d1e", // wrong separator
-            "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1g", // not hex
+            "0190b9a0-5f2e-4c3a-8b1d-2e4f6a8c0d1e",     // version 4
+            "0190b9a0-5f2e-7c3a-cb1d-2e4f6a8c0d1e",     // variant 110
+            "0190b9a05f2e7c3a8b1d2e4f6a8c0d1e",         // no dashes
+            "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1",      // short
+            "0190b9a0-5f2e-7c3a-8b1d_2e4f6a8c0d1e",     // wrong separator
+            "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d1g",     // not hex
             "0190b9a0-5f2e-7c3a-8b1d-2e4f6a8c0d\u{e9}", // not ASCII
         ] {
             assert_eq!(Uuid7::parse(bad).unwrap_err().status(), 400, "{bad}");
@@ -106,7 +118,10 @@ mod tests {
         let at = |ms: i64| Uuid7::parse(&make(ms)).unwrap().check_age(now);
         assert!(at(now).is_ok());
         assert!(at(now + limits::UUID7_MAX_AHEAD_MS).is_ok());
-        assert_eq!(at(now + limits::UUID7_MAX_AHEAD_MS + 1).unwrap_err().code, Code::IdentityFuture);
+        assert_eq!(
+            at(now + limits::UUID7_MAX_AHEAD_MS + 1).unwrap_err().code,
+            Code::IdentityFuture
+        );
         assert!(at(now - limits::UUID7_MAX_AGE_MS).is_ok());
         let e = at(now - limits::UUID7_MAX_AGE_MS - 1).unwrap_err();
         assert_eq!((e.code, e.status()), (Code::IdentityExpired, 410));

@@ -33,7 +33,10 @@ pub enum HeadError {
 
 impl<R: Read> Reader<R> {
     pub fn new(inner: R) -> Reader<R> {
-        Reader { inner, buf: Vec::new() }
+        Reader {
+            inner,
+            buf: Vec::new(),
+        }
     }
 
     /// Bytes already read and not consumed: a pipelined next request.
@@ -59,7 +62,10 @@ impl<R: Read> Reader<R> {
 
     /// Reads one request head within `HTTP_HEAD_DEADLINE_MS`.
     pub fn read_head(&mut self) -> Result<Head, HeadError> {
-        self.read_head_until(Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS), |_, _| Ok(()))
+        self.read_head_until(
+            Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS),
+            |_, _| Ok(()),
+        )
     }
 
     /// Reads one request head by `deadline`, however the bytes trickle in:
@@ -68,7 +74,11 @@ impl<R: Read> Reader<R> {
     /// deadline the connection is given up ([`HeadError::Io`], `TimedOut`).
     /// `cap` is told, before each read, how long is left, so that a
     /// blocking read can wait no longer.
-    pub fn read_head_until(&mut self, deadline: Instant, mut cap: impl FnMut(&mut R, Duration) -> io::Result<()>) -> Result<Head, HeadError> {
+    pub fn read_head_until(
+        &mut self,
+        deadline: Instant,
+        mut cap: impl FnMut(&mut R, Duration) -> io::Result<()>,
+    ) -> Result<Head, HeadError> {
         loop {
             // "a server SHOULD ignore at least one empty line (CRLF) received
             // prior to the request-line" (RFC 9112, 2.2)
@@ -90,7 +100,10 @@ impl<R: Read> Reader<R> {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(if started {
-                    HeadError::Io(io::Error::new(io::ErrorKind::TimedOut, "the request head did not arrive in time"))
+                    HeadError::Io(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the request head did not arrive in time",
+                    ))
                 } else {
                     HeadError::Closed
                 });
@@ -100,10 +113,20 @@ impl<R: Read> Reader<R> {
             }
             match self.fill() {
                 Ok(0) if !started => return Err(HeadError::Closed),
-                Ok(0) => return Err(HeadError::Bad(Problem::invalid("the request head ended before its blank line"))),
+                Ok(0) => {
+                    return Err(HeadError::Bad(Problem::invalid(
+                        "the request head ended before its blank line",
+                    )));
+                }
                 Ok(_) => {}
-                Err(e) if !started && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    return Err(HeadError::Closed)
+                Err(e)
+                    if !started
+                        && matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                {
+                    return Err(HeadError::Closed);
                 }
                 Err(e) => return Err(HeadError::Io(e)),
             }
@@ -118,7 +141,9 @@ impl Reader<std::net::TcpStream> {
     pub fn read_head_timed(&mut self) -> Result<Head, HeadError> {
         let per_read = Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS);
         let deadline = Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS);
-        let head = self.read_head_until(deadline, |s, left| s.set_read_timeout(Some(left.min(per_read).max(Duration::from_millis(1)))));
+        let head = self.read_head_until(deadline, |s, left| {
+            s.set_read_timeout(Some(left.min(per_read).max(Duration::from_millis(1))))
+        });
         let _ = self.inner.set_read_timeout(Some(per_read));
         head
     }
@@ -145,7 +170,10 @@ pub struct Head {
 impl Head {
     /// The first value of a field.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Every value of a field, comma-separated lists split.
@@ -167,7 +195,11 @@ impl Head {
     pub fn keep_alive(&self) -> bool {
         let conn = self.list("connection");
         let has = |t: &str| conn.iter().any(|c| c.eq_ignore_ascii_case(t));
-        if self.minor == 0 { has("keep-alive") } else { !has("close") }
+        if self.minor == 0 {
+            has("keep-alive")
+        } else {
+            !has("close")
+        }
     }
 }
 
@@ -183,10 +215,15 @@ pub fn parse_head(bytes: &[u8]) -> Result<Head, Problem> {
     }
     let mut lines = all.into_iter();
     let first = lines.next().unwrap_or_default();
-    let first = std::str::from_utf8(first).map_err(|_| Problem::invalid("request line is not ASCII"))?;
+    let first =
+        std::str::from_utf8(first).map_err(|_| Problem::invalid("request line is not ASCII"))?;
     let mut parts = first.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return Err(Problem::invalid("request line is not METHOD TARGET VERSION"));
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Problem::invalid(
+            "request line is not METHOD TARGET VERSION",
+        ));
     };
     if method.is_empty() || !method.bytes().all(is_tchar) {
         return Err(Problem::invalid("method is not a token"));
@@ -206,25 +243,43 @@ pub fn parse_head(bytes: &[u8]) -> Result<Head, Problem> {
         if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
             return Err(Problem::invalid("obsolete line folding is not accepted"));
         }
-        let colon = line.iter().position(|&b| b == b':').ok_or_else(|| Problem::invalid("header line has no colon"))?;
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or_else(|| Problem::invalid("header line has no colon"))?;
         let (name, value) = (&line[..colon], &line[colon + 1..]);
         if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
             return Err(Problem::invalid("header name is not a token"));
         }
-        let value = std::str::from_utf8(value).map_err(|_| Problem::invalid("header value is not UTF-8"))?;
-        if value.bytes().any(|b| b == 0 || b == b'\r' || (b < 0x20 && b != b'\t') || b == 0x7f) {
+        let value = std::str::from_utf8(value)
+            .map_err(|_| Problem::invalid("header value is not UTF-8"))?;
+        if value
+            .bytes()
+            .any(|b| b == 0 || b == b'\r' || (b < 0x20 && b != b'\t') || b == 0x7f)
+        {
             return Err(Problem::invalid("header value holds a control character"));
         }
         if headers.len() == limits::HTTP_HEADERS_MAX {
-            return Err(Problem::invalid(format!("more than {} header fields", limits::HTTP_HEADERS_MAX)));
+            return Err(Problem::invalid(format!(
+                "more than {} header fields",
+                limits::HTTP_HEADERS_MAX
+            )));
         }
         let name = String::from_utf8_lossy(name).to_ascii_lowercase();
         headers.push((name, value.trim_matches([' ', '\t']).to_string()));
     }
     if minor == 1 && headers.iter().filter(|(n, _)| n == "host").count() != 1 {
-        return Err(Problem::invalid("an HTTP/1.1 request needs exactly one Host header"));
+        return Err(Problem::invalid(
+            "an HTTP/1.1 request needs exactly one Host header",
+        ));
     }
-    Ok(Head { method: method.to_string(), path: path.to_string(), query: query.to_string(), minor, headers })
+    Ok(Head {
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        minor,
+        headers,
+    })
 }
 
 /// Splits at each CRLF.
@@ -253,7 +308,10 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, Problem> {
     while i < b.len() {
         match b[i] {
             b'%' => {
-                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 out.push(hex.ok_or_else(|| Problem::invalid("malformed percent escape"))?);
                 i += 3;
             }
@@ -279,7 +337,9 @@ pub fn parse_query(q: &str) -> Result<Vec<(String, String)>, Problem> {
         let k = percent_decode(k, true)?;
         let v = percent_decode(v, true)?;
         if out.iter().any(|(n, _)| *n == k) {
-            return Err(Problem::invalid(format!("query parameter {k} is given more than once")));
+            return Err(Problem::invalid(format!(
+                "query parameter {k} is given more than once"
+            )));
         }
         out.push((k, v));
     }
@@ -325,7 +385,11 @@ pub struct Response {
 
 impl Response {
     pub fn new(status: u16) -> Response {
-        Response { status, headers: Vec::new(), body: Vec::new() }
+        Response {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
     }
 
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Response {
@@ -334,7 +398,9 @@ impl Response {
     }
 
     pub fn json(status: u16, body: Vec<u8>) -> Response {
-        Response::new(status).header("Content-Type", "application/json").with_body(body)
+        Response::new(status)
+            .header("Content-Type", "application/json")
+            .with_body(body)
     }
 
     pub fn with_body(mut self, body: Vec<u8>) -> Response {
@@ -360,7 +426,12 @@ impl Response {
 
 /// Writes a response with its length. `head_only` leaves the body out (for
 /// HEAD); `close` announces that the connection closes after it.
-pub fn write_response(w: &mut impl Write, r: &Response, head_only: bool, close: bool) -> io::Result<()> {
+pub fn write_response(
+    w: &mut impl Write,
+    r: &Response,
+    head_only: bool,
+    close: bool,
+) -> io::Result<()> {
     let mut out = Vec::with_capacity(256 + r.body.len());
     write_status_and_headers(&mut out, r.status, &r.headers);
     if r.status != 204 && r.status != 304 {
@@ -378,8 +449,19 @@ pub fn write_response(w: &mut impl Write, r: &Response, head_only: bool, close: 
 }
 
 /// The status line and header fields, without the final blank line.
-pub fn write_status_and_headers(out: &mut Vec<u8>, status: u16, headers: &[(&'static str, String)]) {
-    out.extend_from_slice(format!("HTTP/1.1 {status} {}\r\nDate: {}\r\n", reason(status), http_date(crate::clock::now_ms())).as_bytes());
+pub fn write_status_and_headers(
+    out: &mut Vec<u8>,
+    status: u16,
+    headers: &[(&'static str, String)],
+) {
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status} {}\r\nDate: {}\r\n",
+            reason(status),
+            http_date(crate::clock::now_ms())
+        )
+        .as_bytes(),
+    );
     for (n, v) in headers {
         out.extend_from_slice(n.as_bytes());
         out.extend_from_slice(b": ");
@@ -391,7 +473,9 @@ pub fn write_status_and_headers(out: &mut Vec<u8>, status: u16, headers: &[(&'st
 /// IMF-fixdate (RFC 9110, 5.6.7) of a Unix time in milliseconds.
 pub fn http_date(ms: i64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let secs = ms.div_euclid(1000);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -439,15 +523,15 @@ mod tests {
     #[test]
     fn refuses_what_cannot_be_framed() {
         for bad in [
-            "GET /x HTTP/1.1",                                  // no Host
-            "GET /x HTTP/1.1\r\nHost: a\r\nHost: b",            // two Hosts
-            "GET /x HTTP/2.0\r\nHost: a",                       // version
-            "GET http://a/x HTTP/1.1\r\nHost: a",               // absolute form
-            "GET /x HTTP/1.1\r\nHost: a\r\n folded",            // obs-fold
-            "GET /x HTTP/1.1\r\nHost : a",                      // space before colon
-            "GET /x HTTP/1.1\nHost: a",                         // bare LF
-            "GET  /x HTTP/1.1\r\nHost: a",                      // double space
-            "G(T /x HTTP/1.1\r\nHost: a",                       // method not a token
+            "GET /x HTTP/1.1",                       // no Host
+            "GET /x HTTP/1.1\r\nHost: a\r\nHost: b", // two Hosts
+            "GET /x HTTP/2.0\r\nHost: a",            // version
+            "GET http://a/x HTTP/1.1\r\nHost: a",    // absolute form
+            "GET /x HTTP/1.1\r\nHost: a\r\n folded", // obs-fold
+            "GET /x HTTP/1.1\r\nHost : a",           // space before colon
+            "GET /x HTTP/1.1\nHost: a",              // bare LF
+            "GET  /x HTTP/1.1\r\nHost: a",           // double space
+            "G(T /x HTTP/1.1\r\nHost: a",            // method not a token
         ] {
             assert!(head(bad).is_err(), "{bad:?}");
         }
@@ -464,7 +548,8 @@ mod tests {
                 Ok(n)
             }
         }
-        let text = b"\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n".to_vec();
+        let text =
+            b"\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n".to_vec();
         let mut r = Reader::new(Trickle(text, 0));
         assert_eq!(r.read_head().unwrap().path, "/a");
         assert_eq!(r.read_head().unwrap().path, "/b");
@@ -492,20 +577,37 @@ mod tests {
             caps.push(left);
             Ok(())
         });
-        assert!(matches!(got, Err(HeadError::Io(ref e)) if e.kind() == io::ErrorKind::TimedOut), "{got:?}");
+        assert!(
+            matches!(got, Err(HeadError::Io(ref e)) if e.kind() == io::ErrorKind::TimedOut),
+            "{got:?}"
+        );
         assert!(start.elapsed() < Duration::from_secs(2));
         assert!(r.buffered() < limits::HTTP_HEAD_MAX);
         // Each read is told what is left, less and less.
-        assert!(caps.len() > 2 && caps.windows(2).all(|w| w[1] <= w[0]) && caps[0] <= Duration::from_millis(100));
+        assert!(
+            caps.len() > 2
+                && caps.windows(2).all(|w| w[1] <= w[0])
+                && caps[0] <= Duration::from_millis(100)
+        );
         // Nothing at all by the deadline is a quiet close, not an error.
         let mut idle = Reader::new(Drip);
-        assert!(matches!(idle.read_head_until(Instant::now(), |_, _| Ok(())), Err(HeadError::Closed)));
+        assert!(matches!(
+            idle.read_head_until(Instant::now(), |_, _| Ok(())),
+            Err(HeadError::Closed)
+        ));
         assert!(limits::HTTP_HEAD_DEADLINE_MS > limits::HTTP_READ_TIMEOUT_MS);
     }
 
     #[test]
     fn query_is_decoded_and_repeats_refused() {
-        assert_eq!(parse_query("a=%2Fx+y&b=&c").unwrap(), vec![("a".into(), "/x y".into()), ("b".into(), "".into()), ("c".into(), "".into())]);
+        assert_eq!(
+            parse_query("a=%2Fx+y&b=&c").unwrap(),
+            vec![
+                ("a".into(), "/x y".into()),
+                ("b".into(), "".into()),
+                ("c".into(), "".into())
+            ]
+        );
         assert!(parse_query("a=1&a=2").is_err());
         assert!(parse_query("a=%zz").is_err());
         assert!(parse_query("a=%ff").is_err());

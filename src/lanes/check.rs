@@ -53,7 +53,10 @@ impl Outcome {
         } else if let Some(c) = self.code {
             format!("the acceptance command exited with status {c}")
         } else {
-            format!("the acceptance command was killed by signal {}", self.signal.unwrap_or(0))
+            format!(
+                "the acceptance command was killed by signal {}",
+                self.signal.unwrap_or(0)
+            )
         }
     }
 }
@@ -82,13 +85,36 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
     let mut cmd = match spec.isolation {
         Isolation::Bwrap(bwrap) => {
             let mut c = Command::new(bwrap);
-            c.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"])
-                .arg("--bind")
-                .arg(checkout)
-                .arg(checkout)
-                .args(["--unshare-all", "--die-with-parent", "--new-session", "--chdir"])
-                .arg(checkout)
-                .args(["--setenv", "HOME", "/tmp", "--", "/bin/sh", "-c", spec.command]);
+            c.args([
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--tmpfs",
+                "/tmp",
+            ])
+            .arg("--bind")
+            .arg(checkout)
+            .arg(checkout)
+            .args([
+                "--unshare-all",
+                "--die-with-parent",
+                "--new-session",
+                "--chdir",
+            ])
+            .arg(checkout)
+            .args([
+                "--setenv",
+                "HOME",
+                "/tmp",
+                "--",
+                "/bin/sh",
+                "-c",
+                spec.command,
+            ]);
             c
         }
         Isolation::Unisolated => {
@@ -98,7 +124,12 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
         }
     };
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-    cmd.env_clear().env("PATH", path).env("LANG", "C.UTF-8").env("HOME", "/tmp").env("CI", "true").stdin(Stdio::null());
+    cmd.env_clear()
+        .env("PATH", path)
+        .env("LANG", "C.UTF-8")
+        .env("HOME", "/tmp")
+        .env("CI", "true")
+        .stdin(Stdio::null());
     // A new session (pgid == pid, no controlling terminal): the command
     // cannot TIOCSTI into the daemon's terminal, and killpg still reaches it.
     // SAFETY: the closure runs between fork and exec and calls only setsid,
@@ -111,10 +142,16 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
             Ok(())
         });
     }
-    let (read_end, write_end) = pipe().map_err(|e| format!("unable to make a pipe: {}", io_cause(&e)))?;
-    let write2 = write_end.try_clone().map_err(|e| format!("unable to make a pipe: {}", io_cause(&e)))?;
-    cmd.stdout(Stdio::from(write_end)).stderr(Stdio::from(write2));
-    let child = cmd.spawn().map_err(|e| format!("unable to start the acceptance command: {}", io_cause(&e)))?;
+    let (read_end, write_end) =
+        pipe().map_err(|e| format!("unable to make a pipe: {}", io_cause(&e)))?;
+    let write2 = write_end
+        .try_clone()
+        .map_err(|e| format!("unable to make a pipe: {}", io_cause(&e)))?;
+    cmd.stdout(Stdio::from(write_end))
+        .stderr(Stdio::from(write2));
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("unable to start the acceptance command: {}", io_cause(&e)))?;
     // The command's copies of the write end are the only ones left once
     // `cmd` is dropped, so end of file means the command and its children
     // closed their output.
@@ -139,10 +176,18 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
         }
         let mut fds = Vec::with_capacity(2);
         if out_open {
-            fds.push(libc::pollfd { fd: reader.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: reader.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
         if let (Some(p), false) = (&pidfd, exited) {
-            fds.push(libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: p.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
         } else if pidfd.is_none() && !out_open {
             // No pidfd (old kernel): the output closing is the only signal;
             // wait() below blocks until the command is gone.
@@ -156,7 +201,10 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(format!("unable to wait for the acceptance command: {}", io_cause(&e)));
+            return Err(format!(
+                "unable to wait for the acceptance command: {}",
+                io_cause(&e)
+            ));
         }
         for f in &fds {
             if f.revents == 0 {
@@ -183,7 +231,12 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
         // SAFETY: the group id is our unreaped child's pid.
         unsafe { libc::killpg(pid, libc::SIGKILL) };
     }
-    let status = child.wait().map_err(|e| format!("unable to wait for the acceptance command: {}", io_cause(&e)))?;
+    let status = child.wait().map_err(|e| {
+        format!(
+            "unable to wait for the acceptance command: {}",
+            io_cause(&e)
+        )
+    })?;
     use std::os::unix::process::ExitStatusExt;
     let start = tail.len().saturating_sub(spec.tail_bytes);
     let mut text = String::from_utf8_lossy(&tail[start..]).into_owned();
@@ -191,7 +244,12 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
     if text.starts_with('\u{FFFD}') {
         text = text.trim_start_matches('\u{FFFD}').to_string();
     }
-    Ok(Outcome { code: status.code(), signal: status.signal(), timed_out, tail: text })
+    Ok(Outcome {
+        code: status.code(),
+        signal: status.signal(),
+        timed_out,
+        tail: text,
+    })
 }
 
 #[cfg(test)]
@@ -199,18 +257,36 @@ mod tests {
     use super::*;
 
     fn spec<'a>(dir: &'a Path, cmd: &'a str, iso: &'a Isolation, secs: u64) -> Spec<'a> {
-        Spec { checkout: dir, command: cmd, timeout: Duration::from_secs(secs), isolation: iso, tail_bytes: 64 }
+        Spec {
+            checkout: dir,
+            command: cmd,
+            timeout: Duration::from_secs(secs),
+            isolation: iso,
+            tail_bytes: 64,
+        }
     }
 
     #[test]
     fn status_tail_and_timeout() {
         let tmp = crate::testutil::TempDir::new("check");
         let iso = Isolation::Unisolated;
-        let o = run(&spec(tmp.path(), "echo hello; echo oops >&2; exit 3", &iso, 60)).unwrap();
+        let o = run(&spec(
+            tmp.path(),
+            "echo hello; echo oops >&2; exit 3",
+            &iso,
+            60,
+        ))
+        .unwrap();
         assert_eq!(o.code, Some(3));
         assert!(!o.passed());
         assert_eq!(o.tail, "hello\noops\n");
-        let o = run(&spec(tmp.path(), "head -c 1000 /dev/zero | tr '\\0' y; true", &iso, 60)).unwrap();
+        let o = run(&spec(
+            tmp.path(),
+            "head -c 1000 /dev/zero | tr '\\0' y; true",
+            &iso,
+            60,
+        ))
+        .unwrap();
         assert!(o.passed());
         assert_eq!(o.tail.len(), 64);
         // The timeout is the command's own; the test waits for nothing.
@@ -228,14 +304,21 @@ mod tests {
         };
         let tmp = crate::testutil::TempDir::new("checkb");
         let iso = Isolation::Bwrap(bwrap);
-        let outside = tmp.path().parent().unwrap().join(format!("outside-{}", crate::ids::secret_hex(4)));
+        let outside = tmp
+            .path()
+            .parent()
+            .unwrap()
+            .join(format!("outside-{}", crate::ids::secret_hex(4)));
         let cmd = format!(
             "echo inside > ok.txt && ! (echo x > {}) 2>/dev/null && [ \"$(wc -l < /proc/net/dev)\" -eq 3 ] && echo done",
             outside.display()
         );
         let o = run(&spec(tmp.path(), &cmd, &iso, 60)).unwrap();
         assert!(o.passed(), "{o:?}");
-        assert_eq!(std::fs::read_to_string(tmp.path().join("ok.txt")).unwrap(), "inside\n");
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("ok.txt")).unwrap(),
+            "inside\n"
+        );
         assert!(!outside.exists());
     }
 }

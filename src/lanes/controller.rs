@@ -18,17 +18,17 @@
 //! a merge is retried (merging is idempotent), and each is recorded as a
 //! lane.stage event with a new `since`.
 
-use crossbeam_channel::{bounded, Sender, TrySendError};
+use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
-use crate::lanes::check::{self, Isolation, Outcome};
 use crate::isolation::Probe;
+use crate::lanes::check::{self, Isolation, Outcome};
 use crate::lanes::git;
 use crate::lanes::machine::{Action, Input, Machine, Stage};
 use crate::lanes::pool::{Pool, Returned};
@@ -142,11 +142,13 @@ impl Lanes {
         let (tx, rx) = bounded::<Job>(limits::LANE_JOB_QUEUE);
         for n in 0..limits::LANE_WORKERS {
             let rx = rx.clone();
-            std::thread::Builder::new().name(format!("lane-worker-{n}")).spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })?;
+            std::thread::Builder::new()
+                .name(format!("lane-worker-{n}"))
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })?;
         }
         self.jobs = Some(tx);
         Ok(())
@@ -156,8 +158,14 @@ impl Lanes {
     /// queue with room now still has room at the next `job` call.
     pub fn workers_ready(&self) -> Result<(), RpcError> {
         match &self.jobs {
-            None => Err(lane_err(Code::Unavailable, "the lane workers are not running")),
-            Some(tx) if tx.is_full() => Err(lane_err(Code::Unavailable, "the lane workers are busy; try again")),
+            None => Err(lane_err(
+                Code::Unavailable,
+                "the lane workers are not running",
+            )),
+            Some(tx) if tx.is_full() => Err(lane_err(
+                Code::Unavailable,
+                "the lane workers are busy; try again",
+            )),
             Some(_) => Ok(()),
         }
     }
@@ -177,8 +185,17 @@ impl Lanes {
 
 /// Runs `work` on a lane worker; its result comes back to `then` on the
 /// reactor. A full queue is reported at once rather than waited on.
-pub fn job<T: Send + 'static>(d: &mut Daemon, work: impl FnOnce() -> T + Send + 'static, then: impl FnOnce(&mut Daemon, T) + Send + 'static) -> Result<(), RpcError> {
-    let Some(tx) = &d.lanes.jobs else { return Err(lane_err(Code::Unavailable, "the lane workers are not running")) };
+pub fn job<T: Send + 'static>(
+    d: &mut Daemon,
+    work: impl FnOnce() -> T + Send + 'static,
+    then: impl FnOnce(&mut Daemon, T) + Send + 'static,
+) -> Result<(), RpcError> {
+    let Some(tx) = &d.lanes.jobs else {
+        return Err(lane_err(
+            Code::Unavailable,
+            "the lane workers are not running",
+        ));
+    };
     let inbox = d.inbox.clone();
     let boxed: Job = Box::new(move || {
         let out = work();
@@ -186,8 +203,13 @@ pub fn job<T: Send + 'static>(d: &mut Daemon, work: impl FnOnce() -> T + Send + 
     });
     match tx.try_send(boxed) {
         Ok(()) => Ok(()),
-        Err(TrySendError::Full(_)) => Err(lane_err(Code::Unavailable, "the lane workers are busy; try again")),
-        Err(TrySendError::Disconnected(_)) => Err(lane_err(Code::Unavailable, "the lane workers stopped")),
+        Err(TrySendError::Full(_)) => Err(lane_err(
+            Code::Unavailable,
+            "the lane workers are busy; try again",
+        )),
+        Err(TrySendError::Disconnected(_)) => {
+            Err(lane_err(Code::Unavailable, "the lane workers stopped"))
+        }
     }
 }
 
@@ -195,9 +217,13 @@ pub fn job<T: Send + 'static>(d: &mut Daemon, work: impl FnOnce() -> T + Send + 
 /// start, on the reader thread. Their rows are handed to [`loaded`].
 pub fn read_at_start(conn: &rusqlite::Connection) -> rusqlite::Result<(Vec<String>, Vec<String>)> {
     let mut stmt = conn.prepare("SELECT record FROM lanes WHERE archived = 0")?;
-    let lanes = stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+    let lanes = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut stmt = conn.prepare("SELECT path FROM repos ORDER BY added_at")?;
-    let repos = stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+    let repos = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok((lanes, repos))
 }
 
@@ -217,14 +243,19 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
                 if !l.archived && !holds_checkout(l.machine.stage) {
                     l.checkout = None;
                 }
-                for (s, role) in [(&l.builder_session, Role::Builder), (&l.verifier_session, Role::Verifier)] {
+                for (s, role) in [
+                    (&l.builder_session, Role::Builder),
+                    (&l.verifier_session, Role::Verifier),
+                ] {
                     if let Some(s) = s {
                         d.lanes.by_session.insert(s.clone(), (l.id.clone(), role));
                     }
                 }
                 d.lanes.map.insert(l.id.clone(), l);
             }
-            Err(e) => crate::error!("a lane record in the ledger cannot be read ({e}); it is left as it is"),
+            Err(e) => crate::error!(
+                "a lane record in the ledger cannot be read ({e}); it is left as it is"
+            ),
         }
     }
     d.lanes.loaded = true;
@@ -245,21 +276,33 @@ fn reclaim(d: &mut Daemon) {
     let queued = job(
         d,
         move || -> Vec<(PathBuf, Option<PathBuf>)> {
-            let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                return Vec::new();
+            };
             entries
                 .flatten()
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| {
                     let co = e.path();
-                    let repo = git::repository_of(&co).ok().map(|r| r.canonicalize().unwrap_or(r));
+                    let repo = git::repository_of(&co)
+                        .ok()
+                        .map(|r| r.canonicalize().unwrap_or(r));
                     (co, repo)
                 })
                 .collect()
         },
         |d, found| {
-            let held: std::collections::HashSet<PathBuf> =
-                d.lanes.map.values().filter_map(|l| l.checkout.clone()).chain(d.lanes.pool.known()).collect();
-            let known: Vec<PathBuf> = known_repos(d).into_iter().map(|r| r.canonicalize().unwrap_or(r)).collect();
+            let held: std::collections::HashSet<PathBuf> = d
+                .lanes
+                .map
+                .values()
+                .filter_map(|l| l.checkout.clone())
+                .chain(d.lanes.pool.known())
+                .collect();
+            let known: Vec<PathBuf> = known_repos(d)
+                .into_iter()
+                .map(|r| r.canonicalize().unwrap_or(r))
+                .collect();
             for (co, repo) in found {
                 if held.contains(&co) {
                     continue;
@@ -268,7 +311,11 @@ fn reclaim(d: &mut Daemon) {
                     Some(repo) if known.contains(&repo) => {
                         let r = d.lanes.pool.give(&repo, &co);
                         if r == Returned::Pooled {
-                            crate::info!("checkout {}: left by the last run, kept for the next lane of {}", co.display(), repo.display());
+                            crate::info!(
+                                "checkout {}: left by the last run, kept for the next lane of {}",
+                                co.display(),
+                                repo.display()
+                            );
                         }
                         returned(d, repo, co, r);
                     }
@@ -278,14 +325,24 @@ fn reclaim(d: &mut Daemon) {
         },
     );
     if let Err(e) = queued {
-        crate::warn!("the checkouts of the last run are left as they are: {}", e.message);
+        crate::warn!(
+            "the checkouts of the last run are left as they are: {}",
+            e.message
+        );
     }
 }
 
 /// Stages in which a lane holds its checkout: from its check to its
 /// verdict. The verifier reads the checkout while the lane verifies.
 fn holds_checkout(stage: Stage) -> bool {
-    matches!(stage, Stage::Checking | Stage::WaitingVerifier | Stage::Verifying | Stage::VerifyFailed | Stage::SecondOpinion)
+    matches!(
+        stage,
+        Stage::Checking
+            | Stage::WaitingVerifier
+            | Stage::Verifying
+            | Stage::VerifyFailed
+            | Stage::SecondOpinion
+    )
 }
 
 /// The lane's checkout: the one it holds, else a spare of its repository,
@@ -301,7 +358,11 @@ fn lane_checkout(d: &mut Daemon, id: &str) -> Option<PathBuf> {
             co
         }
         None => {
-            let co = d.paths.state_dir.join("lanes").join(crate::ids::prefixed_id("co-"));
+            let co = d
+                .paths
+                .state_dir
+                .join("lanes")
+                .join(crate::ids::prefixed_id("co-"));
             crate::info!("lane {id}: new checkout {}", co.display());
             co
         }
@@ -312,7 +373,9 @@ fn lane_checkout(d: &mut Daemon, id: &str) -> Option<PathBuf> {
 
 /// The lane lets its checkout go (its verdict is in, or it left the loop).
 fn release_checkout(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    let Some(l) = d.lanes.map.get_mut(id) else {
+        return;
+    };
     let Some(co) = l.checkout.take() else { return };
     let repo = l.repo.clone();
     crate::info!("lane {id}: gives back checkout {}", co.display());
@@ -330,7 +393,11 @@ fn checkout_used(d: &mut Daemon, co: &Path) {
 fn returned(d: &mut Daemon, repo: PathBuf, co: PathBuf, r: Returned) {
     match r {
         Returned::Deferred => {}
-        Returned::Pooled => crate::info!("checkout {}: kept for the next lane of {}", co.display(), repo.display()),
+        Returned::Pooled => crate::info!(
+            "checkout {}: kept for the next lane of {}",
+            co.display(),
+            repo.display()
+        ),
         Returned::Remove => remove_checkout(d, Some(repo), co),
     }
 }
@@ -342,7 +409,13 @@ fn remove_checkout(d: &mut Daemon, repo: Option<PathBuf>, co: PathBuf) {
         d,
         move || match repo {
             Some(repo) => git::remove_worktree(&repo, &co),
-            None => std::fs::remove_dir_all(&co).map_err(|e| git::GitError(format!("unable to remove {}: {}", co.display(), crate::errors::io_cause(&e)))),
+            None => std::fs::remove_dir_all(&co).map_err(|e| {
+                git::GitError(format!(
+                    "unable to remove {}: {}",
+                    co.display(),
+                    crate::errors::io_cause(&e)
+                ))
+            }),
         },
         move |_, r| match r {
             Ok(()) => crate::info!("checkout {shown}: removed"),
@@ -368,7 +441,13 @@ fn resume_all(d: &mut Daemon) {
         return;
     }
     d.lanes.resumed = true;
-    let ids: Vec<String> = d.lanes.map.values().filter(|l| !l.archived).map(|l| l.id.clone()).collect();
+    let ids: Vec<String> = d
+        .lanes
+        .map
+        .values()
+        .filter(|l| !l.archived)
+        .map(|l| l.id.clone())
+        .collect();
     for id in ids {
         resume(d, &id);
     }
@@ -381,7 +460,10 @@ fn resume(d: &mut Daemon, id: &str) {
     crate::info!("lane {id}: resuming at {}", stage.name());
     match stage {
         Stage::Building | Stage::Rework => {
-            let alive = l.builder_session.as_deref().is_some_and(|s| session_alive(d, s));
+            let alive = l
+                .builder_session
+                .as_deref()
+                .is_some_and(|s| session_alive(d, s));
             if !alive {
                 restart_builder(d, id, "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.".into());
             }
@@ -389,11 +471,19 @@ fn resume(d: &mut Daemon, id: &str) {
         Stage::Idle => run_actions(d, id, vec![Action::Stage(Stage::Idle), Action::CommitWork]),
         Stage::Checking => {
             let commit = l.machine.commit.clone().unwrap_or_default();
-            run_actions(d, id, vec![Action::Stage(Stage::Checking), Action::RunCheck { commit }]);
+            run_actions(
+                d,
+                id,
+                vec![Action::Stage(Stage::Checking), Action::RunCheck { commit }],
+            );
         }
         Stage::WaitingVerifier | Stage::Verifying | Stage::SecondOpinion => {
             if let Some(l) = d.lanes.map.get_mut(id) {
-                l.machine.stage = if stage == Stage::SecondOpinion { Stage::SecondOpinion } else { Stage::WaitingVerifier };
+                l.machine.stage = if stage == Stage::SecondOpinion {
+                    Stage::SecondOpinion
+                } else {
+                    Stage::WaitingVerifier
+                };
                 if let Some(old) = l.verifier_session.take() {
                     d.lanes.by_session.remove(&old);
                     if session_alive(d, &old) {
@@ -401,12 +491,21 @@ fn resume(d: &mut Daemon, id: &str) {
                     }
                 }
             }
-            let st = d.lanes.map.get(id).map(|l| l.machine.stage).unwrap_or(Stage::WaitingVerifier);
+            let st = d
+                .lanes
+                .map
+                .get(id)
+                .map(|l| l.machine.stage)
+                .unwrap_or(Stage::WaitingVerifier);
             run_actions(d, id, vec![Action::Stage(st)]);
         }
         Stage::Merging => {
             let commit = l.machine.commit.clone().unwrap_or_default();
-            run_actions(d, id, vec![Action::Stage(Stage::Merging), Action::Merge { commit }]);
+            run_actions(
+                d,
+                id,
+                vec![Action::Stage(Stage::Merging), Action::Merge { commit }],
+            );
         }
         // A pending approval does not survive a restart (it resolves
         // undelivered), so a pass that waited for one asks again.
@@ -421,13 +520,18 @@ fn resume(d: &mut Daemon, id: &str) {
 
 /// Feeds one input to a lane's machine and carries out what it says.
 pub fn step(d: &mut Daemon, id: &str, input: Input) -> Result<(), RpcError> {
-    let Some(l) = d.lanes.map.get_mut(id) else { return Err(not_found(id)) };
+    let Some(l) = d.lanes.map.get_mut(id) else {
+        return Err(not_found(id));
+    };
     match l.machine.step(input) {
         Ok(actions) => {
             run_actions(d, id, actions);
             Ok(())
         }
-        Err(nn) => Err(lane_err(Code::LaneNotWaiting, format!("lane {id} is at {}", nn.stage.name()))),
+        Err(nn) => Err(lane_err(
+            Code::LaneNotWaiting,
+            format!("lane {id} is at {}", nn.stage.name()),
+        )),
     }
 }
 
@@ -450,11 +554,19 @@ fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
                         l.reason = None;
                     }
                     let since = crate::clock::format_ts(l.stage_since_ms);
-                    ops.push(event("lane.stage", json!({"lane": id, "stage": stage.name(), "since": since})));
+                    ops.push(event(
+                        "lane.stage",
+                        json!({"lane": id, "stage": stage.name(), "since": since}),
+                    ));
                     crate::info!("lane {id}: {}", stage.name());
                 }
             }
-            Action::RecordVerdict { commit, verdict, round, defects } => {
+            Action::RecordVerdict {
+                commit,
+                verdict,
+                round,
+                defects,
+            } => {
                 ops.push(event("lane.verdict", json!({"lane": id, "commit": commit, "verdict": verdict, "round": round, "defects": defects})));
             }
             other => after.push(other),
@@ -463,9 +575,17 @@ fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
     // The checkout is taken before the record is written, so that the
     // record names every checkout a lane holds; it is given back once the
     // lane's verdict is in or it left the loop.
-    if after.iter().any(|a| matches!(a, Action::RunCheck { .. } | Action::Verify { .. })) {
+    if after
+        .iter()
+        .any(|a| matches!(a, Action::RunCheck { .. } | Action::Verify { .. }))
+    {
         lane_checkout(d, id);
-    } else if d.lanes.map.get(id).is_some_and(|l| l.checkout.is_some() && !holds_checkout(l.machine.stage)) {
+    } else if d
+        .lanes
+        .map
+        .get(id)
+        .is_some_and(|l| l.checkout.is_some() && !holds_checkout(l.machine.stage))
+    {
         release_checkout(d, id);
     }
     persist(d, id, ops);
@@ -480,19 +600,31 @@ fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
 /// busy or not ready", issue 5); otherwise it looks again later.
 fn try_verifier(d: &mut Daemon, id: &str) {
     let Some(l) = d.lanes.map.get(id) else { return };
-    if !matches!(l.machine.stage, Stage::WaitingVerifier | Stage::SecondOpinion) || l.archived {
+    if !matches!(
+        l.machine.stage,
+        Stage::WaitingVerifier | Stage::SecondOpinion
+    ) || l.archived
+    {
         return;
     }
     let second = l.machine.stage == Stage::SecondOpinion;
     let seat = pick_verifier(d, l, second);
     let busy = d.lanes.map.values().any(|o| {
-        o.id != id && o.machine.stage == Stage::Verifying && o.verifier.harness == seat.harness && o.verifier_session.as_deref().is_some_and(|s| session_alive(d, s))
+        o.id != id
+            && o.machine.stage == Stage::Verifying
+            && o.verifier.harness == seat.harness
+            && o.verifier_session
+                .as_deref()
+                .is_some_and(|s| session_alive(d, s))
     });
     if seat_ready(d, &seat.harness) && !busy {
         let _ = step(d, id, Input::VerifierReady);
     } else {
         let lid = id.to_string();
-        d.reactor.schedule(Duration::from_secs(limits::LANE_VERIFIER_RETRY_SECS), move |d| try_verifier(d, &lid));
+        d.reactor.schedule(
+            Duration::from_secs(limits::LANE_VERIFIER_RETRY_SECS),
+            move |d| try_verifier(d, &lid),
+        );
     }
 }
 
@@ -514,7 +646,12 @@ fn pick_verifier(d: &Daemon, l: &Lane, second: bool) -> SeatRef {
 }
 
 fn event(kind: &str, data: Value) -> Op {
-    Op::Event { stream: STREAM.into(), kind: kind.into(), ts: crate::clock::now_ts(), data: data.to_string() }
+    Op::Event {
+        stream: STREAM.into(),
+        kind: kind.into(),
+        ts: crate::clock::now_ts(),
+        data: data.to_string(),
+    }
 }
 
 /// Writes the lane's row, with `ops` in the same batch.
@@ -543,12 +680,19 @@ fn broken(d: &mut Daemon, id: &str, why: String) {
 }
 
 fn act(d: &mut Daemon, id: &str, a: Action) {
-    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let Some(l) = d.lanes.map.get(id).cloned() else {
+        return;
+    };
     let lid = id.to_string();
     let queued = match a {
         Action::CommitWork => job(
             d,
-            move || git::commit_all(&l.worktree, "lane: commit the work the builder left uncommitted\n\nomniconfluxd commits what a builder's turn leaves in the worktree so that the\nacceptance check and the verifier judge exactly one commit."),
+            move || {
+                git::commit_all(
+                    &l.worktree,
+                    "lane: commit the work the builder left uncommitted\n\nomniconfluxd commits what a builder's turn leaves in the worktree so that the\nacceptance check and the verifier judge exactly one commit.",
+                )
+            },
             move |d, r| match r {
                 Ok((head, _)) => {
                     let _ = step(d, &lid, Input::Committed { head });
@@ -557,7 +701,10 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             },
         ),
         Action::RunCheck { commit } => run_check(d, &l, commit),
-        Action::Verify { commit, second_opinion } => start_verifier(d, &l, commit, second_opinion),
+        Action::Verify {
+            commit,
+            second_opinion,
+        } => start_verifier(d, &l, commit, second_opinion),
         Action::PromptBuilder { text } => {
             prompt_builder(d, id, text);
             Ok(())
@@ -567,8 +714,15 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             Ok(())
         }
         Action::Merge { commit } => {
-            let mode = if d.cfg.lanes.merge == "merge-commit" { git::MergeMode::MergeCommit } else { git::MergeMode::FastForward };
-            let message = format!("Merge lane {}: {}\n\nVerified by {} on {commit}.", l.id, l.task.name, l.verifier.harness);
+            let mode = if d.cfg.lanes.merge == "merge-commit" {
+                git::MergeMode::MergeCommit
+            } else {
+                git::MergeMode::FastForward
+            };
+            let message = format!(
+                "Merge lane {}: {}\n\nVerified by {} on {commit}.",
+                l.id, l.task.name, l.verifier.harness
+            );
             job(
                 d,
                 move || git::merge(&l.repo, &l.base, &commit, mode, &message),
@@ -602,9 +756,16 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
     let isolation = match &d.lanes.isolation {
         Some(Ok(bwrap)) => Isolation::Bwrap(bwrap.clone()),
         _ if !d.cfg.lanes.require_isolation => Isolation::Unisolated,
-        _ => return Err(lane_err(Code::IsolationMissing, "the acceptance command cannot run isolated here")),
+        _ => {
+            return Err(lane_err(
+                Code::IsolationMissing,
+                "the acceptance command cannot run isolated here",
+            ));
+        }
     };
-    let Some(checkout) = lane_checkout(d, &l.id) else { return Ok(()) };
+    let Some(checkout) = lane_checkout(d, &l.id) else {
+        return Ok(());
+    };
     let repo = l.repo.clone();
     let command = l.task.acceptance_command.clone();
     let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
@@ -644,7 +805,10 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
 
 /// Whether a seat can take work now.
 fn seat_ready(d: &Daemon, harness: &str) -> bool {
-    d.core.seats.get(harness).is_some_and(|s| s.status == Some(crate::core::seats::Status::Ready))
+    d.core
+        .seats
+        .get(harness)
+        .is_some_and(|s| s.status == Some(crate::core::seats::Status::Ready))
 }
 
 fn session_alive(d: &Daemon, sid: &str) -> bool {
@@ -654,7 +818,9 @@ fn session_alive(d: &Daemon, sid: &str) -> bool {
 /// Asks the verifier to judge the commit when its seat is ready and not
 /// verifying another lane; otherwise the lane waits and is tried again.
 fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Result<(), RpcError> {
-    let Some(checkout) = lane_checkout(d, &l.id) else { return Ok(()) };
+    let Some(checkout) = lane_checkout(d, &l.id) else {
+        return Ok(());
+    };
     let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
     let diff_commit = commit.clone();
     let (used, undo) = (checkout.clone(), checkout.clone());
@@ -662,7 +828,13 @@ fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Res
     let queued = job(
         d,
         move || -> Result<String, String> {
-            let diff = git::diff(&repo, &base_commit, &diff_commit, limits::LANE_DIFF_MAX_BYTES).map_err(|e| e.to_string())?;
+            let diff = git::diff(
+                &repo,
+                &base_commit,
+                &diff_commit,
+                limits::LANE_DIFF_MAX_BYTES,
+            )
+            .map_err(|e| e.to_string())?;
             // The verifier reads the same daemon-owned checkout the check
             // ran in, put back at exactly the commit it judges.
             git::checkout_exactly(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
@@ -683,12 +855,24 @@ fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Res
 }
 
 fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bool) {
-    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let Some(l) = d.lanes.map.get(id).cloned() else {
+        return;
+    };
     // The lane may have left verifying while its checkout was moved (the
     // operator closed it): then the checkout is no longer its to show.
-    let Some(cwd) = l.checkout.clone().filter(|_| l.machine.stage == Stage::Verifying && !l.archived) else { return };
+    let Some(cwd) = l
+        .checkout
+        .clone()
+        .filter(|_| l.machine.stage == Stage::Verifying && !l.archived)
+    else {
+        return;
+    };
     let seat = pick_verifier(d, &l, second);
-    let check = l.last_check.as_ref().map(|o| format!("{} (it passed).", o.summary())).unwrap_or_default();
+    let check = l
+        .last_check
+        .as_ref()
+        .map(|o| format!("{} (it passed).", o.summary()))
+        .unwrap_or_default();
     let prompt = format!(
         "You verify another agent's work. Do not change any file.\n\nThe task it was given:\n{}\n\nThe acceptance check `{}` ({}): {}\n\nThe change, as a diff from the base branch {} to commit {}:\n```diff\n{}\n```\n\nJudge whether the change does the task correctly and completely.{}\n\n{}",
         l.task.task,
@@ -698,7 +882,11 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         l.base,
         commit,
         diff,
-        if second { " An earlier answer could not be read; follow the format exactly." } else { "" },
+        if second {
+            " An earlier answer could not be read; follow the format exactly."
+        } else {
+            ""
+        },
         verdict::instructions()
     );
     let params = crate::core::sessions::SpawnParams {
@@ -720,7 +908,9 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
             } else {
                 checkout_used(d, &cwd);
             }
-            d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Verifier));
+            d.lanes
+                .by_session
+                .insert(sid.clone(), (lid.clone(), Role::Verifier));
             if let Some(l) = d.lanes.map.get_mut(&lid) {
                 l.verifier_session = Some(sid);
             }
@@ -737,7 +927,9 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
 /// Sends the builder its next turn: into its live session when it has one,
 /// else into a new session of a ready seat in the same worktree.
 fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
-    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    let Some(l) = d.lanes.map.get_mut(id) else {
+        return;
+    };
     l.checks += 1;
     let check_id = format!("check-{}", l.checks);
     let sid = l.builder_session.clone();
@@ -755,7 +947,12 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
 /// The `check.rework` record on the builder's session stream: what the lane
 /// sent the builder, never an event kind a plugin receives.
 fn record_check(d: &mut Daemon, sid: &str, record: &Value) {
-    let op = Op::Event { stream: sid.to_string(), kind: "check.rework".into(), ts: crate::clock::now_ts(), data: record.to_string() };
+    let op = Op::Event {
+        stream: sid.to_string(),
+        kind: "check.rework".into(),
+        ts: crate::clock::now_ts(),
+        data: record.to_string(),
+    };
     d.write(vec![op], |_, r| {
         if let Err(e) = r {
             crate::error!("a check.rework record was not stored: {e:?}");
@@ -773,7 +970,9 @@ fn restart_builder(d: &mut Daemon, id: &str, text: String) {
 /// As [`restart_builder`], recording `check` on the new session's stream
 /// once it exists.
 fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Value>) {
-    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let Some(l) = d.lanes.map.get(id).cloned() else {
+        return;
+    };
     let seat = if seat_ready(d, &l.builder.harness) {
         Some(l.builder.clone())
     } else {
@@ -781,7 +980,11 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
             .seats
             .list
             .iter()
-            .find(|s| s.status == Some(crate::core::seats::Status::Ready) && s.cfg.family != l.verifier.family && s.cfg.family != "auto")
+            .find(|s| {
+                s.status == Some(crate::core::seats::Status::Ready)
+                    && s.cfg.family != l.verifier.family
+                    && s.cfg.family != "auto"
+            })
             .map(|s| seat_ref(&s.cfg))
     };
     let Some(seat) = seat else {
@@ -800,7 +1003,9 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
     crate::core::sessions::spawn(d, params, move |d, r| match r {
         Ok(v) => {
             let sid = v["session_id"].as_str().unwrap_or_default().to_string();
-            d.lanes.by_session.insert(sid.clone(), (lid.clone(), Role::Builder));
+            d.lanes
+                .by_session
+                .insert(sid.clone(), (lid.clone(), Role::Builder));
             if let Some(c) = &check {
                 record_check(d, &sid, c);
             }
@@ -810,20 +1015,38 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
             }
             persist(d, &lid, Vec::new());
         }
-        Err(e) => broken(d, &lid, format!("the builder could not start: {}", e.message)),
+        Err(e) => broken(
+            d,
+            &lid,
+            format!("the builder could not start: {}", e.message),
+        ),
     });
 }
 
 pub fn seat_ref(cfg: &crate::config::SeatConfig) -> SeatRef {
-    SeatRef { harness: cfg.harness.clone(), provider: cfg.provider.clone(), family: cfg.family.clone(), model: cfg.model.clone() }
+    SeatRef {
+        harness: cfg.harness.clone(),
+        provider: cfg.provider.clone(),
+        family: cfg.family.clone(),
+        model: cfg.model.clone(),
+    }
 }
 
 fn archive(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get_mut(id) else { return };
+    let Some(l) = d.lanes.map.get_mut(id) else {
+        return;
+    };
     l.archived = true;
-    let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()].into_iter().flatten().collect();
+    let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
     let merged = l.machine.stage == Stage::Merged;
-    let (repo, wt, remove) = (l.repo.clone(), l.worktree.clone(), merged || l.remove_worktree);
+    let (repo, wt, remove) = (
+        l.repo.clone(),
+        l.worktree.clone(),
+        merged || l.remove_worktree,
+    );
     for s in &sessions {
         d.lanes.by_session.remove(s);
         if session_alive(d, s) {
@@ -835,10 +1058,14 @@ fn archive(d: &mut Daemon, id: &str) {
     if remove {
         let lid = id.to_string();
         let shown = wt.display().to_string();
-        let _ = job(d, move || git::remove_worktree(&repo, &wt), move |_, r| match r {
-            Ok(()) => crate::info!("lane {lid}: worktree {shown} removed"),
-            Err(e) => crate::warn!("lane {lid}: {e}"),
-        });
+        let _ = job(
+            d,
+            move || git::remove_worktree(&repo, &wt),
+            move |_, r| match r {
+                Ok(()) => crate::info!("lane {lid}: worktree {shown} removed"),
+                Err(e) => crate::warn!("lane {lid}: {e}"),
+            },
+        );
     }
 }
 
@@ -846,24 +1073,40 @@ fn archive(d: &mut Daemon, id: &str) {
 /// merges exactly `commit`, a deny (or the timeout's fallback) sends the
 /// lane back. `lanes.merge` stays the operator's direct way.
 fn request_merge_approval(d: &mut Daemon, id: &str, commit: &str) {
-    let Some(l) = d.lanes.map.get_mut(id) else { return };
-    l.reason = Some(format!("a pass on {commit} waits for the operator's approval in the inbox"));
+    let Some(l) = d.lanes.map.get_mut(id) else {
+        return;
+    };
+    l.reason = Some(format!(
+        "a pass on {commit} waits for the operator's approval in the inbox"
+    ));
     let approval = format!("{id}-merge-{}", l.machine.verdicts);
     let merge = crate::core::inbox::LaneMerge {
         lane: id.to_string(),
-        summary: format!("merge lane {id} ({}) from {} into {}", l.task.name, l.branch, l.base),
+        summary: format!(
+            "merge lane {id} ({}) from {} into {}",
+            l.task.name, l.branch, l.base
+        ),
         commit: commit.to_string(),
     };
     persist(d, id, Vec::new());
     if let Err(e) = crate::core::approvals::add_lane_merge(d, &approval, merge) {
-        crate::warn!("lane {id}: its merge could not enter the inbox ({e:?}); it waits for lanes.merge");
+        crate::warn!(
+            "lane {id}: its merge could not enter the inbox ({e:?}); it waits for lanes.merge"
+        );
     }
 }
 
 /// The operator answered a lane's merge approval. Returns whether the lane
 /// took it (it still waits at its pass on that commit).
-pub fn on_merge_answer(d: &mut Daemon, id: &str, commit: &str, verdict: crate::core::inbox::Verdict) -> bool {
-    let waiting = d.lanes.map.get(id).is_some_and(|l| l.machine.stage == Stage::Pass && l.machine.commit.as_deref() == Some(commit));
+pub fn on_merge_answer(
+    d: &mut Daemon,
+    id: &str,
+    commit: &str,
+    verdict: crate::core::inbox::Verdict,
+) -> bool {
+    let waiting = d.lanes.map.get(id).is_some_and(|l| {
+        l.machine.stage == Stage::Pass && l.machine.commit.as_deref() == Some(commit)
+    });
     if !waiting {
         return false;
     }
@@ -881,11 +1124,17 @@ pub fn on_merge_answer(d: &mut Daemon, id: &str, commit: &str, verdict: crate::c
 /// Closes a lane whose plugin is removed with stopTasks; returns how many
 /// of its sessions were still running and are now stopped.
 pub fn stop_for_removal(d: &mut Daemon, id: &str) -> usize {
-    let Some(l) = d.lanes.map.get(id) else { return 0 };
+    let Some(l) = d.lanes.map.get(id) else {
+        return 0;
+    };
     if l.archived {
         return 0;
     }
-    let live = [&l.builder_session, &l.verifier_session].into_iter().flatten().filter(|s| session_alive(d, s)).count();
+    let live = [&l.builder_session, &l.verifier_session]
+        .into_iter()
+        .flatten()
+        .filter(|s| session_alive(d, s))
+        .count();
     crate::info!("lane {id}: closed because the plugin that asked for it is removed");
     let _ = step(d, id, Input::OperatorClose);
     live
@@ -906,40 +1155,59 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
         if ev.kind != "turn.end" && ev.kind != "session.end" {
             continue;
         }
-        let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else { continue };
-        let reason = serde_json::from_str::<Value>(&ev.data).ok().and_then(|v| v["reason"].as_str().map(str::to_string));
+        let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else {
+            continue;
+        };
+        let reason = serde_json::from_str::<Value>(&ev.data)
+            .ok()
+            .and_then(|v| v["reason"].as_str().map(str::to_string));
         match (role, ev.kind.as_str(), reason.as_deref()) {
             (Role::Builder, "turn.end", Some("completed"))
-                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) => {
-                    let _ = step(d, &lid, Input::BuilderIdle);
+                if d.lanes
+                    .map
+                    .get(&lid)
+                    .is_some_and(|l| l.machine.stage == Stage::Building) =>
+            {
+                let _ = step(d, &lid, Input::BuilderIdle);
+            }
+            (Role::Builder, "turn.end", Some("failed" | "usage-limited"))
+            | (Role::Builder, "session.end", _)
+                if d.lanes
+                    .map
+                    .get(&lid)
+                    .is_some_and(|l| l.machine.stage == Stage::Building) =>
+            {
+                let sid = ev.stream.clone();
+                d.lanes.by_session.remove(&sid);
+                if session_alive(d, &sid) {
+                    let _ = crate::core::sessions::kill(d, &sid);
                 }
-            (Role::Builder, "turn.end", Some("failed" | "usage-limited")) | (Role::Builder, "session.end", _)
-                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Building) => {
-                    let sid = ev.stream.clone();
-                    d.lanes.by_session.remove(&sid);
-                    if session_alive(d, &sid) {
-                        let _ = crate::core::sessions::kill(d, &sid);
-                    }
-                    // The failed seat is skipped: its family stays allowed.
-                    if let Some(l) = d.lanes.map.get_mut(&lid) {
-                        l.builder_session = None;
-                    }
-                    crate::warn!("lane {lid}: the builder's session {sid} failed; failing over");
-                    failover(d, &lid);
+                // The failed seat is skipped: its family stays allowed.
+                if let Some(l) = d.lanes.map.get_mut(&lid) {
+                    l.builder_session = None;
                 }
+                crate::warn!("lane {lid}: the builder's session {sid} failed; failing over");
+                failover(d, &lid);
+            }
             (Role::Verifier, "turn.end", Some("completed")) => read_answer(d, &lid, &ev.stream),
             (Role::Verifier, "turn.end", _) | (Role::Verifier, "session.end", _)
-                if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Verifying) => {
-                    finish_verifier(d, &ev.stream);
-                    let _ = step(d, &lid, Input::VerifierFailed);
-                }
+                if d.lanes
+                    .map
+                    .get(&lid)
+                    .is_some_and(|l| l.machine.stage == Stage::Verifying) =>
+            {
+                finish_verifier(d, &ev.stream);
+                let _ = step(d, &lid, Input::VerifierFailed);
+            }
             _ => {}
         }
     }
 }
 
 fn failover(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get(id).cloned() else { return };
+    let Some(l) = d.lanes.map.get(id).cloned() else {
+        return;
+    };
     let failed = l.builder.harness.clone();
     let next = d
         .core
@@ -947,7 +1215,10 @@ fn failover(d: &mut Daemon, id: &str) {
         .list
         .iter()
         .find(|s| {
-            s.cfg.harness != failed && s.status == Some(crate::core::seats::Status::Ready) && s.cfg.family != l.verifier.family && s.cfg.family != "auto"
+            s.cfg.harness != failed
+                && s.status == Some(crate::core::seats::Status::Ready)
+                && s.cfg.family != l.verifier.family
+                && s.cfg.family != "auto"
         })
         .map(|s| seat_ref(&s.cfg));
     match next {
@@ -957,7 +1228,13 @@ fn failover(d: &mut Daemon, id: &str) {
             }
             restart_builder(d, id, "The agent that worked on this task before you stopped. Continue the task in this worktree; its work so far is here.".into());
         }
-        None => broken(d, id, format!("the builder {failed} failed and no other ready seat of an allowed family can take over")),
+        None => broken(
+            d,
+            id,
+            format!(
+                "the builder {failed} failed and no other ready seat of an allowed family can take over"
+            ),
+        ),
     }
 }
 
@@ -979,25 +1256,42 @@ fn read_answer(d: &mut Daemon, id: &str, sid: &str) {
     let inbox = d.inbox.clone();
     let (lid, sid) = (id.to_string(), sid.to_string());
     let queued = d.ledger.read(Box::new(move |conn| {
-        let text = crate::core::transcript::read_entries(conn, &sid, 0, limits::LANE_VERIFIER_ENTRIES)
-            .map(|entries| last_turn_text(&entries))
-            .unwrap_or_default();
+        let text =
+            crate::core::transcript::read_entries(conn, &sid, 0, limits::LANE_VERIFIER_ENTRIES)
+                .map(|entries| last_turn_text(&entries))
+                .unwrap_or_default();
         inbox.run(move |d| {
             finish_verifier(d, &sid);
-            if d.lanes.map.get(&lid).is_some_and(|l| l.machine.stage == Stage::Verifying) {
+            if d.lanes
+                .map
+                .get(&lid)
+                .is_some_and(|l| l.machine.stage == Stage::Verifying)
+            {
                 let _ = step(d, &lid, Input::VerifierAnswered(text));
             }
         });
     }));
     if queued.is_err() {
-        broken(d, id, "the ledger reader is busy; the verifier's answer could not be read".into());
+        broken(
+            d,
+            id,
+            "the ledger reader is busy; the verifier's answer could not be read".into(),
+        );
     }
 }
 
 /// The text the agent wrote after the last user entry.
 fn last_turn_text(entries: &[Value]) -> String {
-    let start = entries.iter().rposition(|e| e["kind"] == "user").map_or(0, |i| i + 1);
-    entries[start..].iter().filter(|e| e["kind"] == "text").filter_map(|e| e["text"].as_str()).collect::<Vec<_>>().join("")
+    let start = entries
+        .iter()
+        .rposition(|e| e["kind"] == "user")
+        .map_or(0, |i| i + 1);
+    entries[start..]
+        .iter()
+        .filter(|e| e["kind"] == "text")
+        .filter_map(|e| e["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
 }
 
 /// A task's short name as a branch and folder name: lowercase letters,
@@ -1029,11 +1323,16 @@ pub fn known_repos(d: &Daemon) -> Vec<PathBuf> {
 /// Where a lane's worktree goes: `<repo>-wt/<name>` unless the config names a
 /// root (then `<root>/<repo name>/<name>`).
 pub fn worktree_path(d: &Daemon, repo: &Path, slug: &str) -> PathBuf {
-    let repo_name = repo.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "repo".into());
+    let repo_name = repo
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "repo".into());
     if d.cfg.lanes.worktree_root.is_empty() {
         repo.with_file_name(format!("{repo_name}-wt")).join(slug)
     } else {
-        PathBuf::from(&d.cfg.lanes.worktree_root).join(repo_name).join(slug)
+        PathBuf::from(&d.cfg.lanes.worktree_root)
+            .join(repo_name)
+            .join(slug)
     }
 }
 
@@ -1050,39 +1349,87 @@ pub struct Dispatch {
 /// and of different families, isolation), then creates the worktree on a
 /// worker and starts the builder. `then` gets the lane or the refusal, whose
 /// stable code the plugin host passes on as task-refused's reason.
-pub fn dispatch(d: &mut Daemon, req: crate::plugins::calls::TaskRequest, then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + Send + 'static) {
+pub fn dispatch(
+    d: &mut Daemon,
+    req: crate::plugins::calls::TaskRequest,
+    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + Send + 'static,
+) {
     let refuse = |code, msg: String| Err(lane_err(code, msg));
     let check = (|| -> Result<Dispatch, RpcError> {
         let repo = PathBuf::from(&req.repo);
         let repo = repo.canonicalize().unwrap_or(repo);
-        if !known_repos(d).iter().any(|r| r.canonicalize().unwrap_or_else(|_| r.clone()) == repo) {
-            return refuse(Code::RepoUnknown, format!("{} is not a repository the daemon knows; add it with repos.add", repo.display()));
+        if !known_repos(d)
+            .iter()
+            .any(|r| r.canonicalize().unwrap_or_else(|_| r.clone()) == repo)
+        {
+            return refuse(
+                Code::RepoUnknown,
+                format!(
+                    "{} is not a repository the daemon knows; add it with repos.add",
+                    repo.display()
+                ),
+            );
         }
         let seat = |h: &str| -> Result<SeatRef, RpcError> {
             match d.core.seats.get(h) {
                 None => Err(lane_err(Code::SeatNotFound, format!("no seat {h}"))),
-                Some(s) if s.status != Some(crate::core::seats::Status::Ready) => Err(lane_err(Code::SeatNotReady, format!("seat {h} is not ready"))),
+                Some(s) if s.status != Some(crate::core::seats::Status::Ready) => Err(lane_err(
+                    Code::SeatNotReady,
+                    format!("seat {h} is not ready"),
+                )),
                 Some(s) => Ok(seat_ref(&s.cfg)),
             }
         };
         let builder = seat(&req.builder)?;
         let verifier = seat(&req.verifier)?;
-        if builder.family == verifier.family || builder.family == "auto" || verifier.family == "auto" {
-            return refuse(Code::SameFamily, format!("the verifier must be of another provider family than the builder ({})", builder.family));
+        if builder.family == verifier.family
+            || builder.family == "auto"
+            || verifier.family == "auto"
+        {
+            return refuse(
+                Code::SameFamily,
+                format!(
+                    "the verifier must be of another provider family than the builder ({})",
+                    builder.family
+                ),
+            );
         }
         match &d.lanes.isolation {
             Some(Ok(_)) => {}
             _ if !d.cfg.lanes.require_isolation => {}
-            Some(Err(why)) => return refuse(Code::IsolationMissing, format!("the acceptance command cannot run isolated here: {why}")),
-            None => return refuse(Code::IsolationMissing, "isolation is still being probed; try again".into()),
+            Some(Err(why)) => {
+                return refuse(
+                    Code::IsolationMissing,
+                    format!("the acceptance command cannot run isolated here: {why}"),
+                );
+            }
+            None => {
+                return refuse(
+                    Code::IsolationMissing,
+                    "isolation is still being probed; try again".into(),
+                );
+            }
         }
-        let name = req.name.clone().unwrap_or_else(|| req.task.split_whitespace().take(6).collect::<Vec<_>>().join(" "));
+        let name = req.name.clone().unwrap_or_else(|| {
+            req.task
+                .split_whitespace()
+                .take(6)
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
         if slug(&name).is_empty() {
-            return Err(RpcError::invalid_params("name must hold a letter or a digit"));
+            return Err(RpcError::invalid_params(
+                "name must hold a letter or a digit",
+            ));
         }
         Ok(Dispatch {
             repo,
-            task: Task { task: req.task.clone(), acceptance_name: req.acceptance.name.clone(), acceptance_command: req.acceptance.command.clone(), name },
+            task: Task {
+                task: req.task.clone(),
+                acceptance_name: req.acceptance.name.clone(),
+                acceptance_command: req.acceptance.command.clone(),
+                name,
+            },
             builder,
             verifier,
             base: req.base.clone(),
@@ -1103,18 +1450,32 @@ pub fn dispatch(d: &mut Daemon, req: crate::plugins::calls::TaskRequest, then: i
         move || -> Result<(String, String), RpcError> {
             let base = match base.or_else(|| git::current_branch(&repo)) {
                 Some(b) => b,
-                None => return Err(lane_err(Code::BaseUnknown, "the main worktree has no branch checked out; name a base")),
+                None => {
+                    return Err(lane_err(
+                        Code::BaseUnknown,
+                        "the main worktree has no branch checked out; name a base",
+                    ));
+                }
             };
             let Some(base_commit) = git::commit_of(&repo, &format!("refs/heads/{base}")) else {
-                return Err(lane_err(Code::BaseUnknown, format!("no branch {base} in the repository")));
+                return Err(lane_err(
+                    Code::BaseUnknown,
+                    format!("no branch {base} in the repository"),
+                ));
             };
             if !git::valid_branch_name(&repo, &b2) {
-                return Err(RpcError::invalid_params(format!("{b2} is not a branch name git accepts")));
+                return Err(RpcError::invalid_params(format!(
+                    "{b2} is not a branch name git accepts"
+                )));
             }
             if git::branch_exists(&repo, &b2) || w2.exists() {
-                return Err(lane_err(Code::NameTaken, format!("the branch {b2} or the worktree {} exists", w2.display())));
+                return Err(lane_err(
+                    Code::NameTaken,
+                    format!("the branch {b2} or the worktree {} exists", w2.display()),
+                ));
             }
-            git::add_worktree(&repo, &w2, &b2, &base_commit).map_err(|e| lane_err(Code::Unavailable, e.to_string()))?;
+            git::add_worktree(&repo, &w2, &b2, &base_commit)
+                .map_err(|e| lane_err(Code::Unavailable, e.to_string()))?;
             Ok((base, base_commit))
         },
         move |d, r| match r {
@@ -1124,7 +1485,10 @@ pub fn dispatch(d: &mut Daemon, req: crate::plugins::calls::TaskRequest, then: i
     );
     if let Err(e) = queued {
         // Only a worker pool that died can refuse after `workers_ready`.
-        crate::error!("task.dispatch could not reach the lane workers: {}", e.message);
+        crate::error!(
+            "task.dispatch could not reach the lane workers: {}",
+            e.message
+        );
     }
 }
 
@@ -1156,10 +1520,14 @@ fn create(
             Ok(v) => v["session_id"].as_str().unwrap_or_default().to_string(),
             Err(e) => {
                 let (repo, wt, br) = (p.repo.clone(), worktree.clone(), branch.clone());
-                let _ = job(d, move || {
-                    let _ = git::remove_worktree(&repo, &wt);
-                    let _ = git::delete_branch(&repo, &br);
-                }, |_, ()| {});
+                let _ = job(
+                    d,
+                    move || {
+                        let _ = git::remove_worktree(&repo, &wt);
+                        let _ = git::delete_branch(&repo, &br);
+                    },
+                    |_, ()| {},
+                );
                 return then(d, Err(e));
             }
         };
@@ -1186,19 +1554,36 @@ fn create(
             remove_worktree: false,
             checkout: None,
         };
-        let start = event("lane.start", json!({"lane": id, "session": sid, "builder": lane.builder.to_json(), "verifier": lane.verifier.to_json()}));
-        let stage = event("lane.stage", json!({"lane": id, "stage": "building", "since": crate::clock::format_ts(now)}));
-        d.lanes.by_session.insert(sid.clone(), (id.clone(), Role::Builder));
+        let start = event(
+            "lane.start",
+            json!({"lane": id, "session": sid, "builder": lane.builder.to_json(), "verifier": lane.verifier.to_json()}),
+        );
+        let stage = event(
+            "lane.stage",
+            json!({"lane": id, "stage": "building", "since": crate::clock::format_ts(now)}),
+        );
+        d.lanes
+            .by_session
+            .insert(sid.clone(), (id.clone(), Role::Builder));
         d.lanes.map.insert(id.clone(), lane);
         persist(d, &id, vec![start, stage]);
         crate::info!("lane {id}: dispatched on {branch} with session {sid}");
-        then(d, Ok(json!({"lane": id, "session": sid, "branch": branch, "worktree": worktree.display().to_string()})));
+        then(
+            d,
+            Ok(
+                json!({"lane": id, "session": sid, "branch": branch, "worktree": worktree.display().to_string()}),
+            ),
+        );
     });
 }
 
 /// The socket's view of a lane (snake_case).
 pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
-    let verdict = l.machine.last_verdict.as_ref().map(|(v, c)| json!({"verdict": v, "commit": c}));
+    let verdict = l
+        .machine
+        .last_verdict
+        .as_ref()
+        .map(|(v, c)| json!({"verdict": v, "commit": c}));
     json!({
         "lane": l.id,
         "repo": l.repo.display().to_string(),
@@ -1238,7 +1623,10 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
         })
     };
     let verdict = match &l.machine.last_verdict {
-        Some((v, c)) => Some(LaneVerdict { verdict: serde_json::from_value(json!(v)).ok()?, commit: c.clone() }),
+        Some((v, c)) => Some(LaneVerdict {
+            verdict: serde_json::from_value(json!(v)).ok()?,
+            commit: c.clone(),
+        }),
         None => None,
     };
     let head = l.machine.commit.clone();
@@ -1254,7 +1642,10 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
         worktree: l.worktree.display().to_string(),
         state: serde_json::from_value(json!(l.machine.stage.state())).ok()?,
         stage: l.machine.stage,
-        builder: LaneBuilder { session: l.builder_session.clone(), seat: seat(&l.builder)? },
+        builder: LaneBuilder {
+            session: l.builder_session.clone(),
+            seat: seat(&l.builder)?,
+        },
         verifier: seat(&l.verifier)?,
         verdict,
         head,
@@ -1267,5 +1658,10 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
 /// anything else is reported as null ("not a plain model name").
 fn is_model_name(m: &str) -> bool {
     let b = m.as_bytes();
-    !b.is_empty() && b.len() <= 128 && b[0].is_ascii_alphanumeric() && b[1..].iter().all(|c| c.is_ascii_alphanumeric() || b"_.:/[]-".contains(c))
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.:/[]-".contains(c))
 }

@@ -35,58 +35,101 @@ const IDENTITY: [(&str, &str); 4] = [
 fn git(dir: &Path) -> Command {
     let mut c = Command::new("git");
     c.arg("-C").arg(dir);
-    for k in ["GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR", "GIT_NAMESPACE"] {
+    for k in [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+    ] {
         c.env_remove(k);
     }
-    c.env("GIT_TERMINAL_PROMPT", "0").env("GIT_PAGER", "cat").env("LC_ALL", "C").stdin(Stdio::null());
+    c.env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_PAGER", "cat")
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null());
     c
 }
 
 /// Runs git; stdout on success, the error's first line otherwise.
 fn run(what: &str, mut cmd: Command) -> Result<String> {
-    let out = cmd.output().map_err(|e| GitError(format!("{what}: unable to run git: {}", crate::errors::io_cause(&e))))?;
+    let out = cmd.output().map_err(|e| {
+        GitError(format!(
+            "{what}: unable to run git: {}",
+            crate::errors::io_cause(&e)
+        ))
+    })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
-        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("git failed").trim().to_string();
+        let first = err
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("git failed")
+            .trim()
+            .to_string();
         Err(GitError(format!("{what}: {first}")))
     }
 }
 
 fn succeeds(mut cmd: Command) -> bool {
-    cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The top of the repository that holds `dir`, or an error when it is none.
 pub fn toplevel(dir: &Path) -> Result<PathBuf> {
     let mut c = git(dir);
     c.args(["rev-parse", "--show-toplevel"]);
-    Ok(PathBuf::from(run(&format!("{} is not a git repository", dir.display()), c)?.trim()))
+    Ok(PathBuf::from(
+        run(&format!("{} is not a git repository", dir.display()), c)?.trim(),
+    ))
 }
 
 /// The branch checked out in `worktree`, or None when HEAD is detached.
 pub fn current_branch(worktree: &Path) -> Option<String> {
     let mut c = git(worktree);
     c.args(["symbolic-ref", "--quiet", "--short", "HEAD"]);
-    run("symbolic-ref", c).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    run("symbolic-ref", c)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 pub fn branch_exists(repo: &Path, branch: &str) -> bool {
     let mut c = git(repo);
-    c.args(["show-ref", "--verify", "--quiet", &format!("refs/heads/{branch}")]);
+    c.args([
+        "show-ref",
+        "--verify",
+        "--quiet",
+        &format!("refs/heads/{branch}"),
+    ]);
     succeeds(c)
 }
 
 /// The full commit id `rev` names, or None.
 pub fn commit_of(repo: &Path, rev: &str) -> Option<String> {
     let mut c = git(repo);
-    c.args(["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")]);
-    run("rev-parse", c).ok().map(|s| s.trim().to_string()).filter(|s| is_commit_id(s))
+    c.args([
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        &format!("{rev}^{{commit}}"),
+    ]);
+    run("rev-parse", c)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| is_commit_id(s))
 }
 
 pub fn is_commit_id(s: &str) -> bool {
-    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    (s.len() == 40 || s.len() == 64)
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Whether `name` is a branch name git accepts.
@@ -99,15 +142,23 @@ pub fn valid_branch_name(repo: &Path, name: &str) -> bool {
 /// Creates `branch` at `base` and checks it out in a new worktree at `path`.
 pub fn add_worktree(repo: &Path, path: &Path, branch: &str, base: &str) -> Result<()> {
     let mut c = git(repo);
-    c.args(["worktree", "add", "--quiet", "-b", branch]).arg(path).arg(base);
+    c.args(["worktree", "add", "--quiet", "-b", branch])
+        .arg(path)
+        .arg(base);
     run(&format!("unable to add worktree {}", path.display()), c).map(drop)
 }
 
 /// A detached checkout of `commit` at `path`, for the acceptance command.
 pub fn add_detached(repo: &Path, path: &Path, commit: &str) -> Result<()> {
     let mut c = git(repo);
-    c.args(["worktree", "add", "--quiet", "--detach"]).arg(path).arg(commit);
-    run(&format!("unable to check out {commit} at {}", path.display()), c).map(drop)
+    c.args(["worktree", "add", "--quiet", "--detach"])
+        .arg(path)
+        .arg(commit);
+    run(
+        &format!("unable to check out {commit} at {}", path.display()),
+        c,
+    )
+    .map(drop)
 }
 
 /// Puts a daemon-owned checkout at `commit`, exactly: made with a full
@@ -138,7 +189,10 @@ pub fn checkout_exactly(repo: &Path, path: &Path, commit: &str) -> Result<()> {
 fn move_exactly(path: &Path, commit: &str) -> Result<()> {
     let mut c = git(path);
     c.args(["checkout", "--quiet", "--detach", "--force", commit]);
-    run(&format!("unable to check out {commit} at {}", path.display()), c)?;
+    run(
+        &format!("unable to check out {commit} at {}", path.display()),
+        c,
+    )?;
     let mut c = git(path);
     c.args(["clean", "-ffdxq"]);
     run(&format!("unable to clean {}", path.display()), c).map(drop)
@@ -149,8 +203,13 @@ fn move_exactly(path: &Path, commit: &str) -> Result<()> {
 pub fn repository_of(worktree: &Path) -> Result<PathBuf> {
     let mut c = git(worktree);
     c.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
-    let common = PathBuf::from(run(&format!("{} is not a git checkout", worktree.display()), c)?.trim());
-    Ok(if common.file_name().is_some_and(|n| n == ".git") { common.parent().map(Path::to_path_buf).unwrap_or(common) } else { common })
+    let common =
+        PathBuf::from(run(&format!("{} is not a git checkout", worktree.display()), c)?.trim());
+    Ok(if common.file_name().is_some_and(|n| n == ".git") {
+        common.parent().map(Path::to_path_buf).unwrap_or(common)
+    } else {
+        common
+    })
 }
 
 pub fn remove_worktree(repo: &Path, path: &Path) -> Result<()> {
@@ -161,7 +220,11 @@ pub fn remove_worktree(repo: &Path, path: &Path) -> Result<()> {
     let mut p = git(repo);
     p.args(["worktree", "prune"]);
     let _ = run("worktree prune", p);
-    if r.is_err() && !path.exists() { Ok(()) } else { r }
+    if r.is_err() && !path.exists() {
+        Ok(())
+    } else {
+        r
+    }
 }
 
 pub fn delete_branch(repo: &Path, branch: &str) -> Result<()> {
@@ -188,17 +251,24 @@ pub fn commit_all(worktree: &Path, message: &str) -> Result<(String, bool)> {
     let made = !succeeds(staged);
     if made {
         let mut c = git(worktree);
-        c.envs(IDENTITY).args(["commit", "--quiet", "--no-verify", "-m", message]);
+        c.envs(IDENTITY)
+            .args(["commit", "--quiet", "--no-verify", "-m", message]);
         run("unable to commit the lane's work", c)?;
     }
-    let head = commit_of(worktree, "HEAD").ok_or_else(|| GitError("the lane's worktree has no HEAD".into()))?;
+    let head = commit_of(worktree, "HEAD")
+        .ok_or_else(|| GitError("the lane's worktree has no HEAD".into()))?;
     Ok((head, made))
 }
 
 /// The diff from `base` to `head`, cut to `max` bytes at a line end.
 pub fn diff(repo: &Path, base: &str, head: &str, max: usize) -> Result<String> {
     let mut c = git(repo);
-    c.args(["diff", "--no-color", "--no-ext-diff", &format!("{base}...{head}")]);
+    c.args([
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        &format!("{base}...{head}"),
+    ]);
     let mut d = run("unable to diff the lane", c)?;
     if d.len() > max {
         let mut cut = max;
@@ -231,8 +301,12 @@ pub enum MergeFailure {
 impl std::fmt::Display for MergeFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MergeFailure::DirtyMainWorktree => f.write_str("the main worktree has uncommitted changes"),
-            MergeFailure::NotFastForward => f.write_str("base moved on and the merge mode is fast-forward only"),
+            MergeFailure::DirtyMainWorktree => {
+                f.write_str("the main worktree has uncommitted changes")
+            }
+            MergeFailure::NotFastForward => {
+                f.write_str("base moved on and the merge mode is fast-forward only")
+            }
             MergeFailure::Conflict(files) => write!(f, "the merge conflicts in {files}"),
             MergeFailure::Git(e) => write!(f, "{e}"),
         }
@@ -249,8 +323,15 @@ fn is_ancestor(repo: &Path, a: &str, b: &str) -> bool {
 /// main worktree, the merge happens there and needs it clean; otherwise the
 /// branch ref is moved without touching any worktree (a merge commit is made
 /// with `merge-tree --write-tree`). Returns base's new commit.
-pub fn merge(repo: &Path, base: &str, commit: &str, mode: MergeMode, message: &str) -> std::result::Result<String, MergeFailure> {
-    let old = commit_of(repo, &format!("refs/heads/{base}")).ok_or_else(|| MergeFailure::Git(GitError(format!("base {base} is gone"))))?;
+pub fn merge(
+    repo: &Path,
+    base: &str,
+    commit: &str,
+    mode: MergeMode,
+    message: &str,
+) -> std::result::Result<String, MergeFailure> {
+    let old = commit_of(repo, &format!("refs/heads/{base}"))
+        .ok_or_else(|| MergeFailure::Git(GitError(format!("base {base} is gone"))))?;
     if is_ancestor(repo, commit, &old) {
         return Ok(old); // already merged
     }
@@ -274,26 +355,49 @@ pub fn merge(repo: &Path, base: &str, commit: &str, mode: MergeMode, message: &s
             let mut abort = git(repo);
             abort.args(["merge", "--abort"]);
             let _ = run("merge --abort", abort);
-            return Err(if conflicted.is_empty() { MergeFailure::Git(e) } else { MergeFailure::Conflict(conflicted) });
+            return Err(if conflicted.is_empty() {
+                MergeFailure::Git(e)
+            } else {
+                MergeFailure::Conflict(conflicted)
+            });
         }
-        return commit_of(repo, "HEAD").ok_or_else(|| MergeFailure::Git(GitError("no HEAD after the merge".into())));
+        return commit_of(repo, "HEAD")
+            .ok_or_else(|| MergeFailure::Git(GitError("no HEAD after the merge".into())));
     }
     let new = if mode == MergeMode::FastForward {
         commit.to_string()
     } else {
         let mut t = git(repo);
         t.args(["merge-tree", "--write-tree", "--name-only", &old, commit]);
-        let out = t.output().map_err(|e| MergeFailure::Git(GitError(format!("unable to run git: {e}"))))?;
+        let out = t
+            .output()
+            .map_err(|e| MergeFailure::Git(GitError(format!("unable to run git: {e}"))))?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut lines = text.lines();
         let tree = lines.next().unwrap_or("").trim().to_string();
         if !out.status.success() {
             let files: Vec<&str> = lines.take_while(|l| !l.is_empty()).collect();
-            return Err(MergeFailure::Conflict(if files.is_empty() { "the tree".into() } else { files.join(", ") }));
+            return Err(MergeFailure::Conflict(if files.is_empty() {
+                "the tree".into()
+            } else {
+                files.join(", ")
+            }));
         }
         let mut c = git(repo);
-        c.envs(IDENTITY).args(["commit-tree", &tree, "-p", &old, "-p", commit, "-m", message]);
-        run("unable to write the merge commit", c).map_err(MergeFailure::Git)?.trim().to_string()
+        c.envs(IDENTITY).args([
+            "commit-tree",
+            &tree,
+            "-p",
+            &old,
+            "-p",
+            commit,
+            "-m",
+            message,
+        ]);
+        run("unable to write the merge commit", c)
+            .map_err(MergeFailure::Git)?
+            .trim()
+            .to_string()
     };
     let mut u = git(repo);
     u.args(["update-ref", &format!("refs/heads/{base}"), &new, &old]);
@@ -304,7 +408,9 @@ pub fn merge(repo: &Path, base: &str, commit: &str, mode: MergeMode, message: &s
 fn conflicted_files(repo: &Path) -> String {
     let mut c = git(repo);
     c.args(["diff", "--name-only", "--diff-filter=U"]);
-    run("diff", c).map(|s| s.lines().collect::<Vec<_>>().join(", ")).unwrap_or_default()
+    run("diff", c)
+        .map(|s| s.lines().collect::<Vec<_>>().join(", "))
+        .unwrap_or_default()
 }
 
 /// The worktrees of a repository, for repos.list.
@@ -382,14 +488,23 @@ pub mod tests {
         std::fs::write(wt.join("a.txt"), "lane\n").unwrap();
         let (head, _) = commit_all(&wt, "lane").unwrap();
         std::fs::write(r.join("a.txt"), "main moved\n").unwrap();
-        assert_eq!(merge(&r, "main", &head, MergeMode::MergeCommit, "m"), Err(MergeFailure::DirtyMainWorktree));
+        assert_eq!(
+            merge(&r, "main", &head, MergeMode::MergeCommit, "m"),
+            Err(MergeFailure::DirtyMainWorktree)
+        );
         commit_all(&r, "main moved").unwrap();
-        assert_eq!(merge(&r, "main", &head, MergeMode::FastForward, "m"), Err(MergeFailure::NotFastForward));
+        assert_eq!(
+            merge(&r, "main", &head, MergeMode::FastForward, "m"),
+            Err(MergeFailure::NotFastForward)
+        );
         match merge(&r, "main", &head, MergeMode::MergeCommit, "m") {
             Err(MergeFailure::Conflict(files)) => assert!(files.contains("a.txt")),
             other => panic!("{other:?}"),
         }
-        assert!(is_clean(&r).unwrap(), "an aborted merge leaves the main worktree clean");
+        assert!(
+            is_clean(&r).unwrap(),
+            "an aborted merge leaves the main worktree clean"
+        );
     }
 
     #[test]

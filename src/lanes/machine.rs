@@ -96,9 +96,12 @@ impl Stage {
     pub fn state(self) -> &'static str {
         match self {
             Stage::Building | Stage::Rework => "building",
-            Stage::Idle | Stage::Checking | Stage::WaitingVerifier | Stage::Verifying | Stage::VerifyFailed | Stage::SecondOpinion => {
-                "under-test"
-            }
+            Stage::Idle
+            | Stage::Checking
+            | Stage::WaitingVerifier
+            | Stage::Verifying
+            | Stage::VerifyFailed
+            | Stage::SecondOpinion => "under-test",
             Stage::SentBack | Stage::Cap | Stage::MergeFailed => "sent-back",
             Stage::Pass | Stage::Merging => "verified",
             Stage::Merged | Stage::Closed => "merged",
@@ -107,7 +110,10 @@ impl Stage {
 
     /// Stages where the operator decides what happens next.
     pub fn waits_for_operator(self) -> bool {
-        matches!(self, Stage::SentBack | Stage::Cap | Stage::MergeFailed | Stage::Pass)
+        matches!(
+            self,
+            Stage::SentBack | Stage::Cap | Stage::MergeFailed | Stage::Pass
+        )
     }
 }
 
@@ -118,7 +124,9 @@ pub enum Input {
     BuilderIdle,
     /// The lane's work is the commit `head` (made by the daemon if the
     /// builder left changes uncommitted).
-    Committed { head: String },
+    Committed {
+        head: String,
+    },
     /// The acceptance command finished on the commit under test.
     Checked(Outcome),
     /// The verifier seat can take the lane now.
@@ -128,12 +136,16 @@ pub enum Input {
     /// The verifier's session failed before it answered.
     VerifierFailed,
     /// The merge into base finished.
-    Merged { base_head: String },
+    Merged {
+        base_head: String,
+    },
     MergeFailed(String),
     /// The operator approved the merge, or asked for it (`lanes.merge`).
     OperatorMerge,
     /// The operator sends the lane back to its builder (`lanes.rework`).
-    OperatorRework { notes: String },
+    OperatorRework {
+        notes: String,
+    },
     /// The operator closes the lane (`lanes.close`).
     OperatorClose,
     /// The operator denied the merge approval in the inbox (or it timed out
@@ -154,9 +166,17 @@ pub enum Action {
     /// Run the acceptance command on `commit` in a daemon-owned checkout.
     RunCheck { commit: String },
     /// Ask the verifier seat (when it is ready) to judge `commit`.
-    Verify { commit: String, second_opinion: bool },
+    Verify {
+        commit: String,
+        second_opinion: bool,
+    },
     /// Record a lane.verdict.
-    RecordVerdict { commit: String, verdict: &'static str, round: u32, defects: usize },
+    RecordVerdict {
+        commit: String,
+        verdict: &'static str,
+        round: u32,
+        defects: usize,
+    },
     /// Send the builder its next turn.
     PromptBuilder { text: String },
     /// Ask the operator to approve the merge in the inbox.
@@ -239,20 +259,28 @@ impl Machine {
                     self.rework(text, &mut out);
                 }
             }
-            (Stage::WaitingVerifier, Input::VerifierReady) | (Stage::SecondOpinion, Input::VerifierReady) => {
+            (Stage::WaitingVerifier, Input::VerifierReady)
+            | (Stage::SecondOpinion, Input::VerifierReady) => {
                 let second = self.stage == Stage::SecondOpinion;
                 let commit = self.commit.clone().ok_or(not_now)?;
                 self.go(Stage::Verifying, &mut out);
-                out.push(Action::Verify { commit, second_opinion: second });
+                out.push(Action::Verify {
+                    commit,
+                    second_opinion: second,
+                });
             }
             (Stage::Verifying, Input::VerifierAnswered(text)) => match verdict::parse(&text) {
                 Ok(v) => self.verdict(v, &mut out),
                 Err(_) => self.no_verdict(&mut out),
             },
             (Stage::Verifying, Input::VerifierFailed) => self.no_verdict(&mut out),
-            (stage, Input::Broken) if !stage.waits_for_operator() => self.go(Stage::SentBack, &mut out),
+            (stage, Input::Broken) if !stage.waits_for_operator() => {
+                self.go(Stage::SentBack, &mut out)
+            }
             (Stage::Pass, Input::MergeDenied) => self.go(Stage::SentBack, &mut out),
-            (Stage::Pass | Stage::MergeFailed | Stage::SentBack, Input::OperatorMerge) if self.last_verdict.as_ref().is_some_and(|v| v.0 == "pass") => {
+            (Stage::Pass | Stage::MergeFailed | Stage::SentBack, Input::OperatorMerge)
+                if self.last_verdict.as_ref().is_some_and(|v| v.0 == "pass") =>
+            {
                 let commit = self.commit.clone().ok_or(not_now)?;
                 self.go(Stage::Merging, &mut out);
                 out.push(Action::Merge { commit });
@@ -262,10 +290,16 @@ impl Machine {
                 out.push(Action::Archive);
             }
             (Stage::Merging, Input::MergeFailed(_)) => self.go(Stage::MergeFailed, &mut out),
-            (Stage::SentBack | Stage::Cap | Stage::MergeFailed | Stage::Pass, Input::OperatorRework { notes }) => {
+            (
+                Stage::SentBack | Stage::Cap | Stage::MergeFailed | Stage::Pass,
+                Input::OperatorRework { notes },
+            ) => {
                 // The operator's rework grants the round it needs.
                 self.max_rounds = self.max_rounds.max(self.rounds_used + 1);
-                self.rework(format!("The operator sends the work back:\n{notes}"), &mut out);
+                self.rework(
+                    format!("The operator sends the work back:\n{notes}"),
+                    &mut out,
+                );
             }
             _ => return Err(not_now),
         }
@@ -292,7 +326,12 @@ impl Machine {
         self.verdicts += 1;
         self.failed_opinions = 0;
         self.last_verdict = Some((v.name().to_string(), commit.clone()));
-        out.push(Action::RecordVerdict { commit: commit.clone(), verdict: v.name(), round: self.verdicts, defects: v.defects().len() });
+        out.push(Action::RecordVerdict {
+            commit: commit.clone(),
+            verdict: v.name(),
+            round: self.verdicts,
+            defects: v.defects().len(),
+        });
         match v {
             Verdict::Pass => {
                 self.go(Stage::Pass, out);
@@ -338,24 +377,49 @@ mod tests {
     const C2: &str = "2222222222222222222222222222222222222222";
 
     fn pass_text() -> String {
-        format!("ok\n```{}\n{{\"verdict\":\"pass\"}}\n```\n", verdict::FENCE_TAG)
+        format!(
+            "ok\n```{}\n{{\"verdict\":\"pass\"}}\n```\n",
+            verdict::FENCE_TAG
+        )
     }
 
     fn rework_answer() -> String {
-        format!("```{}\n{{\"verdict\":\"rework\",\"defects\":[{{\"file\":\"a.rs\",\"line\":1,\"issue\":\"bad\"}}]}}\n```", verdict::FENCE_TAG)
+        format!(
+            "```{}\n{{\"verdict\":\"rework\",\"defects\":[{{\"file\":\"a.rs\",\"line\":1,\"issue\":\"bad\"}}]}}\n```",
+            verdict::FENCE_TAG
+        )
     }
 
     fn ok() -> Outcome {
-        Outcome { code: Some(0), signal: None, timed_out: false, tail: String::new() }
+        Outcome {
+            code: Some(0),
+            signal: None,
+            timed_out: false,
+            tail: String::new(),
+        }
     }
 
     fn stages(actions: &[Action]) -> Vec<&'static str> {
-        actions.iter().filter_map(|a| if let Action::Stage(s) = a { Some(s.name()) } else { None }).collect()
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::Stage(s) = a {
+                    Some(s.name())
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     fn to_verifying(m: &mut Machine, commit: &str) -> Vec<&'static str> {
         let mut seen = stages(&m.step(Input::BuilderIdle).unwrap());
-        seen.extend(stages(&m.step(Input::Committed { head: commit.into() }).unwrap()));
+        seen.extend(stages(
+            &m.step(Input::Committed {
+                head: commit.into(),
+            })
+            .unwrap(),
+        ));
         seen.extend(stages(&m.step(Input::Checked(ok())).unwrap()));
         seen.extend(stages(&m.step(Input::VerifierReady).unwrap()));
         seen
@@ -364,12 +428,27 @@ mod tests {
     #[test]
     fn pass_in_round_one_merges() {
         let mut m = Machine::new(3, false);
-        assert_eq!(to_verifying(&mut m, C1), ["idle", "checking", "waiting-verifier", "verifying"]);
+        assert_eq!(
+            to_verifying(&mut m, C1),
+            ["idle", "checking", "waiting-verifier", "verifying"]
+        );
         let a = m.step(Input::VerifierAnswered(pass_text())).unwrap();
-        assert_eq!(a[0], Action::RecordVerdict { commit: C1.into(), verdict: "pass", round: 1, defects: 0 });
+        assert_eq!(
+            a[0],
+            Action::RecordVerdict {
+                commit: C1.into(),
+                verdict: "pass",
+                round: 1,
+                defects: 0
+            }
+        );
         assert_eq!(stages(&a), ["pass", "merging"]);
         assert_eq!(a.last(), Some(&Action::Merge { commit: C1.into() }));
-        let a = m.step(Input::Merged { base_head: C1.into() }).unwrap();
+        let a = m
+            .step(Input::Merged {
+                base_head: C1.into(),
+            })
+            .unwrap();
         assert_eq!(a, vec![Action::Stage(Stage::Merged), Action::Archive]);
         assert_eq!(m.stage.state(), "merged");
         assert!(m.step(Input::BuilderIdle).is_err());
@@ -384,7 +463,15 @@ mod tests {
         assert!(matches!(&a[2], Action::PromptBuilder { text } if text.contains("a.rs:1: bad")));
         to_verifying(&mut m, C2);
         let a = m.step(Input::VerifierAnswered(pass_text())).unwrap();
-        assert_eq!(a[0], Action::RecordVerdict { commit: C2.into(), verdict: "pass", round: 2, defects: 0 });
+        assert_eq!(
+            a[0],
+            Action::RecordVerdict {
+                commit: C2.into(),
+                verdict: "pass",
+                round: 2,
+                defects: 0
+            }
+        );
     }
 
     #[test]
@@ -393,18 +480,29 @@ mod tests {
         for (i, c) in [C1, C2].iter().enumerate() {
             m.step(Input::BuilderIdle).unwrap();
             m.step(Input::Committed { head: (*c).into() }).unwrap();
-            let fail = Outcome { code: Some(1), signal: None, timed_out: false, tail: "assertion failed".into() };
+            let fail = Outcome {
+                code: Some(1),
+                signal: None,
+                timed_out: false,
+                tail: "assertion failed".into(),
+            };
             let a = m.step(Input::Checked(fail)).unwrap();
             if i == 0 {
                 assert_eq!(stages(&a), ["rework", "building"]);
-                assert!(matches!(&a[1], Action::PromptBuilder { text } if text.contains("assertion failed")));
+                assert!(
+                    matches!(&a[1], Action::PromptBuilder { text } if text.contains("assertion failed"))
+                );
             } else {
                 assert_eq!(stages(&a), ["cap"]);
                 assert_eq!(m.stage.state(), "sent-back");
             }
         }
         // The operator grants another round.
-        let a = m.step(Input::OperatorRework { notes: "try the other approach".into() }).unwrap();
+        let a = m
+            .step(Input::OperatorRework {
+                notes: "try the other approach".into(),
+            })
+            .unwrap();
         assert_eq!(stages(&a), ["rework", "building"]);
     }
 
@@ -412,10 +510,18 @@ mod tests {
     fn no_verdict_twice_is_sent_back() {
         let mut m = Machine::new(3, false);
         to_verifying(&mut m, C1);
-        let a = m.step(Input::VerifierAnswered("I think it is fine".into())).unwrap();
+        let a = m
+            .step(Input::VerifierAnswered("I think it is fine".into()))
+            .unwrap();
         assert_eq!(stages(&a), ["verify-failed", "second-opinion"]);
         let a = m.step(Input::VerifierReady).unwrap();
-        assert_eq!(a.last(), Some(&Action::Verify { commit: C1.into(), second_opinion: true }));
+        assert_eq!(
+            a.last(),
+            Some(&Action::Verify {
+                commit: C1.into(),
+                second_opinion: true
+            })
+        );
         let a = m.step(Input::VerifierFailed).unwrap();
         assert_eq!(stages(&a), ["verify-failed", "sent-back"]);
     }
@@ -425,7 +531,10 @@ mod tests {
         let mut m = Machine::new(3, true);
         to_verifying(&mut m, C1);
         let a = m.step(Input::VerifierAnswered(pass_text())).unwrap();
-        assert_eq!(a.last(), Some(&Action::RequestMergeApproval { commit: C1.into() }));
+        assert_eq!(
+            a.last(),
+            Some(&Action::RequestMergeApproval { commit: C1.into() })
+        );
         assert!(m.stage.waits_for_operator());
         m.step(Input::OperatorMerge).unwrap();
         let a = m.step(Input::MergeFailed("conflict".into())).unwrap();
@@ -440,7 +549,9 @@ mod tests {
     fn every_stage_has_its_spec_name_and_state() {
         for s in Stage::ALL {
             assert_eq!(Stage::from_name(s.name()), Some(s));
-            assert!(["building", "under-test", "sent-back", "verified", "merged"].contains(&s.state()));
+            assert!(
+                ["building", "under-test", "sent-back", "verified", "merged"].contains(&s.state())
+            );
         }
     }
 }

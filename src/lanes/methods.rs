@@ -21,7 +21,7 @@
 //! same-family, base-unknown, name-taken, isolation-missing.
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
 use crate::daemon::{Daemon, Req};
@@ -36,7 +36,14 @@ use rusqlite::types::Value as Sql;
 pub fn serves(method: &str) -> bool {
     matches!(
         method,
-        "repos.list" | "repos.add" | "task.dispatch" | "verify.list" | "lanes.get" | "lanes.close" | "lanes.merge" | "lanes.rework"
+        "repos.list"
+            | "repos.add"
+            | "task.dispatch"
+            | "verify.list"
+            | "lanes.get"
+            | "lanes.close"
+            | "lanes.merge"
+            | "lanes.rework"
     )
 }
 
@@ -50,7 +57,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "lanes.close" => lanes_close(d, &req, p),
         "lanes.merge" => lanes_operator(d, &req, p, |_| Input::OperatorMerge),
         "lanes.rework" => lanes_rework(d, &req, p),
-        _ => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {method}"))),
+        _ => Err(RpcError::new(
+            Code::MethodNotFound,
+            format!("unknown method {method}"),
+        )),
     };
     match r {
         Ok(Some(v)) => d.answer(req, Ok(v)),
@@ -102,7 +112,9 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let AddParams { path } = params(p)?;
     require_operator(req)?;
     if !path.starts_with('/') {
-        return Err(RpcError::invalid_params(format!("path must be absolute, found {path:?}")));
+        return Err(RpcError::invalid_params(format!(
+            "path must be absolute, found {path:?}"
+        )));
     }
     let req = req.clone();
     controller::job(
@@ -110,8 +122,19 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         move || git::toplevel(&PathBuf::from(&path)),
         move |d, r| match r {
             Ok(top) => {
-                if !d.lanes.added_repos.contains(&top) && d.lanes.added_repos.len() >= limits::LANE_MAX_REPOS {
-                    return d.answer(req, Err(RpcError::new(Code::Unavailable, format!("the daemon knows {} repositories already", limits::LANE_MAX_REPOS))));
+                if !d.lanes.added_repos.contains(&top)
+                    && d.lanes.added_repos.len() >= limits::LANE_MAX_REPOS
+                {
+                    return d.answer(
+                        req,
+                        Err(RpcError::new(
+                            Code::Unavailable,
+                            format!(
+                                "the daemon knows {} repositories already",
+                                limits::LANE_MAX_REPOS
+                            ),
+                        )),
+                    );
                 }
                 let shown = top.display().to_string();
                 let op = crate::ledger::Op::Exec {
@@ -123,7 +146,9 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
                     if r.is_ok() && !d.lanes.added_repos.contains(&top) {
                         d.lanes.added_repos.push(top);
                     }
-                    let result = r.map(|_| json!({"path": shown})).map_err(crate::socket::methods::write_error);
+                    let result = r
+                        .map(|_| json!({"path": shown}))
+                        .map_err(crate::socket::methods::write_error);
                     d.answer(req, result);
                 });
             }
@@ -135,7 +160,8 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 
 fn task_dispatch(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     require_operator(req)?;
-    let task = crate::plugins::calls::task_request(&p).map_err(|e| RpcError::invalid_params(e.message().to_string()))?;
+    let task = crate::plugins::calls::task_request(&p)
+        .map_err(|e| RpcError::invalid_params(e.message().to_string()))?;
     let req = req.clone();
     controller::dispatch(d, task, move |d, r| d.answer(req, r));
     Ok(None)
@@ -154,18 +180,32 @@ fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let VerifyParams { cursor, limit } = params(p)?;
     let limit = limit.unwrap_or(limits::LANE_PAGE_DEFAULT);
     if !(1..=limits::LANE_PAGE_MAX).contains(&limit) {
-        return Err(RpcError::invalid_params(format!("limit must be 1 to {}", limits::LANE_PAGE_MAX)));
+        return Err(RpcError::invalid_params(format!(
+            "limit must be 1 to {}",
+            limits::LANE_PAGE_MAX
+        )));
     }
-    let all: Vec<&Lane> = d.lanes.listed().into_iter().filter(|l| may_read_lane(d, req, &l.id)).collect();
+    let all: Vec<&Lane> = d
+        .lanes
+        .listed()
+        .into_iter()
+        .filter(|l| may_read_lane(d, req, &l.id))
+        .collect();
     let start = match &cursor {
         None => 0,
         Some(c) => match all.iter().position(|l| cursor_of(l) == *c) {
             Some(i) => i + 1,
-            None => return Err(RpcError::invalid_params("cursor names no lane of this list")),
+            None => {
+                return Err(RpcError::invalid_params(
+                    "cursor names no lane of this list",
+                ));
+            }
         },
     };
     let page: Vec<&Lane> = all.iter().skip(start).take(limit).copied().collect();
-    let next = (start + page.len() < all.len()).then(|| page.last().map(|l| cursor_of(l))).flatten();
+    let next = (start + page.len() < all.len())
+        .then(|| page.last().map(|l| cursor_of(l)))
+        .flatten();
     let items: Vec<Value> = page.iter().map(|l| controller::to_socket(d, l)).collect();
     Ok(Some(json!({"lanes": items, "next_cursor": next})))
 }
@@ -187,7 +227,9 @@ struct LaneParams {
 fn may_read_lane(d: &Daemon, req: &Req, lane: &str) -> bool {
     match &req.class {
         crate::procs::CallerClass::Operator => true,
-        crate::procs::CallerClass::AgentSession(Some(sid)) => d.lanes.lane_of_session(sid) == Some(lane),
+        crate::procs::CallerClass::AgentSession(Some(sid)) => {
+            d.lanes.lane_of_session(sid) == Some(lane)
+        }
         _ => false,
     }
 }
@@ -197,7 +239,11 @@ fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     if !may_read_lane(d, req, &lane) {
         return Err(controller::not_found(&lane));
     }
-    let l = d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?;
+    let l = d
+        .lanes
+        .map
+        .get(&lane)
+        .ok_or_else(|| controller::not_found(&lane))?;
     Ok(Some(controller::to_socket(d, l)))
 }
 
@@ -210,9 +256,16 @@ struct CloseParams {
 }
 
 fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let CloseParams { lane, remove_worktree } = params(p)?;
+    let CloseParams {
+        lane,
+        remove_worktree,
+    } = params(p)?;
     require_operator(req)?;
-    let l = d.lanes.map.get_mut(&lane).ok_or_else(|| controller::not_found(&lane))?;
+    let l = d
+        .lanes
+        .map
+        .get_mut(&lane)
+        .ok_or_else(|| controller::not_found(&lane))?;
     // The archive step reads the choice, so it is set first and taken back
     // when the lane cannot be closed now.
     let before = std::mem::replace(&mut l.remove_worktree, remove_worktree);
@@ -222,16 +275,37 @@ fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }
         return Err(e);
     }
-    Ok(Some(controller::to_socket(d, d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?)))
+    Ok(Some(controller::to_socket(
+        d,
+        d.lanes
+            .map
+            .get(&lane)
+            .ok_or_else(|| controller::not_found(&lane))?,
+    )))
 }
 
-fn lanes_operator(d: &mut Daemon, req: &Req, p: Map<String, Value>, input: impl FnOnce(&Lane) -> Input) -> Handled {
+fn lanes_operator(
+    d: &mut Daemon,
+    req: &Req,
+    p: Map<String, Value>,
+    input: impl FnOnce(&Lane) -> Input,
+) -> Handled {
     let LaneParams { lane } = params(p)?;
     require_operator(req)?;
-    let l = d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?;
+    let l = d
+        .lanes
+        .map
+        .get(&lane)
+        .ok_or_else(|| controller::not_found(&lane))?;
     let i = input(l);
     controller::step(d, &lane, i)?;
-    Ok(Some(controller::to_socket(d, d.lanes.map.get(&lane).ok_or_else(|| controller::not_found(&lane))?)))
+    Ok(Some(controller::to_socket(
+        d,
+        d.lanes
+            .map
+            .get(&lane)
+            .ok_or_else(|| controller::not_found(&lane))?,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -244,7 +318,9 @@ struct ReworkParams {
 fn lanes_rework(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ReworkParams { lane, notes } = params(p)?;
     if notes.trim().is_empty() || notes.len() > limits::PROMPT_MAX_BYTES {
-        return Err(RpcError::invalid_params("notes must be 1 byte to 1 MiB of text"));
+        return Err(RpcError::invalid_params(
+            "notes must be 1 byte to 1 MiB of text",
+        ));
     }
     let mut m = Map::new();
     m.insert("lane".into(), json!(lane));

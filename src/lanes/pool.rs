@@ -46,7 +46,12 @@ impl Default for Pool {
 
 impl Pool {
     pub fn new(max_spare: usize) -> Pool {
-        Pool { max_spare, spare: HashMap::new(), users: HashMap::new(), returning: HashMap::new() }
+        Pool {
+            max_spare,
+            spare: HashMap::new(),
+            users: HashMap::new(),
+            returning: HashMap::new(),
+        }
     }
 
     /// A spare checkout of `repo`, now the caller's; None when there is
@@ -103,7 +108,13 @@ impl Pool {
 
     /// Every checkout the pool knows of: spares, in use, being returned.
     pub fn known(&self) -> HashSet<PathBuf> {
-        self.spare.values().flatten().chain(self.users.keys()).chain(self.returning.keys()).cloned().collect()
+        self.spare
+            .values()
+            .flatten()
+            .chain(self.users.keys())
+            .chain(self.returning.keys())
+            .cloned()
+            .collect()
     }
 
     pub fn spares(&self, repo: &Path) -> usize {
@@ -154,7 +165,10 @@ mod tests {
         assert_eq!(none.give(r, Path::new("/s/a")), Returned::Remove);
         none.use_start(Path::new("/s/b"));
         assert_eq!(none.give(r, Path::new("/s/b")), Returned::Deferred);
-        assert_eq!(none.use_end(Path::new("/s/b")), Some((r.to_path_buf(), Returned::Remove)));
+        assert_eq!(
+            none.use_end(Path::new("/s/b")),
+            Some((r.to_path_buf(), Returned::Remove))
+        );
         assert!(none.known().is_empty());
     }
 
@@ -163,7 +177,10 @@ mod tests {
         let mut p = Pool::default();
         let r = Path::new("/r");
         for i in 0..crate::limits::LANE_SPARE_CHECKOUTS {
-            assert_eq!(p.give(r, &PathBuf::from(format!("/s/{i}"))), Returned::Pooled);
+            assert_eq!(
+                p.give(r, &PathBuf::from(format!("/s/{i}"))),
+                Returned::Pooled
+            );
         }
         assert_eq!(p.give(r, Path::new("/s/extra")), Returned::Remove);
     }

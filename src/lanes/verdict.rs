@@ -98,7 +98,8 @@ pub fn parse(answer: &str) -> Result<Verdict, NotAVerdict> {
         [one] => one,
         _ => return bad("more than one omniconflux-verdict block"),
     };
-    let raw: Raw = serde_json::from_str(body).map_err(|e| NotAVerdict(format!("the verdict block is not valid: {e}")))?;
+    let raw: Raw = serde_json::from_str(body)
+        .map_err(|e| NotAVerdict(format!("the verdict block is not valid: {e}")))?;
     match (raw.verdict.as_str(), raw.defects) {
         ("pass", None) => Ok(Verdict::Pass),
         ("pass", Some(d)) if d.is_empty() => Ok(Verdict::Pass),
@@ -113,19 +114,35 @@ pub fn parse(answer: &str) -> Result<Verdict, NotAVerdict> {
             }
             Ok(Verdict::Rework(d))
         }
-        (other, _) => Err(NotAVerdict(format!("verdict must be pass or rework, not {other:?}"))),
+        (other, _) => Err(NotAVerdict(format!(
+            "verdict must be pass or rework, not {other:?}"
+        ))),
     }
 }
 
 fn check_defect(d: &Defect) -> Result<(), NotAVerdict> {
     let path = std::path::Path::new(&d.file);
-    let escapes = path.is_absolute() || path.components().any(|c| matches!(c, std::path::Component::ParentDir));
+    let escapes = path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir));
     if d.file.is_empty() || d.file.len() > 4096 || escapes || d.file.chars().any(char::is_control) {
-        return Err(NotAVerdict(format!("defect file {:?} is not a path inside the repository", d.file)));
+        return Err(NotAVerdict(format!(
+            "defect file {:?} is not a path inside the repository",
+            d.file
+        )));
     }
     let len = d.issue.chars().count();
-    if len == 0 || len > limits::LANE_DEFECT_MAX_CHARS || d.issue.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-        return Err(NotAVerdict(format!("defect issue must be 1 to {} characters of text", limits::LANE_DEFECT_MAX_CHARS)));
+    if len == 0
+        || len > limits::LANE_DEFECT_MAX_CHARS
+        || d.issue
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(NotAVerdict(format!(
+            "defect issue must be 1 to {} characters of text",
+            limits::LANE_DEFECT_MAX_CHARS
+        )));
     }
     Ok(())
 }
@@ -136,8 +153,8 @@ pub fn instructions() -> String {
         "End your answer with exactly one fenced code block whose info string is {FENCE_TAG}, holding one JSON object: \
          {{\"verdict\": \"pass\"}} when the change does the task correctly, or {{\"verdict\": \"rework\", \"defects\": \
          [{{\"file\": \"path/relative/to/repo\", \"line\": 12, \"issue\": \"what is wrong\"}}]}} with 1 to {} defects. \
-         Nothing else in the block."
-        , limits::LANE_MAX_DEFECTS
+         Nothing else in the block.",
+        limits::LANE_MAX_DEFECTS
     )
 }
 
@@ -152,7 +169,10 @@ mod tests {
     #[test]
     fn pass_and_rework_parse() {
         assert_eq!(parse(&block(r#"{"verdict":"pass"}"#)), Ok(Verdict::Pass));
-        let v = parse(&block(r#"{"verdict":"rework","defects":[{"file":"src/a.rs","line":3,"issue":"off by one"}]}"#)).unwrap();
+        let v = parse(&block(
+            r#"{"verdict":"rework","defects":[{"file":"src/a.rs","line":3,"issue":"off by one"}]}"#,
+        ))
+        .unwrap();
         assert_eq!(v.defects().len(), 1);
         assert_eq!(v.defects()[0].line, Some(3));
     }
@@ -169,12 +189,24 @@ mod tests {
             block(r#"{"verdict":"rework","defects":[{"file":"../etc/passwd","issue":"x"}]}"#),
             block(r#"{"verdict":"rework","defects":[{"file":"/abs","issue":"x"}]}"#),
             block(r#"{"verdict":"rework","defects":[{"file":"a","issue":""}]}"#),
-            format!("{}{}", block(r#"{"verdict":"pass"}"#), block(r#"{"verdict":"pass"}"#)),
+            format!(
+                "{}{}",
+                block(r#"{"verdict":"pass"}"#),
+                block(r#"{"verdict":"pass"}"#)
+            ),
             format!("```{FENCE_TAG}\n{{\"verdict\":\"pass\"}}\n"),
         ] {
             assert!(parse(&answer).is_err(), "{answer}");
         }
-        let many: Vec<String> = (0..51).map(|i| format!(r#"{{"file":"f{i}","issue":"x"}}"#)).collect();
-        assert!(parse(&block(&format!(r#"{{"verdict":"rework","defects":[{}]}}"#, many.join(",")))).is_err());
+        let many: Vec<String> = (0..51)
+            .map(|i| format!(r#"{{"file":"f{i}","issue":"x"}}"#))
+            .collect();
+        assert!(
+            parse(&block(&format!(
+                r#"{{"verdict":"rework","defects":[{}]}}"#,
+                many.join(",")
+            )))
+            .is_err()
+        );
     }
 }

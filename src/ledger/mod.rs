@@ -16,10 +16,10 @@
 pub(crate) mod schema;
 mod writer;
 
-pub use schema::{current_version, Untrusted};
+pub use schema::{Untrusted, current_version};
 pub use writer::{Appended, Batch, Committed, Op, WriteError};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -58,7 +58,9 @@ impl std::fmt::Display for OpenError {
 
 /// Sets and checks the pragmas every connection must run with.
 pub fn configure(conn: &Connection, writable: bool) -> rusqlite::Result<Result<(), String>> {
-    conn.busy_timeout(std::time::Duration::from_millis(limits::LEDGER_BUSY_TIMEOUT_MS))?;
+    conn.busy_timeout(std::time::Duration::from_millis(
+        limits::LEDGER_BUSY_TIMEOUT_MS,
+    ))?;
     if writable {
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
@@ -74,17 +76,29 @@ pub fn configure(conn: &Connection, writable: bool) -> rusqlite::Result<Result<(
 }
 
 fn sqlite_cause(e: &rusqlite::Error) -> String {
-    e.to_string().lines().next().unwrap_or("sqlite error").to_lowercase()
+    e.to_string()
+        .lines()
+        .next()
+        .unwrap_or("sqlite error")
+        .to_lowercase()
 }
 
 impl Ledger {
     /// Opens (creating and migrating when needed) the ledger at `path` and
     /// starts its threads. `on_commit` is called on the writer thread after
     /// every group commit; it hands the result to the reactor.
-    pub fn open(path: &Path, on_commit: Box<dyn Fn(Vec<Committed>) + Send>) -> Result<Ledger, OpenError> {
+    pub fn open(
+        path: &Path,
+        on_commit: Box<dyn Fn(Vec<Committed>) + Send>,
+    ) -> Result<Ledger, OpenError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| OpenError(format!("unable to create state directory {}: {}", dir.display(), io_cause(&e))))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                OpenError(format!(
+                    "unable to create state directory {}: {}",
+                    dir.display(),
+                    io_cause(&e)
+                ))
+            })?;
         }
         let (corrupt, writer_conn) = match Self::open_writable(path) {
             Ok(conn) => (None, Some(conn)),
@@ -98,7 +112,12 @@ impl Ledger {
                 let handle = std::thread::Builder::new()
                     .name("ledger-writer".into())
                     .spawn(move || writer::run(conn, rx, on_commit))
-                    .map_err(|e| OpenError(format!("unable to start the ledger writer thread: {}", io_cause(&e))))?;
+                    .map_err(|e| {
+                        OpenError(format!(
+                            "unable to start the ledger writer thread: {}",
+                            io_cause(&e)
+                        ))
+                    })?;
                 writer_thread = Some(handle);
                 Some(tx)
             }
@@ -109,27 +128,55 @@ impl Ledger {
         let handle = std::thread::Builder::new()
             .name("ledger-reader".into())
             .spawn(move || reader_run(&read_path, reader_rx))
-            .map_err(|e| OpenError(format!("unable to start the ledger reader thread: {}", io_cause(&e))))?;
-        Ok(Ledger { path: path.to_path_buf(), writer_tx, reader_tx, writer_thread, reader_thread: Some(handle), corrupt })
+            .map_err(|e| {
+                OpenError(format!(
+                    "unable to start the ledger reader thread: {}",
+                    io_cause(&e)
+                ))
+            })?;
+        Ok(Ledger {
+            path: path.to_path_buf(),
+            writer_tx,
+            reader_tx,
+            writer_thread,
+            reader_thread: Some(handle),
+            corrupt,
+        })
     }
 
     fn open_writable(path: &Path) -> Result<Connection, WritableError> {
         let shown = path.display();
-        let mut conn = Connection::open(path).map_err(|e| classify_open(&e, &format!("unable to open ledger at {shown}")))?;
+        let mut conn = Connection::open(path)
+            .map_err(|e| classify_open(&e, &format!("unable to open ledger at {shown}")))?;
         match configure(&conn, true) {
             Ok(Ok(())) => {}
-            Ok(Err(why)) => return Err(WritableError::Fatal(format!("unable to open ledger at {shown}: {why}"))),
-            Err(e) => return Err(classify_open(&e, &format!("unable to open ledger at {shown}"))),
+            Ok(Err(why)) => {
+                return Err(WritableError::Fatal(format!(
+                    "unable to open ledger at {shown}: {why}"
+                )));
+            }
+            Err(e) => {
+                return Err(classify_open(
+                    &e,
+                    &format!("unable to open ledger at {shown}"),
+                ));
+            }
         }
         match schema::prepare(&mut conn) {
             Ok(schema::Prepared::Ready { migrated_from }) => {
                 if migrated_from != schema::current_version() && migrated_from != 0 {
-                    crate::info!("ledger at {shown} migrated from schema {migrated_from} to {}", schema::current_version());
+                    crate::info!(
+                        "ledger at {shown} migrated from schema {migrated_from} to {}",
+                        schema::current_version()
+                    );
                 }
                 Ok(conn)
             }
             Ok(schema::Prepared::Untrusted(u)) => Err(WritableError::Untrusted(u.to_string())),
-            Err(e) => Err(classify_open(&e, &format!("unable to prepare ledger at {shown}"))),
+            Err(e) => Err(classify_open(
+                &e,
+                &format!("unable to prepare ledger at {shown}"),
+            )),
         }
     }
 
@@ -139,11 +186,15 @@ impl Ledger {
         if self.corrupt.is_some() {
             return Err(WriteError::Corrupt);
         }
-        let Some(tx) = &self.writer_tx else { return Err(WriteError::Corrupt) };
+        let Some(tx) = &self.writer_tx else {
+            return Err(WriteError::Corrupt);
+        };
         match tx.try_send(batch) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(WriteError::Busy),
-            Err(TrySendError::Disconnected(_)) => Err(WriteError::Failed("the ledger writer stopped".into())),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(WriteError::Failed("the ledger writer stopped".into()))
+            }
         }
     }
 
@@ -152,7 +203,9 @@ impl Ledger {
         match self.reader_tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(WriteError::Busy),
-            Err(TrySendError::Disconnected(_)) => Err(WriteError::Failed("the ledger reader stopped".into())),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(WriteError::Failed("the ledger reader stopped".into()))
+            }
         }
     }
 
@@ -199,7 +252,10 @@ fn classify_open(e: &rusqlite::Error, what: &str) -> WritableError {
 }
 
 fn reader_run(path: &Path, rx: Receiver<ReadJob>) {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX);
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    );
     let conn = match conn {
         Ok(c) => {
             if let Err(e) = configure(&c, false) {
@@ -208,7 +264,11 @@ fn reader_run(path: &Path, rx: Receiver<ReadJob>) {
             Some(c)
         }
         Err(e) => {
-            crate::error!("unable to open ledger at {} for reading: {}", path.display(), sqlite_cause(&e));
+            crate::error!(
+                "unable to open ledger at {} for reading: {}",
+                path.display(),
+                sqlite_cause(&e)
+            );
             None
         }
     };
@@ -232,8 +292,12 @@ fn reader_run(path: &Path, rx: Receiver<ReadJob>) {
 
 /// Runs SQLite's quick integrity check; `Err` holds the first problem.
 pub fn quick_check(conn: &Connection) -> Result<(), String> {
-    let mut stmt = conn.prepare("PRAGMA quick_check(1)").map_err(|e| sqlite_cause(&e))?;
-    let first: String = stmt.query_row([], |r| r.get(0)).map_err(|e| sqlite_cause(&e))?;
+    let mut stmt = conn
+        .prepare("PRAGMA quick_check(1)")
+        .map_err(|e| sqlite_cause(&e))?;
+    let first: String = stmt
+        .query_row([], |r| r.get(0))
+        .map_err(|e| sqlite_cause(&e))?;
     if first == "ok" { Ok(()) } else { Err(first) }
 }
 
@@ -248,12 +312,23 @@ pub struct StoredEvent {
 }
 
 /// A page of one stream's events after `after_seq`.
-pub fn list_events(conn: &Connection, stream: &str, after_seq: i64, limit: usize) -> rusqlite::Result<Vec<StoredEvent>> {
+pub fn list_events(
+    conn: &Connection,
+    stream: &str,
+    after_seq: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<StoredEvent>> {
     let mut stmt = conn.prepare_cached(
         "SELECT stream, seq, kind, ts, data FROM events WHERE stream = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = stmt.query_map(rusqlite::params![stream, after_seq, limit as i64], |r| {
-        Ok(StoredEvent { stream: r.get(0)?, seq: r.get(1)?, kind: r.get(2)?, ts: r.get(3)?, data: r.get(4)? })
+        Ok(StoredEvent {
+            stream: r.get(0)?,
+            seq: r.get(1)?,
+            kind: r.get(2)?,
+            ts: r.get(3)?,
+            data: r.get(4)?,
+        })
     })?;
     rows.collect()
 }
@@ -261,7 +336,11 @@ pub fn list_events(conn: &Connection, stream: &str, after_seq: i64, limit: usize
 /// Counts without a scan: streams, and events as the sum of each stream's
 /// last seq (seq has no gaps).
 pub fn counts(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
-    conn.query_row("SELECT count(*), coalesce(sum(last_seq), 0) FROM streams", [], |r| Ok((r.get(0)?, r.get(1)?)))
+    conn.query_row(
+        "SELECT count(*), coalesce(sum(last_seq), 0) FROM streams",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// The last committed seq of a stream; 0 for a stream with no events.
@@ -275,9 +354,17 @@ pub fn stream_last_seq(conn: &Connection, stream: &str) -> rusqlite::Result<i64>
 
 /// Streams after `after` in name order with their event counts (seq has
 /// no gaps, so the last seq is the count), at most `limit`.
-pub fn stream_counts(conn: &Connection, after: &str, limit: usize) -> rusqlite::Result<Vec<(String, i64)>> {
-    let mut stmt = conn.prepare_cached("SELECT stream, last_seq FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2")?;
-    let rows = stmt.query_map(rusqlite::params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+pub fn stream_counts(
+    conn: &Connection,
+    after: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<(String, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT stream, last_seq FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![after, limit as i64], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
     rows.collect()
 }
 

@@ -187,9 +187,16 @@ pub enum Untrusted {
 impl std::fmt::Display for Untrusted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Untrusted::ForeignApplication(id) => write!(f, "the file belongs to another program (application_id {id})"),
+            Untrusted::ForeignApplication(id) => write!(
+                f,
+                "the file belongs to another program (application_id {id})"
+            ),
             Untrusted::NewerSchema(v) => {
-                write!(f, "schema version {v} was written by a newer omniconfluxd (this one knows {})", current_version())
+                write!(
+                    f,
+                    "schema version {v} was written by a newer omniconfluxd (this one knows {})",
+                    current_version()
+                )
             }
             Untrusted::MissingTable(t) => write!(f, "the table {t} is missing"),
             Untrusted::NegativeSchema(v) => write!(f, "schema version {v} is negative"),
@@ -221,7 +228,11 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<Prepared> {
     }
     if version >= 1 {
         for t in ["events", "streams"] {
-            let n: i64 = conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [t], |r| r.get(0))?;
+            let n: i64 = conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [t],
+                |r| r.get(0),
+            )?;
             if n == 0 {
                 return Ok(Prepared::Untrusted(Untrusted::MissingTable(t)));
             }
@@ -232,10 +243,15 @@ pub fn prepare(conn: &mut Connection) -> rusqlite::Result<Prepared> {
         for m in &MIGRATIONS[version as usize..] {
             tx.execute_batch(m)?;
         }
-        tx.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {};", current_version()))?;
+        tx.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {};",
+            current_version()
+        ))?;
         tx.commit()?;
     }
-    Ok(Prepared::Ready { migrated_from: version })
+    Ok(Prepared::Ready {
+        migrated_from: version,
+    })
 }
 
 #[cfg(test)]
@@ -245,7 +261,13 @@ mod tests {
     #[test]
     fn a_negative_schema_version_is_untrusted() {
         let mut c = Connection::open_in_memory().unwrap();
-        c.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = -1;")).unwrap();
-        assert!(matches!(prepare(&mut c).unwrap(), Prepared::Untrusted(Untrusted::NegativeSchema(-1))));
+        c.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = -1;"
+        ))
+        .unwrap();
+        assert!(matches!(
+            prepare(&mut c).unwrap(),
+            Prepared::Untrusted(Untrusted::NegativeSchema(-1))
+        ));
     }
 }

@@ -13,7 +13,7 @@
 
 use crossbeam_channel::Receiver;
 use rusqlite::types::Value;
-use rusqlite::{params, Connection};
+use rusqlite::{Connection, params};
 use std::collections::HashMap;
 
 use crate::limits;
@@ -22,9 +22,17 @@ use crate::limits;
 #[derive(Debug, Clone)]
 pub enum Op {
     /// Appends an event to a stream; the writer assigns its seq.
-    Event { stream: String, kind: String, ts: String, data: String },
+    Event {
+        stream: String,
+        kind: String,
+        ts: String,
+        data: String,
+    },
     /// Runs one statement of a record table (a session row, a storage key).
-    Exec { sql: &'static str, params: Vec<Value> },
+    Exec {
+        sql: &'static str,
+        params: Vec<Value>,
+    },
 }
 
 /// Operations committed together or not at all, and the ticket the reactor
@@ -83,15 +91,31 @@ impl Seqs {
             return Ok(s);
         }
         let s: i64 = tx
-            .query_row("SELECT last_seq FROM streams WHERE stream = ?1", [stream], |r| r.get(0))
-            .or_else(|e| if matches!(e, rusqlite::Error::QueryReturnedNoRows) { Ok(0) } else { Err(e) })?;
+            .query_row(
+                "SELECT last_seq FROM streams WHERE stream = ?1",
+                [stream],
+                |r| r.get(0),
+            )
+            .or_else(|e| {
+                if matches!(e, rusqlite::Error::QueryReturnedNoRows) {
+                    Ok(0)
+                } else {
+                    Err(e)
+                }
+            })?;
         self.last.insert(stream.to_string(), s);
         Ok(s)
     }
 }
 
-pub fn run(mut conn: Connection, rx: Receiver<Batch>, on_commit: Box<dyn Fn(Vec<Committed>) + Send>) {
-    let mut seqs = Seqs { last: HashMap::new() };
+pub fn run(
+    mut conn: Connection,
+    rx: Receiver<Batch>,
+    on_commit: Box<dyn Fn(Vec<Committed>) + Send>,
+) {
+    let mut seqs = Seqs {
+        last: HashMap::new(),
+    };
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
         let mut ops = group[0].ops.len();
@@ -128,15 +152,27 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
             let mut appended = Vec::new();
             for op in &batch.ops {
                 match op {
-                    Op::Event { stream, kind, ts, data } => {
+                    Op::Event {
+                        stream,
+                        kind,
+                        ts,
+                        data,
+                    } => {
                         let seq = seqs.last(&tx, stream)? + 1;
                         tx.prepare_cached("INSERT INTO events (stream, seq, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
                             .execute(params![stream, seq, kind, ts, data])?;
                         seqs.last.insert(stream.clone(), seq);
-                        appended.push(Appended { stream: stream.clone(), seq, kind: kind.clone(), ts: ts.clone(), data: data.clone() });
+                        appended.push(Appended {
+                            stream: stream.clone(),
+                            seq,
+                            kind: kind.clone(),
+                            ts: ts.clone(),
+                            data: data.clone(),
+                        });
                     }
                     Op::Exec { sql, params } => {
-                        tx.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params.iter()))?;
+                        tx.prepare_cached(sql)?
+                            .execute(rusqlite::params_from_iter(params.iter()))?;
                     }
                 }
             }
@@ -176,11 +212,22 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
         seqs.last = before;
         return fail_all(group, &e);
     }
-    group.iter().zip(outcomes).map(|(b, result)| Committed { ticket: b.ticket, result }).collect()
+    group
+        .iter()
+        .zip(outcomes)
+        .map(|(b, result)| Committed {
+            ticket: b.ticket,
+            result,
+        })
+        .collect()
 }
 
 fn cause(e: &rusqlite::Error) -> String {
-    e.to_string().lines().next().unwrap_or("sqlite error").to_lowercase()
+    e.to_string()
+        .lines()
+        .next()
+        .unwrap_or("sqlite error")
+        .to_lowercase()
 }
 
 fn fail_all(group: &[Batch], e: &rusqlite::Error) -> Vec<Committed> {
@@ -189,7 +236,13 @@ fn fail_all(group: &[Batch], e: &rusqlite::Error) -> Vec<Committed> {
         Some(DatabaseCorrupt) | Some(NotADatabase) => WriteError::Corrupt,
         _ => WriteError::Failed(cause(e)),
     };
-    group.iter().map(|b| Committed { ticket: b.ticket, result: Err(err.clone()) }).collect()
+    group
+        .iter()
+        .map(|b| Committed {
+            ticket: b.ticket,
+            result: Err(err.clone()),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -200,33 +253,74 @@ mod tests {
     fn open(dir: &std::path::Path) -> Connection {
         let mut c = Connection::open(dir.join("l.sqlite3")).unwrap();
         configure(&c, true).unwrap().unwrap();
-        assert!(matches!(schema::prepare(&mut c).unwrap(), schema::Prepared::Ready { .. }));
+        assert!(matches!(
+            schema::prepare(&mut c).unwrap(),
+            schema::Prepared::Ready { .. }
+        ));
         c
     }
 
     fn ev(stream: &str) -> Op {
-        Op::Event { stream: stream.into(), kind: "k".into(), ts: "t".into(), data: "{}".into() }
+        Op::Event {
+            stream: stream.into(),
+            kind: "k".into(),
+            ts: "t".into(),
+            data: "{}".into(),
+        }
     }
 
     #[test]
     fn seq_rises_per_stream_and_a_failed_batch_leaves_no_gap() {
         let dir = crate::testutil::TempDir::new("writer");
         let mut conn = open(dir.path());
-        let mut seqs = Seqs { last: HashMap::new() };
-        let bad = Op::Exec { sql: "INSERT INTO no_such_table VALUES (1)", params: vec![] };
+        let mut seqs = Seqs {
+            last: HashMap::new(),
+        };
+        let bad = Op::Exec {
+            sql: "INSERT INTO no_such_table VALUES (1)",
+            params: vec![],
+        };
         let group = vec![
-            Batch { ticket: 1, ops: vec![ev("a"), ev("a"), ev("b")] },
-            Batch { ticket: 2, ops: vec![ev("a"), bad] },
-            Batch { ticket: 3, ops: vec![ev("a")] },
+            Batch {
+                ticket: 1,
+                ops: vec![ev("a"), ev("a"), ev("b")],
+            },
+            Batch {
+                ticket: 2,
+                ops: vec![ev("a"), bad],
+            },
+            Batch {
+                ticket: 3,
+                ops: vec![ev("a")],
+            },
         ];
         let out = commit_group(&mut conn, &mut seqs, &group);
-        let seq_of = |c: &Committed| c.result.as_ref().unwrap().iter().map(|a| (a.stream.clone(), a.seq)).collect::<Vec<_>>();
-        assert_eq!(seq_of(&out[0]), vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]);
+        let seq_of = |c: &Committed| {
+            c.result
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|a| (a.stream.clone(), a.seq))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            seq_of(&out[0]),
+            vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]
+        );
         assert!(matches!(out[1].result, Err(WriteError::Failed(_))));
         assert_eq!(seq_of(&out[2]), vec![("a".into(), 3)]);
         // A fresh writer continues from the committed seq.
-        let mut fresh = Seqs { last: HashMap::new() };
-        let out = commit_group(&mut conn, &mut fresh, &[Batch { ticket: 4, ops: vec![ev("a")] }]);
+        let mut fresh = Seqs {
+            last: HashMap::new(),
+        };
+        let out = commit_group(
+            &mut conn,
+            &mut fresh,
+            &[Batch {
+                ticket: 4,
+                ops: vec![ev("a")],
+            }],
+        );
         assert_eq!(seq_of(&out[0]), vec![("a".into(), 4)]);
         assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 5));
     }

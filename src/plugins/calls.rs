@@ -141,7 +141,10 @@ struct Members<'a> {
 }
 
 impl<'a> Members<'a> {
-    fn new(map: &'a Map<String, Value>, allowed: &'static [&'static str]) -> Result<Members<'a>, HostError> {
+    fn new(
+        map: &'a Map<String, Value>,
+        allowed: &'static [&'static str],
+    ) -> Result<Members<'a>, HostError> {
         if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(if is_plain_identifier(k) {
                 bad(&format!("params has an unknown member: {k}"))
@@ -166,7 +169,8 @@ impl<'a> Members<'a> {
     }
 
     fn str(&self, name: &str) -> Result<&'a str, HostError> {
-        self.opt_str(name)?.ok_or_else(|| bad(&format!("{name} is required")))
+        self.opt_str(name)?
+            .ok_or_else(|| bad(&format!("{name} is required")))
     }
 }
 
@@ -177,7 +181,9 @@ fn all_bytes(s: &str, min: usize, max: usize, ok: impl Fn(u8) -> bool) -> bool {
 /// `^[a-zA-Z0-9_-]{1,128}$`: a session id, a harness id of the registry, a
 /// cursor of sessions.list and seats.list.
 pub fn is_token(s: &str) -> bool {
-    all_bytes(s, 1, limits::PLUGIN_CURSOR_MAX, |b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    all_bytes(s, 1, limits::PLUGIN_CURSOR_MAX, |b| {
+        b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+    })
 }
 
 /// `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$`.
@@ -196,7 +202,11 @@ pub fn is_timestamp(s: &str) -> bool {
 
 /// `^t-[0-9a-f]{12}$`: a lane id.
 pub fn is_lane_id(s: &str) -> bool {
-    s.len() == 14 && s.starts_with("t-") && s.bytes().skip(2).all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 14
+        && s.starts_with("t-")
+        && s.bytes()
+            .skip(2)
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A lanes.list cursor: a timestamp, `/`, a lane id.
@@ -212,8 +222,9 @@ pub fn lane_cursor(created_at: &str, lane: &str) -> String {
 /// `^[a-z0-9][a-z0-9._-]{0,63}$`: a storage key.
 pub fn is_storage_key(s: &str) -> bool {
     let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    all_bytes(s, 1, limits::PLUGIN_STORAGE_KEY_MAX, |b| ok(b) || matches!(b, b'.' | b'_' | b'-'))
-        && s.bytes().next().is_some_and(ok)
+    all_bytes(s, 1, limits::PLUGIN_STORAGE_KEY_MAX, |b| {
+        ok(b) || matches!(b, b'.' | b'_' | b'-')
+    }) && s.bytes().next().is_some_and(ok)
 }
 
 /// tasks.create's repo: at most 4,096 characters, matching
@@ -221,7 +232,10 @@ pub fn is_storage_key(s: &str) -> bool {
 pub fn is_task_repo(s: &str) -> bool {
     let b = s.as_bytes();
     let start = (b.first() == Some(&b'/') && b.get(1) != Some(&b'/'))
-        || (b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && matches!(b[2], b'\\' | b'/'));
+        || (b.len() >= 3
+            && b[0].is_ascii_alphabetic()
+            && b[1] == b':'
+            && matches!(b[2], b'\\' | b'/'));
     start && s.chars().count() <= limits::PLUGIN_PATH_MAX && text::is_plain(s)
 }
 
@@ -229,7 +243,9 @@ pub fn is_task_repo(s: &str) -> bool {
 /// only white space.
 pub fn is_task_text(s: &str) -> bool {
     let n = s.chars().count();
-    (1..=limits::PLUGIN_TASK_TEXT_MAX).contains(&n) && text::is_plain_multiline(s) && !text::is_ecma_blank(s)
+    (1..=limits::PLUGIN_TASK_TEXT_MAX).contains(&n)
+        && text::is_plain_multiline(s)
+        && !text::is_ecma_blank(s)
 }
 
 fn is_printable(b: u8) -> bool {
@@ -238,24 +254,29 @@ fn is_printable(b: u8) -> bool {
 
 /// `^[!-~](?:[ -~]*[!-~])?$`, 1 to 64 characters: an acceptance name.
 pub fn is_acceptance_name(s: &str) -> bool {
-    all_bytes(s, 1, limits::PLUGIN_ACCEPTANCE_NAME_MAX, is_printable) && !s.starts_with(' ') && !s.ends_with(' ')
+    all_bytes(s, 1, limits::PLUGIN_ACCEPTANCE_NAME_MAX, is_printable)
+        && !s.starts_with(' ')
+        && !s.ends_with(' ')
 }
 
 /// `^[ -~]*[!-~][ -~]*$`, 1 to 900 characters: an acceptance command.
 pub fn is_acceptance_command(s: &str) -> bool {
-    all_bytes(s, 1, limits::PLUGIN_ACCEPTANCE_COMMAND_MAX, is_printable) && s.bytes().any(|b| b != b' ')
+    all_bytes(s, 1, limits::PLUGIN_ACCEPTANCE_COMMAND_MAX, is_printable)
+        && s.bytes().any(|b| b != b' ')
 }
 
 /// `^[A-Za-z0-9][A-Za-z0-9 ._-]{0,47}$`: a task name.
 pub fn is_task_name(s: &str) -> bool {
-    all_bytes(s, 1, 48, |b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b'.' | b'_' | b'-'))
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+    all_bytes(s, 1, 48, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b' ' | b'.' | b'_' | b'-')
+    }) && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
 }
 
 /// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`: a base branch.
 pub fn is_base_branch(s: &str) -> bool {
-    all_bytes(s, 1, 200, |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'))
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+    all_bytes(s, 1, 200, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-')
+    }) && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
 }
 
 fn as_integer(v: &Value) -> Option<i128> {
@@ -283,10 +304,12 @@ impl Call {
                         }
                         let mut kinds = Vec::with_capacity(items.len());
                         for item in items {
-                            let kind = item
-                                .as_str()
-                                .and_then(EventKind::from_name)
-                                .ok_or_else(|| bad("kinds holds an item that is not an event kind"))?;
+                            let kind =
+                                item.as_str()
+                                    .and_then(EventKind::from_name)
+                                    .ok_or_else(|| {
+                                        bad("kinds holds an item that is not an event kind")
+                                    })?;
                             if kinds.contains(&kind) {
                                 return Err(bad("kinds holds an item twice"));
                             }
@@ -309,7 +332,11 @@ impl Call {
                 let limit = match m.get("limit") {
                     None => limits::PLUGIN_SESSIONS_PAGE_DEFAULT,
                     Some(v) => match as_integer(v) {
-                        Some(n) if (1..=i128::from(limits::PLUGIN_SESSIONS_PAGE_MAX)).contains(&n) => n as u64,
+                        Some(n)
+                            if (1..=i128::from(limits::PLUGIN_SESSIONS_PAGE_MAX)).contains(&n) =>
+                        {
+                            n as u64
+                        }
                         Some(_) => return Err(bad("limit must be from 1 to 500")),
                         None => return Err(bad("limit must be an integer")),
                     },
@@ -322,7 +349,9 @@ impl Call {
                 if !is_token(session) {
                     return Err(bad("session must be a session id"));
                 }
-                Ok(Call::SessionsGet { session: session.to_string() })
+                Ok(Call::SessionsGet {
+                    session: session.to_string(),
+                })
             }
             Method::LanesList => {
                 let m = Members::new(params, &["cursor"])?;
@@ -330,14 +359,22 @@ impl Call {
                 if cursor.is_some_and(|c| !is_lane_cursor(c)) {
                     return Err(bad("cursor must be the nextCursor of the page before"));
                 }
-                Ok(Call::LanesList { cursor: cursor.map(str::to_string) })
+                Ok(Call::LanesList {
+                    cursor: cursor.map(str::to_string),
+                })
             }
             Method::SeatsList => {
                 let m = Members::new(params, &["cursor"])?;
-                Ok(Call::SeatsList { cursor: token_cursor(&m)? })
+                Ok(Call::SeatsList {
+                    cursor: token_cursor(&m)?,
+                })
             }
-            Method::StorageGet => Ok(Call::StorageGet { key: key_only(params)? }),
-            Method::StorageDelete => Ok(Call::StorageDelete { key: key_only(params)? }),
+            Method::StorageGet => Ok(Call::StorageGet {
+                key: key_only(params)?,
+            }),
+            Method::StorageDelete => Ok(Call::StorageDelete {
+                key: key_only(params)?,
+            }),
             Method::StorageSet => {
                 let m = Members::new(params, &["key", "value"])?;
                 let key = storage_key(&m)?;
@@ -345,7 +382,10 @@ impl Call {
                 if value.chars().count() > limits::PLUGIN_STORAGE_VALUE_MAX_CHARS {
                     return Err(bad("value must be at most 16384 characters"));
                 }
-                Ok(Call::StorageSet { key, value: value.to_string() })
+                Ok(Call::StorageSet {
+                    key,
+                    value: value.to_string(),
+                })
             }
             Method::StorageList => {
                 Members::new(params, &[])?;
@@ -375,7 +415,9 @@ fn token_cursor(m: &Members) -> Result<Option<String>, HostError> {
 fn storage_key(m: &Members) -> Result<String, HostError> {
     let key = m.str("key")?;
     if !is_storage_key(key) {
-        return Err(bad("key must be 1 to 64 characters: lowercase letters, digits, dots, underscores and hyphens"));
+        return Err(bad(
+            "key must be 1 to 64 characters: lowercase letters, digits, dots, underscores and hyphens",
+        ));
     }
     Ok(key.to_string())
 }
@@ -387,7 +429,18 @@ fn key_only(params: &Map<String, Value>) -> Result<String, HostError> {
 /// Validates tasks.create params; task.dispatch on the daemon socket takes
 /// the same members and patterns (issue 5, "Dispatch").
 pub fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostError> {
-    let m = Members::new(params, &["repo", "task", "builder", "verifier", "acceptance", "name", "base"])?;
+    let m = Members::new(
+        params,
+        &[
+            "repo",
+            "task",
+            "builder",
+            "verifier",
+            "acceptance",
+            "name",
+            "base",
+        ],
+    )?;
     let repo = m.str("repo")?;
     if !is_task_repo(repo) {
         return Err(bad(
@@ -416,7 +469,11 @@ pub fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostErro
             }
             let name = match a.get("name") {
                 Some(Value::String(s)) if is_acceptance_name(s) => s.clone(),
-                Some(_) => return Err(bad("acceptance.name must be 1 to 64 printable basic Latin characters")),
+                Some(_) => {
+                    return Err(bad(
+                        "acceptance.name must be 1 to 64 printable basic Latin characters",
+                    ));
+                }
                 None => return Err(bad("acceptance.name is required")),
             };
             let command = match a.get("command") {
@@ -434,11 +491,15 @@ pub fn task_request(params: &Map<String, Value>) -> Result<TaskRequest, HostErro
     };
     let name = m.opt_str("name")?;
     if name.is_some_and(|n| !is_task_name(n)) {
-        return Err(bad("name must be 1 to 48 letters, digits, spaces, dots, underscores and hyphens"));
+        return Err(bad(
+            "name must be 1 to 48 letters, digits, spaces, dots, underscores and hyphens",
+        ));
     }
     let base = m.opt_str("base")?;
     if base.is_some_and(|b| !is_base_branch(b)) {
-        return Err(bad("base must be a branch name of 1 to 200 letters, digits, dots, underscores, slashes and hyphens"));
+        return Err(bad(
+            "base must be a branch name of 1 to 200 letters, digits, dots, underscores, slashes and hyphens",
+        ));
     }
     Ok(TaskRequest {
         repo: repo.to_string(),
@@ -465,14 +526,22 @@ impl StorageUsage {
     /// The usage after setting a key that held `old_bytes` (`None` when it
     /// held nothing) to a value of `new_bytes`, or `quota-exceeded` when that
     /// would pass 128 keys (`keys`) or 1,048,576 bytes (`bytes`).
-    pub fn after_set(self, old_bytes: Option<usize>, new_bytes: usize) -> Result<StorageUsage, HostError> {
+    pub fn after_set(
+        self,
+        old_bytes: Option<usize>,
+        new_bytes: usize,
+    ) -> Result<StorageUsage, HostError> {
         let keys = self.keys + usize::from(old_bytes.is_none());
         if keys > limits::PLUGIN_STORAGE_MAX_KEYS {
-            return Err(HostError::of(HostErrorKind::QuotaExceeded(QuotaLimit::Keys)));
+            return Err(HostError::of(HostErrorKind::QuotaExceeded(
+                QuotaLimit::Keys,
+            )));
         }
         let bytes = self.bytes - old_bytes.unwrap_or(0).min(self.bytes) + new_bytes;
         if bytes > limits::PLUGIN_STORAGE_MAX_BYTES {
-            return Err(HostError::of(HostErrorKind::QuotaExceeded(QuotaLimit::Bytes)));
+            return Err(HostError::of(HostErrorKind::QuotaExceeded(
+                QuotaLimit::Bytes,
+            )));
         }
         Ok(StorageUsage { keys, bytes })
     }
@@ -661,7 +730,10 @@ pub struct TaskCancelled {
 impl TaskCancelled {
     /// The result for the retracted request `request_id`.
     pub fn new(request_id: &str) -> TaskCancelled {
-        TaskCancelled { request_id: request_id.to_string(), cancelled: true }
+        TaskCancelled {
+            request_id: request_id.to_string(),
+            cancelled: true,
+        }
     }
 }
 
@@ -692,72 +764,227 @@ mod tests {
 
     #[test]
     fn subscribe() {
-        let c = parse(Method::EventsSubscribe, json!({"kinds": ["lane.verdict", "turn.end"]})).unwrap();
-        let Call::EventsSubscribe { kinds } = c else { panic!() };
-        assert_eq!(serde_json::to_value(Subscribed { kinds }).unwrap(), json!({"kinds": ["turn.end", "lane.verdict"]}));
-        let Call::EventsSubscribe { kinds } = parse(Method::EventsSubscribe, json!({})).unwrap() else { panic!() };
+        let c = parse(
+            Method::EventsSubscribe,
+            json!({"kinds": ["lane.verdict", "turn.end"]}),
+        )
+        .unwrap();
+        let Call::EventsSubscribe { kinds } = c else {
+            panic!()
+        };
+        assert_eq!(
+            serde_json::to_value(Subscribed { kinds }).unwrap(),
+            json!({"kinds": ["turn.end", "lane.verdict"]})
+        );
+        let Call::EventsSubscribe { kinds } = parse(Method::EventsSubscribe, json!({})).unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(kinds, EventKind::ALL.to_vec());
-        assert!(refused(Method::EventsSubscribe, json!({"kinds": ["turn.end", "turn.end"]})).contains("twice"));
+        assert!(
+            refused(
+                Method::EventsSubscribe,
+                json!({"kinds": ["turn.end", "turn.end"]})
+            )
+            .contains("twice")
+        );
         refused(Method::EventsSubscribe, json!({"kinds": []}));
         refused(Method::EventsSubscribe, json!({"kinds": ["turn.middle"]}));
         refused(Method::EventsSubscribe, json!({"kinds": "turn.end"}));
         refused(Method::EventsSubscribe, json!({"kinds": [1]}));
-        let ten: Vec<&str> = EventKind::ALL.iter().map(|k| k.name()).chain(["turn.end"]).collect();
+        let ten: Vec<&str> = EventKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .chain(["turn.end"])
+            .collect();
         refused(Method::EventsSubscribe, json!({ "kinds": ten }));
-        assert_eq!(refused(Method::EventsSubscribe, json!({"kind": []})), "params has an unknown member: kind");
-        assert_eq!(refused(Method::EventsSubscribe, json!({"a b": 1})), "params has an unknown member");
-        assert_eq!(parse(Method::EventsUnsubscribe, json!({})), Ok(Call::EventsUnsubscribe));
+        assert_eq!(
+            refused(Method::EventsSubscribe, json!({"kind": []})),
+            "params has an unknown member: kind"
+        );
+        assert_eq!(
+            refused(Method::EventsSubscribe, json!({"a b": 1})),
+            "params has an unknown member"
+        );
+        assert_eq!(
+            parse(Method::EventsUnsubscribe, json!({})),
+            Ok(Call::EventsUnsubscribe)
+        );
         refused(Method::EventsUnsubscribe, json!({"kinds": ["turn.end"]}));
-        assert_eq!(serde_json::to_value(Unsubscribed { kinds: [] }).unwrap(), json!({"kinds": []}));
+        assert_eq!(
+            serde_json::to_value(Unsubscribed { kinds: [] }).unwrap(),
+            json!({"kinds": []})
+        );
     }
 
     #[test]
     fn lists() {
-        assert_eq!(parse(Method::SessionsList, json!({"limit": 2})), Ok(Call::SessionsList { cursor: None, limit: 2 }));
-        assert_eq!(parse(Method::SessionsList, json!({})), Ok(Call::SessionsList { cursor: None, limit: 100 }));
-        assert_eq!(parse(Method::SessionsList, json!({"limit": 500.0, "cursor": "s-7a1b2c3d4e5f"})), Ok(Call::SessionsList { cursor: Some("s-7a1b2c3d4e5f".into()), limit: 500 }));
-        for bad in [json!({"limit": 0}), json!({"limit": 501}), json!({"limit": -1}), json!({"limit": 2.5}), json!({"limit": "2"}), json!({"cursor": ""}), json!({"cursor": "a/b"}), json!({"cursor": "x".repeat(129)}), json!({"cursor": null})] {
+        assert_eq!(
+            parse(Method::SessionsList, json!({"limit": 2})),
+            Ok(Call::SessionsList {
+                cursor: None,
+                limit: 2
+            })
+        );
+        assert_eq!(
+            parse(Method::SessionsList, json!({})),
+            Ok(Call::SessionsList {
+                cursor: None,
+                limit: 100
+            })
+        );
+        assert_eq!(
+            parse(
+                Method::SessionsList,
+                json!({"limit": 500.0, "cursor": "s-7a1b2c3d4e5f"})
+            ),
+            Ok(Call::SessionsList {
+                cursor: Some("s-7a1b2c3d4e5f".into()),
+                limit: 500
+            })
+        );
+        for bad in [
+            json!({"limit": 0}),
+            json!({"limit": 501}),
+            json!({"limit": -1}),
+            json!({"limit": 2.5}),
+            json!({"limit": "2"}),
+            json!({"cursor": ""}),
+            json!({"cursor": "a/b"}),
+            json!({"cursor": "x".repeat(129)}),
+            json!({"cursor": null}),
+        ] {
             refused(Method::SessionsList, bad);
         }
-        assert_eq!(parse(Method::LanesList, json!({})), Ok(Call::LanesList { cursor: None }));
+        assert_eq!(
+            parse(Method::LanesList, json!({})),
+            Ok(Call::LanesList { cursor: None })
+        );
         let c = "2026-11-14T09:12:43.870Z/t-0c1d2e3f4a5b";
-        assert_eq!(parse(Method::LanesList, json!({ "cursor": c })), Ok(Call::LanesList { cursor: Some(c.into()) }));
-        refused(Method::LanesList, json!({"cursor": "2026-11-14T09:12:43.870Z/t-0C1D2E3F4A5B"}));
+        assert_eq!(
+            parse(Method::LanesList, json!({ "cursor": c })),
+            Ok(Call::LanesList {
+                cursor: Some(c.into())
+            })
+        );
+        refused(
+            Method::LanesList,
+            json!({"cursor": "2026-11-14T09:12:43.870Z/t-0C1D2E3F4A5B"}),
+        );
         refused(Method::LanesList, json!({"cursor": "s-4f9a1c2b7d3e"}));
-        assert_eq!(parse(Method::SeatsList, json!({"cursor": "codex"})), Ok(Call::SeatsList { cursor: Some("codex".into()) }));
+        assert_eq!(
+            parse(Method::SeatsList, json!({"cursor": "codex"})),
+            Ok(Call::SeatsList {
+                cursor: Some("codex".into())
+            })
+        );
         refused(Method::SeatsList, json!({"limit": 1}));
-        assert_eq!(parse(Method::SessionsGet, json!({"session": "s-4f9a1c2b7d3e"})), Ok(Call::SessionsGet { session: "s-4f9a1c2b7d3e".into() }));
-        assert_eq!(refused(Method::SessionsGet, json!({})), "session is required");
+        assert_eq!(
+            parse(Method::SessionsGet, json!({"session": "s-4f9a1c2b7d3e"})),
+            Ok(Call::SessionsGet {
+                session: "s-4f9a1c2b7d3e".into()
+            })
+        );
+        assert_eq!(
+            refused(Method::SessionsGet, json!({})),
+            "session is required"
+        );
         refused(Method::SessionsGet, json!({"session": "../etc"}));
     }
 
     #[test]
     fn storage() {
-        assert_eq!(parse(Method::StorageGet, json!({"key": "last-run"})), Ok(Call::StorageGet { key: "last-run".into() }));
-        assert_eq!(parse(Method::StorageDelete, json!({"key": "0.a_b-c"})), Ok(Call::StorageDelete { key: "0.a_b-c".into() }));
+        assert_eq!(
+            parse(Method::StorageGet, json!({"key": "last-run"})),
+            Ok(Call::StorageGet {
+                key: "last-run".into()
+            })
+        );
+        assert_eq!(
+            parse(Method::StorageDelete, json!({"key": "0.a_b-c"})),
+            Ok(Call::StorageDelete {
+                key: "0.a_b-c".into()
+            })
+        );
         for key in ["", "-a", ".a", "A", "a/b", "a b", &"a".repeat(65)] {
-            assert!(refused(Method::StorageGet, json!({ "key": key })).starts_with("key must be 1 to 64 characters"));
+            assert!(
+                refused(Method::StorageGet, json!({ "key": key }))
+                    .starts_with("key must be 1 to 64 characters")
+            );
         }
         assert!(parse(Method::StorageGet, json!({"key": "a".repeat(64)})).is_ok());
         let v = "é".repeat(16_384);
-        assert_eq!(parse(Method::StorageSet, json!({"key": "k", "value": v})), Ok(Call::StorageSet { key: "k".into(), value: v.clone() }));
+        assert_eq!(
+            parse(Method::StorageSet, json!({"key": "k", "value": v})),
+            Ok(Call::StorageSet {
+                key: "k".into(),
+                value: v.clone()
+            })
+        );
         refused(Method::StorageSet, json!({"key": "k", "value": v + "x"}));
         refused(Method::StorageSet, json!({"key": "k"}));
         refused(Method::StorageSet, json!({"key": "k", "value": null}));
         assert_eq!(parse(Method::StorageList, json!({})), Ok(Call::StorageList));
         refused(Method::StorageList, json!({"cursor": "a"}));
 
-        let full = StorageUsage { keys: 128, bytes: 10 };
-        assert_eq!(full.after_set(Some(5), 7), Ok(StorageUsage { keys: 128, bytes: 12 }));
-        assert_eq!(full.after_set(None, 1).unwrap_err().to_json()["data"], json!({"limit": "keys"}));
-        let big = StorageUsage { keys: 1, bytes: 1_048_570 };
-        assert_eq!(big.after_set(None, 7).unwrap_err().to_json()["data"], json!({"limit": "bytes"}));
+        let full = StorageUsage {
+            keys: 128,
+            bytes: 10,
+        };
+        assert_eq!(
+            full.after_set(Some(5), 7),
+            Ok(StorageUsage {
+                keys: 128,
+                bytes: 12
+            })
+        );
+        assert_eq!(
+            full.after_set(None, 1).unwrap_err().to_json()["data"],
+            json!({"limit": "keys"})
+        );
+        let big = StorageUsage {
+            keys: 1,
+            bytes: 1_048_570,
+        };
+        assert_eq!(
+            big.after_set(None, 7).unwrap_err().to_json()["data"],
+            json!({"limit": "bytes"})
+        );
         assert!(big.after_set(None, 6).is_ok());
 
-        let list = StorageKeys { keys: vec![StorageWritten { key: "last-run".into(), bytes: 24 }, StorageWritten { key: "notes".into(), bytes: 310 }], bytes: 334 };
-        assert_eq!(serde_json::to_value(list).unwrap(), json!({"keys": [{"key": "last-run", "bytes": 24}, {"key": "notes", "bytes": 310}], "bytes": 334}));
-        assert_eq!(serde_json::to_value(StorageValue { key: "never-set".into(), value: None }).unwrap(), json!({"key": "never-set", "value": null}));
-        assert_eq!(serde_json::to_value(StorageDeleted { key: "last-run".into(), deleted: true }).unwrap(), json!({"key": "last-run", "deleted": true}));
+        let list = StorageKeys {
+            keys: vec![
+                StorageWritten {
+                    key: "last-run".into(),
+                    bytes: 24,
+                },
+                StorageWritten {
+                    key: "notes".into(),
+                    bytes: 310,
+                },
+            ],
+            bytes: 334,
+        };
+        assert_eq!(
+            serde_json::to_value(list).unwrap(),
+            json!({"keys": [{"key": "last-run", "bytes": 24}, {"key": "notes", "bytes": 310}], "bytes": 334})
+        );
+        assert_eq!(
+            serde_json::to_value(StorageValue {
+                key: "never-set".into(),
+                value: None
+            })
+            .unwrap(),
+            json!({"key": "never-set", "value": null})
+        );
+        assert_eq!(
+            serde_json::to_value(StorageDeleted {
+                key: "last-run".into(),
+                deleted: true
+            })
+            .unwrap(),
+            json!({"key": "last-run", "deleted": true})
+        );
     }
 
     fn example_task() -> Value {
@@ -773,11 +1000,22 @@ mod tests {
 
     #[test]
     fn tasks_create_example_round_trips() {
-        let line = serde_json::to_string(&json!({"id": "t1", "method": "tasks.create", "params": example_task()})).unwrap();
-        let Ok(Incoming::Request { method, params, .. }) = parse_line(line.as_bytes()) else { panic!() };
-        let Call::TasksCreate(req) = Call::parse(method, &params).unwrap() else { panic!() };
+        let line = serde_json::to_string(
+            &json!({"id": "t1", "method": "tasks.create", "params": example_task()}),
+        )
+        .unwrap();
+        let Ok(Incoming::Request { method, params, .. }) = parse_line(line.as_bytes()) else {
+            panic!()
+        };
+        let Call::TasksCreate(req) = Call::parse(method, &params).unwrap() else {
+            panic!()
+        };
         assert_eq!(serde_json::to_value(&req).unwrap(), example_task());
-        let started = TaskStarted { request_id: "plugin_3b0c5a52-6d0f-4f0e-9d5c-1f2a3b4c5d6e".into(), lane: "t-0c1d2e3f4a5b".into(), session: "s-4f9a1c2b7d3e".into() };
+        let started = TaskStarted {
+            request_id: "plugin_3b0c5a52-6d0f-4f0e-9d5c-1f2a3b4c5d6e".into(),
+            lane: "t-0c1d2e3f4a5b".into(),
+            session: "s-4f9a1c2b7d3e".into(),
+        };
         assert_eq!(
             serde_json::to_value(started).unwrap(),
             json!({"requestId": "plugin_3b0c5a52-6d0f-4f0e-9d5c-1f2a3b4c5d6e", "lane": "t-0c1d2e3f4a5b", "session": "s-4f9a1c2b7d3e"})
@@ -798,19 +1036,60 @@ mod tests {
         ok(with("task", json!("line one\n\tline two")));
         ok(with("base", json!("release/1.2")));
         ok(with("task", json!("x".repeat(4000))));
-        for repo in [json!("//server/share"), json!("\\\\server\\share"), json!("relative/path"), json!("C:"), json!("/a\u{0}b"), json!("/a\u{200f}b"), json!("/a\u{2028}"), json!(format!("/{}", "a".repeat(4096))), json!(1)] {
+        for repo in [
+            json!("//server/share"),
+            json!("\\\\server\\share"),
+            json!("relative/path"),
+            json!("C:"),
+            json!("/a\u{0}b"),
+            json!("/a\u{200f}b"),
+            json!("/a\u{2028}"),
+            json!(format!("/{}", "a".repeat(4096))),
+            json!(1),
+        ] {
             assert!(refused(Method::TasksCreate, with("repo", repo)).starts_with("repo"));
         }
-        for task in ["", "   \n\t ", "\u{3000}", "a\rb", "esc\u{1b}[2J", "bidi \u{202e}evil", "zero\u{200b}width", "tag\u{e0041}", "nel\u{85}", "ls\u{2028}"] {
-            assert!(refused(Method::TasksCreate, with("task", json!(task))).starts_with("task"), "{task:?}");
+        for task in [
+            "",
+            "   \n\t ",
+            "\u{3000}",
+            "a\rb",
+            "esc\u{1b}[2J",
+            "bidi \u{202e}evil",
+            "zero\u{200b}width",
+            "tag\u{e0041}",
+            "nel\u{85}",
+            "ls\u{2028}",
+        ] {
+            assert!(
+                refused(Method::TasksCreate, with("task", json!(task))).starts_with("task"),
+                "{task:?}"
+            );
         }
         refused(Method::TasksCreate, with("task", json!("x".repeat(4001))));
         refused(Method::TasksCreate, with("builder", json!("cla ude")));
         refused(Method::TasksCreate, with("verifier", json!("")));
-        for acc in [json!({"name": "n"}), json!({"command": "c"}), json!({"name": " n", "command": "c"}), json!({"name": "n", "command": "   "}), json!({"name": "n", "command": "a\nb"}), json!({"name": "n", "command": "é"}), json!({"name": "n", "command": "c", "cwd": "/"}), json!({"name": "n", "command": "x".repeat(901)}), json!("npm test")] {
-            assert!(refused(Method::TasksCreate, with("acceptance", acc)).starts_with("acceptance"));
+        for acc in [
+            json!({"name": "n"}),
+            json!({"command": "c"}),
+            json!({"name": " n", "command": "c"}),
+            json!({"name": "n", "command": "   "}),
+            json!({"name": "n", "command": "a\nb"}),
+            json!({"name": "n", "command": "é"}),
+            json!({"name": "n", "command": "c", "cwd": "/"}),
+            json!({"name": "n", "command": "x".repeat(901)}),
+            json!("npm test"),
+        ] {
+            assert!(
+                refused(Method::TasksCreate, with("acceptance", acc)).starts_with("acceptance")
+            );
         }
-        for name in [json!(" lead"), json!("a/b"), json!("x".repeat(49)), json!(null)] {
+        for name in [
+            json!(" lead"),
+            json!("a/b"),
+            json!("x".repeat(49)),
+            json!(null),
+        ] {
             refused(Method::TasksCreate, with("name", name));
         }
         for base in [json!("-x"), json!("a b"), json!("x".repeat(201))] {
@@ -824,11 +1103,17 @@ mod tests {
 
     #[test]
     fn tasks_cancel() {
-        assert_eq!(parse(Method::TasksCancel, json!({"id": "t1"})), Ok(Call::TasksCancel { id: "t1".into() }));
+        assert_eq!(
+            parse(Method::TasksCancel, json!({"id": "t1"})),
+            Ok(Call::TasksCancel { id: "t1".into() })
+        );
         refused(Method::TasksCancel, json!({"id": "a b"}));
         refused(Method::TasksCancel, json!({"id": 1}));
         refused(Method::TasksCancel, json!({}));
-        assert_eq!(serde_json::to_value(TaskCancelled::new("plugin_x")).unwrap(), json!({"requestId": "plugin_x", "cancelled": true}));
+        assert_eq!(
+            serde_json::to_value(TaskCancelled::new("plugin_x")).unwrap(),
+            json!({"requestId": "plugin_x", "cancelled": true})
+        );
     }
 
     #[test]
@@ -841,9 +1126,25 @@ mod tests {
             worktree: "/srv/work/shop-wt/fix-login".into(),
             state: LaneState::Verified,
             stage: LaneStage::Pass,
-            builder: LaneBuilder { session: Some("s-4f9a1c2b7d3e".into()), seat: LaneSeat { harness: "claude".into(), provider: "anthropic".into(), family: Family::Anthropic, model: Some("claude-fable-5-2".into()) } },
-            verifier: LaneSeat { harness: "codex".into(), provider: "openai".into(), family: Family::Openai, model: Some("gpt-6-astra".into()) },
-            verdict: Some(LaneVerdict { verdict: Verdict::Pass, commit: "9f2c4e6a8b0d1f3a5c7e9b1d3f5a7c9e0b2d4f6a".into() }),
+            builder: LaneBuilder {
+                session: Some("s-4f9a1c2b7d3e".into()),
+                seat: LaneSeat {
+                    harness: "claude".into(),
+                    provider: "anthropic".into(),
+                    family: Family::Anthropic,
+                    model: Some("claude-fable-5-2".into()),
+                },
+            },
+            verifier: LaneSeat {
+                harness: "codex".into(),
+                provider: "openai".into(),
+                family: Family::Openai,
+                model: Some("gpt-6-astra".into()),
+            },
+            verdict: Some(LaneVerdict {
+                verdict: Verdict::Pass,
+                commit: "9f2c4e6a8b0d1f3a5c7e9b1d3f5a7c9e0b2d4f6a".into(),
+            }),
             head: Some("9f2c4e6a8b0d1f3a5c7e9b1d3f5a7c9e0b2d4f6a".into()),
             stale: false,
             created_at: "2026-11-14T09:12:43.870Z".into(),
@@ -860,6 +1161,15 @@ mod tests {
                 "head": "9f2c4e6a8b0d1f3a5c7e9b1d3f5a7c9e0b2d4f6a", "stale": false, "createdAt": "2026-11-14T09:12:43.870Z"}], "nextCursor": null})
         );
 
-        assert!(encode_response("4", &StorageWritten { key: "last-run".into(), bytes: 24 }).is_ok());
+        assert!(
+            encode_response(
+                "4",
+                &StorageWritten {
+                    key: "last-run".into(),
+                    bytes: 24
+                }
+            )
+            .is_ok()
+        );
     }
 }

@@ -52,7 +52,9 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::calls::{self, Call, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten, Subscribed};
+use super::calls::{
+    self, Call, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten, Subscribed,
+};
 use super::manifest::Manifest;
 use super::process::{self, Isolation};
 use super::store::{self, Copy, Record, Store, Waiting};
@@ -60,7 +62,8 @@ use super::tasks;
 use super::text;
 use super::views;
 use super::wire::{
-    self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method, Permission, ShutdownReason,
+    self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method,
+    Permission, ShutdownReason,
 };
 use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
 use crate::daemon::{Daemon, Req};
@@ -156,7 +159,11 @@ pub enum AfterStop {
 enum HostCall {
     Initialize,
     Ping,
-    Command { req: Req, command: String, timer: TimerId },
+    Command {
+        req: Req,
+        command: String,
+        timer: TimerId,
+    },
     Shutdown,
 }
 
@@ -240,7 +247,14 @@ impl Plugin {
     /// plugin.list's state and reason.
     pub fn state(&self) -> (&'static str, Option<&'static str>) {
         if let Some(r) = &self.rec.removal {
-            return ("remove-pending", Some(if r == "remove-failed" { "remove-failed" } else { "removing" }));
+            return (
+                "remove-pending",
+                Some(if r == "remove-failed" {
+                    "remove-failed"
+                } else {
+                    "removing"
+                }),
+            );
         }
         let Some(loaded) = &self.approved else {
             let reason = match self.rec.waiting.as_ref().map(|w| w.kind.as_str()) {
@@ -274,21 +288,33 @@ impl Plugin {
     }
 
     pub fn storage_usage(&self) -> StorageUsage {
-        StorageUsage { keys: self.storage.len(), bytes: self.storage.values().map(String::len).sum() }
+        StorageUsage {
+            keys: self.storage.len(),
+            bytes: self.storage.values().map(String::len).sum(),
+        }
     }
 
     pub fn name(&self) -> String {
-        self.approved.as_ref().map(|l| l.manifest.name.clone()).unwrap_or_else(|| self.rec.plugin.clone())
+        self.approved
+            .as_ref()
+            .map(|l| l.manifest.name.clone())
+            .unwrap_or_else(|| self.rec.plugin.clone())
     }
 
     fn has(&self, p: Permission) -> bool {
-        self.approved.as_ref().is_some_and(|l| l.manifest.permissions.contains(&p))
+        self.approved
+            .as_ref()
+            .is_some_and(|l| l.manifest.permissions.contains(&p))
     }
 
     /// Ledger records left in the last hour.
     fn records_left(&mut self) -> usize {
         let window = Duration::from_millis(limits::PLUGIN_LEDGER_WINDOW_MS);
-        while self.ledger_records.front().is_some_and(|t| t.elapsed() > window) {
+        while self
+            .ledger_records
+            .front()
+            .is_some_and(|t| t.elapsed() > window)
+        {
             self.ledger_records.pop_front();
         }
         limits::PLUGIN_LEDGER_RECORDS_PER_HOUR.saturating_sub(self.ledger_records.len())
@@ -347,15 +373,28 @@ pub fn load(paths: &crate::config::Paths) -> Host {
     for mut rec in store.load() {
         verify_record(&store, &mut rec, &mut changed);
         let mut p = Plugin::new(rec);
-        p.approved = p.rec.approval.clone().and_then(|a| loaded_of(&store, &p.rec.plugin, &a));
+        p.approved = p
+            .rec
+            .approval
+            .clone()
+            .and_then(|a| loaded_of(&store, &p.rec.plugin, &a));
         host.plugins.insert(p.rec.plugin.clone(), p);
     }
     if changed {
         save_records(&store, &host.plugins);
     }
-    if let Ok(conn) = rusqlite::Connection::open_with_flags(&paths.ledger, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) {
+    if let Ok(conn) = rusqlite::Connection::open_with_flags(
+        &paths.ledger,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ) {
         if let Ok(mut stmt) = conn.prepare("SELECT plugin, key, value FROM plugin_storage") {
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)));
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            });
             if let Ok(rows) = rows {
                 for (plugin, key, value) in rows.flatten() {
                     if let Some(p) = host.plugins.get_mut(&plugin) {
@@ -373,7 +412,9 @@ pub fn load(paths: &crate::config::Paths) -> Host {
 /// Checks an approval's integrity and the approved copy's files; a failure
 /// makes the copy wait again (store-changed, files-changed).
 fn verify_record(store: &Store, rec: &mut Record, changed: &mut bool) {
-    let Some(a) = rec.approval.clone() else { return };
+    let Some(a) = rec.approval.clone() else {
+        return;
+    };
     let dir = store.copy_dir(&rec.plugin, Copy::Approved);
     let kind = if !store.verify(&rec.plugin, &a) {
         "store-changed"
@@ -382,7 +423,10 @@ fn verify_record(store: &Store, rec: &mut Record, changed: &mut bool) {
     } else {
         return;
     };
-    crate::warn!("plugin {}: the approved copy waits for approval again ({kind})", rec.plugin);
+    crate::warn!(
+        "plugin {}: the approved copy waits for approval again ({kind})",
+        rec.plugin
+    );
     rec.approval = None;
     if dir.is_dir() && rec.waiting.is_none() {
         if store.demote_approved(&rec.plugin).is_ok() {
@@ -458,7 +502,11 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
 pub fn start_all(d: &mut Daemon) {
     let ids: Vec<String> = d.plugins.plugins.keys().cloned().collect();
     for id in ids {
-        if d.plugins.plugins.get(&id).is_some_and(|p| p.rec.removal.is_some()) {
+        if d.plugins
+            .plugins
+            .get(&id)
+            .is_some_and(|p| p.rec.removal.is_some())
+        {
             finish_removal(d, &id, None);
         } else {
             start(d, &id);
@@ -473,9 +521,16 @@ pub fn start(d: &mut Daemon, id: &str) {
     if d.is_stopping() || !d.plugins.isolation.probed {
         return;
     }
-    let running = d.plugins.plugins.values().filter(|p| p.run.is_some()).count();
+    let running = d
+        .plugins
+        .plugins
+        .values()
+        .filter(|p| p.run.is_some())
+        .count();
     let max_running = d.cfg.plugins.max_running;
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
     if p.run.is_some() || p.rec.removal.is_some() || !p.rec.enabled {
         return;
     }
@@ -487,7 +542,9 @@ pub fn start(d: &mut Daemon, id: &str) {
         d.reactor.cancel(t);
     }
     // A copy that changed on disk since its approval waits again.
-    let Some(store) = &d.plugins.store else { return };
+    let Some(store) = &d.plugins.store else {
+        return;
+    };
     let copy = store.copy_dir(id, Copy::Approved);
     if store::raw_hash(&copy) != loaded.hash {
         let mut changed = false;
@@ -512,12 +569,23 @@ pub fn start(d: &mut Daemon, id: &str) {
     let work = match store.work_dir(id) {
         Ok(w) => w,
         Err(e) => {
-            crate::error!("plugin {id}: unable to make its working directory: {}", crate::errors::io_cause(&e));
+            crate::error!(
+                "plugin {id}: unable to make its working directory: {}",
+                crate::errors::io_cause(&e)
+            );
             spawn_failed(d, id);
             return;
         }
     };
-    let cmd = process::command(&d.cfg.plugins, &d.plugins.isolation, &process::Spec { copy: &copy, work: &work, main: &main });
+    let cmd = process::command(
+        &d.cfg.plugins,
+        &d.plugins.isolation,
+        &process::Spec {
+            copy: &copy,
+            work: &work,
+            main: &main,
+        },
+    );
     let cmd = match cmd {
         Ok(c) => c,
         Err(why) => {
@@ -531,7 +599,13 @@ pub fn start(d: &mut Daemon, id: &str) {
         max_queued: limits::PLUGIN_STDIN_QUEUE_BYTES,
         stderr_tail: limits::PLUGIN_STDERR_TAIL_MAX * 4,
     };
-    let spawned = d.children.spawn(d.reactor.poll.registry(), &mut d.roots, cmd, Owner::Plugin(id.to_string()), pipe_limits);
+    let spawned = d.children.spawn(
+        d.reactor.poll.registry(),
+        &mut d.roots,
+        cmd,
+        Owner::Plugin(id.to_string()),
+        pipe_limits,
+    );
     let (child, pid) = match spawned {
         Ok(x) => x,
         Err(e) => {
@@ -543,7 +617,9 @@ pub fn start(d: &mut Daemon, id: &str) {
     d.plugins.next_run_no += 1;
     let run_no = d.plugins.next_run_no;
     d.plugins.by_child.insert(child, id.to_string());
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
     p.stderr_tail.clear();
     p.phase = Phase::Starting;
     p.run = Some(Run {
@@ -584,8 +660,15 @@ pub fn start(d: &mut Daemon, id: &str) {
 }
 
 fn spawn_failed(d: &mut Daemon, id: &str) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
-    p.last_exit = Some(LastExit { at: crate::clock::now_ts(), code: None, signal: None, fault: Some(Fault::SpawnFailed) });
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
+    p.last_exit = Some(LastExit {
+        at: crate::clock::now_ts(),
+        code: None,
+        signal: None,
+        fault: Some(Fault::SpawnFailed),
+    });
     crashed(d, id, Fault::SpawnFailed);
 }
 
@@ -597,13 +680,20 @@ fn add_timer(d: &mut Daemon, id: &str, t: TimerId) {
 
 /// The plugin's current run, when it is run `run_no`.
 fn run_mut<'a>(d: &'a mut Daemon, id: &str, run_no: u64) -> Option<&'a mut Run> {
-    d.plugins.plugins.get_mut(id)?.run.as_mut().filter(|r| r.run_no == run_no)
+    d.plugins
+        .plugins
+        .get_mut(id)?
+        .run
+        .as_mut()
+        .filter(|r| r.run_no == run_no)
 }
 
 /// Writes one line to the plugin; a queue that is full means the plugin
 /// reads nothing: the fault flood.
 fn write_line(d: &mut Daemon, id: &str, line: &str) {
-    let Some(run) = d.plugins.plugins.get(id).and_then(|p| p.run.as_ref()) else { return };
+    let Some(run) = d.plugins.plugins.get(id).and_then(|p| p.run.as_ref()) else {
+        return;
+    };
     let (child, run_no) = (run.child, run.run_no);
     let mut bytes = Vec::with_capacity(line.len() + 1);
     bytes.extend_from_slice(line.as_bytes());
@@ -626,30 +716,48 @@ fn send_request(d: &mut Daemon, id: &str, req: HostRequest, call: HostCall) -> O
 /// Routes a plugin child's output (called for every readiness, also with
 /// nothing read, so that a queue that drained can take the dropped notice).
 pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
-    let Some(id) = d.plugins.by_child.get(&child).cloned() else { return };
-    d.children.finish_pending_close(d.reactor.poll.registry(), child);
+    let Some(id) = d.plugins.by_child.get(&child).cloned() else {
+        return;
+    };
+    d.children
+        .finish_pending_close(d.reactor.poll.registry(), child);
     for o in out {
-        let Some(run_no) = d.plugins.plugins.get(&id).and_then(|p| p.run.as_ref()).filter(|r| r.child == child && r.fault.is_none()).map(|r| r.run_no) else {
+        let Some(run_no) = d
+            .plugins
+            .plugins
+            .get(&id)
+            .and_then(|p| p.run.as_ref())
+            .filter(|r| r.child == child && r.fault.is_none())
+            .map(|r| r.run_no)
+        else {
             break;
         };
         match o {
             Output::Line(line) => on_line(d, &id, run_no, &line),
             Output::LineTooLong => fault(d, &id, run_no, Fault::OversizedLine),
             Output::StdoutClosed => {
-                let exited = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()).and_then(|r| {
-                    r.stdout_closed = true;
-                    r.exited
-                });
+                let exited = d
+                    .plugins
+                    .plugins
+                    .get_mut(&id)
+                    .and_then(|p| p.run.as_mut())
+                    .and_then(|r| {
+                        r.stdout_closed = true;
+                        r.exited
+                    });
                 if let Some(status) = exited {
                     finish_exit(d, child, status);
                     return;
                 }
                 let owner = id.clone();
-                let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS), move |d| {
-                    if run_mut(d, &owner, run_no).is_some() {
-                        fault(d, &owner, run_no, Fault::StdoutClosed);
-                    }
-                });
+                let t = d.reactor.schedule(
+                    Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
+                    move |d| {
+                        if run_mut(d, &owner, run_no).is_some() {
+                            fault(d, &owner, run_no, Fault::StdoutClosed);
+                        }
+                    },
+                );
                 add_timer(d, &id, t);
             }
             Output::StdinClosed => {}
@@ -660,7 +768,9 @@ pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
 
 /// Sends the pending events.dropped notice when the queue has room.
 fn flush_dropped(d: &mut Daemon, id: &str) {
-    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else { return };
+    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
+        return;
+    };
     if run.dropped == 0 {
         return;
     }
@@ -673,7 +783,11 @@ fn flush_dropped(d: &mut Daemon, id: &str) {
 
 fn on_line(d: &mut Daemon, id: &str, run_no: u64, line: &[u8]) {
     match wire::parse_line(line) {
-        Ok(Incoming::Request { id: wid, method, params }) => on_request(d, id, run_no, wid, method, params),
+        Ok(Incoming::Request {
+            id: wid,
+            method,
+            params,
+        }) => on_request(d, id, run_no, wid, method, params),
         Ok(Incoming::Response { id: hid, result }) => on_answer(d, id, run_no, &hid, Ok(result)),
         Ok(Incoming::Failure { id: hid, error }) => on_answer(d, id, run_no, &hid, Err(error)),
         Err(LineError::Answer { id: wid, error }) => {
@@ -703,7 +817,9 @@ fn refuse(d: &mut Daemon, id: &str, run_no: u64, wid: &str, error: HostError, wa
     );
     let rate = matches!(error.kind(), HostErrorKind::RateLimited);
     let line = wire::encode_failure(wid, &error);
-    let Some(run) = run_mut(d, id, run_no) else { return };
+    let Some(run) = run_mut(d, id, run_no) else {
+        return;
+    };
     if was_inflight {
         run.inflight.remove(wid);
     }
@@ -711,7 +827,11 @@ fn refuse(d: &mut Daemon, id: &str, run_no: u64, wid: &str, error: HostError, wa
     let mut verdict = None;
     if counts {
         run.refusals.push_back(now);
-        while run.refusals.front().is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_REFUSALS_WINDOW_MS)) {
+        while run
+            .refusals
+            .front()
+            .is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_REFUSALS_WINDOW_MS))
+        {
             run.refusals.pop_front();
         }
         if run.refusals.len() >= limits::PLUGIN_MAX_REFUSALS as usize {
@@ -720,7 +840,11 @@ fn refuse(d: &mut Daemon, id: &str, run_no: u64, wid: &str, error: HostError, wa
     }
     if rate {
         run.rate_refusals.push_back(now);
-        while run.rate_refusals.front().is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_FLOOD_WINDOW_MS)) {
+        while run
+            .rate_refusals
+            .front()
+            .is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_FLOOD_WINDOW_MS))
+        {
             run.rate_refusals.pop_front();
         }
         if run.rate_refusals.len() >= limits::PLUGIN_FLOOD_REFUSALS as usize {
@@ -737,7 +861,9 @@ fn refuse(d: &mut Daemon, id: &str, run_no: u64, wid: &str, error: HostError, wa
 pub fn reply(d: &mut Daemon, id: &str, run_no: u64, wid: &str, answer: Result<String, HostError>) {
     match answer {
         Ok(line) => {
-            let Some(run) = run_mut(d, id, run_no) else { return };
+            let Some(run) = run_mut(d, id, run_no) else {
+                return;
+            };
             if !run.inflight.remove(wid) {
                 return;
             }
@@ -756,22 +882,52 @@ fn respond<T: serde::Serialize>(d: &mut Daemon, id: &str, run_no: u64, wid: &str
     reply(d, id, run_no, wid, line);
 }
 
-fn on_request(d: &mut Daemon, id: &str, run_no: u64, wid: String, method: Method, params: Map<String, Value>) {
-    let Some(run) = run_mut(d, id, run_no) else { return };
+fn on_request(
+    d: &mut Daemon,
+    id: &str,
+    run_no: u64,
+    wid: String,
+    method: Method,
+    params: Map<String, Value>,
+) {
+    let Some(run) = run_mut(d, id, run_no) else {
+        return;
+    };
     if run.inflight.contains(&wid) {
         refuse(d, id, run_no, &wid, HostError::id_in_use(), false);
         return;
     }
     if run.stopping.is_some() {
-        refuse(d, id, run_no, &wid, HostError::of(HostErrorKind::ShuttingDown), false);
+        refuse(
+            d,
+            id,
+            run_no,
+            &wid,
+            HostError::of(HostErrorKind::ShuttingDown),
+            false,
+        );
         return;
     }
     if !run.initialized {
-        refuse(d, id, run_no, &wid, HostError::of(HostErrorKind::NotInitialized), false);
+        refuse(
+            d,
+            id,
+            run_no,
+            &wid,
+            HostError::of(HostErrorKind::NotInitialized),
+            false,
+        );
         return;
     }
     if run.inflight.len() >= limits::PLUGIN_MAX_UNANSWERED {
-        refuse(d, id, run_no, &wid, HostError::of(HostErrorKind::Busy), false);
+        refuse(
+            d,
+            id,
+            run_no,
+            &wid,
+            HostError::of(HostErrorKind::Busy),
+            false,
+        );
         return;
     }
     let now = Instant::now();
@@ -779,14 +935,34 @@ fn on_request(d: &mut Daemon, id: &str, run_no: u64, wid: String, method: Method
     run.tokens = (run.tokens + refill).min(limits::PLUGIN_RATE_BURST as f64);
     run.refilled = now;
     if run.tokens < 1.0 {
-        refuse(d, id, run_no, &wid, HostError::new(HostErrorKind::RateLimited, "More than 50 requests a second for too long"), false);
+        refuse(
+            d,
+            id,
+            run_no,
+            &wid,
+            HostError::new(
+                HostErrorKind::RateLimited,
+                "More than 50 requests a second for too long",
+            ),
+            false,
+        );
         return;
     }
     run.tokens -= 1.0;
     run.inflight.insert(wid.clone());
-    let has = d.plugins.plugins.get(id).is_some_and(|p| p.has(method.permission()));
+    let has = d
+        .plugins
+        .plugins
+        .get(id)
+        .is_some_and(|p| p.has(method.permission()));
     if !has {
-        reply(d, id, run_no, &wid, Err(HostError::permission_denied(method.permission())));
+        reply(
+            d,
+            id,
+            run_no,
+            &wid,
+            Err(HostError::permission_denied(method.permission())),
+        );
         return;
     }
     let call = match Call::parse(method, &params) {
@@ -798,13 +974,24 @@ fn on_request(d: &mut Daemon, id: &str, run_no: u64, wid: String, method: Method
     };
     if method.is_list() {
         let second = d.started.elapsed().as_secs();
-        let Some(run) = run_mut(d, id, run_no) else { return };
+        let Some(run) = run_mut(d, id, run_no) else {
+            return;
+        };
         if run.list_second.0 != second {
             run.list_second = (second, 0);
         }
         run.list_second.1 += 1;
         if run.list_second.1 > limits::PLUGIN_LIST_CALLS_PER_SECOND {
-            reply(d, id, run_no, &wid, Err(HostError::new(HostErrorKind::RateLimited, "more than 10 list calls in this second")));
+            reply(
+                d,
+                id,
+                run_no,
+                &wid,
+                Err(HostError::new(
+                    HostErrorKind::RateLimited,
+                    "more than 10 list calls in this second",
+                )),
+            );
             return;
         }
     }
@@ -831,41 +1018,70 @@ fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
             let answer = page.and_then(|(mut items, more)| {
                 let more = more || items.len() as u64 > limit;
                 items.truncate(limit as usize);
-                wire::encode_page(wid, "sessions", &items, more, views::session_cursor).map(|(l, _)| l)
+                wire::encode_page(wid, "sessions", &items, more, views::session_cursor)
+                    .map(|(l, _)| l)
             });
             reply(d, id, run_no, wid, answer);
         }
         Call::SessionsGet { session } => {
             let answer = match views::session_item(d, &session) {
                 Some(item) => wire::encode_response(wid, &item),
-                None => Err(HostError::invalid_params("session names no session of the daemon")),
+                None => Err(HostError::invalid_params(
+                    "session names no session of the daemon",
+                )),
             };
             reply(d, id, run_no, wid, answer);
         }
         Call::SeatsList { cursor } => {
             let items = views::seat_items(d);
-            let answer = page_after(items, cursor.as_deref(), views::seat_cursor)
-                .and_then(|(items, more)| wire::encode_page(wid, "seats", &items, more, views::seat_cursor).map(|(l, _)| l));
+            let answer = page_after(items, cursor.as_deref(), views::seat_cursor).and_then(
+                |(items, more)| {
+                    wire::encode_page(wid, "seats", &items, more, views::seat_cursor)
+                        .map(|(l, _)| l)
+                },
+            );
             reply(d, id, run_no, wid, answer);
         }
         Call::LanesList { cursor } => {
-            let fresh = d.plugins.lanes_copy.as_ref().is_some_and(|(t, _)| t.elapsed() < Duration::from_millis(limits::PLUGIN_LANES_COPY_MS));
+            let fresh = d.plugins.lanes_copy.as_ref().is_some_and(|(t, _)| {
+                t.elapsed() < Duration::from_millis(limits::PLUGIN_LANES_COPY_MS)
+            });
             if !fresh {
                 let items = views::lane_items(d);
                 d.plugins.lanes_copy = Some((Instant::now(), items));
             }
-            let items = d.plugins.lanes_copy.as_ref().map(|(_, v)| v.clone()).unwrap_or_default();
-            let answer = page_after(items, cursor.as_deref(), |l| l.cursor())
-                .and_then(|(items, more)| wire::encode_page(wid, "lanes", &items, more, |l| l.cursor()).map(|(l, _)| l));
+            let items = d
+                .plugins
+                .lanes_copy
+                .as_ref()
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let answer =
+                page_after(items, cursor.as_deref(), |l| l.cursor()).and_then(|(items, more)| {
+                    wire::encode_page(wid, "lanes", &items, more, |l| l.cursor()).map(|(l, _)| l)
+                });
             reply(d, id, run_no, wid, answer);
         }
         Call::StorageGet { key } => {
-            let value = d.plugins.plugins.get(id).and_then(|p| p.storage.get(&key).cloned());
+            let value = d
+                .plugins
+                .plugins
+                .get(id)
+                .and_then(|p| p.storage.get(&key).cloned());
             respond(d, id, run_no, wid, &StorageValue { key, value });
         }
         Call::StorageList => {
-            let Some(p) = d.plugins.plugins.get(id) else { return };
-            let keys: Vec<StorageWritten> = p.storage.iter().map(|(k, v)| StorageWritten { key: k.clone(), bytes: v.len() }).collect();
+            let Some(p) = d.plugins.plugins.get(id) else {
+                return;
+            };
+            let keys: Vec<StorageWritten> = p
+                .storage
+                .iter()
+                .map(|(k, v)| StorageWritten {
+                    key: k.clone(),
+                    bytes: v.len(),
+                })
+                .collect();
             let bytes = keys.iter().map(|k| k.bytes).sum();
             respond(d, id, run_no, wid, &StorageKeys { keys, bytes });
         }
@@ -880,18 +1096,26 @@ fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
 /// out by a page bound the caller applies. An unknown cursor is
 /// invalid-params: "name something the daemon does not know, such as a
 /// cursor".
-fn page_after<T>(items: Vec<T>, cursor: Option<&str>, cursor_of: impl Fn(&T) -> String) -> Result<(Vec<T>, bool), HostError> {
+fn page_after<T>(
+    items: Vec<T>,
+    cursor: Option<&str>,
+    cursor_of: impl Fn(&T) -> String,
+) -> Result<(Vec<T>, bool), HostError> {
     match cursor {
         None => Ok((items, false)),
         Some(c) => match items.iter().position(|i| cursor_of(i) == c) {
             Some(at) => Ok((items.into_iter().skip(at + 1).collect(), false)),
-            None => Err(HostError::invalid_params("cursor names no item of the daemon")),
+            None => Err(HostError::invalid_params(
+                "cursor names no item of the daemon",
+            )),
         },
     }
 }
 
 fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, value: String) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
     let old = p.storage.get(&key).map(String::len);
     if let Err(e) = p.storage_usage().after_set(old, value.len()) {
         reply(d, id, run_no, wid, Err(e));
@@ -902,7 +1126,11 @@ fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, va
     let bytes = value.len();
     let op = Op::Exec {
         sql: "INSERT OR REPLACE INTO plugin_storage (plugin, key, value) VALUES (?1, ?2, ?3)",
-        params: vec![id.to_string().into(), key.clone().into(), value.clone().into()],
+        params: vec![
+            id.to_string().into(),
+            key.clone().into(),
+            value.clone().into(),
+        ],
     };
     let (owner, wid) = (id.to_string(), wid.to_string());
     d.write(vec![op], move |d, r| match r {
@@ -917,15 +1145,32 @@ fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, va
                     };
                 }
             }
-            reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
+            reply(
+                d,
+                &owner,
+                run_no,
+                &wid,
+                Err(HostError::of(HostErrorKind::Unavailable)),
+            );
         }
     });
 }
 
 fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
     let Some(previous) = p.storage.remove(&key) else {
-        respond(d, id, run_no, wid, &StorageDeleted { key, deleted: false });
+        respond(
+            d,
+            id,
+            run_no,
+            wid,
+            &StorageDeleted {
+                key,
+                deleted: false,
+            },
+        );
         return;
     };
     p.note_records(1);
@@ -935,13 +1180,25 @@ fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String)
     };
     let (owner, wid) = (id.to_string(), wid.to_string());
     d.write(vec![op], move |d, r| match r {
-        Ok(_) => respond(d, &owner, run_no, &wid, &StorageDeleted { key, deleted: true }),
+        Ok(_) => respond(
+            d,
+            &owner,
+            run_no,
+            &wid,
+            &StorageDeleted { key, deleted: true },
+        ),
         Err(e) => {
             crate::error!("plugin {owner}: storage.delete was not committed: {e}");
             if let Some(p) = d.plugins.plugins.get_mut(&owner) {
                 p.storage.entry(key).or_insert(previous);
             }
-            reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
+            reply(
+                d,
+                &owner,
+                run_no,
+                &wid,
+                Err(HostError::of(HostErrorKind::Unavailable)),
+            );
         }
     });
 }
@@ -949,16 +1206,24 @@ fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String)
 /// Takes a task request's share of the plugin's limits: 20 a day and 3 of
 /// the hour's ledger records. `Err` is the rate-limited answer.
 pub fn take_task_budget(d: &mut Daemon, id: &str) -> Result<(), HostError> {
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return Err(HostError::internal()) };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return Err(HostError::internal());
+    };
     let day = Duration::from_millis(limits::PLUGIN_TASK_WINDOW_MS);
     while p.task_times.front().is_some_and(|t| t.elapsed() > day) {
         p.task_times.pop_front();
     }
     if p.task_times.len() >= limits::PLUGIN_TASKS_PER_DAY {
-        return Err(HostError::new(HostErrorKind::RateLimited, "20 task requests in 24 hours"));
+        return Err(HostError::new(
+            HostErrorKind::RateLimited,
+            "20 task requests in 24 hours",
+        ));
     }
     if p.records_left() < limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
-        return Err(HostError::new(HostErrorKind::RateLimited, "too few of the hour's 60 ledger records are left for a task request"));
+        return Err(HostError::new(
+            HostErrorKind::RateLimited,
+            "too few of the hour's 60 ledger records are left for a task request",
+        ));
     }
     let now = Instant::now();
     p.task_times.push_back(now);
@@ -971,18 +1236,37 @@ pub fn last_event(d: &Daemon, id: &str) -> Option<(EventKind, String)> {
     d.plugins.plugins.get(id)?.run.as_ref()?.last_event.clone()
 }
 
-fn on_answer(d: &mut Daemon, id: &str, run_no: u64, hid: &str, answer: Result<Map<String, Value>, wire::PluginError>) {
-    let Some(run) = run_mut(d, id, run_no) else { return };
-    let Some(call) = run.host_pending.remove(hid) else { return };
+fn on_answer(
+    d: &mut Daemon,
+    id: &str,
+    run_no: u64,
+    hid: &str,
+    answer: Result<Map<String, Value>, wire::PluginError>,
+) {
+    let Some(run) = run_mut(d, id, run_no) else {
+        return;
+    };
+    let Some(call) = run.host_pending.remove(hid) else {
+        return;
+    };
     match call {
         HostCall::Initialize => {
-            let api = answer.map_err(|_| ()).and_then(|r| wire::parse_initialize_result(&r).map_err(|_| ()));
-            let want = d.plugins.plugins.get(id).and_then(|p| p.approved.as_ref()).map(|l| l.manifest.api.clone());
+            let api = answer
+                .map_err(|_| ())
+                .and_then(|r| wire::parse_initialize_result(&r).map_err(|_| ()));
+            let want = d
+                .plugins
+                .plugins
+                .get(id)
+                .and_then(|p| p.approved.as_ref())
+                .map(|l| l.manifest.api.clone());
             match api {
                 Err(()) => fault(d, id, run_no, Fault::InitializeFailed),
                 Ok(api) if Some(&api) != want.as_ref() => fault(d, id, run_no, Fault::ApiMismatch),
                 Ok(_) => {
-                    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+                    let Some(p) = d.plugins.plugins.get_mut(id) else {
+                        return;
+                    };
                     p.phase = Phase::Running;
                     if let Some(r) = p.run.as_mut() {
                         r.initialized = true;
@@ -999,17 +1283,29 @@ fn on_answer(d: &mut Daemon, id: &str, run_no: u64, hid: &str, answer: Result<Ma
                 }
             }
         }
-        HostCall::Command { req, command, timer } => {
+        HostCall::Command {
+            req,
+            command,
+            timer,
+        } => {
             d.reactor.cancel(timer);
             if let Some(r) = run_mut(d, id, run_no) {
                 r.commands = r.commands.saturating_sub(1);
             }
             let result = match answer {
                 Ok(r) => match wire::parse_command_result(&r) {
-                    Ok(t) => Ok(serde_json::json!({"command": command, "text": text::clean_command_text(&t)})),
-                    Err(_) => Err(RpcError::new(Code::PluginError, "the plugin answered command.run with a result that is not valid")),
+                    Ok(t) => Ok(
+                        serde_json::json!({"command": command, "text": text::clean_command_text(&t)}),
+                    ),
+                    Err(_) => Err(RpcError::new(
+                        Code::PluginError,
+                        "the plugin answered command.run with a result that is not valid",
+                    )),
                 },
-                Err(e) => Err(RpcError::new(Code::PluginError, format!("the plugin failed: {}: {}", e.code, e.client_message()))),
+                Err(e) => Err(RpcError::new(
+                    Code::PluginError,
+                    format!("the plugin failed: {}: {}", e.code, e.client_message()),
+                )),
             };
             d.answer(req, result);
         }
@@ -1029,11 +1325,15 @@ fn schedule_ping_in(d: &mut Daemon, id: &str, run_no: u64, after: Duration) {
 }
 
 fn ping(d: &mut Daemon, id: &str, run_no: u64) {
-    let Some(run) = run_mut(d, id, run_no) else { return };
+    let Some(run) = run_mut(d, id, run_no) else {
+        return;
+    };
     if run.stopping.is_some() || run.fault.is_some() || run.stdout_closed {
         return;
     }
-    let Some(hid) = send_request(d, id, HostRequest::Ping, HostCall::Ping) else { return };
+    let Some(hid) = send_request(d, id, HostRequest::Ping, HostCall::Ping) else {
+        return;
+    };
     if let Some(r) = run_mut(d, id, run_no) {
         r.ping_due = Some(hid.clone());
     }
@@ -1055,7 +1355,9 @@ fn ping(d: &mut Daemon, id: &str, run_no: u64) {
 
 /// Ends a run for a fault: the process group is killed now.
 pub fn fault(d: &mut Daemon, id: &str, run_no: u64, f: Fault) {
-    let Some(run) = run_mut(d, id, run_no) else { return };
+    let Some(run) = run_mut(d, id, run_no) else {
+        return;
+    };
     if run.fault.is_some() || run.stopping.is_some() {
         return;
     }
@@ -1067,7 +1369,9 @@ pub fn fault(d: &mut Daemon, id: &str, run_no: u64, f: Fault) {
 
 /// Asks a running plugin to stop (seed 000, shutdown).
 pub fn stop(d: &mut Daemon, id: &str, reason: ShutdownReason) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
     if let Some(t) = p.restart_timer.take() {
         d.reactor.cancel(t);
     }
@@ -1087,19 +1391,27 @@ pub fn stop(d: &mut Daemon, id: &str, reason: ShutdownReason) {
     }
     d.children.close_stdin(d.reactor.poll.registry(), child);
     let owner = id.to_string();
-    let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS), move |d| {
-        let Some(r) = run_mut(d, &owner, run_no) else { return };
-        let child = r.child;
-        d.children.signal(child, libc::SIGTERM);
-        let again = owner.clone();
-        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_SHUTDOWN_KILL_MS), move |d| {
-            if let Some(r) = run_mut(d, &again, run_no) {
-                let child = r.child;
-                d.children.signal(child, libc::SIGKILL);
-            }
-        });
-        add_timer(d, &owner, t);
-    });
+    let t = d.reactor.schedule(
+        Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS),
+        move |d| {
+            let Some(r) = run_mut(d, &owner, run_no) else {
+                return;
+            };
+            let child = r.child;
+            d.children.signal(child, libc::SIGTERM);
+            let again = owner.clone();
+            let t = d.reactor.schedule(
+                Duration::from_millis(limits::PLUGIN_SHUTDOWN_KILL_MS),
+                move |d| {
+                    if let Some(r) = run_mut(d, &again, run_no) {
+                        let child = r.child;
+                        d.children.signal(child, libc::SIGKILL);
+                    }
+                },
+            );
+            add_timer(d, &owner, t);
+        },
+    );
     add_timer(d, id, t);
 }
 
@@ -1107,15 +1419,22 @@ pub fn stop(d: &mut Daemon, id: &str, reason: ShutdownReason) {
 /// first: the run ends when its stdout has closed too (or 1 s later, when
 /// a descendant holds it open).
 pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
-    let Some(id) = d.plugins.by_child.get(&child).cloned() else { return };
+    let Some(id) = d.plugins.by_child.get(&child).cloned() else {
+        return;
+    };
     if d.children.stdout_open(child) {
-        let Some(run) = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else { return };
+        let Some(run) = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else {
+            return;
+        };
         run.exited = Some(status);
-        let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS), move |d| {
-            if d.plugins.by_child.contains_key(&child) {
-                finish_exit(d, child, status);
-            }
-        });
+        let t = d.reactor.schedule(
+            Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
+            move |d| {
+                if d.plugins.by_child.contains_key(&child) {
+                    finish_exit(d, child, status);
+                }
+            },
+        );
         add_timer(d, &id, t);
         return;
     }
@@ -1123,12 +1442,16 @@ pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
 }
 
 fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
-    let Some(id) = d.plugins.by_child.remove(&child) else { return };
+    let Some(id) = d.plugins.by_child.remove(&child) else {
+        return;
+    };
     d.children.drain_stderr(d.reactor.poll.registry(), child);
     let raw_tail = d.children.stderr_tail(child);
     d.children.remove(d.reactor.poll.registry(), child);
     let note = d.plugins.isolation.missing.clone();
-    let Some(p) = d.plugins.plugins.get_mut(&id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(&id) else {
+        return;
+    };
     let Some(run) = p.run.take() else { return };
     for t in &run.timers {
         d.reactor.cancel(*t);
@@ -1146,7 +1469,9 @@ fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
         (None, None) => Some(Fault::Exit),
     };
     let fault = match fault {
-        Some(Fault::Exit | Fault::LoadRefused) if process::looks_out_of_memory(&tail) => Some(Fault::Memory),
+        Some(Fault::Exit | Fault::LoadRefused) if process::looks_out_of_memory(&tail) => {
+            Some(Fault::Memory)
+        }
         f => f,
     };
     p.stderr_tail = tail;
@@ -1158,21 +1483,35 @@ fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
     });
     crate::info!(
         "plugin {id} exited ({}){}",
-        status.code.map(|c| format!("code {c}")).or_else(|| status.signal.map(signal_name)).unwrap_or_default(),
-        fault.map(|f| format!(" with fault {}", f.name())).unwrap_or_default()
+        status
+            .code
+            .map(|c| format!("code {c}"))
+            .or_else(|| status.signal.map(signal_name))
+            .unwrap_or_default(),
+        fault
+            .map(|f| format!(" with fault {}", f.name()))
+            .unwrap_or_default()
     );
     let run_no = run.run_no;
     for (_, call) in run.host_pending {
         if let HostCall::Command { req, timer, .. } = call {
             d.reactor.cancel(timer);
-            d.answer(req, Err(RpcError::new(Code::PluginNotRunning, "the plugin stopped before it answered")));
+            d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::PluginNotRunning,
+                    "the plugin stopped before it answered",
+                )),
+            );
         }
     }
     tasks::orphan_run(d, &id, run_no);
     match fault {
         Some(f) => crashed(d, &id, f),
         None => {
-            let Some(p) = d.plugins.plugins.get_mut(&id) else { return };
+            let Some(p) = d.plugins.plugins.get_mut(&id) else {
+                return;
+            };
             p.phase = Phase::Idle;
             match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
                 AfterStop::Nothing => {}
@@ -1188,7 +1527,9 @@ fn crashed(d: &mut Daemon, id: &str, f: Fault) {
     let limit = d.cfg.plugins.crash_limit as usize;
     let base = d.cfg.plugins.restart_backoff_ms;
     let stopping = d.is_stopping();
-    let Some(p) = d.plugins.plugins.get_mut(id) else { return };
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
     p.crashes.push_back(Instant::now());
     let n = p.crashes();
     match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
@@ -1213,7 +1554,9 @@ fn crashed(d: &mut Daemon, id: &str, f: Fault) {
         return;
     }
     p.phase = Phase::Restarting(f);
-    let delay = base.saturating_mul(1u64 << (n.saturating_sub(1)).min(16)).min(limits::PLUGIN_RESTART_BACKOFF_MAX_MS);
+    let delay = base
+        .saturating_mul(1u64 << (n.saturating_sub(1)).min(16))
+        .min(limits::PLUGIN_RESTART_BACKOFF_MAX_MS);
     let owner = id.to_string();
     let t = d.reactor.schedule(Duration::from_millis(delay), move |d| {
         if let Some(p) = d.plugins.plugins.get_mut(&owner) {
@@ -1255,10 +1598,15 @@ fn signal_name(sig: i32) -> String {
 /// Removes what is left of a plugin once its process is gone, and answers
 /// plugin.remove. A step that fails leaves it remove-pending.
 pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
-    let Some(store) = &d.plugins.store else { return };
+    let Some(store) = &d.plugins.store else {
+        return;
+    };
     match store.remove_plugin(id) {
         Ok(()) => {
-            let op = Op::Exec { sql: "DELETE FROM plugin_storage WHERE plugin = ?1", params: vec![id.to_string().into()] };
+            let op = Op::Exec {
+                sql: "DELETE FROM plugin_storage WHERE plugin = ?1",
+                params: vec![id.to_string().into()],
+            };
             let owner = id.to_string();
             d.write(vec![op], move |d, r| {
                 if let Err(e) = r {
@@ -1281,13 +1629,22 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
             });
         }
         Err(e) => {
-            crate::error!("plugin {id}: unable to delete its folder: {}; it stays remove-pending", crate::errors::io_cause(&e));
+            crate::error!(
+                "plugin {id}: unable to delete its folder: {}; it stays remove-pending",
+                crate::errors::io_cause(&e)
+            );
             if let Some(p) = d.plugins.plugins.get_mut(id) {
                 p.rec.removal = Some("remove-failed".into());
             }
             persist(d);
             if let Some(req) = req {
-                d.answer(req, Err(RpcError::new(Code::Unavailable, "the plugin's folder could not be deleted; it stays remove-pending")));
+                d.answer(
+                    req,
+                    Err(RpcError::new(
+                        Code::Unavailable,
+                        "the plugin's folder could not be deleted; it stays remove-pending",
+                    )),
+                );
             }
         }
     }
@@ -1295,19 +1652,30 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
 
 /// Offers committed events to the running plugins (module comment).
 pub fn offer_events(d: &mut Daemon, events: &[Appended]) {
-    if !d.plugins.plugins.values().any(|p| p.run.as_ref().is_some_and(|r| r.initialized && !r.kinds.is_empty())) {
+    if !d.plugins.plugins.values().any(|p| {
+        p.run
+            .as_ref()
+            .is_some_and(|r| r.initialized && !r.kinds.is_empty())
+    }) {
         return;
     }
     for ev in events {
         let Some(event) = map_event(ev) else { continue };
-        let Some(line) = wire::encode_event(&event) else { continue };
+        let Some(line) = wire::encode_event(&event) else {
+            continue;
+        };
         let ids: Vec<String> = d
             .plugins
             .plugins
             .iter()
             .filter(|(_, p)| {
                 p.has(Permission::EventsRead)
-                    && p.run.as_ref().is_some_and(|r| r.initialized && r.stopping.is_none() && r.fault.is_none() && r.kinds.contains(&event.kind))
+                    && p.run.as_ref().is_some_and(|r| {
+                        r.initialized
+                            && r.stopping.is_none()
+                            && r.fault.is_none()
+                            && r.kinds.contains(&event.kind)
+                    })
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -1319,8 +1687,12 @@ pub fn offer_events(d: &mut Daemon, events: &[Appended]) {
 
 fn deliver(d: &mut Daemon, id: &str, line: &str, kind: EventKind, subject: &str) {
     flush_dropped(d, id);
-    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else { return };
-    if run.dropped > 0 || d.children.queued(run.child) + line.len() + 1 > limits::PLUGIN_EVENT_QUEUE_BYTES {
+    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
+        return;
+    };
+    if run.dropped > 0
+        || d.children.queued(run.child) + line.len() + 1 > limits::PLUGIN_EVENT_QUEUE_BYTES
+    {
         run.dropped += 1;
         return;
     }
@@ -1353,7 +1725,9 @@ pub fn map_event(ev: &Appended) -> Option<wire::Event> {
     if ev.seq < 1 || !calls::is_timestamp(&ev.ts) {
         return None;
     }
-    let Value::Object(raw) = serde_json::from_str::<Value>(&ev.data).ok()? else { return None };
+    let Value::Object(raw) = serde_json::from_str::<Value>(&ev.data).ok()? else {
+        return None;
+    };
     let subject = if kind.is_lane() {
         let lane = raw.get("lane")?.as_str()?;
         (ev.stream == LANES_STREAM && calls::is_lane_id(lane)).then(|| lane.to_string())?
@@ -1364,19 +1738,34 @@ pub fn map_event(ev: &Appended) -> Option<wire::Event> {
     for m in data_members(kind) {
         data.insert((*m).to_string(), raw.get(*m)?.clone());
     }
-    if matches!(kind, EventKind::ApprovalRequest | EventKind::ApprovalResolved) {
+    if matches!(
+        kind,
+        EventKind::ApprovalRequest | EventKind::ApprovalResolved
+    ) {
         let rid = data.get("requestId")?.as_str()?;
         let n = rid.strip_prefix(subject.as_str())?.strip_prefix("-a")?;
-        if n.is_empty() || n.starts_with('0') || !n.bytes().all(|b| b.is_ascii_digit()) || rid.len() > 128 {
+        if n.is_empty()
+            || n.starts_with('0')
+            || !n.bytes().all(|b| b.is_ascii_digit())
+            || rid.len() > 128
+        {
             return None;
         }
     }
-    Some(wire::Event { kind, ts: ev.ts.clone(), seq: ev.seq as u64, subject, data })
+    Some(wire::Event {
+        kind,
+        ts: ev.ts.clone(),
+        seq: ev.seq as u64,
+        subject,
+        data,
+    })
 }
 
 /// Sends command.run and answers `req` when the plugin does.
 pub fn run_command(d: &mut Daemon, id: &str, req: Req, command: String, input: Option<String>) {
-    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else { return };
+    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
+        return;
+    };
     run.commands += 1;
     let run_no = run.run_no;
     let owner = id.to_string();
@@ -1385,19 +1774,40 @@ pub fn run_command(d: &mut Daemon, id: &str, req: Req, command: String, input: O
     // placeholder timer, then put the real one in.
     let placeholder = d.reactor.schedule(Duration::ZERO, |_| {});
     d.reactor.cancel(placeholder);
-    let Some(hid) = send_request(d, id, HostRequest::CommandRun { command, input }, HostCall::Command { req, command: full, timer: placeholder })
-    else {
+    let Some(hid) = send_request(
+        d,
+        id,
+        HostRequest::CommandRun { command, input },
+        HostCall::Command {
+            req,
+            command: full,
+            timer: placeholder,
+        },
+    ) else {
         return;
     };
     let h = hid.clone();
-    let t = d.reactor.schedule(Duration::from_millis(limits::PLUGIN_COMMAND_TIMEOUT_MS), move |d| {
-        let Some(r) = run_mut(d, &owner, run_no) else { return };
-        if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
-            r.commands = r.commands.saturating_sub(1);
-            d.answer(req, Err(RpcError::new(Code::PluginTimeout, "the plugin did not answer command.run in 30 seconds")));
-        }
-    });
-    if let Some(HostCall::Command { timer, .. }) = run_mut(d, id, run_no).and_then(|r| r.host_pending.get_mut(&hid)) {
+    let t = d.reactor.schedule(
+        Duration::from_millis(limits::PLUGIN_COMMAND_TIMEOUT_MS),
+        move |d| {
+            let Some(r) = run_mut(d, &owner, run_no) else {
+                return;
+            };
+            if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
+                r.commands = r.commands.saturating_sub(1);
+                d.answer(
+                    req,
+                    Err(RpcError::new(
+                        Code::PluginTimeout,
+                        "the plugin did not answer command.run in 30 seconds",
+                    )),
+                );
+            }
+        },
+    );
+    if let Some(HostCall::Command { timer, .. }) =
+        run_mut(d, id, run_no).and_then(|r| r.host_pending.get_mut(&hid))
+    {
         *timer = t;
     }
 }
@@ -1415,8 +1825,17 @@ fn ensure_watch(d: &mut Daemon) {
 
 fn watch(d: &mut Daemon) {
     d.plugins.watching = false;
-    let runs: Vec<(String, u64, i32)> =
-        d.plugins.plugins.iter().filter_map(|(k, p)| p.run.as_ref().filter(|r| r.fault.is_none()).map(|r| (k.clone(), r.run_no, r.pid))).collect();
+    let runs: Vec<(String, u64, i32)> = d
+        .plugins
+        .plugins
+        .iter()
+        .filter_map(|(k, p)| {
+            p.run
+                .as_ref()
+                .filter(|r| r.fault.is_none())
+                .map(|r| (k.clone(), r.run_no, r.pid))
+        })
+        .collect();
     if runs.is_empty() {
         return;
     }
@@ -1463,17 +1882,34 @@ mod tests {
     use crate::ledger::Appended;
 
     fn ev(stream: &str, kind: &str, data: &str) -> Appended {
-        Appended { stream: stream.into(), seq: 3, kind: kind.into(), ts: "2026-11-14T09:31:07.412Z".into(), data: data.into() }
+        Appended {
+            stream: stream.into(),
+            seq: 3,
+            kind: kind.into(),
+            ts: "2026-11-14T09:31:07.412Z".into(),
+            data: data.into(),
+        }
     }
 
     #[test]
     fn the_ledger_record_count_stays_within_the_hour_budget() {
-        let rec = crate::plugins::store::Record { plugin: "p".into(), enabled: true, approval: None, waiting: None, removal: None, lanes: Vec::new(), starting: Vec::new() };
+        let rec = crate::plugins::store::Record {
+            plugin: "p".into(),
+            enabled: true,
+            approval: None,
+            waiting: None,
+            removal: None,
+            lanes: Vec::new(),
+            starting: Vec::new(),
+        };
         let mut p = super::Plugin::new(rec);
         for _ in 0..1000 {
             p.note_records(1);
         }
-        assert_eq!(p.ledger_records.len(), crate::limits::PLUGIN_LEDGER_RECORDS_PER_HOUR);
+        assert_eq!(
+            p.ledger_records.len(),
+            crate::limits::PLUGIN_LEDGER_RECORDS_PER_HOUR
+        );
         assert_eq!(p.records_left(), 0);
     }
 
@@ -1484,8 +1920,12 @@ mod tests {
         assert_eq!((e.subject.as_str(), e.data.len()), (sid, 1));
         assert!(map_event(&ev("x-s1", "turn.end", r#"{"reason":"completed"}"#)).is_none());
         assert!(map_event(&ev("lanes", "turn.end", r#"{"reason":"completed"}"#)).is_none());
-        let lane = r#"{"lane":"t-0c1d2e3f4a5b","stage":"building","since":"2026-11-14T09:31:07.412Z"}"#;
-        assert_eq!(map_event(&ev("lanes", "lane.stage", lane)).unwrap().subject, "t-0c1d2e3f4a5b");
+        let lane =
+            r#"{"lane":"t-0c1d2e3f4a5b","stage":"building","since":"2026-11-14T09:31:07.412Z"}"#;
+        assert_eq!(
+            map_event(&ev("lanes", "lane.stage", lane)).unwrap().subject,
+            "t-0c1d2e3f4a5b"
+        );
         assert!(map_event(&ev(sid, "lane.stage", lane)).is_none());
         assert!(map_event(&ev("x-lanes", "lane.stage", lane)).is_none());
         let own = format!(r#"{{"requestId":"{sid}-a1","action":"execute","risk":"high"}}"#);

@@ -182,14 +182,20 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(code: ProblemCode, detail: impl Into<String>) -> Problem {
-        Problem { code, detail: detail.into() }
+        Problem {
+            code,
+            detail: detail.into(),
+        }
     }
 
     /// plugin-invalid's message: the code, then what failed and where, one
     /// clean line of at most 500 characters.
     pub fn message(&self) -> String {
-        text::cut_chars(&text::clean_line(&format!("{}: {}", self.code.name(), self.detail)), limits::PLUGIN_ERROR_MESSAGE_MAX)
-            .to_string()
+        text::cut_chars(
+            &text::clean_line(&format!("{}: {}", self.code.name(), self.detail)),
+            limits::PLUGIN_ERROR_MESSAGE_MAX,
+        )
+        .to_string()
     }
 }
 
@@ -201,7 +207,11 @@ fn invalid(detail: impl Into<String>) -> Problem {
 /// their length bounds).
 pub fn is_kebab_id(s: &str) -> bool {
     s.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
-        && s.split('-').all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        && s.split('-').all(|w| {
+            !w.is_empty()
+                && w.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
 }
 
 /// A plugin id: 3 to 64 characters of the id pattern.
@@ -222,17 +232,26 @@ pub fn is_main_path(s: &str) -> bool {
             !seg.is_empty()
                 && seg != "."
                 && seg != ".."
-                && seg.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'+' | b'-'))
+                && seg.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'+' | b'-')
+                })
         })
 }
 
-fn text_member(o: &Map<String, Value>, name: &str, min: usize, max: usize) -> Result<Option<String>, Problem> {
+fn text_member(
+    o: &Map<String, Value>,
+    name: &str,
+    min: usize,
+    max: usize,
+) -> Result<Option<String>, Problem> {
     match o.get(name) {
         None => Ok(None),
         Some(Value::String(s)) => {
             let n = s.chars().count();
             if n < min || n > max || !text::is_plain(s) {
-                Err(invalid(format!("{name} must be {min} to {max} characters without control or invisible characters")))
+                Err(invalid(format!(
+                    "{name} must be {min} to {max} characters without control or invisible characters"
+                )))
             } else {
                 Ok(Some(s.clone()))
             }
@@ -259,11 +278,25 @@ impl Manifest {
     /// Parses and checks the manifest file's bytes against its schema.
     /// Every failure is `manifest-invalid`.
     pub fn parse(bytes: &[u8]) -> Result<Manifest, Problem> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|_| invalid("the file is not UTF-8 JSON"))?;
-        let Value::Object(o) = value else { return Err(invalid("the file is not a JSON object")) };
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|_| invalid("the file is not UTF-8 JSON"))?;
+        let Value::Object(o) = value else {
+            return Err(invalid("the file is not a JSON object"));
+        };
         reject_unknown(
             &o,
-            &["manifestVersion", "api", "id", "name", "version", "description", "publisher", "main", "permissions", "commands"],
+            &[
+                "manifestVersion",
+                "api",
+                "id",
+                "name",
+                "version",
+                "description",
+                "publisher",
+                "main",
+                "permissions",
+                "commands",
+            ],
             "the manifest",
         )?;
         if o.get("manifestVersion").and_then(Value::as_u64) != Some(1) {
@@ -275,15 +308,29 @@ impl Manifest {
         };
         let id = match o.get("id") {
             Some(Value::String(i)) if is_plugin_id(i) => i.clone(),
-            _ => return Err(invalid("id must be 3 to 64 lowercase letters, digits and single hyphens, starting with a letter")),
+            _ => {
+                return Err(invalid(
+                    "id must be 3 to 64 lowercase letters, digits and single hyphens, starting with a letter",
+                ));
+            }
         };
         let name = required(text_member(&o, "name", 1, limits::PLUGIN_NAME_MAX)?, "name")?;
-        let version = required(text_member(&o, "version", 1, limits::PLUGIN_VERSION_MAX)?, "version")?;
-        let description = required(text_member(&o, "description", 0, limits::PLUGIN_DESCRIPTION_MAX)?, "description")?;
+        let version = required(
+            text_member(&o, "version", 1, limits::PLUGIN_VERSION_MAX)?,
+            "version",
+        )?;
+        let description = required(
+            text_member(&o, "description", 0, limits::PLUGIN_DESCRIPTION_MAX)?,
+            "description",
+        )?;
         let publisher = text_member(&o, "publisher", 1, limits::PLUGIN_PUBLISHER_MAX)?;
         let main = match o.get("main") {
             Some(Value::String(m)) if is_main_path(m) => m.clone(),
-            _ => return Err(invalid("main must be a relative path inside the folder of at most 256 characters")),
+            _ => {
+                return Err(invalid(
+                    "main must be a relative path inside the folder of at most 256 characters",
+                ));
+            }
         };
         let permissions = match o.get("permissions") {
             Some(Value::Array(items)) if items.len() <= Permission::ALL.len() => {
@@ -292,7 +339,9 @@ impl Manifest {
                     let p = item
                         .as_str()
                         .and_then(Permission::from_name)
-                        .ok_or_else(|| invalid("permissions holds an item that is not a permission"))?;
+                        .ok_or_else(|| {
+                            invalid("permissions holds an item that is not a permission")
+                        })?;
                     if v.contains(&p) {
                         return Err(invalid("permissions holds an item twice"));
                     }
@@ -322,7 +371,17 @@ impl Manifest {
         if !commands.is_empty() && !permissions.contains(&Permission::CommandsAdd) {
             return Err(invalid("commands need the permission commands.add"));
         }
-        Ok(Manifest { api, id, name, version, description, publisher, main, permissions, commands })
+        Ok(Manifest {
+            api,
+            id,
+            name,
+            version,
+            description,
+            publisher,
+            main,
+            permissions,
+            commands,
+        })
     }
 
     /// True when this host runs the manifest's api (else plugin-incompatible).
@@ -337,13 +396,22 @@ impl Manifest {
 }
 
 fn parse_command(item: &Value) -> Result<Command, Problem> {
-    let Value::Object(o) = item else { return Err(invalid("commands holds an item that is not an object")) };
+    let Value::Object(o) = item else {
+        return Err(invalid("commands holds an item that is not an object"));
+    };
     reject_unknown(o, &["id", "title", "description", "input"], "a command")?;
     let id = match o.get("id") {
         Some(Value::String(i)) if is_command_id(i) => i.clone(),
-        _ => return Err(invalid("commands[].id must be at most 32 lowercase letters, digits and single hyphens")),
+        _ => {
+            return Err(invalid(
+                "commands[].id must be at most 32 lowercase letters, digits and single hyphens",
+            ));
+        }
     };
-    let title = required(text_member(o, "title", 1, limits::PLUGIN_COMMAND_TITLE_MAX)?, "commands[].title")?;
+    let title = required(
+        text_member(o, "title", 1, limits::PLUGIN_COMMAND_TITLE_MAX)?,
+        "commands[].title",
+    )?;
     let description = match o.get("description") {
         Some(Value::Null) => None,
         _ => text_member(o, "description", 0, limits::PLUGIN_COMMAND_DESCRIPTION_MAX)?,
@@ -353,7 +421,12 @@ fn parse_command(item: &Value) -> Result<Command, Problem> {
         Some(Some("text")) => CommandInput::Text,
         Some(_) => return Err(invalid("commands[].input must be none or text")),
     };
-    Ok(Command { id, title, description, input })
+    Ok(Command {
+        id,
+        title,
+        description,
+        input,
+    })
 }
 
 /// One listed entry of a snapshot.
@@ -416,7 +489,9 @@ fn hash_file(path: &Path, rel: &str) -> Result<(u64, [u8; 32]), Problem> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut size = 0u64;
     loop {
-        let n = reader.read(&mut buf).map_err(|_| unreadable(&format!("{rel} cannot be read")))?;
+        let n = reader
+            .read(&mut buf)
+            .map_err(|_| unreadable(&format!("{rel} cannot be read")))?;
         if n == 0 {
             break;
         }
@@ -424,7 +499,10 @@ fn hash_file(path: &Path, rel: &str) -> Result<(u64, [u8; 32]), Problem> {
         ctx.update(&buf[..n]);
     }
     if size > limits::PLUGIN_FILE_MAX_BYTES {
-        return Err(Problem::new(ProblemCode::FileTooLarge, format!("{rel} is larger than 32 MiB")));
+        return Err(Problem::new(
+            ProblemCode::FileTooLarge,
+            format!("{rel} is larger than 32 MiB"),
+        ));
     }
     let mut out = [0u8; 32];
     out.copy_from_slice(ctx.finish().as_ref());
@@ -468,9 +546,15 @@ pub fn check_folder(root: &Path) -> Result<Snapshot, Problem> {
                 return Err(invalid(format!("{MANIFEST_FILE} is larger than 64 KiB")));
             }
         }
-        _ => return Err(Problem::new(ProblemCode::ManifestMissing, format!("{MANIFEST_FILE} is not a file at the top of the folder"))),
+        _ => {
+            return Err(Problem::new(
+                ProblemCode::ManifestMissing,
+                format!("{MANIFEST_FILE} is not a file at the top of the folder"),
+            ));
+        }
     }
-    let bytes = fs::read(&manifest_path).map_err(|_| unreadable(&format!("{MANIFEST_FILE} cannot be read")))?;
+    let bytes = fs::read(&manifest_path)
+        .map_err(|_| unreadable(&format!("{MANIFEST_FILE} cannot be read")))?;
     let manifest = Manifest::parse(&bytes)?;
 
     let mut entries = Vec::new();
@@ -479,46 +563,90 @@ pub fn check_folder(root: &Path) -> Result<Snapshot, Problem> {
     let mut seen = 0usize;
     let mut dirs: Vec<(PathBuf, String)> = vec![(root.clone(), String::new())];
     while let Some((dir, prefix)) = dirs.pop() {
-        let read = fs::read_dir(&dir).map_err(|_| unreadable(&format!("{} cannot be listed", shown(&prefix))))?;
+        let read = fs::read_dir(&dir)
+            .map_err(|_| unreadable(&format!("{} cannot be listed", shown(&prefix))))?;
         for item in read {
-            let item = item.map_err(|_| unreadable(&format!("{} cannot be listed", shown(&prefix))))?;
+            let item =
+                item.map_err(|_| unreadable(&format!("{} cannot be listed", shown(&prefix))))?;
             seen += 1;
             if seen > limits::PLUGIN_FOLDER_MAX_ENTRIES {
-                return Err(Problem::new(ProblemCode::TooManyFiles, "the folder holds more than 2000 entries"));
+                return Err(Problem::new(
+                    ProblemCode::TooManyFiles,
+                    "the folder holds more than 2000 entries",
+                ));
             }
             let name = item.file_name();
             let name = match name.to_str() {
                 Some(n) if text::is_plain(n) => n.to_string(),
-                _ => return Err(Problem::new(ProblemCode::NameInvalid, format!("a name in {} is not plain UTF-8", shown(&prefix)))),
+                _ => {
+                    return Err(Problem::new(
+                        ProblemCode::NameInvalid,
+                        format!("a name in {} is not plain UTF-8", shown(&prefix)),
+                    ));
+                }
             };
-            let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+            let rel = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
             let path = item.path();
-            let meta = fs::symlink_metadata(&path).map_err(|_| unreadable(&format!("{rel} cannot be read")))?;
+            let meta = fs::symlink_metadata(&path)
+                .map_err(|_| unreadable(&format!("{rel} cannot be read")))?;
             let kind = meta.file_type();
             if kind.is_dir() {
                 dirs.push((path, rel));
             } else if kind.is_symlink() {
-                let inside = fs::canonicalize(&path).map(|t| t.starts_with(&root)).unwrap_or(false);
+                let inside = fs::canonicalize(&path)
+                    .map(|t| t.starts_with(&root))
+                    .unwrap_or(false);
                 if !inside {
-                    return Err(Problem::new(ProblemCode::LinkOutside, format!("{rel} does not resolve inside the folder")));
+                    return Err(Problem::new(
+                        ProblemCode::LinkOutside,
+                        format!("{rel} does not resolve inside the folder"),
+                    ));
                 }
-                let target = fs::read_link(&path).map_err(|_| unreadable(&format!("{rel} cannot be read")))?;
+                let target = fs::read_link(&path)
+                    .map_err(|_| unreadable(&format!("{rel} cannot be read")))?;
                 let target = link_target_bytes(&target);
-                entries.push(SnapshotEntry { path: rel, mode: 0o120000, size: target.len() as u64, sha256: sha256_of(&target) });
+                entries.push(SnapshotEntry {
+                    path: rel,
+                    mode: 0o120000,
+                    size: target.len() as u64,
+                    sha256: sha256_of(&target),
+                });
             } else if kind.is_file() {
                 if meta.len() > limits::PLUGIN_FILE_MAX_BYTES {
-                    return Err(Problem::new(ProblemCode::FileTooLarge, format!("{rel} is larger than 32 MiB")));
+                    return Err(Problem::new(
+                        ProblemCode::FileTooLarge,
+                        format!("{rel} is larger than 32 MiB"),
+                    ));
                 }
                 let (size, sha256) = hash_file(&path, &rel)?;
                 file_count += 1;
                 file_bytes += size;
                 if file_bytes > limits::PLUGIN_FOLDER_MAX_BYTES {
-                    return Err(Problem::new(ProblemCode::FolderTooLarge, "the files hold more than 128 MiB together"));
+                    return Err(Problem::new(
+                        ProblemCode::FolderTooLarge,
+                        "the files hold more than 128 MiB together",
+                    ));
                 }
-                let mode = if is_executable(&meta) { 0o100755 } else { 0o100644 };
-                entries.push(SnapshotEntry { path: rel, mode, size, sha256 });
+                let mode = if is_executable(&meta) {
+                    0o100755
+                } else {
+                    0o100644
+                };
+                entries.push(SnapshotEntry {
+                    path: rel,
+                    mode,
+                    size,
+                    sha256,
+                });
             } else {
-                return Err(Problem::new(ProblemCode::SpecialFile, format!("{rel} is not a file, folder or link")));
+                return Err(Problem::new(
+                    ProblemCode::SpecialFile,
+                    format!("{rel} is not a file, folder or link"),
+                ));
             }
         }
     }
@@ -526,22 +654,44 @@ pub fn check_folder(root: &Path) -> Result<Snapshot, Problem> {
     // main: the manifest's pattern already refuses `..` and absolute paths;
     // links are what can still lead out.
     let main_path = root.join(Path::new(&manifest.main));
-    debug_assert!(main_path.components().all(|c| !matches!(c, Component::ParentDir)));
+    debug_assert!(
+        main_path
+            .components()
+            .all(|c| !matches!(c, Component::ParentDir))
+    );
     match fs::canonicalize(&main_path) {
         Ok(real) if !real.starts_with(&root) => {
-            return Err(Problem::new(ProblemCode::MainOutside, format!("main {} resolves outside the folder", manifest.main)));
+            return Err(Problem::new(
+                ProblemCode::MainOutside,
+                format!("main {} resolves outside the folder", manifest.main),
+            ));
         }
         Ok(real) if fs::metadata(&real).map(|m| m.is_file()).unwrap_or(false) => {}
-        _ => return Err(Problem::new(ProblemCode::MainMissing, format!("main {} is not a file in the folder", manifest.main))),
+        _ => {
+            return Err(Problem::new(
+                ProblemCode::MainMissing,
+                format!("main {} is not a file in the folder", manifest.main),
+            ));
+        }
     }
 
     entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
     let hash = snapshot_hash(&entries);
-    Ok(Snapshot { manifest, entries, file_count, file_bytes, hash })
+    Ok(Snapshot {
+        manifest,
+        entries,
+        file_count,
+        file_bytes,
+        hash,
+    })
 }
 
 fn shown(prefix: &str) -> &str {
-    if prefix.is_empty() { "the top of the folder" } else { prefix }
+    if prefix.is_empty() {
+        "the top of the folder"
+    } else {
+        prefix
+    }
 }
 
 #[cfg(test)]
@@ -576,14 +726,20 @@ mod tests {
     fn page_example_parses() {
         let m = parse(&example()).unwrap();
         assert_eq!(m.id, "night-shift");
-        assert_eq!(m.permissions, vec![Permission::EventsRead, Permission::StorageOwn]);
+        assert_eq!(
+            m.permissions,
+            vec![Permission::EventsRead, Permission::StorageOwn]
+        );
         assert!(m.is_runnable());
         assert!(m.commands.is_empty() && m.publisher.is_none());
         let m = parse(&with("api", json!("1.1"))).unwrap();
         assert!(m.is_runnable());
         assert!(!parse(&with("api", json!("2.0"))).unwrap().is_runnable());
         let m = parse(&with("permissions", json!(["tasks.create", "events.read"]))).unwrap();
-        assert_eq!(m.permissions_in_table_order(), vec![Permission::EventsRead, Permission::TasksCreate]);
+        assert_eq!(
+            m.permissions_in_table_order(),
+            vec![Permission::EventsRead, Permission::TasksCreate]
+        );
     }
 
     #[test]
@@ -611,12 +767,20 @@ mod tests {
             json!([{"id": "n", "title": "t", "run": "x"}]),
             json!([{"id": "n", "title": "t", "description": "d".repeat(121)}]),
             json!([{"id": "n", "title": "t"}, {"id": "n", "title": "u"}]),
-            json!((0..9).map(|i| json!({"id": format!("c{i}"), "title": "t"})).collect::<Vec<_>>()),
+            json!(
+                (0..9)
+                    .map(|i| json!({"id": format!("c{i}"), "title": "t"}))
+                    .collect::<Vec<_>>()
+            ),
             json!({}),
         ] {
             let mut m = v.clone();
             m["commands"] = bad.clone();
-            assert_eq!(parse(&m).unwrap_err().code, ProblemCode::ManifestInvalid, "{bad}");
+            assert_eq!(
+                parse(&m).unwrap_err().code,
+                ProblemCode::ManifestInvalid,
+                "{bad}"
+            );
         }
     }
 
@@ -652,12 +816,19 @@ mod tests {
             json!([]),
         ];
         for c in cases {
-            assert_eq!(parse(&c).unwrap_err().code, ProblemCode::ManifestInvalid, "{c}");
+            assert_eq!(
+                parse(&c).unwrap_err().code,
+                ProblemCode::ManifestInvalid,
+                "{c}"
+            );
         }
         let mut m = example();
         m.as_object_mut().unwrap().remove("permissions");
         assert!(parse(&m).is_err());
-        assert_eq!(Manifest::parse(b"\xff{").unwrap_err().code, ProblemCode::ManifestInvalid);
+        assert_eq!(
+            Manifest::parse(b"\xff{").unwrap_err().code,
+            ProblemCode::ManifestInvalid
+        );
         assert_eq!(invalid("x\ny").message(), "manifest-invalid: x y");
     }
 
@@ -665,17 +836,36 @@ mod tests {
     fn snapshot_hash_fixed_vector() {
         // Computed independently (Python hashlib) from the byte form of the
         // module comment.
-        let e = |path: &str, mode: u32, content: &[u8]| SnapshotEntry { path: path.into(), mode, size: content.len() as u64, sha256: sha256_of(content) };
-        let entries = [e("link", 0o120000, b"a.txt"), e("bin/run", 0o100755, b"#!/bin/sh\n"), e("a.txt", 0o100644, b"hello\n")];
-        assert_eq!(snapshot_hash(&entries), "1e40342177b82739994f77d49c3d51a9486574f0f6236ad764f3980dbf960a84");
-        assert_eq!(snapshot_hash(&[]), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        let e = |path: &str, mode: u32, content: &[u8]| SnapshotEntry {
+            path: path.into(),
+            mode,
+            size: content.len() as u64,
+            sha256: sha256_of(content),
+        };
+        let entries = [
+            e("link", 0o120000, b"a.txt"),
+            e("bin/run", 0o100755, b"#!/bin/sh\n"),
+            e("a.txt", 0o100644, b"hello\n"),
+        ];
+        assert_eq!(
+            snapshot_hash(&entries),
+            "1e40342177b82739994f77d49c3d51a9486574f0f6236ad764f3980dbf960a84"
+        );
+        assert_eq!(
+            snapshot_hash(&[]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
     }
 
     struct TempDir(PathBuf);
 
     impl TempDir {
         fn new(tag: &str) -> TempDir {
-            let p = std::env::temp_dir().join(format!("omni-manifest-{tag}-{}-{}", std::process::id(), crate::ids::secret_hex(6)));
+            let p = std::env::temp_dir().join(format!(
+                "omni-manifest-{tag}-{}-{}",
+                std::process::id(),
+                crate::ids::secret_hex(6)
+            ));
             fs::create_dir_all(&p).unwrap();
             TempDir(p)
         }
@@ -694,7 +884,10 @@ mod tests {
 
     fn plugin(tag: &str) -> TempDir {
         let d = TempDir::new(tag);
-        d.write(MANIFEST_FILE, serde_json::to_string(&example()).unwrap().as_bytes());
+        d.write(
+            MANIFEST_FILE,
+            serde_json::to_string(&example()).unwrap().as_bytes(),
+        );
         d.write("dist/main.mjs", b"export default 1;\n");
         d
     }
@@ -706,7 +899,13 @@ mod tests {
         let d = plugin("ok");
         let s = check_folder(&d.0).unwrap();
         assert_eq!(s.file_count, 2);
-        assert_eq!(s.entries.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), vec!["dist/main.mjs", MANIFEST_FILE]);
+        assert_eq!(
+            s.entries
+                .iter()
+                .map(|e| e.path.as_str())
+                .collect::<Vec<_>>(),
+            vec!["dist/main.mjs", MANIFEST_FILE]
+        );
         let h = s.hash.clone();
         assert_eq!(h.len(), 64);
         assert_eq!(check_folder(&d.0).unwrap().hash, h);
@@ -723,40 +922,79 @@ mod tests {
 
         let d = plugin("link-out");
         symlink("/etc/passwd", d.0.join("passwd")).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::LinkOutside);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::LinkOutside
+        );
         let d = plugin("link-up");
         symlink("../..", d.0.join("dist/up")).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::LinkOutside);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::LinkOutside
+        );
         let d = plugin("dangling");
         symlink("nowhere", d.0.join("dangling")).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::LinkOutside);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::LinkOutside
+        );
 
         let d = TempDir::new("missing");
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::ManifestMissing);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::ManifestMissing
+        );
         let d = TempDir::new("bad-json");
         d.write(MANIFEST_FILE, b"{");
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::ManifestInvalid);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::ManifestInvalid
+        );
         let d = TempDir::new("big-manifest");
         d.write(MANIFEST_FILE, &vec![b' '; 70_000]);
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::ManifestInvalid);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::ManifestInvalid
+        );
         let d = TempDir::new("link-manifest");
-        d.write("real.json", serde_json::to_string(&example()).unwrap().as_bytes());
+        d.write(
+            "real.json",
+            serde_json::to_string(&example()).unwrap().as_bytes(),
+        );
         symlink("real.json", d.0.join(MANIFEST_FILE)).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::ManifestMissing);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::ManifestMissing
+        );
 
         let d = TempDir::new("no-main");
-        d.write(MANIFEST_FILE, serde_json::to_string(&example()).unwrap().as_bytes());
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::MainMissing);
+        d.write(
+            MANIFEST_FILE,
+            serde_json::to_string(&example()).unwrap().as_bytes(),
+        );
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::MainMissing
+        );
         fs::create_dir_all(d.0.join("dist/main.mjs")).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::MainMissing);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::MainMissing
+        );
 
         // main through a link that leaves: the link check comes first.
         let outside = TempDir::new("outside");
         outside.write("main.mjs", b"evil");
         let d = TempDir::new("main-out");
-        d.write(MANIFEST_FILE, serde_json::to_string(&example()).unwrap().as_bytes());
+        d.write(
+            MANIFEST_FILE,
+            serde_json::to_string(&example()).unwrap().as_bytes(),
+        );
         symlink(&outside.0, d.0.join("dist")).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::LinkOutside);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::LinkOutside
+        );
 
         let d = plugin("many");
         for i in 0..limits::PLUGIN_FOLDER_MAX_ENTRIES {
@@ -769,12 +1007,21 @@ mod tests {
         let d = plugin("large");
         let f = fs::File::create(d.0.join("big.bin")).unwrap();
         f.set_len(limits::PLUGIN_FILE_MAX_BYTES + 1).unwrap();
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::FileTooLarge);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::FileTooLarge
+        );
 
         let d = plugin("name");
         d.write("bad\u{202e}name.js", b"");
-        assert_eq!(check_folder(&d.0).unwrap_err().code, ProblemCode::NameInvalid);
+        assert_eq!(
+            check_folder(&d.0).unwrap_err().code,
+            ProblemCode::NameInvalid
+        );
 
-        assert_eq!(check_folder(&d.0.join("absent")).unwrap_err().code, ProblemCode::FolderUnreadable);
+        assert_eq!(
+            check_folder(&d.0.join("absent")).unwrap_err().code,
+            ProblemCode::FolderUnreadable
+        );
     }
 }

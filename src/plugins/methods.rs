@@ -16,14 +16,14 @@
 //! `plugin-remove-pending`.
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::host::{self, AfterStop, Phase, Plugin};
-use super::manifest::{self, is_command_id, is_plugin_id, CommandInput, Manifest};
+use super::manifest::{self, CommandInput, Manifest, is_command_id, is_plugin_id};
 use super::store::{self, Approval, Copy, Record, Waiting};
 use super::tasks;
 use super::text;
-use super::wire::{Permission, ShutdownReason, RUNNABLE_APIS};
+use super::wire::{Permission, RUNNABLE_APIS, ShutdownReason};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
@@ -47,7 +47,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "plugin.commands" => commands(d, p),
         "plugin.command.run" => command_run(d, &req, p),
         "plugin.request.get" => request_get(d, &req, p),
-        other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
+        other => Err(RpcError::new(
+            Code::MethodNotFound,
+            format!("unknown method {other}"),
+        )),
     };
     match result {
         Ok(Some(v)) => d.answer(req, Ok(v)),
@@ -61,7 +64,11 @@ fn not_found(id: &str) -> RpcError {
 }
 
 fn check_id(id: &str) -> Result<(), RpcError> {
-    if is_plugin_id(id) { Ok(()) } else { Err(RpcError::invalid_params("plugin must be a plugin id")) }
+    if is_plugin_id(id) {
+        Ok(())
+    } else {
+        Err(RpcError::invalid_params("plugin must be a plugin id"))
+    }
 }
 
 fn plugin_of<'a>(d: &'a mut Daemon, id: &str) -> Result<&'a mut Plugin, RpcError> {
@@ -71,14 +78,20 @@ fn plugin_of<'a>(d: &'a mut Daemon, id: &str) -> Result<&'a mut Plugin, RpcError
 
 fn not_removing(p: &Plugin) -> Result<(), RpcError> {
     match p.rec.removal {
-        Some(_) => Err(RpcError::new(Code::PluginRemovePending, "the plugin is being removed, or its removal did not finish")),
+        Some(_) => Err(RpcError::new(
+            Code::PluginRemovePending,
+            "the plugin is being removed, or its removal did not finish",
+        )),
         None => Ok(()),
     }
 }
 
 fn ledger_ok(d: &Daemon) -> Result<(), RpcError> {
     match d.ledger.corrupt {
-        Some(_) => Err(RpcError::new(Code::LedgerCorrupt, "the ledger is read-only, so nothing was changed")),
+        Some(_) => Err(RpcError::new(
+            Code::LedgerCorrupt,
+            "the ledger is read-only, so nothing was changed",
+        )),
         None => Ok(()),
     }
 }
@@ -86,16 +99,32 @@ fn ledger_ok(d: &Daemon) -> Result<(), RpcError> {
 fn store_ok(d: &Daemon) -> Result<(), RpcError> {
     match d.plugins.store {
         Some(_) => Ok(()),
-        None => Err(RpcError::new(Code::Unavailable, "the plugin store cannot be used; the log says why")),
+        None => Err(RpcError::new(
+            Code::Unavailable,
+            "the plugin store cannot be used; the log says why",
+        )),
     }
 }
 
 fn saved(d: &Daemon) -> Result<(), RpcError> {
-    if host::persist(d) { Ok(()) } else { Err(RpcError::new(Code::Unavailable, "the plugin record could not be written; the log says why")) }
+    if host::persist(d) {
+        Ok(())
+    } else {
+        Err(RpcError::new(
+            Code::Unavailable,
+            "the plugin record could not be written; the log says why",
+        ))
+    }
 }
 
 fn incompatible(api: &str) -> RpcError {
-    RpcError::new(Code::PluginIncompatible, format!("the plugin is built for API {api}; this host runs {}", RUNNABLE_APIS.join(" and ")))
+    RpcError::new(
+        Code::PluginIncompatible,
+        format!(
+            "the plugin is built for API {api}; this host runs {}",
+            RUNNABLE_APIS.join(" and ")
+        ),
+    )
 }
 
 #[derive(Deserialize)]
@@ -106,14 +135,21 @@ struct PathParams {
 
 fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let PathParams { path } = params(p)?;
-    let abs = path.starts_with('/') || path.starts_with("\\\\") || path.as_bytes().get(1) == Some(&b':');
+    let abs =
+        path.starts_with('/') || path.starts_with("\\\\") || path.as_bytes().get(1) == Some(&b':');
     if !abs || path.chars().count() > limits::PLUGIN_PATH_MAX || !text::is_plain(&path) {
-        return Err(RpcError::invalid_params("path must be an absolute path of at most 4096 characters without control or invisible characters"));
+        return Err(RpcError::invalid_params(
+            "path must be an absolute path of at most 4096 characters without control or invisible characters",
+        ));
     }
     ledger_ok(d)?;
     store_ok(d)?;
-    let Some(store) = &d.plugins.store else { return Err(RpcError::internal()) };
-    let (staging, snap) = store.stage(std::path::Path::new(&path)).map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
+    let Some(store) = &d.plugins.store else {
+        return Err(RpcError::internal());
+    };
+    let (staging, snap) = store
+        .stage(std::path::Path::new(&path))
+        .map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
     let discard_staging = |s: &std::path::Path| {
         let _ = std::fs::remove_dir_all(s);
     };
@@ -139,12 +175,21 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         discard_staging(&staging);
         return Err(RpcError::new(Code::PluginLimit, "20 plugins are installed"));
     }
-    let same_approved = existing.and_then(|p| p.approved.as_ref()).is_some_and(|l| l.hash == snap.hash);
-    let same_waiting = existing.and_then(|p| p.rec.waiting.as_ref()).is_some_and(|w| w.snapshot_hash == snap.hash);
+    let same_approved = existing
+        .and_then(|p| p.approved.as_ref())
+        .is_some_and(|l| l.hash == snap.hash);
+    let same_waiting = existing
+        .and_then(|p| p.rec.waiting.as_ref())
+        .is_some_and(|w| w.snapshot_hash == snap.hash);
     if same_approved || same_waiting {
         discard_staging(&staging);
         let p = existing.ok_or_else(RpcError::internal)?;
-        let installed = p.rec.waiting.as_ref().filter(|_| same_waiting).and_then(|w| w.installed_by.clone());
+        let installed = p
+            .rec
+            .waiting
+            .as_ref()
+            .filter(|_| same_waiting)
+            .and_then(|w| w.installed_by.clone());
         return Ok(Some(json!({
             "plugin": id, "version": m.version, "snapshotHash": snap.hash, "state": p.state().0,
             "replaced": false, "unchanged": true, "installedBy": installed.unwrap_or_else(|| installed_by.to_string()),
@@ -152,11 +197,22 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }
     if let Err(e) = store.place_waiting(&id, &staging) {
         discard_staging(&staging);
-        crate::error!("plugin {id}: unable to place the installed copy: {}", crate::errors::io_cause(&e));
-        return Err(RpcError::new(Code::Unavailable, "the installed copy could not be placed in the store"));
+        crate::error!(
+            "plugin {id}: unable to place the installed copy: {}",
+            crate::errors::io_cause(&e)
+        );
+        return Err(RpcError::new(
+            Code::Unavailable,
+            "the installed copy could not be placed in the store",
+        ));
     }
     let replaced = existing.is_some_and(|p| p.rec.waiting.is_some());
-    let waiting = Waiting { kind: "install".into(), snapshot_hash: snap.hash.clone(), installed_by: Some(installed_by.into()), installed_at: crate::clock::now_ts() };
+    let waiting = Waiting {
+        kind: "install".into(),
+        snapshot_hash: snap.hash.clone(),
+        installed_by: Some(installed_by.into()),
+        installed_at: crate::clock::now_ts(),
+    };
     match d.plugins.plugins.get_mut(&id) {
         Some(p) => p.rec.waiting = Some(waiting),
         None => {
@@ -166,8 +222,16 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }
     }
     saved(d)?;
-    crate::info!("plugin {id} {} installed by the {installed_by}; it waits for approval", snap.manifest.version);
-    let state = d.plugins.plugins.get(&id).map(|p| p.state().0).unwrap_or("pending-approval");
+    crate::info!(
+        "plugin {id} {} installed by the {installed_by}; it waits for approval",
+        snap.manifest.version
+    );
+    let state = d
+        .plugins
+        .plugins
+        .get(&id)
+        .map(|p| p.state().0)
+        .unwrap_or("pending-approval");
     Ok(Some(json!({
         "plugin": id, "version": m.version, "snapshotHash": snap.hash, "state": state,
         "replaced": replaced, "unchanged": false, "installedBy": installed_by,
@@ -220,8 +284,17 @@ fn list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     if let Some(c) = &cursor {
         check_id(c).map_err(|_| RpcError::invalid_params("cursor must be a plugin id"))?;
     }
-    let items: Vec<Value> =
-        d.plugins.plugins.values().filter(|p| cursor.as_ref().is_none_or(|c| p.rec.plugin.as_str() > c.as_str())).map(|p| list_item(d, p)).collect();
+    let items: Vec<Value> = d
+        .plugins
+        .plugins
+        .values()
+        .filter(|p| {
+            cursor
+                .as_ref()
+                .is_none_or(|c| p.rec.plugin.as_str() > c.as_str())
+        })
+        .map(|p| list_item(d, p))
+        .collect();
     Ok(Some(json!({"plugins": items, "nextCursor": null})))
 }
 
@@ -235,16 +308,29 @@ fn get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     let IdParams { plugin } = params(p)?;
     let p = plugin_of(d, &plugin)?;
     let crashes = p.crashes();
-    let p = d.plugins.plugins.get(&plugin).ok_or_else(|| not_found(&plugin))?;
+    let p = d
+        .plugins
+        .plugins
+        .get(&plugin)
+        .ok_or_else(|| not_found(&plugin))?;
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
     let (state, reason) = p.state();
     let waiting = p.rec.waiting.as_ref().map(|w| {
         let wdir = store.copy_dir(&plugin, Copy::Waiting);
         let wjson = store::manifest_json(&wdir);
-        let valid = std::fs::read(wdir.join(manifest::MANIFEST_FILE)).ok().is_some_and(|b| Manifest::parse(&b).is_ok());
+        let valid = std::fs::read(wdir.join(manifest::MANIFEST_FILE))
+            .ok()
+            .is_some_and(|b| Manifest::parse(&b).is_ok());
         let after_entries = store::raw_entries(&wdir);
-        let before_entries = p.approved.as_ref().map(|_| store::raw_entries(&store.copy_dir(&plugin, Copy::Approved)));
-        let before = p.approved.as_ref().zip(before_entries.as_ref()).map(|(l, e)| (&l.json, e.as_slice()));
+        let before_entries = p
+            .approved
+            .as_ref()
+            .map(|_| store::raw_entries(&store.copy_dir(&plugin, Copy::Approved)));
+        let before = p
+            .approved
+            .as_ref()
+            .zip(before_entries.as_ref())
+            .map(|(l, e)| (&l.json, e.as_slice()));
         let diff = store::diff(before, (wjson.as_ref(), &after_entries));
         json!({
             "kind": w.kind,
@@ -286,59 +372,93 @@ struct ApproveParams {
 }
 
 fn is_hash(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn stale(what: &str) -> RpcError {
-    RpcError::new(Code::PluginStaleSnapshot, format!("the copy that waits is not the one named: {what}"))
+    RpcError::new(
+        Code::PluginStaleSnapshot,
+        format!("the copy that waits is not the one named: {what}"),
+    )
 }
 
 fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let a: ApproveParams = params(p)?;
     check_id(&a.plugin)?;
     if !is_hash(&a.snapshot_hash) {
-        return Err(RpcError::invalid_params("snapshotHash must be 64 lowercase hex digits"));
+        return Err(RpcError::invalid_params(
+            "snapshotHash must be 64 lowercase hex digits",
+        ));
     }
     let mut perms = Vec::new();
     for name in &a.permissions {
-        let perm = Permission::from_name(name).ok_or_else(|| RpcError::invalid_params("permissions holds an item that is not a permission"))?;
+        let perm = Permission::from_name(name).ok_or_else(|| {
+            RpcError::invalid_params("permissions holds an item that is not a permission")
+        })?;
         if perms.contains(&perm) {
             return Err(RpcError::invalid_params("permissions holds an item twice"));
         }
         perms.push(perm);
     }
-    if a.commands.len() > limits::PLUGIN_COMMANDS_MAX || a.commands.iter().any(|c| !is_command_id(c)) {
-        return Err(RpcError::invalid_params("commands must be at most 8 command ids"));
+    if a.commands.len() > limits::PLUGIN_COMMANDS_MAX
+        || a.commands.iter().any(|c| !is_command_id(c))
+    {
+        return Err(RpcError::invalid_params(
+            "commands must be at most 8 command ids",
+        ));
     }
-    if a.commands.iter().enumerate().any(|(i, c)| a.commands[..i].contains(c)) {
+    if a.commands
+        .iter()
+        .enumerate()
+        .any(|(i, c)| a.commands[..i].contains(c))
+    {
         return Err(RpcError::invalid_params("commands holds an item twice"));
     }
-    let op_ok = (1..=64).contains(&a.operator.len()) && a.operator.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b'.' | b'_' | b'-'));
+    let op_ok = (1..=64).contains(&a.operator.len())
+        && a.operator
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b'.' | b'_' | b'-'));
     if !op_ok {
-        return Err(RpcError::invalid_params("operator must be 1 to 64 letters, digits, spaces, dots, underscores and hyphens"));
+        return Err(RpcError::invalid_params(
+            "operator must be 1 to 64 letters, digits, spaces, dots, underscores and hyphens",
+        ));
     }
     require_operator(req)?;
     let id = a.plugin.clone();
     let p = plugin_of(d, &id)?;
     not_removing(p)?;
-    let w = p.rec.waiting.clone().ok_or_else(|| stale("no copy waits for approval"))?;
+    let w = p
+        .rec
+        .waiting
+        .clone()
+        .ok_or_else(|| stale("no copy waits for approval"))?;
     if w.snapshot_hash != a.snapshot_hash {
         return Err(stale("another snapshot hash"));
     }
     ledger_ok(d)?;
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
-    let snap = manifest::check_folder(&store.copy_dir(&id, Copy::Waiting)).map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
+    let snap = manifest::check_folder(&store.copy_dir(&id, Copy::Waiting))
+        .map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
     if snap.hash != w.snapshot_hash {
         return Err(stale("the copy changed on disk after it was installed"));
     }
     let m = &snap.manifest;
     if m.id != id {
-        return Err(RpcError::new(Code::PluginInvalid, format!("manifest-invalid: the copy names the id {}, not {id}", m.id)));
+        return Err(RpcError::new(
+            Code::PluginInvalid,
+            format!("manifest-invalid: the copy names the id {}, not {id}", m.id),
+        ));
     }
     if !m.is_runnable() {
         return Err(incompatible(&m.api));
     }
-    let want: Vec<&str> = m.permissions_in_table_order().iter().map(|x| x.name()).collect();
+    let want: Vec<&str> = m
+        .permissions_in_table_order()
+        .iter()
+        .map(|x| x.name())
+        .collect();
     if want != a.permissions.iter().map(String::as_str).collect::<Vec<_>>() {
         return Err(stale("another permission list"));
     }
@@ -354,13 +474,28 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         at: crate::clock::now_ts(),
         check: String::new(),
     };
-    approval.check = store.check_of(&id, &approval).ok_or_else(|| RpcError::new(Code::Unavailable, "the plugin store key cannot be used; the log says why"))?;
+    approval.check = store.check_of(&id, &approval).ok_or_else(|| {
+        RpcError::new(
+            Code::Unavailable,
+            "the plugin store key cannot be used; the log says why",
+        )
+    })?;
     if let Err(e) = store.promote_waiting(&id) {
-        crate::error!("plugin {id}: unable to put the approved copy in force: {}", crate::errors::io_cause(&e));
-        return Err(RpcError::new(Code::Unavailable, "the approved copy could not be put in force"));
+        crate::error!(
+            "plugin {id}: unable to put the approved copy in force: {}",
+            crate::errors::io_cause(&e)
+        );
+        return Err(RpcError::new(
+            Code::Unavailable,
+            "the approved copy could not be put in force",
+        ));
     }
     let loaded = host::loaded_of(store, &id, &approval);
-    let p = d.plugins.plugins.get_mut(&id).ok_or_else(|| not_found(&id))?;
+    let p = d
+        .plugins
+        .plugins
+        .get_mut(&id)
+        .ok_or_else(|| not_found(&id))?;
     p.rec.approval = Some(approval);
     p.rec.waiting = None;
     p.approved = loaded;
@@ -378,8 +513,15 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     } else {
         host::start(d, &id);
     }
-    let state = d.plugins.plugins.get(&id).map(|p| p.state().0).unwrap_or("pending-approval");
-    Ok(Some(json!({"plugin": id, "snapshotHash": snap.hash, "approved": true, "state": state})))
+    let state = d
+        .plugins
+        .plugins
+        .get(&id)
+        .map(|p| p.state().0)
+        .unwrap_or("pending-approval");
+    Ok(Some(
+        json!({"plugin": id, "snapshotHash": snap.hash, "approved": true, "state": state}),
+    ))
 }
 
 fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
@@ -389,18 +531,34 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let p = plugin_of(d, &plugin)?;
     not_removing(p)?;
     if p.rec.waiting.is_none() {
-        return Err(RpcError::new(Code::NotFound, "no installed copy of the plugin waits"));
+        return Err(RpcError::new(
+            Code::NotFound,
+            "no installed copy of the plugin waits",
+        ));
     }
     let never = p.approved.is_none();
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
-    let res = if never { store.remove_plugin(&plugin) } else { store.remove_copy(&plugin, Copy::Waiting) };
+    let res = if never {
+        store.remove_plugin(&plugin)
+    } else {
+        store.remove_copy(&plugin, Copy::Waiting)
+    };
     if let Err(e) = res {
-        crate::error!("plugin {plugin}: unable to delete the waiting copy: {}", crate::errors::io_cause(&e));
-        return Err(RpcError::new(Code::Unavailable, "the waiting copy could not be deleted"));
+        crate::error!(
+            "plugin {plugin}: unable to delete the waiting copy: {}",
+            crate::errors::io_cause(&e)
+        );
+        return Err(RpcError::new(
+            Code::Unavailable,
+            "the waiting copy could not be deleted",
+        ));
     }
     if never {
         d.plugins.plugins.remove(&plugin);
-        let op = Op::Exec { sql: "DELETE FROM plugin_storage WHERE plugin = ?1", params: vec![plugin.clone().into()] };
+        let op = Op::Exec {
+            sql: "DELETE FROM plugin_storage WHERE plugin = ?1",
+            params: vec![plugin.clone().into()],
+        };
         d.write(vec![op], |_, r| {
             if let Err(e) = r {
                 crate::error!("storage of a discarded plugin was not deleted: {e:?}");
@@ -410,7 +568,9 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         p.rec.waiting = None;
     }
     saved(d)?;
-    Ok(Some(json!({"plugin": plugin, "discarded": true, "removed": never})))
+    Ok(Some(
+        json!({"plugin": plugin, "discarded": true, "removed": never}),
+    ))
 }
 
 fn enable(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
@@ -425,8 +585,15 @@ fn enable(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     host::clear_crashes(p);
     saved(d)?;
     host::start(d, &plugin);
-    let state = d.plugins.plugins.get(&plugin).map(|p| p.state().0).unwrap_or("disabled");
-    Ok(Some(json!({"plugin": plugin, "enabled": true, "state": state})))
+    let state = d
+        .plugins
+        .plugins
+        .get(&plugin)
+        .map(|p| p.state().0)
+        .unwrap_or("disabled");
+    Ok(Some(
+        json!({"plugin": plugin, "enabled": true, "state": state}),
+    ))
 }
 
 fn disable(d: &mut Daemon, p: Map<String, Value>) -> Handled {
@@ -438,8 +605,15 @@ fn disable(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     }
     saved(d)?;
     host::stop(d, &plugin, ShutdownReason::Disabled);
-    let state = d.plugins.plugins.get(&plugin).map(|p| p.state().0).unwrap_or("disabled");
-    Ok(Some(json!({"plugin": plugin, "enabled": false, "state": state})))
+    let state = d
+        .plugins
+        .plugins
+        .get(&plugin)
+        .map(|p| p.state().0)
+        .unwrap_or("disabled");
+    Ok(Some(
+        json!({"plugin": plugin, "enabled": false, "state": state}),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -456,7 +630,10 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     require_operator(req)?;
     let p = plugin_of(d, &plugin)?;
     if p.run.is_some() && matches!(p.after_stop, AfterStop::Remove { .. }) {
-        return Err(RpcError::new(Code::PluginRemovePending, "the plugin is being removed"));
+        return Err(RpcError::new(
+            Code::PluginRemovePending,
+            "the plugin is being removed",
+        ));
     }
     p.rec.removal = Some("removing".into());
     // stopTasks (true when absent): every lane of its requests still at work
@@ -486,13 +663,17 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 }
 
 fn is_full_command(s: &str) -> bool {
-    s.chars().count() <= 97 && s.split_once('.').is_some_and(|(p, c)| is_plugin_id(p) && is_command_id(c))
+    s.chars().count() <= 97
+        && s.split_once('.')
+            .is_some_and(|(p, c)| is_plugin_id(p) && is_command_id(c))
 }
 
 fn commands(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     let CursorParams { cursor } = params(p)?;
     if cursor.as_ref().is_some_and(|c| !is_full_command(c)) {
-        return Err(RpcError::invalid_params("cursor must be a command as <plugin>.<command>"));
+        return Err(RpcError::invalid_params(
+            "cursor must be a command as <plugin>.<command>",
+        ));
     }
     let mut items = Vec::new();
     for p in d.plugins.plugins.values() {
@@ -505,7 +686,9 @@ fn commands(d: &mut Daemon, p: Map<String, Value>) -> Handled {
         cmds.sort_by(|a, b| a.id.cmp(&b.id));
         for c in cmds {
             let full = format!("{}.{}", p.rec.plugin, c.id);
-            if cursor.as_ref().is_some_and(|cur| (p.rec.plugin.as_str(), c.id.as_str()) <= cur.split_once('.').unwrap_or(("", ""))) {
+            if cursor.as_ref().is_some_and(|cur| {
+                (p.rec.plugin.as_str(), c.id.as_str()) <= cur.split_once('.').unwrap_or(("", ""))
+            }) {
                 continue;
             }
             items.push(json!({
@@ -517,7 +700,14 @@ fn commands(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     }
     let more = items.len() > limits::PLUGIN_COMMANDS_PAGE_MAX;
     items.truncate(limits::PLUGIN_COMMANDS_PAGE_MAX);
-    let next = if more { items.last().map(|i| i["command"].clone()).unwrap_or(Value::Null) } else { Value::Null };
+    let next = if more {
+        items
+            .last()
+            .map(|i| i["command"].clone())
+            .unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    };
     Ok(Some(json!({"commands": items, "nextCursor": next})))
 }
 
@@ -531,30 +721,61 @@ struct RunParams {
 fn command_run(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let RunParams { command, input } = params(p)?;
     if !is_full_command(&command) {
-        return Err(RpcError::invalid_params("command must be <plugin id>.<command id>"));
+        return Err(RpcError::invalid_params(
+            "command must be <plugin id>.<command id>",
+        ));
     }
     if let Some(i) = &input {
-        if i.chars().count() > limits::PLUGIN_COMMAND_INPUT_MAX || i.chars().any(|c| c < ' ' || c == '\u{7f}') {
-            return Err(RpcError::invalid_params("input must be one line of at most 1024 characters without control characters"));
+        if i.chars().count() > limits::PLUGIN_COMMAND_INPUT_MAX
+            || i.chars().any(|c| c < ' ' || c == '\u{7f}')
+        {
+            return Err(RpcError::invalid_params(
+                "input must be one line of at most 1024 characters without control characters",
+            ));
         }
     }
     require_operator(req)?;
     let (plugin, cid) = command.split_once('.').ok_or_else(RpcError::internal)?;
-    let missing = || RpcError::new(Code::CommandNotFound, "no plugin that can run has this command");
+    let missing = || {
+        RpcError::new(
+            Code::CommandNotFound,
+            "no plugin that can run has this command",
+        )
+    };
     let p = d.plugins.plugins.get(plugin).ok_or_else(missing)?;
     let (state, _) = p.state();
     if !matches!(state, "starting" | "running" | "restarting" | "failed") {
         return Err(missing());
     }
-    let c = p.approved.as_ref().and_then(|l| l.manifest.commands.iter().find(|c| c.id == cid)).ok_or_else(missing)?;
+    let c = p
+        .approved
+        .as_ref()
+        .and_then(|l| l.manifest.commands.iter().find(|c| c.id == cid))
+        .ok_or_else(missing)?;
     match (c.input, &input) {
-        (CommandInput::Text, None) => return Err(RpcError::invalid_params("this command takes input")),
-        (CommandInput::None, Some(_)) => return Err(RpcError::invalid_params("this command takes no input")),
+        (CommandInput::Text, None) => {
+            return Err(RpcError::invalid_params("this command takes input"));
+        }
+        (CommandInput::None, Some(_)) => {
+            return Err(RpcError::invalid_params("this command takes no input"));
+        }
         _ => {}
     }
-    let run = p.run.as_ref().filter(|r| r.initialized && state == "running").ok_or_else(|| RpcError::new(Code::PluginNotRunning, "the command's plugin is not running"))?;
+    let run = p
+        .run
+        .as_ref()
+        .filter(|r| r.initialized && state == "running")
+        .ok_or_else(|| {
+            RpcError::new(
+                Code::PluginNotRunning,
+                "the command's plugin is not running",
+            )
+        })?;
     if run.commands >= limits::PLUGIN_MAX_COMMANDS_IN_FLIGHT {
-        return Err(RpcError::new(Code::Busy, "4 commands of the plugin are unanswered"));
+        return Err(RpcError::new(
+            Code::Busy,
+            "4 commands of the plugin are unanswered",
+        ));
     }
     host::run_command(d, plugin, req.clone(), cid.to_string(), input);
     Ok(None)
@@ -570,10 +791,18 @@ fn request_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let RequestParams { request_id } = params(p)?;
     let ok = request_id.strip_prefix("plugin_").is_some_and(|u| {
         u.len() == 36
-            && u.bytes().enumerate().all(|(i, b)| if matches!(i, 8 | 13 | 18 | 23) { b == b'-' } else { b.is_ascii_digit() || (b'a'..=b'f').contains(&b) })
+            && u.bytes().enumerate().all(|(i, b)| {
+                if matches!(i, 8 | 13 | 18 | 23) {
+                    b == b'-'
+                } else {
+                    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+                }
+            })
     });
     if !ok {
-        return Err(RpcError::invalid_params("requestId must be plugin_ and a lowercase UUID"));
+        return Err(RpcError::invalid_params(
+            "requestId must be plugin_ and a lowercase UUID",
+        ));
     }
     tasks::get(d, req.clone(), request_id);
     Ok(None)

@@ -36,7 +36,9 @@ mod schema_tests {
     //! schemas and the Rust code both spell (calls, kinds, permissions, error
     //! codes) agree.
 
-    use super::wire::{EventKind, HostError, HostErrorKind, Method, PendingState, Permission, QuotaLimit};
+    use super::wire::{
+        EventKind, HostError, HostErrorKind, Method, PendingState, Permission, QuotaLimit,
+    };
     use serde_json::Value;
     use std::path::{Path, PathBuf};
 
@@ -45,7 +47,8 @@ mod schema_tests {
     }
 
     fn load(rel: &str) -> Value {
-        let text = std::fs::read_to_string(dir().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let text =
+            std::fs::read_to_string(dir().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
     }
 
@@ -78,7 +81,12 @@ mod schema_tests {
     }
 
     fn enum_of(v: &Value) -> Vec<String> {
-        v["enum"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+        v["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
     }
 
     #[test]
@@ -89,7 +97,10 @@ mod schema_tests {
         for rel in &all {
             assert!(rel.ends_with(".schema.json"), "{rel}");
             let doc = load(rel);
-            assert_eq!(doc["$schema"], "https://json-schema.org/draft/2020-12/schema", "{rel}");
+            assert_eq!(
+                doc["$schema"], "https://json-schema.org/draft/2020-12/schema",
+                "{rel}"
+            );
             let mut rs = Vec::new();
             refs(&doc, &mut rs);
             for r in rs {
@@ -119,21 +130,40 @@ mod schema_tests {
     fn schemas_agree_with_the_code() {
         for m in Method::ALL {
             let doc = load(&format!("calls/{}.schema.json", m.name()));
-            assert!(doc["$defs"]["params"].is_object() && doc["$defs"]["result"].is_object(), "{}", m.name());
-            assert!(doc["description"].as_str().unwrap().contains(&format!("Permission: {}.", m.permission().name())));
+            assert!(
+                doc["$defs"]["params"].is_object() && doc["$defs"]["result"].is_object(),
+                "{}",
+                m.name()
+            );
+            assert!(
+                doc["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("Permission: {}.", m.permission().name()))
+            );
         }
         for host in ["initialize", "ping", "command.run", "shutdown"] {
             assert!(load(&format!("calls/{host}.schema.json"))["$defs"]["params"].is_object());
         }
         let defs = load("defs.schema.json");
-        let kinds: Vec<String> = EventKind::ALL.iter().map(|k| k.name().to_string()).collect();
+        let kinds: Vec<String> = EventKind::ALL
+            .iter()
+            .map(|k| k.name().to_string())
+            .collect();
         assert_eq!(enum_of(&defs["$defs"]["eventKind"]), kinds);
-        let perms: Vec<String> = Permission::ALL.iter().map(|p| p.name().to_string()).collect();
+        let perms: Vec<String> = Permission::ALL
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
         assert_eq!(enum_of(&defs["$defs"]["permission"]), perms);
         let events = load("event.schema.json");
         for k in EventKind::ALL {
             let subject = if k.is_lane() { "lane" } else { "session" };
-            assert!(events["$defs"][k.name()]["properties"][subject].is_object(), "{}", k.name());
+            assert!(
+                events["$defs"][k.name()]["properties"][subject].is_object(),
+                "{}",
+                k.name()
+            );
         }
         let codes: Vec<String> = [
             HostErrorKind::InvalidRequest,
@@ -158,10 +188,29 @@ mod schema_tests {
         .into_iter()
         .map(|k| HostError::of(k).code().to_string())
         .collect();
-        assert_eq!(enum_of(&load("host-error.schema.json")["properties"]["code"]), codes);
+        assert_eq!(
+            enum_of(&load("host-error.schema.json")["properties"]["code"]),
+            codes
+        );
         let manifest = load("manifest.schema.json");
-        let members: Vec<&str> = manifest["properties"].as_object().unwrap().keys().map(String::as_str).collect();
-        for m in ["manifestVersion", "api", "id", "name", "version", "description", "publisher", "main", "permissions", "commands"] {
+        let members: Vec<&str> = manifest["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for m in [
+            "manifestVersion",
+            "api",
+            "id",
+            "name",
+            "version",
+            "description",
+            "publisher",
+            "main",
+            "permissions",
+            "commands",
+        ] {
             assert!(members.contains(&m), "{m}");
         }
     }

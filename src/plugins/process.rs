@@ -51,18 +51,34 @@ pub use crate::isolation::which;
 impl Isolation {
     /// Before the probe has answered: plugins wait to start.
     pub fn pending() -> Isolation {
-        Isolation { bwrap: None, missing: Some("isolation is still being probed".into()), probed: false }
+        Isolation {
+            bwrap: None,
+            missing: Some("isolation is still being probed".into()),
+            probed: false,
+        }
     }
 
     /// Decides isolation for this run of the daemon from the config and the
     /// machine's probe (module comment).
     pub fn decide(cfg: &PluginsSection, probe: &crate::isolation::Probe) -> Isolation {
         if cfg.isolation == "none" {
-            return Isolation { bwrap: None, missing: Some("plugins.isolation is none".into()), probed: true };
+            return Isolation {
+                bwrap: None,
+                missing: Some("plugins.isolation is none".into()),
+                probed: true,
+            };
         }
         match probe {
-            Ok(bwrap) => Isolation { bwrap: Some(bwrap.clone()), missing: None, probed: true },
-            Err(why) => Isolation { bwrap: None, missing: Some(why.clone()), probed: true },
+            Ok(bwrap) => Isolation {
+                bwrap: Some(bwrap.clone()),
+                missing: None,
+                probed: true,
+            },
+            Err(why) => Isolation {
+                bwrap: None,
+                missing: Some(why.clone()),
+                probed: true,
+            },
         }
     }
 }
@@ -78,15 +94,26 @@ pub struct Spec<'a> {
 /// cannot start (the fault `spawn-failed`).
 pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Command, String> {
     let main = spec.copy.join(spec.main);
-    let ext = Path::new(spec.main).extension().and_then(|e| e.to_str()).unwrap_or("");
+    let ext = Path::new(spec.main)
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("");
     let interpreter = match ext {
-        "mjs" | "js" => Some(which(&cfg.node).ok_or_else(|| format!("the node interpreter {:?} was not found", cfg.node))?),
-        "py" => Some(which(&cfg.python).ok_or_else(|| format!("the python interpreter {:?} was not found", cfg.python))?),
+        "mjs" | "js" => Some(
+            which(&cfg.node)
+                .ok_or_else(|| format!("the node interpreter {:?} was not found", cfg.node))?,
+        ),
+        "py" => Some(
+            which(&cfg.python)
+                .ok_or_else(|| format!("the python interpreter {:?} was not found", cfg.python))?,
+        ),
         _ => None,
     };
     if interpreter.is_none() {
         use std::os::unix::fs::PermissionsExt;
-        let exec = std::fs::metadata(&main).map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+        let exec = std::fs::metadata(&main)
+            .map(|m| m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false);
         if !exec {
             return Err("main is not .mjs, .js or .py and not an executable file".into());
         }
@@ -100,7 +127,17 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
     let mut cmd = match &iso.bwrap {
         Some(bwrap) => {
             let mut c = Command::new(bwrap);
-            c.args(["--die-with-parent", "--new-session", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+            c.args([
+                "--die-with-parent",
+                "--new-session",
+                "--unshare-all",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--tmpfs",
+                "/tmp",
+            ]);
             for d in ["/usr", "/etc", "/opt"] {
                 if Path::new(d).is_dir() {
                     c.args(["--ro-bind", d, d]);
@@ -118,7 +155,10 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
                 }
             }
             if let Some(i) = &interpreter {
-                if !["/usr/", "/etc/", "/opt/", "/bin/", "/lib"].iter().any(|p| i.starts_with(p)) {
+                if !["/usr/", "/etc/", "/opt/", "/bin/", "/lib"]
+                    .iter()
+                    .any(|p| i.starts_with(p))
+                {
                     c.arg("--ro-bind").arg(i).arg(i);
                 }
             }
@@ -146,11 +186,17 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
     // setrlimit, which is async-signal-safe, on its own stack values.
     unsafe {
         cmd.pre_exec(move || {
-            let lim = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+            let lim = libc::rlimit {
+                rlim_cur: bytes as libc::rlim_t,
+                rlim_max: bytes as libc::rlim_t,
+            };
             if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
             libc::setrlimit(libc::RLIMIT_CORE, &none);
             Ok(())
         });
@@ -176,7 +222,11 @@ fn read_proc(pid: i32) -> Option<Proc> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ppid(1) pgrp(2) ... rss(21).
-    Some(Proc { ppid: f.get(1)?.parse().ok()?, pgrp: f.get(2)?.parse().ok()?, rss_pages: f.get(21)?.parse().ok()? })
+    Some(Proc {
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        rss_pages: f.get(21)?.parse().ok()?,
+    })
 }
 
 /// Counts each root's tree (its descendants and its process group) in one
@@ -225,7 +275,13 @@ pub fn sample(roots: &[i32]) -> HashMap<i32, Usage> {
 /// bad_alloc. An exit with one of them in the error output is the fault
 /// `memory`.
 pub fn looks_out_of_memory(stderr_tail: &str) -> bool {
-    ["out of memory", "MemoryError", "Allocation failed", "Cannot allocate memory", "bad_alloc"]
-        .iter()
-        .any(|w| stderr_tail.contains(w))
+    [
+        "out of memory",
+        "MemoryError",
+        "Allocation failed",
+        "Cannot allocate memory",
+        "bad_alloc",
+    ]
+    .iter()
+    .any(|w| stderr_tail.contains(w))
 }

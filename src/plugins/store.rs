@@ -32,13 +32,13 @@
 //!   cannot be approved.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::manifest::{self, Problem, ProblemCode, Snapshot, SnapshotEntry, MANIFEST_FILE};
+use super::manifest::{self, MANIFEST_FILE, Problem, ProblemCode, Snapshot, SnapshotEntry};
 use crate::errors::io_cause;
 use crate::ids::hex;
 use crate::limits;
@@ -87,7 +87,15 @@ pub struct Record {
 
 impl Record {
     pub fn new(plugin: &str) -> Record {
-        Record { plugin: plugin.into(), enabled: true, approval: None, waiting: None, removal: None, lanes: vec![], starting: vec![] }
+        Record {
+            plugin: plugin.into(),
+            enabled: true,
+            approval: None,
+            waiting: None,
+            removal: None,
+            lanes: vec![],
+            starting: vec![],
+        }
     }
 }
 
@@ -134,14 +142,21 @@ impl Store {
     /// Opens the store under `state_dir`, creating it and its key.
     pub fn open(state_dir: &Path) -> Result<Store, String> {
         let root = state_dir.join("plugins");
-        mkdir_private(&root).map_err(|e| format!("unable to create the plugin store {}: {}", root.display(), io_cause(&e)))?;
+        mkdir_private(&root).map_err(|e| {
+            format!(
+                "unable to create the plugin store {}: {}",
+                root.display(),
+                io_cause(&e)
+            )
+        })?;
         let key_path = root.join("store.key");
         let key = match fs::read(&key_path) {
             Ok(k) if k.len() == 32 => Some(k),
             Ok(_) => None,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut k = [0u8; 32];
-                getrandom::fill(&mut k).map_err(|e| format!("unable to make the store key: {e}"))?;
+                getrandom::fill(&mut k)
+                    .map_err(|e| format!("unable to make the store key: {e}"))?;
                 let written = fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
@@ -153,13 +168,22 @@ impl Store {
                         sync_dir(&root);
                         Some(k.to_vec())
                     }
-                    Err(e) => return Err(format!("unable to write {}: {}", key_path.display(), io_cause(&e))),
+                    Err(e) => {
+                        return Err(format!(
+                            "unable to write {}: {}",
+                            key_path.display(),
+                            io_cause(&e)
+                        ));
+                    }
                 }
             }
             Err(_) => None,
         };
         if key.is_none() {
-            crate::warn!("the plugin store key {} cannot be used; no approval will count", key_path.display());
+            crate::warn!(
+                "the plugin store key {} cannot be used; no approval will count",
+                key_path.display()
+            );
         }
         Ok(Store { root, key })
     }
@@ -205,14 +229,25 @@ impl Store {
         match fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<File>(&bytes) {
                 Ok(f) if f.version == 1 => return f.plugins,
-                _ => crate::error!("{} is not a plugin record this daemon wrote; making the records again from the store's folders", path.display()),
+                _ => crate::error!(
+                    "{} is not a plugin record this daemon wrote; making the records again from the store's folders",
+                    path.display()
+                ),
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => crate::error!("unable to read {}: {}; making the records again from the store's folders", path.display(), io_cause(&e)),
+            Err(e) => crate::error!(
+                "unable to read {}: {}; making the records again from the store's folders",
+                path.display(),
+                io_cause(&e)
+            ),
         }
         let mut out = Vec::new();
-        let Ok(dir) = fs::read_dir(&self.root) else { return out };
-        let mut names: Vec<String> = dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        let Ok(dir) = fs::read_dir(&self.root) else {
+            return out;
+        };
+        let mut names: Vec<String> = dir
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
         names.sort();
         for name in names {
             if !manifest::is_plugin_id(&name) {
@@ -251,9 +286,18 @@ impl Store {
         let tmp = self.root.join(".plugins.json.tmp");
         let mut sorted = records.to_vec();
         sorted.sort_by(|a, b| a.plugin.cmp(&b.plugin));
-        let text = serde_json::to_vec_pretty(&File { version: 1, plugins: sorted }).map_err(|e| e.to_string())?;
+        let text = serde_json::to_vec_pretty(&File {
+            version: 1,
+            plugins: sorted,
+        })
+        .map_err(|e| e.to_string())?;
         let res = (|| -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&text)?;
             f.sync_all()?;
             fs::rename(&tmp, &path)?;
@@ -271,19 +315,30 @@ impl Store {
         let mut b = [0u8; 8];
         let _ = getrandom::fill(&mut b);
         let staging = self.root.join(format!(".staging-{}", hex(&b)));
-        let src_real = fs::canonicalize(src).map_err(|_| Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened"))?;
+        let src_real = fs::canonicalize(src).map_err(|_| {
+            Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened")
+        })?;
         if let Err(e) = mkdir_private(&staging).and_then(|_| copy_tree(&src_real, &staging)) {
             let _ = fs::remove_dir_all(&staging);
             if e.get_ref().is_some_and(|i| i.is::<GrewPastCheck>()) {
-                return Err(Problem::new(ProblemCode::FileTooLarge, GrewPastCheck.to_string()));
+                return Err(Problem::new(
+                    ProblemCode::FileTooLarge,
+                    GrewPastCheck.to_string(),
+                ));
             }
-            return Err(Problem::new(ProblemCode::FolderUnreadable, format!("the folder cannot be copied: {}", io_cause(&e))));
+            return Err(Problem::new(
+                ProblemCode::FolderUnreadable,
+                format!("the folder cannot be copied: {}", io_cause(&e)),
+            ));
         }
         match manifest::check_folder(&staging) {
             Ok(copy) if copy.hash == first.hash => Ok((staging, copy)),
             Ok(_) => {
                 let _ = fs::remove_dir_all(&staging);
-                Err(Problem::new(ProblemCode::FolderUnreadable, "the folder changed while it was copied"))
+                Err(Problem::new(
+                    ProblemCode::FolderUnreadable,
+                    "the folder changed while it was copied",
+                ))
             }
             Err(p) => {
                 let _ = fs::remove_dir_all(&staging);
@@ -386,7 +441,11 @@ pub fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
         } else if ty.is_file() {
             let mode = entry.metadata()?.permissions().mode();
             let mut from = fs::File::open(entry.path())?;
-            let mut out = fs::OpenOptions::new().write(true).create_new(true).mode(if mode & 0o111 != 0 { 0o700 } else { 0o600 }).open(&to)?;
+            let mut out = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(if mode & 0o111 != 0 { 0o700 } else { 0o600 })
+                .open(&to)?;
             // The check bounded the file; one that grew since is refused
             // rather than copied without bound.
             let limit = limits::PLUGIN_FILE_MAX_BYTES;
@@ -421,16 +480,27 @@ pub fn raw_entries(root: &Path) -> Vec<SnapshotEntry> {
             }
             *budget -= 1;
             let p = e.path();
-            let rel = p.strip_prefix(root).map(|r| r.to_string_lossy().into_owned()).unwrap_or_default();
-            let Ok(meta) = fs::symlink_metadata(&p) else { continue };
+            let rel = p
+                .strip_prefix(root)
+                .map(|r| r.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let Ok(meta) = fs::symlink_metadata(&p) else {
+                continue;
+            };
             if meta.file_type().is_symlink() {
-                let target = fs::read_link(&p).map(|t| t.as_os_str().as_encoded_bytes().to_vec()).unwrap_or_default();
+                let target = fs::read_link(&p)
+                    .map(|t| t.as_os_str().as_encoded_bytes().to_vec())
+                    .unwrap_or_default();
                 out.push(entry(rel, 0o120000, &target));
             } else if meta.is_dir() {
                 walk(root, &p, out, budget);
             } else if meta.is_file() && meta.len() <= limits::PLUGIN_FILE_MAX_BYTES {
                 let bytes = fs::read(&p).unwrap_or_default();
-                let mode = if meta.permissions().mode() & 0o111 != 0 { 0o100755 } else { 0o100644 };
+                let mode = if meta.permissions().mode() & 0o111 != 0 {
+                    0o100755
+                } else {
+                    0o100644
+                };
                 out.push(entry(rel, mode, &bytes));
             }
         }
@@ -438,7 +508,12 @@ pub fn raw_entries(root: &Path) -> Vec<SnapshotEntry> {
     fn entry(path: String, mode: u32, content: &[u8]) -> SnapshotEntry {
         let mut sha = [0u8; 32];
         sha.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, content).as_ref());
-        SnapshotEntry { path, mode, size: content.len() as u64, sha256: sha }
+        SnapshotEntry {
+            path,
+            mode,
+            size: content.len() as u64,
+            sha256: sha,
+        }
     }
     let mut out = Vec::new();
     let mut budget = limits::PLUGIN_FOLDER_MAX_ENTRIES;
@@ -463,14 +538,28 @@ pub fn manifest_json(dir: &Path) -> Option<Value> {
 }
 
 /// The manifest members in the order of plugin.get's diff field list.
-pub const DIFF_MEMBERS: [&str; 10] =
-    ["manifestVersion", "api", "id", "name", "version", "description", "publisher", "main", "permissions", "commands"];
+pub const DIFF_MEMBERS: [&str; 10] = [
+    "manifestVersion",
+    "api",
+    "id",
+    "name",
+    "version",
+    "description",
+    "publisher",
+    "main",
+    "permissions",
+    "commands",
+];
 
 /// plugin.get's `waiting.diff`: one entry per manifest member that differs,
 /// then the files entry (seed 000, plugin.get).
-pub fn diff(before: Option<(&Value, &[SnapshotEntry])>, after: (Option<&Value>, &[SnapshotEntry])) -> Vec<Value> {
+pub fn diff(
+    before: Option<(&Value, &[SnapshotEntry])>,
+    after: (Option<&Value>, &[SnapshotEntry]),
+) -> Vec<Value> {
     let mut out = Vec::new();
-    let member = |m: Option<&Value>, k: &str| m.and_then(|v| v.get(k)).cloned().unwrap_or(Value::Null);
+    let member =
+        |m: Option<&Value>, k: &str| m.and_then(|v| v.get(k)).cloned().unwrap_or(Value::Null);
     for k in DIFF_MEMBERS {
         let b = member(before.map(|b| b.0), k);
         let a = member(after.0, k);
@@ -503,7 +592,10 @@ pub fn diff(before: Option<(&Value, &[SnapshotEntry])>, after: (Option<&Value>, 
     }
     paths.sort();
     paths.truncate(limits::PLUGIN_DIFF_PATHS_MAX);
-    let paths: Vec<String> = paths.into_iter().map(|p| crate::plugins::text::cut_chars(&p, 200).to_string()).collect();
+    let paths: Vec<String> = paths
+        .into_iter()
+        .map(|p| crate::plugins::text::cut_chars(&p, 200).to_string())
+        .collect();
     out.push(json!({"field": "files", "added": added, "removed": removed, "changed": changed, "paths": paths}));
     out
 }

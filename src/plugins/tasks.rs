@@ -31,7 +31,7 @@
 //! withdraws what the last run left pending).
 
 use rusqlite::Connection;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 
 use super::calls::{self, TaskCancelled, TaskRequest};
@@ -139,8 +139,14 @@ impl Table {
         self.order.push_back(r.request_id.clone());
         self.by_id.insert(r.request_id.clone(), r);
         while self.order.len() > KEEP_FINISHED {
-            let Some(old) = self.order.front().cloned() else { break };
-            if self.by_id.get(&old).is_some_and(|r| r.state == State::Pending) {
+            let Some(old) = self.order.front().cloned() else {
+                break;
+            };
+            if self
+                .by_id
+                .get(&old)
+                .is_some_and(|r| r.state == State::Pending)
+            {
                 break;
             }
             self.order.pop_front();
@@ -149,7 +155,10 @@ impl Table {
     }
 
     fn pending_of(&self, plugin: &str) -> usize {
-        self.by_id.values().filter(|r| r.plugin == plugin && r.state == State::Pending).count()
+        self.by_id
+            .values()
+            .filter(|r| r.plugin == plugin && r.state == State::Pending)
+            .count()
     }
 }
 
@@ -157,7 +166,10 @@ fn row_to_request(r: &rusqlite::Row) -> rusqlite::Result<Request> {
     let last: Option<String> = r.get(5)?;
     let last_event = last.and_then(|t| {
         let v: Value = serde_json::from_str(&t).ok()?;
-        Some((EventKind::from_name(v["kind"].as_str()?)?, v["subject"].as_str()?.to_string()))
+        Some((
+            EventKind::from_name(v["kind"].as_str()?)?,
+            v["subject"].as_str()?.to_string(),
+        ))
     });
     Ok(Request {
         request_id: r.get(0)?,
@@ -176,14 +188,23 @@ fn row_to_request(r: &rusqlite::Row) -> rusqlite::Result<Request> {
 fn state_op(request_id: &str, state: State) -> Op {
     Op::Exec {
         sql: "UPDATE plugin_requests SET state = ?2 WHERE request_id = ?1",
-        params: vec![request_id.to_string().into(), state.stored().to_string().into()],
+        params: vec![
+            request_id.to_string().into(),
+            state.stored().to_string().into(),
+        ],
     }
 }
 
 /// tasks.create.
 pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: TaskRequest) {
     if d.plugins.tasks.pending_of(plugin) >= limits::PLUGIN_MAX_PENDING_TASKS {
-        host::reply(d, plugin, run_no, wid, Err(HostError::of(HostErrorKind::TooManyPending)));
+        host::reply(
+            d,
+            plugin,
+            run_no,
+            wid,
+            Err(HostError::of(HostErrorKind::TooManyPending)),
+        );
         return;
     }
     if let Err(e) = host::take_task_budget(d, plugin) {
@@ -203,8 +224,15 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
     let created_at = crate::clock::format_ts(now);
     let expires_at = crate::clock::format_ts(now + limits::PLUGIN_TASK_EXPIRY_MS as i64);
     let last_event = host::last_event(d, plugin);
-    let plugin_name = d.plugins.plugins.get(plugin).map(|p| p.name()).unwrap_or_else(|| plugin.to_string());
-    let last_json = last_event.as_ref().map(|(k, s)| json!({"kind": k.name(), "subject": s}).to_string());
+    let plugin_name = d
+        .plugins
+        .plugins
+        .get(plugin)
+        .map(|p| p.name())
+        .unwrap_or_else(|| plugin.to_string());
+    let last_json = last_event
+        .as_ref()
+        .map(|(k, s)| json!({"kind": k.name(), "subject": s}).to_string());
     let op = Op::Exec {
         sql: "INSERT INTO plugin_requests (request_id, plugin, plugin_name, params, digest, last_event, state, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8)",
         params: vec![
@@ -213,7 +241,9 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
             plugin_name.clone().into(),
             params.clone().into(),
             digest.clone().into(),
-            last_json.map(Into::into).unwrap_or(rusqlite::types::Value::Null),
+            last_json
+                .map(Into::into)
+                .unwrap_or(rusqlite::types::Value::Null),
             created_at.clone().into(),
             expires_at.clone().into(),
         ],
@@ -239,16 +269,42 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
         if let Err(e) = res {
             crate::error!("plugin {owner}: a task request was not stored: {e:?}");
             d.plugins.tasks.by_id.remove(&request_id);
-            host::reply(d, &owner, run_no, &wid, Err(HostError::of(HostErrorKind::Unavailable)));
+            host::reply(
+                d,
+                &owner,
+                run_no,
+                &wid,
+                Err(HostError::of(HostErrorKind::Unavailable)),
+            );
             return;
         }
         // Withdrawn (tasks.cancel, the run ended) while it was committed:
         // it never reaches the inbox.
-        let Some(r) = d.plugins.tasks.by_id.get(&request_id).filter(|r| r.state == State::Pending) else { return };
-        let task = PluginTask { plugin: owner.clone(), summary, digest: r.digest.clone() };
+        let Some(r) = d
+            .plugins
+            .tasks
+            .by_id
+            .get(&request_id)
+            .filter(|r| r.state == State::Pending)
+        else {
+            return;
+        };
+        let task = PluginTask {
+            plugin: owner.clone(),
+            summary,
+            digest: r.digest.clone(),
+        };
         if let Err(e) = approvals::add_plugin_task(d, &request_id, task, now) {
-            crate::error!("plugin {owner}: task request {request_id} could not enter the inbox: {e:?}");
-            settle(d, &request_id, State::Orphaned, Some(Err(HostError::of(HostErrorKind::Unavailable))), Vec::new());
+            crate::error!(
+                "plugin {owner}: task request {request_id} could not enter the inbox: {e:?}"
+            );
+            settle(
+                d,
+                &request_id,
+                State::Orphaned,
+                Some(Err(HostError::of(HostErrorKind::Unavailable))),
+                Vec::new(),
+            );
             return;
         }
         crate::info!("plugin {owner} asks for a task: request {request_id} waits for the operator");
@@ -259,12 +315,18 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
 /// task's name or the first line of its text, cut to
 /// `PLUGIN_TASK_SUMMARY_MAX_CHARS`.
 fn summary(plugin_name: &str, t: &TaskRequest) -> String {
-    let title = t.name.as_deref().unwrap_or_else(|| t.task.lines().next().unwrap_or_default());
+    let title = t
+        .name
+        .as_deref()
+        .unwrap_or_else(|| t.task.lines().next().unwrap_or_default());
     let full = format!("{plugin_name}: {title} in {}", t.repo);
     if full.chars().count() <= limits::PLUGIN_TASK_SUMMARY_MAX_CHARS {
         return full;
     }
-    let mut cut: String = full.chars().take(limits::PLUGIN_TASK_SUMMARY_MAX_CHARS - 1).collect();
+    let mut cut: String = full
+        .chars()
+        .take(limits::PLUGIN_TASK_SUMMARY_MAX_CHARS - 1)
+        .collect();
     cut.push('…');
     cut
 }
@@ -274,12 +336,23 @@ fn summary(plugin_name: &str, t: &TaskRequest) -> String {
 /// an allow goes to [`resolve`]. True when the plugin's call still waited
 /// for it.
 pub fn on_answer(d: &mut Daemon, request_id: &str, verdict: Verdict, by: &Answerer) -> bool {
-    let waiting = d.plugins.tasks.by_id.get(request_id).is_some_and(|r| r.state == State::Pending && r.wire.is_some());
+    let waiting = d
+        .plugins
+        .tasks
+        .by_id
+        .get(request_id)
+        .is_some_and(|r| r.state == State::Pending && r.wire.is_some());
     match (verdict, by) {
         (_, Answerer::Timeout) => finish(d, request_id, State::Expired),
         (Verdict::Allow, _) => resolve(d, request_id, true),
         (Verdict::Deny, _) => resolve(d, request_id, false),
-        (Verdict::Cancel, _) => settle(d, request_id, State::Orphaned, Some(Err(HostError::of(HostErrorKind::Unavailable))), Vec::new()),
+        (Verdict::Cancel, _) => settle(
+            d,
+            request_id,
+            State::Orphaned,
+            Some(Err(HostError::of(HostErrorKind::Unavailable))),
+            Vec::new(),
+        ),
     }
     waiting
 }
@@ -300,7 +373,9 @@ pub fn resolve(d: &mut Daemon, request_id: &str, allowed: bool) {
 /// plugin's record (`starting`), and the lane is kept there after, so that
 /// plugin.remove can stop what the plugin's requests started.
 fn dispatch(d: &mut Daemon, request_id: &str) {
-    let Some(r) = d.plugins.tasks.by_id.get(request_id) else { return };
+    let Some(r) = d.plugins.tasks.by_id.get(request_id) else {
+        return;
+    };
     let plugin = r.plugin.clone();
     let stored = match serde_json::from_str::<Value>(&r.params) {
         Ok(Value::Object(m)) => calls::task_request(&m).ok(),
@@ -308,7 +383,15 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
     };
     let Some(task) = stored else {
         crate::error!("task request {request_id}: the stored request cannot be read back; refused");
-        settle(d, request_id, State::Answered, Some(Err(HostError::of(HostErrorKind::TaskRefused("unavailable".into())))), Vec::new());
+        settle(
+            d,
+            request_id,
+            State::Answered,
+            Some(Err(HostError::of(HostErrorKind::TaskRefused(
+                "unavailable".into(),
+            )))),
+            Vec::new(),
+        );
         return;
     };
     if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
@@ -317,11 +400,20 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
     host::persist(d);
     let rid = request_id.to_string();
     crate::lanes::controller::dispatch(d, task, move |d, res| {
-        let started = res.as_ref().ok().and_then(|v| Some((v["lane"].as_str()?.to_string(), v["session"].as_str()?.to_string())));
+        let started = res.as_ref().ok().and_then(|v| {
+            Some((
+                v["lane"].as_str()?.to_string(),
+                v["session"].as_str()?.to_string(),
+            ))
+        });
         // A plugin removed with stopTasks while this dispatch was in flight
         // gets its lane closed at once: "every dispatch still in flight [...]
         // is aborted" (seed 000, plugin.remove).
-        let removed = d.plugins.plugins.get(&plugin).is_none_or(|p| p.rec.removal.is_some());
+        let removed = d
+            .plugins
+            .plugins
+            .get(&plugin)
+            .is_none_or(|p| p.rec.removal.is_some());
         if let (true, Some((lane, _))) = (removed, &started) {
             crate::lanes::controller::stop_for_removal(d, lane);
         }
@@ -331,7 +423,13 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
                 p.rec.lanes.push(lane.clone());
                 // The record keeps the lanes still at work; archived ones
                 // need no stopping.
-                let live: Vec<String> = p.rec.lanes.iter().filter(|l| d.lanes.map.get(*l).is_some_and(|x| !x.archived)).cloned().collect();
+                let live: Vec<String> = p
+                    .rec
+                    .lanes
+                    .iter()
+                    .filter(|l| d.lanes.map.get(*l).is_some_and(|x| !x.archived))
+                    .cloned()
+                    .collect();
                 p.rec.lanes = live;
             }
         }
@@ -339,15 +437,27 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
         let answer = match (res, started) {
             (Ok(_), Some((lane, session))) => {
                 crate::info!("task request {rid}: dispatched as lane {lane}");
-                serde_json::to_value(calls::TaskStarted { request_id: rid.clone(), lane, session }).map_err(|_| HostError::internal())
+                serde_json::to_value(calls::TaskStarted {
+                    request_id: rid.clone(),
+                    lane,
+                    session,
+                })
+                .map_err(|_| HostError::internal())
             }
             (Ok(v), None) => {
                 crate::error!("task request {rid}: the dispatch answered without a lane: {v}");
-                Err(HostError::of(HostErrorKind::TaskRefused("unavailable".into())))
+                Err(HostError::of(HostErrorKind::TaskRefused(
+                    "unavailable".into(),
+                )))
             }
             (Err(e), _) => {
-                crate::info!("task request {rid}: the daemon refused the task: {}", e.code.as_str());
-                Err(HostError::of(HostErrorKind::TaskRefused(e.code.as_str().into())))
+                crate::info!(
+                    "task request {rid}: the daemon refused the task: {}",
+                    e.code.as_str()
+                );
+                Err(HostError::of(HostErrorKind::TaskRefused(
+                    e.code.as_str().into(),
+                )))
             }
         };
         settle(d, &rid, State::Answered, Some(answer), Vec::new());
@@ -367,8 +477,16 @@ fn finish(d: &mut Daemon, request_id: &str, state: State) {
 /// Ends a pending request in `state`: stores it with `more` ops in one
 /// batch, then answers the waiting call with `answer` (a result's params,
 /// or a failure).
-fn settle(d: &mut Daemon, request_id: &str, state: State, answer: Option<Result<Value, HostError>>, mut more: Vec<Op>) {
-    let Some(r) = d.plugins.tasks.by_id.get_mut(request_id) else { return };
+fn settle(
+    d: &mut Daemon,
+    request_id: &str,
+    state: State,
+    answer: Option<Result<Value, HostError>>,
+    mut more: Vec<Op>,
+) {
+    let Some(r) = d.plugins.tasks.by_id.get_mut(request_id) else {
+        return;
+    };
     if r.state != State::Pending {
         return;
     }
@@ -391,17 +509,40 @@ fn settle(d: &mut Daemon, request_id: &str, state: State, answer: Option<Result<
 /// ledger row goes into the request's own batch.
 fn withdraw(d: &mut Daemon, request_id: &str, why: &str, surface: &'static str) -> Vec<Op> {
     let mut fx = Effects::default();
-    approvals::close(d, request_id, Verdict::Cancel, Answerer::Daemon(why.to_string()), surface, false, None, &mut fx);
+    approvals::close(
+        d,
+        request_id,
+        Verdict::Cancel,
+        Answerer::Daemon(why.to_string()),
+        surface,
+        false,
+        None,
+        &mut fx,
+    );
     fx.ops
 }
 
 /// tasks.cancel (API 1.1).
 pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str) {
-    let mine = |r: &&Request| r.plugin == plugin && r.wire.as_ref().is_some_and(|(w, g)| w == target && *g == run_no);
-    let found = d.plugins.tasks.by_id.values().filter(mine).max_by(|a, b| a.created_at.cmp(&b.created_at)).map(|r| (r.request_id.clone(), r.state));
+    let mine = |r: &&Request| {
+        r.plugin == plugin
+            && r.wire
+                .as_ref()
+                .is_some_and(|(w, g)| w == target && *g == run_no)
+    };
+    let found = d
+        .plugins
+        .tasks
+        .by_id
+        .values()
+        .filter(mine)
+        .max_by(|a, b| a.created_at.cmp(&b.created_at))
+        .map(|r| (r.request_id.clone(), r.state));
     match found {
         Some((rid, State::Pending)) => {
-            let Some(r) = d.plugins.tasks.by_id.get_mut(&rid) else { return };
+            let Some(r) = d.plugins.tasks.by_id.get_mut(&rid) else {
+                return;
+            };
             r.state = State::Cancelled;
             let mut ops = withdraw(d, &rid, "the plugin withdrew it", "plugin");
             ops.insert(0, state_op(&rid, State::Cancelled));
@@ -410,7 +551,13 @@ pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str
                 if let Err(e) = res {
                     crate::error!("task request {rid}: its withdrawal was not stored: {e:?}");
                 }
-                host::reply(d, &owner, run_no, &target, Err(HostError::of(HostErrorKind::RequestCancelled)));
+                host::reply(
+                    d,
+                    &owner,
+                    run_no,
+                    &target,
+                    Err(HostError::of(HostErrorKind::RequestCancelled)),
+                );
                 let line = wire::encode_response(&wid, &TaskCancelled::new(&rid));
                 host::reply(d, &owner, run_no, &wid, line);
             });
@@ -421,9 +568,23 @@ pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str
                 State::Expired => PendingState::Expired,
                 _ => PendingState::Cancelled,
             };
-            host::reply(d, plugin, run_no, wid, Err(HostError::of(HostErrorKind::NotPending(s))));
+            host::reply(
+                d,
+                plugin,
+                run_no,
+                wid,
+                Err(HostError::of(HostErrorKind::NotPending(s))),
+            );
         }
-        None => host::reply(d, plugin, run_no, wid, Err(HostError::of(HostErrorKind::NotPending(PendingState::Unknown)))),
+        None => host::reply(
+            d,
+            plugin,
+            run_no,
+            wid,
+            Err(HostError::of(HostErrorKind::NotPending(
+                PendingState::Unknown,
+            ))),
+        ),
     }
 }
 
@@ -435,7 +596,11 @@ pub fn orphan_run(d: &mut Daemon, plugin: &str, run_no: u64) {
         .tasks
         .by_id
         .values()
-        .filter(|r| r.plugin == plugin && r.state == State::Pending && r.wire.as_ref().is_some_and(|(_, g)| *g == run_no))
+        .filter(|r| {
+            r.plugin == plugin
+                && r.state == State::Pending
+                && r.wire.as_ref().is_some_and(|(_, g)| *g == run_no)
+        })
         .map(|r| r.request_id.clone())
         .collect();
     let mut ops = Vec::new();
@@ -459,7 +624,11 @@ pub fn orphan_run(d: &mut Daemon, plugin: &str, run_no: u64) {
 /// plugin.request.get's result for a request.
 fn result_of(r: &Request, plugin_name: Option<String>) -> Value {
     let last = r.last_event.as_ref().map(|(k, s)| {
-        if k.is_lane() { json!({"kind": k.name(), "lane": s}) } else { json!({"kind": k.name(), "session": s}) }
+        if k.is_lane() {
+            json!({"kind": k.name(), "lane": s})
+        } else {
+            json!({"kind": k.name(), "session": s})
+        }
     });
     json!({
         "requestId": r.request_id,
@@ -508,7 +677,13 @@ pub fn get(d: &mut Daemon, req: Req, request_id: String) {
         });
     }));
     if queued.is_err() {
-        d.answer(again, Err(RpcError::new(Code::Unavailable, "the ledger reader is busy; try again")));
+        d.answer(
+            again,
+            Err(RpcError::new(
+                Code::Unavailable,
+                "the ledger reader is busy; try again",
+            )),
+        );
     }
 }
 
@@ -524,7 +699,10 @@ mod tests {
             task: task.into(),
             builder: "claude".into(),
             verifier: "codex".into(),
-            acceptance: Acceptance { name: "unit tests".into(), command: "npm test".into() },
+            acceptance: Acceptance {
+                name: "unit tests".into(),
+                command: "npm test".into(),
+            },
             name: name.map(str::to_string),
             base: None,
         }
@@ -532,8 +710,14 @@ mod tests {
 
     #[test]
     fn the_summary_names_the_plugin_the_task_and_the_repo_and_is_bounded() {
-        assert_eq!(summary("Night Shift", &request("Fix it.\nThen test it.", None)), "Night Shift: Fix it. in /srv/work/shop");
-        assert_eq!(summary("Night Shift", &request("Fix it.", Some("login fix"))), "Night Shift: login fix in /srv/work/shop");
+        assert_eq!(
+            summary("Night Shift", &request("Fix it.\nThen test it.", None)),
+            "Night Shift: Fix it. in /srv/work/shop"
+        );
+        assert_eq!(
+            summary("Night Shift", &request("Fix it.", Some("login fix"))),
+            "Night Shift: login fix in /srv/work/shop"
+        );
         let long = summary("Night Shift", &request(&"é".repeat(4000), None));
         assert_eq!(long.chars().count(), limits::PLUGIN_TASK_SUMMARY_MAX_CHARS);
         assert!(long.ends_with('…'));

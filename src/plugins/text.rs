@@ -100,14 +100,8 @@ pub fn is_ecma_blank(s: &str) -> bool {
     s.chars().all(|c| {
         matches!(
             c,
-            '\t' | '\n'
-                | '\u{b}'
-                | '\u{c}'
-                | '\r'
-                | ' '
-                | '\u{a0}'
-                | '\u{1680}'
-                | '\u{2000}'..='\u{200a}'
+            '\t' | '\n' | '\u{b}' | '\u{c}' | '\r' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'
+                ..='\u{200a}'
                     | '\u{2028}'
                     | '\u{2029}'
                     | '\u{202f}'
@@ -231,10 +225,30 @@ mod tests {
             assert!(is_cc(c) && is_forbidden(c));
         }
         assert!(!is_cc(' ') && !is_cc('\u{a0}'));
-        for c in ['\u{ad}', '\u{200b}', '\u{200e}', '\u{202e}', '\u{2066}', '\u{feff}', '\u{1343f}', '\u{e0041}', '\u{e007f}'] {
+        for c in [
+            '\u{ad}',
+            '\u{200b}',
+            '\u{200e}',
+            '\u{202e}',
+            '\u{2066}',
+            '\u{feff}',
+            '\u{1343f}',
+            '\u{e0041}',
+            '\u{e007f}',
+        ] {
             assert!(is_cf(c), "{:x}", c as u32);
         }
-        for c in ['a', '\u{ac}', '\u{ae}', '\u{2065}', '\u{2070}', '\u{13440}', '\u{e0000}', '\u{e0080}', '\u{10ffff}'] {
+        for c in [
+            'a',
+            '\u{ac}',
+            '\u{ae}',
+            '\u{2065}',
+            '\u{2070}',
+            '\u{13440}',
+            '\u{e0000}',
+            '\u{e0080}',
+            '\u{10ffff}',
+        ] {
             assert!(!is_cf(c), "{:x}", c as u32);
         }
         assert!(is_separator('\u{2028}') && is_separator('\u{2029}'));
@@ -261,7 +275,10 @@ mod tests {
 
     #[test]
     fn cleaning() {
-        assert_eq!(clean_multiline("a\r\nb\tc\u{7}\u{200b}d\u{2028}e"), "a\nb\tc<U+200B>d\ne");
+        assert_eq!(
+            clean_multiline("a\r\nb\tc\u{7}\u{200b}d\u{2028}e"),
+            "a\nb\tc<U+200B>d\ne"
+        );
         assert_eq!(clean_line("a\nb\u{1b}[31m\u{202e}"), "a b[31m<U+202E>");
         let long = "x".repeat(600) + "\n";
         assert_eq!(clean_failure_message(&long).chars().count(), 500);

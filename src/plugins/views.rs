@@ -20,12 +20,19 @@ use crate::daemon::Daemon;
 /// The daemon's sessions in creation order: this machine's first, then the
 /// sessions it follows on other nodes (this daemon follows none).
 pub fn session_items(d: &Daemon) -> Vec<Value> {
-    d.core.sessions.iter().map(|s| s.plugin_item(&d.node_name)).collect()
+    d.core
+        .sessions
+        .iter()
+        .map(|s| s.plugin_item(&d.node_name))
+        .collect()
 }
 
 /// One session's item, read now.
 pub fn session_item(d: &Daemon, session: &str) -> Option<Value> {
-    d.core.sessions.get(session).map(|s| s.plugin_item(&d.node_name))
+    d.core
+        .sessions
+        .get(session)
+        .map(|s| s.plugin_item(&d.node_name))
 }
 
 /// A sessions.list item's cursor: its session id.
@@ -46,5 +53,9 @@ pub fn seat_cursor(item: &Value) -> String {
 /// The lanes verify.list gives, newest first, archived lanes left out. The
 /// host keeps a copy of this for 5 seconds.
 pub fn lane_items(d: &Daemon) -> Vec<LaneItem> {
-    d.lanes.listed().into_iter().filter_map(crate::lanes::controller::plugin_item).collect()
+    d.lanes
+        .listed()
+        .into_iter()
+        .filter_map(crate::lanes::controller::plugin_item)
+        .collect()
 }

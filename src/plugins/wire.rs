@@ -51,7 +51,9 @@ pub const RUNNABLE_APIS: &[&str] = &["1.0", "1.1"];
 pub fn is_wire_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= limits::PLUGIN_WIRE_ID_MAX
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
 }
 
 /// True when `code` matches `^[a-z]+(?:-[a-z]+)*$` and has at most 64
@@ -59,7 +61,9 @@ pub fn is_wire_id(id: &str) -> bool {
 pub fn is_error_code(code: &str) -> bool {
     code.len() <= limits::PLUGIN_ERROR_CODE_MAX
         && !code.is_empty()
-        && code.split('-').all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
+        && code
+            .split('-')
+            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
 }
 
 /// The id of the host's `n`th request to a plugin: `h-<n>`, which always
@@ -202,9 +206,10 @@ impl Method {
             Method::SessionsList | Method::SessionsGet | Method::LanesList | Method::SeatsList => {
                 Permission::ListsRead
             }
-            Method::StorageGet | Method::StorageSet | Method::StorageDelete | Method::StorageList => {
-                Permission::StorageOwn
-            }
+            Method::StorageGet
+            | Method::StorageSet
+            | Method::StorageDelete
+            | Method::StorageList => Permission::StorageOwn,
             Method::TasksCreate | Method::TasksCancel => Permission::TasksCreate,
         }
     }
@@ -212,7 +217,10 @@ impl Method {
     /// True for the list calls the rate limit counts ("more than 10 list calls
     /// in the current second").
     pub fn is_list(self) -> bool {
-        matches!(self, Method::SessionsList | Method::LanesList | Method::SeatsList)
+        matches!(
+            self,
+            Method::SessionsList | Method::LanesList | Method::SeatsList
+        )
     }
 }
 
@@ -307,11 +315,17 @@ pub enum LineError {
 }
 
 fn fault(detail: &'static str) -> LineError {
-    LineError::Fault { fault: Fault::InvalidMessage, detail }
+    LineError::Fault {
+        fault: Fault::InvalidMessage,
+        detail,
+    }
 }
 
 fn invalid_request(id: &str, message: &str) -> LineError {
-    LineError::Answer { id: id.to_string(), error: HostError::new(HostErrorKind::InvalidRequest, message) }
+    LineError::Answer {
+        id: id.to_string(),
+        error: HostError::new(HostErrorKind::InvalidRequest, message),
+    }
 }
 
 /// Parses one line a plugin wrote. `line` may end with the line feed that
@@ -319,7 +333,10 @@ fn invalid_request(id: &str, message: &str) -> LineError {
 pub fn parse_line(line: &[u8]) -> Result<Incoming, LineError> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     if line.len() > limits::PLUGIN_MAX_LINE {
-        return Err(LineError::Fault { fault: Fault::OversizedLine, detail: "a line longer than 65,536 bytes" });
+        return Err(LineError::Fault {
+            fault: Fault::OversizedLine,
+            detail: "a line longer than 65,536 bytes",
+        });
     }
     let text = std::str::from_utf8(line).map_err(|_| fault("a line that is not UTF-8"))?;
     let value: Value = serde_json::from_str(text).map_err(|_| fault("a line that is not JSON"))?;
@@ -348,7 +365,8 @@ pub fn parse_line(line: &[u8]) -> Result<Incoming, LineError> {
             if !obj.is_empty() {
                 return Err(fault("a failure with a member other than id and error"));
             }
-            let error = parse_plugin_error(error).ok_or_else(|| fault("a failure whose error object is not valid"))?;
+            let error = parse_plugin_error(error)
+                .ok_or_else(|| fault("a failure whose error object is not valid"))?;
             Ok(Incoming::Failure { id, error })
         }
         (Some(_), Some(_)) => Err(fault("a line with both result and error")),
@@ -360,30 +378,55 @@ fn parse_request(id: String, mut obj: Map<String, Value>) -> Result<Incoming, Li
     let method = match obj.remove("method") {
         None => return Err(invalid_request(&id, "The request has no method")),
         Some(Value::String(m)) => m,
-        Some(_) => return Err(invalid_request(&id, "The request's method must be a string")),
+        Some(_) => {
+            return Err(invalid_request(
+                &id,
+                "The request's method must be a string",
+            ));
+        }
     };
     let params = match obj.remove("params") {
         None => return Err(invalid_request(&id, "The request has no params")),
         Some(Value::Object(p)) => p,
-        Some(_) => return Err(invalid_request(&id, "The request's params must be an object")),
+        Some(_) => {
+            return Err(invalid_request(
+                &id,
+                "The request's params must be an object",
+            ));
+        }
     };
     if !obj.is_empty() {
-        return Err(invalid_request(&id, "The request has a member other than id, method and params"));
+        return Err(invalid_request(
+            &id,
+            "The request has a member other than id, method and params",
+        ));
     }
     match Method::from_name(&method) {
         Some(method) => Ok(Incoming::Request { id, method, params }),
         None => {
-            let message =
-                if is_wire_id(&method) { format!("Unknown method: {method}") } else { "Unknown method".to_string() };
-            Err(LineError::Answer { id, error: HostError::new(HostErrorKind::MethodNotFound, &message) })
+            let message = if is_wire_id(&method) {
+                format!("Unknown method: {method}")
+            } else {
+                "Unknown method".to_string()
+            };
+            Err(LineError::Answer {
+                id,
+                error: HostError::new(HostErrorKind::MethodNotFound, &message),
+            })
         }
     }
 }
 
 fn parse_plugin_error(error: Value) -> Option<PluginError> {
-    let Value::Object(mut e) = error else { return None };
+    let Value::Object(mut e) = error else {
+        return None;
+    };
     let code = match e.remove("code") {
-        Some(Value::String(c)) if c.chars().count() <= limits::PLUGIN_ERROR_CODE_MAX && is_error_code(&c) => c,
+        Some(Value::String(c))
+            if c.chars().count() <= limits::PLUGIN_ERROR_CODE_MAX && is_error_code(&c) =>
+        {
+            c
+        }
         _ => return None,
     };
     let message = match e.remove("message") {
@@ -398,7 +441,11 @@ fn parse_plugin_error(error: Value) -> Option<PluginError> {
     if !e.is_empty() {
         return None;
     }
-    Some(PluginError { code, message, data })
+    Some(PluginError {
+        code,
+        message,
+        data,
+    })
 }
 
 /// Which storage limit a `quota-exceeded` names.
@@ -519,13 +566,19 @@ impl HostErrorKind {
             HostErrorKind::InvalidRequest => "The line is a request in name only".into(),
             HostErrorKind::MethodNotFound => "Unknown method".into(),
             HostErrorKind::InvalidParams => "The params do not fit the call".into(),
-            HostErrorKind::PermissionDenied(p) => format!("This plugin was not approved for {}", p.name()),
+            HostErrorKind::PermissionDenied(p) => {
+                format!("This plugin was not approved for {}", p.name())
+            }
             HostErrorKind::NotInitialized => "The plugin has not answered initialize yet".into(),
             HostErrorKind::Busy => "16 requests of the plugin are unanswered".into(),
             HostErrorKind::RateLimited => "The plugin's budget of requests is empty".into(),
             HostErrorKind::ResultTooLarge => "The response would not fit on one line".into(),
-            HostErrorKind::QuotaExceeded(QuotaLimit::Keys) => "The plugin's folder holds 128 keys".into(),
-            HostErrorKind::QuotaExceeded(QuotaLimit::Bytes) => "The plugin's folder would hold more than 1 MiB".into(),
+            HostErrorKind::QuotaExceeded(QuotaLimit::Keys) => {
+                "The plugin's folder holds 128 keys".into()
+            }
+            HostErrorKind::QuotaExceeded(QuotaLimit::Bytes) => {
+                "The plugin's folder would hold more than 1 MiB".into()
+            }
             HostErrorKind::TooManyPending => "3 task requests of the plugin are unanswered".into(),
             HostErrorKind::ApprovalDenied => "The operator did not allow the task".into(),
             HostErrorKind::ApprovalExpired => "The operator did not answer in 30 minutes".into(),
@@ -566,7 +619,11 @@ impl HostError {
         } else {
             let cleaned = text::clean_line(message);
             let cut = text::cut_chars(cleaned.trim(), limits::PLUGIN_ERROR_MESSAGE_MAX);
-            if cut.is_empty() { kind.default_message() } else { cut.to_string() }
+            if cut.is_empty() {
+                kind.default_message()
+            } else {
+                cut.to_string()
+            }
         };
         HostError { kind, message }
     }
@@ -678,7 +735,11 @@ pub fn encode_response<T: Serialize>(id: &str, result: &T) -> Result<String, Hos
     line.push(b'}');
     // serde_json writes UTF-8 only.
     let line = String::from_utf8(line).map_err(|_| HostError::internal())?;
-    if fits_line(&line) { Ok(line) } else { Err(HostError::result_too_large()) }
+    if fits_line(&line) {
+        Ok(line)
+    } else {
+        Err(HostError::result_too_large())
+    }
 }
 
 /// One page of a list call, fitted to the line: as many of `items` (from the
@@ -714,8 +775,14 @@ pub fn encode_page<T: Serialize>(
     };
     // The fixed part, with room for the longest cursor any item would give,
     // then items while they fit.
-    let fixed = format!("{{\"id\":{id_json},\"result\":{{{member_json}:[],\"nextCursor\":}}}}").len();
-    let longest_cursor = items.iter().map(|i| line_of(&Value::from(cursor_of(i))).len()).max().unwrap_or(4).max(4);
+    let fixed =
+        format!("{{\"id\":{id_json},\"result\":{{{member_json}:[],\"nextCursor\":}}}}").len();
+    let longest_cursor = items
+        .iter()
+        .map(|i| line_of(&Value::from(cursor_of(i))).len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let mut used = fixed + longest_cursor;
     let mut n = 0;
     for (i, t) in texts.iter().enumerate() {
@@ -730,7 +797,11 @@ pub fn encode_page<T: Serialize>(
         return Err(HostError::result_too_large());
     }
     let line = build(n);
-    if fits_line(&line) { Ok((line, n)) } else { Err(HostError::result_too_large()) }
+    if fits_line(&line) {
+        Ok((line, n))
+    } else {
+        Err(HostError::result_too_large())
+    }
 }
 
 /// `platform` of initialize.
@@ -846,7 +917,10 @@ impl HostRequest {
                 plugin.insert("id".into(), Value::from(i.plugin_id.as_str()));
                 plugin.insert("version".into(), Value::from(i.plugin_version.as_str()));
                 p.insert("plugin".into(), Value::Object(plugin));
-                let perms = Permission::table_order(&i.permissions).into_iter().map(|x| Value::from(x.name())).collect();
+                let perms = Permission::table_order(&i.permissions)
+                    .into_iter()
+                    .map(|x| Value::from(x.name()))
+                    .collect();
                 p.insert("permissions".into(), Value::Array(perms));
             }
             HostRequest::Ping => {}
@@ -935,7 +1009,10 @@ impl EventKind {
     /// True for the lane kinds, whose events carry `lane`; the others carry
     /// `session`.
     pub fn is_lane(self) -> bool {
-        matches!(self, EventKind::LaneStart | EventKind::LaneStage | EventKind::LaneVerdict)
+        matches!(
+            self,
+            EventKind::LaneStart | EventKind::LaneStage | EventKind::LaneVerdict
+        )
     }
 }
 
@@ -970,7 +1047,11 @@ pub fn encode_event(event: &Event) -> Option<String> {
     p.insert("kind".into(), Value::from(event.kind.name()));
     p.insert("ts".into(), Value::from(event.ts.as_str()));
     p.insert("seq".into(), Value::from(event.seq));
-    let subject = if event.kind.is_lane() { "lane" } else { "session" };
+    let subject = if event.kind.is_lane() {
+        "lane"
+    } else {
+        "session"
+    };
     p.insert(subject.into(), Value::from(event.subject.as_str()));
     p.insert("data".into(), Value::Object(event.data.clone()));
     let line = encode_notification("event", p);
@@ -993,7 +1074,9 @@ fn encode_notification(method: &str, params: Map<String, Value>) -> String {
 
 /// True when `api` matches `^[1-9][0-9]{0,3}\.(?:0|[1-9][0-9]{0,3})$`.
 pub fn is_api_version(api: &str) -> bool {
-    let Some((major, minor)) = api.split_once('.') else { return false };
+    let Some((major, minor)) = api.split_once('.') else {
+        return false;
+    };
     let number = |s: &str, zero: bool| {
         !s.is_empty()
             && s.len() <= 4
@@ -1018,7 +1101,9 @@ pub fn parse_initialize_result(result: &Map<String, Value>) -> Result<String, In
     }
     match result.get("api") {
         Some(Value::String(api)) if is_api_version(api) => Ok(api.clone()),
-        _ => Err(InvalidAnswer("initialize result's api is not an API version")),
+        _ => Err(InvalidAnswer(
+            "initialize result's api is not an API version",
+        )),
     }
 }
 
@@ -1030,8 +1115,12 @@ pub fn parse_command_result(result: &Map<String, Value>) -> Result<String, Inval
         return Err(InvalidAnswer("command.run result must hold text only"));
     }
     match result.get("text") {
-        Some(Value::String(t)) if t.chars().count() <= limits::PLUGIN_COMMAND_TEXT_MAX => Ok(t.clone()),
-        Some(Value::String(_)) => Err(InvalidAnswer("command.run text is longer than 16384 characters")),
+        Some(Value::String(t)) if t.chars().count() <= limits::PLUGIN_COMMAND_TEXT_MAX => {
+            Ok(t.clone())
+        }
+        Some(Value::String(_)) => Err(InvalidAnswer(
+            "command.run text is longer than 16384 characters",
+        )),
         _ => Err(InvalidAnswer("command.run result's text is not a string")),
     }
 }
@@ -1062,26 +1151,43 @@ mod tests {
             Ok(Incoming::Request { id, method, params }) => {
                 assert_eq!(id, "1");
                 assert_eq!(method, Method::EventsSubscribe);
-                assert_eq!(Value::Object(params), json!({"kinds": ["turn.end", "lane.verdict"]}));
+                assert_eq!(
+                    Value::Object(params),
+                    json!({"kinds": ["turn.end", "lane.verdict"]})
+                );
             }
             other => panic!("{other:?}"),
         }
         let r = parse_line(b"{\"id\":\"h-1\",\"result\":{\"api\":\"1.0\"}}\n").unwrap();
-        let Incoming::Response { id, result } = r else { panic!() };
+        let Incoming::Response { id, result } = r else {
+            panic!()
+        };
         assert_eq!(id, "h-1");
         assert_eq!(parse_initialize_result(&result), Ok("1.0".to_string()));
         let r = parse_line(br#"{"id":"9","error":{"code":"method-not-found","message":"Unknown method: storage.clear"}}"#);
-        let Ok(Incoming::Failure { id, error }) = r else { panic!() };
-        assert_eq!((id.as_str(), error.code.as_str()), ("9", "method-not-found"));
+        let Ok(Incoming::Failure { id, error }) = r else {
+            panic!()
+        };
+        assert_eq!(
+            (id.as_str(), error.code.as_str()),
+            ("9", "method-not-found")
+        );
     }
 
     #[test]
     fn unknown_methods_are_method_not_found() {
-        let (id, code) = answer(parse_line(br#"{"id":"9","method":"storage.clear","params":{}}"#));
+        let (id, code) = answer(parse_line(
+            br#"{"id":"9","method":"storage.clear","params":{}}"#,
+        ));
         assert_eq!((id.as_str(), code.as_str()), ("9", "method-not-found"));
         let r = parse_line(br#"{"id":"9","method":"storage.clear","params":{}}"#);
-        let Err(LineError::Answer { error, .. }) = r else { panic!() };
-        assert_eq!(encode_failure("9", &error), r#"{"error":{"code":"method-not-found","message":"Unknown method: storage.clear"},"id":"9"}"#);
+        let Err(LineError::Answer { error, .. }) = r else {
+            panic!()
+        };
+        assert_eq!(
+            encode_failure("9", &error),
+            r#"{"error":{"code":"method-not-found","message":"Unknown method: storage.clear"},"id":"9"}"#
+        );
         // The host's own methods are not served to a plugin.
         for m in ["initialize", "ping", "command.run", "shutdown", "event"] {
             let line = format!(r#"{{"id":"2","method":"{m}","params":{{}}}}"#);
@@ -1089,7 +1195,9 @@ mod tests {
         }
         // A method that is not a safe name is not echoed.
         let r = parse_line("{\"id\":\"2\",\"method\":\"a\\nb\",\"params\":{}}".as_bytes());
-        let Err(LineError::Answer { error, .. }) = r else { panic!() };
+        let Err(LineError::Answer { error, .. }) = r else {
+            panic!()
+        };
         assert_eq!(error.message(), "Unknown method");
     }
 
@@ -1105,16 +1213,26 @@ mod tests {
             r#"{"id":"3","method":"storage.list","params":{},"result":{}}"#,
             r#"{"id":"3","method":"storage.list","params":{},"jsonrpc":"2.0"}"#,
         ] {
-            assert_eq!(answer(parse_line(line.as_bytes())), ("3".into(), "invalid-request".into()), "{line}");
+            assert_eq!(
+                answer(parse_line(line.as_bytes())),
+                ("3".into(), "invalid-request".into()),
+                "{line}"
+            );
         }
         assert_eq!(HostError::id_in_use().code(), "invalid-request");
     }
 
     #[test]
     fn hostile_lines_are_faults() {
-        let big = format!(r#"{{"id":"1","method":"storage.list","params":{{"x":"{}"}}}}"#, "a".repeat(70_000));
+        let big = format!(
+            r#"{{"id":"1","method":"storage.list","params":{{"x":"{}"}}}}"#,
+            "a".repeat(70_000)
+        );
         assert_eq!(fault_of(parse_line(big.as_bytes())), Fault::OversizedLine);
-        assert_eq!(fault_of(parse_line(b"{\"id\":\"1\",\"result\":{\"t\":\"\xff\"}}")), Fault::InvalidMessage);
+        assert_eq!(
+            fault_of(parse_line(b"{\"id\":\"1\",\"result\":{\"t\":\"\xff\"}}")),
+            Fault::InvalidMessage
+        );
         for line in [
             "",
             "not json",
@@ -1138,12 +1256,28 @@ mod tests {
             r#"{"id":"1","error":{"code":"x","message":"m","stack":"..."}}"#,
             r#"{"id":"1","error":"boom"}"#,
         ] {
-            assert_eq!(fault_of(parse_line(line.as_bytes())), Fault::InvalidMessage, "{line}");
+            assert_eq!(
+                fault_of(parse_line(line.as_bytes())),
+                Fault::InvalidMessage,
+                "{line}"
+            );
         }
-        let long_id = format!(r#"{{"id":"{}","method":"storage.list","params":{{}}}}"#, "a".repeat(65));
-        assert_eq!(fault_of(parse_line(long_id.as_bytes())), Fault::InvalidMessage);
-        let code65 = format!(r#"{{"id":"1","error":{{"code":"{}","message":""}}}}"#, "a".repeat(65));
-        assert_eq!(fault_of(parse_line(code65.as_bytes())), Fault::InvalidMessage);
+        let long_id = format!(
+            r#"{{"id":"{}","method":"storage.list","params":{{}}}}"#,
+            "a".repeat(65)
+        );
+        assert_eq!(
+            fault_of(parse_line(long_id.as_bytes())),
+            Fault::InvalidMessage
+        );
+        let code65 = format!(
+            r#"{{"id":"1","error":{{"code":"{}","message":""}}}}"#,
+            "a".repeat(65)
+        );
+        assert_eq!(
+            fault_of(parse_line(code65.as_bytes())),
+            Fault::InvalidMessage
+        );
     }
 
     #[test]
@@ -1161,8 +1295,13 @@ mod tests {
     #[test]
     fn plugin_failure_messages_are_cleaned_for_clients() {
         let long = format!("{}\nsecond line\u{202e}", "m".repeat(600));
-        let line = serde_json::to_string(&json!({"id": "h-2", "error": {"code": "boom", "message": long, "data": {"x": 1}}})).unwrap();
-        let Ok(Incoming::Failure { error, .. }) = parse_line(line.as_bytes()) else { panic!() };
+        let line = serde_json::to_string(
+            &json!({"id": "h-2", "error": {"code": "boom", "message": long, "data": {"x": 1}}}),
+        )
+        .unwrap();
+        let Ok(Incoming::Failure { error, .. }) = parse_line(line.as_bytes()) else {
+            panic!()
+        };
         let shown = error.client_message();
         assert_eq!(shown.chars().count(), 500);
         assert!(!shown.chars().any(|c| c.is_control()));
@@ -1176,23 +1315,45 @@ mod tests {
             json!({"code": "permission-denied", "message": "This plugin was not approved for tasks.create", "data": {"permission": "tasks.create"}})
         );
         let e = HostError::of(HostErrorKind::QuotaExceeded(QuotaLimit::Keys));
-        assert_eq!(e.to_json(), json!({"code": "quota-exceeded", "message": "The plugin's folder holds 128 keys", "data": {"limit": "keys"}}));
-        let e = HostError::of(HostErrorKind::TaskRefused("registry-pending-approval".into()));
+        assert_eq!(
+            e.to_json(),
+            json!({"code": "quota-exceeded", "message": "The plugin's folder holds 128 keys", "data": {"limit": "keys"}})
+        );
+        let e = HostError::of(HostErrorKind::TaskRefused(
+            "registry-pending-approval".into(),
+        ));
         assert_eq!(
             e.to_json(),
             json!({"code": "task-refused", "message": "The daemon refused the task: registry-pending-approval", "data": {"reason": "registry-pending-approval"}})
         );
-        assert_eq!(HostError::of(HostErrorKind::TaskRefused("Not A Code".into())).code(), "internal-error");
+        assert_eq!(
+            HostError::of(HostErrorKind::TaskRefused("Not A Code".into())).code(),
+            "internal-error"
+        );
         let e = HostError::of(HostErrorKind::NotPending(PendingState::Expired));
         assert_eq!(e.to_json()["data"], json!({"state": "expired"}));
-        assert_eq!(HostError::of(HostErrorKind::RequestCancelled).to_json().get("data"), None);
+        assert_eq!(
+            HostError::of(HostErrorKind::RequestCancelled)
+                .to_json()
+                .get("data"),
+            None
+        );
         let e = HostError::new(HostErrorKind::InternalError, "disk said: /var/lib/x");
         assert_eq!(e.message(), INTERNAL_ERROR_MESSAGE);
-        let e = HostError::new(HostErrorKind::InvalidParams, &format!("a\nb\u{7f}{}", "x".repeat(900)));
+        let e = HostError::new(
+            HostErrorKind::InvalidParams,
+            &format!("a\nb\u{7f}{}", "x".repeat(900)),
+        );
         assert_eq!(e.message().chars().count(), 500);
         assert!(!e.message().chars().any(|c| c.is_control()));
         assert_eq!(
-            encode_failure("1", &HostError::new(HostErrorKind::RateLimited, "More than 50 requests a second for too long")),
+            encode_failure(
+                "1",
+                &HostError::new(
+                    HostErrorKind::RateLimited,
+                    "More than 50 requests a second for too long"
+                )
+            ),
             r#"{"error":{"code":"rate-limited","message":"More than 50 requests a second for too long"},"id":"1"}"#
         );
         // Every code the page lists, plus 1.1's two.
@@ -1220,7 +1381,11 @@ mod tests {
             let e = HostError::of(k);
             assert!(is_error_code(e.code()));
             let m = e.message();
-            assert!(!m.is_empty() && m.chars().count() <= 500 && !m.chars().any(|c| c <= '\u{1f}' || c == '\u{7f}'));
+            assert!(
+                !m.is_empty()
+                    && m.chars().count() <= 500
+                    && !m.chars().any(|c| c <= '\u{1f}' || c == '\u{7f}')
+            );
         }
     }
 
@@ -1230,7 +1395,11 @@ mod tests {
             platform: Platform::Linux,
             plugin_id: "night-shift".into(),
             plugin_version: "1.2.0".into(),
-            permissions: vec![Permission::StorageOwn, Permission::EventsRead, Permission::StorageOwn],
+            permissions: vec![
+                Permission::StorageOwn,
+                Permission::EventsRead,
+                Permission::StorageOwn,
+            ],
         });
         let v: Value = serde_json::from_str(&init.encode("h-1")).unwrap();
         assert_eq!(
@@ -1240,14 +1409,29 @@ mod tests {
                 "plugin": {"id": "night-shift", "version": "1.2.0"},
                 "permissions": ["events.read", "storage.own"]}})
         );
-        let v: Value = serde_json::from_str(&HostRequest::Shutdown(ShutdownReason::Disabled).encode("h-1")).unwrap();
-        assert_eq!(v, json!({"id": "h-1", "method": "shutdown", "params": {"reason": "disabled"}}));
-        let v: Value = serde_json::from_str(&HostRequest::Ping.encode(&host_request_id(7))).unwrap();
+        let v: Value =
+            serde_json::from_str(&HostRequest::Shutdown(ShutdownReason::Disabled).encode("h-1"))
+                .unwrap();
+        assert_eq!(
+            v,
+            json!({"id": "h-1", "method": "shutdown", "params": {"reason": "disabled"}})
+        );
+        let v: Value =
+            serde_json::from_str(&HostRequest::Ping.encode(&host_request_id(7))).unwrap();
         assert_eq!(v, json!({"id": "h-7", "method": "ping", "params": {}}));
-        let run = HostRequest::CommandRun { command: "note".into(), input: Some("check the flaky login test".into()) };
+        let run = HostRequest::CommandRun {
+            command: "note".into(),
+            input: Some("check the flaky login test".into()),
+        };
         let v: Value = serde_json::from_str(&run.encode("h-2")).unwrap();
-        assert_eq!(v["params"], json!({"command": "note", "input": "check the flaky login test"}));
-        let run = HostRequest::CommandRun { command: "summary".into(), input: None };
+        assert_eq!(
+            v["params"],
+            json!({"command": "note", "input": "check the flaky login test"})
+        );
+        let run = HostRequest::CommandRun {
+            command: "summary".into(),
+            input: None,
+        };
         let v: Value = serde_json::from_str(&run.encode("h-3")).unwrap();
         assert_eq!(v["params"], json!({"command": "summary"}));
         assert!(is_wire_id(&host_request_id(u64::MAX)));
@@ -1256,17 +1440,32 @@ mod tests {
     #[test]
     fn notifications_match_the_page() {
         let data = json!({"reason": "completed"}).as_object().unwrap().clone();
-        let e = Event { kind: EventKind::TurnEnd, ts: "2026-11-14T09:31:07.412Z".into(), seq: 58, subject: "s-4f9a1c2b7d3e".into(), data };
+        let e = Event {
+            kind: EventKind::TurnEnd,
+            ts: "2026-11-14T09:31:07.412Z".into(),
+            seq: 58,
+            subject: "s-4f9a1c2b7d3e".into(),
+            data,
+        };
         let v: Value = serde_json::from_str(&encode_event(&e).unwrap()).unwrap();
         assert_eq!(
             v,
             json!({"method": "event", "params": {"kind": "turn.end", "ts": "2026-11-14T09:31:07.412Z", "seq": 58, "session": "s-4f9a1c2b7d3e", "data": {"reason": "completed"}}})
         );
-        let e = Event { kind: EventKind::LaneStage, ts: "2026-11-14T09:31:09.002Z".into(), seq: 318, subject: "t-0c1d2e3f4a5b".into(), data: Map::new() };
+        let e = Event {
+            kind: EventKind::LaneStage,
+            ts: "2026-11-14T09:31:09.002Z".into(),
+            seq: 318,
+            subject: "t-0c1d2e3f4a5b".into(),
+            data: Map::new(),
+        };
         let v: Value = serde_json::from_str(&encode_event(&e).unwrap()).unwrap();
         assert_eq!(v["params"]["lane"], "t-0c1d2e3f4a5b");
         let v: Value = serde_json::from_str(&encode_events_dropped(12)).unwrap();
-        assert_eq!(v, json!({"method": "events.dropped", "params": {"count": 12}}));
+        assert_eq!(
+            v,
+            json!({"method": "events.dropped", "params": {"count": 12}})
+        );
         let mut huge = Map::new();
         huge.insert("x".into(), Value::from("a".repeat(70_000)));
         assert_eq!(encode_event(&Event { data: huge, ..e }), None);
@@ -1276,31 +1475,64 @@ mod tests {
     fn responses_and_pages_fit_the_line() {
         let line = encode_response("1", &json!({"kinds": []})).unwrap();
         assert_eq!(line, r#"{"id":"1","result":{"kinds":[]}}"#);
-        assert_eq!(encode_response("1", &json!({"value": "a".repeat(70_000)})).unwrap_err().code(), "result-too-large");
-        assert_eq!(encode_response("1", &json!([1])).unwrap_err().code(), "internal-error");
-        let typed = crate::plugins::calls::StorageValue { key: "k0".into(), value: Some("v\n".into()) };
-        assert_eq!(encode_response("b7", &typed).unwrap(), r#"{"id":"b7","result":{"key":"k0","value":"v\n"}}"#);
+        assert_eq!(
+            encode_response("1", &json!({"value": "a".repeat(70_000)}))
+                .unwrap_err()
+                .code(),
+            "result-too-large"
+        );
+        assert_eq!(
+            encode_response("1", &json!([1])).unwrap_err().code(),
+            "internal-error"
+        );
+        let typed = crate::plugins::calls::StorageValue {
+            key: "k0".into(),
+            value: Some("v\n".into()),
+        };
+        assert_eq!(
+            encode_response("b7", &typed).unwrap(),
+            r#"{"id":"b7","result":{"key":"k0","value":"v\n"}}"#
+        );
 
-        let items: Vec<Value> = (0..500).map(|i| json!({"session": format!("s-{i:012x}"), "pad": "p".repeat(400)})).collect();
+        let items: Vec<Value> = (0..500)
+            .map(|i| json!({"session": format!("s-{i:012x}"), "pad": "p".repeat(400)}))
+            .collect();
         let cursor = |v: &Value| v["session"].as_str().unwrap_or_default().to_string();
         let (line, n) = encode_page("7", "sessions", &items, false, cursor).unwrap();
         assert!(n > 0 && n < 500 && line.len() <= limits::PLUGIN_MAX_LINE);
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["result"]["sessions"].as_array().unwrap().len(), n);
-        assert_eq!(v["result"]["nextCursor"], Value::from(format!("s-{:012x}", n - 1)));
+        assert_eq!(
+            v["result"]["nextCursor"],
+            Value::from(format!("s-{:012x}", n - 1))
+        );
         // One more item would not have fit.
         let (_, m) = encode_page("7", "sessions", &items[..n + 1], false, cursor).unwrap();
         assert_eq!(m, n);
 
         let (line, n) = encode_page("7", "sessions", &items[..2], false, cursor).unwrap();
         assert_eq!(n, 2);
-        assert_eq!(serde_json::from_str::<Value>(&line).unwrap()["result"]["nextCursor"], Value::Null);
+        assert_eq!(
+            serde_json::from_str::<Value>(&line).unwrap()["result"]["nextCursor"],
+            Value::Null
+        );
         let (line, _) = encode_page("7", "sessions", &items[..2], true, cursor).unwrap();
-        assert_eq!(serde_json::from_str::<Value>(&line).unwrap()["result"]["nextCursor"], "s-000000000001");
+        assert_eq!(
+            serde_json::from_str::<Value>(&line).unwrap()["result"]["nextCursor"],
+            "s-000000000001"
+        );
         let (line, n) = encode_page::<Value>("7", "seats", &[], false, cursor).unwrap();
-        assert_eq!((line.as_str(), n), (r#"{"id":"7","result":{"seats":[],"nextCursor":null}}"#, 0));
+        assert_eq!(
+            (line.as_str(), n),
+            (r#"{"id":"7","result":{"seats":[],"nextCursor":null}}"#, 0)
+        );
         let giant = vec![json!({"session": "s-1", "pad": "p".repeat(70_000)})];
-        assert_eq!(encode_page("7", "sessions", &giant, false, cursor).unwrap_err().code(), "result-too-large");
+        assert_eq!(
+            encode_page("7", "sessions", &giant, false, cursor)
+                .unwrap_err()
+                .code(),
+            "result-too-large"
+        );
     }
 
     #[test]
@@ -1309,7 +1541,10 @@ mod tests {
         assert!(parse_initialize_result(&obj(json!({"api": "1.0", "x": 1}))).is_err());
         assert!(parse_initialize_result(&obj(json!({"api": "01.0"}))).is_err());
         assert!(parse_initialize_result(&obj(json!({"api": 1}))).is_err());
-        assert_eq!(parse_command_result(&obj(json!({"text": "Saved."}))), Ok("Saved.".into()));
+        assert_eq!(
+            parse_command_result(&obj(json!({"text": "Saved."}))),
+            Ok("Saved.".into())
+        );
         assert!(parse_command_result(&obj(json!({"text": "x".repeat(16_385)}))).is_err());
         assert!(parse_command_result(&obj(json!({}))).is_err());
         for ok in ["1.0", "1.1", "9999.9999", "2.10"] {
@@ -1322,11 +1557,23 @@ mod tests {
 
     #[test]
     fn permissions_and_methods() {
-        assert_eq!(Permission::table_order(&[Permission::TasksCreate, Permission::EventsRead]), vec![Permission::EventsRead, Permission::TasksCreate]);
-        assert_eq!(Method::from_name("sessions.get").map(Method::permission), Some(Permission::ListsRead));
-        assert_eq!(Method::from_name("tasks.cancel").map(Method::permission), Some(Permission::TasksCreate));
+        assert_eq!(
+            Permission::table_order(&[Permission::TasksCreate, Permission::EventsRead]),
+            vec![Permission::EventsRead, Permission::TasksCreate]
+        );
+        assert_eq!(
+            Method::from_name("sessions.get").map(Method::permission),
+            Some(Permission::ListsRead)
+        );
+        assert_eq!(
+            Method::from_name("tasks.cancel").map(Method::permission),
+            Some(Permission::TasksCreate)
+        );
         assert_eq!(Method::StorageSet.permission(), Permission::StorageOwn);
-        assert_eq!(Method::EventsUnsubscribe.permission(), Permission::EventsRead);
+        assert_eq!(
+            Method::EventsUnsubscribe.permission(),
+            Permission::EventsRead
+        );
         for p in Permission::ALL {
             assert_eq!(Permission::from_name(p.name()), Some(p));
         }

@@ -19,7 +19,12 @@ pub struct LineTooLong;
 
 impl LineBuffer {
     pub fn new(max: usize) -> LineBuffer {
-        LineBuffer { buf: Vec::new(), start: 0, scanned: 0, max }
+        LineBuffer {
+            buf: Vec::new(),
+            start: 0,
+            scanned: 0,
+            max,
+        }
     }
 
     /// Appends bytes read from the stream.

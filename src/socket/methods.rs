@@ -15,9 +15,9 @@
 //! | seats.*, sessions.*, session.*, transcript.*, approvals.* | see core::methods |
 
 use mio::Token;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
 
 use crate::daemon::{Daemon, Req, Subscription};
 use crate::errors::{Code, RpcError};
@@ -41,7 +41,13 @@ pub fn require_operator(req: &Req) -> Result<(), RpcError> {
     if req.class.is_operator() {
         Ok(())
     } else {
-        Err(RpcError::new(Code::OperatorOnly, format!("only the operator may call this; the caller is {}", req.class.name())))
+        Err(RpcError::new(
+            Code::OperatorOnly,
+            format!(
+                "only the operator may call this; the caller is {}",
+                req.class.name()
+            ),
+        ))
     }
 }
 
@@ -53,15 +59,26 @@ fn may_read_stream(req: &Req, stream: &str) -> Result<(), RpcError> {
     match &req.class {
         crate::procs::CallerClass::Operator => Ok(()),
         crate::procs::CallerClass::AgentSession(Some(own)) if own == stream => Ok(()),
-        other => Err(RpcError::new(Code::OperatorOnly, format!("a caller of class {} reads only its own session's events", other.name()))),
+        other => Err(RpcError::new(
+            Code::OperatorOnly,
+            format!(
+                "a caller of class {} reads only its own session's events",
+                other.name()
+            ),
+        )),
     }
 }
 
 /// Maps a ledger refusal to the socket's codes.
 pub fn write_error(e: WriteError) -> RpcError {
     match e {
-        WriteError::Corrupt => RpcError::new(Code::LedgerCorrupt, "the ledger is read-only because it cannot be trusted"),
-        WriteError::Busy => RpcError::new(Code::LedgerBusy, "the ledger's queue is full; try again"),
+        WriteError::Corrupt => RpcError::new(
+            Code::LedgerCorrupt,
+            "the ledger is read-only because it cannot be trusted",
+        ),
+        WriteError::Busy => {
+            RpcError::new(Code::LedgerBusy, "the ledger's queue is full; try again")
+        }
         WriteError::Failed(why) => {
             crate::error!("ledger write failed: {why}");
             RpcError::new(Code::Unavailable, "the ledger could not commit the change")
@@ -82,9 +99,16 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             crate::plugins::methods::dispatch(d, req, m, p);
             return;
         }
-        m if crate::lanes::methods::serves(m) => return crate::lanes::methods::dispatch(d, req, m, p),
-        m if crate::core::methods::serves(m) => return crate::core::methods::dispatch(d, req, m, p),
-        other => Err(RpcError::new(Code::MethodNotFound, format!("unknown method {other}"))),
+        m if crate::lanes::methods::serves(m) => {
+            return crate::lanes::methods::dispatch(d, req, m, p);
+        }
+        m if crate::core::methods::serves(m) => {
+            return crate::core::methods::dispatch(d, req, m, p);
+        }
+        other => Err(RpcError::new(
+            Code::MethodNotFound,
+            format!("unknown method {other}"),
+        )),
     };
     match result {
         Ok(Some(v)) => d.answer(req, Ok(v)),
@@ -185,11 +209,18 @@ struct ListParams {
 }
 
 fn events_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let ListParams { stream, after_seq, limit } = params(p)?;
+    let ListParams {
+        stream,
+        after_seq,
+        limit,
+    } = params(p)?;
     may_read_stream(req, &stream)?;
     let limit = limit.unwrap_or(limits::EVENTS_PAGE_DEFAULT);
     if !(1..=limits::EVENTS_PAGE_MAX).contains(&limit) {
-        return Err(RpcError::invalid_params(format!("limit must be 1 to {}", limits::EVENTS_PAGE_MAX)));
+        return Err(RpcError::invalid_params(format!(
+            "limit must be 1 to {}",
+            limits::EVENTS_PAGE_MAX
+        )));
     }
     if after_seq < 0 {
         return Err(RpcError::invalid_params("after_seq must be at least 0"));
@@ -251,35 +282,62 @@ struct AppendParams {
 /// Streams operators and scripts may write to: their own, named `x-...`,
 /// apart from the streams the daemon writes.
 fn valid_user_stream(s: &str) -> bool {
-    s.len() <= 128 && s.strip_prefix("x-").is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    s.len() <= 128
+        && s.strip_prefix("x-").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }
 
 fn valid_kind(s: &str) -> bool {
-    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'_')
+    (1..=64).contains(&s.len())
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'_'
+        })
 }
 
 fn events_append(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let AppendParams { stream, kind, data } = params(p)?;
     require_operator(req)?;
     if !valid_user_stream(&stream) {
-        return Err(RpcError::invalid_params("stream must be x- followed by 1 to 126 letters, digits, '-' or '_'"));
+        return Err(RpcError::invalid_params(
+            "stream must be x- followed by 1 to 126 letters, digits, '-' or '_'",
+        ));
     }
     if !valid_kind(&kind) {
-        return Err(RpcError::invalid_params("kind must be 1 to 64 lowercase letters, digits, '.', '-' or '_'"));
+        return Err(RpcError::invalid_params(
+            "kind must be 1 to 64 lowercase letters, digits, '.', '-' or '_'",
+        ));
     }
-    let data = serde_json::to_string(&Value::Object(data.unwrap_or_default())).unwrap_or_else(|_| "{}".into());
+    let data = serde_json::to_string(&Value::Object(data.unwrap_or_default()))
+        .unwrap_or_else(|_| "{}".into());
     if data.len() > limits::EVENT_MAX_DATA_BYTES {
-        return Err(RpcError::invalid_params(format!("data must serialise to at most {} bytes", limits::EVENT_MAX_DATA_BYTES)));
+        return Err(RpcError::invalid_params(format!(
+            "data must serialise to at most {} bytes",
+            limits::EVENT_MAX_DATA_BYTES
+        )));
     }
     let ts = crate::clock::now_ts();
     let req = req.clone();
-    d.write(vec![Op::Event { stream, kind, ts, data }], move |d, r| {
-        let result = r.map_err(write_error).map(|appended| match appended.first() {
-            Some(a) => json!({"stream": a.stream, "seq": a.seq, "ts": a.ts}),
-            None => Value::Null,
-        });
-        d.answer(req, result);
-    });
+    d.write(
+        vec![Op::Event {
+            stream,
+            kind,
+            ts,
+            data,
+        }],
+        move |d, r| {
+            let result = r
+                .map_err(write_error)
+                .map(|appended| match appended.first() {
+                    Some(a) => json!({"stream": a.stream, "seq": a.seq, "ts": a.ts}),
+                    None => Value::Null,
+                });
+            d.answer(req, result);
+        },
+    );
     Ok(None)
 }
 
@@ -297,14 +355,23 @@ fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
     }
     if let Some(s) = &streams {
         if s.is_empty() || s.len() > limits::EVENTS_SUBSCRIBE_MAX_STREAMS {
-            return Err(RpcError::invalid_params(format!("streams must name 1 to {} streams", limits::EVENTS_SUBSCRIBE_MAX_STREAMS)));
+            return Err(RpcError::invalid_params(format!(
+                "streams must name 1 to {} streams",
+                limits::EVENTS_SUBSCRIBE_MAX_STREAMS
+            )));
         }
     }
     let conn: Token = req.conn;
     let filter = streams.clone().map(|v| v.into_iter().collect());
     // One subscription per connection; a second call replaces the first,
     // as events.subscribe does for plugins (seed 000).
-    d.subscriptions.insert(conn, Subscription { conn, streams: filter });
+    d.subscriptions.insert(
+        conn,
+        Subscription {
+            conn,
+            streams: filter,
+        },
+    );
     Ok(Some(json!({"streams": streams})))
 }
 

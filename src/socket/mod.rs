@@ -91,12 +91,24 @@ impl Server {
     /// a file nobody answers on is replaced, and a live daemon is refused.
     pub fn bind(path: &Path, limits: SocketSection) -> Result<Server, BindError> {
         let shown = path.display();
-        let dir = path.parent().ok_or_else(|| BindError::Other(format!("socket path {shown} has no directory")))?;
+        let dir = path
+            .parent()
+            .ok_or_else(|| BindError::Other(format!("socket path {shown} has no directory")))?;
         if !dir.exists() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| BindError::Other(format!("unable to create socket directory {}: {}", dir.display(), io_cause(&e))))?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| BindError::Other(format!("unable to set mode 0700 on {}: {}", dir.display(), io_cause(&e))))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                BindError::Other(format!(
+                    "unable to create socket directory {}: {}",
+                    dir.display(),
+                    io_cause(&e)
+                ))
+            })?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+                BindError::Other(format!(
+                    "unable to set mode 0700 on {}: {}",
+                    dir.display(),
+                    io_cause(&e)
+                ))
+            })?;
         } else if let Ok(meta) = std::fs::metadata(dir) {
             // An existing directory of ours is narrowed to 0700; one of
             // another user is left alone (the socket's own 0600 still holds).
@@ -109,25 +121,46 @@ impl Server {
             Ok(meta) => {
                 use std::os::unix::fs::FileTypeExt;
                 if !meta.file_type().is_socket() {
-                    return Err(BindError::Other(format!("{shown} exists and is not a socket; refusing to replace it")));
+                    return Err(BindError::Other(format!(
+                        "{shown} exists and is not a socket; refusing to replace it"
+                    )));
                 }
                 match std::os::unix::net::UnixStream::connect(path) {
                     Ok(_) => return Err(BindError::InUse(path.to_path_buf())),
                     Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
                         crate::info!("replacing stale socket file {shown}");
-                        std::fs::remove_file(path)
-                            .map_err(|e| BindError::Other(format!("unable to remove stale socket {shown}: {}", io_cause(&e))))?;
+                        std::fs::remove_file(path).map_err(|e| {
+                            BindError::Other(format!(
+                                "unable to remove stale socket {shown}: {}",
+                                io_cause(&e)
+                            ))
+                        })?;
                     }
-                    Err(e) => return Err(BindError::Other(format!("unable to probe socket {shown}: {}", io_cause(&e)))),
+                    Err(e) => {
+                        return Err(BindError::Other(format!(
+                            "unable to probe socket {shown}: {}",
+                            io_cause(&e)
+                        )));
+                    }
                 }
             }
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(BindError::Other(format!("unable to inspect {shown}: {}", io_cause(&e)))),
+            Err(e) => {
+                return Err(BindError::Other(format!(
+                    "unable to inspect {shown}: {}",
+                    io_cause(&e)
+                )));
+            }
         }
-        let listener =
-            UnixListener::bind(path).map_err(|e| BindError::Other(format!("unable to bind socket {shown}: {}", io_cause(&e))))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| BindError::Other(format!("unable to set mode 0600 on {shown}: {}", io_cause(&e))))?;
+        let listener = UnixListener::bind(path).map_err(|e| {
+            BindError::Other(format!("unable to bind socket {shown}: {}", io_cause(&e)))
+        })?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+            BindError::Other(format!(
+                "unable to set mode 0600 on {shown}: {}",
+                io_cause(&e)
+            ))
+        })?;
         let bound = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
         Ok(Server {
             listener: Some(listener),
@@ -163,15 +196,24 @@ impl Server {
 
     /// Accepts every pending connection. `classify` names each caller;
     /// connections beyond the limit get one error line and are closed.
-    pub fn accept_all(&mut self, registry: &Registry, classify: impl Fn(&UnixStream) -> (CallerClass, i32)) {
+    pub fn accept_all(
+        &mut self,
+        registry: &Registry,
+        classify: impl Fn(&UnixStream) -> (CallerClass, i32),
+    ) {
         loop {
-            let Some(listener) = &self.listener else { return };
+            let Some(listener) = &self.listener else {
+                return;
+            };
             match listener.accept() {
                 Ok((mut stream, _)) => {
                     if self.conns.len() >= self.limits.max_connections {
                         let e = crate::errors::RpcError::new(
                             crate::errors::Code::TooManyConnections,
-                            format!("the daemon's connection limit ({}) is reached", self.limits.max_connections),
+                            format!(
+                                "the daemon's connection limit ({}) is reached",
+                                self.limits.max_connections
+                            ),
                         );
                         let _ = stream.write(&rpc::error(&serde_json::Value::Null, &e, None));
                         continue;
@@ -179,7 +221,11 @@ impl Server {
                     let (class, peer_pid) = classify(&stream);
                     let token = Token(self.next_token);
                     self.next_token += 1;
-                    if let Err(e) = registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
+                    if let Err(e) = registry.register(
+                        &mut stream,
+                        token,
+                        Interest::READABLE | Interest::WRITABLE,
+                    ) {
                         crate::warn!("unable to watch a new connection: {}", io_cause(&e));
                         continue;
                     }
@@ -203,7 +249,11 @@ impl Server {
                 Err(e) => {
                     // EMFILE and friends: stop accepting for this wake-up; the
                     // listener stays readable and is tried again later.
-                    crate::warn!("unable to accept a connection on {}: {}", self.path.display(), io_cause(&e));
+                    crate::warn!(
+                        "unable to accept a connection on {}: {}",
+                        self.path.display(),
+                        io_cause(&e)
+                    );
                     return;
                 }
             }
@@ -216,7 +266,9 @@ impl Server {
     pub fn read_lines(&mut self, token: Token) -> Result<Vec<Vec<u8>>, CloseReason> {
         let max_in_flight = self.limits.max_in_flight;
         let Server { conns, scratch, .. } = self;
-        let Some(conn) = conns.get_mut(&token) else { return Ok(Vec::new()) };
+        let Some(conn) = conns.get_mut(&token) else {
+            return Ok(Vec::new());
+        };
         let mut lines = Vec::new();
         let chunk = scratch.as_mut_slice();
         loop {
@@ -257,7 +309,9 @@ impl Server {
     /// Whether a client that closed its sending side has had every answer
     /// written, so the connection can be closed.
     pub fn finished(&self, token: Token) -> bool {
-        self.conns.get(&token).is_some_and(|c| c.read_closed && c.in_flight == 0 && c.out_pos >= c.out.len())
+        self.conns
+            .get(&token)
+            .is_some_and(|c| c.read_closed && c.in_flight == 0 && c.out_pos >= c.out.len())
     }
 
     /// Requests read and not yet answered, on every connection.
@@ -268,14 +322,20 @@ impl Server {
     /// Whether the connection stopped reading for back-pressure and has room
     /// again.
     pub fn wants_pump(&self, token: Token) -> bool {
-        self.conns.get(&token).is_some_and(|c| (c.may_read || c.rbuf.pending() > 0) && !c.read_closed && c.in_flight < self.limits.max_in_flight)
+        self.conns.get(&token).is_some_and(|c| {
+            (c.may_read || c.rbuf.pending() > 0)
+                && !c.read_closed
+                && c.in_flight < self.limits.max_in_flight
+        })
     }
 
     /// Queues bytes to a connection. Past the queue bound the client is not
     /// reading: the connection is closed rather than allowed to grow memory.
     pub fn queue(&mut self, token: Token, bytes: &[u8]) -> Result<(), CloseReason> {
         let max = self.limits.max_queued_bytes;
-        let Some(conn) = self.conns.get_mut(&token) else { return Ok(()) };
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return Ok(());
+        };
         if conn.out.len() - conn.out_pos + bytes.len() > max {
             return Err(CloseReason::SlowReader);
         }
@@ -285,7 +345,9 @@ impl Server {
 
     /// Writes as much of the queue as the socket takes.
     pub fn flush(&mut self, token: Token) -> Result<(), CloseReason> {
-        let Some(conn) = self.conns.get_mut(&token) else { return Ok(()) };
+        let Some(conn) = self.conns.get_mut(&token) else {
+            return Ok(());
+        };
         while conn.out_pos < conn.out.len() {
             match conn.stream.write(&conn.out[conn.out_pos..]) {
                 Ok(0) => return Err(CloseReason::Io("write returned zero".into())),

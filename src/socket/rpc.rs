@@ -8,14 +8,18 @@
 //! positional arguments; a frame with a `route` (a relay frame) is refused on
 //! the daemon socket, which carries no relay channels.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::errors::{Code, RpcError};
 
 /// A classified incoming frame.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
-    Request { id: Value, method: String, params: Map<String, Value> },
+    Request {
+        id: Value,
+        method: String,
+        params: Map<String, Value>,
+    },
     /// A notification from the client; the daemon serves none, so it is
     /// dropped (JSON-RPC forbids answering a notification).
     Notification { method: String },
@@ -34,7 +38,12 @@ pub struct Refusal {
 pub fn parse(line: &[u8]) -> Result<Frame, Refusal> {
     let v: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
-        Err(_) => return Err(Refusal { id: Value::Null, error: RpcError::new(Code::ParseError, "parse error") }),
+        Err(_) => {
+            return Err(Refusal {
+                id: Value::Null,
+                error: RpcError::new(Code::ParseError, "parse error"),
+            });
+        }
     };
     let Value::Object(mut obj) = v else {
         return Err(invalid(Value::Null, "a frame must be a JSON object"));
@@ -48,7 +57,10 @@ pub fn parse(line: &[u8]) -> Result<Frame, Refusal> {
         return Err(invalid(echo, "jsonrpc must be \"2.0\""));
     }
     if obj.contains_key("route") || obj.contains_key("body") {
-        return Err(invalid(echo, "relay frames are not served on the daemon socket"));
+        return Err(invalid(
+            echo,
+            "relay frames are not served on the daemon socket",
+        ));
     }
     let method = match obj.remove("method") {
         None => None,
@@ -62,12 +74,17 @@ pub fn parse(line: &[u8]) -> Result<Frame, Refusal> {
             if !matches!(id, Value::Number(_) | Value::String(_)) {
                 return Err(invalid(Value::Null, "id must be a number or a string"));
             }
-            let Some(method) = method else { return Ok(Frame::Response) };
+            let Some(method) = method else {
+                return Ok(Frame::Response);
+            };
             let params = match obj.remove("params") {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(p)) => p,
                 Some(_) => {
-                    return Err(Refusal { id, error: RpcError::invalid_params("params must be an object") });
+                    return Err(Refusal {
+                        id,
+                        error: RpcError::invalid_params("params must be an object"),
+                    });
                 }
             };
             Ok(Frame::Request { id, method, params })
@@ -76,7 +93,10 @@ pub fn parse(line: &[u8]) -> Result<Frame, Refusal> {
 }
 
 fn invalid(id: Value, message: &str) -> Refusal {
-    Refusal { id, error: RpcError::new(Code::InvalidRequest, message) }
+    Refusal {
+        id,
+        error: RpcError::new(Code::InvalidRequest, message),
+    }
 }
 
 /// A success reply line, with its `\n`.
@@ -122,26 +142,55 @@ mod tests {
     fn classifies_frames() {
         assert_eq!(
             parse(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap(),
-            Frame::Request { id: json!(7), method: "ping".into(), params: Map::new() }
+            Frame::Request {
+                id: json!(7),
+                method: "ping".into(),
+                params: Map::new()
+            }
         );
-        assert_eq!(parse(br#"{"jsonrpc":"2.0","method":"x"}"#).unwrap(), Frame::Notification { method: "x".into() });
-        assert_eq!(parse(br#"{"jsonrpc":"2.0","id":"a","result":null}"#).unwrap(), Frame::Response);
+        assert_eq!(
+            parse(br#"{"jsonrpc":"2.0","method":"x"}"#).unwrap(),
+            Frame::Notification { method: "x".into() }
+        );
+        assert_eq!(
+            parse(br#"{"jsonrpc":"2.0","id":"a","result":null}"#).unwrap(),
+            Frame::Response
+        );
     }
 
     #[test]
     fn refuses_with_the_codes_of_the_spec() {
         assert_eq!(refused("{not json"), (Value::Null, -32700, "parse-error"));
         assert_eq!(refused("[1,2]"), (Value::Null, -32600, "invalid-request"));
-        assert_eq!(refused(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#), (json!(3), -32600, "invalid-request"));
-        assert_eq!(refused(r#"{"id":3,"method":"ping"}"#), (json!(3), -32600, "invalid-request"));
-        assert_eq!(refused(r#"{"jsonrpc":"2.0","id":3,"method":5}"#), (json!(3), -32600, "invalid-request"));
-        assert_eq!(refused(r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":[1]}"#), (json!(3), -32602, "invalid-params"));
-        assert_eq!(refused(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), (Value::Null, -32600, "invalid-request"));
+        assert_eq!(
+            refused(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#),
+            (json!(3), -32600, "invalid-request")
+        );
+        assert_eq!(
+            refused(r#"{"id":3,"method":"ping"}"#),
+            (json!(3), -32600, "invalid-request")
+        );
+        assert_eq!(
+            refused(r#"{"jsonrpc":"2.0","id":3,"method":5}"#),
+            (json!(3), -32600, "invalid-request")
+        );
+        assert_eq!(
+            refused(r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":[1]}"#),
+            (json!(3), -32602, "invalid-params")
+        );
+        assert_eq!(
+            refused(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#),
+            (Value::Null, -32600, "invalid-request")
+        );
     }
 
     #[test]
     fn error_reply_carries_the_stable_code() {
-        let l = error(&json!(1), &RpcError::new(Code::NotFound, "no such stream"), None);
+        let l = error(
+            &json!(1),
+            &RpcError::new(Code::NotFound, "no such stream"),
+            None,
+        );
         let v: Value = serde_json::from_slice(&l).unwrap();
         assert_eq!(v["error"]["code"], json!(-32000));
         assert_eq!(v["error"]["data"]["code"], json!("not-found"));

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use omniconfluxd::ledger::{Batch, Committed, Ledger, Op};
-use rusqlite::{params, Connection};
+use rusqlite::{Connection, params};
 
 use crate::util::{self, Figure, Placement, TempDir};
 
@@ -39,7 +39,11 @@ pub fn run() {
         return;
     }
     let rounds = util::rounds(7, 2);
-    let window = if util::quick() { Duration::from_millis(600) } else { Duration::from_millis(1500) };
+    let window = if util::quick() {
+        Duration::from_millis(600)
+    } else {
+        Duration::from_millis(1500)
+    };
     for placement in util::placements() {
         let (mut v, mut b, mut groups) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
@@ -82,7 +86,10 @@ pub fn run() {
 }
 
 fn event(batch_no: usize, i: usize) -> (String, String) {
-    (format!("x-bench-{:02}", batch_no % STREAMS), format!("{{\"batch\":{batch_no},\"i\":{i},\"text\":\"a small benchmark event\"}}"))
+    (
+        format!("x-bench-{:02}", batch_no % STREAMS),
+        format!("{{\"batch\":{batch_no},\"i\":{i},\"text\":\"a small benchmark event\"}}"),
+    )
 }
 
 /// Events a second committed through the writer for `window`, and the
@@ -92,44 +99,63 @@ fn ledger_round(placement: Placement, window: Duration) -> Result<(f64, Vec<f64>
     let (tx, rx) = mpsc::channel::<(usize, usize, usize)>();
     // Opened on core 0 so that the writer thread it starts stays there.
     let ledger = util::on_cpu(0, || {
-        Ledger::open(&tmp.path().join("ledger.sqlite3"), Box::new(move |cs: Vec<Committed>| {
-            let ok: usize = cs.iter().map(|c| c.result.as_ref().map_or(0, Vec::len)).sum();
-            let failed = cs.iter().filter(|c| c.result.is_err()).count();
-            let _ = tx.send((cs.len(), ok, failed));
-        }))
+        Ledger::open(
+            &tmp.path().join("ledger.sqlite3"),
+            Box::new(move |cs: Vec<Committed>| {
+                let ok: usize = cs
+                    .iter()
+                    .map(|c| c.result.as_ref().map_or(0, Vec::len))
+                    .sum();
+                let failed = cs.iter().filter(|c| c.result.is_err()).count();
+                let _ = tx.send((cs.len(), ok, failed));
+            }),
+        )
     })
     .map_err(|e| e.0)?;
-    let result = util::on_cpu(placement.client_cpu(), || -> Result<(f64, Vec<f64>), String> {
-        let mut groups = Vec::new();
-        let (mut in_flight, mut batch_no, mut events) = (0usize, 0usize, 0usize);
-        let t0 = Instant::now();
-        loop {
-            if t0.elapsed() < window {
-                while in_flight < IN_FLIGHT {
-                    let ops = (0..BATCH_EVENTS)
-                        .map(|i| {
-                            let (stream, data) = event(batch_no, i);
-                            Op::Event { stream, kind: "tool.call".into(), ts: TS.into(), data }
-                        })
-                        .collect();
-                    ledger.submit(Batch { ticket: batch_no as u64, ops }).map_err(|e| format!("submit: {e:?}"))?;
-                    batch_no += 1;
-                    in_flight += 1;
+    let result = util::on_cpu(
+        placement.client_cpu(),
+        || -> Result<(f64, Vec<f64>), String> {
+            let mut groups = Vec::new();
+            let (mut in_flight, mut batch_no, mut events) = (0usize, 0usize, 0usize);
+            let t0 = Instant::now();
+            loop {
+                if t0.elapsed() < window {
+                    while in_flight < IN_FLIGHT {
+                        let ops = (0..BATCH_EVENTS)
+                            .map(|i| {
+                                let (stream, data) = event(batch_no, i);
+                                Op::Event {
+                                    stream,
+                                    kind: "tool.call".into(),
+                                    ts: TS.into(),
+                                    data,
+                                }
+                            })
+                            .collect();
+                        ledger
+                            .submit(Batch {
+                                ticket: batch_no as u64,
+                                ops,
+                            })
+                            .map_err(|e| format!("submit: {e:?}"))?;
+                        batch_no += 1;
+                        in_flight += 1;
+                    }
                 }
+                if in_flight == 0 {
+                    break;
+                }
+                let (batches, ok, failed) = rx.recv().map_err(|e| e.to_string())?;
+                if failed > 0 {
+                    return Err(format!("{failed} batches failed to commit"));
+                }
+                in_flight -= batches;
+                events += ok;
+                groups.push(ok as f64);
             }
-            if in_flight == 0 {
-                break;
-            }
-            let (batches, ok, failed) = rx.recv().map_err(|e| e.to_string())?;
-            if failed > 0 {
-                return Err(format!("{failed} batches failed to commit"));
-            }
-            in_flight -= batches;
-            events += ok;
-            groups.push(ok as f64);
-        }
-        Ok((events as f64 / t0.elapsed().as_secs_f64(), groups))
-    });
+            Ok((events as f64 / t0.elapsed().as_secs_f64(), groups))
+        },
+    );
     ledger.close();
     result
 }
@@ -139,26 +165,35 @@ fn insert_round(txn: usize, window: Duration) -> Result<f64, String> {
     let tmp = TempDir::new("insert");
     let e = |e: rusqlite::Error| e.to_string();
     let mut conn = Connection::open(tmp.path().join("plain.sqlite3")).map_err(e)?;
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(e)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(e)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(format!("journal_mode is {mode}"));
     }
-    conn.execute_batch("PRAGMA synchronous = FULL;").map_err(e)?;
+    conn.execute_batch("PRAGMA synchronous = FULL;")
+        .map_err(e)?;
     conn.execute_batch(EVENTS_DDL).map_err(e)?;
     let mut seqs = [0i64; STREAMS];
     let (mut n, mut events) = (0usize, 0usize);
     let t0 = Instant::now();
     while t0.elapsed() < window {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(e)?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(e)?;
         {
-            let mut stmt =
-                tx.prepare_cached("INSERT INTO events (stream, seq, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5)").map_err(e)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO events (stream, seq, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(e)?;
             for _ in 0..txn {
                 let (batch_no, i) = (n / BATCH_EVENTS, n % BATCH_EVENTS);
                 let (stream, data) = event(batch_no, i);
                 let s = &mut seqs[batch_no % STREAMS];
                 *s += 1;
-                stmt.execute(params![stream, *s, "tool.call", TS, data]).map_err(e)?;
+                stmt.execute(params![stream, *s, "tool.call", TS, data])
+                    .map_err(e)?;
                 n += 1;
             }
         }

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{self, DaemonDirs, Figure, LineClient, Proc, TempDir, PING};
+use crate::util::{self, DaemonDirs, Figure, LineClient, PING, Proc, TempDir};
 
 pub const FIGURE: &str = "ping_instructions";
 
@@ -48,7 +48,11 @@ pub fn run() {
                 unit: "instructions per ping (all daemon threads)",
                 pass: true,
                 rounds: 1,
-                extra: vec![("total_few", json!(few)), ("total_many", json!(many)), ("pings", json!([FEW, MANY]))],
+                extra: vec![
+                    ("total_few", json!(few)),
+                    ("total_many", json!(many)),
+                    ("pings", json!([FEW, MANY])),
+                ],
             }
             .emit();
         }
@@ -69,8 +73,10 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
     util::daemon_args(&mut cmd, &dirs);
     // valgrind's own temporary files stay in the run's directory.
     cmd.env("TMPDIR", tmp.path());
-    let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log)).map_err(|e| format!("unable to start valgrind: {e}"))?;
-    util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120)).map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
+    let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
+        .map_err(|e| format!("unable to start valgrind: {e}"))?;
+    util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))
+        .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
     {
         let mut c = LineClient::connect(&dirs.socket).map_err(|e| e.to_string())?;
         for _ in 0..pings {
@@ -78,10 +84,18 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
         }
     }
     p.stop(Duration::from_secs(120));
-    let text = std::fs::read_to_string(&out).map_err(|e| format!("no callgrind output: {e}; log: {}", util::log_tail(&dirs.log)))?;
+    let text = std::fs::read_to_string(&out).map_err(|e| {
+        format!(
+            "no callgrind output: {e}; log: {}",
+            util::log_tail(&dirs.log)
+        )
+    })?;
     // A daemon with several threads writes one file, its totals on one line.
     text.lines()
-        .find_map(|l| l.strip_prefix("summary:").or_else(|| l.strip_prefix("totals:")))
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
         .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         .ok_or_else(|| "no totals in the callgrind output".into())
 }

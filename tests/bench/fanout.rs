@@ -29,8 +29,8 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::util::{self, Figure, Proc, Rpc, TempDir};
@@ -61,8 +61,16 @@ pub fn run() {
     let placement = *util::placements().last().expect("core 0 is allowed");
     if want_rate {
         let Some(nats) = util::find_tool("nats-server") else {
-            util::skipped(RATE, None, "nats-server not found; apt-get install nats-server");
-            util::skipped(DELAY, None, "nats-server not found; apt-get install nats-server");
+            util::skipped(
+                RATE,
+                None,
+                "nats-server not found; apt-get install nats-server",
+            );
+            util::skipped(
+                DELAY,
+                None,
+                "nats-server not found; apt-get install nats-server",
+            );
             return;
         };
         if let Err(e) = rate_and_delay(&py, &nats, placement) {
@@ -133,11 +141,17 @@ pub fn stamps(line: &[u8], max_seq: &mut u64, mut f: impl FnMut(u64, u128)) {
 
 /// Reads a daemon subscriber's lines until `stop`, counting the chunks read
 /// before `until` (set when the window closes).
-fn daemon_subscriber(mut r: BufReader<UnixStream>, stop: Arc<AtomicBool>, end_ns: Arc<std::sync::atomic::AtomicU64>) -> Seen {
+fn daemon_subscriber(
+    mut r: BufReader<UnixStream>,
+    stop: Arc<AtomicBool>,
+    end_ns: Arc<std::sync::atomic::AtomicU64>,
+) -> Seen {
     let mut seen = Seen::default();
     let mut max_seq = 0u64;
     let mut line = Vec::with_capacity(1 << 16);
-    let _ = r.get_ref().set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = r
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(100)));
     loop {
         line.clear();
         match r.read_until(b'\n', &mut line) {
@@ -175,7 +189,12 @@ fn daemon_subscriber(mut r: BufReader<UnixStream>, stop: Arc<AtomicBool>, end_ns
         }
         seen.lines += 1;
         seen.bytes += line.len();
-        if line.starts_with(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\"") || line.windows(17).take(64).any(|w| w == b"\"method\":\"event\"") {
+        if line.starts_with(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\"")
+            || line
+                .windows(17)
+                .take(64)
+                .any(|w| w == b"\"method\":\"event\"")
+        {
             seen.events += 1;
         }
         stamps(&line, &mut max_seq, |_, ns| {
@@ -200,14 +219,31 @@ struct RoundResult {
 
 /// One round on the daemon: a new session, SUBSCRIBERS readers (and a
 /// stalled one), prompts kept queued for `window`.
-fn daemon_round(daemon_pid: i32, socket: &Path, client_cpu: usize, window: Duration, with_stalled: bool) -> Result<RoundResult, String> {
+fn daemon_round(
+    daemon_pid: i32,
+    socket: &Path,
+    client_cpu: usize,
+    window: Duration,
+    with_stalled: bool,
+) -> Result<RoundResult, String> {
     let mut ctl = Rpc::connect(socket)?;
-    let cwd = socket.parent().and_then(Path::parent).unwrap_or(Path::new("/")).canonicalize().map_err(|e| e.to_string())?;
-    let r = ctl.call("sessions.spawn", json!({"harness": "fast", "cwd": cwd.display().to_string()}))?;
+    let cwd = socket
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/"))
+        .canonicalize()
+        .map_err(|e| e.to_string())?;
+    let r = ctl.call(
+        "sessions.spawn",
+        json!({"harness": "fast", "cwd": cwd.display().to_string()}),
+    )?;
     let sid = r["session_id"].as_str().ok_or("no session id")?.to_string();
     let subscribe = |c: &mut Rpc| -> Result<(), String> {
         c.call("events.subscribe", json!({"streams": [sid]}))?;
-        c.call("transcript.subscribe", json!({"sub_id": "b", "session_id": sid, "have_entries": 0}))?;
+        c.call(
+            "transcript.subscribe",
+            json!({"sub_id": "b", "session_id": sid, "have_entries": 0}),
+        )?;
         Ok(())
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -218,10 +254,12 @@ fn daemon_round(daemon_pid: i32, socket: &Path, client_cpu: usize, window: Durat
         subscribe(&mut c)?;
         let (reader, _w) = c.into_parts();
         let (stop, end_us) = (stop.clone(), end_us.clone());
-        handles.push(util::on_cpu(client_cpu, || std::thread::spawn(move || {
-            let _keep = _w;
-            daemon_subscriber(reader, stop, end_us)
-        })));
+        handles.push(util::on_cpu(client_cpu, || {
+            std::thread::spawn(move || {
+                let _keep = _w;
+                daemon_subscriber(reader, stop, end_us)
+            })
+        }));
     }
     let mut stalled = None;
     if with_stalled {
@@ -240,7 +278,12 @@ fn daemon_round(daemon_pid: i32, socket: &Path, client_cpu: usize, window: Durat
                 std::thread::sleep(Duration::from_millis(5));
                 peak = peak.max(util::vm_rss_kib(daemon_pid).unwrap_or(0.0));
                 let s = ctl.call("sessions.get", json!({"session_id": sid}))?;
-                if s["queued"].as_u64().or_else(|| s["queue_length"].as_u64()).unwrap_or(0) < 2 {
+                if s["queued"]
+                    .as_u64()
+                    .or_else(|| s["queue_length"].as_u64())
+                    .unwrap_or(0)
+                    < 2
+                {
                     break;
                 }
             }
@@ -251,7 +294,17 @@ fn daemon_round(daemon_pid: i32, socket: &Path, client_cpu: usize, window: Durat
     let _ = ctl.call("sessions.kill", json!({"session_id": sid}));
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
-    let mut res = RoundResult { rate: 0.0, delays_us: Vec::new(), per_sub: Vec::new(), events: 0, bytes: 0, lines: 0, peak_rss_kib: peak, stalled_closed: None, stalled_bytes: 0 };
+    let mut res = RoundResult {
+        rate: 0.0,
+        delays_us: Vec::new(),
+        per_sub: Vec::new(),
+        events: 0,
+        bytes: 0,
+        lines: 0,
+        peak_rss_kib: peak,
+        stalled_closed: None,
+        stalled_bytes: 0,
+    };
     for h in handles {
         let s = h.join().map_err(|_| "subscriber panicked")?;
         res.per_sub.push(s.chunks);
@@ -264,7 +317,9 @@ fn daemon_round(daemon_pid: i32, socket: &Path, client_cpu: usize, window: Durat
         // Read what the daemon had queued: EOF after it means it closed the
         // connection.
         let (mut r, _w) = c.into_parts();
-        let _ = r.get_ref().set_read_timeout(Some(Duration::from_millis(500)));
+        let _ = r
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(500)));
         let mut buf = vec![0u8; 1 << 16];
         let mut closed = false;
         loop {
@@ -286,7 +341,10 @@ fn daemon_round(daemon_pid: i32, socket: &Path, client_cpu: usize, window: Durat
 // ---- NATS ----
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(14222)
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(14222)
 }
 
 fn nats_connect(port: u16) -> Result<TcpStream, String> {
@@ -294,7 +352,8 @@ fn nats_connect(port: u16) -> Result<TcpStream, String> {
     loop {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
             s.set_nodelay(true).ok();
-            s.write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n").map_err(|e| e.to_string())?;
+            s.write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n")
+                .map_err(|e| e.to_string())?;
             return Ok(s);
         }
         if Instant::now() > end {
@@ -306,7 +365,9 @@ fn nats_connect(port: u16) -> Result<TcpStream, String> {
 
 /// Sends PING and waits for PONG (everything before it is processed).
 fn nats_sync(r: &mut BufReader<TcpStream>) -> Result<(), String> {
-    r.get_mut().write_all(b"PING\r\n").map_err(|e| e.to_string())?;
+    r.get_mut()
+        .write_all(b"PING\r\n")
+        .map_err(|e| e.to_string())?;
     let mut line = String::new();
     loop {
         line.clear();
@@ -322,10 +383,16 @@ fn nats_sync(r: &mut BufReader<TcpStream>) -> Result<(), String> {
     }
 }
 
-fn nats_subscriber(mut r: BufReader<TcpStream>, stop: Arc<AtomicBool>, end_us: Arc<std::sync::atomic::AtomicU64>) -> Seen {
+fn nats_subscriber(
+    mut r: BufReader<TcpStream>,
+    stop: Arc<AtomicBool>,
+    end_us: Arc<std::sync::atomic::AtomicU64>,
+) -> Seen {
     let mut seen = Seen::default();
     let mut max_seq = 0;
-    let _ = r.get_ref().set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = r
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(100)));
     let mut head = Vec::new();
     let mut payload = Vec::new();
     loop {
@@ -347,7 +414,10 @@ fn nats_subscriber(mut r: BufReader<TcpStream>, stop: Arc<AtomicBool>, end_us: A
         if !head.starts_with(b"MSG ") {
             continue;
         }
-        let len: usize = std::str::from_utf8(&head).ok().and_then(|h| h.split_whitespace().last()?.parse().ok()).unwrap_or(0);
+        let len: usize = std::str::from_utf8(&head)
+            .ok()
+            .and_then(|h| h.split_whitespace().last()?.parse().ok())
+            .unwrap_or(0);
         payload.resize(len + 2, 0);
         let mut got = 0;
         while got < payload.len() {
@@ -375,21 +445,31 @@ fn nats_subscriber(mut r: BufReader<TcpStream>, stop: Arc<AtomicBool>, end_us: A
 /// One NATS round: SUBSCRIBERS subscribers on the client core, one
 /// publisher on core 0 sending `size`-byte messages in writes of 16, as the
 /// agent writes its lines.
-fn nats_round(port: u16, client_cpu: usize, size: usize, window: Duration) -> Result<RoundResult, String> {
+fn nats_round(
+    port: u16,
+    client_cpu: usize,
+    size: usize,
+    window: Duration,
+) -> Result<RoundResult, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let end_us = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut handles = Vec::new();
     for _ in 0..SUBSCRIBERS {
         let s = nats_connect(port)?;
         let mut r = BufReader::with_capacity(1 << 20, s);
-        r.get_mut().write_all(b"SUB bench 1\r\n").map_err(|e| e.to_string())?;
+        r.get_mut()
+            .write_all(b"SUB bench 1\r\n")
+            .map_err(|e| e.to_string())?;
         nats_sync(&mut r)?;
         let (stop, end_us) = (stop.clone(), end_us.clone());
-        handles.push(util::on_cpu(client_cpu, || std::thread::spawn(move || nats_subscriber(r, stop, end_us))));
+        handles.push(util::on_cpu(client_cpu, || {
+            std::thread::spawn(move || nats_subscriber(r, stop, end_us))
+        }));
     }
     let published = util::on_cpu(0, || -> Result<usize, String> {
         let s = nats_connect(port)?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 16, s.try_clone().map_err(|e| e.to_string())?);
+        let mut w =
+            std::io::BufWriter::with_capacity(1 << 16, s.try_clone().map_err(|e| e.to_string())?);
         let mut seq = 0u64;
         let t0 = Instant::now();
         let mut buf = Vec::with_capacity(size + 64);
@@ -410,7 +490,17 @@ fn nats_round(port: u16, client_cpu: usize, size: usize, window: Duration) -> Re
     end_us.store((util::now_ns() / 1000) as u64, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
-    let mut res = RoundResult { rate: 0.0, delays_us: Vec::new(), per_sub: Vec::new(), events: published, bytes: 0, lines: 0, peak_rss_kib: 0.0, stalled_closed: None, stalled_bytes: 0 };
+    let mut res = RoundResult {
+        rate: 0.0,
+        delays_us: Vec::new(),
+        per_sub: Vec::new(),
+        events: published,
+        bytes: 0,
+        lines: 0,
+        peak_rss_kib: 0.0,
+        stalled_closed: None,
+        stalled_bytes: 0,
+    };
     for h in handles {
         let s = h.join().map_err(|_| "nats subscriber panicked")?;
         res.per_sub.push(s.chunks);
@@ -437,23 +527,41 @@ fn rate_and_delay(py: &Path, nats: &Path, placement: util::Placement) -> Result<
     let port = free_port();
     let mut cmd = Command::new(nats);
     cmd.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
-    let _nats = Proc::spawn("nats-server", cmd, Some(0), None).map_err(|e| format!("unable to start nats-server: {e}"))?;
+    let _nats = Proc::spawn("nats-server", cmd, Some(0), None)
+        .map_err(|e| format!("unable to start nats-server: {e}"))?;
     let size = agent_line_size();
     let rounds = util::rounds(5, 2);
-    let window = if util::quick() { Duration::from_millis(1500) } else { Duration::from_secs(3) };
+    let window = if util::quick() {
+        Duration::from_millis(1500)
+    } else {
+        Duration::from_secs(3)
+    };
     let client = placement.client_cpu();
     let (mut d, mut n) = (Vec::new(), Vec::new());
     for i in 0..rounds {
         eprintln!("bench: {RATE} round {}/{rounds}", i + 1);
-        d.push(daemon_round(daemon.pid(), &dirs.socket, client, window, false)?);
+        d.push(daemon_round(
+            daemon.pid(),
+            &dirs.socket,
+            client,
+            window,
+            false,
+        )?);
         n.push(nats_round(port, client, size, window)?);
     }
     let dr: Vec<f64> = d.iter().map(|r| r.rate).collect();
     let nr: Vec<f64> = n.iter().map(|r| r.rate).collect();
     let (v, b) = (util::median(&dr), util::median(&nr));
     let ratio = v / b;
-    let bytes_per_delivery = d.iter().map(|r| r.bytes).sum::<usize>() as f64 / d.iter().map(|r| r.per_sub.iter().sum::<usize>()).sum::<usize>().max(1) as f64;
-    let lines_per_sub_s = d.iter().map(|r| r.lines as f64 / SUBSCRIBERS as f64 / window.as_secs_f64()).collect::<Vec<_>>();
+    let bytes_per_delivery = d.iter().map(|r| r.bytes).sum::<usize>() as f64
+        / d.iter()
+            .map(|r| r.per_sub.iter().sum::<usize>())
+            .sum::<usize>()
+            .max(1) as f64;
+    let lines_per_sub_s = d
+        .iter()
+        .map(|r| r.lines as f64 / SUBSCRIBERS as f64 / window.as_secs_f64())
+        .collect::<Vec<_>>();
     Figure {
         name: RATE,
         placement: Some(placement.name()),
@@ -482,8 +590,14 @@ fn rate_and_delay(py: &Path, nats: &Path, placement: util::Placement) -> Result<
     if util::selected(DELAY) {
         let dd: Vec<f64> = d.iter().flat_map(|r| r.delays_us.iter().copied()).collect();
         let nd: Vec<f64> = n.iter().flat_map(|r| r.delays_us.iter().copied()).collect();
-        let (med, p99) = (util::median(&dd) / 1000.0, util::quantile(&dd, 0.99) / 1000.0);
-        let (nmed, np99) = (util::median(&nd) / 1000.0, util::quantile(&nd, 0.99) / 1000.0);
+        let (med, p99) = (
+            util::median(&dd) / 1000.0,
+            util::quantile(&dd, 0.99) / 1000.0,
+        );
+        let (nmed, np99) = (
+            util::median(&nd) / 1000.0,
+            util::quantile(&nd, 0.99) / 1000.0,
+        );
         Figure {
             name: DELAY,
             placement: Some(placement.name()),
@@ -512,25 +626,46 @@ fn stalled(py: &Path, placement: util::Placement) -> Result<(), String> {
     let tmp = TempDir::new("stall");
     let (daemon, dirs) = util::start_daemon(tmp.path(), &config(py), Some(0))?;
     let rounds = util::rounds(5, 2);
-    let window = if util::quick() { Duration::from_millis(1500) } else { Duration::from_secs(3) };
+    let window = if util::quick() {
+        Duration::from_millis(1500)
+    } else {
+        Duration::from_secs(3)
+    };
     let client = placement.client_cpu();
     let (mut without, mut with) = (Vec::new(), Vec::new());
     for i in 0..rounds {
         eprintln!("bench: {STALLED} round {}/{rounds}", i + 1);
-        without.push(daemon_round(daemon.pid(), &dirs.socket, client, window, false)?);
-        with.push(daemon_round(daemon.pid(), &dirs.socket, client, window, true)?);
+        without.push(daemon_round(
+            daemon.pid(),
+            &dirs.socket,
+            client,
+            window,
+            false,
+        )?);
+        with.push(daemon_round(
+            daemon.pid(),
+            &dirs.socket,
+            client,
+            window,
+            true,
+        )?);
     }
     let wo: Vec<f64> = without.iter().map(|r| r.rate).collect();
     let wi: Vec<f64> = with.iter().map(|r| r.rate).collect();
     let (v, b) = (util::median(&wi), util::median(&wo));
     let ratio = v / b;
-    let closed: Vec<bool> = with.iter().map(|r| r.stalled_closed.unwrap_or(false)).collect();
+    let closed: Vec<bool> = with
+        .iter()
+        .map(|r| r.stalled_closed.unwrap_or(false))
+        .collect();
     let peak_with = util::median(&with.iter().map(|r| r.peak_rss_kib).collect::<Vec<_>>());
     let peak_without = util::median(&without.iter().map(|r| r.peak_rss_kib).collect::<Vec<_>>());
     let all_closed = closed.iter().all(|c| *c);
     // The queue bound is the memory bound: the stalled connection must be
     // closed, having been sent at most the bound plus the socket's buffer.
-    let bounded = with.iter().all(|r| r.stalled_bytes <= MAX_QUEUED + 4 * 1024 * 1024);
+    let bounded = with
+        .iter()
+        .all(|r| r.stalled_bytes <= MAX_QUEUED + 4 * 1024 * 1024);
     Figure {
         name: STALLED,
         placement: Some(placement.name()),

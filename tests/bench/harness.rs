@@ -14,11 +14,11 @@ mod append;
 mod callgrind;
 mod fanout;
 mod http_bench;
-mod sessions_mem;
 mod idle;
 mod lanes_bench;
 mod ping;
 mod plugins_bench;
+mod sessions_mem;
 mod start;
 mod util;
 
@@ -29,7 +29,11 @@ fn main() {
         "bench: daemon {}, temp dirs under {}, {}",
         util::daemon_bin().display(),
         util::target_dir().join("bench-tmp").display(),
-        if util::quick() { "quick rounds" } else { "full rounds" }
+        if util::quick() {
+            "quick rounds"
+        } else {
+            "full rounds"
+        }
     );
     util::sweep_stale_temp_dirs();
     idle::run();

@@ -23,8 +23,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::util::{self, Figure, Placement, Proc, Rpc, TempDir};
@@ -95,31 +95,58 @@ fn start_api(dir: &Path, py: &Path, cpu: usize, chunks: usize) -> Result<Api, St
     let port = free_port()?;
     let token_path = dir.join("token");
     let (proc, dirs) = util::start_daemon(dir, &config(py, port, &token_path, chunks), Some(cpu))?;
-    let token = std::fs::read_to_string(&token_path).map_err(|e| format!("token: {e}"))?.trim().to_string();
+    let token = std::fs::read_to_string(&token_path)
+        .map_err(|e| format!("token: {e}"))?
+        .trim()
+        .to_string();
     let mut ctl = Rpc::connect(&dirs.socket)?;
     let cwd = dir.canonicalize().map_err(|e| e.to_string())?;
-    let r = ctl.call("sessions.spawn", serde_json::json!({"harness": "fast", "cwd": cwd.display().to_string()}))?;
+    let r = ctl.call(
+        "sessions.spawn",
+        serde_json::json!({"harness": "fast", "cwd": cwd.display().to_string()}),
+    )?;
     let sid = r["session_id"].as_str().ok_or("no session id")?.to_string();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
-    Ok(Api { proc, addr, token, sid, ctl })
+    let addr: SocketAddr = format!("127.0.0.1:{port}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    Ok(Api {
+        proc,
+        addr,
+        token,
+        sid,
+        ctl,
+    })
 }
 
 /// One GET on a new connection: (status, body).
 fn get_once(addr: SocketAddr, path: &str, token: &str) -> Result<(u16, Vec<u8>), String> {
     let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).map_err(|e| e.to_string())?;
-    let split = out.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no header end")?;
-    let status = std::str::from_utf8(&out[9..12]).ok().and_then(|s| s.parse().ok()).ok_or("no status")?;
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no header end")?;
+    let status = std::str::from_utf8(&out[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or("no status")?;
     Ok((status, out[split + 4..].to_vec()))
 }
 
 /// wrk's requests/s against `url` for `secs`, on `cpu`.
 fn wrk(wrk: &Path, url: &str, token: Option<&str>, cpu: usize, secs: u64) -> Result<f64, String> {
     let mut cmd = Command::new("taskset");
-    cmd.arg("-c").arg(cpu.to_string()).arg(wrk).arg("-t2").arg(format!("-c{CLIENTS}")).arg(format!("-d{secs}s"));
+    cmd.arg("-c")
+        .arg(cpu.to_string())
+        .arg(wrk)
+        .arg("-t2")
+        .arg(format!("-c{CLIENTS}"))
+        .arg(format!("-d{secs}s"));
     if let Some(t) = token {
         cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
     }
@@ -130,8 +157,16 @@ fn wrk(wrk: &Path, url: &str, token: Option<&str>, cpu: usize, secs: u64) -> Res
         return Err(format!("wrk saw non-2xx answers: {text}"));
     }
     text.lines()
-        .find_map(|l| l.strip_prefix("Requests/sec:").and_then(|v| v.trim().parse::<f64>().ok()))
-        .ok_or_else(|| format!("no Requests/sec in wrk's output: {text} {}", String::from_utf8_lossy(&out.stderr)))
+        .find_map(|l| {
+            l.strip_prefix("Requests/sec:")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .ok_or_else(|| {
+            format!(
+                "no Requests/sec in wrk's output: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
 }
 
 /// The bare baseline: tiny_http with `threads` handler threads answering
@@ -152,15 +187,26 @@ impl Bare {
                 let (server, body) = (server.clone(), body.clone());
                 util::on_cpu(cpu, || {
                     std::thread::spawn(move || {
-                        let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).expect("a static header");
+                        let header = tiny_http::Header::from_bytes(
+                            &b"Content-Type"[..],
+                            &b"application/json"[..],
+                        )
+                        .expect("a static header");
                         for req in server.incoming_requests() {
-                            let _ = req.respond(tiny_http::Response::from_data(body.as_slice().to_vec()).with_header(header.clone()));
+                            let _ = req.respond(
+                                tiny_http::Response::from_data(body.as_slice().to_vec())
+                                    .with_header(header.clone()),
+                            );
                         }
                     })
                 })
             })
             .collect();
-        Ok(Bare { addr, server, threads: handles })
+        Ok(Bare {
+            addr,
+            server,
+            threads: handles,
+        })
     }
 
     fn stop(self) {
@@ -189,9 +235,17 @@ fn start_nginx(nginx: &Path, dir: &Path, body: &[u8], cpu: usize) -> Result<(Pro
     );
     std::fs::write(root.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(nginx);
-    cmd.arg("-p").arg(&root).arg("-c").arg(root.join("nginx.conf")).arg("-g").arg("daemon off; master_process off;");
-    let p = Proc::spawn("nginx", cmd, Some(cpu), Some(&root.join("logs/stdout"))).map_err(|e| format!("nginx: {e}"))?;
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
+    cmd.arg("-p")
+        .arg(&root)
+        .arg("-c")
+        .arg(root.join("nginx.conf"))
+        .arg("-g")
+        .arg("daemon off; master_process off;");
+    let p = Proc::spawn("nginx", cmd, Some(cpu), Some(&root.join("logs/stdout")))
+        .map_err(|e| format!("nginx: {e}"))?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
     let t0 = Instant::now();
     loop {
         if let Ok((200, _)) = get_once(addr, "/body.json", "") {
@@ -215,16 +269,36 @@ fn get_figure(py: &Path, wrk_bin: &Path, placement: Placement) -> Result<(), Str
         return Err(format!("GET {path} answered {status}"));
     }
     let bare = Bare::start(body.clone(), util_threads(), placement.server_cpu())?;
-    let nginx = util::find_tool("nginx").map(|n| start_nginx(&n, dir.path(), &body, placement.server_cpu())).transpose()?;
+    let nginx = util::find_tool("nginx")
+        .map(|n| start_nginx(&n, dir.path(), &body, placement.server_cpu()))
+        .transpose()?;
     let secs = if util::quick() { 1 } else { 3 };
     let rounds = util::rounds(3, 1);
     let (mut ours, mut base, mut ng) = (Vec::new(), Vec::new(), Vec::new());
     let client = placement.client_cpu();
     for _ in 0..rounds {
-        ours.push(wrk(wrk_bin, &format!("http://{}{path}", api.addr), Some(&api.token), client, secs)?);
-        base.push(wrk(wrk_bin, &format!("http://{}/x", bare.addr), None, client, secs)?);
+        ours.push(wrk(
+            wrk_bin,
+            &format!("http://{}{path}", api.addr),
+            Some(&api.token),
+            client,
+            secs,
+        )?);
+        base.push(wrk(
+            wrk_bin,
+            &format!("http://{}/x", bare.addr),
+            None,
+            client,
+            secs,
+        )?);
         if let Some((_, port)) = &nginx {
-            ng.push(wrk(wrk_bin, &format!("http://127.0.0.1:{port}/body.json"), None, client, secs)?);
+            ng.push(wrk(
+                wrk_bin,
+                &format!("http://127.0.0.1:{port}/body.json"),
+                None,
+                client,
+                secs,
+            )?);
         }
     }
     let (value, baseline) = (util::median(&ours), util::median(&base));
@@ -236,7 +310,10 @@ fn get_figure(py: &Path, wrk_bin: &Path, placement: Placement) -> Result<(), Str
         ("baseline_spread", util::round3(util::spread(&base))),
     ];
     if ng.is_empty() {
-        extra.push(("nginx", "skipped: nginx not found; apt-get install nginx-light".into()));
+        extra.push((
+            "nginx",
+            "skipped: nginx not found; apt-get install nginx-light".into(),
+        ));
     } else {
         let n = util::median(&ng);
         extra.push(("nginx_rps", util::round3(n)));
@@ -262,7 +339,9 @@ fn get_figure(py: &Path, wrk_bin: &Path, placement: Placement) -> Result<(), Str
         p.stop(Duration::from_secs(2));
     }
     let mut api = api;
-    let _ = api.ctl.call("sessions.kill", serde_json::json!({"session_id": api.sid}));
+    let _ = api
+        .ctl
+        .call("sessions.kill", serde_json::json!({"session_id": api.sid}));
     api.proc.stop(Duration::from_secs(5));
     Ok(())
 }
@@ -285,7 +364,9 @@ struct Seen {
 /// Opens a watch and reads its first (reset) batch.
 fn open_watch(addr: SocketAddr, path: &str, token: &str) -> Result<BufReader<TcpStream>, String> {
     let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
     let mut r = BufReader::new(s);
     let mut line = String::new();
@@ -317,7 +398,9 @@ fn watcher(mut r: BufReader<TcpStream>, stop: Arc<AtomicBool>) -> Seen {
     let mut seen = Seen::default();
     let mut max_seq = 0u64;
     let mut line = Vec::with_capacity(1 << 16);
-    let _ = r.get_ref().set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = r
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(100)));
     while !stop.load(Ordering::Relaxed) {
         line.clear();
         match r.read_until(b'\n', &mut line) {
@@ -332,11 +415,16 @@ fn watcher(mut r: BufReader<TcpStream>, stop: Arc<AtomicBool>) -> Seen {
                     seen.batches += 1;
                     crate::fanout::stamps(&line, &mut max_seq, |_, ns| {
                         seen.chunks += 1;
-                        seen.delays_us.push((now.saturating_sub(ns)) as f64 / 1000.0);
+                        seen.delays_us
+                            .push((now.saturating_sub(ns)) as f64 / 1000.0);
                     });
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => {
                 seen.error = Some(e.to_string());
                 break;
@@ -348,7 +436,9 @@ fn watcher(mut r: BufReader<TcpStream>, stop: Arc<AtomicBool>) -> Seen {
 
 fn threads_of(pid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok())
+    s.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// VmRSS after the daemon settles: the least of a few samples taken apart
@@ -371,8 +461,14 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
     let _ = get_once(api.addr, &path, &api.token)?;
     drop(open_watch(api.addr, &path, &api.token)?);
     // One turn first, so that allocator arenas are warm in both samples.
-    api.ctl.call("events.subscribe", serde_json::json!({"streams": [api.sid]}))?;
-    let _ = api.ctl.call("sessions.input", serde_json::json!({"session_id": api.sid, "text": "warm"}))?;
+    api.ctl.call(
+        "events.subscribe",
+        serde_json::json!({"streams": [api.sid]}),
+    )?;
+    let _ = api.ctl.call(
+        "sessions.input",
+        serde_json::json!({"session_id": api.sid, "text": "warm"}),
+    )?;
     api.ctl.wait_event("turn.end")?;
     let rss0 = settled_rss(pid);
     let threads0 = threads_of(pid).unwrap_or(0);
@@ -381,7 +477,9 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
     for _ in 0..WATCHERS {
         let r = open_watch(api.addr, &path, &api.token)?;
         let stop = stop.clone();
-        handles.push(util::on_cpu(placement.client_cpu(), || std::thread::spawn(move || watcher(r, stop))));
+        handles.push(util::on_cpu(placement.client_cpu(), || {
+            std::thread::spawn(move || watcher(r, stop))
+        }));
     }
     let rss100 = settled_rss(pid);
     let threads100 = threads_of(pid).unwrap_or(0);
@@ -390,13 +488,19 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
     let t0 = Instant::now();
     let mut peak = rss100;
     while t0.elapsed() < window {
-        let q = api.ctl.call("sessions.input", serde_json::json!({"session_id": api.sid, "text": "go"}))?;
+        let q = api.ctl.call(
+            "sessions.input",
+            serde_json::json!({"session_id": api.sid, "text": "go"}),
+        )?;
         peak = peak.max(util::vm_rss_kib(pid).unwrap_or(0.0));
         if q["queue_length"].as_u64().unwrap_or(0) >= 2 {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let _ = api.ctl.call("sessions.interrupt", serde_json::json!({"session_id": api.sid}));
+    let _ = api.ctl.call(
+        "sessions.interrupt",
+        serde_json::json!({"session_id": api.sid}),
+    );
     std::thread::sleep(Duration::from_millis(300));
     let rss_busy = util::vm_rss_kib(pid).unwrap_or(0.0);
     stop.store(true, Ordering::Relaxed);
@@ -405,7 +509,10 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
         seen.push(h.join().map_err(|_| "watcher panicked")?);
     }
     let errors: Vec<String> = seen.iter().filter_map(|s| s.error.clone()).collect();
-    let delays: Vec<f64> = seen.iter().flat_map(|s| s.delays_us.iter().copied()).collect();
+    let delays: Vec<f64> = seen
+        .iter()
+        .flat_map(|s| s.delays_us.iter().copied())
+        .collect();
     let chunks: Vec<f64> = seen.iter().map(|s| s.chunks as f64).collect();
     let bytes: usize = seen.iter().map(|s| s.bytes).sum();
     let total_chunks: usize = seen.iter().map(|s| s.chunks).sum();
@@ -427,13 +534,28 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
         extra: vec![
             ("p99_ms", util::round3(p99_ms)),
             ("watchers", Value::from(WATCHERS)),
-            ("chunks_per_watcher_median", util::round3(util::median(&chunks))),
-            ("chunks_per_watcher_min", util::round3(chunks.iter().copied().fold(f64::MAX, f64::min))),
-            ("bytes_per_chunk", util::round3(bytes as f64 / total_chunks.max(1) as f64)),
-            ("chunks_per_batch", util::round3(total_chunks as f64 / batches.max(1) as f64)),
+            (
+                "chunks_per_watcher_median",
+                util::round3(util::median(&chunks)),
+            ),
+            (
+                "chunks_per_watcher_min",
+                util::round3(chunks.iter().copied().fold(f64::MAX, f64::min)),
+            ),
+            (
+                "bytes_per_chunk",
+                util::round3(bytes as f64 / total_chunks.max(1) as f64),
+            ),
+            (
+                "chunks_per_batch",
+                util::round3(total_chunks as f64 / batches.max(1) as f64),
+            ),
             ("window_s", Value::from(window.as_secs())),
             ("watch_errors", Value::from(errors.len())),
-            ("delay_from", "the chunk's stamp, written by the agent before the ledger commit".into()),
+            (
+                "delay_from",
+                "the chunk's stamp, written by the agent before the ledger commit".into(),
+            ),
         ],
     }
     .emit();
@@ -453,7 +575,10 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
         extra: vec![
             ("rss_0_mib", util::round3(mib(rss0))),
             ("rss_100_mib", util::round3(mib(rss100))),
-            ("per_watcher_kib", util::round3((rss100 - rss0) / WATCHERS as f64)),
+            (
+                "per_watcher_kib",
+                util::round3((rss100 - rss0) / WATCHERS as f64),
+            ),
             ("busy_over_0_mib", util::round3(mib(rss_busy - rss0))),
             ("peak_busy_over_0_mib", util::round3(mib(peak - rss0))),
             ("threads_0", Value::from(threads0)),
@@ -461,7 +586,9 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
         ],
     }
     .emit();
-    let _ = api.ctl.call("sessions.kill", serde_json::json!({"session_id": api.sid}));
+    let _ = api
+        .ctl
+        .call("sessions.kill", serde_json::json!({"session_id": api.sid}));
     api.proc.stop(Duration::from_secs(5));
     Ok(())
 }

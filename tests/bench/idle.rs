@@ -25,7 +25,8 @@ pub fn run() {
         return;
     }
     let rounds = util::rounds(3, 1);
-    let (mut rss, mut ticks, mut wakeups, mut threads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut rss, mut ticks, mut wakeups, mut threads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         match one_round() {
             Ok(r) => {
@@ -112,18 +113,32 @@ struct Round {
 fn one_round() -> Result<Round, String> {
     let tmp = TempDir::new("idle");
     let dirs = DaemonDirs::under(tmp.path());
-    let mut p = Proc::spawn("omniconfluxd", util::serve_command(&util::daemon_bin(), &dirs), None, Some(&dirs.log))
-        .map_err(|e| format!("unable to start the daemon: {e}"))?;
+    let mut p = Proc::spawn(
+        "omniconfluxd",
+        util::serve_command(&util::daemon_bin(), &dirs),
+        None,
+        Some(&dirs.log),
+    )
+    .map_err(|e| format!("unable to start the daemon: {e}"))?;
     util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(10))
         .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
     std::thread::sleep(SETTLE);
     let pid = p.pid();
     let rss_kib = status_field(&format!("/proc/{pid}/status"), "VmRSS:").ok_or("no VmRSS")?;
-    let (t0, s0, n) = (cpu_ticks(pid).ok_or("no stat")?, switches(pid), thread_count(pid));
+    let (t0, s0, n) = (
+        cpu_ticks(pid).ok_or("no stat")?,
+        switches(pid),
+        thread_count(pid),
+    );
     std::thread::sleep(WINDOW);
     let (t1, s1) = (cpu_ticks(pid).ok_or("no stat")?, switches(pid));
     p.stop(Duration::from_secs(5));
-    Ok(Round { rss_kib, ticks: t1 - t0, switches: s1.saturating_sub(s0), threads: n })
+    Ok(Round {
+        rss_kib,
+        ticks: t1 - t0,
+        switches: s1.saturating_sub(s0),
+        threads: n,
+    })
 }
 
 /// A `Name:   123 kB` field of a status file, as its number.
@@ -146,17 +161,22 @@ fn cpu_ticks(pid: i32) -> Option<u64> {
 /// Voluntary plus involuntary context switches, summed over every thread.
 fn switches(pid: i32) -> u64 {
     let dir = format!("/proc/{pid}/task");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
     entries
         .flatten()
         .map(|e| {
             let status = e.path().join("status");
             let s = status.to_string_lossy();
-            status_field(&s, "voluntary_ctxt_switches:").unwrap_or(0) + status_field(&s, "nonvoluntary_ctxt_switches:").unwrap_or(0)
+            status_field(&s, "voluntary_ctxt_switches:").unwrap_or(0)
+                + status_field(&s, "nonvoluntary_ctxt_switches:").unwrap_or(0)
         })
         .sum()
 }
 
 fn thread_count(pid: i32) -> usize {
-    std::fs::read_dir(Path::new(&format!("/proc/{pid}/task"))).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(Path::new(&format!("/proc/{pid}/task")))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }

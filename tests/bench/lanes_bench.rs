@@ -47,7 +47,7 @@
 //! the harness calls sync(2), so that no side pays for the writeback of
 //! the 10,000-file checkouts and removals before it.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -78,7 +78,9 @@ pub fn run() {
     if util::find_tool("git").is_none() {
         return skip("git not found");
     }
-    let Some(py) = util::python3() else { return skip("python3 not found") };
+    let Some(py) = util::python3() else {
+        return skip("python3 not found");
+    };
     if let Err(e) = measure(&py, want_round, want_wt) {
         skip(&format!("error: {e}"));
     }
@@ -105,18 +107,32 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
     let cached = repo_10k()?;
     let tmp = TempDir::new("lanes");
     let repo = tmp.path().join("shop");
-    let out = Command::new("git").arg("clone").arg("-q").arg(&cached).arg(&repo).output().map_err(|e| e.to_string())?;
+    let out = Command::new("git")
+        .arg("clone")
+        .arg("-q")
+        .arg(&cached)
+        .arg(&repo)
+        .output()
+        .map_err(|e| e.to_string())?;
     if !out.status.success() {
-        return Err(format!("git clone: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "git clone: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     let repo = repo.canonicalize().map_err(|e| e.to_string())?;
     let isolation = match omniconfluxd::isolation::probe() {
         Ok(bwrap) => check::Isolation::Bwrap(bwrap),
         Err(_) => check::Isolation::Unisolated,
     };
-    let lanes_cfg = if isolation == check::Isolation::Unisolated { "[lanes]\nrequire_isolation = false\n" } else { "" };
+    let lanes_cfg = if isolation == check::Isolation::Unisolated {
+        "[lanes]\nrequire_isolation = false\n"
+    } else {
+        ""
+    };
     let agent = fake_agent();
-    let builder_script = json!([[{"run": ["sh", "-c", "echo feature > feature.txt"]}, {"text": "done"}]]);
+    let builder_script =
+        json!([[{"run": ["sh", "-c", "echo feature > feature.txt"]}, {"text": "done"}]]);
     let verdict = "I read it.\n```omniconflux-verdict\n{\"verdict\":\"pass\"}\n```\n";
     let verifier_script = json!([[{"text": verdict}]]);
     let config = format!(
@@ -126,7 +142,10 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
         seat("verifier", "openai", py, &agent, &verifier_script)
     );
     let (daemon, dirs) = util::start_daemon(tmp.path(), &config, None)?;
-    wait_log(&dirs.log, &["seat builder: ready", "seat verifier: ready", "plugins run"])?;
+    wait_log(
+        &dirs.log,
+        &["seat builder: ready", "seat verifier: ready", "plugins run"],
+    )?;
     let pid = daemon.pid();
     let mut events = Rpc::connect(&dirs.socket)?;
     events.call("events.subscribe", json!({}))?;
@@ -152,7 +171,10 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
                    "acceptance": {"name": "true", "command": "true"}, "name": name}),
         )?;
         let dispatch_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let id = lane["lane"].as_str().ok_or("task.dispatch answered no lane")?.to_string();
+        let id = lane["lane"]
+            .as_str()
+            .ok_or("task.dispatch answered no lane")?
+            .to_string();
         let wt = lane["worktree"].as_str().unwrap_or_default().to_string();
         let mut ends = 0;
         let mut merged_ms = None;
@@ -164,7 +186,10 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
                     if st == "merged" {
                         merged_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
                     } else if ["sent-back", "cap", "merge-failed", "closed"].contains(&st) {
-                        return Err(format!("lane {id} stopped at {st}; log: {}", util::log_tail(&dirs.log)));
+                        return Err(format!(
+                            "lane {id} stopped at {st}; log: {}",
+                            util::log_tail(&dirs.log)
+                        ));
                     }
                 }
                 Some("session.end") => ends += 1,
@@ -209,7 +234,8 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
         s.agents_self_ms.push(agents_cpu.own);
         s.agents_children_ms.push(agents_cpu.children);
         s.accept_ms.push(accept);
-        s.value_ms.push(lane_cpu.total() - agents_cpu.total() - accept);
+        s.value_ms
+            .push(lane_cpu.total() - agents_cpu.total() - accept);
         s.wall_ms.push(merged_ms.unwrap_or(f64::NAN));
         s.dispatch_ms.push(dispatch_ms);
         s.cli_ms.push(cli);
@@ -309,7 +335,10 @@ fn wait_log(log: &Path, lines: &[&str]) -> Result<(), String> {
             return Ok(());
         }
         if Instant::now() > end {
-            return Err(format!("the daemon never logged {lines:?}; log: {}", util::log_tail(log)));
+            return Err(format!(
+                "the daemon never logged {lines:?}; log: {}",
+                util::log_tail(log)
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -351,7 +380,10 @@ impl Cpu {
         self.own + self.children
     }
     fn minus(&self, o: &Cpu) -> Cpu {
-        Cpu { own: self.own - o.own, children: self.children - o.children }
+        Cpu {
+            own: self.own - o.own,
+            children: self.children - o.children,
+        }
     }
 }
 
@@ -362,25 +394,41 @@ fn ticks_per_s() -> f64 {
 }
 
 fn cpu(pid: i32) -> Result<Cpu, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
     let rest = s.rsplit_once(')').map(|(_, r)| r).ok_or("bad /proc stat")?;
     // Fields after the command: state is field 3, utime 14 ... cstime 17.
-    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
     if f.len() < 15 {
         return Err("short /proc stat".into());
     }
     let ms = 1000.0 / ticks_per_s();
-    Ok(Cpu { own: (f[11] + f[12]) * ms, children: (f[13] + f[14]) * ms })
+    Ok(Cpu {
+        own: (f[11] + f[12]) * ms,
+        children: (f[13] + f[14]) * ms,
+    })
 }
 
 /// Whether any process has `pid` as its parent (zombies included).
 fn has_children(pid: i32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
     for e in dir.flatten() {
         let name = e.file_name();
-        let Some(p) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-        let ppid = s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)).and_then(|x| x.parse::<i32>().ok());
+        let Some(p) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let ppid = s
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1))
+            .and_then(|x| x.parse::<i32>().ok());
         if ppid == Some(pid) {
             return true;
         }
@@ -419,9 +467,18 @@ fn children_cpu_ms() -> f64 {
 /// CPU of `true` run as the daemon runs an acceptance command.
 fn accept_cpu_ms(dir: &Path, isolation: &check::Isolation) -> Result<f64, String> {
     let before = children_cpu_ms();
-    let o = check::run(&check::Spec { checkout: dir, command: "true", timeout: Duration::from_secs(60), isolation, tail_bytes: 4096 })?;
+    let o = check::run(&check::Spec {
+        checkout: dir,
+        command: "true",
+        timeout: Duration::from_secs(60),
+        isolation,
+        tail_bytes: 4096,
+    })?;
     if !o.passed() {
-        return Err(format!("the acceptance command failed here: {}", o.summary()));
+        return Err(format!(
+            "the acceptance command failed here: {}",
+            o.summary()
+        ));
     }
     Ok(children_cpu_ms() - before)
 }
@@ -438,24 +495,52 @@ fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("git {args:?}: {e}"))?;
-    if out.status.success() { Ok(()) } else { Err(format!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim())) }
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
 }
 
 /// `git worktree add` plus spawning the agent, and the add alone, in ms;
 /// then both are undone (not timed).
-fn cli_worktree(repo: &Path, tmp: &Path, i: usize, py: &Path, agent: &Path) -> Result<(f64, f64), String> {
+fn cli_worktree(
+    repo: &Path,
+    tmp: &Path,
+    i: usize,
+    py: &Path,
+    agent: &Path,
+) -> Result<(f64, f64), String> {
     let path = tmp.join(format!("cli-wt-{i}"));
     let branch = format!("bench/cli-{i}");
     settle();
     let t0 = Instant::now();
-    git(repo, &["worktree", "add", "-q", "-b", &branch, &path.display().to_string(), "main"])?;
+    git(
+        repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            &branch,
+            &path.display().to_string(),
+            "main",
+        ],
+    )?;
     let add_ms = t0.elapsed().as_secs_f64() * 1e3;
     let mut cmd = Command::new(py);
     cmd.arg(agent).current_dir(&path).stdin(Stdio::piped());
-    let p = Proc::spawn("fake agent", cmd, None, None).map_err(|e| format!("unable to start the agent: {e}"))?;
+    let p = Proc::spawn("fake agent", cmd, None, None)
+        .map_err(|e| format!("unable to start the agent: {e}"))?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     drop(p);
-    git(repo, &["worktree", "remove", "--force", &path.display().to_string()])?;
+    git(
+        repo,
+        &["worktree", "remove", "--force", &path.display().to_string()],
+    )?;
     git(repo, &["branch", "-D", "-q", &branch])?;
     Ok((ms, add_ms))
 }
@@ -468,7 +553,10 @@ fn library_step(repo: &Path, tmp: &Path, i: usize) -> Result<f64, String> {
     let t0 = Instant::now();
     let base = lgit::current_branch(repo).ok_or("no branch checked out")?;
     let commit = lgit::commit_of(repo, &format!("refs/heads/{base}")).ok_or("no base commit")?;
-    if !lgit::valid_branch_name(repo, &branch) || lgit::branch_exists(repo, &branch) || path.exists() {
+    if !lgit::valid_branch_name(repo, &branch)
+        || lgit::branch_exists(repo, &branch)
+        || path.exists()
+    {
         return Err(format!("{branch} cannot be made"));
     }
     lgit::add_worktree(repo, &path, &branch, &commit).map_err(|e| e.to_string())?;
@@ -489,14 +577,21 @@ fn repo_10k() -> Result<PathBuf, String> {
         return Ok(repo);
     }
     let _ = std::fs::remove_dir_all(&root);
-    eprintln!("bench: preparing a repository of {FILES} files in {} (once)", repo.display());
+    eprintln!(
+        "bench: preparing a repository of {FILES} files in {} (once)",
+        repo.display()
+    );
     let t0 = Instant::now();
     for n in 0..FILES {
         let dir = repo.join(format!("src/d{:02}", n / 100));
         if n % 100 == 0 {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         }
-        std::fs::write(dir.join(format!("f{:02}.txt", n % 100)), format!("file {n}\na small line of content\n")).map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join(format!("f{:02}.txt", n % 100)),
+            format!("file {n}\na small line of content\n"),
+        )
+        .map_err(|e| e.to_string())?;
     }
     git(&repo, &["init", "-q", "-b", "main"])?;
     git(&repo, &["add", "-A"])?;

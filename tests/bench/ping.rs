@@ -7,7 +7,7 @@ use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::util::{self, DaemonDirs, Figure, LineClient, Proc, TempDir, PING};
+use crate::util::{self, DaemonDirs, Figure, LineClient, PING, Proc, TempDir};
 
 pub const FIGURE: &str = "ping_rtt_vs_socat";
 
@@ -27,15 +27,22 @@ pub fn run() {
 fn measure(socat: &std::path::Path) -> Result<(), String> {
     let tmp = TempDir::new("ping");
     let dirs = DaemonDirs::under(tmp.path());
-    let mut daemon = Proc::spawn("omniconfluxd", util::serve_command(&util::daemon_bin(), &dirs), Some(0), Some(&dirs.log))
-        .map_err(|e| format!("unable to start the daemon: {e}"))?;
+    let mut daemon = Proc::spawn(
+        "omniconfluxd",
+        util::serve_command(&util::daemon_bin(), &dirs),
+        Some(0),
+        Some(&dirs.log),
+    )
+    .map_err(|e| format!("unable to start the daemon: {e}"))?;
     util::wait_daemon_ready(&mut daemon, &dirs.socket, Duration::from_secs(10))
         .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
 
     let echo_path = tmp.path().join("echo.sock");
     let mut cmd = Command::new(socat);
-    cmd.arg(format!("UNIX-LISTEN:{},fork", echo_path.display())).arg("EXEC:cat");
-    let mut echo = Proc::spawn("socat", cmd, Some(0), None).map_err(|e| format!("unable to start socat: {e}"))?;
+    cmd.arg(format!("UNIX-LISTEN:{},fork", echo_path.display()))
+        .arg("EXEC:cat");
+    let mut echo = Proc::spawn("socat", cmd, Some(0), None)
+        .map_err(|e| format!("unable to start socat: {e}"))?;
     let end = Instant::now() + Duration::from_secs(10);
     let mut echo_client = loop {
         if let Ok(mut c) = LineClient::connect(&echo_path) {

@@ -66,26 +66,51 @@ fn id_of(n: usize) -> String {
 fn folder(tmp: &Path, n: usize) -> Result<PathBuf, String> {
     let f = tmp.join(format!("src-{n:02}"));
     std::fs::create_dir_all(&f).map_err(|e| e.to_string())?;
-    std::fs::copy(util::bench_file("bench_plugin.py"), f.join("main.py")).map_err(|e| e.to_string())?;
-    let cmds: Vec<_> = ["get", "set", "count", "dump"].iter().map(|c| json!({"id": c, "title": c, "input": "text"})).collect();
+    std::fs::copy(util::bench_file("bench_plugin.py"), f.join("main.py"))
+        .map_err(|e| e.to_string())?;
+    let cmds: Vec<_> = ["get", "set", "count", "dump"]
+        .iter()
+        .map(|c| json!({"id": c, "title": c, "input": "text"}))
+        .collect();
     let manifest = json!({
         "manifestVersion": 1, "api": "1.0", "id": id_of(n), "name": format!("Bench {n}"), "version": "1.0.0",
         "description": "Times storage calls and event delivery.", "main": "main.py",
         "permissions": ["storage.own", "events.read", "commands.add"], "commands": cmds,
     });
-    std::fs::write(f.join("omniconflux-plugin.json"), manifest.to_string()).map_err(|e| e.to_string())?;
+    std::fs::write(f.join("omniconflux-plugin.json"), manifest.to_string())
+        .map_err(|e| e.to_string())?;
     Ok(f)
 }
 
 fn install(c: &mut Rpc, folder: &Path) -> Result<(), String> {
-    let inst = c.call("plugin.install", json!({"path": folder.display().to_string()}))?;
+    let inst = c.call(
+        "plugin.install",
+        json!({"path": folder.display().to_string()}),
+    )?;
     let id = inst["plugin"].as_str().ok_or("no plugin id")?.to_string();
     let got = c.call("plugin.get", json!({"plugin": id}))?;
     let m = &got["waiting"]["manifest"];
-    let mut perms: Vec<String> = m["permissions"].as_array().ok_or("no permissions")?.iter().filter_map(|p| p.as_str().map(String::from)).collect();
-    let order = ["events.read", "lists.read", "commands.add", "storage.own", "tasks.create"];
+    let mut perms: Vec<String> = m["permissions"]
+        .as_array()
+        .ok_or("no permissions")?
+        .iter()
+        .filter_map(|p| p.as_str().map(String::from))
+        .collect();
+    let order = [
+        "events.read",
+        "lists.read",
+        "commands.add",
+        "storage.own",
+        "tasks.create",
+    ];
     perms.sort_by_key(|p| order.iter().position(|o| o == p));
-    let cmds: Vec<_> = m["commands"].as_array().cloned().unwrap_or_default().iter().map(|c| c["id"].clone()).collect();
+    let cmds: Vec<_> = m["commands"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
     let r = c.call(
         "plugin.approve",
         json!({"plugin": id, "snapshotHash": inst["snapshotHash"], "permissions": perms, "commands": cmds, "operator": "bench"}),
@@ -97,8 +122,14 @@ fn install(c: &mut Rpc, folder: &Path) -> Result<(), String> {
 }
 
 fn command(c: &mut Rpc, n: usize, cmd: &str, input: &str) -> Result<String, String> {
-    let r = c.call("plugin.command.run", json!({"command": format!("{}.{cmd}", id_of(n)), "input": input}))?;
-    r["text"].as_str().map(String::from).ok_or_else(|| format!("no text: {r}"))
+    let r = c.call(
+        "plugin.command.run",
+        json!({"command": format!("{}.{cmd}", id_of(n)), "input": input}),
+    )?;
+    r["text"]
+        .as_str()
+        .map(String::from)
+        .ok_or_else(|| format!("no text: {r}"))
 }
 
 fn settled_rss(pid: i32) -> f64 {
@@ -133,7 +164,12 @@ fn ts_ms(ts: &str) -> Option<f64> {
 
 fn fdatasync_rate(dir: &Path, n: usize) -> Result<f64, String> {
     let p = dir.join("fdatasync-bench.txt");
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&p).map_err(|e| e.to_string())?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&p)
+        .map_err(|e| e.to_string())?;
     let line = format!("{}\n", "v".repeat(100));
     let t0 = Instant::now();
     for _ in 0..n {
@@ -159,12 +195,17 @@ fn measure(py: &Path) -> Result<(), String> {
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let l = c.call("plugin.list", json!({}))?;
-        let running = l["plugins"].as_array().map(|a| a.iter().filter(|p| p["state"] == "running").count()).unwrap_or(0);
+        let running = l["plugins"]
+            .as_array()
+            .map(|a| a.iter().filter(|p| p["state"] == "running").count())
+            .unwrap_or(0);
         if running == PLUGINS {
             break;
         }
         if Instant::now() > end {
-            return Err(format!("{running} of {PLUGINS} plugins running after 60 s: {l}"));
+            return Err(format!(
+                "{running} of {PLUGINS} plugins running after 60 s: {l}"
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -187,7 +228,10 @@ fn measure(py: &Path) -> Result<(), String> {
             unit: "KiB of daemon VmRSS per running idle plugin",
             pass: v <= 256.0,
             rounds: 1,
-            extra: vec![("daemon_rss_kib_0_plugins", util::round3(rss0)), ("daemon_rss_kib_20_plugins", util::round3(rss20))],
+            extra: vec![
+                ("daemon_rss_kib_0_plugins", util::round3(rss0)),
+                ("daemon_rss_kib_20_plugins", util::round3(rss20)),
+            ],
         }
         .emit();
     }
@@ -202,7 +246,8 @@ fn measure(py: &Path) -> Result<(), String> {
         for i in 0..rounds {
             eprintln!("bench: {GET} round {}/{rounds}", i + 1);
             command(&mut c, 19, "get", &format!("{per} 20"))?;
-            let text = std::fs::read_to_string(work(19).join("get.txt")).map_err(|e| e.to_string())?;
+            let text =
+                std::fs::read_to_string(work(19).join("get.txt")).map_err(|e| e.to_string())?;
             let (mut gs, mut es) = (Vec::new(), Vec::new());
             for l in text.lines() {
                 let mut it = l.split_whitespace().filter_map(|x| x.parse::<f64>().ok());
@@ -238,23 +283,29 @@ fn measure(py: &Path) -> Result<(), String> {
     }
 
     if util::selected(SET) || util::selected(SET16) {
-        let (mut one, mut sixteen, mut base, mut failed) = (Vec::new(), Vec::new(), Vec::new(), 0usize);
+        let (mut one, mut sixteen, mut base, mut failed) =
+            (Vec::new(), Vec::new(), Vec::new(), 0usize);
         for i in 0..rounds.min(9) {
             eprintln!("bench: {SET} round {}/{rounds}", i + 1);
             // Fresh plugins each round: each has its full burst of 200.
-            let rate = |c: &mut Rpc, n: usize, k: usize, failed: &mut usize| -> Result<f64, String> {
-                let t = command(c, n, "set", &format!("{SETS} {k}"))?;
-                let mut it = t.split_whitespace().filter_map(|x| x.parse::<f64>().ok());
-                let ns = it.next().ok_or("no time")?;
-                *failed += it.next().unwrap_or(0.0) as usize;
-                Ok(SETS as f64 / (ns / 1e9))
-            };
+            let rate =
+                |c: &mut Rpc, n: usize, k: usize, failed: &mut usize| -> Result<f64, String> {
+                    let t = command(c, n, "set", &format!("{SETS} {k}"))?;
+                    let mut it = t.split_whitespace().filter_map(|x| x.parse::<f64>().ok());
+                    let ns = it.next().ok_or("no time")?;
+                    *failed += it.next().unwrap_or(0.0) as usize;
+                    Ok(SETS as f64 / (ns / 1e9))
+                };
             one.push(rate(&mut c, 1 + 2 * i, 1, &mut failed)?);
             base.push(fdatasync_rate(&dirs.state, SETS)?);
             sixteen.push(rate(&mut c, 2 + 2 * i, 16, &mut failed)?);
         }
         let r = one.len();
-        let (v1, b, v16) = (util::median(&one), util::median(&base), util::median(&sixteen));
+        let (v1, b, v16) = (
+            util::median(&one),
+            util::median(&base),
+            util::median(&sixteen),
+        );
         if util::selected(SET) {
             Figure {
                 name: SET,
@@ -308,7 +359,10 @@ fn measure(py: &Path) -> Result<(), String> {
         }
         // Paced: one event at a time.
         for _ in 0..paced {
-            c.call("events.append", json!({"stream": "x-bench", "kind": "turn.end", "data": {"reason": "completed"}}))?;
+            c.call(
+                "events.append",
+                json!({"stream": "x-bench", "kind": "turn.end", "data": {"reason": "completed"}}),
+            )?;
             std::thread::sleep(Duration::from_millis(2));
         }
         // Load: pipelined, 48 in flight.
@@ -332,7 +386,10 @@ fn measure(py: &Path) -> Result<(), String> {
         for n in 0..PLUGINS {
             loop {
                 let t = command(&mut c, n, "count", "")?;
-                let v: Vec<usize> = t.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                let v: Vec<usize> = t
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
                 if v.len() == 2 && (v[0] + v[1] >= want || Instant::now() > end) {
                     dropped += v[1];
                     break;
@@ -340,13 +397,20 @@ fn measure(py: &Path) -> Result<(), String> {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let (mut paced_d, mut load_d, mut last_ns, mut delivered) = (Vec::new(), Vec::new(), 0u128, 0usize);
+        let (mut paced_d, mut load_d, mut last_ns, mut delivered) =
+            (Vec::new(), Vec::new(), 0u128, 0usize);
         for n in 0..PLUGINS {
             command(&mut c, n, "dump", "")?;
-            let text = std::fs::read_to_string(work(n).join("events.txt")).map_err(|e| e.to_string())?;
+            let text =
+                std::fs::read_to_string(work(n).join("events.txt")).map_err(|e| e.to_string())?;
             for (i, l) in text.lines().enumerate() {
                 let mut it = l.split_whitespace();
-                let (Some(ts), Some(at)) = (it.next().and_then(ts_ms), it.next().and_then(|x| x.parse::<u128>().ok())) else { continue };
+                let (Some(ts), Some(at)) = (
+                    it.next().and_then(ts_ms),
+                    it.next().and_then(|x| x.parse::<u128>().ok()),
+                ) else {
+                    continue;
+                };
                 let d = at as f64 / 1e6 - ts;
                 if i < paced {
                     paced_d.push(d);

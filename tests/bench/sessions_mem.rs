@@ -35,7 +35,14 @@ pub fn run() {
         return;
     };
     let rounds = util::rounds(2, 1);
-    let (mut per, mut spawn_ms, mut idle_ms, mut ok, mut base, mut full) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut per, mut spawn_ms, mut idle_ms, mut ok, mut base, mut full) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for i in 0..rounds {
         eprintln!("bench: {RSS} round {}/{rounds}", i + 1);
         match round(&py) {
@@ -69,8 +76,14 @@ pub fn run() {
             pass: v <= 64.0,
             rounds,
             extra: vec![
-                ("daemon_rss_kib_0_sessions", util::round3(util::median(&base))),
-                ("daemon_rss_kib_200_sessions", util::round3(util::median(&full))),
+                (
+                    "daemon_rss_kib_0_sessions",
+                    util::round3(util::median(&base)),
+                ),
+                (
+                    "daemon_rss_kib_200_sessions",
+                    util::round3(util::median(&full)),
+                ),
                 ("sessions", json!(SESSIONS)),
             ],
         }
@@ -129,7 +142,12 @@ fn round(py: &Path) -> Result<Round, String> {
         util::bench_file("fast_acp_agent.py").display()
     );
     let (daemon, dirs) = util::start_daemon(tmp.path(), &config, Some(0))?;
-    let cwd = tmp.path().canonicalize().map_err(|e| e.to_string())?.display().to_string();
+    let cwd = tmp
+        .path()
+        .canonicalize()
+        .map_err(|e| e.to_string())?
+        .display()
+        .to_string();
     let mut c = Rpc::connect(&dirs.socket)?;
     // Touch the paths a spawn uses once, so that the empty figure is not
     // missing what any first session pays (seat probe, reader thread).
@@ -146,14 +164,18 @@ fn round(py: &Path) -> Result<Round, String> {
             sent += 1;
         }
         let id = waiting.pop_front().ok_or("nothing in flight")?;
-        c.wait(id).map_err(|e| format!("sessions.spawn {answered}: {e}"))?;
+        c.wait(id)
+            .map_err(|e| format!("sessions.spawn {answered}: {e}"))?;
         answered += 1;
     }
     let spawn_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let end = Instant::now() + Duration::from_secs(60);
     let idle = loop {
         let list = c.call("sessions.list", json!({}))?;
-        let n = list.as_array().map(|a| a.iter().filter(|s| s["state"] == "idle").count()).unwrap_or(0);
+        let n = list
+            .as_array()
+            .map(|a| a.iter().filter(|s| s["state"] == "idle").count())
+            .unwrap_or(0);
         if n == SESSIONS || Instant::now() > end {
             break n;
         }
@@ -163,5 +185,11 @@ fn round(py: &Path) -> Result<Round, String> {
     let rss_full = settled_rss(daemon.pid());
     drop(c);
     daemon.stop(Duration::from_secs(20));
-    Ok(Round { rss_empty, rss_full, spawn_ms, idle_ms, idle })
+    Ok(Round {
+        rss_empty,
+        rss_full,
+        spawn_ms,
+        idle_ms,
+        idle,
+    })
 }

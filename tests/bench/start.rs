@@ -31,7 +31,11 @@ pub fn run() {
         match util::find_tool("nats-server") {
             Some(p) => Some(p),
             None => {
-                util::skipped(VS_NATS, None, "nats-server not found; apt-get install nats-server");
+                util::skipped(
+                    VS_NATS,
+                    None,
+                    "nats-server not found; apt-get install nats-server",
+                );
                 None
             }
         }
@@ -135,7 +139,10 @@ pub fn run() {
                 extra: vec![
                     ("value_spread", util::round3(util::spread(&d_million))),
                     ("listening_ms", util::round3(util::median(&l_million))),
-                    ("baseline_listening_ms", util::round3(util::median(&l_empty))),
+                    (
+                        "baseline_listening_ms",
+                        util::round3(util::median(&l_empty)),
+                    ),
                     ("events", json!(MILLION_EVENTS)),
                 ],
             }
@@ -157,23 +164,35 @@ fn time_daemon(dirs: &DaemonDirs, placement: Placement) -> Result<Start, String>
     let cmd = util::serve_command(&util::daemon_bin(), dirs);
     util::on_cpu(placement.client_cpu(), || {
         let t0 = Instant::now();
-        let mut p = Proc::spawn("omniconfluxd", cmd, Some(placement.server_cpu()), Some(&dirs.log))
-            .map_err(|e| format!("unable to start the daemon: {e}"))?;
+        let mut p = Proc::spawn(
+            "omniconfluxd",
+            cmd,
+            Some(placement.server_cpu()),
+            Some(&dirs.log),
+        )
+        .map_err(|e| format!("unable to start the daemon: {e}"))?;
         let ready = util::wait_daemon_ready(&mut p, &dirs.socket, READY_TIMEOUT)
             .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
         let ms = |t: Instant| (t - t0).as_secs_f64() * 1e3;
         p.stop(Duration::from_secs(30));
-        Ok(Start { ready_ms: ms(ready.answered), listening_ms: ms(ready.connected) })
+        Ok(Start {
+            ready_ms: ms(ready.answered),
+            listening_ms: ms(ready.connected),
+        })
     })
 }
 
 fn time_nats(program: &Path, placement: Placement) -> Result<f64, String> {
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
     let mut cmd = Command::new(program);
     cmd.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
     util::on_cpu(placement.client_cpu(), || {
         let t0 = Instant::now();
-        let mut p = Proc::spawn("nats-server", cmd, Some(placement.server_cpu()), None).map_err(|e| format!("unable to start nats-server: {e}"))?;
+        let mut p = Proc::spawn("nats-server", cmd, Some(placement.server_cpu()), None)
+            .map_err(|e| format!("unable to start nats-server: {e}"))?;
         let end = t0 + READY_TIMEOUT;
         loop {
             if nats_pong(port) {
@@ -195,7 +214,9 @@ fn time_nats(program: &Path, placement: Placement) -> Result<f64, String> {
 /// Whether nats-server on `port` answers `PING` with `PONG` (it greets
 /// every connection with an INFO line first).
 fn nats_pong(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = s.set_nodelay(true);
     if s.write_all(b"PING\r\n").is_err() {
@@ -221,18 +242,27 @@ fn nats_pong(port: u16) -> bool {
 fn million_ledger() -> Result<PathBuf, String> {
     let state = util::target_dir().join("bench-cache/ledger-1m/state");
     let marker = state.join("complete");
-    let want = format!("{MILLION_EVENTS} events, schema {}\n", omniconfluxd::ledger::current_version());
+    let want = format!(
+        "{MILLION_EVENTS} events, schema {}\n",
+        omniconfluxd::ledger::current_version()
+    );
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) {
         return Ok(state);
     }
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).map_err(|e| e.to_string())?;
-    eprintln!("bench: preparing a ledger of {MILLION_EVENTS} events in {} (once)", state.display());
+    eprintln!(
+        "bench: preparing a ledger of {MILLION_EVENTS} events in {} (once)",
+        state.display()
+    );
     let t0 = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel::<Vec<Committed>>();
-    let ledger = Ledger::open(&state.join("ledger.sqlite3"), Box::new(move |c| {
-        let _ = tx.send(c);
-    }))
+    let ledger = Ledger::open(
+        &state.join("ledger.sqlite3"),
+        Box::new(move |c| {
+            let _ = tx.send(c);
+        }),
+    )
     .map_err(|e| e.0)?;
     let batches = MILLION_EVENTS.div_ceil(PREP_BATCH);
     let (mut submitted, mut done, mut events) = (0usize, 0usize, 0usize);
@@ -246,7 +276,12 @@ fn million_ledger() -> Result<PathBuf, String> {
                     bench_event(n)
                 })
                 .collect();
-            ledger.submit(Batch { ticket: submitted as u64, ops }).map_err(|e| format!("{e:?}"))?;
+            ledger
+                .submit(Batch {
+                    ticket: submitted as u64,
+                    ops,
+                })
+                .map_err(|e| format!("{e:?}"))?;
             submitted += 1;
         }
         for c in rx.recv().map_err(|e| e.to_string())? {
@@ -256,7 +291,9 @@ fn million_ledger() -> Result<PathBuf, String> {
     }
     ledger.close();
     if events != MILLION_EVENTS {
-        return Err(format!("committed {events} events, wanted {MILLION_EVENTS}"));
+        return Err(format!(
+            "committed {events} events, wanted {MILLION_EVENTS}"
+        ));
     }
     std::fs::write(&marker, want).map_err(|e| e.to_string())?;
     eprintln!("bench: prepared in {:.1} s", t0.elapsed().as_secs_f64());
@@ -270,6 +307,8 @@ fn bench_event(n: usize) -> Op {
         stream: format!("x-bench-{:03}", n % 100),
         kind: "turn.end".into(),
         ts: "2026-01-01T00:00:00.000Z".into(),
-        data: format!("{{\"n\":{n},\"text\":\"a benchmark event of about the size of a small turn summary\"}}"),
+        data: format!(
+            "{{\"n\":{n},\"text\":\"a benchmark event of about the size of a small turn summary\"}}"
+        ),
     }
 }

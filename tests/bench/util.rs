@@ -18,7 +18,10 @@ pub fn daemon_bin() -> PathBuf {
 /// The cargo target directory: the daemon binary sits in `<target>/release/`.
 pub fn target_dir() -> PathBuf {
     let bin = daemon_bin();
-    bin.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("target"))
+    bin.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
 }
 
 /// Whether a figure runs under `BENCH_FILTER` (a substring of its name).
@@ -83,7 +86,10 @@ impl Figure<'_> {
     pub fn emit(self) {
         let mut m = vec![
             ("figure", Value::from(self.name)),
-            ("placement", self.placement.map(Value::from).unwrap_or(Value::Null)),
+            (
+                "placement",
+                self.placement.map(Value::from).unwrap_or(Value::Null),
+            ),
             ("value", round3(self.value)),
             ("baseline", self.baseline.map(round3).unwrap_or(Value::Null)),
             ("ratio", self.ratio.map(round3).unwrap_or(Value::Null)),
@@ -106,7 +112,9 @@ pub fn round3(x: f64) -> Value {
         return Value::Null;
     }
     let r = (x * 1000.0).round() / 1000.0;
-    serde_json::Number::from_f64(r).map(Value::Number).unwrap_or(Value::Null)
+    serde_json::Number::from_f64(r)
+        .map(Value::Number)
+        .unwrap_or(Value::Null)
 }
 
 pub fn median(xs: &[f64]) -> f64 {
@@ -116,7 +124,11 @@ pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// (max - min) / median of the rounds: how noisy a figure was.
@@ -177,7 +189,9 @@ fn allowed_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
         }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 
@@ -222,7 +236,9 @@ impl TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         // Short names: unix socket paths must fit in 108 bytes.
-        let p = target_dir().join("bench-tmp").join(format!("{}-{n}-{tag}", std::process::id()));
+        let p = target_dir()
+            .join("bench-tmp")
+            .join(format!("{}-{n}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("create bench temp dir");
         TempDir(p)
@@ -243,10 +259,14 @@ impl Drop for TempDir {
 /// (SIGKILL, a lost terminal) left under `<target>/bench-tmp/`: those whose
 /// pid prefix names no live process.
 pub fn sweep_stale_temp_dirs() {
-    let Ok(entries) = std::fs::read_dir(target_dir().join("bench-tmp")) else { return };
+    let Ok(entries) = std::fs::read_dir(target_dir().join("bench-tmp")) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(e.path());
         }
@@ -265,7 +285,12 @@ pub struct Proc {
 impl Proc {
     /// Starts `cmd` on `cpu` (all of its threads and children inherit it),
     /// with its output to `log` or discarded.
-    pub fn spawn(name: &str, mut cmd: Command, cpu: Option<usize>, log: Option<&Path>) -> std::io::Result<Proc> {
+    pub fn spawn(
+        name: &str,
+        mut cmd: Command,
+        cpu: Option<usize>,
+        log: Option<&Path>,
+    ) -> std::io::Result<Proc> {
         cmd.stdin(Stdio::null());
         match log {
             Some(p) => {
@@ -286,7 +311,8 @@ impl Proc {
                 if let Some(c) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(c, &mut set);
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -294,7 +320,10 @@ impl Proc {
             });
         }
         let child = cmd.spawn()?;
-        Ok(Proc { child: Some(child), name: name.into() })
+        Ok(Proc {
+            child: Some(child),
+            name: name.into(),
+        })
     }
 
     pub fn pid(&self) -> i32 {
@@ -303,7 +332,9 @@ impl Proc {
 
     /// Whether it already exited.
     pub fn exited(&mut self) -> bool {
-        self.child.as_mut().is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
+        self.child
+            .as_mut()
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     /// SIGTERM, then SIGKILL after `grace`; waits for the exit.
@@ -338,7 +369,10 @@ impl Drop for Proc {
 pub fn find_tool(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let extra = ["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from);
-    std::env::split_paths(&path).chain(extra).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 // ---- the daemon ----
@@ -353,7 +387,12 @@ pub struct DaemonDirs {
 
 impl DaemonDirs {
     pub fn under(dir: &Path) -> DaemonDirs {
-        DaemonDirs { state: dir.join("state"), socket: dir.join("run/d.sock"), log: dir.join("daemon.log"), home: dir.join("home") }
+        DaemonDirs {
+            state: dir.join("state"),
+            socket: dir.join("run/d.sock"),
+            log: dir.join("daemon.log"),
+            home: dir.join("home"),
+        }
     }
 }
 
@@ -367,8 +406,14 @@ pub fn serve_command(program: &Path, dirs: &DaemonDirs) -> Command {
 
 pub fn daemon_args(cmd: &mut Command, dirs: &DaemonDirs) {
     let _ = std::fs::create_dir_all(&dirs.home);
-    cmd.arg("--state-dir").arg(&dirs.state).arg("--socket").arg(&dirs.socket).arg("serve");
-    cmd.env("XDG_CONFIG_HOME", &dirs.home).env("HOME", &dirs.home).env_remove("NOTIFY_SOCKET");
+    cmd.arg("--state-dir")
+        .arg(&dirs.state)
+        .arg("--socket")
+        .arg(&dirs.socket)
+        .arg("serve");
+    cmd.env("XDG_CONFIG_HOME", &dirs.home)
+        .env("HOME", &dirs.home)
+        .env_remove("NOTIFY_SOCKET");
 }
 
 pub const PING: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n";
@@ -384,7 +429,11 @@ impl LineClient {
     pub fn connect(path: &Path) -> std::io::Result<LineClient> {
         let s = UnixStream::connect(path)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        Ok(LineClient { writer: s.try_clone()?, reader: BufReader::new(s), line: Vec::with_capacity(128) })
+        Ok(LineClient {
+            writer: s.try_clone()?,
+            reader: BufReader::new(s),
+            line: Vec::with_capacity(128),
+        })
     }
 
     /// Sends `req` and returns the line that comes back.
@@ -393,7 +442,10 @@ impl LineClient {
         self.line.clear();
         let n = self.reader.read_until(b'\n', &mut self.line)?;
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed before answering"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed before answering",
+            ));
         }
         Ok(&self.line)
     }
@@ -418,9 +470,15 @@ pub fn wait_daemon_ready(p: &mut Proc, socket: &Path, timeout: Duration) -> Resu
             let connected = Instant::now();
             if let Ok(line) = c.exchange(PING) {
                 if line.windows(8).any(|w| w == b"\"result\"") {
-                    return Ok(Ready { connected, answered: Instant::now() });
+                    return Ok(Ready {
+                        connected,
+                        answered: Instant::now(),
+                    });
                 }
-                return Err(format!("ping answered with {}", String::from_utf8_lossy(line).trim()));
+                return Err(format!(
+                    "ping answered with {}",
+                    String::from_utf8_lossy(line).trim()
+                ));
             }
         }
         if p.exited() {
@@ -449,17 +507,35 @@ pub fn serve_with_config(dirs: &DaemonDirs, dir: &Path, config: &str) -> Command
     std::fs::write(&p, config).expect("write bench config");
     let _ = std::fs::create_dir_all(&dirs.home);
     let mut cmd = Command::new(daemon_bin());
-    cmd.arg("--state-dir").arg(&dirs.state).arg("--socket").arg(&dirs.socket).arg("--config").arg(&p).arg("serve");
-    cmd.env("XDG_CONFIG_HOME", &dirs.home).env("HOME", &dirs.home).env_remove("NOTIFY_SOCKET");
+    cmd.arg("--state-dir")
+        .arg(&dirs.state)
+        .arg("--socket")
+        .arg(&dirs.socket)
+        .arg("--config")
+        .arg(&p)
+        .arg("serve");
+    cmd.env("XDG_CONFIG_HOME", &dirs.home)
+        .env("HOME", &dirs.home)
+        .env_remove("NOTIFY_SOCKET");
     cmd
 }
 
 /// Starts a daemon with `config` on core `cpu` and waits for its first ping.
-pub fn start_daemon(dir: &Path, config: &str, cpu: Option<usize>) -> Result<(Proc, DaemonDirs), String> {
+pub fn start_daemon(
+    dir: &Path,
+    config: &str,
+    cpu: Option<usize>,
+) -> Result<(Proc, DaemonDirs), String> {
     let dirs = DaemonDirs::under(dir);
-    let mut p = Proc::spawn("omniconfluxd", serve_with_config(&dirs, dir, config), cpu, Some(&dirs.log))
-        .map_err(|e| format!("unable to start the daemon: {e}"))?;
-    wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(20)).map_err(|e| format!("{e}; log: {}", log_tail(&dirs.log)))?;
+    let mut p = Proc::spawn(
+        "omniconfluxd",
+        serve_with_config(&dirs, dir, config),
+        cpu,
+        Some(&dirs.log),
+    )
+    .map_err(|e| format!("unable to start the daemon: {e}"))?;
+    wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(20))
+        .map_err(|e| format!("{e}; log: {}", log_tail(&dirs.log)))?;
     Ok((p, dirs))
 }
 
@@ -474,23 +550,35 @@ pub struct Rpc {
 
 impl Rpc {
     pub fn connect(path: &Path) -> Result<Rpc, String> {
-        let s = UnixStream::connect(path).map_err(|e| format!("connect {}: {e}", path.display()))?;
-        s.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
-        Ok(Rpc { writer: s.try_clone().map_err(|e| e.to_string())?, reader: BufReader::with_capacity(1 << 20, s), next: 0, notes: Default::default() })
+        let s =
+            UnixStream::connect(path).map_err(|e| format!("connect {}: {e}", path.display()))?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(|e| e.to_string())?;
+        Ok(Rpc {
+            writer: s.try_clone().map_err(|e| e.to_string())?,
+            reader: BufReader::with_capacity(1 << 20, s),
+            next: 0,
+            notes: Default::default(),
+        })
     }
 
     /// Sends a request and returns its id.
     pub fn send(&mut self, method: &str, params: Value) -> Result<u64, String> {
         self.next += 1;
         let line = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}).to_string() + "\n";
-        self.writer.write_all(line.as_bytes()).map_err(|e| format!("{method}: {e}"))?;
+        self.writer
+            .write_all(line.as_bytes())
+            .map_err(|e| format!("{method}: {e}"))?;
         Ok(self.next)
     }
 
     /// Reads one line as JSON.
     pub fn read(&mut self) -> Result<Value, String> {
         let mut line = Vec::new();
-        let n = self.reader.read_until(b'\n', &mut line).map_err(|e| e.to_string())?;
+        let n = self
+            .reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| e.to_string())?;
         if n == 0 {
             return Err("the daemon closed the connection".into());
         }
@@ -557,20 +645,33 @@ pub fn quantile(xs: &[f64], q: f64) -> f64 {
 /// Wall clock in nanoseconds since the epoch (the agents' and plugins'
 /// stamps are wall clock too).
 pub fn now_ns() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 /// The absolute path of a python3 (the daemon's agent environment may not
 /// carry a pyenv shim's variables).
 pub fn python3() -> Option<PathBuf> {
-    let out = Command::new("python3").arg("-c").arg("import sys; print(sys.executable)").output().ok()?;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import sys; print(sys.executable)")
+        .output()
+        .ok()?;
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if p.is_file() { Some(p) } else { find_tool("python3") }
+    if p.is_file() {
+        Some(p)
+    } else {
+        find_tool("python3")
+    }
 }
 
 /// A file of this bench's directory (fixtures kept beside the modules).
 pub fn bench_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bench").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/bench")
+        .join(name)
 }
 
 impl Rpc {

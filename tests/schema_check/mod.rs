@@ -61,7 +61,11 @@ impl Parser<'_> {
             self.i += 1;
             arms.push(self.seq());
         }
-        if arms.len() == 1 { arms.pop().unwrap() } else { Node::Alt(arms) }
+        if arms.len() == 1 {
+            arms.pop().unwrap()
+        } else {
+            Node::Alt(arms)
+        }
     }
 
     fn seq(&mut self) -> Node {
@@ -95,7 +99,11 @@ impl Parser<'_> {
                 let min = self.number();
                 let max = if self.peek() == Some(',') {
                     self.i += 1;
-                    if self.peek() == Some('}') { None } else { Some(self.number()) }
+                    if self.peek() == Some('}') {
+                        None
+                    } else {
+                        Some(self.number())
+                    }
                 } else {
                     Some(min)
                 };
@@ -136,7 +144,11 @@ impl Parser<'_> {
     fn class_char(&mut self) -> Item {
         let c = self.peek().expect("unclosed class");
         self.i += 1;
-        if c == '\\' { self.escape() } else { Item::Range(c, c) }
+        if c == '\\' {
+            self.escape()
+        } else {
+            Item::Range(c, c)
+        }
     }
 
     fn atom(&mut self) -> Node {
@@ -158,7 +170,11 @@ impl Parser<'_> {
                 let inner = self.alt();
                 assert_eq!(self.peek(), Some(')'), "unclosed group");
                 self.i += 1;
-                if look { Node::NotAhead(Box::new(inner)) } else { inner }
+                if look {
+                    Node::NotAhead(Box::new(inner))
+                } else {
+                    inner
+                }
             }
             '[' => {
                 let neg = self.peek() == Some('^');
@@ -231,8 +247,18 @@ fn seq(v: &[Node], s: &[char], i: usize, k: &mut dyn FnMut(usize) -> bool) -> bo
     }
 }
 
-fn rep(x: &Node, min: usize, max: Option<usize>, n: usize, s: &[char], i: usize, k: &mut dyn FnMut(usize) -> bool) -> bool {
-    if max.is_none_or(|mx| n < mx) && m(x, s, i, &mut |j| j != i && rep(x, min, max, n + 1, s, j, k)) {
+fn rep(
+    x: &Node,
+    min: usize,
+    max: Option<usize>,
+    n: usize,
+    s: &[char],
+    i: usize,
+    k: &mut dyn FnMut(usize) -> bool,
+) -> bool {
+    if max.is_none_or(|mx| n < mx)
+        && m(x, s, i, &mut |j| j != i && rep(x, min, max, n + 1, s, j, k))
+    {
         return true;
     }
     n >= min && k(i)
@@ -286,8 +312,15 @@ impl Schemas {
                 if p.is_dir() {
                     walk(root, &p, docs);
                 } else {
-                    let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
-                    docs.insert(rel, serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap());
+                    let rel = p
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .replace('\\', "/");
+                    docs.insert(
+                        rel,
+                        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(),
+                    );
                 }
             }
         }
@@ -297,17 +330,40 @@ impl Schemas {
 
     /// Validates `v` against `file#pointer`; the errors name where.
     pub fn check(&self, file: &str, pointer: &str, v: &Value) -> Result<(), String> {
-        let schema = self.docs.get(file).and_then(|d| d.pointer(pointer)).unwrap_or_else(|| panic!("no schema {file}#{pointer}"));
+        let schema = self
+            .docs
+            .get(file)
+            .and_then(|d| d.pointer(pointer))
+            .unwrap_or_else(|| panic!("no schema {file}#{pointer}"));
         let mut errs = Vec::new();
         self.validate(file, schema, v, "$", &mut errs);
-        if errs.is_empty() { Ok(()) } else { Err(format!("{} against {file}#{pointer}: {}", v, errs.join("; "))) }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} against {file}#{pointer}: {}",
+                v,
+                errs.join("; ")
+            ))
+        }
     }
 
     fn resolve<'a>(&'a self, file: &str, r: &str) -> (String, &'a Value) {
         let (f, ptr) = r.split_once('#').unwrap_or((r, ""));
-        let target = if f.is_empty() { file.to_string() } else { normalise(file, f) };
-        let doc = self.docs.get(&target).unwrap_or_else(|| panic!("no schema file {target} (from {file})"));
-        (target.clone(), doc.pointer(ptr).unwrap_or_else(|| panic!("no {ptr} in {target}")))
+        let target = if f.is_empty() {
+            file.to_string()
+        } else {
+            normalise(file, f)
+        };
+        let doc = self
+            .docs
+            .get(&target)
+            .unwrap_or_else(|| panic!("no schema file {target} (from {file})"));
+        (
+            target.clone(),
+            doc.pointer(ptr)
+                .unwrap_or_else(|| panic!("no {ptr} in {target}")),
+        )
     }
 
     fn ok(&self, file: &str, s: &Value, v: &Value) -> bool {
@@ -340,7 +396,11 @@ impl Schemas {
                 "boolean" => v.is_boolean(),
                 "null" => v.is_null(),
                 "number" => v.is_number(),
-                "integer" => v.as_i64().is_some() || v.as_u64().is_some() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+                "integer" => {
+                    v.as_i64().is_some()
+                        || v.as_u64().is_some()
+                        || v.as_f64().is_some_and(|f| f.fract() == 0.0)
+                }
                 _ => false,
             });
             if !fits {
@@ -350,7 +410,10 @@ impl Schemas {
         }
         if let Some(e) = o.get("enum").and_then(Value::as_array) {
             if !e.contains(v) {
-                errs.push(format!("{at}: {v} is not one of {}", Value::Array(e.clone())));
+                errs.push(format!(
+                    "{at}: {v} is not one of {}",
+                    Value::Array(e.clone())
+                ));
             }
         }
         if let Some(c) = o.get("const") {
@@ -360,10 +423,16 @@ impl Schemas {
         }
         if let Some(text) = v.as_str() {
             let n = text.chars().count() as u64;
-            if o.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m) {
+            if o.get("minLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n < m)
+            {
                 errs.push(format!("{at}: shorter than minLength"));
             }
-            if o.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m) {
+            if o.get("maxLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
+            {
                 errs.push(format!("{at}: longer than maxLength"));
             }
             if let Some(p) = o.get("pattern").and_then(Value::as_str) {
@@ -373,10 +442,16 @@ impl Schemas {
             }
         }
         if let Some(x) = v.as_f64() {
-            if o.get("minimum").and_then(Value::as_f64).is_some_and(|m| x < m) {
+            if o.get("minimum")
+                .and_then(Value::as_f64)
+                .is_some_and(|m| x < m)
+            {
                 errs.push(format!("{at}: below minimum"));
             }
-            if o.get("maximum").and_then(Value::as_f64).is_some_and(|m| x > m) {
+            if o.get("maximum")
+                .and_then(Value::as_f64)
+                .is_some_and(|m| x > m)
+            {
                 errs.push(format!("{at}: above maximum"));
             }
         }
@@ -394,20 +469,30 @@ impl Schemas {
                     Some(ps) => self.validate(file, ps, x, &format!("{at}.{k}"), errs),
                     None => match o.get("additionalProperties") {
                         Some(Value::Bool(false)) => errs.push(format!("{at}: unknown member {k}")),
-                        Some(extra @ Value::Object(_)) => self.validate(file, extra, x, &format!("{at}.{k}"), errs),
+                        Some(extra @ Value::Object(_)) => {
+                            self.validate(file, extra, x, &format!("{at}.{k}"), errs)
+                        }
                         _ => {}
                     },
                 }
             }
         }
         if let Some(arr) = v.as_array() {
-            if o.get("minItems").and_then(Value::as_u64).is_some_and(|m| (arr.len() as u64) < m) {
+            if o.get("minItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| (arr.len() as u64) < m)
+            {
                 errs.push(format!("{at}: fewer than minItems"));
             }
-            if o.get("maxItems").and_then(Value::as_u64).is_some_and(|m| arr.len() as u64 > m) {
+            if o.get("maxItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| arr.len() as u64 > m)
+            {
                 errs.push(format!("{at}: more than maxItems"));
             }
-            if o.get("uniqueItems") == Some(&Value::Bool(true)) && arr.iter().enumerate().any(|(i, x)| arr[..i].contains(x)) {
+            if o.get("uniqueItems") == Some(&Value::Bool(true))
+                && arr.iter().enumerate().any(|(i, x)| arr[..i].contains(x))
+            {
                 errs.push(format!("{at}: an item twice"));
             }
             if let Some(items) = o.get("items") {
@@ -446,7 +531,11 @@ impl Schemas {
             }
         }
         if let Some(cond) = o.get("if") {
-            let branch = if self.ok(file, cond, v) { o.get("then") } else { o.get("else") };
+            let branch = if self.ok(file, cond, v) {
+                o.get("then")
+            } else {
+                o.get("else")
+            };
             if let Some(b) = branch {
                 self.validate(file, b, v, at, errs);
             }
@@ -456,18 +545,28 @@ impl Schemas {
     /// Checks one line the host wrote to a plugin: the message shape, then
     /// what the line carries. `asked` maps the plugin's request ids to their
     /// methods, to find the result schema of a response.
-    pub fn check_host_line(&self, line: &str, asked: &HashMap<String, String>) -> Result<(), String> {
+    pub fn check_host_line(
+        &self,
+        line: &str,
+        asked: &HashMap<String, String>,
+    ) -> Result<(), String> {
         assert!(line.len() <= 65_536, "a line over 65,536 bytes");
         let v: Value = serde_json::from_str(line).map_err(|e| format!("{line}: {e}"))?;
         self.check("message.schema.json", "", &v)?;
         if let (Some(m), Some(_)) = (v.get("method").and_then(Value::as_str), v.get("id")) {
-            return self.check(&format!("calls/{m}.schema.json"), "/$defs/params", &v["params"]);
+            return self.check(
+                &format!("calls/{m}.schema.json"),
+                "/$defs/params",
+                &v["params"],
+            );
         }
         if let Some(e) = v.get("error") {
             return self.check("host-error.schema.json", "", e);
         }
         if let (Some(id), Some(r)) = (v.get("id").and_then(Value::as_str), v.get("result")) {
-            let m = asked.get(id).ok_or_else(|| format!("{line}: answers no request the plugin made"))?;
+            let m = asked
+                .get(id)
+                .ok_or_else(|| format!("{line}: answers no request the plugin made"))?;
             return self.check(&format!("calls/{m}.schema.json"), "/$defs/result", r);
         }
         Ok(())
@@ -486,18 +585,38 @@ fn the_matcher_knows_the_schemas_patterns() {
         ("^[a-z]+(?:-[a-z]+)*$", "not-pending", true),
         ("^[a-z]+(?:-[a-z]+)*$", "not--pending", false),
         ("^t-[0-9a-f]{12}$", "t-0c1d2e3f4a5b", true),
-        ("^(?:/(?!/)|[A-Za-z]:[\\\\/])[^\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}]*$", "/srv/work", true),
-        ("^(?:/(?!/)|[A-Za-z]:[\\\\/])[^\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}]*$", "//share", false),
-        ("^(?:/(?!/)|[A-Za-z]:[\\\\/])[^\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}]*$", "/a\u{202e}b", false),
+        (
+            "^(?:/(?!/)|[A-Za-z]:[\\\\/])[^\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}]*$",
+            "/srv/work",
+            true,
+        ),
+        (
+            "^(?:/(?!/)|[A-Za-z]:[\\\\/])[^\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}]*$",
+            "//share",
+            false,
+        ),
+        (
+            "^(?:/(?!/)|[A-Za-z]:[\\\\/])[^\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}]*$",
+            "/a\u{202e}b",
+            false,
+        ),
         ("^\\s*$", "  \t", true),
         ("^[!-~](?:[ -~]*[!-~])?$", "unit tests", true),
         ("^[!-~](?:[ -~]*[!-~])?$", "unit tests ", false),
         ("^[^\\x00-\\x1f\\x7f]*$", "one line", true),
         ("^[^\\x00-\\x1f\\x7f]*$", "two\nlines", false),
-        ("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$", "2026-11-14T09:31:07.412Z", true),
+        (
+            "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$",
+            "2026-11-14T09:31:07.412Z",
+            true,
+        ),
         ("^[a-zA-Z0-9_-]+-a[1-9][0-9]*$", "s-4f9a-a1", true),
         ("^[a-zA-Z0-9_-]+-a[1-9][0-9]*$", "s-4f9a-a0", false),
-        ("^[A-Za-z0-9][A-Za-z0-9_.:/\\[\\]-]{0,127}$", "gpt-6[x]", true),
+        (
+            "^[A-Za-z0-9][A-Za-z0-9_.:/\\[\\]-]{0,127}$",
+            "gpt-6[x]",
+            true,
+        ),
     ];
     for (p, text, want) in cases {
         assert_eq!(Regex::new(p).is_match(text), *want, "{p} on {text:?}");

@@ -18,20 +18,32 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn headers_named(&self, name: &str) -> Vec<&str> {
-        self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     /// The problem code of an error answer.
     pub fn code(&self) -> String {
-        assert_eq!(self.header("content-type"), Some("application/problem+json"), "{self:?}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{self:?}"
+        );
         self.json()["code"].as_str().unwrap_or_default().to_string()
     }
 }
@@ -46,7 +58,10 @@ impl Conn {
     pub fn open(addr: SocketAddr) -> Conn {
         let s = TcpStream::connect(addr).expect("connect to the HTTP listener");
         s.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        Conn { r: BufReader::new(s.try_clone().expect("clone")), w: s }
+        Conn {
+            r: BufReader::new(s.try_clone().expect("clone")),
+            w: s,
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -60,7 +75,11 @@ impl Conn {
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }
-        let status: u16 = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad status line {line:?}"));
+        let status: u16 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {line:?}"));
         let mut headers = Vec::new();
         loop {
             let mut l = String::new();
@@ -78,7 +97,10 @@ impl Conn {
     /// Reads one whole response (Content-Length bodies, or to the close).
     pub fn read(&mut self) -> Option<Resp> {
         let (status, headers) = self.read_head()?;
-        let len = headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.parse::<usize>().expect("length"));
+        let len = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| v.parse::<usize>().expect("length"));
         let mut body = Vec::new();
         match len {
             Some(n) => {
@@ -90,7 +112,11 @@ impl Conn {
                 self.r.read_to_end(&mut body).expect("body");
             }
         }
-        Some(Resp { status, headers, body })
+        Some(Resp {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// Whether the daemon closed the connection (end of stream next).
@@ -101,7 +127,13 @@ impl Conn {
 }
 
 /// Builds a request text.
-pub fn request(method: &str, target: &str, host: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Vec<u8> {
+pub fn request(
+    method: &str,
+    target: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Vec<u8> {
     let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
     for (n, v) in headers {
         out.push_str(&format!("{n}: {v}\r\n"));
@@ -138,7 +170,14 @@ pub enum SseError {
 
 impl SseParser {
     pub fn new(max: usize) -> SseParser {
-        SseParser { line: Vec::new(), data: String::new(), has_data: false, after_cr: false, started: false, max }
+        SseParser {
+            line: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            after_cr: false,
+            started: false,
+            max,
+        }
     }
 
     /// Feeds bytes; returns the data of every event completed by them.
@@ -213,7 +252,11 @@ pub struct Watch {
 
 impl Watch {
     pub fn new(conn: Conn) -> Watch {
-        Watch { conn, parser: SseParser::new(1 << 20), ready: Default::default() }
+        Watch {
+            conn,
+            parser: SseParser::new(1 << 20),
+            ready: Default::default(),
+        }
     }
 
     /// The next batch; `None` at end of stream.
@@ -228,7 +271,10 @@ impl Watch {
                 return None;
             }
             for data in self.parser.feed(&buf[..n]).expect("valid SSE") {
-                self.ready.push_back(serde_json::from_str(&data).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}")));
+                self.ready.push_back(
+                    serde_json::from_str(&data)
+                        .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}")),
+                );
             }
         }
     }
@@ -237,22 +283,46 @@ impl Watch {
 /// The OpenAPI document.
 pub fn openapi() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("vendor-schemas/openapi.yaml");
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("read openapi.yaml")).expect("openapi.yaml is JSON text")
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("read openapi.yaml"))
+        .expect("openapi.yaml is JSON text")
 }
 
 /// The schema of an operation's response.
-pub fn response_schema<'a>(doc: &'a Value, path: &str, method: &str, status: u16, media: &str) -> &'a Value {
+pub fn response_schema<'a>(
+    doc: &'a Value,
+    path: &str,
+    method: &str,
+    status: u16,
+    media: &str,
+) -> &'a Value {
     let content = &doc["paths"][path][method]["responses"][status.to_string()]["content"][media];
-    assert!(content.is_object(), "openapi.yaml has no {method} {path} {status} {media}");
-    if media == "text/event-stream" { &content["x-data-schema"] } else { &content["schema"] }
+    assert!(
+        content.is_object(),
+        "openapi.yaml has no {method} {path} {status} {media}"
+    );
+    if media == "text/event-stream" {
+        &content["x-data-schema"]
+    } else {
+        &content["schema"]
+    }
 }
 
 /// Checks a reply against its documented response schema.
 pub fn check_reply(doc: &Value, path: &str, method: &str, r: &Resp) {
-    let media = r.header("content-type").unwrap_or_default().split(';').next().unwrap_or_default().to_string();
+    let media = r
+        .header("content-type")
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let schema = response_schema(doc, path, method, r.status, &media);
     if let Err(e) = validate(doc, schema, &r.json(), "$") {
-        panic!("{method} {path} {} does not match openapi.yaml: {e}\n{}", r.status, String::from_utf8_lossy(&r.body));
+        panic!(
+            "{method} {path} {} does not match openapi.yaml: {e}\n{}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
     }
 }
 
@@ -260,7 +330,11 @@ fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
     match schema.get("$ref").and_then(Value::as_str) {
         Some(r) => {
             let ptr = r.strip_prefix('#').expect("local refs only");
-            resolve(doc, doc.pointer(ptr).unwrap_or_else(|| panic!("unresolved $ref {r}")))
+            resolve(
+                doc,
+                doc.pointer(ptr)
+                    .unwrap_or_else(|| panic!("unresolved $ref {r}")),
+            )
         }
         None => schema,
     }
@@ -287,15 +361,37 @@ fn type_matches(t: &str, v: &Value) -> bool {
 /// so that the document cannot silently outgrow the validator.
 pub fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
     let s = resolve(doc, schema);
-    let Some(obj) = s.as_object() else { return Err(format!("{at}: schema is not an object")) };
+    let Some(obj) = s.as_object() else {
+        return Err(format!("{at}: schema is not an object"));
+    };
     for key in obj.keys() {
         const KNOWN: &[&str] = &[
-            "type", "const", "enum", "properties", "required", "additionalProperties", "items", "maxItems", "minimum", "maximum",
-            "minLength", "maxLength", "oneOf", "description", "default", "x-max-utf8-bytes",
+            "type",
+            "const",
+            "enum",
+            "properties",
+            "required",
+            "additionalProperties",
+            "items",
+            "maxItems",
+            "minimum",
+            "maximum",
+            "minLength",
+            "maxLength",
+            "oneOf",
+            "description",
+            "default",
+            "x-max-utf8-bytes",
         ];
-        assert!(KNOWN.contains(&key.as_str()), "openapi.yaml uses {key}, which the test validator does not check");
+        assert!(
+            KNOWN.contains(&key.as_str()),
+            "openapi.yaml uses {key}, which the test validator does not check"
+        );
     }
-    if let (Some(max), Some(text)) = (s.get("x-max-utf8-bytes").and_then(Value::as_u64), v.as_str()) {
+    if let (Some(max), Some(text)) = (
+        s.get("x-max-utf8-bytes").and_then(Value::as_u64),
+        v.as_str(),
+    ) {
         if text.len() as u64 > max {
             return Err(format!("{at}: {} UTF-8 bytes, more than {max}", text.len()));
         }
@@ -317,7 +413,10 @@ pub fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), 
     }
     if let Some(e) = s.get("enum").and_then(Value::as_array) {
         if !e.contains(v) {
-            return Err(format!("{at}: {v} is not one of {}", Value::Array(e.clone())));
+            return Err(format!(
+                "{at}: {v} is not one of {}",
+                Value::Array(e.clone())
+            ));
         }
     }
     if let (Some(min), Some(n)) = (s.get("minimum").and_then(Value::as_f64), v.as_f64()) {
@@ -332,19 +431,35 @@ pub fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), 
     }
     if let Some(text) = v.as_str() {
         let n = text.chars().count() as u64;
-        if s.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m) || s.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m) {
+        if s.get("minLength")
+            .and_then(Value::as_u64)
+            .is_some_and(|m| n < m)
+            || s.get("maxLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
+        {
             return Err(format!("{at}: length {n} out of bounds"));
         }
     }
     if let Some(alts) = s.get("oneOf").and_then(Value::as_array) {
-        let hits = alts.iter().filter(|a| validate(doc, a, v, at).is_ok()).count();
+        let hits = alts
+            .iter()
+            .filter(|a| validate(doc, a, v, at).is_ok())
+            .count();
         if hits != 1 {
-            return Err(format!("{at}: {v} matches {hits} of oneOf's schemas, not exactly one"));
+            return Err(format!(
+                "{at}: {v} matches {hits} of oneOf's schemas, not exactly one"
+            ));
         }
     }
     if let Some(map) = v.as_object() {
         let props = s.get("properties").and_then(Value::as_object);
-        for r in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+        for r in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let r = r.as_str().unwrap_or_default();
             if !map.contains_key(r) {
                 return Err(format!("{at}: missing required {r}"));
@@ -355,7 +470,9 @@ pub fn validate(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), 
                 Some(ps) => validate(doc, ps, val, &format!("{at}.{k}"))?,
                 None => match s.get("additionalProperties") {
                     Some(Value::Bool(false)) => return Err(format!("{at}: unexpected member {k}")),
-                    Some(extra @ Value::Object(_)) => validate(doc, extra, val, &format!("{at}.{k}"))?,
+                    Some(extra @ Value::Object(_)) => {
+                        validate(doc, extra, val, &format!("{at}.{k}"))?
+                    }
                     _ => {}
                 },
             }

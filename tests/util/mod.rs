@@ -9,7 +9,7 @@
 
 pub mod http;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
@@ -35,10 +35,19 @@ pub struct TestDir {
 impl TestDir {
     pub fn new(name: &str) -> TestDir {
         let mut b = [0u8; 4];
-        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).expect("urandom");
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut b))
+            .expect("urandom");
         // Short names: a unix socket path must fit in 108 bytes.
         let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let path = base.join(format!("{}-{:02x}{:02x}{:02x}{:02x}", &name[..name.len().min(12)], b[0], b[1], b[2], b[3]));
+        let path = base.join(format!(
+            "{}-{:02x}{:02x}{:02x}{:02x}",
+            &name[..name.len().min(12)],
+            b[0],
+            b[1],
+            b[2],
+            b[3]
+        ));
         std::fs::create_dir_all(&path).expect("create test dir");
         TestDir { path }
     }
@@ -77,7 +86,6 @@ pub struct Opts {
     pub env: Vec<(String, String)>,
 }
 
-
 impl Daemon {
     /// Starts a daemon on `dir` and waits for READY=1.
     pub fn start(dir: &Path) -> Daemon {
@@ -96,7 +104,12 @@ impl Daemon {
         let notify_path = dir.join(format!("notify-{}", std::process::id()));
         let _ = std::fs::remove_file(&notify_path);
         let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
-        let mut args = vec!["--state-dir".to_string(), state.display().to_string(), "--socket".into(), socket.display().to_string()];
+        let mut args = vec![
+            "--state-dir".to_string(),
+            state.display().to_string(),
+            "--socket".into(),
+            socket.display().to_string(),
+        ];
         if let Some(cfg) = &opts.config {
             let p = dir.join("omniconfluxd.toml");
             std::fs::write(&p, cfg).expect("write config");
@@ -113,7 +126,12 @@ impl Daemon {
         args.push("serve".into());
         args.extend(opts.extra_args.iter().cloned());
         let mut cmd = Command::new(bin());
-        cmd.args(&args).env("NOTIFY_SOCKET", &notify_path).env_remove("JOURNAL_STREAM").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.args(&args)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
@@ -121,7 +139,19 @@ impl Daemon {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, log_rx) = mpsc::channel();
         let mut readers = Vec::new();
-        for pipe in [child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)].into_iter().flatten() {
+        for pipe in [
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
             let log = log.clone();
             let tx = tx.clone();
             readers.push(std::thread::spawn(move || {
@@ -132,7 +162,18 @@ impl Daemon {
             }));
         }
         notify.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        Daemon { dir: dir.to_path_buf(), socket, state, args, child: Some(child), notify, log, log_rx, readers, status: None }
+        Daemon {
+            dir: dir.to_path_buf(),
+            socket,
+            state,
+            args,
+            child: Some(child),
+            notify,
+            log,
+            log_rx,
+            readers,
+            status: None,
+        }
     }
 
     /// Waits for one sd_notify datagram and checks it.
@@ -180,7 +221,14 @@ impl Daemon {
     /// Waits until the daemon has written `n` log lines containing `needle`.
     pub fn wait_log_count(&self, needle: &str, n: usize) {
         let deadline = Instant::now() + PATIENCE;
-        let count = || self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).count();
+        let count = || {
+            self.log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(needle))
+                .count()
+        };
         while count() < n {
             let left = deadline.saturating_duration_since(Instant::now());
             if self.log_rx.recv_timeout(left).is_err() {
@@ -256,7 +304,11 @@ impl Drop for Daemon {
             let _ = c.wait();
         }
         if std::thread::panicking() {
-            eprintln!("daemon in {} wrote:\n{}", self.dir.display(), self.log_text());
+            eprintln!(
+                "daemon in {} wrote:\n{}",
+                self.dir.display(),
+                self.log_text()
+            );
         }
     }
 }
@@ -274,7 +326,12 @@ impl Client {
     pub fn new(stream: UnixStream) -> Client {
         stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
         let reader = BufReader::new(stream.try_clone().expect("clone"));
-        Client { stream, reader, next_id: 1, notes: Vec::new() }
+        Client {
+            stream,
+            reader,
+            next_id: 1,
+            notes: Vec::new(),
+        }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -286,7 +343,10 @@ impl Client {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
             Ok(0) => None,
-            Ok(_) => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("daemon sent non-JSON {line:?}: {e}"))),
+            Ok(_) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("daemon sent non-JSON {line:?}: {e}")),
+            ),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
             Err(e) => panic!("read from daemon: {e}"),
         }
@@ -299,7 +359,9 @@ impl Client {
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send_raw(format!("{line}\n").as_bytes());
         loop {
-            let msg = self.read_line().unwrap_or_else(|| panic!("connection closed waiting for {method}"));
+            let msg = self
+                .read_line()
+                .unwrap_or_else(|| panic!("connection closed waiting for {method}"));
             if msg.get("id") == Some(&json!(id)) {
                 return msg;
             }
@@ -321,7 +383,10 @@ impl Client {
     /// The stable code of a call that must fail.
     pub fn error_code(&mut self, method: &str, params: Value) -> String {
         let r = self.request(method, params);
-        r["error"]["data"]["code"].as_str().unwrap_or_else(|| panic!("{method} did not fail: {r}")).to_string()
+        r["error"]["data"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} did not fail: {r}"))
+            .to_string()
     }
 
     /// Waits for the next notification with `method`.
@@ -330,7 +395,9 @@ impl Client {
             return self.notes.remove(i);
         }
         loop {
-            let msg = self.read_line().unwrap_or_else(|| panic!("connection closed waiting for {method}"));
+            let msg = self
+                .read_line()
+                .unwrap_or_else(|| panic!("connection closed waiting for {method}"));
             if msg["method"] == method {
                 return msg;
             }
@@ -340,6 +407,15 @@ impl Client {
 
 /// Runs the binary as a client command and returns (status, stdout, stderr).
 pub fn run_cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin()).args(args).env_remove("JOURNAL_STREAM").stdin(Stdio::null()).output().expect("run cli");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(bin())
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cli");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
