@@ -29,6 +29,9 @@ pub struct FileConfig {
     pub approvals: ApprovalsSection,
     pub http: HttpSection,
     pub lanes: LanesSection,
+    /// `[seats]`: whether agents found on PATH become seats when no
+    /// `[[seat]]` is configured (issue 9, "Seats on defaults").
+    pub seats: SeatsSection,
     /// `[[seat]]` tables: the agent harnesses the operator configured
     /// (issue 3, "Seats"), in registry order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -70,6 +73,23 @@ impl Default for LanesSection {
             check_timeout_secs: limits::LANE_CHECK_TIMEOUT_SECS,
             require_isolation: true,
         }
+    }
+}
+
+/// `[seats]`: how the registry is filled when the config has no
+/// `[[seat]]` table (issue 9). Configured seats always win: one `[[seat]]`
+/// and nothing is detected.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SeatsSection {
+    /// Offer the agent CLIs the daemon knows (core::seats) that are on
+    /// PATH as seats. A system service usually turns it off.
+    pub detect: bool,
+}
+
+impl Default for SeatsSection {
+    fn default() -> Self {
+        SeatsSection { detect: true }
     }
 }
 
@@ -1227,6 +1247,17 @@ mod tests {
             assert!(e.message.contains("plain model name"), "{e}");
         }
         assert!(valid_model_name(&"m".repeat(128)));
+    }
+
+    #[test]
+    fn seat_detection_is_on_by_default_and_a_key_turns_it_off() {
+        assert!(FileConfig::default().seats.detect);
+        assert!(!parse("[seats]\ndetect = false\n").unwrap().seats.detect);
+        let r = diff(
+            &FileConfig::default(),
+            &parse("[seats]\ndetect = false\n").unwrap(),
+        );
+        assert_eq!(r.applied, vec!["seats.detect".to_string()]);
     }
 
     #[test]
