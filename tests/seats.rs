@@ -128,7 +128,7 @@ fn http_seats(d: &Daemon) -> Value {
 }
 
 #[test]
-fn a_fresh_daemon_offers_the_claude_on_its_path_probes_it_and_runs_a_turn() {
+fn a_fresh_daemon_offers_the_claude_on_its_path_probes_it_and_runs_turns() {
     let dir = TestDir::new("seatfresh");
     let bin = Bin::new(&dir);
     let fifo = dir.join("version-gate");
@@ -202,6 +202,26 @@ fn a_fresh_daemon_offers_the_claude_on_its_path_probes_it_and_runs_a_turn() {
     }
     let view = c.call("sessions.transcriptView", json!({"session_id": sid}));
     assert!(view.to_string().contains("echo: hello"), "{view}");
+    d.stop();
+
+    // After a restart the session is reopened on the detected seat, which
+    // the registry knows only once the probe worker has looked at PATH.
+    bin.agent("claude", ":");
+    let d = start(&dir, &bin, None, &[]);
+    d.wait_log(&format!("session {sid}: reopened claude"));
+    let mut c = d.connect();
+    c.call("events.subscribe", json!({}));
+    c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "again"}),
+    );
+    loop {
+        let n = c.next_note("event");
+        if n["params"]["stream"] == sid.as_str() && n["params"]["kind"] == "turn.end" {
+            assert_eq!(n["params"]["data"]["reason"], "completed", "{n}");
+            break;
+        }
+    }
     d.stop();
 }
 
