@@ -301,3 +301,57 @@ fn mine() -> String {
         fixture.display()
     )
 }
+
+#[test]
+fn a_lane_refuses_a_seat_whose_first_probe_has_not_answered() {
+    let dir = TestDir::new("seatlane");
+    let bin = Bin::new(&dir);
+    let fifo = dir.join("version-gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    bin.agent(
+        "slow-agent",
+        &format!("cat '{}' >/dev/null", fifo.display()),
+    );
+    bin.agent("quick-agent", ":");
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let seat = |harness: &str, command: &str, family: &str| {
+        format!(
+            "[[seat]]\nharness = \"{harness}\"\ncommand = \"{command}\"\ntransport = \"stream-json\"\nprovider = \"{family}\"\nfamily = \"{family}\"\n\n"
+        )
+    };
+    let config = format!(
+        "[[repo]]\npath = \"{}\"\n\n{}{}",
+        repo.display(),
+        // Probed in this order, one at a time: quick answers, slow waits.
+        seat("quick", "quick-agent", "openai"),
+        seat("slow", "slow-agent", "anthropic")
+    );
+    let d = start(&dir, &bin, Some(&config), &[]);
+    d.wait_log("seat quick: ready");
+    let mut c = d.connect();
+    let s = seats(&d);
+    assert_eq!(s[1]["status"], "probing", "{s:?}");
+    let code = c.error_code(
+        "task.dispatch",
+        json!({"repo": repo.display().to_string(), "task": "Add a file.", "builder": "slow",
+               "verifier": "quick", "acceptance": {"name": "file exists", "command": "test -f a"}}),
+    );
+    assert_eq!(code, "seat-not-ready");
+
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::OpenOptions::new().write(true).open(&fifo).is_ok());
+    });
+    assert_eq!(
+        rx.recv_timeout(PATIENCE),
+        Ok(true),
+        "the probe never read its FIFO"
+    );
+    d.wait_log("seat slow: ready");
+    d.stop();
+}

@@ -26,7 +26,7 @@
 //! (when detection is on), hands the list to the reactor, then resolves
 //! each seat's command in PATH and runs `command --version` with stdin,
 //! stdout and stderr closed, bounded by `SEAT_PROBE_TIMEOUT_MS`, and hands
-//! the results back through the reactor inbox. A probe asked for while one
+//! each seat's answer back through the reactor inbox as it comes. A probe asked for while one
 //! runs is run again once that one is done. The reactor reaps only its own
 //! thread's children, not the worker's probe; a wait that fails anyway
 //! (ECHILD included) leaves the probe's outcome unknown, and the seat is
@@ -257,6 +257,24 @@ impl Seats {
             .collect();
     }
 
+    /// One probe's answer, for the seat with this very config (a seat
+    /// reconfigured meanwhile waits for its own probe).
+    fn take_probe(&mut self, cfg: &SeatConfig, (st, why, prog): Outcome) {
+        let Some(s) = self.list.iter_mut().find(|s| &s.cfg == cfg) else {
+            return;
+        };
+        if s.status != Some(st) {
+            match &why {
+                Some(w) => crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name()),
+                None => crate::info!("seat {}: {}", cfg.harness, st.wire_name()),
+            }
+        }
+        s.status = Some(st);
+        s.reason = why;
+        s.program = prog;
+        s.probed_at_ms = Some(crate::clock::now_ms());
+    }
+
     pub fn note_sign_in(&mut self, harness: &str, state: SignInState) {
         if let Some(s) = self.list.iter_mut().find(|s| s.cfg.harness == harness) {
             s.sign_in = Some(state);
@@ -310,31 +328,13 @@ pub fn probe_all(d: &mut Daemon) {
             } else {
                 cfgs.into_iter().map(|c| (c, None)).collect()
             };
-            let results: Vec<(SeatConfig, Outcome)> = work
-                .into_iter()
-                .map(|(c, outcome)| {
-                    let o = outcome.unwrap_or_else(|| probe(&c, &path_var));
-                    (c, o)
-                })
-                .collect();
-            inbox.run(move |d| {
-                let now = crate::clock::now_ms();
-                for (cfg, (st, why, prog)) in results {
-                    if let Some(s) = d.core.seats.list.iter_mut().find(|s| s.cfg == cfg) {
-                        if s.status != Some(st) {
-                            match &why {
-                                Some(w) => {
-                                    crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name())
-                                }
-                                None => crate::info!("seat {}: {}", cfg.harness, st.wire_name()),
-                            }
-                        }
-                        s.status = Some(st);
-                        s.reason = why;
-                        s.program = prog;
-                        s.probed_at_ms = Some(now);
-                    }
-                }
+            // Each seat's answer goes back as it comes, so that a slow
+            // probe holds back no other seat's state.
+            for (cfg, outcome) in work {
+                let answer = outcome.unwrap_or_else(|| probe(&cfg, &path_var));
+                inbox.run(move |d| d.core.seats.take_probe(&cfg, answer));
+            }
+            inbox.run(|d| {
                 d.core.seats.probing = false;
                 if std::mem::take(&mut d.core.seats.again) {
                     probe_all(d);
