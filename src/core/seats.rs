@@ -5,7 +5,7 @@
 //!
 //! Where seats come from: the config's `[[seat]]` tables (origin
 //! `configured`); when there is none and `[seats] detect` is on (the
-//! default), the agent CLIs of [`KNOWN`] found on PATH (origin
+//! default), the agent CLIs of `KNOWN` found on PATH (origin
 //! `detected`). Configured seats always win: one `[[seat]]` and nothing is
 //! detected. Detection runs again with every probe (start, SIGHUP,
 //! seats.probe); a detected seat whose program left PATH leaves the
@@ -75,7 +75,7 @@ impl Status {
 pub enum Origin {
     /// A `[[seat]]` table of the config.
     Configured,
-    /// An agent CLI of [`KNOWN`] found on PATH.
+    /// An agent CLI of `KNOWN` found on PATH.
     Detected,
 }
 
@@ -162,7 +162,7 @@ impl Seat {
     }
 }
 
-/// The registry in order: config order, or [`KNOWN`]'s order when detected.
+/// The registry in order: config order, or `KNOWN`'s order when detected.
 #[derive(Default)]
 pub struct Seats {
     pub list: Vec<Seat>,
@@ -356,7 +356,7 @@ pub fn probe_all(d: &mut Daemon) {
 enum Args {
     Fixed(&'static [&'static str]),
     /// `--acp` or `--experimental-acp`, whichever the program's `--help`
-    /// names ([`gemini_acp_flag`]).
+    /// names (`gemini_acp_flag`).
     GeminiAcp,
 }
 
