@@ -29,6 +29,9 @@ pub struct FileConfig {
     pub approvals: ApprovalsSection,
     pub http: HttpSection,
     pub lanes: LanesSection,
+    /// `[seats]`: whether agents found on PATH become seats when no
+    /// `[[seat]]` is configured (issue 9, "Seats on defaults").
+    pub seats: SeatsSection,
     /// `[[seat]]` tables: the agent harnesses the operator configured
     /// (issue 3, "Seats"), in registry order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -73,6 +76,23 @@ impl Default for LanesSection {
     }
 }
 
+/// `[seats]`: how the registry is filled when the config has no
+/// `[[seat]]` table (issue 9). Configured seats always win: one `[[seat]]`
+/// and nothing is detected.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SeatsSection {
+    /// Offer the agent CLIs the daemon knows (core::seats) that are on
+    /// PATH as seats. A system service usually turns it off.
+    pub detect: bool,
+}
+
+impl Default for SeatsSection {
+    fn default() -> Self {
+        SeatsSection { detect: true }
+    }
+}
+
 /// One `[[repo]]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -97,7 +117,8 @@ pub struct SeatConfig {
     pub provider: String,
     /// One of seed 000's provider families.
     pub family: String,
-    /// The model to ask for when `sessions.spawn` names none.
+    /// The model to ask for when `sessions.spawn` names none; a plain model
+    /// name ([`valid_model_name`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Variables added to the agent's constructed environment.
@@ -859,6 +880,16 @@ impl FileConfig {
                     return Err(bad("env", format!("{k:?} is not a variable name")));
                 }
             }
+            if let Some(m) = &s.model {
+                if !valid_model_name(m) {
+                    return Err(bad(
+                        "model",
+                        format!(
+                            "expected a plain model name (a letter or digit, then up to 127 letters, digits, '_', '.', ':', '/', '[', ']' or '-'), found {m:?}"
+                        ),
+                    ));
+                }
+            }
             if s.stall_timeout == Some(0) {
                 return Err(bad("stall_timeout", "expected at least 1 second".into()));
             }
@@ -889,6 +920,20 @@ pub fn valid_node_name(s: &str) -> bool {
         && b[1..]
             .iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Seed 000's model name (lane.start's `builder.model`, lanes.list):
+/// `^[A-Za-z0-9][A-Za-z0-9_.:/\[\]-]{0,127}$`. A configured model must be
+/// one, so that every surface can name it; what is not (a lane recorded
+/// before this check) is reported as null, "not a plain model name".
+pub fn valid_model_name(m: &str) -> bool {
+    let b = m.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.:/[]-".contains(c))
 }
 
 /// Reads and checks a config file.
@@ -1178,6 +1223,41 @@ mod tests {
         let fb = "[approvals]\nfallback = \"shrug\"\n";
         let e = parse(fb).unwrap().check(fb).unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn a_seat_model_must_be_a_plain_model_name() {
+        let seat = |model: &str| {
+            format!(
+                "[[seat]]\nharness = \"a\"\ncommand = \"a\"\ntransport = \"acp\"\nprovider = \"p\"\nfamily = \"local\"\n\n[[seat]]\nharness = \"b\"\ncommand = \"b\"\ntransport = \"acp\"\nprovider = \"p\"\nfamily = \"local\"\nmodel = {model:?}\n"
+            )
+        };
+        for good in ["claude-sonnet-4-5", "openai/gpt-5:high", "m[1m]", "x"] {
+            let t = seat(good);
+            parse(&t).unwrap().check(&t).unwrap();
+        }
+        for bad in ["", "-x", "gpt 5", "a;rm -rf /", &"m".repeat(129), "modèle"] {
+            let t = seat(bad);
+            let e = parse(&t).unwrap().check(&t).unwrap_err();
+            assert_eq!(
+                (e.key.as_deref(), e.line),
+                (Some("seat.model"), Some(14)),
+                "{bad:?}: {e}"
+            );
+            assert!(e.message.contains("plain model name"), "{e}");
+        }
+        assert!(valid_model_name(&"m".repeat(128)));
+    }
+
+    #[test]
+    fn seat_detection_is_on_by_default_and_a_key_turns_it_off() {
+        assert!(FileConfig::default().seats.detect);
+        assert!(!parse("[seats]\ndetect = false\n").unwrap().seats.detect);
+        let r = diff(
+            &FileConfig::default(),
+            &parse("[seats]\ndetect = false\n").unwrap(),
+        );
+        assert_eq!(r.applied, vec!["seats.detect".to_string()]);
     }
 
     #[test]

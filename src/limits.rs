@@ -508,6 +508,11 @@ pub const LINE_BUFFER_IDLE_KEEP: usize = 16 * 1024;
 /// Seat probes: how long `command --version` may run before the seat is
 /// degraded ("bounded", issue 3).
 pub const SEAT_PROBE_TIMEOUT_MS: u64 = 5_000;
+
+/// Seat detection reads `gemini --help` to learn its ACP flag ("decide by
+/// the probe, e.g. `gemini --help` output, bounded", issue 9): the first
+/// bytes kept, the rest read and dropped. Help texts are a few KiB.
+pub const SEAT_HELP_MAX_BYTES: usize = 64 * 1024;
 // ---- HTTP API (seed 002, "HTTP rules" and "SSE delivery and recovery"; issue 6) ----
 
 /// "Ordinary JSON request bodies have a 64 KiB limit." (seed 002, Encoding,

@@ -69,7 +69,7 @@ commands:
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
                               print events, one JSON line each
-  seats [list|probe]          the configured agent harnesses and their state
+  seats [list|probe]          the seats, configured or detected, and their state
   sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]
                               list, start and drive agent sessions
   approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]

@@ -43,7 +43,7 @@ pub fn seats(
     }
     let seats = r["seats"].as_array().cloned().unwrap_or_default();
     if seats.is_empty() {
-        println!("no seats configured");
+        println!("no seats: none configured, and no known agent detected on the daemon's PATH");
     }
     for seat in seats {
         let reason = seat["reason"]
@@ -51,11 +51,12 @@ pub fn seats(
             .map(|r| format!(" ({r})"))
             .unwrap_or_default();
         println!(
-            "{:<16} {:<10} {:<12} {:<10} sign-in {}{reason}",
+            "{:<16} {:<10} {:<12} {:<10} {:<10} sign-in {}{reason}",
             s(&seat["harness"]),
             s(&seat["status"]),
             s(&seat["transport"]),
             s(&seat["provider"]),
+            s(&seat["origin"]),
             s(&seat["sign_in"])
         );
     }

@@ -7,7 +7,7 @@
 //! | method                  | who      | answers                                      |
 //! |-------------------------|----------|----------------------------------------------|
 //! | seats.list              | anyone   | {seats}                                      |
-//! | seats.probe             | operator | null; the seats are probed again             |
+//! | seats.probe             | operator | null; seats detected (when on), probed again |
 //! | sessions.list           | anyone†  | Session[] in creation order                  |
 //! | sessions.get            | anyone†  | Session                                      |
 //! | sessions.subscribe      | anyone†  | Session[]; then `session.event` notes        |

@@ -27,7 +27,7 @@ pub struct Core {
 impl Core {
     pub fn new(cfg: &FileConfig) -> Core {
         Core {
-            seats: seats::Seats::from_config(&cfg.seat),
+            seats: seats::Seats::from_config(cfg),
             sessions: sessions::Sessions::default(),
             approvals: inbox::Inbox::default(),
         }
@@ -40,16 +40,16 @@ impl Core {
 }
 
 /// Once the daemon is ready: probe the seats and reopen the sessions the
-/// ledger says were live.
+/// ledger says were live, once the registry knows its seats (detected
+/// seats are known only when the probe worker has looked at PATH).
 pub fn start(d: &mut Daemon) {
+    d.core.seats.when_known(sessions::restore);
     seats::probe_all(d);
-    sessions::restore(d);
 }
 
-/// SIGHUP: take the new seats and probe them again.
+/// SIGHUP: take the new seats (or detect them again) and probe them.
 pub fn reload(d: &mut Daemon) {
-    let seats = d.cfg.seat.clone();
-    d.core.seats.reconfigure(&seats);
+    d.core.seats.reconfigure(&d.cfg);
     seats::probe_all(d);
 }
 

@@ -1,24 +1,55 @@
-//! Seats: the agent harnesses of the config's `[[seat]]` tables and what
-//! the daemon knows of each (issue 3, "Seats"; seed 000, seats.list):
-//! ready, degraded (installed, something in the way, and why) or missing,
-//! and the sign-in state an agent reported.
+//! Seats: the agent harnesses the daemon offers and what it knows of each
+//! (issue 3, "Seats"; issue 9, "Seats on defaults"; seed 000, seats.list):
+//! probing (not answered yet), ready, degraded (installed, something in
+//! the way, and why) or missing, and the sign-in state an agent reported.
 //!
-//! Probing never blocks the reactor: one worker thread at a time resolves
+//! Where seats come from: the config's `[[seat]]` tables (origin
+//! `configured`); when there is none and `[seats] detect` is on (the
+//! default), the agent CLIs of `KNOWN` found on PATH (origin
+//! `detected`). Configured seats always win: one `[[seat]]` and nothing is
+//! detected. Detection runs again with every probe (start, SIGHUP,
+//! seats.probe); a detected seat whose program left PATH leaves the
+//! registry, and one that stays keeps what is known of it.
+//!
+//! Detected seats, decided where issue 9 is silent: `claude` is Claude
+//! Code in stream-json mode (harness `claude`); `claude-agent-acp`, or
+//! `claude-code-acp` when the former is absent, is harness `claude-acp`
+//! (one seat for one adapter); `codex-acp` is harness `codex`; `gemini`
+//! runs with `--acp`, or `--experimental-acp` when its `--help` names only
+//! that, and is degraded with the reason when its help names neither or
+//! does not answer in time; `opencode acp` is provider `opencode` of
+//! family `auto`, because opencode serves whichever provider its own
+//! config names. Every detected harness name is distinct and fits seed
+//! 000's harness pattern; none names a model.
+//!
+//! Probing never blocks the reactor: one worker thread at a time detects
+//! (when detection is on), hands the list to the reactor, then resolves
 //! each seat's command in PATH and runs `command --version` with stdin,
-//! stdout and stderr closed, bounded by `SEAT_PROBE_TIMEOUT_MS`, then hands
-//! the results back through the reactor inbox. A probe asked for while one
+//! stdout and stderr closed, bounded by `SEAT_PROBE_TIMEOUT_MS`, and hands
+//! each seat's answer back through the reactor inbox as it comes. A probe asked for while one
 //! runs is run again once that one is done. The reactor reaps only its own
 //! thread's children, not the worker's probe; a wait that fails anyway
 //! (ECHILD included) leaves the probe's outcome unknown, and the seat is
 //! reported degraded with the cause rather than ready.
+//!
+//! Before its first probe answers a seat is `probing` on the socket, over
+//! HTTP and on the command line, never `missing`: nobody has looked yet.
+//! Lanes take only `ready` seats, so a probing seat is `seat-not-ready` to
+//! them; `sessions.spawn` starts its agent (the start itself is the
+//! test). The plugin wire's status enum (seed 000) has no `probing`: there
+//! a probing seat is `degraded`, "something is in the way" being the
+//! check that has not answered, since it cannot take a task yet and is
+//! not known to be absent.
 
 use serde_json::{Value, json};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::agents::{SignInState, Transport};
-use crate::config::SeatConfig;
+use crate::config::{FileConfig, SeatConfig};
 use crate::daemon::Daemon;
 use crate::limits;
 
@@ -39,12 +70,31 @@ impl Status {
     }
 }
 
+/// Where a seat came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A `[[seat]]` table of the config.
+    Configured,
+    /// An agent CLI of `KNOWN` found on PATH.
+    Detected,
+}
+
+impl Origin {
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Origin::Configured => "configured",
+            Origin::Detected => "detected",
+        }
+    }
+}
+
 /// One seat as the daemon knows it.
 #[derive(Clone, Debug)]
 pub struct Seat {
     pub cfg: SeatConfig,
+    pub origin: Origin,
     pub transport: Transport,
-    /// Not probed yet: `None`.
+    /// Not probed yet (`probing`): `None`.
     pub status: Option<Status>,
     pub reason: Option<String>,
     pub program: Option<PathBuf>,
@@ -53,10 +103,11 @@ pub struct Seat {
 }
 
 impl Seat {
-    fn new(cfg: SeatConfig) -> Seat {
+    fn new(cfg: SeatConfig, origin: Origin) -> Seat {
         let transport = Transport::from_wire_name(&cfg.transport).unwrap_or(Transport::Acp);
         Seat {
             cfg,
+            origin,
             transport,
             status: None,
             reason: None,
@@ -64,6 +115,11 @@ impl Seat {
             sign_in: None,
             probed_at_ms: None,
         }
+    }
+
+    /// The status the socket, HTTP and the command line show.
+    pub fn status_name(&self) -> &'static str {
+        self.status.map(Status::wire_name).unwrap_or("probing")
     }
 
     fn sign_in_name(&self) -> &'static str {
@@ -74,17 +130,18 @@ impl Seat {
         }
     }
 
-    /// The daemon socket's shape (snake_case).
+    /// The daemon socket's shape (snake_case), also HTTP's GET /seats item.
     pub fn to_socket(&self) -> Value {
         json!({
             "harness": self.cfg.harness,
+            "origin": self.origin.wire_name(),
             "provider": self.cfg.provider,
             "family": self.cfg.family,
             "transport": self.cfg.transport,
             "command": self.cfg.command,
             "args": self.cfg.args,
             "model": self.cfg.model,
-            "status": self.status.map(Status::wire_name).unwrap_or("unknown"),
+            "status": self.status_name(),
             "reason": self.reason,
             "program": self.program.as_ref().map(|p| p.display().to_string()),
             "sign_in": self.sign_in_name(),
@@ -92,33 +149,48 @@ impl Seat {
         })
     }
 
-    /// The plugin wire's seats.list item (seed 000, exactly). A seat not
-    /// probed yet is reported missing: it cannot take a task now.
+    /// The plugin wire's seats.list item (seed 000, exactly: no origin). A
+    /// seat not probed yet is degraded; see the module comment.
     pub fn plugin_item(&self) -> Value {
         json!({
             "harness": self.cfg.harness,
             "provider": self.cfg.provider,
             "family": self.cfg.family,
-            "status": self.status.unwrap_or(Status::Missing).wire_name(),
+            "status": self.status.unwrap_or(Status::Degraded).wire_name(),
             "signIn": self.sign_in_name(),
         })
     }
 }
 
-/// The registry in config order.
+/// The registry in order: config order, or `KNOWN`'s order when detected.
 #[derive(Default)]
 pub struct Seats {
     pub list: Vec<Seat>,
+    /// The config has no `[[seat]]` and `[seats] detect` is on.
+    detect: bool,
     probing: bool,
     again: bool,
+    /// Run once the registry's list is known: at once for configured
+    /// seats, after the first detection otherwise (sessions of the last
+    /// run are reopened on their seats).
+    on_known: Vec<fn(&mut Daemon)>,
+}
+
+fn detects(cfg: &FileConfig) -> bool {
+    cfg.seat.is_empty() && cfg.seats.detect
 }
 
 impl Seats {
-    pub fn from_config(cfg: &[SeatConfig]) -> Seats {
+    pub fn from_config(cfg: &FileConfig) -> Seats {
         Seats {
-            list: cfg.iter().cloned().map(Seat::new).collect(),
-            probing: false,
-            again: false,
+            list: cfg
+                .seat
+                .iter()
+                .cloned()
+                .map(|c| Seat::new(c, Origin::Configured))
+                .collect(),
+            detect: detects(cfg),
+            ..Seats::default()
         }
     }
 
@@ -126,16 +198,81 @@ impl Seats {
         self.list.iter().find(|s| s.cfg.harness == harness)
     }
 
-    /// Takes a new config (SIGHUP), keeping what is known of unchanged seats.
-    pub fn reconfigure(&mut self, cfg: &[SeatConfig]) {
+    /// Takes a new config (SIGHUP), keeping what is known of unchanged
+    /// seats. Detected seats stay until the next detection says otherwise,
+    /// unless the config now names seats of its own.
+    pub fn reconfigure(&mut self, cfg: &FileConfig) {
+        self.detect = detects(cfg);
+        if self.detect {
+            self.list.retain(|s| s.origin == Origin::Detected);
+            return;
+        }
         let old = std::mem::take(&mut self.list);
         self.list = cfg
+            .seat
             .iter()
             .map(|c| match old.iter().find(|s| &s.cfg == c) {
-                Some(s) => s.clone(),
-                None => Seat::new(c.clone()),
+                Some(s) => Seat {
+                    origin: Origin::Configured,
+                    ..s.clone()
+                },
+                None => Seat::new(c.clone(), Origin::Configured),
             })
             .collect();
+    }
+
+    /// `f` runs once the registry's list is known (see `on_known`).
+    pub fn when_known(&mut self, f: fn(&mut Daemon)) {
+        self.on_known.push(f);
+    }
+
+    /// A detection's list: new seats are probing, gone ones leave, the
+    /// others keep what is known of them. Ignored when the config named
+    /// seats of its own meanwhile.
+    fn take_detected(&mut self, found: Vec<(SeatConfig, PathBuf)>) {
+        if !self.detect {
+            return;
+        }
+        let old = std::mem::take(&mut self.list);
+        for s in &old {
+            if !found.iter().any(|(c, _)| c == &s.cfg) {
+                crate::info!("seat {}: no longer detected on PATH", s.cfg.harness);
+            }
+        }
+        self.list = found
+            .into_iter()
+            .map(|(c, program)| match old.iter().find(|s| s.cfg == c) {
+                Some(s) => s.clone(),
+                None => {
+                    crate::info!(
+                        "seat {}: detected {} ({}, {})",
+                        c.harness,
+                        program.display(),
+                        c.transport,
+                        c.provider
+                    );
+                    Seat::new(c, Origin::Detected)
+                }
+            })
+            .collect();
+    }
+
+    /// One probe's answer, for the seat with this very config (a seat
+    /// reconfigured meanwhile waits for its own probe).
+    fn take_probe(&mut self, cfg: &SeatConfig, (st, why, prog): Outcome) {
+        let Some(s) = self.list.iter_mut().find(|s| &s.cfg == cfg) else {
+            return;
+        };
+        if s.status != Some(st) {
+            match &why {
+                Some(w) => crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name()),
+                None => crate::info!("seat {}: {}", cfg.harness, st.wire_name()),
+            }
+        }
+        s.status = Some(st);
+        s.reason = why;
+        s.program = prog;
+        s.probed_at_ms = Some(crate::clock::now_ms());
     }
 
     pub fn note_sign_in(&mut self, harness: &str, state: SignInState) {
@@ -145,48 +282,59 @@ impl Seats {
     }
 }
 
-/// Probes every seat on a worker thread; see the module comment.
+/// Runs what waited for the registry's list.
+fn known(d: &mut Daemon) {
+    for f in std::mem::take(&mut d.core.seats.on_known) {
+        f(d);
+    }
+}
+
+/// A probe's answer: the status, why, and the program it found.
+type Outcome = (Status, Option<String>, Option<PathBuf>);
+
+/// Detects (when on) and probes every seat on a worker thread; see the
+/// module comment.
 pub fn probe_all(d: &mut Daemon) {
     let seats = &mut d.core.seats;
     if seats.probing {
         seats.again = true;
         return;
     }
+    let detect = seats.detect;
     let cfgs: Vec<SeatConfig> = seats.list.iter().map(|s| s.cfg.clone()).collect();
-    if cfgs.is_empty() {
-        return;
+    if !detect {
+        known(d);
+        if cfgs.is_empty() {
+            return;
+        }
     }
-    seats.probing = true;
+    d.core.seats.probing = true;
     let inbox = d.inbox.clone();
     let path_var = crate::core::sessions::search_path();
     let spawned = std::thread::Builder::new()
         .name("seat-probe".into())
         .spawn(move || {
-            let results: Vec<(SeatConfig, Status, Option<String>, Option<PathBuf>)> = cfgs
-                .into_iter()
-                .map(|c| {
-                    let (st, why, prog) = probe(&c, &path_var);
-                    (c, st, why, prog)
-                })
-                .collect();
-            inbox.run(move |d| {
-                let now = crate::clock::now_ms();
-                for (cfg, st, why, prog) in results {
-                    if let Some(s) = d.core.seats.list.iter_mut().find(|s| s.cfg == cfg) {
-                        if s.status != Some(st) {
-                            match &why {
-                                Some(w) => {
-                                    crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name())
-                                }
-                                None => crate::info!("seat {}: {}", cfg.harness, st.wire_name()),
-                            }
-                        }
-                        s.status = Some(st);
-                        s.reason = why;
-                        s.program = prog;
-                        s.probed_at_ms = Some(now);
-                    }
-                }
+            let work: Vec<(SeatConfig, Option<Outcome>)> = if detect {
+                let found = detect_on_path(&path_var);
+                let listed: Vec<(SeatConfig, PathBuf)> = found
+                    .iter()
+                    .map(|f| (f.cfg.clone(), f.program.clone()))
+                    .collect();
+                inbox.run(move |d| {
+                    d.core.seats.take_detected(listed);
+                    known(d);
+                });
+                found.into_iter().map(|f| (f.cfg, f.outcome)).collect()
+            } else {
+                cfgs.into_iter().map(|c| (c, None)).collect()
+            };
+            // Each seat's answer goes back as it comes, so that a slow
+            // probe holds back no other seat's state.
+            for (cfg, outcome) in work {
+                let answer = outcome.unwrap_or_else(|| probe(&cfg, &path_var));
+                inbox.run(move |d| d.core.seats.take_probe(&cfg, answer));
+            }
+            inbox.run(|d| {
                 d.core.seats.probing = false;
                 if std::mem::take(&mut d.core.seats.again) {
                     probe_all(d);
@@ -199,6 +347,152 @@ pub fn probe_all(d: &mut Daemon) {
             crate::errors::io_cause(&e)
         );
         d.core.seats.probing = false;
+        known(d);
+    }
+}
+
+/// How a detected seat's arguments are chosen.
+#[derive(Clone, Copy)]
+enum Args {
+    Fixed(&'static [&'static str]),
+    /// `--acp` or `--experimental-acp`, whichever the program's `--help`
+    /// names (`gemini_acp_flag`).
+    GeminiAcp,
+}
+
+/// An agent CLI that detection knows.
+struct Known {
+    harness: &'static str,
+    /// Program names, first found on PATH wins.
+    commands: &'static [&'static str],
+    transport: Transport,
+    provider: &'static str,
+    family: &'static str,
+    args: Args,
+}
+
+/// The agent CLIs detected on PATH, in registry order (issue 9, item 2).
+const KNOWN: [Known; 5] = [
+    Known {
+        harness: "claude",
+        commands: &["claude"],
+        transport: Transport::StreamJson,
+        provider: "anthropic",
+        family: "anthropic",
+        args: Args::Fixed(&[]),
+    },
+    Known {
+        harness: "claude-acp",
+        commands: &["claude-agent-acp", "claude-code-acp"],
+        transport: Transport::Acp,
+        provider: "anthropic",
+        family: "anthropic",
+        args: Args::Fixed(&[]),
+    },
+    Known {
+        harness: "codex",
+        commands: &["codex-acp"],
+        transport: Transport::Acp,
+        provider: "openai",
+        family: "openai",
+        args: Args::Fixed(&[]),
+    },
+    Known {
+        harness: "gemini",
+        commands: &["gemini"],
+        transport: Transport::Acp,
+        provider: "google",
+        family: "google",
+        args: Args::GeminiAcp,
+    },
+    Known {
+        harness: "opencode",
+        commands: &["opencode"],
+        transport: Transport::Acp,
+        provider: "opencode",
+        family: "auto",
+        args: Args::Fixed(&["acp"]),
+    },
+];
+
+/// A seat detection found, with its probe's outcome when detection
+/// already knows it.
+struct Found {
+    cfg: SeatConfig,
+    program: PathBuf,
+    outcome: Option<Outcome>,
+}
+
+/// The known agent CLIs on `path_var`, as seats. Runs on the probe worker:
+/// it may run `gemini --help`, bounded like a probe.
+fn detect_on_path(path_var: &str) -> Vec<Found> {
+    let mut out = Vec::new();
+    for k in &KNOWN {
+        let Some((command, program)) = k
+            .commands
+            .iter()
+            .find_map(|c| resolve(c, path_var).ok().map(|p| (*c, p)))
+        else {
+            continue;
+        };
+        let mut cfg = SeatConfig {
+            harness: k.harness.into(),
+            command: command.into(),
+            transport: k.transport.wire_name().into(),
+            provider: k.provider.into(),
+            family: k.family.into(),
+            ..SeatConfig::default()
+        };
+        let mut outcome = None;
+        match k.args {
+            Args::Fixed(a) => cfg.args = a.iter().map(|s| s.to_string()).collect(),
+            Args::GeminiAcp => {
+                let (args, why) = match run_bounded(&program, "--help", &cfg, path_var, true) {
+                    Ran::Exited(st, help) if st.success() => {
+                        match gemini_acp_flag(&String::from_utf8_lossy(&help)) {
+                            Some(flag) => (vec![flag.to_string()], None),
+                            None => (
+                                vec!["--acp".to_string()],
+                                Some(format!(
+                                    "`{command} --help` names neither --acp nor --experimental-acp: this version cannot speak ACP"
+                                )),
+                            ),
+                        }
+                    }
+                    ran => (
+                        vec!["--acp".to_string()],
+                        Some(format!(
+                            "its ACP flag is unknown: {}",
+                            ran.failure(command, "--help")
+                        )),
+                    ),
+                };
+                cfg.args = args;
+                outcome = why.map(|w| (Status::Degraded, Some(w), Some(program.clone())));
+            }
+        }
+        out.push(Found {
+            cfg,
+            program,
+            outcome,
+        });
+    }
+    out
+}
+
+/// The ACP flag a `gemini --help` text names: `--acp` where the CLI has
+/// it, else the older `--experimental-acp`.
+fn gemini_acp_flag(help: &str) -> Option<&'static str> {
+    let names = |flag: &str| {
+        help.split(|c: char| c.is_whitespace() || matches!(c, ',' | '[' | ']' | '=' | '|'))
+            .any(|w| w == flag)
+    };
+    if names("--acp") {
+        Some("--acp")
+    } else if names("--experimental-acp") {
+        Some("--experimental-acp")
+    } else {
+        None
     }
 }
 
@@ -234,18 +528,54 @@ pub fn resolve(command: &str, path_var: &str) -> Result<PathBuf, (Status, String
     }
 }
 
-fn probe(cfg: &SeatConfig, path_var: &str) -> (Status, Option<String>, Option<PathBuf>) {
-    let program = match resolve(&cfg.command, path_var) {
-        Ok(p) => p,
-        Err((st, why)) => return (st, Some(why), None),
-    };
-    let mut cmd = std::process::Command::new(&program);
-    cmd.arg("--version")
+/// How a bounded run of a seat's program ended.
+enum Ran {
+    /// It exited; what it wrote to stdout when captured, at most
+    /// `SEAT_HELP_MAX_BYTES`.
+    Exited(ExitStatus, Vec<u8>),
+    SpawnFailed(PathBuf, std::io::Error),
+    WaitFailed(std::io::Error),
+    TimedOut,
+}
+
+impl Ran {
+    /// Why this run says nothing good of the program, for a seat's reason.
+    fn failure(&self, command: &str, arg: &str) -> String {
+        match self {
+            Ran::Exited(status, _) => format!("`{command} {arg}` failed ({status})"),
+            Ran::SpawnFailed(program, e) => format!(
+                "unable to run {}: {}",
+                program.display(),
+                crate::errors::io_cause(e)
+            ),
+            // The outcome is unknown: not evidence the tool works.
+            Ran::WaitFailed(e) => format!(
+                "unable to wait for `{command} {arg}`: {}",
+                crate::errors::io_cause(e)
+            ),
+            Ran::TimedOut => format!(
+                "`{command} {arg}` did not finish within {} ms",
+                limits::SEAT_PROBE_TIMEOUT_MS
+            ),
+        }
+    }
+}
+
+/// Runs `program arg` with the seat's environment, stdin and stderr
+/// closed, stdout captured (bounded) or closed, for at most
+/// `SEAT_PROBE_TIMEOUT_MS`; killed past it.
+fn run_bounded(program: &Path, arg: &str, cfg: &SeatConfig, path_var: &str, capture: bool) -> Ran {
+    let mut cmd = Command::new(program);
+    cmd.arg(arg)
         .env_clear()
         .env("PATH", path_var)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+        .stdin(Stdio::null())
+        .stdout(if capture {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(Stdio::null());
     for (k, v) in &cfg.env {
         cmd.env(k, v);
     }
@@ -254,61 +584,71 @@ fn probe(cfg: &SeatConfig, path_var: &str) -> (Status, Option<String>, Option<Pa
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            return (
-                Status::Degraded,
-                Some(format!(
-                    "unable to run {}: {}",
-                    program.display(),
-                    crate::errors::io_cause(&e)
-                )),
-                Some(program),
-            );
-        }
+        Err(e) => return Ran::SpawnFailed(program.to_path_buf(), e),
     };
+    // Non-blocking, so that the wait below stays bounded whatever the
+    // program (or a child it left holding the pipe) does.
+    let mut out = child
+        .stdout
+        .take()
+        .map(mio::unix::pipe::Receiver::from)
+        .filter(|r| r.set_nonblocking(true).is_ok());
+    let mut captured = Vec::new();
     let deadline = Instant::now() + Duration::from_millis(limits::SEAT_PROBE_TIMEOUT_MS);
     loop {
+        if let Some(r) = &mut out {
+            drain(r, &mut captured);
+        }
         match child.try_wait() {
             Ok(Some(status)) => {
-                return if status.success() {
-                    (Status::Ready, None, Some(program))
-                } else {
-                    (
-                        Status::Degraded,
-                        Some(format!("`{} --version` failed ({status})", cfg.command)),
-                        Some(program),
-                    )
-                };
+                if let Some(r) = &mut out {
+                    drain(r, &mut captured);
+                }
+                return Ran::Exited(status, captured);
             }
-            // The probe's outcome is unknown: not evidence the tool works.
-            Err(e) => {
-                return (
-                    Status::Degraded,
-                    Some(format!(
-                        "unable to wait for `{} --version`: {}",
-                        cfg.command,
-                        crate::errors::io_cause(&e)
-                    )),
-                    Some(program),
-                );
-            }
+            Err(e) => return Ran::WaitFailed(e),
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return (
-                    Status::Degraded,
-                    Some(format!(
-                        "`{} --version` did not finish within {} ms",
-                        cfg.command,
-                        limits::SEAT_PROBE_TIMEOUT_MS
-                    )),
-                    Some(program),
-                );
+                return Ran::TimedOut;
             }
             // A worker thread waiting on its probe: polling is how std
             // offers a bounded wait on a child.
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
         }
+    }
+}
+
+/// Reads what the pipe holds now, at most 16 buffers a call so the caller
+/// keeps its deadline; past `SEAT_HELP_MAX_BYTES` the bytes are read and
+/// dropped, so that the program is not stopped by a full pipe.
+fn drain(r: &mut mio::unix::pipe::Receiver, into: &mut Vec<u8>) {
+    let mut buf = [0u8; 4096];
+    for _ in 0..16 {
+        match r.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let room = limits::SEAT_HELP_MAX_BYTES.saturating_sub(into.len());
+                into.extend_from_slice(&buf[..n.min(room)]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn probe(cfg: &SeatConfig, path_var: &str) -> Outcome {
+    let program = match resolve(&cfg.command, path_var) {
+        Ok(p) => p,
+        Err((st, why)) => return (st, Some(why), None),
+    };
+    match run_bounded(&program, "--version", cfg, path_var, false) {
+        Ran::Exited(status, _) if status.success() => (Status::Ready, None, Some(program)),
+        ran => (
+            Status::Degraded,
+            Some(ran.failure(&cfg.command, "--version")),
+            Some(program),
+        ),
     }
 }
 
@@ -333,6 +673,111 @@ mod tests {
         let (st, why) = resolve(&dir.join("agent").display().to_string(), "").unwrap_err();
         assert_eq!(st, Status::Degraded);
         assert!(why.contains("not executable"), "{why}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_seat_not_probed_yet_is_probing_and_never_missing() {
+        let cfg = SeatConfig {
+            harness: "a".into(),
+            command: "a".into(),
+            transport: "acp".into(),
+            provider: "p".into(),
+            family: "local".into(),
+            ..SeatConfig::default()
+        };
+        let s = Seat::new(cfg, Origin::Configured);
+        assert_eq!(s.to_socket()["status"], "probing");
+        assert_eq!(s.to_socket()["origin"], "configured");
+        // Seed 000's enum has no probing: degraded, and no origin member.
+        let item = s.plugin_item();
+        assert_eq!(item["status"], "degraded");
+        assert!(item.get("origin").is_none(), "{item}");
+    }
+
+    #[test]
+    fn gemini_speaks_acp_with_the_flag_its_help_names() {
+        let new = "Options:\n  -m, --model  Model\n      --acp  Starts the agent in ACP mode [boolean]\n      --experimental-acp  Deprecated: use --acp [boolean]\n";
+        assert_eq!(gemini_acp_flag(new), Some("--acp"));
+        let old = "Options:\n  --experimental-acp  Starts the agent in ACP mode [boolean]\n";
+        assert_eq!(gemini_acp_flag(old), Some("--experimental-acp"));
+        assert_eq!(
+            gemini_acp_flag("Options:\n  --acpx  no\n  -p, --prompt\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn detected_seats_have_distinct_harnesses_that_the_config_would_accept() {
+        let mut text = String::new();
+        for k in &KNOWN {
+            text.push_str(&format!(
+                "[[seat]]\nharness = {:?}\ncommand = {:?}\ntransport = {:?}\nprovider = {:?}\nfamily = {:?}\n\n",
+                k.harness,
+                k.commands[0],
+                k.transport.wire_name(),
+                k.provider,
+                k.family
+            ));
+        }
+        let cfg = crate::config::parse(&text).unwrap();
+        cfg.check(&text).unwrap();
+    }
+
+    #[test]
+    fn detection_finds_known_programs_on_path_first_name_first() {
+        let dir = std::env::temp_dir().join(format!("detect-{}", crate::ids::prefixed_id("")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = |name: &str, body: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        exe("claude", "exit 0");
+        exe("claude-code-acp", "exit 0");
+        exe("opencode", "exit 0");
+        exe("gemini", "echo '  --experimental-acp  ACP mode'");
+        std::fs::write(dir.join("codex-acp"), "not executable").unwrap();
+        let path = dir.display().to_string();
+        let found = detect_on_path(&path);
+        let got: Vec<(&str, &str, Vec<String>, bool)> = found
+            .iter()
+            .map(|f| {
+                (
+                    f.cfg.harness.as_str(),
+                    f.cfg.command.as_str(),
+                    f.cfg.args.clone(),
+                    f.outcome.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("claude", "claude", vec![], false),
+                ("claude-acp", "claude-code-acp", vec![], false),
+                (
+                    "gemini",
+                    "gemini",
+                    vec!["--experimental-acp".to_string()],
+                    false
+                ),
+                ("opencode", "opencode", vec!["acp".to_string()], false),
+            ]
+        );
+        assert_eq!(found[0].cfg.transport, "stream-json");
+        assert_eq!(found[2].cfg.family, "google");
+        assert_eq!(found[3].cfg.family, "auto");
+
+        // Both adapters: the newer name wins. A gemini whose help names no
+        // ACP flag is degraded with the reason.
+        exe("claude-agent-acp", "exit 0");
+        exe("gemini", "echo '  --prompt  a prompt'");
+        let found = detect_on_path(&path);
+        assert_eq!(found[1].cfg.command, "claude-agent-acp");
+        let (st, why, _) = found[2].outcome.clone().unwrap();
+        assert_eq!(st, Status::Degraded);
+        assert!(why.unwrap().contains("neither --acp"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -50,8 +50,14 @@ pub struct SeatRef {
 }
 
 impl SeatRef {
+    /// As lane.start and lane events carry it: a model that is not a plain
+    /// model name (seed 000) is null, as the page says.
     fn to_json(&self) -> Value {
-        json!({"harness": self.harness, "provider": self.provider, "family": self.family, "model": self.model})
+        let model = self
+            .model
+            .as_deref()
+            .filter(|m| crate::config::valid_model_name(m));
+        json!({"harness": self.harness, "provider": self.provider, "family": self.family, "model": model})
     }
 }
 
@@ -1619,7 +1625,10 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
             harness: s.harness.clone(),
             provider: s.provider.clone(),
             family: serde_json::from_value(json!(s.family)).ok()?,
-            model: s.model.clone().filter(|m| is_model_name(m)),
+            model: s
+                .model
+                .clone()
+                .filter(|m| crate::config::valid_model_name(m)),
         })
     };
     let verdict = match &l.machine.last_verdict {
@@ -1652,16 +1661,4 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
         stale,
         created_at: crate::clock::format_ts(l.created_ms),
     })
-}
-
-/// seed 000's model pattern: `^[A-Za-z0-9][A-Za-z0-9_.:/\[\]-]{0,127}$`;
-/// anything else is reported as null ("not a plain model name").
-fn is_model_name(m: &str) -> bool {
-    let b = m.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b[1..]
-            .iter()
-            .all(|c| c.is_ascii_alphanumeric() || b"_.:/[]-".contains(c))
 }

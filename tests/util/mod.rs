@@ -82,6 +82,10 @@ pub struct Daemon {
 #[derive(Default)]
 pub struct Opts {
     pub config: Option<String>,
+    /// With no `config`: pass no `--config` at all, so the daemon looks at
+    /// its default path as a fresh install does (point XDG_CONFIG_HOME in
+    /// `env` at an empty directory to keep the user's own file out).
+    pub no_config_file: bool,
     pub extra_args: Vec<String>,
     pub env: Vec<(String, String)>,
 }
@@ -115,7 +119,7 @@ impl Daemon {
             std::fs::write(&p, cfg).expect("write config");
             args.push("--config".into());
             args.push(p.display().to_string());
-        } else {
+        } else if !opts.no_config_file {
             // A config path that does not exist would be an error; point the
             // daemon at an empty one so the operator's own file is never read.
             let p = dir.join("empty.toml");
