@@ -602,22 +602,37 @@ impl Daemon {
     }
 
     /// Hands the ledger's lanes to the lane controller once the reader has
-    /// them.
+    /// them, then reopens the sessions of the last run but those the lanes
+    /// will not use again (a verifier whose verification starts over); the
+    /// lanes resume once those sessions are in place.
     fn read_lanes_at_start(&mut self) {
         let inbox = self.inbox.clone();
         let queued = self.ledger.read(Box::new(move |conn| {
             let rows = crate::lanes::controller::read_at_start(conn);
-            inbox.run(move |d| match rows {
-                Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
-                Err(e) => crate::error!(
-                    "unable to read the lanes from the ledger: {}; lanes are unavailable",
-                    e.to_string().to_lowercase()
-                ),
+            inbox.run(move |d| {
+                match rows {
+                    Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
+                    Err(e) => crate::error!(
+                        "unable to read the lanes from the ledger: {}; lanes are unavailable",
+                        e.to_string().to_lowercase()
+                    ),
+                }
+                let not_needed = crate::lanes::controller::sessions_not_needed(d);
+                crate::core::sessions::restore(
+                    d,
+                    not_needed,
+                    crate::lanes::controller::sessions_restored,
+                );
             });
         }));
         if queued.is_err() {
             crate::error!(
                 "unable to read the lanes from the ledger: the reader is busy; lanes are unavailable"
+            );
+            crate::core::sessions::restore(
+                self,
+                Default::default(),
+                crate::lanes::controller::sessions_restored,
             );
         }
     }

@@ -420,6 +420,17 @@ pub const LANE_VERIFIER_ENTRIES: usize = 4096;
 /// again. Seats change state on probes and as other lanes finish.
 pub const LANE_VERIFIER_RETRY_SECS: u64 = 10;
 
+/// How old the branch heads of lanes.list and verify.list may be before a
+/// read of the list reads them again, on a lane worker (seed 000,
+/// lanes[].head: "the commit the lane's branch points at now"). The plugin
+/// host keeps its copy of lanes.list as long.
+pub const LANE_HEADS_FRESH_MS: u64 = 5_000;
+
+/// The longest task name (seed 000, tasks.create name:
+/// `^[A-Za-z0-9][A-Za-z0-9 ._-]{0,47}$`); a name taken from the task's
+/// first line is cut to it.
+pub const LANE_NAME_MAX_CHARS: usize = 48;
+
 /// Repositories added with repos.add (the config may name more).
 pub const LANE_MAX_REPOS: usize = 256;
 

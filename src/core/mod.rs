@@ -39,11 +39,12 @@ impl Core {
     }
 }
 
-/// Once the daemon is ready: probe the seats and reopen the sessions the
-/// ledger says were live.
+/// Once the daemon is ready: probe the seats. The sessions the ledger says
+/// were live are reopened by the router once the lanes are read
+/// (`sessions::restore`), so that a lane's session it will not use again is
+/// not reopened.
 pub fn start(d: &mut Daemon) {
     seats::probe_all(d);
-    sessions::restore(d);
 }
 
 /// SIGHUP: take the new seats and probe them again.

@@ -114,6 +114,11 @@ pub struct Seats {
 }
 
 impl Seats {
+    /// A probe runs now (its results are not in yet).
+    pub fn probing(&self) -> bool {
+        self.probing
+    }
+
     pub fn from_config(cfg: &[SeatConfig]) -> Seats {
         Seats {
             list: cfg.iter().cloned().map(Seat::new).collect(),
@@ -191,6 +196,8 @@ pub fn probe_all(d: &mut Daemon) {
                 if std::mem::take(&mut d.core.seats.again) {
                     probe_all(d);
                 }
+                // Lanes resume once the seats they need are known.
+                crate::lanes::controller::seats_probed(d);
             });
         });
     if let Err(e) = spawned {

@@ -126,6 +126,26 @@ pub fn commit_of(repo: &Path, rev: &str) -> Option<String> {
         .filter(|s| is_commit_id(s))
 }
 
+/// The commits the local branches `branches` of `repo` point at now, by
+/// branch name; a branch that does not exist (or a repository that is
+/// gone) is simply not in the map. One `git for-each-ref` for them all.
+pub fn branch_heads(repo: &Path, branches: &[String]) -> std::collections::HashMap<String, String> {
+    let mut c = git(repo);
+    c.args(["for-each-ref", "--format=%(objectname) %(refname)"]);
+    c.args(branches.iter().map(|b| format!("refs/heads/{b}")));
+    let Ok(text) = run("for-each-ref", c) else {
+        return Default::default();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let (commit, name) = l.split_once(' ')?;
+            let b = name.strip_prefix("refs/heads/")?;
+            (branches.iter().any(|x| x == b) && is_commit_id(commit))
+                .then(|| (b.to_string(), commit.to_string()))
+        })
+        .collect()
+}
+
 pub fn is_commit_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64)
         && s.bytes()
