@@ -500,6 +500,23 @@ pub mod tests {
     }
 
     #[test]
+    fn branch_heads_names_only_the_branches_asked_for_that_exist() {
+        let tmp = crate::testutil::TempDir::new("gith");
+        let r = repo(tmp.path());
+        let wt = tmp.path().join("wt");
+        add_worktree(&r, &wt, "omni/a", "main").unwrap();
+        std::fs::write(wt.join("a.txt"), "two\n").unwrap();
+        let (head, _) = commit_all(&wt, "lane").unwrap();
+        // omni/gone does not exist.
+        let asked: Vec<String> = ["omni/a", "omni/gone"].map(String::from).to_vec();
+        let heads = branch_heads(&r, &asked);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        assert_eq!(heads.get("omni/a"), Some(&head));
+        // A repository that is gone has no branches.
+        assert!(branch_heads(&tmp.path().join("nothing"), &asked).is_empty());
+    }
+
+    #[test]
     fn conflicts_and_dirty_main_worktrees_fail_the_merge() {
         let tmp = crate::testutil::TempDir::new("gitc");
         let r = repo(tmp.path());
