@@ -399,6 +399,12 @@ pub const LANE_VERIFY_ATTEMPTS: u32 = 2;
 pub const LANE_JOB_QUEUE: usize = 64;
 pub const LANE_WORKERS: usize = 2;
 
+/// Reads of the lanes' branch heads queued to their own worker thread (one
+/// `git for-each-ref` per repository each, milliseconds), so that a read
+/// never waits behind acceptance commands on the lane workers. A reader
+/// that finds the queue full gets the heads read last.
+pub const LANE_HEADS_QUEUE: usize = 4;
+
 /// Spare daemon-owned checkouts kept per repository between lanes. A lane
 /// takes one for its check and its verifier and gives it back after the
 /// verdict; the next lane of that repository moves it to its commit with

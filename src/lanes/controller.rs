@@ -29,7 +29,8 @@
 //! next prompt, as a new builder session would.
 //!
 //! Heads: `lanes[].head` is the commit the lane's branch points at, read
-//! with git on a lane worker, never on the reactor. The daemon socket's
+//! with git on a thread of its own (`lane-heads`), never on the reactor nor
+//! behind the acceptance commands of the lane workers. The daemon socket's
 //! verify.list and lanes.get read the branches before they answer. The
 //! plugin wire's lanes.list is answered at once from what was read last,
 //! which is kept fresh: the branch is set when the daemon commits on it,
@@ -158,7 +159,9 @@ pub struct Lanes {
     /// until the session ends.
     checkout_sessions: HashMap<String, PathBuf>,
     jobs: Option<Sender<Job>>,
-    /// Where a lane worker hands the branch heads it read back.
+    /// The thread that reads branch heads (`LANE_HEADS_QUEUE`).
+    heads_jobs: Option<Sender<Job>>,
+    /// Where the heads thread hands the branch heads it read back.
     inbox: Option<crate::reactor::Inbox>,
     /// When the branch heads were last read, and whether a read runs;
     /// cells, so that reading the list can ask for a fresh read.
@@ -199,6 +202,15 @@ impl Lanes {
                 })?;
         }
         self.jobs = Some(tx);
+        let (tx, rx) = bounded::<Job>(limits::LANE_HEADS_QUEUE);
+        std::thread::Builder::new()
+            .name("lane-heads".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })?;
+        self.heads_jobs = Some(tx);
         Ok(())
     }
 
@@ -239,14 +251,15 @@ impl Lanes {
         v
     }
 
-    /// Reads the commit every lane's branch points at, on a lane
-    /// worker (one `git for-each-ref` per repository); one read at a time,
-    /// and none when the workers are busy (the next reader asks again).
+    /// Reads the commit every lane's branch points at, on the heads
+    /// thread (one `git for-each-ref` per repository); one such read at a
+    /// time, and none when the thread's queue is full (the next reader
+    /// asks again).
     pub fn refresh_heads(&self) {
         if self.heads_reading.get() {
             return;
         }
-        let (Some(tx), Some(inbox)) = (&self.jobs, &self.inbox) else {
+        let (Some(tx), Some(inbox)) = (&self.heads_jobs, &self.inbox) else {
             return;
         };
         let branches = self.branches();
@@ -303,26 +316,30 @@ fn store_heads(d: &mut Daemon, heads: Heads) {
     }
 }
 
-/// Reads every lane's branch head on a lane worker, then runs
-/// `then` on the reactor: the daemon socket's lane reads answer with the
-/// branches as they are. When no worker can take the read now, `then`
-/// runs at once on the heads last read.
+/// Reads every lane's branch head on the heads thread, then runs `then`
+/// on the reactor: the daemon socket's lane reads answer with the branches
+/// as they are. When the thread cannot take the read now (its queue is
+/// full, or it is not running), `then` runs at once on the heads read last.
 pub fn fresh_heads(d: &mut Daemon, then: impl FnOnce(&mut Daemon) + Send + 'static) {
-    if d.lanes.workers_ready().is_err() {
+    let (Some(tx), Some(inbox)) = (&d.lanes.heads_jobs, &d.lanes.inbox) else {
+        return then(d);
+    };
+    if tx.is_full() {
         return then(d);
     }
     let branches = d.lanes.branches();
-    let queued = job(
-        d,
-        move || read_heads(branches),
-        move |d, heads| {
+    let inbox = inbox.clone();
+    let job: Job = Box::new(move || {
+        let heads = read_heads(branches);
+        inbox.run(move |d| {
             store_heads(d, heads);
             then(d);
-        },
-    );
-    if let Err(e) = queued {
-        // Only a worker pool that died can refuse after `workers_ready`.
-        crate::error!("the lanes' branches could not be read: {}", e.message);
+        });
+    });
+    // The reactor is the only sender: a queue with room above still has
+    // room here, so the job (and the answer in it) is not lost.
+    if tx.try_send(job).is_err() {
+        crate::error!("the lanes' branches could not be read: the heads thread stopped");
     }
 }
 
