@@ -1323,6 +1323,11 @@ fn a_worktree_stands_for_its_repository_and_head_follows_the_branch() {
         (got["head"].clone(), got["stale"].clone()),
         (Value::Null, json!(true))
     );
+    // A folder inside a worktree is not a worktree.
+    std::fs::create_dir_all(other.join("sub")).unwrap();
+    let p = json!({"repo": other.join("sub").display().to_string(), "task": "t", "builder": "builder",
+                   "verifier": "verifier", "acceptance": {"name": "n", "command": "true"}});
+    assert_eq!(r.c.error_code("task.dispatch", p), "repo-unknown");
     // A directory that is neither a known repository nor a worktree of one.
     let stray = dir.join("stray");
     std::fs::create_dir_all(&stray).unwrap();

@@ -1675,7 +1675,14 @@ pub fn dispatch(
         let asked = repo.clone();
         let queued = job(
             d,
-            move || git::repository_of(&asked).ok(),
+            move || {
+                // A worktree's top folder, not any folder inside one.
+                let top = git::toplevel(&asked).ok()?;
+                if top.canonicalize().unwrap_or(top) != asked {
+                    return None;
+                }
+                git::repository_of(&asked).ok()
+            },
             move |d, main| match main.map(|m| m.canonicalize().unwrap_or(m)) {
                 Some(main) if main != repo && known(d, &main) => {
                     let mut req = req;
