@@ -177,9 +177,12 @@ pub struct Lanes {
     /// The seats' first probe answered, so a seat that is not ready now
     /// really is not.
     seats_probed: bool,
-    /// Every lane has been resumed. Until then the turn and session ends
-    /// the sessions module records at start (the turns the stop cut off)
-    /// are the restart's doing, not an agent's, and `resume` decides.
+    /// The lanes of the last run, until they are resumed. Until then the
+    /// turn and session ends the sessions module records for their sessions
+    /// at start (the turns the stop cut off) are the restart's doing, not
+    /// an agent's, and `resume` decides. A lane dispatched in this run
+    /// meanwhile is not among them: it is neither resumed nor held back.
+    to_resume: std::collections::HashSet<String>,
     resumed: bool,
 }
 
@@ -412,6 +415,7 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
                         d.lanes.by_session.insert(s.clone(), (l.id.clone(), role));
                     }
                 }
+                d.lanes.to_resume.insert(l.id.clone());
                 d.lanes.map.insert(l.id.clone(), l);
             }
             Err(e) => crate::error!(
@@ -651,13 +655,11 @@ fn resume_all(d: &mut Daemon) {
         return;
     }
     d.lanes.resumed = true;
-    let ids: Vec<String> = d
-        .lanes
-        .map
-        .values()
-        .filter(|l| !l.archived)
-        .map(|l| l.id.clone())
+    let mut ids: Vec<String> = std::mem::take(&mut d.lanes.to_resume)
+        .into_iter()
+        .filter(|id| d.lanes.map.get(id).is_some_and(|l| !l.archived))
         .collect();
+    ids.sort();
     for id in ids {
         resume(d, &id);
     }
@@ -1397,9 +1399,6 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
             checkout_used(d, &co);
         }
     }
-    if !d.lanes.resumed {
-        return;
-    }
     for ev in events {
         if ev.kind != "turn.end" && ev.kind != "session.end" {
             continue;
@@ -1407,6 +1406,9 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
         let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else {
             continue;
         };
+        if d.lanes.to_resume.contains(&lid) {
+            continue;
+        }
         // A builder's turn may have committed or moved its branch.
         if role == Role::Builder {
             d.lanes.refresh_heads();
