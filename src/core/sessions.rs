@@ -25,7 +25,9 @@
 //! next start reopens each live session whose agent gave an agent session
 //! id (ACP session/resume or session/load, stream-json `--resume`), after
 //! closing the turn that was running as interrupted and withdrawing every
-//! pending approval (delivered false).
+//! pending approval (delivered false). A session the caller of `restore`
+//! names as not needed (a lane's verifier, whose verification starts over)
+//! ends instead.
 
 use crate::ledger::WriteError;
 use mio::Token;
