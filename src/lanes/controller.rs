@@ -254,10 +254,10 @@ impl Lanes {
         v
     }
 
-    /// Reads the commit every lane's branch points at, on the heads
-    /// thread (one `git for-each-ref` per repository); one such read at a
-    /// time, and none when the thread's queue is full (the next reader
-    /// asks again).
+    /// Reads the commit the branch of every lane not archived points at,
+    /// on the heads thread (one `git for-each-ref` per repository); one
+    /// such read at a time, and none when the thread's queue is full (the
+    /// next reader asks again).
     pub fn refresh_heads(&self) {
         if self.heads_reading.get() {
             return;
@@ -265,7 +265,7 @@ impl Lanes {
         let (Some(tx), Some(inbox)) = (&self.heads_jobs, &self.inbox) else {
             return;
         };
-        let branches = self.branches();
+        let branches = self.branches(None);
         let inbox = inbox.clone();
         let job: Job = Box::new(move || {
             let heads = read_heads(branches);
@@ -279,11 +279,15 @@ impl Lanes {
         }
     }
 
-    /// Every lane's branch, by repository (the lanes archived in this run
-    /// too: lanes.get shows them).
-    fn branches(&self) -> HashMap<PathBuf, Vec<(String, String)>> {
+    /// The branch of every lane not archived, and of lane `also` (lanes.get
+    /// shows archived lanes too), by repository.
+    fn branches(&self, also: Option<&str>) -> HashMap<PathBuf, Vec<(String, String)>> {
         let mut by_repo: HashMap<PathBuf, Vec<(String, String)>> = HashMap::new();
-        for l in self.map.values() {
+        for l in self
+            .map
+            .values()
+            .filter(|l| !l.archived || Some(l.id.as_str()) == also)
+        {
             by_repo
                 .entry(l.repo.clone())
                 .or_default()
@@ -319,18 +323,23 @@ fn store_heads(d: &mut Daemon, heads: Heads) {
     }
 }
 
-/// Reads every lane's branch head on the heads thread, then runs `then`
+/// Reads the branch head of every lane not archived and of lane `also` on
+/// the heads thread, then runs `then`
 /// on the reactor: the daemon socket's lane reads answer with the branches
 /// as they are. When the thread cannot take the read now (its queue is
 /// full, or it is not running), `then` runs at once on the heads read last.
-pub fn fresh_heads(d: &mut Daemon, then: impl FnOnce(&mut Daemon) + Send + 'static) {
+pub fn fresh_heads(
+    d: &mut Daemon,
+    also: Option<&str>,
+    then: impl FnOnce(&mut Daemon) + Send + 'static,
+) {
     let (Some(tx), Some(inbox)) = (&d.lanes.heads_jobs, &d.lanes.inbox) else {
         return then(d);
     };
     if tx.is_full() {
         return then(d);
     }
-    let branches = d.lanes.branches();
+    let branches = d.lanes.branches(also);
     let inbox = inbox.clone();
     let job: Job = Box::new(move || {
         let heads = read_heads(branches);

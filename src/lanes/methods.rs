@@ -213,7 +213,7 @@ fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         .flatten();
     // Each lane's head is read from its branch before the answer.
     let req = req.clone();
-    controller::fresh_heads(d, move |d| {
+    controller::fresh_heads(d, None, move |d| {
         let items: Vec<Value> = page
             .iter()
             .filter_map(|id| d.lanes.map.get(id))
@@ -257,7 +257,8 @@ fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         return Err(controller::not_found(&lane));
     }
     let req = req.clone();
-    controller::fresh_heads(d, move |d| {
+    let also = lane.clone();
+    controller::fresh_heads(d, Some(&also), move |d| {
         let r = d
             .lanes
             .map
