@@ -167,6 +167,9 @@ pub struct Lanes {
     /// cells, so that reading the list can ask for a fresh read.
     heads_read: Cell<Option<Instant>>,
     heads_reading: Cell<bool>,
+    /// A read was asked for while one ran (a branch may have moved after
+    /// that one began): read again once it is in.
+    heads_again: Cell<bool>,
     /// Whether acceptance commands can run isolated here; the daemon's
     /// isolation probe answers once after start.
     pub isolation: Option<Probe>,
@@ -256,10 +259,11 @@ impl Lanes {
 
     /// Reads the commit the branch of every lane not archived points at,
     /// on the heads thread (one `git for-each-ref` per repository); one
-    /// such read at a time, and none when the thread's queue is full (the
-    /// next reader asks again).
+    /// such read at a time (one asked for meanwhile follows it), and none
+    /// when the thread's queue is full (the next reader asks again).
     pub fn refresh_heads(&self) {
         if self.heads_reading.get() {
+            self.heads_again.set(true);
             return;
         }
         let (Some(tx), Some(inbox)) = (&self.heads_jobs, &self.inbox) else {
@@ -272,6 +276,9 @@ impl Lanes {
             inbox.run(move |d| {
                 d.lanes.heads_reading.set(false);
                 store_heads(d, heads);
+                if d.lanes.heads_again.replace(false) {
+                    d.lanes.refresh_heads();
+                }
             });
         });
         if tx.try_send(job).is_ok() {
@@ -299,7 +306,7 @@ impl Lanes {
 
 type Heads = Vec<(String, Option<String>)>;
 
-/// What each lane's branch points at now (blocking: lane workers).
+/// What each lane's branch points at now (blocking: the heads thread).
 fn read_heads(by_repo: HashMap<PathBuf, Vec<(String, String)>>) -> Heads {
     let mut heads = Vec::new();
     for (repo, lanes) in by_repo {
@@ -324,10 +331,10 @@ fn store_heads(d: &mut Daemon, heads: Heads) {
 }
 
 /// Reads the branch head of every lane not archived and of lane `also` on
-/// the heads thread, then runs `then`
-/// on the reactor: the daemon socket's lane reads answer with the branches
-/// as they are. When the thread cannot take the read now (its queue is
-/// full, or it is not running), `then` runs at once on the heads read last.
+/// the heads thread, then runs `then` on the reactor: the daemon socket's
+/// lane reads answer with the branches as they are. When the thread cannot
+/// take the read now (its queue is full, or it is not running), `then`
+/// runs at once on the heads read last.
 pub fn fresh_heads(
     d: &mut Daemon,
     also: Option<&str>,
