@@ -602,24 +602,42 @@ impl Daemon {
     }
 
     /// Hands the ledger's lanes to the lane controller once the reader has
-    /// them.
+    /// them, then, once the registry knows its seats, reopens the sessions
+    /// of the last run but those the lanes will not use again (a verifier
+    /// whose verification starts over); the lanes resume once those
+    /// sessions are in place.
     fn read_lanes_at_start(&mut self) {
         let inbox = self.inbox.clone();
         let queued = self.ledger.read(Box::new(move |conn| {
             let rows = crate::lanes::controller::read_at_start(conn);
-            inbox.run(move |d| match rows {
-                Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
-                Err(e) => crate::error!(
-                    "unable to read the lanes from the ledger: {}; lanes are unavailable",
-                    e.to_string().to_lowercase()
-                ),
+            inbox.run(move |d| {
+                match rows {
+                    Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
+                    Err(e) => crate::error!(
+                        "unable to read the lanes from the ledger: {}; lanes are unavailable",
+                        e.to_string().to_lowercase()
+                    ),
+                }
+                crate::core::seats::when_known(d, Daemon::restore_sessions);
             });
         }));
         if queued.is_err() {
             crate::error!(
                 "unable to read the lanes from the ledger: the reader is busy; lanes are unavailable"
             );
+            crate::core::seats::when_known(self, Daemon::restore_sessions);
         }
+    }
+
+    /// Reopens the sessions of the last run but those the lanes will not
+    /// use again, once the lanes are read and the seats known.
+    fn restore_sessions(&mut self) {
+        let not_needed = crate::lanes::controller::sessions_not_needed(self);
+        crate::core::sessions::restore(
+            self,
+            not_needed,
+            crate::lanes::controller::sessions_restored,
+        );
     }
 
     fn run_integrity_check(&mut self) {

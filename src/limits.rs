@@ -399,6 +399,12 @@ pub const LANE_VERIFY_ATTEMPTS: u32 = 2;
 pub const LANE_JOB_QUEUE: usize = 64;
 pub const LANE_WORKERS: usize = 2;
 
+/// Reads of the lanes' branch heads queued to their own worker thread (one
+/// `git for-each-ref` per repository each, milliseconds), so that a read
+/// never waits behind acceptance commands on the lane workers. A reader
+/// that finds the queue full gets the heads read last.
+pub const LANE_HEADS_QUEUE: usize = 4;
+
 /// Spare daemon-owned checkouts kept per repository between lanes. A lane
 /// takes one for its check and its verifier and gives it back after the
 /// verdict; the next lane of that repository moves it to its commit with
@@ -419,6 +425,17 @@ pub const LANE_VERIFIER_ENTRIES: usize = 4096;
 /// How often a lane waiting for a busy or unready verifier seat looks
 /// again. Seats change state on probes and as other lanes finish.
 pub const LANE_VERIFIER_RETRY_SECS: u64 = 10;
+
+/// How old the branch heads of lanes.list and verify.list may be before a
+/// read of the list reads them again, on a lane worker (seed 000,
+/// lanes[].head: "the commit the lane's branch points at now"). The plugin
+/// host keeps its copy of lanes.list as long.
+pub const LANE_HEADS_FRESH_MS: u64 = 5_000;
+
+/// The longest task name (seed 000, tasks.create name:
+/// `^[A-Za-z0-9][A-Za-z0-9 ._-]{0,47}$`); a name taken from the task's
+/// first line is cut to it.
+pub const LANE_NAME_MAX_CHARS: usize = 48;
 
 /// Repositories added with repos.add (the config may name more).
 pub const LANE_MAX_REPOS: usize = 256;

@@ -998,3 +998,342 @@ fn the_next_lane_of_a_repository_reuses_the_checkout_the_last_one_gave_back() {
     assert_eq!(checkouts(&dir), vec![PathBuf::from(&made)]);
     r.d.stop();
 }
+
+/// Restarts the daemon of `dir` on its config after a SIGKILL, and follows
+/// the lanes stream from its start (subscribe, then read what was committed
+/// before, deduplicated by seq) until lane `id` reaches one of `until`.
+/// Returns the daemon and every lane.stage of the stream in order.
+fn restart_and_follow(dir: &TestDir, id: &str, until: &[&str]) -> (Daemon, Vec<String>) {
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()),
+            ..Opts::default()
+        },
+    );
+    let mut sub = d.connect();
+    sub.call("events.subscribe", json!({"streams": ["lanes"]}));
+    let mut c = d.connect();
+    let mut seen = std::collections::BTreeMap::new();
+    for e in c.call("events.list", json!({"stream": "lanes", "limit": 1000}))["events"]
+        .as_array()
+        .unwrap()
+    {
+        seen.insert(e["seq"].as_i64().unwrap(), e.clone());
+    }
+    let reached = |seen: &std::collections::BTreeMap<i64, Value>| {
+        seen.values().any(|e| {
+            e["data"]["lane"] == json!(id)
+                && e["data"]["stage"]
+                    .as_str()
+                    .is_some_and(|s| until.contains(&s))
+        })
+    };
+    while !reached(&seen) {
+        let e = sub.next_note("event")["params"].clone();
+        seen.insert(e["seq"].as_i64().unwrap(), e);
+    }
+    let stages = seen
+        .values()
+        .filter(|e| e["kind"] == "lane.stage")
+        .filter_map(|e| e["data"]["stage"].as_str().map(str::to_string))
+        .collect();
+    (d, stages)
+}
+
+/// Waits until `path` exists: a fake agent's command made it.
+fn wait_for_file(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_daemon_killed_mid_build_prompts_the_reopened_builder_with_the_task() {
+    let dir = TestDir::new("lanekillbuild");
+    let mark = dir.join("builder-ran-once");
+    // The first builder's turn hangs (the daemon is killed under it). The
+    // agent cannot load its session, so the restart reopens it with a new
+    // one: it writes the feature only when its prompt carries the task.
+    let build = format!(
+        "if [ -e {m} ]; then case \"$FAKE_PROMPT\" in *'Add feature.txt'*) echo feature > feature.txt;; esac; else touch {m}; sleep 120; fi",
+        m = mark.display()
+    );
+    let seats = format!(
+        "{}{}",
+        seat(
+            "builder",
+            "anthropic",
+            &json!([[{"run": ["sh", "-c", build]}, {"text": "done"}]]),
+            &[]
+        ),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
+    );
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let builder = lane["session"].as_str().unwrap().to_string();
+    // The builder's turn.start, committed before or after the subscription.
+    let mut sub = r.d.connect();
+    sub.call("events.subscribe", json!({"streams": [builder]}));
+    let listed =
+        r.c.call("events.list", json!({"stream": builder, "limit": 100}));
+    if !listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "turn.start")
+    {
+        while sub.next_note("event")["params"]["kind"] != "turn.start" {}
+    }
+    wait_for_file(&mark);
+    let Rig { mut d, .. } = r;
+    d.kill9();
+    drop(d);
+    let (d, stages) = restart_and_follow(&dir, &id, &["merged", "sent-back", "cap"]);
+    assert_eq!(
+        stages,
+        [
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "pass",
+            "merging",
+            "merged"
+        ],
+        "{}",
+        d.log_text()
+    );
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("lane {id}: resuming at building")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("session {builder}: reopened builder")),
+        "the builder's own session is reopened and prompted: {log}"
+    );
+    // Lanes resume once the seats are probed: no wait for a verifier
+    // that only looked not ready.
+    assert!(!log.contains("is not ready; looking again"), "{log}");
+    assert_eq!(
+        git(&d.dir.join("shop"), &["show", "main:feature.txt"]),
+        "feature"
+    );
+    d.stop();
+}
+
+#[test]
+fn rework_after_a_restart_carries_the_task_to_a_builder_that_lost_its_session() {
+    let dir = TestDir::new("lanekillrework");
+    let mark = dir.join("verifier-ran-once");
+    // The builder's first process writes "first". After the restart its
+    // agent, which cannot load sessions, starts a new one: it fixes the
+    // work only when the rework prompt carries the task.
+    let build = format!(
+        "if [ -e {m} ]; then case \"$FAKE_PROMPT\" in *'Add feature.txt'*) echo fixed > feature.txt;; esac; else echo first > feature.txt; fi",
+        m = mark.display()
+    );
+    // The first verifier hangs (the daemon is killed under it); the one the
+    // restarted daemon asks judges the commit.
+    let judge = format!(
+        "if [ -e {m} ]; then if grep -q fixed feature.txt; then printf '{}'; else printf '{}'; fi; else touch {m}; sleep 120; fi",
+        verdict_text(PASS).replace('\n', "\\n"),
+        verdict_text(REWORK).replace('\n', "\\n"),
+        m = mark.display()
+    );
+    let seats = format!(
+        "{}{}",
+        seat(
+            "builder",
+            "anthropic",
+            &json!([[{"run": ["sh", "-c", build]}, {"text": "done"}]]),
+            &[]
+        ),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text_from": ["sh", "-c", judge]}]]),
+            &[]
+        )
+    );
+    let mut r = Rig::start(&dir, "", seats, vec![]);
+    let lane = r.dispatch("test -f feature.txt");
+    let id = lane["lane"].as_str().unwrap().to_string();
+    let builder = lane["session"].as_str().unwrap().to_string();
+    r.run_until(&["verifying"]);
+    wait_for_file(&mark);
+    let old_verifier = r.c.call("lanes.get", json!({"lane": id}))["verifier_session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let Rig { mut d, .. } = r;
+    d.kill9();
+    drop(d);
+    let (d, stages) = restart_and_follow(&dir, &id, &["merged", "sent-back", "cap"]);
+    assert_eq!(
+        stages,
+        [
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "waiting-verifier",
+            "verifying",
+            "rework",
+            "building",
+            "idle",
+            "checking",
+            "waiting-verifier",
+            "verifying",
+            "pass",
+            "merging",
+            "merged"
+        ],
+        "{}",
+        d.log_text()
+    );
+    let log = d.log_text();
+    assert!(
+        log.contains(&format!("session {builder}: reopened builder")),
+        "{log}"
+    );
+    // The old verifier session is ended, not reopened only to be stopped.
+    assert!(!log.contains("reopened verifier"), "{log}");
+    assert!(!log.contains("could not set up a session"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "session {old_verifier}: cannot be reopened after the restart (the lane that started it does not need it again)"
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("is not ready; looking again"), "{log}");
+    // The rework went into the reopened session, defects and task.
+    let mut c = d.connect();
+    let evs = c.call("events.list", json!({"stream": builder, "limit": 1000}))["events"].clone();
+    let check = evs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "check.rework")
+        .expect("a check.rework record");
+    let text = check["data"]["text"].as_str().unwrap();
+    assert!(text.contains("feature.txt:1: say fixed"), "{text}");
+    assert!(text.contains("The task:\nAdd feature.txt"), "{text}");
+    assert_eq!(
+        git(&d.dir.join("shop"), &["show", "main:feature.txt"]),
+        "fixed"
+    );
+    d.stop();
+}
+
+#[test]
+fn a_worktree_stands_for_its_repository_and_head_follows_the_branch() {
+    let dir = TestDir::new("laneheads");
+    let seats = format!(
+        "{}{}",
+        seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
+        seat(
+            "verifier",
+            "openai",
+            &json!([[{"text": verdict_text(PASS)}]]),
+            &[]
+        )
+    );
+    let mut r = Rig::start(
+        &dir,
+        "[lanes]\nrequire_merge_approval = true\n",
+        seats,
+        vec![],
+    );
+    // A linked worktree of the known repository, given as `repo`; no name:
+    // the branch is named after the task's first line.
+    let other = dir.join("shop-side");
+    git(
+        &r.repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "side",
+            &other.display().to_string(),
+        ],
+    );
+    let lane = r.c.call(
+        "task.dispatch",
+        json!({"repo": other.display().to_string(), "task": "Add feature.txt\n\nIt holds the word feature.",
+               "builder": "builder", "verifier": "verifier",
+               "acceptance": {"name": "feature exists", "command": "test -f feature.txt"}}),
+    );
+    let id = lane["lane"].as_str().unwrap().to_string();
+    assert_eq!(lane["branch"], json!("omni/add-feature-txt"), "{lane}");
+    let wt = PathBuf::from(lane["worktree"].as_str().unwrap());
+    let (stages, _) = r.run_until(&["pass", "sent-back", "cap"]);
+    assert_eq!(stages.last().map(String::as_str), Some("pass"));
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(
+        got["repo"],
+        json!(r.repo.canonicalize().unwrap().display().to_string())
+    );
+    assert_eq!(got["task"]["name"], json!("Add feature.txt"));
+    let judged = got["verdict"]["commit"].clone();
+    assert_eq!(
+        (got["head"].clone(), got["stale"].clone()),
+        (judged.clone(), json!(false))
+    );
+    // The lane's own worktree is a worktree the daemon lists, too: a second
+    // lane may start from it (refused here only for its taken name).
+    let p = json!({"repo": wt.display().to_string(), "task": "Add feature.txt", "builder": "builder",
+                   "verifier": "verifier", "acceptance": {"name": "n", "command": "true"}});
+    assert_eq!(r.c.error_code("task.dispatch", p), "name-taken");
+    // Someone commits on the lane's branch: head is that commit now, and the
+    // verdict is stale.
+    git(&wt, &["commit", "-q", "--allow-empty", "-m", "by hand"]);
+    let moved = git(&wt, &["rev-parse", "HEAD"]);
+    let list = r.c.call("verify.list", json!({}));
+    let item = &list["lanes"][0];
+    assert_eq!(
+        (item["head"].clone(), item["stale"].clone()),
+        (json!(moved), json!(true)),
+        "{item}"
+    );
+    // The branch is gone: head is null.
+    git(
+        &r.repo,
+        &["worktree", "remove", "--force", &wt.display().to_string()],
+    );
+    git(&r.repo, &["branch", "-D", "omni/add-feature-txt"]);
+    let got = r.c.call("lanes.get", json!({"lane": id}));
+    assert_eq!(
+        (got["head"].clone(), got["stale"].clone()),
+        (Value::Null, json!(true))
+    );
+    // A folder inside a worktree is not a worktree.
+    std::fs::create_dir_all(other.join("sub")).unwrap();
+    let p = json!({"repo": other.join("sub").display().to_string(), "task": "t", "builder": "builder",
+                   "verifier": "verifier", "acceptance": {"name": "n", "command": "true"}});
+    assert_eq!(r.c.error_code("task.dispatch", p), "repo-unknown");
+    // A directory that is neither a known repository nor a worktree of one.
+    let stray = dir.join("stray");
+    std::fs::create_dir_all(&stray).unwrap();
+    git(&stray, &["init", "-q", "-b", "main"]);
+    let p = json!({"repo": stray.display().to_string(), "task": "t", "builder": "builder",
+                   "verifier": "verifier", "acceptance": {"name": "n", "command": "true"}});
+    assert_eq!(r.c.error_code("task.dispatch", p), "repo-unknown");
+    r.d.stop();
+}

@@ -39,11 +39,12 @@ impl Core {
     }
 }
 
-/// Once the daemon is ready: probe the seats and reopen the sessions the
-/// ledger says were live, once the registry knows its seats (detected
-/// seats are known only when the probe worker has looked at PATH).
+/// Once the daemon is ready: probe the seats. The sessions the ledger says
+/// were live are reopened by the router once the lanes are read and the
+/// registry knows its seats (detected seats are known only when the probe
+/// worker has looked at PATH), so that a lane's session it will not use
+/// again is not reopened and a detected seat's session finds its seat.
 pub fn start(d: &mut Daemon) {
-    d.core.seats.when_known(sessions::restore);
     seats::probe_all(d);
 }
 

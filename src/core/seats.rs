@@ -174,6 +174,8 @@ pub struct Seats {
     /// seats, after the first detection otherwise (sessions of the last
     /// run are reopened on their seats).
     on_known: Vec<fn(&mut Daemon)>,
+    /// The list has been known once (`on_known` has run).
+    known: bool,
 }
 
 fn detects(cfg: &FileConfig) -> bool {
@@ -181,6 +183,11 @@ fn detects(cfg: &FileConfig) -> bool {
 }
 
 impl Seats {
+    /// A probe runs now (its results are not in yet).
+    pub fn probing(&self) -> bool {
+        self.probing
+    }
+
     pub fn from_config(cfg: &FileConfig) -> Seats {
         Seats {
             list: cfg
@@ -219,11 +226,6 @@ impl Seats {
                 None => Seat::new(c.clone(), Origin::Configured),
             })
             .collect();
-    }
-
-    /// `f` runs once the registry's list is known (see `on_known`).
-    pub fn when_known(&mut self, f: fn(&mut Daemon)) {
-        self.on_known.push(f);
     }
 
     /// A detection's list: new seats are probing, gone ones leave, the
@@ -282,8 +284,19 @@ impl Seats {
     }
 }
 
+/// `f` runs once the registry's list is known (see `on_known`): now, when
+/// it already is.
+pub fn when_known(d: &mut Daemon, f: fn(&mut Daemon)) {
+    if d.core.seats.known {
+        f(d);
+    } else {
+        d.core.seats.on_known.push(f);
+    }
+}
+
 /// Runs what waited for the registry's list.
 fn known(d: &mut Daemon) {
+    d.core.seats.known = true;
     for f in std::mem::take(&mut d.core.seats.on_known) {
         f(d);
     }
@@ -339,6 +352,8 @@ pub fn probe_all(d: &mut Daemon) {
                 if std::mem::take(&mut d.core.seats.again) {
                     probe_all(d);
                 }
+                // Lanes resume once the seats they need are known.
+                crate::lanes::controller::seats_probed(d);
             });
         });
     if let Err(e) = spawned {

@@ -25,7 +25,9 @@
 //! next start reopens each live session whose agent gave an agent session
 //! id (ACP session/resume or session/load, stream-json `--resume`), after
 //! closing the turn that was running as interrupted and withdrawing every
-//! pending approval (delivered false).
+//! pending approval (delivered false). A session the caller of `restore`
+//! names as not needed (a lane's verifier, whose verification starts over)
+//! ends instead.
 
 use crate::ledger::WriteError;
 use mio::Token;
@@ -1569,22 +1571,30 @@ pub fn stop_all(d: &mut Daemon) {
 }
 
 /// Reads the live sessions and pending approvals of the last run and
-/// reopens what can be reopened (module comment).
-pub fn restore(d: &mut Daemon) {
+/// reopens what can be reopened (module comment), except the sessions in
+/// `not_needed`: whoever started them (a lane that starts its verification
+/// over) will not use them again, so they end instead of starting an agent
+/// only to stop it. `then` runs once the reopened sessions are in place (or
+/// the read failed).
+pub fn restore(d: &mut Daemon, not_needed: HashSet<String>, then: fn(&mut Daemon)) {
     let inbox = d.inbox.clone();
     let queued = d.ledger.read(Box::new(move |conn| {
         let rows = read_live(conn);
         let pending = approvals::read_pending(conn);
-        inbox.run(move |d| match (rows, pending) {
-            (Ok(rows), Ok(pending)) => reopen(d, rows, pending),
-            (Err(e), _) | (_, Err(e)) => crate::error!(
-                "unable to read the sessions of the last run: {}",
-                e.to_string().to_lowercase()
-            ),
+        inbox.run(move |d| {
+            match (rows, pending) {
+                (Ok(rows), Ok(pending)) => reopen(d, rows, pending, &not_needed),
+                (Err(e), _) | (_, Err(e)) => crate::error!(
+                    "unable to read the sessions of the last run: {}",
+                    e.to_string().to_lowercase()
+                ),
+            }
+            then(d);
         });
     }));
     if queued.is_err() {
         crate::error!("unable to read the sessions of the last run: the ledger reader is busy");
+        then(d);
     }
 }
 
@@ -1629,7 +1639,12 @@ fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
     rows.collect()
 }
 
-fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<String>)>) {
+fn reopen(
+    d: &mut Daemon,
+    rows: Vec<LiveRow>,
+    pending: Vec<(String, Option<String>)>,
+    not_needed: &HashSet<String>,
+) {
     // The read ran while this run already served requests: what this run
     // created (a session, a request) is live here and is not the last
     // run's.
@@ -1675,7 +1690,8 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
             .seats
             .get(&harness)
             .is_some_and(|s| s.transport.wire_name() == restored.transport);
-        match (agent_sid, seat_ok) {
+        let needed = !not_needed.contains(&id);
+        match (agent_sid, seat_ok && needed) {
             (Some(asid), true) => {
                 finish_plain(d, &id, fx);
                 let start = Start {
@@ -1699,7 +1715,9 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<Strin
                 );
             }
             (asid, _) => {
-                let why = if asid.is_none() {
+                let why = if !needed {
+                    "the lane that started it does not need it again"
+                } else if asid.is_none() {
                     "its agent never opened a session"
                 } else {
                     "its seat is gone or changed transport"

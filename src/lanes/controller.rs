@@ -12,18 +12,45 @@
 //! builder's session stream as a `check.rework` record with a `check-N` id:
 //! not an event kind of the plugin API, so no plugin ever receives it.
 //!
-//! Restart: every lane not archived is loaded and resumed where it was: an
-//! interrupted acceptance runs again, a builder whose agent is gone gets a
-//! new session that continues in the worktree, a verification starts over,
-//! a merge is retried (merging is idempotent), and each is recorded as a
-//! lane.stage event with a new `since`.
+//! Restart: every lane not archived is loaded before the sessions of the
+//! last run are reopened, so that its verifier session (a verification cut
+//! off by the stop starts over) is ended rather than reopened only to be
+//! stopped. The lanes resume once the isolation probe, the reopened
+//! sessions and the seats' first probe are known (a seat is not ready
+//! before its probe answers, and a lane must not wait or go to the
+//! operator for that alone). Each lane goes on where it was: a lane at
+//! building (whose turn the stop cut off) prompts its builder to continue,
+//! with the task, in its reopened session or else in a new session in the
+//! worktree; an interrupted acceptance runs again; a verification starts
+//! over; a merge is retried (merging is idempotent); each is recorded as a
+//! lane.stage event with a new `since`. A builder session reopened without
+//! its agent's history (an agent without session/load, or one that refused
+//! to load, gets a brand-new agent session) gets the task again with its
+//! next prompt, as a new builder session would.
+//!
+//! Heads: `lanes[].head` is the commit the lane's branch points at, read
+//! with git on a thread of its own (`lane-heads`), never on the reactor nor
+//! behind the acceptance commands of the lane workers. The daemon socket's
+//! verify.list and lanes.get read the branches before they answer. The
+//! plugin wire's lanes.list is answered at once from what was read last,
+//! which is kept fresh: the branch is set when the daemon commits on it,
+//! read again when a builder's turn or session ends (an agent may commit),
+//! at start, and by any read of the list when the last read is older than
+//! `LANE_HEADS_FRESH_MS` (the plugin host keeps its copy as long). A branch
+//! or repository that is gone reads null, and a verdict then is stale.
+//!
+//! Dispatch takes a repository the daemon knows or a worktree of one (a
+//! lane's worktree, or any other git reports as the repository's), and
+//! works on the repository. A dispatch without a name is named after the
+//! first line of its task (`default_name`).
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
@@ -102,6 +129,17 @@ pub struct Lane {
     /// are a live lane's.
     #[serde(default)]
     pub checkout: Option<PathBuf>,
+    /// The agent session id the builder's session was reopened with at
+    /// this start. The next prompt to that session carries the task again
+    /// unless its agent came back in that very session, with its history
+    /// (an agent without session/load gets a brand-new one). None once the
+    /// session has been told the task in this run.
+    #[serde(skip)]
+    pub builder_reopened: Option<String>,
+    /// The commit the lane's branch points at, as last read (`Some(None)`:
+    /// the branch or the repository is gone); None until first read.
+    #[serde(skip)]
+    pub head: Option<Option<String>>,
 }
 
 /// Which side of a lane a session is.
@@ -127,14 +165,33 @@ pub struct Lanes {
     /// until the session ends.
     checkout_sessions: HashMap<String, PathBuf>,
     jobs: Option<Sender<Job>>,
+    /// The thread that reads branch heads (`LANE_HEADS_QUEUE`).
+    heads_jobs: Option<Sender<Job>>,
+    /// Where the heads thread hands the branch heads it read back.
+    inbox: Option<crate::reactor::Inbox>,
+    /// When the branch heads were last read, and whether a read runs;
+    /// cells, so that reading the list can ask for a fresh read.
+    heads_read: Cell<Option<Instant>>,
+    heads_reading: Cell<bool>,
+    /// A read was asked for while one ran (a branch may have moved after
+    /// that one began): read again once it is in.
+    heads_again: Cell<bool>,
     /// Whether acceptance commands can run isolated here; the daemon's
     /// isolation probe answers once after start.
     pub isolation: Option<Probe>,
     /// The lanes and repositories of the ledger are loaded.
     loaded: bool,
-    /// Every lane has been resumed. Until then the turn and session ends
-    /// the sessions module records at start (the turns the stop cut off)
-    /// are the restart's doing, not an agent's, and `resume` decides.
+    /// The sessions of the last run are reopened (or ended).
+    sessions_restored: bool,
+    /// The seats' first probe answered, so a seat that is not ready now
+    /// really is not.
+    seats_probed: bool,
+    /// The lanes of the last run, until they are resumed. Until then the
+    /// turn and session ends the sessions module records for their sessions
+    /// at start (the turns the stop cut off) are the restart's doing, not
+    /// an agent's, and `resume` decides. A lane dispatched in this run
+    /// meanwhile is not among them: it is neither resumed nor held back.
+    to_resume: std::collections::HashSet<String>,
     resumed: bool,
 }
 
@@ -157,6 +214,15 @@ impl Lanes {
                 })?;
         }
         self.jobs = Some(tx);
+        let (tx, rx) = bounded::<Job>(limits::LANE_HEADS_QUEUE);
+        std::thread::Builder::new()
+            .name("lane-heads".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })?;
+        self.heads_jobs = Some(tx);
         Ok(())
     }
 
@@ -181,11 +247,124 @@ impl Lanes {
         self.by_session.get(sid).map(|(l, _)| l.as_str())
     }
 
-    /// The lanes lanes.list and verify.list show: not archived, newest first.
+    /// The lanes lanes.list and verify.list show: not archived, newest
+    /// first. Heads read longer than `LANE_HEADS_FRESH_MS` ago are read
+    /// again in the background for the next reader.
     pub fn listed(&self) -> Vec<&Lane> {
+        let fresh = self
+            .heads_read
+            .get()
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(limits::LANE_HEADS_FRESH_MS));
+        if !fresh {
+            self.refresh_heads();
+        }
         let mut v: Vec<&Lane> = self.map.values().filter(|l| !l.archived).collect();
         v.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
         v
+    }
+
+    /// Reads the commit the branch of every lane not archived points at,
+    /// on the heads thread (one `git for-each-ref` per repository); one
+    /// such read at a time (one asked for meanwhile follows it), and none
+    /// when the thread's queue is full (the next reader asks again).
+    pub fn refresh_heads(&self) {
+        if self.heads_reading.get() {
+            self.heads_again.set(true);
+            return;
+        }
+        let (Some(tx), Some(inbox)) = (&self.heads_jobs, &self.inbox) else {
+            return;
+        };
+        let branches = self.branches(None);
+        let inbox = inbox.clone();
+        let job: Job = Box::new(move || {
+            let heads = read_heads(branches);
+            inbox.run(move |d| {
+                d.lanes.heads_reading.set(false);
+                store_heads(d, heads);
+                if d.lanes.heads_again.replace(false) {
+                    d.lanes.refresh_heads();
+                }
+            });
+        });
+        if tx.try_send(job).is_ok() {
+            self.heads_reading.set(true);
+        }
+    }
+
+    /// The branch of every lane not archived, and of lane `also` (lanes.get
+    /// shows archived lanes too), by repository.
+    fn branches(&self, also: Option<&str>) -> HashMap<PathBuf, Vec<(String, String)>> {
+        let mut by_repo: HashMap<PathBuf, Vec<(String, String)>> = HashMap::new();
+        for l in self
+            .map
+            .values()
+            .filter(|l| !l.archived || Some(l.id.as_str()) == also)
+        {
+            by_repo
+                .entry(l.repo.clone())
+                .or_default()
+                .push((l.id.clone(), l.branch.clone()));
+        }
+        by_repo
+    }
+}
+
+type Heads = Vec<(String, Option<String>)>;
+
+/// What each lane's branch points at now (blocking: the heads thread).
+fn read_heads(by_repo: HashMap<PathBuf, Vec<(String, String)>>) -> Heads {
+    let mut heads = Vec::new();
+    for (repo, lanes) in by_repo {
+        let branches: Vec<String> = lanes.iter().map(|(_, b)| b.clone()).collect();
+        let found = git::branch_heads(&repo, &branches);
+        heads.extend(
+            lanes
+                .into_iter()
+                .map(|(id, b)| (id, found.get(&b).cloned())),
+        );
+    }
+    heads
+}
+
+fn store_heads(d: &mut Daemon, heads: Heads) {
+    d.lanes.heads_read.set(Some(Instant::now()));
+    for (id, head) in heads {
+        if let Some(l) = d.lanes.map.get_mut(&id) {
+            l.head = Some(head);
+        }
+    }
+}
+
+/// Reads the branch head of every lane not archived and of lane `also` on
+/// the heads thread, then runs `then` on the reactor: the daemon socket's
+/// lane reads answer with the branches as they are. When the thread cannot
+/// take the read now (its queue is full, or it is not running), `then`
+/// runs at once on the heads read last.
+pub fn fresh_heads(
+    d: &mut Daemon,
+    also: Option<&str>,
+    then: impl FnOnce(&mut Daemon) + Send + 'static,
+) {
+    let (Some(tx), Some(inbox)) = (&d.lanes.heads_jobs, &d.lanes.inbox) else {
+        return then(d);
+    };
+    if tx.is_full() {
+        return then(d);
+    }
+    let branches = d.lanes.branches(also);
+    let inbox = inbox.clone();
+    let job: Job = Box::new(move || {
+        let heads = read_heads(branches);
+        inbox.run(move |d| {
+            store_heads(d, heads);
+            then(d);
+        });
+    });
+    // The reactor is the only sender: a queue with room above still has
+    // room here, so the job (and the answer in it) is not lost.
+    if tx.try_send(job).is_err() {
+        crate::error!("the lanes' branches could not be read: the heads thread stopped");
     }
 }
 
@@ -236,6 +415,7 @@ pub fn read_at_start(conn: &rusqlite::Connection) -> rusqlite::Result<(Vec<Strin
 /// The ledger's lanes and repositories are here: start the workers and,
 /// once isolation is known too, resume every lane.
 pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
+    d.lanes.inbox = Some(d.inbox.clone());
     if let Err(e) = d.lanes.start_workers() {
         crate::error!("unable to start the lane workers: {e}; lanes are unavailable");
         return;
@@ -257,6 +437,7 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
                         d.lanes.by_session.insert(s.clone(), (l.id.clone(), role));
                     }
                 }
+                d.lanes.to_resume.insert(l.id.clone());
                 d.lanes.map.insert(l.id.clone(), l);
             }
             Err(e) => crate::error!(
@@ -265,6 +446,7 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
         }
     }
     d.lanes.loaded = true;
+    d.lanes.refresh_heads();
     reclaim(d);
     resume_all(d);
 }
@@ -442,18 +624,64 @@ pub fn isolation_known(d: &mut Daemon, probe: &Probe) {
     resume_all(d);
 }
 
+/// The sessions of the last run that no lane will use again, so that the
+/// restart does not reopen them: every lane's verifier session, since a
+/// verification cut off by the stop starts over with a new verifier, and
+/// one past its verdict was done with. The lanes forget them here.
+pub fn sessions_not_needed(d: &mut Daemon) -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
+    for l in d.lanes.map.values_mut() {
+        if let Some(sid) = l.verifier_session.take() {
+            d.lanes.by_session.remove(&sid);
+            out.insert(sid);
+        }
+    }
+    out
+}
+
+/// The sessions of the last run are reopened: each lane notes the agent
+/// session its builder's session was reopened with (before the agent has
+/// said anything), and the lanes resume when the rest is known.
+pub fn sessions_restored(d: &mut Daemon) {
+    let Daemon { lanes, core, .. } = d;
+    for l in lanes.map.values_mut() {
+        l.builder_reopened = l
+            .builder_session
+            .as_deref()
+            .and_then(|sid| core.sessions.get(sid))
+            .filter(|s| !s.ended)
+            .and_then(|s| s.agent_session_id.clone());
+    }
+    d.lanes.sessions_restored = true;
+    resume_all(d);
+}
+
+/// The seats' probe answered.
+pub fn seats_probed(d: &mut Daemon) {
+    d.lanes.seats_probed = true;
+    resume_all(d);
+}
+
+/// Lanes resume once their records, the isolation probe, the reopened
+/// sessions and the seats' first probe are all known: a lane resumed
+/// before the probe would find every seat not ready, wait for its verifier
+/// or go to the operator for that alone.
 fn resume_all(d: &mut Daemon) {
-    if !d.lanes.loaded || d.lanes.isolation.is_none() || d.lanes.resumed {
+    let seats_known = d.lanes.seats_probed || !d.core.seats.probing();
+    if !d.lanes.loaded
+        || d.lanes.isolation.is_none()
+        || !d.lanes.sessions_restored
+        || !seats_known
+        || d.lanes.resumed
+    {
         return;
     }
     d.lanes.resumed = true;
-    let ids: Vec<String> = d
-        .lanes
-        .map
-        .values()
-        .filter(|l| !l.archived)
-        .map(|l| l.id.clone())
+    let mut ids: Vec<String> = std::mem::take(&mut d.lanes.to_resume)
+        .into_iter()
+        .filter(|id| d.lanes.map.get(id).is_some_and(|l| !l.archived))
         .collect();
+    ids.sort();
     for id in ids {
         resume(d, &id);
     }
@@ -465,13 +693,21 @@ fn resume(d: &mut Daemon, id: &str) {
     let stage = l.machine.stage;
     crate::info!("lane {id}: resuming at {}", stage.name());
     match stage {
+        // The turn the stop cut off ended with it: the builder is asked to
+        // go on, in its reopened session when there is one, with the task
+        // (the agent may have come back without its history).
         Stage::Building | Stage::Rework => {
-            let alive = l
-                .builder_session
-                .as_deref()
-                .is_some_and(|s| session_alive(d, s));
-            if !alive {
-                restart_builder(d, id, "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.".into());
+            let text = "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.";
+            let prompt = format!("{text}\n\nThe task:\n{}", l.task.task);
+            let reopened = l.builder_session.clone().filter(|s| session_alive(d, s));
+            let sent =
+                reopened.is_some_and(|sid| crate::core::sessions::input(d, &sid, prompt).is_ok());
+            if sent {
+                if let Some(l) = d.lanes.map.get_mut(id) {
+                    l.builder_reopened = None;
+                }
+            } else {
+                restart_builder(d, id, text.into());
             }
         }
         Stage::Idle => run_actions(d, id, vec![Action::Stage(Stage::Idle), Action::CommitWork]),
@@ -483,26 +719,14 @@ fn resume(d: &mut Daemon, id: &str) {
                 vec![Action::Stage(Stage::Checking), Action::RunCheck { commit }],
             );
         }
+        // The old verifier session was not reopened
+        // (`sessions_not_needed`): the verification starts over.
         Stage::WaitingVerifier | Stage::Verifying | Stage::SecondOpinion => {
-            if let Some(l) = d.lanes.map.get_mut(id) {
-                l.machine.stage = if stage == Stage::SecondOpinion {
-                    Stage::SecondOpinion
-                } else {
-                    Stage::WaitingVerifier
-                };
-                if let Some(old) = l.verifier_session.take() {
-                    d.lanes.by_session.remove(&old);
-                    if session_alive(d, &old) {
-                        let _ = crate::core::sessions::kill(d, &old);
-                    }
-                }
-            }
-            let st = d
-                .lanes
-                .map
-                .get(id)
-                .map(|l| l.machine.stage)
-                .unwrap_or(Stage::WaitingVerifier);
+            let st = if stage == Stage::SecondOpinion {
+                Stage::SecondOpinion
+            } else {
+                Stage::WaitingVerifier
+            };
             run_actions(d, id, vec![Action::Stage(st)]);
         }
         Stage::Merging => {
@@ -626,6 +850,19 @@ fn try_verifier(d: &mut Daemon, id: &str) {
     if seat_ready(d, &seat.harness) && !busy {
         let _ = step(d, id, Input::VerifierReady);
     } else {
+        if busy {
+            crate::info!(
+                "lane {id}: its verifier {} is verifying another lane; looking again in {} s",
+                seat.harness,
+                limits::LANE_VERIFIER_RETRY_SECS
+            );
+        } else {
+            crate::info!(
+                "lane {id}: its verifier {} is not ready; looking again in {} s",
+                seat.harness,
+                limits::LANE_VERIFIER_RETRY_SECS
+            );
+        }
         let lid = id.to_string();
         d.reactor.schedule(
             Duration::from_secs(limits::LANE_VERIFIER_RETRY_SECS),
@@ -701,6 +938,10 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             },
             move |d, r| match r {
                 Ok((head, _)) => {
+                    // The daemon moved the branch itself: its head is known.
+                    if let Some(l) = d.lanes.map.get_mut(&lid) {
+                        l.head = Some(Some(head.clone()));
+                    }
                     let _ = step(d, &lid, Input::Committed { head });
                 }
                 Err(e) => broken(d, &lid, e.to_string()),
@@ -939,15 +1180,39 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
     l.checks += 1;
     let check_id = format!("check-{}", l.checks);
     let sid = l.builder_session.clone();
-    let record = json!({"id": check_id, "lane": id, "text": text});
+    let reopened = l.builder_reopened.clone();
+    let task = l.task.task.clone();
     persist(d, id, Vec::new());
     if let Some(sid) = sid.filter(|s| session_alive(d, s)) {
-        if crate::core::sessions::input(d, &sid, text.clone()).is_ok() {
+        // A session the restart reopened without its agent's history has
+        // never seen the task: it gets it as a new builder session would.
+        let text = if reopened.is_some_and(|asid| !kept_history(d, &sid, &asid)) {
+            format!("{text}\n\nThe task:\n{task}")
+        } else {
+            text.clone()
+        };
+        let record = json!({"id": check_id, "lane": id, "text": text});
+        if crate::core::sessions::input(d, &sid, text).is_ok() {
+            if let Some(l) = d.lanes.map.get_mut(id) {
+                l.builder_reopened = None;
+            }
             record_check(d, &sid, &record);
             return;
         }
     }
+    let record = json!({"id": check_id, "lane": id, "text": text});
     restart_builder_with(d, id, text, Some(record));
+}
+
+/// Whether a session the restart reopened with agent session `asid` came
+/// back in that session, with its history: its agent is set up and kept
+/// that id (a new agent session, after an agent that cannot load or that
+/// refused to, has another one). Not set up yet counts as not kept.
+fn kept_history(d: &Daemon, sid: &str, asid: &str) -> bool {
+    d.core
+        .sessions
+        .get(sid)
+        .is_some_and(|s| s.ready && s.agent_session_id.as_deref() == Some(asid))
 }
 
 /// The `check.rework` record on the builder's session stream: what the lane
@@ -1018,6 +1283,8 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
             if let Some(l) = d.lanes.map.get_mut(&lid) {
                 l.builder_session = Some(sid);
                 l.builder = seat;
+                // A new session is told the task in its first prompt.
+                l.builder_reopened = None;
             }
             persist(d, &lid, Vec::new());
         }
@@ -1154,9 +1421,6 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
             checkout_used(d, &co);
         }
     }
-    if !d.lanes.resumed {
-        return;
-    }
     for ev in events {
         if ev.kind != "turn.end" && ev.kind != "session.end" {
             continue;
@@ -1164,6 +1428,13 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
         let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else {
             continue;
         };
+        if d.lanes.to_resume.contains(&lid) {
+            continue;
+        }
+        // A builder's turn may have committed or moved its branch.
+        if role == Role::Builder {
+            d.lanes.refresh_heads();
+        }
         let reason = serde_json::from_str::<Value>(&ev.data)
             .ok()
             .and_then(|v| v["reason"].as_str().map(str::to_string));
@@ -1300,6 +1571,28 @@ fn last_turn_text(entries: &[Value]) -> String {
         .join("")
 }
 
+/// The task's name when the dispatch names none: "the first line of task"
+/// (seed 000, tasks.create name). Leading blank lines are skipped (a line
+/// with no text names nothing), the line is trimmed, and a line longer
+/// than the longest name a dispatch may give (`LANE_NAME_MAX_CHARS`) is cut
+/// at its last space within that length, or at that length when it has
+/// none.
+pub fn default_name(task: &str) -> String {
+    let line = task
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    if line.chars().count() <= limits::LANE_NAME_MAX_CHARS {
+        return line.to_string();
+    }
+    let cut: String = line.chars().take(limits::LANE_NAME_MAX_CHARS).collect();
+    match cut.rfind(char::is_whitespace) {
+        Some(i) if !cut[..i].trim().is_empty() => cut[..i].trim_end().to_string(),
+        _ => cut,
+    }
+}
+
 /// A task's short name as a branch and folder name: lowercase letters,
 /// digits and hyphens.
 pub fn slug(name: &str) -> String {
@@ -1361,21 +1654,78 @@ pub fn dispatch(
     then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + Send + 'static,
 ) {
     let refuse = |code, msg: String| Err(lane_err(code, msg));
-    let check = (|| -> Result<Dispatch, RpcError> {
-        let repo = PathBuf::from(&req.repo);
-        let repo = repo.canonicalize().unwrap_or(repo);
-        if !known_repos(d)
+    let repo = PathBuf::from(&req.repo);
+    let repo = repo.canonicalize().unwrap_or(repo);
+    let known = |d: &Daemon, repo: &Path| {
+        known_repos(d)
             .iter()
             .any(|r| r.canonicalize().unwrap_or_else(|_| r.clone()) == repo)
-        {
-            return refuse(
+    };
+    if !known(d, &repo) {
+        // A worktree of a known repository stands for its repository
+        // (seed 000: "a repository or worktree the daemon already lists");
+        // a lane's own is known here, any other is asked of git.
+        let unknown = |repo: &Path| {
+            lane_err(
                 Code::RepoUnknown,
                 format!(
-                    "{} is not a repository the daemon knows; add it with repos.add",
+                    "{} is not a repository the daemon knows, nor a worktree of one; add it with repos.add",
                     repo.display()
                 ),
+            )
+        };
+        let of_lane = d
+            .lanes
+            .map
+            .values()
+            .find(|l| {
+                l.worktree
+                    .canonicalize()
+                    .unwrap_or_else(|_| l.worktree.clone())
+                    == repo
+            })
+            .map(|l| l.repo.canonicalize().unwrap_or_else(|_| l.repo.clone()));
+        if let Some(main) = of_lane {
+            if !known(d, &main) {
+                return then(d, Err(unknown(&repo)));
+            }
+            let mut req = req;
+            req.repo = main.display().to_string();
+            return dispatch(d, req, then);
+        }
+        if let Err(e) = d.lanes.workers_ready() {
+            return then(d, Err(e));
+        }
+        let asked = repo.clone();
+        let queued = job(
+            d,
+            move || {
+                // A worktree's top folder, not any folder inside one.
+                let top = git::toplevel(&asked).ok()?;
+                if top.canonicalize().unwrap_or(top) != asked {
+                    return None;
+                }
+                git::repository_of(&asked).ok()
+            },
+            move |d, main| match main.map(|m| m.canonicalize().unwrap_or(m)) {
+                Some(main) if main != repo && known(d, &main) => {
+                    let mut req = req;
+                    req.repo = main.display().to_string();
+                    dispatch(d, req, then);
+                }
+                _ => then(d, Err(unknown(&repo))),
+            },
+        );
+        if let Err(e) = queued {
+            // Only a worker pool that died can refuse after `workers_ready`.
+            crate::error!(
+                "task.dispatch could not reach the lane workers: {}",
+                e.message
             );
         }
+        return;
+    }
+    let check = (|| -> Result<Dispatch, RpcError> {
         let seat = |h: &str| -> Result<SeatRef, RpcError> {
             match d.core.seats.get(h) {
                 None => Err(lane_err(Code::SeatNotFound, format!("no seat {h}"))),
@@ -1416,13 +1766,7 @@ pub fn dispatch(
                 );
             }
         }
-        let name = req.name.clone().unwrap_or_else(|| {
-            req.task
-                .split_whitespace()
-                .take(6)
-                .collect::<Vec<_>>()
-                .join(" ")
-        });
+        let name = req.name.clone().unwrap_or_else(|| default_name(&req.task));
         if slug(&name).is_empty() {
             return Err(RpcError::invalid_params(
                 "name must hold a letter or a digit",
@@ -1538,6 +1882,8 @@ fn create(
             }
         };
         let now = crate::clock::now_ms();
+        // The daemon made the branch at the base's commit just now.
+        let base_commit_at_start = base_commit.clone();
         let lane = Lane {
             id: id.clone(),
             repo: p.repo,
@@ -1559,6 +1905,8 @@ fn create(
             archived: false,
             remove_worktree: false,
             checkout: None,
+            builder_reopened: None,
+            head: Some(Some(base_commit_at_start)),
         };
         let start = event(
             "lane.start",
@@ -1590,6 +1938,7 @@ pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
         .last_verdict
         .as_ref()
         .map(|(v, c)| json!({"verdict": v, "commit": c}));
+    let (head, stale) = head_and_stale(l);
     json!({
         "lane": l.id,
         "repo": l.repo.display().to_string(),
@@ -1603,6 +1952,8 @@ pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
         "verifier": l.verifier.to_json(),
         "verifier_session": l.verifier_session,
         "verdict": verdict,
+        "head": head,
+        "stale": stale,
         "rounds": l.machine.rounds_used,
         "max_rounds": l.machine.max_rounds,
         "task": {"task": l.task.task, "name": l.task.name, "acceptance": {"name": l.task.acceptance_name, "command": l.task.acceptance_command}},
@@ -1615,9 +1966,26 @@ pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
     })
 }
 
-/// The lane as lanes.list gives it to plugins (seed 000). `head` is the
-/// commit the lane's work was last judged or built on as the daemon knows
-/// it; the host reads this list at most once in 5 seconds.
+/// The commit the lane's branch points at (seed 000, lanes[].head), as
+/// last read or moved by the daemon, null when the branch or the
+/// repository is gone; and whether the latest verdict is on another
+/// commit than that (`stale`; a verdict with the branch gone is stale).
+/// Before the first read (just after a start) the commit the lane works on
+/// stands in.
+pub fn head_and_stale(l: &Lane) -> (Option<String>, bool) {
+    let head = match &l.head {
+        Some(h) => h.clone(),
+        None => l.machine.commit.clone(),
+    };
+    let stale = match &l.machine.last_verdict {
+        Some((_, c)) => head.as_deref() != Some(c.as_str()),
+        None => false,
+    };
+    (head, stale)
+}
+
+/// The lane as lanes.list gives it to plugins (seed 000); the host reads
+/// this list at most once in 5 seconds.
 pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
     use crate::plugins::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
     let seat = |s: &SeatRef| -> Option<LaneSeat> {
@@ -1638,11 +2006,7 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
         }),
         None => None,
     };
-    let head = l.machine.commit.clone();
-    let stale = match (&l.machine.last_verdict, &head) {
-        (Some((_, c)), Some(h)) => c != h,
-        _ => false,
-    };
+    let (head, stale) = head_and_stale(l);
     Some(LaneItem {
         lane: l.id.clone(),
         repo: l.repo.display().to_string(),
@@ -1661,4 +2025,100 @@ pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
         stale,
         created_at: crate::clock::format_ts(l.created_ms),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_name_is_the_first_line_with_text() {
+        assert_eq!(
+            default_name("Add feature.txt\nwith the word feature"),
+            "Add feature.txt"
+        );
+        assert_eq!(
+            default_name("\n  \n  Fix the login page  \nmore"),
+            "Fix the login page"
+        );
+        assert_eq!(default_name("one"), "one");
+        // Cut to the longest name a dispatch may give, at a space.
+        let long = "Make the remember me checkbox on the login page keep the session";
+        let name = default_name(long);
+        assert_eq!(name, "Make the remember me checkbox on the login page");
+        assert!(name.chars().count() <= limits::LANE_NAME_MAX_CHARS);
+        // A line without a space within the bound is cut at the bound.
+        let word = "x".repeat(100);
+        assert_eq!(default_name(&word), "x".repeat(limits::LANE_NAME_MAX_CHARS));
+        // Characters, not bytes: no cut inside a character.
+        let wide = "\u{e9}".repeat(60);
+        assert_eq!(
+            default_name(&wide).chars().count(),
+            limits::LANE_NAME_MAX_CHARS
+        );
+    }
+
+    fn lane() -> Lane {
+        let seat = SeatRef {
+            harness: "b".into(),
+            provider: "p".into(),
+            family: "anthropic".into(),
+            model: None,
+        };
+        Lane {
+            id: "t-000000000001".into(),
+            repo: "/r".into(),
+            base: "main".into(),
+            base_commit: "a".repeat(40),
+            branch: "omni/x".into(),
+            worktree: "/r-wt/x".into(),
+            task: Task {
+                task: "t".into(),
+                acceptance_name: "n".into(),
+                acceptance_command: "true".into(),
+                name: "x".into(),
+            },
+            builder: seat.clone(),
+            builder_session: None,
+            verifier: seat,
+            verifier_session: None,
+            machine: Machine::new(3, false),
+            created_ms: 0,
+            stage_since_ms: 0,
+            last_check: None,
+            reason: None,
+            checks: 0,
+            archived: false,
+            remove_worktree: false,
+            checkout: None,
+            builder_reopened: None,
+            head: None,
+        }
+    }
+
+    #[test]
+    fn head_is_the_branch_and_a_verdict_on_another_commit_is_stale() {
+        let (c1, c2) = ("1".repeat(40), "2".repeat(40));
+        let mut l = lane();
+        // Not read yet: the commit the lane works on stands in.
+        l.machine.commit = Some(c1.clone());
+        assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
+        l.machine.last_verdict = Some(("pass".into(), c1.clone()));
+        l.head = Some(Some(c1.clone()));
+        assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
+        // The branch moved on after the verdict.
+        l.head = Some(Some(c2.clone()));
+        assert_eq!(head_and_stale(&l), (Some(c2), true));
+        // The branch is gone.
+        l.head = Some(None);
+        assert_eq!(head_and_stale(&l), (None, true));
+        // No verdict: never stale.
+        l.machine.last_verdict = None;
+        assert_eq!(head_and_stale(&l), (None, false));
+        // The head is not stored with the lane: it is read again at start.
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(!text.contains("\"head\""), "{text}");
+        let back: Lane = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.head, None);
+    }
 }

@@ -126,6 +126,26 @@ pub fn commit_of(repo: &Path, rev: &str) -> Option<String> {
         .filter(|s| is_commit_id(s))
 }
 
+/// The commits the local branches `branches` of `repo` point at now, by
+/// branch name; a branch that does not exist (or a repository that is
+/// gone) is simply not in the map. One `git for-each-ref` for them all.
+pub fn branch_heads(repo: &Path, branches: &[String]) -> std::collections::HashMap<String, String> {
+    let mut c = git(repo);
+    c.args(["for-each-ref", "--format=%(objectname) %(refname)"]);
+    c.args(branches.iter().map(|b| format!("refs/heads/{b}")));
+    let Ok(text) = run("for-each-ref", c) else {
+        return Default::default();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let (commit, name) = l.split_once(' ')?;
+            let b = name.strip_prefix("refs/heads/")?;
+            (branches.iter().any(|x| x == b) && is_commit_id(commit))
+                .then(|| (b.to_string(), commit.to_string()))
+        })
+        .collect()
+}
+
 pub fn is_commit_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64)
         && s.bytes()
@@ -477,6 +497,23 @@ pub mod tests {
         remove_worktree(&r, &wt).unwrap();
         assert!(!wt.exists());
         delete_branch(&r, "omni/fix").unwrap();
+    }
+
+    #[test]
+    fn branch_heads_names_only_the_branches_asked_for_that_exist() {
+        let tmp = crate::testutil::TempDir::new("gith");
+        let r = repo(tmp.path());
+        let wt = tmp.path().join("wt");
+        add_worktree(&r, &wt, "omni/a", "main").unwrap();
+        std::fs::write(wt.join("a.txt"), "two\n").unwrap();
+        let (head, _) = commit_all(&wt, "lane").unwrap();
+        // omni/gone does not exist.
+        let asked: Vec<String> = ["omni/a", "omni/gone"].map(String::from).to_vec();
+        let heads = branch_heads(&r, &asked);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        assert_eq!(heads.get("omni/a"), Some(&head));
+        // A repository that is gone has no branches.
+        assert!(branch_heads(&tmp.path().join("nothing"), &asked).is_empty());
     }
 
     #[test]

@@ -202,12 +202,26 @@ fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             }
         },
     };
-    let page: Vec<&Lane> = all.iter().skip(start).take(limit).copied().collect();
+    let page: Vec<String> = all
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|l| l.id.clone())
+        .collect();
     let next = (start + page.len() < all.len())
-        .then(|| page.last().map(|l| cursor_of(l)))
+        .then(|| all.get(start + page.len() - 1).map(|l| cursor_of(l)))
         .flatten();
-    let items: Vec<Value> = page.iter().map(|l| controller::to_socket(d, l)).collect();
-    Ok(Some(json!({"lanes": items, "next_cursor": next})))
+    // Each lane's head is read from its branch before the answer.
+    let req = req.clone();
+    controller::fresh_heads(d, None, move |d| {
+        let items: Vec<Value> = page
+            .iter()
+            .filter_map(|id| d.lanes.map.get(id))
+            .map(|l| controller::to_socket(d, l))
+            .collect();
+        d.answer(req, Ok(json!({"lanes": items, "next_cursor": next})));
+    });
+    Ok(None)
 }
 
 pub fn cursor_of(l: &Lane) -> String {
@@ -239,12 +253,21 @@ fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     if !may_read_lane(d, req, &lane) {
         return Err(controller::not_found(&lane));
     }
-    let l = d
-        .lanes
-        .map
-        .get(&lane)
-        .ok_or_else(|| controller::not_found(&lane))?;
-    Ok(Some(controller::to_socket(d, l)))
+    if !d.lanes.map.contains_key(&lane) {
+        return Err(controller::not_found(&lane));
+    }
+    let req = req.clone();
+    let also = lane.clone();
+    controller::fresh_heads(d, Some(&also), move |d| {
+        let r = d
+            .lanes
+            .map
+            .get(&lane)
+            .map(|l| controller::to_socket(d, l))
+            .ok_or_else(|| controller::not_found(&lane));
+        d.answer(req, r);
+    });
+    Ok(None)
 }
 
 #[derive(Deserialize)]
