@@ -512,7 +512,8 @@ fn prompts_queue_behind_the_running_turn_up_to_32() {
     assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
     r.c.call("sessions.kill", json!({"session_id": sid}));
 
-    // stream-json: the CLI holds the prompt and runs it as a `queue` turn.
+    // stream-json: the daemon holds the prompt too, and writes it after the
+    // interrupted turn's result, as a plain prompt.
     let sid = r.spawn("sj", Some("long"));
     r.event(&sid, "turn.start");
     assert_eq!(
@@ -524,8 +525,210 @@ fn prompts_queue_behind_the_running_turn_up_to_32() {
     );
     r.c.call("sessions.interrupt", json!({"session_id": sid}));
     assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "interrupted");
-    assert_eq!(r.event(&sid, "turn.start")["data"]["mode"], "queue");
+    assert_eq!(r.event(&sid, "turn.start")["data"]["mode"], "prompt");
     assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    r.d.stop();
+}
+
+/// Issue 10 item 9: Claude Code merges lines written during a turn into one
+/// turn with one result. The fake does the same (and, with
+/// FAKE_QUEUE=separate, answers each line); either way every prompt given
+/// during a turn gets its own turn, the session comes back idle, and an
+/// interrupt in that state ends the running turn and lets the rest run.
+#[test]
+fn stream_json_prompts_queued_during_a_turn_each_get_a_turn() {
+    for mode in ["merge", "separate"] {
+        let dir = TestDir::new(&format!("sjq{mode}"));
+        let script = json!([[{"text": "one"}, {"stall": 30}]]);
+        let mut r = Rig::start(&dir, seat("sj", T::Sj, &script, &[("FAKE_QUEUE", mode)]));
+        let sid = r.spawn("sj", Some("long"));
+        r.event(&sid, "turn.start");
+        for (n, text) in ["two", "three"].iter().enumerate() {
+            let q =
+                r.c.call("sessions.input", json!({"session_id": sid, "text": text}));
+            assert_eq!(q, json!({"queued": true, "queue_length": n + 1}), "{mode}");
+        }
+        let got = r.c.call("sessions.get", json!({"session_id": sid}));
+        assert_eq!(
+            (got["state"].clone(), got["queued"].clone()),
+            (json!("running"), json!(2))
+        );
+        assert_eq!(
+            r.c.call("sessions.interrupt", json!({"session_id": sid}))["interrupted"],
+            true
+        );
+        assert_eq!(
+            r.event(&sid, "turn.end")["data"]["reason"],
+            "interrupted",
+            "{mode}"
+        );
+        for (turn, chars) in [(2, 3), (3, 5)] {
+            assert_eq!(
+                r.event(&sid, "turn.start")["data"],
+                json!({"turn": turn, "mode": "prompt", "chars": chars}),
+                "{mode}"
+            );
+            assert_eq!(
+                r.event(&sid, "turn.end")["data"]["reason"],
+                "completed",
+                "{mode}"
+            );
+        }
+        let s = r.state(&sid, "idle");
+        assert_eq!(
+            (
+                s["turn"].clone(),
+                s["can_prompt"].clone(),
+                s["queued"].clone()
+            ),
+            (json!(3), json!(true), json!(0)),
+            "{mode}"
+        );
+        let texts: Vec<Value> = r
+            .entries(&sid)
+            .into_iter()
+            .filter(|e| e["kind"] == "text")
+            .map(|e| e["text"].clone())
+            .collect();
+        assert!(texts.contains(&json!("echo: two")), "{mode}: {texts:?}");
+        assert!(texts.contains(&json!("echo: three")), "{mode}: {texts:?}");
+        r.d.stop();
+    }
+}
+
+/// The loopback Anthropic API stand-in of tests/fixtures, killed on drop.
+struct StandIn {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl StandIn {
+    fn start(replies: &[&str]) -> StandIn {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .arg(fixture("anthropic_standin.py"))
+            .arg("--die-with-stdin")
+            .args(replies)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the stand-in");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the stand-in's port");
+        let port = line.trim().parse().expect("a port on the first line");
+        StandIn { child, port }
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The real Claude Code CLI, installed by tests/fixtures/install-claude-code.sh.
+/// Missing, its tests skip, except under CI=true where they fail.
+fn claude_code() -> Option<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."));
+    let claude = target.join("claude-code/node_modules/.bin/claude");
+    if claude.exists() {
+        return Some(claude);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "Claude Code is not installed: run tests/fixtures/install-claude-code.sh"
+    );
+    println!(
+        "skipped: Claude Code is not installed; run tests/fixtures/install-claude-code.sh first"
+    );
+    None
+}
+
+/// A stream-json seat `cc` running the real CLI against `api`, with a
+/// private HOME and no traffic but to the stand-in.
+fn claude_seat(claude: &std::path::Path, api: &StandIn, home: &std::path::Path) -> String {
+    std::fs::create_dir_all(home).unwrap();
+    format!(
+        "[[seat]]\nharness = \"cc\"\ncommand = \"{}\"\ntransport = \"stream-json\"\nprovider = \"anthropic\"\nfamily = \"anthropic\"\n\
+         env = {{ ANTHROPIC_BASE_URL = 'http://127.0.0.1:{}', ANTHROPIC_API_KEY = 'dummy', HOME = '{}', \
+         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = '1', DISABLE_AUTOUPDATER = '1', DISABLE_TELEMETRY = '1', \
+         DISABLE_ERROR_REPORTING = '1' }}\n",
+        claude.display(),
+        api.port,
+        home.display()
+    )
+}
+
+/// Item 9 with the real CLI: two prompts given during a slow turn each get
+/// their own turn and answer; then an interrupt with a prompt waiting ends
+/// the turn and the waiting prompt still runs.
+#[test]
+fn real_claude_code_runs_each_queued_prompt() {
+    let Some(claude) = claude_code() else {
+        return;
+    };
+    let dir = TestDir::new("ccqueue");
+    let api = StandIn::start(&["slow:3"]);
+    let mut r = Rig::start(&dir, claude_seat(&claude, &api, &dir.join("home")));
+    let sid = r.spawn("cc", Some("first"));
+    r.event(&sid, "turn.start");
+    for text in ["second", "third"] {
+        assert_eq!(
+            r.c.call("sessions.input", json!({"session_id": sid, "text": text}))["queued"],
+            true
+        );
+    }
+    for turn in 1..=3 {
+        let end = r.event(&sid, "turn.end");
+        assert_eq!(end["data"]["reason"], "completed", "turn {turn}: {end}");
+    }
+    let s = r.state(&sid, "idle");
+    assert_eq!(
+        (s["turn"].clone(), s["can_prompt"].clone()),
+        (json!(3), json!(true))
+    );
+    let texts: Vec<Value> = r
+        .entries(&sid)
+        .into_iter()
+        .filter(|e| e["kind"] == "text")
+        .map(|e| e["text"].clone())
+        .collect();
+    assert!(texts.contains(&json!("echo: second")), "{texts:?}");
+    assert!(texts.contains(&json!("echo: third")), "{texts:?}");
+
+    // The turn.start events of turns 2 and 3 were read past above.
+    r.seen.clear();
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "SLOW one"}),
+    );
+    assert_eq!(r.event(&sid, "turn.start")["data"]["turn"], 4);
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "after"}),
+    );
+    assert_eq!(
+        r.c.call("sessions.interrupt", json!({"session_id": sid}))["interrupted"],
+        true
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "interrupted");
+    assert_eq!(r.event(&sid, "turn.start")["data"]["turn"], 5);
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    r.state(&sid, "idle");
+    let last = r.entries(&sid);
+    let texts: Vec<&Value> = last.iter().filter(|e| e["kind"] == "text").collect();
+    // The CLI folds the interrupted prompt into the next request; the
+    // answer is to "after" (the stand-in's echo), not a second slow one.
+    let answer = texts.last().and_then(|e| e["text"].as_str()).unwrap_or("");
+    assert!(
+        answer.starts_with("echo: ") && answer.ends_with("after"),
+        "{answer}"
+    );
     r.d.stop();
 }
 

@@ -823,8 +823,10 @@ fn flags(t: Transport) -> Value {
             "interrupt": true, "steer": false, "queue": false, "fork": false,
             "approvalRouting": true, "mcpPassthrough": false, "usageReporting": false,
         }),
+        // `queue` is false: the daemon holds queued prompts itself (see
+        // agents::stream_json) and never uses the CLI's own queue.
         Transport::StreamJson => json!({
-            "interrupt": true, "steer": false, "queue": true, "fork": false,
+            "interrupt": true, "steer": false, "queue": false, "fork": false,
             "approvalRouting": true, "mcpPassthrough": false, "usageReporting": true,
         }),
     }
