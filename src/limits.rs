@@ -462,6 +462,14 @@ pub const SESSIONS_ENDED_KEPT: usize = 256;
 /// operator does not count.
 pub const AGENT_STALL_DEFAULT_S: u64 = 900;
 
+/// Tool calls of the running turn whose announced title, kind and input an
+/// ACP core remembers, so that a `session/request_permission` carrying a
+/// partial toolCall is labelled from "everything the agent said about that
+/// tool call" (issue 10, item 10). Forgotten at the turn's end; past the
+/// bound the oldest is forgotten first (a request for it is then labelled
+/// from what it carries, an unknown kind ranking high).
+pub const AGENT_TOOL_CALLS_REMEMBERED: usize = 256;
+
 /// How long a stopped agent (kill, a protocol violation, a stall, a daemon
 /// stop) gets between SIGTERM and SIGKILL of its process group.
 pub const AGENT_KILL_GRACE_MS: u64 = 3_000;

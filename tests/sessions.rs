@@ -964,6 +964,49 @@ fn approvals_answered_by_a_rule_and_by_the_timeout() {
     r.d.stop();
 }
 
+/// Issue 10 item 10: `action = "execute" answer = "deny"` denies a shell
+/// command on both transports, also when the ACP agent's permission request
+/// leaves out the kind it announced in its tool_call update.
+#[test]
+fn a_rule_for_execute_denies_a_shell_command_on_both_transports() {
+    let dir = TestDir::new("execdeny");
+    let acp = json!([[{"permission": {"id": "c1", "title": "`touch x`", "kind": "execute",
+        "input": {"command": "touch x"}, "partial": true}}]]);
+    let sj = json!([[T::Sj.permission(
+        "c1",
+        "execute",
+        json!({"command": "touch x", "description": "d"})
+    )]]);
+    let rules = "[[approvals.rule]]\naction = \"execute\"\nanswer = \"deny\"\n\n";
+    let mut r = Rig::start(
+        &dir,
+        format!(
+            "{rules}{}{}",
+            seat("acp", T::Acp, &acp, &[]),
+            seat("sj", T::Sj, &sj, &[])
+        ),
+    );
+    for harness in ["acp", "sj"] {
+        let sid = r.spawn(harness, Some("go"));
+        let req = r.event(&sid, "approval.request");
+        assert_eq!(
+            (req["data"]["action"].clone(), req["data"]["risk"].clone()),
+            (json!("execute"), json!("high")),
+            "{harness}: {req}"
+        );
+        assert_eq!(
+            r.event(&sid, "approval.resolved")["data"]["decision"],
+            "deny",
+            "{harness}"
+        );
+        let a =
+            r.c.call("approvals.get", json!({"request_id": format!("{sid}-a1")}));
+        assert_eq!(a["answered_by"], "rule 1", "{harness}: {a}");
+        r.event(&sid, "turn.end");
+    }
+    r.d.stop();
+}
+
 #[test]
 fn seats_are_probed_and_the_command_line_drives_sessions() {
     let dir = TestDir::new("seatscli");

@@ -2,9 +2,12 @@
 //! from rules in the config"): the first `[[approvals.rule]]` that matches a
 //! request gives its label and, if it says so, its automatic answer; a
 //! request no rule labels gets the built-in label of its action: reads and
-//! searches low, edits (and deletes, moves) medium, execute and fetch high,
-//! anything else medium. A plugin's task request is always high: it starts
-//! an agent and runs a command; no rule labels or answers it.
+//! searches low, edits (and deletes, moves) medium, execute and fetch high.
+//! `other` (a tool whose kind no one announced, or one the daemon does not
+//! know) is high too: nothing says what the tool can do, so it must not
+//! rank below the worst a tool can do (issue 10, item 10). A plugin's task
+//! request is always high: it starts an agent and runs a command; no rule
+//! labels or answers it.
 
 use serde_json::Value;
 use std::path::Path;
@@ -30,7 +33,7 @@ pub const LANE_MERGE: Risk = Risk::High;
 pub fn default_risk(action: &str) -> Risk {
     match action {
         "read" | "search" | "think" => Risk::Low,
-        "execute" | "fetch" => Risk::High,
+        "execute" | "fetch" | "other" => Risk::High,
         _ => Risk::Medium,
     }
 }
@@ -176,6 +179,13 @@ mod tests {
                 auto: None
             }
         );
+    }
+
+    #[test]
+    fn an_unknown_kind_ranks_with_the_worst() {
+        assert_eq!(default_risk("other"), default_risk("execute"));
+        assert_eq!(default_risk("other"), Risk::High);
+        assert_eq!(default_risk("edit"), Risk::Medium);
     }
 
     #[test]
