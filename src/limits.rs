@@ -445,6 +445,14 @@ pub const APPROVAL_TIMEOUT_MAX_S: u64 = 7 * 24 * 3600;
 /// plugin by `PLUGIN_MAX_PENDING_TASKS`.
 pub const INBOX_RESOLVED_KEPT: usize = 256;
 
+/// The bytes of an approval's exact action (`target`: the command, paths,
+/// URL or input it would run on) shown in approvals.list and approvals.get
+/// and kept in the ledger: enough for any command a person reads before
+/// allowing it, while a tool input of megabytes (a whole file written)
+/// does not ride along in every list. Past it the text is cut and marked
+/// `truncated`; the whole input is in the transcript.
+pub const APPROVAL_TARGET_MAX: usize = 8 * 1024;
+
 /// Sessions one daemon holds at once, ended ones included ("200 sessions on
 /// one daemon", issue 3, with room). A spawn past it is refused with
 /// `too-many-sessions`.

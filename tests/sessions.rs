@@ -790,6 +790,161 @@ fn sessions_survive_a_daemon_restart() {
     r.d.stop();
 }
 
+/// Issue 10 items 11 and 12: the operator sees the exact command under the
+/// model-written title (socket and CLI), and the inbox's history, with it,
+/// survives a restart: list {all: true} and get of earlier ids, the request
+/// pending at the stop resolved by the daemon; an id older than the history
+/// kept in memory is read from the ledger.
+#[test]
+fn approvals_show_the_exact_action_and_outlive_a_restart() {
+    let dir = TestDir::new("apphist");
+    let ask = |cmd: &str, what: &str| {
+        json!({"permission": {"id": "c1", "name": "Bash",
+            "input": {"command": cmd, "description": what}, "description": what}})
+    };
+    let script = json!([
+        [ask("touch mock_created.txt", "create a file")],
+        [ask("rm -rf ./build\necho done", "tidy up")]
+    ]);
+    let config = seat("sj", T::Sj, &script, &[]);
+    let mut r = Rig::start(&dir, config.clone());
+    let sid = r.spawn("sj", Some("go"));
+    r.event(&sid, "approval.request");
+    let (a1, a2) = (format!("{sid}-a1"), format!("{sid}-a2"));
+    let listed = r.c.call("approvals.list", json!({}))["approvals"][0].clone();
+    assert_eq!(listed["tool"], "Bash: create a file");
+    assert_eq!(
+        listed["target"],
+        json!({"kind": "command", "text": "touch mock_created.txt", "truncated": false})
+    );
+    let sock = r.d.socket.display().to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", sock.as_str()];
+        all.extend_from_slice(args);
+        let (code, out, err) = run_cli(&all);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    let out = cli(&["approvals"]);
+    assert!(out.contains("    command: touch mock_created.txt"), "{out}");
+    r.c.call(
+        "approvals.answer",
+        json!({"request_id": a1, "decision": "allow"}),
+    );
+    r.event(&sid, "turn.end");
+    r.c.call("sessions.input", json!({"session_id": sid, "text": "more"}));
+    r.event(&sid, "approval.request");
+    let out = cli(&["approvals"]);
+    assert!(
+        out.contains("    command: rm -rf ./build\n      echo done"),
+        "{out}"
+    );
+    r.d.stop();
+
+    let mut r = Rig::start(&dir, config);
+    r.state(&sid, "idle");
+    assert_eq!(
+        r.c.call("approvals.list", json!({}))["approvals"],
+        json!([])
+    );
+    let all = r.c.call("approvals.list", json!({"all": true}))["approvals"].clone();
+    let ids: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["request_id"])
+        .collect();
+    assert_eq!(ids, [&json!(a1), &json!(a2)], "{all}");
+    let got = r.c.call("approvals.get", json!({"request_id": a1}));
+    assert_eq!(
+        (
+            got["decision"].clone(),
+            got["surface"].clone(),
+            got["tool"].clone()
+        ),
+        (
+            json!("allow"),
+            json!("socket"),
+            json!("Bash: create a file")
+        )
+    );
+    assert!(
+        got["answered_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("operator pid "),
+        "{got}"
+    );
+    assert_eq!(got["target"]["text"], "touch mock_created.txt");
+    let got = r.c.call("approvals.get", json!({"request_id": a2}));
+    assert_eq!(
+        (
+            got["state"].clone(),
+            got["decision"].clone(),
+            got["answered_by"].clone(),
+            got["delivered"].clone()
+        ),
+        (
+            json!("resolved"),
+            json!("cancel"),
+            json!("daemon: restarted"),
+            json!(false)
+        )
+    );
+    assert_eq!(got["target"]["text"], "rm -rf ./build\necho done");
+    let out = cli(&["approvals", "list", "--all"]);
+    assert!(
+        out.contains("allow by operator pid") && out.contains("cancel by daemon: restarted"),
+        "{out}"
+    );
+    assert_eq!(
+        r.c.error_code("approvals.get", json!({"request_id": format!("{sid}-a9")})),
+        "not-found"
+    );
+    r.d.stop();
+}
+
+/// The history kept in memory is bounded (256); `approvals.get` of an older
+/// id reads the ledger.
+#[test]
+fn approvals_get_reads_the_ledger_past_the_history_in_memory() {
+    let dir = TestDir::new("applong");
+    let steps: Vec<Value> = (0..260)
+        .map(|i| {
+            T::Sj.permission(
+                &format!("c{i}"),
+                "read",
+                json!({"file_path": format!("/x/{i}")}),
+            )
+        })
+        .collect();
+    let rules = "[[approvals.rule]]\naction = \"read\"\nanswer = \"deny\"\n\n";
+    let mut r = Rig::start(
+        &dir,
+        format!("{rules}{}", seat("sj", T::Sj, &json!([steps]), &[])),
+    );
+    let sid = r.spawn("sj", Some("go"));
+    r.event(&sid, "turn.end");
+    let all = r.c.call("approvals.list", json!({"all": true}))["approvals"].clone();
+    assert_eq!(all.as_array().unwrap().len(), 256);
+    assert_eq!(all[0]["request_id"], json!(format!("{sid}-a5")));
+    let first =
+        r.c.call("approvals.get", json!({"request_id": format!("{sid}-a1")}));
+    assert_eq!(
+        (
+            first["decision"].clone(),
+            first["answered_by"].clone(),
+            first["target"].clone()
+        ),
+        (
+            json!("deny"),
+            json!("rule 1"),
+            json!({"kind": "path", "text": "/x/0", "truncated": false})
+        )
+    );
+    r.d.stop();
+}
+
 #[test]
 fn a_misbehaving_agent_ends_its_turn_failed_and_the_others_go_on() {
     let dir = TestDir::new("misbehave");

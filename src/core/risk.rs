@@ -79,9 +79,15 @@ pub fn judge(rules: &[RiskRule], action: &str, tool: &str, input: &Value, worktr
 /// notebook_path, or `locations[].path`; a request naming none is not
 /// "inside" (an automatic allow needs something to check).
 pub fn inside(input: &Value, worktree: &Path) -> bool {
+    let paths = paths_of(input);
+    !paths.is_empty() && paths.iter().all(|p| confined(worktree, p))
+}
+
+/// The paths a request's input names, by the members `inside` reads.
+pub fn paths_of(input: &Value) -> Vec<&str> {
     let mut paths = Vec::new();
     collect_paths(input, &mut paths, 0);
-    !paths.is_empty() && paths.iter().all(|p| confined(worktree, p))
+    paths
 }
 
 fn collect_paths<'a>(v: &'a Value, out: &mut Vec<&'a str>, depth: usize) {

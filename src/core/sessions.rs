@@ -1576,9 +1576,9 @@ pub fn restore(d: &mut Daemon) {
     let inbox = d.inbox.clone();
     let queued = d.ledger.read(Box::new(move |conn| {
         let rows = read_live(conn);
-        let pending = approvals::read_pending(conn);
-        inbox.run(move |d| match (rows, pending) {
-            (Ok(rows), Ok(pending)) => reopen(d, rows, pending),
+        let left = approvals::read_left(conn);
+        inbox.run(move |d| match (rows, left) {
+            (Ok(rows), Ok(left)) => reopen(d, rows, left),
             (Err(e), _) | (_, Err(e)) => crate::error!(
                 "unable to read the sessions of the last run: {}",
                 e.to_string().to_lowercase()
@@ -1631,25 +1631,31 @@ fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
     rows.collect()
 }
 
-fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, pending: Vec<(String, Option<String>)>) {
+fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, left: approvals::Left) {
     // The read ran while this run already served requests: what this run
     // created (a session, a request) is live here and is not the last
     // run's.
-    let pending: Vec<(String, Option<String>)> = pending
+    let approvals::Left {
+        pending,
+        mut resolved,
+    } = left;
+    let pending: Vec<crate::core::inbox::Item> = pending
         .into_iter()
-        .filter(|(id, _)| d.core.approvals.get(id).is_none())
+        .filter(|i| d.core.approvals.get(&i.id).is_none())
         .collect();
     let rows: Vec<LiveRow> = rows
         .into_iter()
         .filter(|r| d.core.sessions.get(&r.0).is_none())
         .collect();
     // Every request pending when the daemon stopped resolves undelivered.
-    for (id, session) in pending {
+    for item in pending {
         let mut fx = Effects::default();
-        approvals::withdraw_stale(&id, session.as_deref(), &mut fx);
-        let stream = session.unwrap_or_default();
+        let stream = item.subject.session().unwrap_or_default().to_string();
+        resolved.push(approvals::withdraw_stale(item, &mut fx));
         finish_plain(d, &stream, fx);
     }
+    // The last run's history, then this run's (issue 10, item 11).
+    d.core.approvals.restore_resolved(resolved);
     for (id, harness, cwd, name, model, agent_sid, mut restored) in rows {
         let mut fx = Effects::default();
         let was_active = restored.turn_active;
