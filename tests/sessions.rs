@@ -732,6 +732,37 @@ fn real_claude_code_runs_each_queued_prompt() {
     r.d.stop();
 }
 
+/// Item 13 with the real CLI: two 429s, then an answer. The session is
+/// rate limited while the CLI waits to retry and working again after.
+#[test]
+fn real_claude_code_rate_limit_shows_and_clears() {
+    let Some(claude) = claude_code() else {
+        return;
+    };
+    let dir = TestDir::new("ccratelim");
+    let api = StandIn::start(&["429x2", "text:after the wait"]);
+    let mut r = Rig::start(&dir, claude_seat(&claude, &api, &dir.join("home")));
+    let sid = r.spawn("cc", Some("go"));
+    let mut attempts = Vec::new();
+    let cleared = loop {
+        let n = r.c.next_note("session.event");
+        let s = n["params"]["session"].clone();
+        if s["id"] != json!(sid) {
+            continue;
+        }
+        if s["status_label"] == "rate-limited" {
+            attempts.push(s["retry"]["attempt"].clone());
+        } else if !attempts.is_empty() && s["retry"].is_null() {
+            break s;
+        }
+    };
+    assert_eq!(attempts.first(), Some(&json!(1)), "{attempts:?}");
+    assert_ne!(cleared["status_label"], "rate-limited");
+    let s = r.state(&sid, "idle");
+    assert_eq!(s["end_reason"], "completed");
+    r.d.stop();
+}
+
 #[test]
 fn sessions_survive_a_daemon_restart() {
     let dir = TestDir::new("restart");
@@ -941,6 +972,65 @@ fn approvals_get_reads_the_ledger_past_the_history_in_memory() {
             json!("rule 1"),
             json!({"kind": "path", "text": "/x/0", "truncated": false})
         )
+    );
+    r.d.stop();
+}
+
+/// Issue 10 item 13: while Claude Code retries a 429 the session says it is
+/// rate limited (status label and `retry`, in a session.event), and stops
+/// saying so when output resumes. The fake replays cc-ratelimit with its
+/// recorded timing.
+#[test]
+fn a_rate_limited_session_says_so_until_output_resumes() {
+    let dir = TestDir::new("ratelim");
+    let script = json!([[{"replay": "cc-ratelimit"}]]);
+    let mut r = Rig::start(&dir, seat("sj", T::Sj, &script, &[]));
+    let sid = r.spawn("sj", Some("RATE_LIMIT please"));
+    let mut next = |r: &mut Rig| loop {
+        let n = r.c.next_note("session.event");
+        if n["params"]["session"]["id"] == sid {
+            return n["params"]["session"].clone();
+        }
+    };
+    let limited = loop {
+        let s = next(&mut r);
+        if s["status_label"] == "rate-limited" {
+            break s;
+        }
+        assert!(s["retry"].is_null(), "{s}");
+    };
+    assert_eq!(limited["status"], "working");
+    assert_eq!(
+        (
+            limited["retry"]["attempt"].clone(),
+            limited["retry"]["max_retries"].clone(),
+            limited["retry"]["error_status"].clone(),
+            limited["retry"]["error"].clone()
+        ),
+        (json!(1), json!(1), json!(429), json!("rate_limit"))
+    );
+    assert!(limited["retry"]["since"].is_string(), "{limited}");
+    let cleared = loop {
+        let s = next(&mut r);
+        if s["retry"].is_null() {
+            break s;
+        }
+    };
+    assert_ne!(cleared["status_label"], "rate-limited");
+    let s = r.state(&sid, "idle");
+    assert_eq!(
+        (s["status_label"].clone(), s["end_reason"].clone()),
+        (json!("idle"), json!("usage-limited"))
+    );
+    let texts: Vec<Value> = r
+        .entries(&sid)
+        .into_iter()
+        .filter(|e| e["kind"] == "system")
+        .map(|e| e["text"].clone())
+        .collect();
+    assert!(
+        texts.contains(&json!("API retry 1 of 1 after status 429 (rate_limit)")),
+        "{texts:?}"
     );
     r.d.stop();
 }

@@ -46,6 +46,12 @@
 //! | `subtype` `success`                                             | completed     |
 //! | the CLI exits mid-turn                                          | failed        |
 //!
+//! While the CLI retries a failed API call it prints a `system` `api_retry`
+//! line per try (cc-ratelimit; three minutes of them at its defaults): each
+//! becomes `AgentEvent::Retrying(Some(..))` (and a transcript line), and the
+//! next line that is output again (assistant, user, stream_event, result,
+//! control_request) or the CLI's exit ends it with `Retrying(None)`.
+//!
 //! Claude Code reports a 429 as `subtype: success` with `is_error: true`
 //! (cc-ratelimit), which is why `is_error` is read before `subtype`.
 //! Tokens come from the `result` (the turn's total; assistant lines carry
@@ -62,7 +68,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry,
-    PermissionRequest, SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation,
+    PermissionRequest, Retry, SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation,
     parse_line, prompt_chars,
 };
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE};
@@ -114,6 +120,8 @@ pub struct StreamJsonClient {
     permissions: HashMap<String, Value>,
     model: Option<String>,
     rate_limited: bool,
+    /// An `api_retry` line came and no output since.
+    retrying: bool,
     signed_out_reported: bool,
 }
 
@@ -252,6 +260,10 @@ impl StreamJsonClient {
         if self.closed {
             return step;
         }
+        if self.retrying {
+            self.retrying = false;
+            step.event(AgentEvent::Retrying(None));
+        }
         if self.turn_active {
             let detail = match code {
                 Some(c) => format!("the agent exited with status {c}"),
@@ -282,6 +294,15 @@ impl StreamJsonClient {
             return Err(self.violate("a line without a string type".into()));
         };
         let mut step = Step::default();
+        if self.retrying
+            && matches!(
+                kind,
+                "assistant" | "user" | "stream_event" | "result" | "control_request"
+            )
+        {
+            self.retrying = false;
+            step.event(AgentEvent::Retrying(None));
+        }
         match kind {
             "system" => self.on_system(&mut step, &msg),
             "assistant" => self.on_assistant(&mut step, &msg),
@@ -372,6 +393,15 @@ impl StreamJsonClient {
                 }
             }
             Some("api_retry") => {
+                let u = |k: &str| msg.get(k).and_then(Value::as_u64);
+                self.retrying = true;
+                step.event(AgentEvent::Retrying(Some(Retry {
+                    attempt: u("attempt").unwrap_or(0),
+                    max_retries: u("max_retries").unwrap_or(0),
+                    error_status: u("error_status"),
+                    error: msg.get("error").and_then(Value::as_str).map(String::from),
+                    retry_delay_ms: u("retry_delay_ms"),
+                })));
                 let n = |k: &str| msg.get(k).map(Value::to_string).unwrap_or_default();
                 step.event(AgentEvent::Transcript(Entry::System {
                     text: format!(
@@ -952,6 +982,39 @@ mod tests {
         assert!(events.iter().any(
             |e| matches!(e, AgentEvent::Usage(u) if u.model.as_deref() == Some("claude-sonnet-4-5"))
         ));
+    }
+
+    /// Item 13: the retry shows while the CLI retries and clears when
+    /// output resumes (here the CLI's own error message, then the result).
+    #[test]
+    fn replays_rate_limit_retrying_then_cleared() {
+        let (events, _) = replay("cc-ratelimit", &mut no_act);
+        let retries: Vec<&AgentEvent> = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Retrying(_)))
+            .collect();
+        assert_eq!(
+            retries,
+            vec![
+                &AgentEvent::Retrying(Some(Retry {
+                    attempt: 1,
+                    max_retries: 1,
+                    error_status: Some(429),
+                    error: Some("rate_limit".into()),
+                    retry_delay_ms: Some(1204)
+                })),
+                &AgentEvent::Retrying(None)
+            ]
+        );
+        let cleared = events
+            .iter()
+            .position(|e| *e == AgentEvent::Retrying(None))
+            .expect("cleared");
+        let ended = events
+            .iter()
+            .position(|e| matches!(e, AgentEvent::TurnEnded { .. }))
+            .expect("ended");
+        assert!(cleared < ended);
     }
 
     #[test]

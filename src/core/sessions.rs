@@ -41,7 +41,7 @@ use crate::agents::acp::{AcpClient, AcpConfig};
 use crate::agents::stream_json::{self, StreamJsonClient};
 use crate::agents::{
     AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
-    PermissionRequest, Step, Transport, TurnMode, Violation,
+    PermissionRequest, Retry, Step, Transport, TurnMode, Violation,
 };
 use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
 use crate::core::approvals;
@@ -143,6 +143,9 @@ pub struct Session {
     pub output_tokens: u64,
     pub last_activity_ms: Option<i64>,
     pub status_since_ms: i64,
+    /// The harness retries a failed API call (since when): shown as the
+    /// `rate-limited` (429) or `retrying` status label and `retry`.
+    pub retry: Option<(Retry, i64)>,
     pub next_request: u64,
     pub open: Vec<OpenAsk>,
     pub transcript: Transcript,
@@ -206,6 +209,25 @@ impl Session {
                 "options": [{"label": "Allow", "value": "allow"}, {"label": "Deny", "value": "deny", "reject": true}],
             })
         });
+        // seed 004: "awaiting" for awaiting_input, else the status; while
+        // the agent's harness retries a failed API call, what holds it up
+        // (issue 10, item 13).
+        let status_label = match (&self.retry, status) {
+            (Some((r, _)), "working") if r.error_status == Some(429) => "rate-limited",
+            (Some(_), "working") => "retrying",
+            (_, "awaiting_input") => "awaiting",
+            _ => status,
+        };
+        let retry = self.retry.as_ref().map(|(r, since)| {
+            json!({
+                "attempt": r.attempt,
+                "max_retries": r.max_retries,
+                "error_status": r.error_status,
+                "error": r.error,
+                "retry_delay_ms": r.retry_delay_ms,
+                "since": crate::clock::format_ts(*since),
+            })
+        });
         json!({
             "id": self.id,
             "agent": self.harness,
@@ -220,7 +242,9 @@ impl Session {
             "input_mode": "api",
             "state": self.state(),
             "status": status,
+            "status_label": status_label,
             "status_since": crate::clock::format_ts(self.status_since_ms),
+            "retry": retry,
             "turn": self.turn,
             "turn_active": self.turn_active,
             "end_reason": self.end_reason.map(EndReason::wire_name),
@@ -739,6 +763,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         output_tokens: r.as_ref().map_or(0, |r| r.output_tokens),
         last_activity_ms: Some(now),
         status_since_ms: now,
+        retry: None,
         next_request: r.as_ref().map_or(1, |r| r.next_request),
         open: Vec::new(),
         transcript: Transcript::restored(r.as_ref().map_or(0, |r| r.transcript_len)),
@@ -1103,6 +1128,7 @@ fn end_turn_state(d: &mut Daemon, sid: &str, reason: EndReason, fx: &mut Effects
     };
     s.turn_active = false;
     s.end_reason = Some(reason);
+    s.retry = None;
     if let Some(t) = s.stall_timer.take() {
         d.reactor.cancel(t);
     }
@@ -1257,6 +1283,24 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
         AgentEvent::SignIn(state) => {
             let h = s.harness.clone();
             d.core.seats.note_sign_in(&h, state);
+        }
+        AgentEvent::Retrying(retry) => {
+            if retry.is_none() && s.retry.is_none() {
+                return;
+            }
+            // The first try of a run of retries gives `since`.
+            let since = s.retry.as_ref().map_or_else(crate::clock::now_ms, |r| r.1);
+            if let Some(r) = &retry {
+                crate::info!(
+                    "session {sid}: the agent retries its API call ({} of {}, status {})",
+                    r.attempt,
+                    r.max_retries,
+                    r.error_status
+                        .map_or_else(|| "unknown".to_string(), |c| c.to_string())
+                );
+            }
+            s.retry = retry.map(|r| (r, since));
+            fx.changed = true;
         }
     }
 }
