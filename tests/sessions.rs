@@ -986,7 +986,7 @@ fn a_rate_limited_session_says_so_until_output_resumes() {
     let script = json!([[{"replay": "cc-ratelimit"}]]);
     let mut r = Rig::start(&dir, seat("sj", T::Sj, &script, &[]));
     let sid = r.spawn("sj", Some("RATE_LIMIT please"));
-    let mut next = |r: &mut Rig| loop {
+    let next = |r: &mut Rig| loop {
         let n = r.c.next_note("session.event");
         if n["params"]["session"]["id"] == sid {
             return n["params"]["session"].clone();
