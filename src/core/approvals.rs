@@ -15,6 +15,14 @@
 //! id. [`deliver`] tells the owner: the agent through its transport, the
 //! plugin through `plugins::tasks::on_answer`.
 //!
+//! Every item's ledger row carries what its history needs (issue 10, items
+//! 11 and 12): an agent request's exact action (`inbox::Target`), a plugin
+//! task's plugin and summary. At start [`read_left`] gives the last run's
+//! pending requests (withdrawn, [`withdraw_stale`]) and its newest
+//! `limits::INBOX_RESOLVED_KEPT` resolved ones, which go back into the
+//! inbox's history; `approvals.get` of an older id reads the row
+//! ([`read_one`]).
+//!
 //! Integration point for another kind of request: add a `Subject` variant
 //! in `core::inbox`, create items with `Inbox::add` plus [`persist`] and
 //! [`arm_expiry`], and add an arm to [`deliver`] that tells the owner.
