@@ -462,6 +462,14 @@ pub const APPROVAL_TIMEOUT_MAX_S: u64 = 7 * 24 * 3600;
 /// plugin by `PLUGIN_MAX_PENDING_TASKS`.
 pub const INBOX_RESOLVED_KEPT: usize = 256;
 
+/// The bytes of an approval's exact action (`target`: the command, paths,
+/// URL or input it would run on) shown in approvals.list and approvals.get
+/// and kept in the ledger: enough for any command a person reads before
+/// allowing it, while a tool input of megabytes (a whole file written)
+/// does not ride along in every list. Past it the text is cut and marked
+/// `truncated`; the whole input is in the transcript.
+pub const APPROVAL_TARGET_MAX: usize = 8 * 1024;
+
 /// Sessions one daemon holds at once, ended ones included ("200 sessions on
 /// one daemon", issue 3, with room). A spawn past it is refused with
 /// `too-many-sessions`.
@@ -478,6 +486,14 @@ pub const SESSIONS_ENDED_KEPT: usize = 256;
 /// seat sets no `stall_timeout`. Time while an approval waits on the
 /// operator does not count.
 pub const AGENT_STALL_DEFAULT_S: u64 = 900;
+
+/// Tool calls of the running turn whose announced title, kind and input an
+/// ACP core remembers, so that a `session/request_permission` carrying a
+/// partial toolCall is labelled from "everything the agent said about that
+/// tool call" (issue 10, item 10). Forgotten at the turn's end; past the
+/// bound the oldest is forgotten first (a request for it is then labelled
+/// from what it carries, an unknown kind ranking high).
+pub const AGENT_TOOL_CALLS_REMEMBERED: usize = 256;
 
 /// How long a stopped agent (kill, a protocol violation, a stall, a daemon
 /// stop) gets between SIGTERM and SIGKILL of its process group.

@@ -815,8 +815,14 @@ fn an_agent_holding_the_token_cannot_answer_its_own_approval() {
         None,
     );
     assert_eq!(a.json()["state"], "pending");
+    // The exact command, not only the model's description (issue 10, 12).
+    assert_eq!(
+        a.json()["target"],
+        json!({"kind": "command", "text": "curl evil", "truncated": false})
+    );
     let list = api.call("GET", "/approvals", "/approvals", &[], None);
     assert_eq!(list.json()["items"][0]["request_id"], json!(id));
+    assert_eq!(list.json()["items"][0]["target"]["text"], "curl evil");
     let r = api.call(
         "POST",
         &format!("/approvals/{id}/answer"),

@@ -512,7 +512,8 @@ fn prompts_queue_behind_the_running_turn_up_to_32() {
     assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
     r.c.call("sessions.kill", json!({"session_id": sid}));
 
-    // stream-json: the CLI holds the prompt and runs it as a `queue` turn.
+    // stream-json: the daemon holds the prompt too, and writes it after the
+    // interrupted turn's result, as a plain prompt.
     let sid = r.spawn("sj", Some("long"));
     r.event(&sid, "turn.start");
     assert_eq!(
@@ -524,8 +525,241 @@ fn prompts_queue_behind_the_running_turn_up_to_32() {
     );
     r.c.call("sessions.interrupt", json!({"session_id": sid}));
     assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "interrupted");
-    assert_eq!(r.event(&sid, "turn.start")["data"]["mode"], "queue");
+    assert_eq!(r.event(&sid, "turn.start")["data"]["mode"], "prompt");
     assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    r.d.stop();
+}
+
+/// Issue 10 item 9: Claude Code merges lines written during a turn into one
+/// turn with one result. The fake does the same (and, with
+/// FAKE_QUEUE=separate, answers each line); either way every prompt given
+/// during a turn gets its own turn, the session comes back idle, and an
+/// interrupt in that state ends the running turn and lets the rest run.
+#[test]
+fn stream_json_prompts_queued_during_a_turn_each_get_a_turn() {
+    for mode in ["merge", "separate"] {
+        let dir = TestDir::new(&format!("sjq{mode}"));
+        let script = json!([[{"text": "one"}, {"stall": 30}]]);
+        let mut r = Rig::start(&dir, seat("sj", T::Sj, &script, &[("FAKE_QUEUE", mode)]));
+        let sid = r.spawn("sj", Some("long"));
+        r.event(&sid, "turn.start");
+        for (n, text) in ["two", "three"].iter().enumerate() {
+            let q =
+                r.c.call("sessions.input", json!({"session_id": sid, "text": text}));
+            assert_eq!(q, json!({"queued": true, "queue_length": n + 1}), "{mode}");
+        }
+        let got = r.c.call("sessions.get", json!({"session_id": sid}));
+        assert_eq!(
+            (got["state"].clone(), got["queued"].clone()),
+            (json!("running"), json!(2))
+        );
+        assert_eq!(
+            r.c.call("sessions.interrupt", json!({"session_id": sid}))["interrupted"],
+            true
+        );
+        assert_eq!(
+            r.event(&sid, "turn.end")["data"]["reason"],
+            "interrupted",
+            "{mode}"
+        );
+        for (turn, chars) in [(2, 3), (3, 5)] {
+            assert_eq!(
+                r.event(&sid, "turn.start")["data"],
+                json!({"turn": turn, "mode": "prompt", "chars": chars}),
+                "{mode}"
+            );
+            assert_eq!(
+                r.event(&sid, "turn.end")["data"]["reason"],
+                "completed",
+                "{mode}"
+            );
+        }
+        let s = r.state(&sid, "idle");
+        assert_eq!(
+            (
+                s["turn"].clone(),
+                s["can_prompt"].clone(),
+                s["queued"].clone()
+            ),
+            (json!(3), json!(true), json!(0)),
+            "{mode}"
+        );
+        let texts: Vec<Value> = r
+            .entries(&sid)
+            .into_iter()
+            .filter(|e| e["kind"] == "text")
+            .map(|e| e["text"].clone())
+            .collect();
+        assert!(texts.contains(&json!("echo: two")), "{mode}: {texts:?}");
+        assert!(texts.contains(&json!("echo: three")), "{mode}: {texts:?}");
+        r.d.stop();
+    }
+}
+
+/// The loopback Anthropic API stand-in of tests/fixtures, killed on drop.
+struct StandIn {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl StandIn {
+    fn start(replies: &[&str]) -> StandIn {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .arg(fixture("anthropic_standin.py"))
+            .arg("--die-with-stdin")
+            .args(replies)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the stand-in");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the stand-in's port");
+        let port = line.trim().parse().expect("a port on the first line");
+        StandIn { child, port }
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The real Claude Code CLI, installed by tests/fixtures/install-claude-code.sh.
+/// Missing, its tests skip, except under CI=true where they fail.
+fn claude_code() -> Option<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."));
+    let claude = target.join("claude-code/node_modules/.bin/claude");
+    if claude.exists() {
+        return Some(claude);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "Claude Code is not installed: run tests/fixtures/install-claude-code.sh"
+    );
+    println!(
+        "skipped: Claude Code is not installed; run tests/fixtures/install-claude-code.sh first"
+    );
+    None
+}
+
+/// A stream-json seat `cc` running the real CLI against `api`, with a
+/// private HOME and no traffic but to the stand-in.
+fn claude_seat(claude: &std::path::Path, api: &StandIn, home: &std::path::Path) -> String {
+    std::fs::create_dir_all(home).unwrap();
+    format!(
+        "[[seat]]\nharness = \"cc\"\ncommand = \"{}\"\ntransport = \"stream-json\"\nprovider = \"anthropic\"\nfamily = \"anthropic\"\n\
+         env = {{ ANTHROPIC_BASE_URL = 'http://127.0.0.1:{}', ANTHROPIC_API_KEY = 'dummy', HOME = '{}', \
+         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = '1', DISABLE_AUTOUPDATER = '1', DISABLE_TELEMETRY = '1', \
+         DISABLE_ERROR_REPORTING = '1' }}\n",
+        claude.display(),
+        api.port,
+        home.display()
+    )
+}
+
+/// Item 9 with the real CLI: two prompts given during a slow turn each get
+/// their own turn and answer; then an interrupt with a prompt waiting ends
+/// the turn and the waiting prompt still runs.
+#[test]
+fn real_claude_code_runs_each_queued_prompt() {
+    let Some(claude) = claude_code() else {
+        return;
+    };
+    let dir = TestDir::new("ccqueue");
+    let api = StandIn::start(&["slow:3"]);
+    let mut r = Rig::start(&dir, claude_seat(&claude, &api, &dir.join("home")));
+    let sid = r.spawn("cc", Some("first"));
+    r.event(&sid, "turn.start");
+    for text in ["second", "third"] {
+        assert_eq!(
+            r.c.call("sessions.input", json!({"session_id": sid, "text": text}))["queued"],
+            true
+        );
+    }
+    for turn in 1..=3 {
+        let end = r.event(&sid, "turn.end");
+        assert_eq!(end["data"]["reason"], "completed", "turn {turn}: {end}");
+    }
+    let s = r.state(&sid, "idle");
+    assert_eq!(
+        (s["turn"].clone(), s["can_prompt"].clone()),
+        (json!(3), json!(true))
+    );
+    let texts: Vec<Value> = r
+        .entries(&sid)
+        .into_iter()
+        .filter(|e| e["kind"] == "text")
+        .map(|e| e["text"].clone())
+        .collect();
+    assert!(texts.contains(&json!("echo: second")), "{texts:?}");
+    assert!(texts.contains(&json!("echo: third")), "{texts:?}");
+
+    // The turn.start events of turns 2 and 3 were read past above.
+    r.seen.clear();
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "SLOW one"}),
+    );
+    assert_eq!(r.event(&sid, "turn.start")["data"]["turn"], 4);
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "after"}),
+    );
+    assert_eq!(
+        r.c.call("sessions.interrupt", json!({"session_id": sid}))["interrupted"],
+        true
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "interrupted");
+    assert_eq!(r.event(&sid, "turn.start")["data"]["turn"], 5);
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    r.state(&sid, "idle");
+    let last = r.entries(&sid);
+    let texts: Vec<&Value> = last.iter().filter(|e| e["kind"] == "text").collect();
+    // The CLI folds the interrupted prompt into the next request; the
+    // answer is to "after" (the stand-in's echo), not a second slow one.
+    let answer = texts.last().and_then(|e| e["text"].as_str()).unwrap_or("");
+    assert!(
+        answer.starts_with("echo: ") && answer.ends_with("after"),
+        "{answer}"
+    );
+    r.d.stop();
+}
+
+/// Item 13 with the real CLI: two 429s, then an answer. The session is
+/// rate limited while the CLI waits to retry and working again after.
+#[test]
+fn real_claude_code_rate_limit_shows_and_clears() {
+    let Some(claude) = claude_code() else {
+        return;
+    };
+    let dir = TestDir::new("ccratelim");
+    let api = StandIn::start(&["429x2", "text:after the wait"]);
+    let mut r = Rig::start(&dir, claude_seat(&claude, &api, &dir.join("home")));
+    let sid = r.spawn("cc", Some("go"));
+    let mut attempts = Vec::new();
+    let cleared = loop {
+        let n = r.c.next_note("session.event");
+        let s = n["params"]["session"].clone();
+        if s["id"] != json!(sid) {
+            continue;
+        }
+        if s["status_label"] == "rate-limited" {
+            attempts.push(s["retry"]["attempt"].clone());
+        } else if !attempts.is_empty() && s["retry"].is_null() {
+            break s;
+        }
+    };
+    assert_eq!(attempts.first(), Some(&json!(1)), "{attempts:?}");
+    assert_ne!(cleared["status_label"], "rate-limited");
+    let s = r.state(&sid, "idle");
+    assert_eq!(s["end_reason"], "completed");
     r.d.stop();
 }
 
@@ -584,6 +818,220 @@ fn sessions_survive_a_daemon_restart() {
         sj_agent_sid
     );
     assert!(!r.kinds(&s).contains(&"session.end".to_string()));
+    r.d.stop();
+}
+
+/// Issue 10 items 11 and 12: the operator sees the exact command under the
+/// model-written title (socket and CLI), and the inbox's history, with it,
+/// survives a restart: list {all: true} and get of earlier ids, the request
+/// pending at the stop resolved by the daemon; an id older than the history
+/// kept in memory is read from the ledger.
+#[test]
+fn approvals_show_the_exact_action_and_outlive_a_restart() {
+    let dir = TestDir::new("apphist");
+    let ask = |cmd: &str, what: &str| {
+        json!({"permission": {"id": "c1", "name": "Bash",
+            "input": {"command": cmd, "description": what}, "description": what}})
+    };
+    let script = json!([
+        [ask("touch mock_created.txt", "create a file")],
+        [ask("rm -rf ./build\necho done", "tidy up")]
+    ]);
+    let config = seat("sj", T::Sj, &script, &[]);
+    let mut r = Rig::start(&dir, config.clone());
+    let sid = r.spawn("sj", Some("go"));
+    r.event(&sid, "approval.request");
+    let (a1, a2) = (format!("{sid}-a1"), format!("{sid}-a2"));
+    let listed = r.c.call("approvals.list", json!({}))["approvals"][0].clone();
+    assert_eq!(listed["tool"], "Bash: create a file");
+    assert_eq!(
+        listed["target"],
+        json!({"kind": "command", "text": "touch mock_created.txt", "truncated": false})
+    );
+    let sock = r.d.socket.display().to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", sock.as_str()];
+        all.extend_from_slice(args);
+        let (code, out, err) = run_cli(&all);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    let out = cli(&["approvals"]);
+    assert!(out.contains("    command: touch mock_created.txt"), "{out}");
+    r.c.call(
+        "approvals.answer",
+        json!({"request_id": a1, "decision": "allow"}),
+    );
+    r.event(&sid, "turn.end");
+    r.c.call("sessions.input", json!({"session_id": sid, "text": "more"}));
+    r.event(&sid, "approval.request");
+    let out = cli(&["approvals"]);
+    assert!(
+        out.contains("    command: rm -rf ./build\n      echo done"),
+        "{out}"
+    );
+    r.d.stop();
+
+    let mut r = Rig::start(&dir, config);
+    r.state(&sid, "idle");
+    assert_eq!(
+        r.c.call("approvals.list", json!({}))["approvals"],
+        json!([])
+    );
+    let all = r.c.call("approvals.list", json!({"all": true}))["approvals"].clone();
+    let ids: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["request_id"])
+        .collect();
+    assert_eq!(ids, [&json!(a1), &json!(a2)], "{all}");
+    let got = r.c.call("approvals.get", json!({"request_id": a1}));
+    assert_eq!(
+        (
+            got["decision"].clone(),
+            got["surface"].clone(),
+            got["tool"].clone()
+        ),
+        (
+            json!("allow"),
+            json!("socket"),
+            json!("Bash: create a file")
+        )
+    );
+    assert!(
+        got["answered_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("operator pid "),
+        "{got}"
+    );
+    assert_eq!(got["target"]["text"], "touch mock_created.txt");
+    let got = r.c.call("approvals.get", json!({"request_id": a2}));
+    assert_eq!(
+        (
+            got["state"].clone(),
+            got["decision"].clone(),
+            got["answered_by"].clone(),
+            got["delivered"].clone()
+        ),
+        (
+            json!("resolved"),
+            json!("cancel"),
+            json!("daemon: restarted"),
+            json!(false)
+        )
+    );
+    assert_eq!(got["target"]["text"], "rm -rf ./build\necho done");
+    let out = cli(&["approvals", "list", "--all"]);
+    assert!(
+        out.contains("allow by operator pid") && out.contains("cancel by daemon: restarted"),
+        "{out}"
+    );
+    assert_eq!(
+        r.c.error_code("approvals.get", json!({"request_id": format!("{sid}-a9")})),
+        "not-found"
+    );
+    r.d.stop();
+}
+
+/// The history kept in memory is bounded (256); `approvals.get` of an older
+/// id reads the ledger.
+#[test]
+fn approvals_get_reads_the_ledger_past_the_history_in_memory() {
+    let dir = TestDir::new("applong");
+    let steps: Vec<Value> = (0..260)
+        .map(|i| {
+            T::Sj.permission(
+                &format!("c{i}"),
+                "read",
+                json!({"file_path": format!("/x/{i}")}),
+            )
+        })
+        .collect();
+    let rules = "[[approvals.rule]]\naction = \"read\"\nanswer = \"deny\"\n\n";
+    let mut r = Rig::start(
+        &dir,
+        format!("{rules}{}", seat("sj", T::Sj, &json!([steps]), &[])),
+    );
+    let sid = r.spawn("sj", Some("go"));
+    r.event(&sid, "turn.end");
+    let all = r.c.call("approvals.list", json!({"all": true}))["approvals"].clone();
+    assert_eq!(all.as_array().unwrap().len(), 256);
+    assert_eq!(all[0]["request_id"], json!(format!("{sid}-a5")));
+    let first =
+        r.c.call("approvals.get", json!({"request_id": format!("{sid}-a1")}));
+    assert_eq!(
+        (
+            first["decision"].clone(),
+            first["answered_by"].clone(),
+            first["target"].clone()
+        ),
+        (
+            json!("deny"),
+            json!("rule 1"),
+            json!({"kind": "path", "text": "/x/0", "truncated": false})
+        )
+    );
+    r.d.stop();
+}
+
+/// Issue 10 item 13: while Claude Code retries a 429 the session says it is
+/// rate limited (status label and `retry`, in a session.event), and stops
+/// saying so when output resumes. The fake replays cc-ratelimit with its
+/// recorded timing.
+#[test]
+fn a_rate_limited_session_says_so_until_output_resumes() {
+    let dir = TestDir::new("ratelim");
+    let script = json!([[{"replay": "cc-ratelimit"}]]);
+    let mut r = Rig::start(&dir, seat("sj", T::Sj, &script, &[]));
+    let sid = r.spawn("sj", Some("RATE_LIMIT please"));
+    let next = |r: &mut Rig| loop {
+        let n = r.c.next_note("session.event");
+        if n["params"]["session"]["id"] == sid {
+            return n["params"]["session"].clone();
+        }
+    };
+    let limited = loop {
+        let s = next(&mut r);
+        if s["status_label"] == "rate-limited" {
+            break s;
+        }
+        assert!(s["retry"].is_null(), "{s}");
+    };
+    assert_eq!(limited["status"], "working");
+    assert_eq!(
+        (
+            limited["retry"]["attempt"].clone(),
+            limited["retry"]["max_retries"].clone(),
+            limited["retry"]["error_status"].clone(),
+            limited["retry"]["error"].clone()
+        ),
+        (json!(1), json!(1), json!(429), json!("rate_limit"))
+    );
+    assert!(limited["retry"]["since"].is_string(), "{limited}");
+    let cleared = loop {
+        let s = next(&mut r);
+        if s["retry"].is_null() {
+            break s;
+        }
+    };
+    assert_ne!(cleared["status_label"], "rate-limited");
+    let s = r.state(&sid, "idle");
+    assert_eq!(
+        (s["status_label"].clone(), s["end_reason"].clone()),
+        (json!("idle"), json!("usage-limited"))
+    );
+    let texts: Vec<Value> = r
+        .entries(&sid)
+        .into_iter()
+        .filter(|e| e["kind"] == "system")
+        .map(|e| e["text"].clone())
+        .collect();
+    assert!(
+        texts.contains(&json!("API retry 1 of 1 after status 429 (rate_limit)")),
+        "{texts:?}"
+    );
     r.d.stop();
 }
 
@@ -758,6 +1206,49 @@ fn approvals_answered_by_a_rule_and_by_the_timeout() {
         json!({"requestId": format!("{sid}-a1"), "decision": "cancel", "delivered": false})
     );
     r.event(&sid, "turn.end");
+    r.d.stop();
+}
+
+/// Issue 10 item 10: `action = "execute" answer = "deny"` denies a shell
+/// command on both transports, also when the ACP agent's permission request
+/// leaves out the kind it announced in its tool_call update.
+#[test]
+fn a_rule_for_execute_denies_a_shell_command_on_both_transports() {
+    let dir = TestDir::new("execdeny");
+    let acp = json!([[{"permission": {"id": "c1", "title": "`touch x`", "kind": "execute",
+        "input": {"command": "touch x"}, "partial": true}}]]);
+    let sj = json!([[T::Sj.permission(
+        "c1",
+        "execute",
+        json!({"command": "touch x", "description": "d"})
+    )]]);
+    let rules = "[[approvals.rule]]\naction = \"execute\"\nanswer = \"deny\"\n\n";
+    let mut r = Rig::start(
+        &dir,
+        format!(
+            "{rules}{}{}",
+            seat("acp", T::Acp, &acp, &[]),
+            seat("sj", T::Sj, &sj, &[])
+        ),
+    );
+    for harness in ["acp", "sj"] {
+        let sid = r.spawn(harness, Some("go"));
+        let req = r.event(&sid, "approval.request");
+        assert_eq!(
+            (req["data"]["action"].clone(), req["data"]["risk"].clone()),
+            (json!("execute"), json!("high")),
+            "{harness}: {req}"
+        );
+        assert_eq!(
+            r.event(&sid, "approval.resolved")["data"]["decision"],
+            "deny",
+            "{harness}"
+        );
+        let a =
+            r.c.call("approvals.get", json!({"request_id": format!("{sid}-a1")}));
+        assert_eq!(a["answered_by"], "rule 1", "{harness}: {a}");
+        r.event(&sid, "turn.end");
+    }
     r.d.stop();
 }
 

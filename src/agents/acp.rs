@@ -15,6 +15,14 @@
 //!   ends; their turn.start mode is `prompt`, since the agent never saw them
 //!   queued (the recorded example agent fails the running prompt with -32603
 //!   when a second arrives, so a second is never sent);
+//! - approval labels from everything the agent said about a tool call: the
+//!   title, kind and rawInput announced in `tool_call` and
+//!   `tool_call_update` updates of the running turn are remembered by
+//!   toolCallId (at most `limits::AGENT_TOOL_CALLS_REMEMBERED`), and a
+//!   `session/request_permission` whose toolCall leaves one out (adapters
+//!   such as claude-code-acp send it without `kind`) takes it from there;
+//!   what the request itself carries wins. A kind no one announced stays
+//!   `other`, which the risk gate ranks high;
 //! - interrupt: session/cancel, then every open permission answered
 //!   `cancelled`; the turn ends `interrupted` whatever the agent answers
 //!   (the recorded example agent answers `end_turn` when cancelled while a
@@ -61,7 +69,7 @@ use super::{
     OptionKind, PermissionOption, PermissionRequest, SignInState, Step, ToolEntry, ToolStatus,
     TurnMode, Usage, Violation, parse_line, prompt_chars,
 };
-use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE};
+use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE, AGENT_TOOL_CALLS_REMEMBERED};
 
 /// The protocol version we speak.
 const PROTOCOL_VERSION: u64 = 1;
@@ -103,6 +111,14 @@ enum AgentRequestKind {
     FsWrite,
 }
 
+/// What the agent announced about one tool call of the running turn.
+#[derive(Debug, Default)]
+struct ToolFacts {
+    title: Option<String>,
+    kind: Option<ActionKind>,
+    input: Option<Value>,
+}
+
 #[derive(Debug)]
 struct AgentRequest {
     id: Value,
@@ -125,6 +141,10 @@ pub struct AcpClient {
     interrupting: bool,
     queue: VecDeque<String>,
     agent_requests: HashMap<String, AgentRequest>,
+    /// Tool calls of the running turn by toolCallId, and their order of
+    /// arrival (oldest first) for the bound.
+    tool_calls: HashMap<String, ToolFacts>,
+    tool_order: VecDeque<String>,
 }
 
 impl AcpClient {
@@ -142,6 +162,8 @@ impl AcpClient {
             interrupting: false,
             queue: VecDeque::new(),
             agent_requests: HashMap::new(),
+            tool_calls: HashMap::new(),
+            tool_order: VecDeque::new(),
         }
     }
 
@@ -597,9 +619,35 @@ impl AcpClient {
         Ok(())
     }
 
+    /// Adds what `t` says about its tool call to what is known of it.
+    fn remember_tool(&mut self, t: &ToolEntry) {
+        if !self.tool_calls.contains_key(&t.id) {
+            if self.tool_order.len() >= AGENT_TOOL_CALLS_REMEMBERED
+                && let Some(old) = self.tool_order.pop_front()
+            {
+                self.tool_calls.remove(&old);
+            }
+            self.tool_order.push_back(t.id.clone());
+        }
+        let facts = self.tool_calls.entry(t.id.clone()).or_default();
+        if t.title.is_some() {
+            facts.title.clone_from(&t.title);
+        }
+        // `other` says nothing more than no kind: it does not hide a kind
+        // announced before.
+        if t.kind.is_some_and(|k| k != ActionKind::Other) || facts.kind.is_none() {
+            facts.kind = t.kind.or(facts.kind);
+        }
+        if t.input.is_some() {
+            facts.input.clone_from(&t.input);
+        }
+    }
+
     fn end_turn(&mut self, step: &mut Step, reason: EndReason, detail: Option<String>) {
         self.prompt_in_flight = None;
         self.interrupting = false;
+        self.tool_calls.clear();
+        self.tool_order.clear();
         self.close_requests(step);
         step.event(AgentEvent::Transcript(Entry::TurnEnd { reason }));
         step.event(AgentEvent::TurnEnded { reason, detail });
@@ -668,22 +716,25 @@ impl AcpClient {
                     write_result(step, &id, json!({"outcome": {"outcome": "cancelled"}}));
                     return Ok(());
                 }
+                // The request's toolCall is a ToolCallUpdate: what it
+                // carries is the newest word on the call, and the rest comes
+                // from the call's announcements (module comment).
+                let tool_call_id = tool
+                    .get("toolCallId")
+                    .and_then(Value::as_str)
+                    .map(String::from);
+                if let Some(entry) = tool_entry(&tool) {
+                    self.remember_tool(&entry);
+                }
+                let known = tool_call_id.as_ref().and_then(|id| self.tool_calls.get(id));
                 let request = PermissionRequest {
                     agent_request_key: key.clone(),
-                    tool_call_id: tool
-                        .get("toolCallId")
-                        .and_then(Value::as_str)
-                        .map(String::from),
-                    title: tool
-                        .get("title")
-                        .and_then(Value::as_str)
-                        .unwrap_or("permission")
-                        .to_string(),
-                    action: tool
-                        .get("kind")
-                        .and_then(Value::as_str)
-                        .map_or(ActionKind::Other, ActionKind::from_acp),
-                    input: tool.get("rawInput").cloned().unwrap_or(Value::Null),
+                    title: known
+                        .and_then(|k| k.title.clone())
+                        .unwrap_or_else(|| "permission".to_string()),
+                    action: known.and_then(|k| k.kind).unwrap_or(ActionKind::Other),
+                    input: known.and_then(|k| k.input.clone()).unwrap_or(Value::Null),
+                    tool_call_id,
                     options: options.clone(),
                 };
                 self.agent_requests.insert(
@@ -765,7 +816,10 @@ impl AcpClient {
         let entry = match update.get("sessionUpdate").and_then(Value::as_str) {
             Some("agent_message_chunk") => text().map(|text| Entry::Text { text }),
             Some("agent_thought_chunk") => text().map(|text| Entry::Thinking { text }),
-            Some("tool_call") | Some("tool_call_update") => tool_entry(update).map(Entry::Tool),
+            Some("tool_call") | Some("tool_call_update") => tool_entry(update).map(|t| {
+                self.remember_tool(&t);
+                Entry::Tool(t)
+            }),
             Some("plan") => Some(Entry::System {
                 text: render_plan(update),
             }),
@@ -1175,6 +1229,47 @@ mod tests {
         c.on_line(br#"{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}"#)
             .expect("new");
         c
+    }
+
+    /// Issue 10 item 10: claude-code-acp announces `kind: execute` in its
+    /// tool_call update and asks with a toolCall that has no kind or title.
+    #[test]
+    fn a_partial_permission_request_takes_what_the_call_announced() {
+        let mut c = ready_client();
+        c.prompt("go".into()).expect("prompt");
+        c.on_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call","toolCallId":"t1","title":"`rm -rf build`","kind":"execute","status":"pending","rawInput":{"command":"rm -rf build"}}}}"#)
+            .expect("update");
+        c.on_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call_update","toolCallId":"t1","kind":"other"}}}"#)
+            .expect("update");
+        let s = c
+            .on_line(br#"{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t1"},"options":[]}}"#)
+            .expect("request");
+        let p = s
+            .events
+            .iter()
+            .find_map(|e| match e {
+                AgentEvent::PermissionRequest(p) => Some(p.clone()),
+                _ => None,
+            })
+            .expect("a permission request");
+        assert_eq!(p.action, ActionKind::Execute, "`other` hides no kind");
+        assert_eq!(p.title, "`rm -rf build`");
+        assert_eq!(p.input, json!({"command": "rm -rf build"}));
+        // What the request carries wins; a call never announced is `other`.
+        let s = c
+            .on_line(br#"{"jsonrpc":"2.0","id":8,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t1","title":"Run it","rawInput":{"command":"ls"}},"options":[]}}"#)
+            .expect("request");
+        assert!(s.events.iter().any(|e| matches!(e, AgentEvent::PermissionRequest(p)
+            if p.title == "Run it" && p.input == json!({"command": "ls"}) && p.action == ActionKind::Execute)));
+        let s = c
+            .on_line(br#"{"jsonrpc":"2.0","id":9,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t2"},"options":[]}}"#)
+            .expect("request");
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, AgentEvent::PermissionRequest(p)
+            if p.action == ActionKind::Other && p.title == "permission"))
+        );
     }
 
     fn end_reason_for(answer: &str) -> (EndReason, Option<String>) {

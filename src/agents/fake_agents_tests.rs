@@ -366,7 +366,7 @@ fn queue() {
     };
     f.drive(&mut c, &mut ev, &mut react, &ended_n(2))
         .expect("no violation");
-    assert_eq!(modes(&ev), vec![TurnMode::Prompt, TurnMode::Queue]);
+    assert_eq!(modes(&ev), vec![TurnMode::Prompt, TurnMode::Prompt]);
     assert_eq!(ends(&ev), vec![EndReason::Completed, EndReason::Completed]);
     assert!(ev.contains(&AgentEvent::Transcript(Entry::Text { text: "two".into() })));
 }

@@ -286,6 +286,19 @@ pub enum FsRequest {
     },
 }
 
+/// The agent's harness retries a failed model API call itself (Claude Code's
+/// `system` `api_retry` line, cc-ratelimit): which try comes next and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    pub attempt: u64,
+    pub max_retries: u64,
+    /// The HTTP status that failed the call (429 when rate limited).
+    pub error_status: Option<u64>,
+    /// The harness's word for the failure (`rate_limit`, ...).
+    pub error: Option<String>,
+    pub retry_delay_ms: Option<u64>,
+}
+
 /// What the daemon learns from the agent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
@@ -321,6 +334,10 @@ pub enum AgentEvent {
     },
     Usage(Usage),
     SignIn(SignInState),
+    /// Some: the harness is retrying a failed API call and the turn makes
+    /// no progress until it succeeds; None: output resumed (or the turn
+    /// ended), the retrying is over.
+    Retrying(Option<Retry>),
 }
 
 /// The result of every call into a core: what happened, and the lines to

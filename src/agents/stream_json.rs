@@ -6,11 +6,19 @@
 //!
 //! What the core owns:
 //! - prompts in as `{"type":"user","message":{"role":"user","content":..},
-//!   "parent_tool_use_id":null}`. The CLI queues a prompt written while it
-//!   is busy and runs it after the current `result` (cc-queue), so the core
-//!   writes it at once and reports its turn as turn.start mode `queue` when
-//!   that result arrives; it counts such prompts against
-//!   `limits::AGENT_PROMPT_QUEUE`.
+//!   "parent_tool_use_id":null}`, exactly one in flight. A prompt given while
+//!   a turn runs waits in the core's queue (`limits::AGENT_PROMPT_QUEUE`) and
+//!   is written when the turn's `result` arrives; its turn.start mode is
+//!   `prompt`, since the CLI never saw it queued. The CLI has a queue of its
+//!   own, but Claude Code 2.1.328 merges every user line written during a
+//!   turn into one next turn with one `result` (cc-queue-merge: three
+//!   prompts, two results), while an older or other build may answer each
+//!   separately (cc-queue); counting results against prompts written cannot
+//!   tell the two apart, and guessing wrong files later output under the
+//!   wrong turn for ever. Holding the queue here makes both behave alike.
+//!   Queued prompts outlive an interrupt (the CLI itself runs its queued
+//!   lines after one, cc-queue-interrupt): interrupt stops a turn, not the
+//!   session's plan, as for ACP;
 //! - the session id from the `system` `init` line (repeated at every turn;
 //!   reported once) and `resume_args` for reopening it after a restart;
 //! - transcript from the complete `assistant` and `user` lines. `stream_event`
@@ -22,6 +30,11 @@
 //!   CLI get an error answer: we serve none of them;
 //! - interrupt: a `control_request` `interrupt` with our own id (`int-N`);
 //!   its `control_response` is checked. Open permissions are answered deny.
+//!   The CLI acknowledges but ignores an interrupt that arrives after a
+//!   prompt line and before it has begun that turn (seen with 2.1.328: the
+//!   turn then runs to its end), so an interrupt asked for before the turn's
+//!   `system` `init` line is held and written when that line arrives; a
+//!   turn that ends without one ends `interrupted` all the same.
 //!
 //! Turn end reasons, from the `result` line:
 //!
@@ -32,6 +45,12 @@
 //! | `is_error`, or `subtype` other than `success`                   | failed        |
 //! | `subtype` `success`                                             | completed     |
 //! | the CLI exits mid-turn                                          | failed        |
+//!
+//! While the CLI retries a failed API call it prints a `system` `api_retry`
+//! line per try (cc-ratelimit; three minutes of them at its defaults): each
+//! becomes `AgentEvent::Retrying(Some(..))` (and a transcript line), and the
+//! next line that is output again (assistant, user, stream_event, result,
+//! control_request) or the CLI's exit ends it with `Retrying(None)`.
 //!
 //! Claude Code reports a 429 as `subtype: success` with `is_error: true`
 //! (cc-ratelimit), which is why `is_error` is read before `subtype`.
@@ -49,7 +68,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry,
-    PermissionRequest, SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation,
+    PermissionRequest, Retry, SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation,
     parse_line, prompt_chars,
 };
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE};
@@ -86,16 +105,23 @@ pub struct StreamJsonClient {
     closed: bool,
     session_id: Option<String>,
     turn_active: bool,
+    /// The running turn's `system` `init` line has arrived: the CLI is in
+    /// the turn and heeds an interrupt.
+    turn_begun: bool,
     interrupting: bool,
+    /// An interrupt asked for before `turn_begun`, to write when it is.
+    interrupt_held: bool,
     next_control: u64,
     /// Our control requests awaiting the CLI's control_response.
     controls: Vec<String>,
-    /// Prompts written while busy, which the CLI holds.
+    /// Prompts given while a turn runs, not yet written.
     queued: VecDeque<String>,
     /// Open can_use_tool requests: request_id -> the tool's input.
     permissions: HashMap<String, Value>,
     model: Option<String>,
     rate_limited: bool,
+    /// An `api_retry` line came and no output since.
+    retrying: bool,
     signed_out_reported: bool,
 }
 
@@ -112,7 +138,7 @@ impl StreamJsonClient {
         self.turn_active
     }
 
-    /// Prompts the CLI holds in its own queue.
+    /// Prompts waiting in the core's queue for the running turn to end.
     pub fn queued(&self) -> usize {
         self.queued.len()
     }
@@ -133,27 +159,32 @@ impl StreamJsonClient {
         }
     }
 
-    /// Writes a prompt; while a turn runs the CLI queues it itself.
+    /// Writes a prompt now when no turn runs, else queues it until the
+    /// running turn's `result` (see the module comment).
     pub fn prompt(&mut self, text: String) -> Result<Step, CommandError> {
         if self.closed {
             return Err(CommandError::Closed);
         }
-        if self.turn_active && self.queued.len() >= AGENT_PROMPT_QUEUE {
-            return Err(CommandError::QueueFull);
-        }
         self.started = true;
         let mut step = Step::default();
+        if self.turn_active {
+            if self.queued.len() >= AGENT_PROMPT_QUEUE {
+                return Err(CommandError::QueueFull);
+            }
+            self.queued.push_back(text);
+        } else {
+            self.send_prompt(&mut step, text);
+        }
+        Ok(step)
+    }
+
+    fn send_prompt(&mut self, step: &mut Step, text: String) {
         step.write(&json!({
             "type": "user",
             "message": {"role": "user", "content": text},
             "parent_tool_use_id": null
         }));
-        if self.turn_active {
-            self.queued.push_back(text);
-        } else {
-            self.begin_turn(&mut step, TurnMode::Prompt, text);
-        }
-        Ok(step)
+        self.begin_turn(step, text);
     }
 
     /// Asks the CLI to stop the running turn (nothing when none runs).
@@ -163,10 +194,11 @@ impl StreamJsonClient {
             return step;
         }
         self.interrupting = true;
-        self.next_control += 1;
-        let id = format!("int-{}", self.next_control);
-        step.write(&json!({"type": "control_request", "request_id": id, "request": {"subtype": "interrupt"}}));
-        self.controls.push(id);
+        if self.turn_begun {
+            self.write_interrupt(&mut step);
+        } else {
+            self.interrupt_held = true;
+        }
         let mut keys: Vec<String> = self.permissions.keys().cloned().collect();
         keys.sort();
         for key in keys {
@@ -178,6 +210,14 @@ impl StreamJsonClient {
             });
         }
         step
+    }
+
+    fn write_interrupt(&mut self, step: &mut Step) {
+        self.interrupt_held = false;
+        self.next_control += 1;
+        let id = format!("int-{}", self.next_control);
+        step.write(&json!({"type": "control_request", "request_id": id, "request": {"subtype": "interrupt"}}));
+        self.controls.push(id);
     }
 
     /// Answers a can_use_tool request.
@@ -220,6 +260,10 @@ impl StreamJsonClient {
         if self.closed {
             return step;
         }
+        if self.retrying {
+            self.retrying = false;
+            step.event(AgentEvent::Retrying(None));
+        }
         if self.turn_active {
             let detail = match code {
                 Some(c) => format!("the agent exited with status {c}"),
@@ -250,6 +294,15 @@ impl StreamJsonClient {
             return Err(self.violate("a line without a string type".into()));
         };
         let mut step = Step::default();
+        if self.retrying
+            && matches!(
+                kind,
+                "assistant" | "user" | "stream_event" | "result" | "control_request"
+            )
+        {
+            self.retrying = false;
+            step.event(AgentEvent::Retrying(None));
+        }
         match kind {
             "system" => self.on_system(&mut step, &msg),
             "assistant" => self.on_assistant(&mut step, &msg),
@@ -286,12 +339,14 @@ impl StreamJsonClient {
         }
     }
 
-    fn begin_turn(&mut self, step: &mut Step, mode: TurnMode, text: String) {
+    fn begin_turn(&mut self, step: &mut Step, text: String) {
         self.turn_active = true;
+        self.turn_begun = false;
         self.interrupting = false;
+        self.interrupt_held = false;
         self.rate_limited = false;
         step.event(AgentEvent::TurnStarted {
-            mode,
+            mode: TurnMode::Prompt,
             chars: prompt_chars(&text),
         });
         step.event(AgentEvent::Transcript(Entry::User { text }));
@@ -300,6 +355,7 @@ impl StreamJsonClient {
     fn end_turn(&mut self, step: &mut Step, reason: EndReason, detail: Option<String>) {
         self.turn_active = false;
         self.interrupting = false;
+        self.interrupt_held = false;
         let mut keys: Vec<String> = self.permissions.keys().cloned().collect();
         keys.sort();
         for key in keys {
@@ -316,6 +372,12 @@ impl StreamJsonClient {
     fn on_system(&mut self, step: &mut Step, msg: &Map<String, Value>) {
         match msg.get("subtype").and_then(Value::as_str) {
             Some("init") => {
+                if self.turn_active && !self.turn_begun {
+                    self.turn_begun = true;
+                    if self.interrupt_held {
+                        self.write_interrupt(step);
+                    }
+                }
                 if let Some(m) = msg.get("model").and_then(Value::as_str) {
                     self.model = Some(m.to_string());
                 }
@@ -331,6 +393,15 @@ impl StreamJsonClient {
                 }
             }
             Some("api_retry") => {
+                let u = |k: &str| msg.get(k).and_then(Value::as_u64);
+                self.retrying = true;
+                step.event(AgentEvent::Retrying(Some(Retry {
+                    attempt: u("attempt").unwrap_or(0),
+                    max_retries: u("max_retries").unwrap_or(0),
+                    error_status: u("error_status"),
+                    error: msg.get("error").and_then(Value::as_str).map(String::from),
+                    retry_delay_ms: u("retry_delay_ms"),
+                })));
                 let n = |k: &str| msg.get(k).map(Value::to_string).unwrap_or_default();
                 step.event(AgentEvent::Transcript(Entry::System {
                     text: format!(
@@ -428,7 +499,7 @@ impl StreamJsonClient {
         };
         self.end_turn(step, reason, detail);
         if let Some(next) = self.queued.pop_front() {
-            self.begin_turn(step, TurnMode::Queue, next);
+            self.send_prompt(step, next);
         }
         Ok(())
     }
@@ -632,13 +703,17 @@ mod tests {
     }
 
     /// Replays a recording: every IN line is an operator action (`act`)
-    /// whose writes must equal it; every OUT line goes into the core.
+    /// whose writes must equal it, or a prompt the core holds (it writes
+    /// nothing then, and must write that very line later, when an OUT line
+    /// ends the running turn); every OUT line goes into the core. Returns
+    /// the events and the prompts still held at the end.
     fn replay(
         name: &str,
         act: &mut dyn FnMut(&mut StreamJsonClient, &Value, &[AgentEvent]) -> Step,
-    ) -> Vec<AgentEvent> {
+    ) -> (Vec<AgentEvent>, usize) {
         let mut c = StreamJsonClient::new();
         let mut events = Vec::new();
+        let mut held: VecDeque<Value> = VecDeque::new();
         for rec in recording(name) {
             match rec {
                 Rec::In(msg) => {
@@ -651,25 +726,28 @@ mod tests {
                     } else {
                         act(&mut c, &msg, &events)
                     };
-                    assert_eq!(
-                        parsed(&step.writes),
-                        vec![msg],
-                        "{name}: the core wrote something else"
-                    );
+                    if step.writes.is_empty() && msg["type"] == "user" {
+                        held.push_back(msg);
+                    } else {
+                        assert_eq!(
+                            parsed(&step.writes),
+                            vec![msg],
+                            "{name}: the core wrote something else"
+                        );
+                    }
                     events.extend(step.events);
                 }
                 Rec::Out(line) => {
                     let step = c.on_line(&line).expect("recorded lines are valid");
-                    assert!(
-                        step.writes.is_empty(),
-                        "{name}: unprompted writes {:?}",
-                        step.writes
-                    );
+                    for w in parsed(&step.writes) {
+                        assert_eq!(Some(w), held.pop_front(), "{name}: an unprompted write");
+                    }
                     events.extend(step.events);
                 }
             }
         }
-        events
+        assert_eq!(held.len(), c.queued(), "{name}: held prompts are queued");
+        (events, held.len())
     }
 
     fn no_act(_: &mut StreamJsonClient, msg: &Value, _: &[AgentEvent]) -> Step {
@@ -698,7 +776,7 @@ mod tests {
 
     #[test]
     fn replays_text() {
-        let events = replay("cc-text", &mut no_act);
+        let (events, _) = replay("cc-text", &mut no_act);
         assert_eq!(
             events[..3],
             [
@@ -728,7 +806,7 @@ mod tests {
 
     #[test]
     fn replays_bash_allow() {
-        let events = replay("cc-bash-allow", &mut |c, msg, ev| {
+        let (events, _) = replay("cc-bash-allow", &mut |c, msg, ev| {
             assert_eq!(msg["response"]["response"]["behavior"], "allow");
             c.answer_permission(&permission(ev).agent_request_key, Decision::Allow)
                 .expect("answer")
@@ -755,7 +833,7 @@ mod tests {
 
     #[test]
     fn replays_bash_deny() {
-        let events = replay("cc-bash-deny", &mut |c, msg, ev| {
+        let (events, _) = replay("cc-bash-deny", &mut |c, msg, ev| {
             let message = msg["response"]["response"]["message"]
                 .as_str()
                 .map(String::from);
@@ -775,7 +853,7 @@ mod tests {
 
     #[test]
     fn replays_interrupt() {
-        let events = replay("cc-interrupt", &mut |c, msg, _| {
+        let (events, _) = replay("cc-interrupt", &mut |c, msg, _| {
             assert_eq!(msg["request"]["subtype"], "interrupt");
             c.interrupt()
         });
@@ -785,28 +863,38 @@ mod tests {
         assert_eq!(ended(&events), vec![(EndReason::Interrupted, None)]);
     }
 
-    #[test]
-    fn replays_queue() {
-        let events = replay("cc-queue", &mut |c, msg, _| {
-            let text = msg["message"]["content"]
-                .as_str()
-                .expect("prompt")
-                .to_string();
-            c.prompt(text).expect("queued")
-        });
-        let starts: Vec<&AgentEvent> = events
+    fn queue_act(c: &mut StreamJsonClient, msg: &Value, _: &[AgentEvent]) -> Step {
+        let text = msg["message"]["content"]
+            .as_str()
+            .expect("prompt")
+            .to_string();
+        let step = c.prompt(text).expect("queued");
+        assert!(step.writes.is_empty(), "a prompt is held while a turn runs");
+        step
+    }
+
+    fn starts(events: &[AgentEvent]) -> Vec<&AgentEvent> {
+        events
             .iter()
             .filter(|e| matches!(e, AgentEvent::TurnStarted { .. }))
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn replays_queue() {
+        let (events, held) = replay("cc-queue", &mut queue_act);
+        assert_eq!(held, 0);
+        // The held prompt went out after the first result, as a plain
+        // prompt: the CLI never saw it queued.
         assert_eq!(
-            starts,
+            starts(&events),
             vec![
                 &AgentEvent::TurnStarted {
                     mode: TurnMode::Prompt,
                     chars: 18
                 },
                 &AgentEvent::TurnStarted {
-                    mode: TurnMode::Queue,
+                    mode: TurnMode::Prompt,
                     chars: 25
                 },
             ]
@@ -841,9 +929,49 @@ mod tests {
         );
     }
 
+    /// cc-queue-merge: the real CLI, given two lines while busy, ran them
+    /// as one turn with one result. The core never has two prompts in
+    /// flight, so each result closes exactly the turn of the one prompt
+    /// written before it; the third prompt went out after the second result
+    /// and its turn is open when the recording ends (the recorded CLI had
+    /// merged it and fell silent).
+    #[test]
+    fn replays_queue_merge_with_one_prompt_in_flight() {
+        let (events, held) = replay("cc-queue-merge", &mut queue_act);
+        assert_eq!(held, 0);
+        assert_eq!(starts(&events).len(), 3);
+        assert_eq!(
+            ended(&events),
+            vec![(EndReason::Completed, None), (EndReason::Completed, None)]
+        );
+    }
+
+    /// cc-queue-interrupt: interrupting while lines wait; the CLI ends the
+    /// turn, then runs what was queued. The core does the same with the
+    /// prompts it holds.
+    #[test]
+    fn replays_interrupt_with_prompts_held() {
+        let mut held_given = 0;
+        let (events, _) = replay("cc-queue-interrupt", &mut |c, msg, ev| {
+            if msg["type"] == "user" {
+                held_given += 1;
+                return queue_act(c, msg, ev);
+            }
+            assert_eq!(msg["request"]["subtype"], "interrupt");
+            let step = c.interrupt();
+            assert_eq!(parsed(&step.writes)[0]["request_id"], "int-1");
+            step
+        });
+        assert_eq!(held_given, 2);
+        let ends = ended(&events);
+        assert_eq!(ends[0].0, EndReason::Interrupted);
+        assert_eq!(ends[1].0, EndReason::Completed);
+        assert_eq!(starts(&events).len(), 3, "the held prompts still run");
+    }
+
     #[test]
     fn replays_rate_limit() {
-        let events = replay("cc-ratelimit", &mut no_act);
+        let (events, _) = replay("cc-ratelimit", &mut no_act);
         let ends = ended(&events);
         assert_eq!(ends.len(), 1);
         assert_eq!(ends[0].0, EndReason::UsageLimited);
@@ -854,6 +982,39 @@ mod tests {
         assert!(events.iter().any(
             |e| matches!(e, AgentEvent::Usage(u) if u.model.as_deref() == Some("claude-sonnet-4-5"))
         ));
+    }
+
+    /// Item 13: the retry shows while the CLI retries and clears when
+    /// output resumes (here the CLI's own error message, then the result).
+    #[test]
+    fn replays_rate_limit_retrying_then_cleared() {
+        let (events, _) = replay("cc-ratelimit", &mut no_act);
+        let retries: Vec<&AgentEvent> = events
+            .iter()
+            .filter(|e| matches!(e, AgentEvent::Retrying(_)))
+            .collect();
+        assert_eq!(
+            retries,
+            vec![
+                &AgentEvent::Retrying(Some(Retry {
+                    attempt: 1,
+                    max_retries: 1,
+                    error_status: Some(429),
+                    error: Some("rate_limit".into()),
+                    retry_delay_ms: Some(1204)
+                })),
+                &AgentEvent::Retrying(None)
+            ]
+        );
+        let cleared = events
+            .iter()
+            .position(|e| *e == AgentEvent::Retrying(None))
+            .expect("cleared");
+        let ended = events
+            .iter()
+            .position(|e| matches!(e, AgentEvent::TurnEnded { .. }))
+            .expect("ended");
+        assert!(cleared < ended);
     }
 
     #[test]
@@ -882,7 +1043,7 @@ mod tests {
         let mut c = StreamJsonClient::new();
         c.start(Some("first".into())).expect("start");
         for i in 0..AGENT_PROMPT_QUEUE {
-            assert_eq!(c.prompt(format!("q{i}")).expect("queued").writes.len(), 1);
+            assert!(c.prompt(format!("q{i}")).expect("queued").writes.is_empty());
         }
         assert_eq!(c.prompt("over".into()), Err(CommandError::QueueFull));
         let v = c.on_line(
@@ -898,6 +1059,36 @@ mod tests {
             let mut c = StreamJsonClient::new();
             assert!(c.on_line(bad).is_err());
         }
+    }
+
+    /// An interrupt asked for before the CLI began the turn waits for the
+    /// turn's init line (the CLI ignores it earlier); one asked for after
+    /// goes out at once.
+    #[test]
+    fn interrupt_waits_for_the_turn_to_begin() {
+        let init = br#"{"type":"system","subtype":"init","session_id":"s1"}"#;
+        let mut c = StreamJsonClient::new();
+        c.start(Some("one".into())).expect("start");
+        assert!(c.interrupt().writes.is_empty());
+        assert!(c.interrupt().writes.is_empty(), "asked once");
+        let w = parsed(&c.on_line(init).expect("ok").writes);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0]["request"]["subtype"], "interrupt");
+        let s = c
+            .on_line(br#"{"type":"result","subtype":"success","is_error":false}"#)
+            .expect("ok");
+        assert_eq!(ended(&s.events)[0].0, EndReason::Interrupted);
+        // A turn that ends before its init line still ends interrupted, and
+        // the held interrupt is not carried into the next turn.
+        c.prompt("two".into()).expect("prompt");
+        assert!(c.interrupt().writes.is_empty());
+        let s = c
+            .on_line(br#"{"type":"result","subtype":"success","is_error":false}"#)
+            .expect("ok");
+        assert_eq!(ended(&s.events)[0].0, EndReason::Interrupted);
+        c.prompt("three".into()).expect("prompt");
+        assert!(c.on_line(init).expect("ok").writes.is_empty());
+        assert_eq!(parsed(&c.interrupt().writes).len(), 1);
     }
 
     #[test]

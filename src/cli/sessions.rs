@@ -214,6 +214,20 @@ pub fn approvals(
                     s(&a["action"]),
                     s(&a["tool"])
                 );
+                // The exact action under the model-written title: what an
+                // allow would really run (issue 10, item 12).
+                let t = &a["target"];
+                if let Some(text) = t["text"].as_str() {
+                    let mut lines = text.lines();
+                    let first = lines.next().unwrap_or_default();
+                    println!("    {}: {first}", s(&t["kind"]));
+                    for l in lines {
+                        println!("      {l}");
+                    }
+                    if t["truncated"] == true {
+                        println!("      (cut at 8 KiB; the whole input: sessions.toolDetail)");
+                    }
+                }
             }
             Ok(())
         }

@@ -15,6 +15,14 @@
 //! id. [`deliver`] tells the owner: the agent through its transport, the
 //! plugin through `plugins::tasks::on_answer`.
 //!
+//! Every item's ledger row carries what its history needs (issue 10, items
+//! 11 and 12): an agent request's exact action (`inbox::Target`), a plugin
+//! task's plugin and summary. At start [`read_left`] gives the last run's
+//! pending requests (withdrawn, [`withdraw_stale`]) and its newest
+//! `limits::INBOX_RESOLVED_KEPT` resolved ones, which go back into the
+//! inbox's history; `approvals.get` of an older id reads the row
+//! ([`read_one`]).
+//!
 //! Integration point for another kind of request: add a `Subject` variant
 //! in `core::inbox`, create items with `Inbox::add` plus [`persist`] and
 //! [`arm_expiry`], and add an arm to [`deliver`] that tells the owner.
@@ -26,8 +34,8 @@ use std::time::Duration;
 
 use crate::agents::{CommandError, Decision, PermissionRequest};
 use crate::core::inbox::{
-    AgentAsk, Answerer, Fallback, InboxError, Item, LaneMerge, PluginTask, Resolution, Subject,
-    Verdict,
+    AgentAsk, Answerer, Fallback, InboxError, Item, LaneMerge, PluginTask, Resolution, Risk,
+    Subject, Target, Verdict,
 };
 use crate::core::sessions::{self, Effects};
 use crate::daemon::Daemon;
@@ -36,8 +44,12 @@ use crate::ledger::Op;
 use crate::limits;
 
 const UPSERT: &str = "INSERT OR REPLACE INTO approvals (id, subject, session, action, tool, digest, risk, created_at, expires_at, fallback, \
-                      state, decision, delivered, answered_by, surface, answered_at, reason) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+                      state, decision, delivered, answered_by, surface, answered_at, reason, plugin, summary, target) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+
+/// The columns `read_items` reads, in the order `item_of_row` takes them.
+const ITEM_COLUMNS: &str = "id, subject, session, action, tool, digest, risk, created_at, expires_at, fallback, \
+                            decision, delivered, answered_by, surface, answered_at, reason, plugin, summary, target";
 
 /// Lowercase hex SHA-256 of `bytes`: what binds an answer to its action.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -67,6 +79,7 @@ pub fn to_socket(item: &Item) -> Value {
         "surface": r.map(|r| r.surface),
         "answered_at": r.map(|r| crate::clock::format_ts(r.at_ms)),
         "reason": r.and_then(|r| r.reason.clone()),
+        "target": item.subject.target().map(Target::to_json),
     })
 }
 
@@ -95,6 +108,9 @@ pub fn persist(item: &Item) -> Op {
             t(r.map(|r| r.surface.to_string())),
             t(r.map(|r| crate::clock::format_ts(r.at_ms))),
             t(r.and_then(|r| r.reason.clone())),
+            t(item.subject.plugin().map(str::to_string)),
+            t(item.subject.summary().map(str::to_string)),
+            t(item.subject.target().map(|x| x.to_json().to_string())),
         ],
     }
 }
@@ -133,6 +149,7 @@ pub fn add_agent_request(
         tool: req.title.clone(),
         action: action.to_string(),
         digest,
+        target: Target::of_input(&req.input),
     });
     let now = crate::clock::now_ms();
     let item = match d.core.approvals.add(
@@ -498,18 +515,149 @@ fn expire(d: &mut Daemon, id: &str) {
     );
 }
 
-/// Pending approvals of the last run: (id, session).
-pub fn read_pending(
-    conn: &rusqlite::Connection,
-) -> rusqlite::Result<Vec<(String, Option<String>)>> {
-    let mut stmt = conn
-        .prepare("SELECT id, session FROM approvals WHERE state = 'pending' ORDER BY created_at")?;
-    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    rows.collect()
+/// What the last run left in the ledger: its pending approvals, oldest
+/// first, and its newest `limits::INBOX_RESOLVED_KEPT` resolved ones,
+/// oldest first (issue 10, item 11: the audit trail survives a restart).
+pub struct Left {
+    pub pending: Vec<Item>,
+    pub resolved: Vec<Item>,
 }
 
-/// A request pending when the daemon stopped: resolved undelivered.
-pub fn withdraw_stale(id: &str, session: Option<&str>, fx: &mut Effects) {
+pub fn read_left(conn: &rusqlite::Connection) -> rusqlite::Result<Left> {
+    let pending = read_items(
+        conn,
+        &format!(
+            "SELECT {ITEM_COLUMNS} FROM approvals WHERE state = 'pending' ORDER BY created_at"
+        ),
+        [],
+    )?;
+    let mut resolved = read_items(
+        conn,
+        &format!(
+            "SELECT {ITEM_COLUMNS} FROM approvals WHERE state = 'resolved' ORDER BY answered_at DESC, id DESC LIMIT ?1"
+        ),
+        [limits::INBOX_RESOLVED_KEPT as i64],
+    )?;
+    resolved.reverse();
+    Ok(Left { pending, resolved })
+}
+
+/// One approval of any run from the ledger, for `approvals.get` of an id
+/// older than what the inbox keeps in memory.
+pub fn read_one(conn: &rusqlite::Connection, id: &str) -> rusqlite::Result<Option<Item>> {
+    Ok(read_items(
+        conn,
+        &format!("SELECT {ITEM_COLUMNS} FROM approvals WHERE id = ?1"),
+        [id],
+    )?
+    .pop())
+}
+
+fn read_items<P: rusqlite::Params>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: P,
+) -> rusqlite::Result<Vec<Item>> {
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map(params, |r| Ok(item_of_row(r)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        // A row this binary cannot read back (a kind it does not know) is
+        // left out of the history rather than failing the whole read.
+        if let Some(item) = row? {
+            out.push(item);
+        }
+    }
+    Ok(out)
+}
+
+fn item_of_row(r: &rusqlite::Row) -> Option<Item> {
+    let text = |i: usize| r.get::<_, Option<String>>(i).ok().flatten();
+    let id = text(0)?;
+    let (tool, digest, summary) = (text(4)?, text(5)?, text(17).unwrap_or_default());
+    let subject = match text(1)?.as_str() {
+        "agent" => Subject::Agent(AgentAsk {
+            session: text(2)?,
+            agent_request_key: String::new(),
+            tool,
+            action: text(3)?,
+            digest,
+            target: text(18)
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .and_then(|v| Target::from_json(&v)),
+        }),
+        "plugin-task" => Subject::PluginTask(PluginTask {
+            plugin: text(16).unwrap_or_default(),
+            summary,
+            digest,
+        }),
+        "lane-merge" => Subject::LaneMerge(LaneMerge {
+            lane: id.rsplit_once("-merge-").map(|(l, _)| l.to_string())?,
+            summary,
+            commit: digest,
+        }),
+        _ => return None,
+    };
+    let ts = |i: usize| text(i).as_deref().and_then(crate::clock::parse_ts);
+    let verdict = match text(10).as_deref() {
+        Some("allow") => Some(Verdict::Allow),
+        Some("deny") => Some(Verdict::Deny),
+        Some("cancel") => Some(Verdict::Cancel),
+        _ => None,
+    };
+    let resolution = verdict.map(|verdict| Resolution {
+        verdict,
+        by: Answerer::Recorded(text(12).unwrap_or_default()),
+        surface: surface_name(text(13).as_deref().unwrap_or_default()),
+        at_ms: ts(14).unwrap_or(0),
+        delivered: r.get::<_, Option<i64>>(11).ok().flatten().unwrap_or(0) != 0,
+        reason: text(15),
+    });
+    let fallback = if text(9).as_deref() == Some("withdraw") {
+        Fallback::Withdraw
+    } else {
+        Fallback::Deny
+    };
+    Some(Item::restored(
+        id,
+        subject,
+        text(6)
+            .as_deref()
+            .and_then(Risk::parse)
+            .unwrap_or(Risk::High),
+        ts(7).unwrap_or(0),
+        ts(8),
+        fallback,
+        resolution,
+    ))
+}
+
+/// The surfaces an answer comes through, as `Resolution::surface` names
+/// them.
+fn surface_name(s: &str) -> &'static str {
+    match s {
+        "socket" => "socket",
+        "http" => "http",
+        "config-rule" => "config-rule",
+        "timer" => "timer",
+        "daemon" => "daemon",
+        _ => "unknown",
+    }
+}
+
+/// A request pending when the daemon stopped: resolved undelivered in the
+/// ledger; returns it resolved, for the inbox's history.
+pub fn withdraw_stale(mut item: Item, fx: &mut Effects) -> Item {
+    let (id, session) = (item.id.clone(), item.subject.session().map(str::to_string));
+    item.resolution = Some(Resolution {
+        verdict: Verdict::Cancel,
+        by: Answerer::Daemon("restarted".into()),
+        surface: "daemon",
+        at_ms: crate::clock::now_ms(),
+        delivered: false,
+        reason: None,
+    });
+    let (id, session) = (id.as_str(), session.as_deref());
     fx.ops.push(Op::Exec {
         sql: "UPDATE approvals SET state = 'resolved', decision = 'cancel', delivered = 0, answered_by = 'daemon: restarted', \
               surface = 'daemon', answered_at = ?2 WHERE id = ?1 AND state = 'pending'",
@@ -522,4 +670,5 @@ pub fn withdraw_stale(id: &str, session: Option<&str>, fx: &mut Effects) {
             json!({"requestId": id, "decision": "cancel", "delivered": false}),
         );
     }
+    item
 }

@@ -13,6 +13,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use serde_json::{Value, json};
+
 use crate::limits;
 
 /// The risk gate's label (seed 000, approval.request `risk`).
@@ -81,6 +83,80 @@ pub struct PluginTask {
     pub digest: String,
 }
 
+/// The exact action an agent's request would carry out (issue 10, item
+/// 12: "a model can describe a destructive command innocently"), read from
+/// the tool input the answer is bound to and never from the model-written
+/// title or description: a string `command` (or an array of strings, joined
+/// by spaces) is a `command`; else a string `url` is a `url`; else the paths
+/// the input names (`risk::paths_of`, one a line) are a `path`; else a
+/// non-empty input is the `input` itself as compact JSON. Past
+/// `limits::APPROVAL_TARGET_MAX` bytes the text is cut at a character
+/// boundary and `truncated` is set; the whole input is in the transcript
+/// (sessions.toolDetail) and the digest covers all of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// command, url, path or input.
+    pub kind: String,
+    pub text: String,
+    pub truncated: bool,
+}
+
+impl Target {
+    pub fn of_input(input: &Value) -> Option<Target> {
+        let command = match input.get("command").or_else(|| input.get("cmd")) {
+            Some(Value::String(c)) => Some(c.clone()),
+            Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => Some(
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            _ => None,
+        };
+        let (kind, text) = if let Some(c) = command {
+            ("command", c)
+        } else if let Some(u) = input.get("url").and_then(Value::as_str) {
+            ("url", u.to_string())
+        } else {
+            let paths = crate::core::risk::paths_of(input);
+            if !paths.is_empty() {
+                ("path", paths.join("\n"))
+            } else if input.is_null() || input.as_object().is_some_and(|m| m.is_empty()) {
+                return None;
+            } else {
+                ("input", input.to_string())
+            }
+        };
+        let mut t = Target {
+            kind: kind.to_string(),
+            text,
+            truncated: false,
+        };
+        if t.text.len() > limits::APPROVAL_TARGET_MAX {
+            let mut end = limits::APPROVAL_TARGET_MAX;
+            while !t.text.is_char_boundary(end) {
+                end -= 1;
+            }
+            t.text.truncate(end);
+            t.truncated = true;
+        }
+        Some(t)
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"kind": self.kind, "text": self.text, "truncated": self.truncated})
+    }
+
+    /// Reads back what `to_json` wrote (the ledger's `target` column).
+    pub fn from_json(v: &Value) -> Option<Target> {
+        Some(Target {
+            kind: v.get("kind")?.as_str()?.to_string(),
+            text: v.get("text")?.as_str()?.to_string(),
+            truncated: v.get("truncated").and_then(Value::as_bool).unwrap_or(false),
+        })
+    }
+}
+
 /// An agent's permission request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentAsk {
@@ -93,6 +169,8 @@ pub struct AgentAsk {
     pub action: String,
     /// Lowercase hex SHA-256 of the tool input's JSON text.
     pub digest: String,
+    /// The exact action, from the tool input.
+    pub target: Option<Target>,
 }
 
 impl Subject {
@@ -146,6 +224,15 @@ impl Subject {
             Subject::Agent(a) => &a.tool,
             Subject::PluginTask(_) => "tasks.create",
             Subject::LaneMerge(_) => "lanes.merge",
+        }
+    }
+
+    /// The exact action of an agent's request; None for the other kinds,
+    /// whose summary says it.
+    pub fn target(&self) -> Option<&Target> {
+        match self {
+            Subject::Agent(a) => a.target.as_ref(),
+            Subject::PluginTask(_) | Subject::LaneMerge(_) => None,
         }
     }
 
@@ -204,6 +291,9 @@ pub enum Answerer {
     Timeout,
     /// The daemon itself (the requester went away, the daemon restarted).
     Daemon(String),
+    /// Read back from the ledger for the history of an earlier run: the
+    /// text `describe` gave then.
+    Recorded(String),
 }
 
 impl Answerer {
@@ -213,6 +303,7 @@ impl Answerer {
             Answerer::Rule(n) => format!("rule {n}"),
             Answerer::Timeout => "timeout".into(),
             Answerer::Daemon(why) => format!("daemon: {why}"),
+            Answerer::Recorded(text) => text.clone(),
         }
     }
 }
@@ -246,6 +337,29 @@ pub struct Item {
 impl Item {
     pub fn is_pending(&self) -> bool {
         self.resolution.is_none()
+    }
+
+    /// An item of an earlier run, read back from the ledger.
+    #[allow(clippy::too_many_arguments)]
+    pub fn restored(
+        id: String,
+        subject: Subject,
+        risk: Risk,
+        created_ms: i64,
+        expires_ms: Option<i64>,
+        fallback: Fallback,
+        resolution: Option<Resolution>,
+    ) -> Item {
+        Item {
+            id,
+            subject,
+            risk,
+            created_ms,
+            expires_ms,
+            fallback,
+            resolution,
+            order: 0,
+        }
     }
 }
 
@@ -292,6 +406,21 @@ impl Inbox {
             order: self.next_order,
         };
         Ok(self.pending.entry(id).or_insert(item))
+    }
+
+    /// Puts resolved items of an earlier run (from the ledger, oldest first)
+    /// before those of this run, keeping the newest
+    /// `limits::INBOX_RESOLVED_KEPT` of all; an id this run knows is skipped.
+    pub fn restore_resolved(&mut self, items: Vec<Item>) {
+        let mut merged: VecDeque<Item> = items
+            .into_iter()
+            .filter(|i| i.resolution.is_some() && self.get(&i.id).is_none())
+            .collect();
+        merged.extend(self.resolved.drain(..));
+        while merged.len() > limits::INBOX_RESOLVED_KEPT {
+            merged.pop_front();
+        }
+        self.resolved = merged;
     }
 
     /// The pending request `id`, to check before delivering an answer.
@@ -364,6 +493,7 @@ mod tests {
             tool: "Bash".into(),
             action: "execute".into(),
             digest: "00".into(),
+            target: None,
         })
     }
 
@@ -475,6 +605,35 @@ mod tests {
             inbox.pending_ids(|i| i.subject.session() == Some("s-1")),
             vec!["s-1-a1".to_string()]
         );
+    }
+
+    #[test]
+    fn the_target_is_the_exact_action_of_the_input() {
+        let t = |v: Value| Target::of_input(&v).map(|t| (t.kind, t.text, t.truncated));
+        let k = |kind: &str, text: &str| Some((kind.to_string(), text.to_string(), false));
+        assert_eq!(
+            t(json!({"command": "rm -rf x", "description": "tidy"})),
+            k("command", "rm -rf x")
+        );
+        assert_eq!(
+            t(json!({"command": ["bash", "-lc", "ls"]})),
+            k("command", "bash -lc ls")
+        );
+        assert_eq!(
+            t(json!({"url": "https://x.test/", "prompt": "p"})),
+            k("url", "https://x.test/")
+        );
+        assert_eq!(
+            t(json!({"edits": [{"file_path": "/a"}, {"file_path": "/b"}]})),
+            k("path", "/a\n/b")
+        );
+        assert_eq!(t(json!({"query": "q"})), k("input", r#"{"query":"q"}"#));
+        assert_eq!(t(json!({})), None);
+        assert_eq!(t(Value::Null), None);
+        let long = "é".repeat(limits::APPROVAL_TARGET_MAX);
+        let cut = Target::of_input(&json!({"command": long})).unwrap();
+        assert!(cut.truncated && cut.text.len() <= limits::APPROVAL_TARGET_MAX);
+        assert_eq!(Target::from_json(&cut.to_json()), Some(cut));
     }
 
     #[test]

@@ -468,12 +468,35 @@ struct ApprovalRef {
 
 fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let ApprovalRef { request_id } = params(p)?;
-    d.core
-        .approvals
-        .get(&request_id)
-        .filter(|i| may_see(req, i))
-        .map(|i| Some(approvals::to_socket(i)))
-        .ok_or_else(|| RpcError::new(Code::NotFound, format!("no approval {request_id}")))
+    let not_found = |id: &str| RpcError::new(Code::NotFound, format!("no approval {id}"));
+    if let Some(i) = d.core.approvals.get(&request_id) {
+        return match may_see(req, i) {
+            true => Ok(Some(approvals::to_socket(i))),
+            false => Err(not_found(&request_id)),
+        };
+    }
+    // Older than the history the inbox keeps in memory: the ledger has
+    // every approval of every run (issue 10, item 11).
+    let inbox = d.inbox.clone();
+    let req = req.clone();
+    let queued = d.ledger.read(Box::new(move |conn| {
+        let found = approvals::read_one(conn, &request_id);
+        inbox.run(move |d| {
+            let r = match found {
+                Ok(Some(item)) if may_see(&req, &item) => Ok(approvals::to_socket(&item)),
+                Ok(_) => Err(not_found(&request_id)),
+                Err(e) => {
+                    crate::error!("approval {request_id} could not be read: {e}");
+                    Err(RpcError::new(
+                        Code::Unavailable,
+                        format!("the ledger could not read approval {request_id}"),
+                    ))
+                }
+            };
+            d.answer(req, r);
+        });
+    }));
+    queued.map(|()| None).map_err(write_error)
 }
 
 #[derive(Deserialize)]

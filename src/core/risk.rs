@@ -2,9 +2,12 @@
 //! from rules in the config"): the first `[[approvals.rule]]` that matches a
 //! request gives its label and, if it says so, its automatic answer; a
 //! request no rule labels gets the built-in label of its action: reads and
-//! searches low, edits (and deletes, moves) medium, execute and fetch high,
-//! anything else medium. A plugin's task request is always high: it starts
-//! an agent and runs a command; no rule labels or answers it.
+//! searches low, edits (and deletes, moves) medium, execute and fetch high.
+//! `other` (a tool whose kind no one announced, or one the daemon does not
+//! know) is high too: nothing says what the tool can do, so it must not
+//! rank below the worst a tool can do (issue 10, item 10). A plugin's task
+//! request is always high: it starts an agent and runs a command; no rule
+//! labels or answers it.
 
 use serde_json::Value;
 use std::path::Path;
@@ -30,7 +33,7 @@ pub const LANE_MERGE: Risk = Risk::High;
 pub fn default_risk(action: &str) -> Risk {
     match action {
         "read" | "search" | "think" => Risk::Low,
-        "execute" | "fetch" => Risk::High,
+        "execute" | "fetch" | "other" => Risk::High,
         _ => Risk::Medium,
     }
 }
@@ -76,9 +79,15 @@ pub fn judge(rules: &[RiskRule], action: &str, tool: &str, input: &Value, worktr
 /// notebook_path, or `locations[].path`; a request naming none is not
 /// "inside" (an automatic allow needs something to check).
 pub fn inside(input: &Value, worktree: &Path) -> bool {
+    let paths = paths_of(input);
+    !paths.is_empty() && paths.iter().all(|p| confined(worktree, p))
+}
+
+/// The paths a request's input names, by the members `inside` reads.
+pub fn paths_of(input: &Value) -> Vec<&str> {
     let mut paths = Vec::new();
     collect_paths(input, &mut paths, 0);
-    !paths.is_empty() && paths.iter().all(|p| confined(worktree, p))
+    paths
 }
 
 fn collect_paths<'a>(v: &'a Value, out: &mut Vec<&'a str>, depth: usize) {
@@ -176,6 +185,13 @@ mod tests {
                 auto: None
             }
         );
+    }
+
+    #[test]
+    fn an_unknown_kind_ranks_with_the_worst() {
+        assert_eq!(default_risk("other"), default_risk("execute"));
+        assert_eq!(default_risk("other"), Risk::High);
+        assert_eq!(default_risk("edit"), Risk::Medium);
     }
 
     #[test]

@@ -43,7 +43,7 @@ use crate::agents::acp::{AcpClient, AcpConfig};
 use crate::agents::stream_json::{self, StreamJsonClient};
 use crate::agents::{
     AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
-    PermissionRequest, Step, Transport, TurnMode, Violation,
+    PermissionRequest, Retry, Step, Transport, TurnMode, Violation,
 };
 use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
 use crate::core::approvals;
@@ -145,6 +145,9 @@ pub struct Session {
     pub output_tokens: u64,
     pub last_activity_ms: Option<i64>,
     pub status_since_ms: i64,
+    /// The harness retries a failed API call (since when): shown as the
+    /// `rate-limited` (429) or `retrying` status label and `retry`.
+    pub retry: Option<(Retry, i64)>,
     pub next_request: u64,
     pub open: Vec<OpenAsk>,
     pub transcript: Transcript,
@@ -208,6 +211,25 @@ impl Session {
                 "options": [{"label": "Allow", "value": "allow"}, {"label": "Deny", "value": "deny", "reject": true}],
             })
         });
+        // seed 004: "awaiting" for awaiting_input, else the status; while
+        // the agent's harness retries a failed API call, what holds it up
+        // (issue 10, item 13).
+        let status_label = match (&self.retry, status) {
+            (Some((r, _)), "working") if r.error_status == Some(429) => "rate-limited",
+            (Some(_), "working") => "retrying",
+            (_, "awaiting_input") => "awaiting",
+            _ => status,
+        };
+        let retry = self.retry.as_ref().map(|(r, since)| {
+            json!({
+                "attempt": r.attempt,
+                "max_retries": r.max_retries,
+                "error_status": r.error_status,
+                "error": r.error,
+                "retry_delay_ms": r.retry_delay_ms,
+                "since": crate::clock::format_ts(*since),
+            })
+        });
         json!({
             "id": self.id,
             "agent": self.harness,
@@ -222,7 +244,9 @@ impl Session {
             "input_mode": "api",
             "state": self.state(),
             "status": status,
+            "status_label": status_label,
             "status_since": crate::clock::format_ts(self.status_since_ms),
+            "retry": retry,
             "turn": self.turn,
             "turn_active": self.turn_active,
             "end_reason": self.end_reason.map(EndReason::wire_name),
@@ -741,6 +765,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         output_tokens: r.as_ref().map_or(0, |r| r.output_tokens),
         last_activity_ms: Some(now),
         status_since_ms: now,
+        retry: None,
         next_request: r.as_ref().map_or(1, |r| r.next_request),
         open: Vec::new(),
         transcript: Transcript::restored(r.as_ref().map_or(0, |r| r.transcript_len)),
@@ -825,8 +850,10 @@ fn flags(t: Transport) -> Value {
             "interrupt": true, "steer": false, "queue": false, "fork": false,
             "approvalRouting": true, "mcpPassthrough": false, "usageReporting": false,
         }),
+        // `queue` is false: the daemon holds queued prompts itself (see
+        // agents::stream_json) and never uses the CLI's own queue.
         Transport::StreamJson => json!({
-            "interrupt": true, "steer": false, "queue": true, "fork": false,
+            "interrupt": true, "steer": false, "queue": false, "fork": false,
             "approvalRouting": true, "mcpPassthrough": false, "usageReporting": true,
         }),
     }
@@ -1103,6 +1130,7 @@ fn end_turn_state(d: &mut Daemon, sid: &str, reason: EndReason, fx: &mut Effects
     };
     s.turn_active = false;
     s.end_reason = Some(reason);
+    s.retry = None;
     if let Some(t) = s.stall_timer.take() {
         d.reactor.cancel(t);
     }
@@ -1257,6 +1285,24 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
         AgentEvent::SignIn(state) => {
             let h = s.harness.clone();
             d.core.seats.note_sign_in(&h, state);
+        }
+        AgentEvent::Retrying(retry) => {
+            if retry.is_none() && s.retry.is_none() {
+                return;
+            }
+            // The first try of a run of retries gives `since`.
+            let since = s.retry.as_ref().map_or_else(crate::clock::now_ms, |r| r.1);
+            if let Some(r) = &retry {
+                crate::info!(
+                    "session {sid}: the agent retries its API call ({} of {}, status {})",
+                    r.attempt,
+                    r.max_retries,
+                    r.error_status
+                        .map_or_else(|| "unknown".to_string(), |c| c.to_string())
+                );
+            }
+            s.retry = retry.map(|r| (r, since));
+            fx.changed = true;
         }
     }
 }
@@ -1580,10 +1626,10 @@ pub fn restore(d: &mut Daemon, not_needed: HashSet<String>, then: fn(&mut Daemon
     let inbox = d.inbox.clone();
     let queued = d.ledger.read(Box::new(move |conn| {
         let rows = read_live(conn);
-        let pending = approvals::read_pending(conn);
+        let left = approvals::read_left(conn);
         inbox.run(move |d| {
-            match (rows, pending) {
-                (Ok(rows), Ok(pending)) => reopen(d, rows, pending, &not_needed),
+            match (rows, left) {
+                (Ok(rows), Ok(left)) => reopen(d, rows, left, &not_needed),
                 (Err(e), _) | (_, Err(e)) => crate::error!(
                     "unable to read the sessions of the last run: {}",
                     e.to_string().to_lowercase()
@@ -1639,30 +1685,31 @@ fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
     rows.collect()
 }
 
-fn reopen(
-    d: &mut Daemon,
-    rows: Vec<LiveRow>,
-    pending: Vec<(String, Option<String>)>,
-    not_needed: &HashSet<String>,
-) {
+fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, left: approvals::Left, not_needed: &HashSet<String>) {
     // The read ran while this run already served requests: what this run
     // created (a session, a request) is live here and is not the last
     // run's.
-    let pending: Vec<(String, Option<String>)> = pending
+    let approvals::Left {
+        pending,
+        mut resolved,
+    } = left;
+    let pending: Vec<crate::core::inbox::Item> = pending
         .into_iter()
-        .filter(|(id, _)| d.core.approvals.get(id).is_none())
+        .filter(|i| d.core.approvals.get(&i.id).is_none())
         .collect();
     let rows: Vec<LiveRow> = rows
         .into_iter()
         .filter(|r| d.core.sessions.get(&r.0).is_none())
         .collect();
     // Every request pending when the daemon stopped resolves undelivered.
-    for (id, session) in pending {
+    for item in pending {
         let mut fx = Effects::default();
-        approvals::withdraw_stale(&id, session.as_deref(), &mut fx);
-        let stream = session.unwrap_or_default();
+        let stream = item.subject.session().unwrap_or_default().to_string();
+        resolved.push(approvals::withdraw_stale(item, &mut fx));
         finish_plain(d, &stream, fx);
     }
+    // The last run's history, then this run's (issue 10, item 11).
+    d.core.approvals.restore_resolved(resolved);
     for (id, harness, cwd, name, model, agent_sid, mut restored) in rows {
         let mut fx = Effects::default();
         let was_active = restored.turn_active;

@@ -4,7 +4,7 @@
 //! | path                                   | method | who      | reuses                      |
 //! |----------------------------------------|--------|----------|-----------------------------|
 //! | /approvals                             | GET    | token*   | inbox list, pending first   |
-//! | /approvals/{approval_id}               | GET    | token*   | inbox get                   |
+//! | /approvals/{approval_id}               | GET    | token*   | inbox get, else the ledger  |
 //! | /approvals/{approval_id}/answer        | POST   | operator | `approvals::answer`, surface "http" |
 //! | /seats                                 | GET    | token    | the seat registry           |
 //! | /plugins                               | GET    | token    | plugin.list                 |
@@ -128,15 +128,28 @@ pub fn get_approval(ctx: &mut Ctx) -> Result<Reply, Problem> {
         .path_param("approval_id")
         .unwrap_or_default()
         .to_string();
-    let body = ctx.reactor(move |d, answer: Answer<Option<Value>>| {
-        answer.send(
-            d.core
-                .approvals
-                .get(&id)
-                .filter(|i| may_see(&class, i))
-                .map(approvals::to_socket),
-        );
-    })?;
+    let body = ctx.reactor(move |d, answer: Answer<Result<Option<Value>, Problem>>| {
+        if let Some(i) = d.core.approvals.get(&id) {
+            return answer.send(Ok(may_see(&class, i).then(|| approvals::to_socket(i))));
+        }
+        // Older than the history kept in memory: the ledger has it.
+        let inbox = d.inbox.clone();
+        let fallback = answer.clone();
+        let queued = d.ledger.read(Box::new(move |conn| {
+            let found = approvals::read_one(conn, &id);
+            inbox.run(move |_d| {
+                answer.send(match found {
+                    Ok(item) => Ok(item
+                        .filter(|i| may_see(&class, i))
+                        .map(|i| approvals::to_socket(&i))),
+                    Err(e) => Err(super::routes::read_failed(&e)),
+                })
+            });
+        }));
+        if let Err(e) = queued {
+            fallback.send(Err(super::routes::ledger_problem(e)));
+        }
+    })??;
     body.map(Reply::representation)
         .ok_or_else(|| Problem::new(Code::NotFound, "no such approval"))
 }

@@ -164,6 +164,19 @@ pub const MIGRATIONS: &[&str] = &[
         position    INTEGER,
         ended_at    TEXT
     ) WITHOUT ROWID;",
+    // 7: the approvals inbox's history outlives a restart and names the
+    // exact action (issue 10, items 11 and 12). `plugin` and `summary` are
+    // what a plugin's task or a lane's merge shows (filled from
+    // plugin_requests for the rows before this migration); `target` is the
+    // exact action of an agent's request as JSON ({kind, text, truncated}),
+    // NULL for rows before it. The index serves the start-up read of the
+    // newest resolved rows.
+    "ALTER TABLE approvals ADD COLUMN plugin TEXT;
+    ALTER TABLE approvals ADD COLUMN summary TEXT;
+    ALTER TABLE approvals ADD COLUMN target TEXT;
+    UPDATE approvals SET plugin = (SELECT plugin FROM plugin_requests WHERE request_id = approvals.id)
+        WHERE subject = 'plugin-task';
+    CREATE INDEX approvals_by_state ON approvals (state, answered_at);",
 ];
 
 /// The schema version this binary writes.
