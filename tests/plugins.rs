@@ -464,7 +464,10 @@ fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
     assert_eq!(got["storage"]["error"]["code"], "permission-denied");
     assert_eq!(got["storage"]["error"]["data"]["permission"], "storage.own");
     assert_eq!(got["limit"]["error"]["code"], "invalid-params");
-    assert_eq!(got["get"]["error"]["code"], "invalid-params");
+    assert_eq!(
+        got["get"]["error"],
+        json!({"code": "not-found", "message": "No session s-nope on this daemon"})
+    );
     assert_eq!(
         got["seats"]["result"],
         json!({"seats": [], "nextCursor": null})
@@ -927,4 +930,209 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
     );
     d.wait_log(&format!("lane {lane}: merged"));
     d.stop();
+}
+
+/// A daemon with a git repository `shop` (a `[[repo]]`) whose
+/// post-checkout hook blocks on a FIFO the test controls while the file
+/// `arm` exists (it removes it first, so it blocks once per arming) and
+/// fails while `fail` exists; seats `builder` (anthropic, whose turn stalls
+/// until it is stopped) and `verifier` (openai) of the fake agent; and
+/// sample-py running. `extra` goes into `[plugins]`.
+struct Rig {
+    d: Daemon,
+    c: util::Client,
+    repo: PathBuf,
+    gate: PathBuf,
+    arm: PathBuf,
+    fail: PathBuf,
+}
+
+fn rig(dir: &TestDir, extra: &str) -> Rig {
+    let repo = dir.join("shop");
+    std::fs::create_dir_all(&repo).unwrap();
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec!["commit", "-q", "--allow-empty", "-m", "first"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(&args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let (gate, arm, fail) = (dir.join("gate"), dir.join("arm"), dir.join("fail"));
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let hook = repo.join(".git/hooks/post-checkout");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\n[ -e '{f}' ] && exit 1\nif [ -e '{a}' ]; then rm -f '{a}'; cat '{g}' > /dev/null; fi\nexit 0\n",
+            f = fail.display(),
+            a = arm.display(),
+            g = gate.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    let q = |v: &Value| serde_json::to_string(&v.to_string()).unwrap();
+    let builder = json!([[{"stall": 600}]]);
+    let verifier = json!([[{"text": "```omniconflux-verdict\n{\"verdict\":\"pass\"}\n```\n"}]]);
+    let mut cfg = config(&format!(
+        "{extra}\n[[repo]]\npath = \"{}\"\n",
+        repo.display()
+    ));
+    for (h, fam, script) in [
+        ("builder", "anthropic", &builder),
+        ("verifier", "openai", &verifier),
+    ] {
+        cfg.push_str(&format!(
+            "\n[[seat]]\nharness = \"{h}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"{fam}\"\nenv = {{ FAKE_SCRIPT = {} }}\n",
+            agent.display(),
+            q(script)
+        ));
+    }
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(cfg),
+            ..Opts::default()
+        },
+    );
+    d.wait_log("seat builder: ready");
+    d.wait_log("seat verifier: ready");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    Rig {
+        d,
+        c,
+        repo,
+        gate,
+        arm,
+        fail,
+    }
+}
+
+impl Rig {
+    /// sample-py asks for a task named `name` in the repository; its wire
+    /// id and request id, once it waits in the inbox (the `n`th to).
+    fn ask(&mut self, name: &str, n: usize) -> (String, String) {
+        let task = json!({"repo": self.repo.display().to_string(), "builder": "builder", "verifier": "verifier",
+                          "acceptance": {"name": "feature", "command": "true"}, "name": name});
+        let wid = py(&mut self.c, "dispatch", &task.to_string())["wid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.d.wait_log_count("waits for the operator", n);
+        let list = self.c.call("approvals.list", json!({}));
+        let rid = list["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|i| i["subject"] == "plugin-task")
+            .map(|i| i["request_id"].as_str().unwrap().to_string())
+            .unwrap();
+        (wid, rid)
+    }
+
+    fn allow(&mut self, rid: &str) {
+        self.c.call(
+            "approvals.answer",
+            json!({"request_id": rid, "decision": "allow"}),
+        );
+    }
+
+    /// Lets the blocked hook go on: opening the FIFO for writing waits for
+    /// the hook to read it, so this also proves the hook was blocked.
+    fn release(&self) {
+        let gate = self.gate.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(gate);
+            let _ = tx.send(f.is_ok());
+        });
+        let opened = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or(false);
+        assert!(opened, "the post-checkout hook never read the gate");
+    }
+
+    fn plugin_get(&mut self) -> Value {
+        self.c.call("plugin.get", json!({"plugin": "sample-py"}))
+    }
+}
+
+#[test]
+fn an_allowed_request_is_answered_not_pending_while_its_dispatch_runs() {
+    let dir = TestDir::new("pdispatch");
+    let mut r = rig(&dir, "");
+    std::fs::write(&r.arm, "").unwrap();
+    let (wid, rid) = r.ask("slow checkout", 1);
+    r.allow(&rid);
+    // The dispatch runs (the hook holds `git worktree add`): the request is
+    // answered, and tasks.cancel says so instead of claiming a retraction.
+    let got = r.c.call("plugin.request.get", json!({"requestId": rid}));
+    assert_eq!(got["state"], "answered", "{got}");
+    assert_eq!(
+        py(&mut r.c, "cancel", &wid)["error"],
+        json!({"code": "not-pending", "message": "The request is not pending: answered", "data": {"state": "answered"}})
+    );
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([rid]), json!([])),
+        "{got}"
+    );
+    r.release();
+    let done = py(&mut r.c, "result", &wid);
+    let lane = done["result"]["lane"].as_str().unwrap().to_string();
+    assert_eq!(done["result"]["requestId"], json!(rid), "{done}");
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([]), json!([lane])),
+        "{got}"
+    );
+    assert_eq!(
+        r.c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "answered"
+    );
+
+    // A dispatch that fails without a code of its own (git refused the
+    // worktree) is `unavailable`, the page's error, not a refusal.
+    std::fs::write(&r.fail, "").unwrap();
+    let (wid, rid) = r.ask("failing checkout", 2);
+    r.allow(&rid);
+    let got = py(&mut r.c, "result", &wid);
+    assert_eq!(
+        got["error"],
+        json!({"code": "unavailable", "message": "The daemon could not do it now"})
+    );
+    std::fs::remove_file(&r.fail).unwrap();
+
+    // A second lane: plugin.get lists the lanes at work newest first; one
+    // the operator closed is gone from the list at once.
+    let (wid, rid) = r.ask("second lane", 3);
+    r.allow(&rid);
+    let second = py(&mut r.c, "result", &wid)["result"]["lane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(r.plugin_get()["lanes"], json!([second, lane]));
+    r.c.call("lanes.close", json!({"lane": lane}));
+    assert_eq!(r.plugin_get()["lanes"], json!([second]));
+    check_wire(&r.d.state, "sample-py");
+    r.d.stop();
 }

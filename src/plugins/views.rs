@@ -27,12 +27,18 @@ pub fn session_items(d: &Daemon) -> Vec<Value> {
         .collect()
 }
 
-/// One session's item, read now.
+/// One session's item, read now, for the busy query (sessions.get, API
+/// 1.1): as sessions.list gives it, except that a session the daemon counts
+/// as busy although no turn runs is `running`: input is queued for it (the
+/// next turn is about to start), or its agent is being stopped (seed 001:
+/// "including interruption cleanup"). `turnActive` stays what it is.
 pub fn session_item(d: &Daemon, session: &str) -> Option<Value> {
-    d.core
-        .sessions
-        .get(session)
-        .map(|s| s.plugin_item(&d.node_name))
+    let s = d.core.sessions.get(session)?;
+    let mut item = s.plugin_item(&d.node_name);
+    if item["state"] == "idle" && (s.queued() > 0 || s.stopping_agent()) {
+        item["state"] = Value::from("running");
+    }
+    Some(item)
 }
 
 /// A sessions.list item's cursor: its session id.
