@@ -1136,3 +1136,169 @@ fn an_allowed_request_is_answered_not_pending_while_its_dispatch_runs() {
     check_wire(&r.d.state, "sample-py");
     r.d.stop();
 }
+
+#[test]
+fn a_dispatch_past_its_bound_answers_unavailable_and_stops_counting() {
+    let dir = TestDir::new("pdispbound");
+    let mut r = rig(&dir, "task_dispatch_timeout_ms = 300");
+    std::fs::write(&r.arm, "").unwrap();
+    let (wid, rid) = r.ask("late lane", 1);
+    r.allow(&rid);
+    // The hook holds the dispatch until the test lets it go, so the bound
+    // (here 300 ms, 15 minutes by default) answers first.
+    assert_eq!(
+        py(&mut r.c, "result", &wid)["error"],
+        json!({"code": "unavailable", "message": "The daemon could not do it now"})
+    );
+    assert_eq!(
+        py(&mut r.c, "cancel", &wid)["error"]["data"],
+        json!({"state": "answered"})
+    );
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([]), json!([])),
+        "{got}"
+    );
+    // It no longer counts toward too-many-pending: three more wait.
+    let mut wids = Vec::new();
+    for n in 2..=4 {
+        wids.push(ask_task(&mut r.c, &r.d, n).0);
+    }
+    let fourth = py(&mut r.c, "create", "")["wid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        py(&mut r.c, "result", &fourth)["error"]["code"],
+        "too-many-pending"
+    );
+    // The lane that starts after its request ended is closed at once.
+    r.release();
+    let line = r.d.wait_log(&format!(
+        "started after its task request {rid} ended; closing it"
+    ));
+    let lane = line
+        .split_whitespace()
+        .find(|w| w.starts_with("t-"))
+        .unwrap()
+        .trim_end_matches(':')
+        .to_string();
+    let got = r.c.call("lanes.get", json!({"lane": lane}));
+    assert_eq!(got["stage"], "closed", "{got}");
+    assert_eq!(r.plugin_get()["lanes"], json!([]));
+    r.d.stop();
+}
+
+#[test]
+fn an_unanswered_request_expires_and_cannot_be_cancelled_after() {
+    let dir = TestDir::new("pexpire");
+    let d = start(&dir, "task_expiry_ms = 200");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let (wid, item) = ask_task(&mut c, &d, 1);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        py(&mut c, "result", &wid)["error"],
+        json!({"code": "approval-expired", "message": "The operator did not answer in 30 minutes"})
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "expired"
+    );
+    assert_eq!(
+        py(&mut c, "cancel", &wid)["error"]["data"],
+        json!({"state": "expired"})
+    );
+    assert_eq!(
+        c.error_code(
+            "approvals.answer",
+            json!({"request_id": rid, "decision": "allow"})
+        ),
+        "not-pending"
+    );
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
+
+#[test]
+fn removing_a_plugin_stops_its_lanes_and_aborts_its_dispatches() {
+    let dir = TestDir::new("premove");
+    let mut r = rig(&dir, "");
+    let wt_root = r.repo.canonicalize().unwrap().with_file_name("shop-wt");
+
+    // stopTasks absent: a dispatch in flight is waited for, its lane closed
+    // and its builder counted, and the worktree it left is listed.
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("aborted", 1);
+    r.allow(&rid);
+    let mut other = r.d.connect();
+    other.send_raw(
+        format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "id": 7, "method": "plugin.remove", "params": {"plugin": "sample-py"}})
+        )
+        .as_bytes(),
+    );
+    r.d.wait_log("plugin sample-py: removing (stopTasks true); 1 dispatch(es) in flight to abort");
+    r.release();
+    let reply = other.read_line().unwrap();
+    assert_eq!(
+        reply["result"],
+        json!({"plugin": "sample-py", "removed": true, "stopped": 1,
+               "worktrees": [wt_root.join("aborted").display().to_string()]}),
+        "{reply}"
+    );
+    r.d.wait_log("closed because the plugin that asked for it is removed");
+
+    // stopTasks absent, a lane at work: closed, its builder counted.
+    install_approve(&mut r.c, &fixture("sample-py"));
+    r.d.wait_log_count("plugin sample-py is running", 2);
+    let (wid, rid) = r.ask("live", 2);
+    r.allow(&rid);
+    let lane = py(&mut r.c, "result", &wid)["result"]["lane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got = r.c.call("plugin.remove", json!({"plugin": "sample-py"}));
+    assert_eq!(
+        got,
+        json!({"plugin": "sample-py", "removed": true, "stopped": 1, "worktrees": []})
+    );
+    assert_eq!(
+        r.c.call("lanes.get", json!({"lane": lane}))["stage"],
+        "closed"
+    );
+
+    // stopTasks false: a lane at work and a dispatch in flight go on as
+    // ordinary lanes.
+    install_approve(&mut r.c, &fixture("sample-py"));
+    r.d.wait_log_count("plugin sample-py is running", 3);
+    let (wid, rid) = r.ask("kept", 3);
+    r.allow(&rid);
+    let kept = py(&mut r.c, "result", &wid)["result"]["lane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("kept in flight", 4);
+    r.allow(&rid);
+    let got = r.c.call(
+        "plugin.remove",
+        json!({"plugin": "sample-py", "stopTasks": false}),
+    );
+    assert_eq!(
+        got,
+        json!({"plugin": "sample-py", "removed": true, "stopped": 0, "worktrees": []})
+    );
+    r.release();
+    let line =
+        r.d.wait_log(&format!("task request {rid}: dispatched as lane"));
+    let late = line.rsplit(' ').next().unwrap().to_string();
+    for lane in [kept, late] {
+        let got = r.c.call("lanes.get", json!({"lane": lane}));
+        assert_eq!(got["stage"], "building", "{got}");
+    }
+    r.d.stop();
+}
