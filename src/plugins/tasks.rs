@@ -1,26 +1,42 @@
 //! Task requests of plugins: tasks.create, tasks.cancel (API 1.1) and
-//! plugin.request.get (seed 000; seed 001; issue 4).
+//! plugin.request.get (seed 000; seed 001; issues 4 and 10).
 //!
 //! tasks.create is checked (permission and params by the host, then here:
 //! too-many-pending at 3 unanswered requests, 20 a day, 3 of the hour's 60
 //! ledger records), stored in the ledger with the SHA-256 of its params as
 //! stored (`digest`, the inbox item's scopeIdentity) under its request id
 //! `plugin_<uuid>`, and once stored put in the daemon's approvals inbox
-//! under the same id (`core::approvals::add_plugin_task`: high risk, 30
-//! minutes, then denied by the timer). The inbox owns the deadline; the
-//! operator answers with approvals.answer, and the inbox calls
-//! [`on_answer`]: a deny answers `approval-denied`, the timer
-//! `approval-expired`, and an allow goes to [`resolve`], which dispatches
-//! exactly the stored request as a lane and answers `{requestId, lane,
-//! session}`, or `task-refused` whose reason is the daemon's own code for
-//! the refused dispatch (repo-unknown, same-family, isolation-missing, ...).
+//! under the same id (`core::approvals::add_plugin_task`: high risk,
+//! `plugins.task_expiry_ms` (30 minutes), then denied by the timer). The
+//! inbox owns the deadline; the operator answers with approvals.answer, and
+//! the inbox calls [`on_answer`]: a deny answers `approval-denied`, the
+//! timer `approval-expired`, and an allow goes to [`resolve`].
+//!
+//! An allow makes the request `answered` at once, in memory and in the
+//! ledger: from then on it is not pending (plugin.request.get says
+//! `answered`, tasks.cancel fails `not-pending` `answered`: seed 001,
+//! "promotion wins and cancellation exposes the conflict"). Its call waits
+//! for the dispatch of exactly the stored request as a lane, which answers
+//! `{requestId, lane, session}`, `task-refused` whose reason is the
+//! daemon's own code for the refused dispatch (repo-unknown, same-family,
+//! isolation-missing, ...), or `unavailable` for a dispatch that failed
+//! without a code (the page's words), whose callback was dropped, or that
+//! passed `plugins.task_dispatch_timeout_ms` ("up to 15 more [minutes] for
+//! the dispatch"). Until it lands the dispatch counts toward
+//! too-many-pending and is in the plugin's record (`starting`); a lane that
+//! starts after its request ended is closed at once, its worktree kept.
+//! plugin.remove with stopTasks aborts a dispatch in flight
+//! (`host::dispatch_aborted`): its lane is closed and the call, if anyone
+//! still waits, gets `shutting-down`.
 //!
 //! tasks.cancel `{id}` names the wire id of the plugin's own tasks.create
 //! request in this run. A pending one is withdrawn: the tasks.create call
 //! fails with `request-cancelled`, and tasks.cancel answers `{requestId,
 //! cancelled: true}`. Otherwise it fails with `not-pending` and
-//! `data.state`: `answered`, `expired`, `cancelled`, or `unknown` (no such
-//! request in this run).
+//! `data.state`: `answered` (also for a request the daemon withdrew itself,
+//! `orphaned`: its call already got `unavailable`, and only the plugin
+//! cancels), `expired`, `cancelled`, or `unknown` (no such request in this
+//! run).
 //!
 //! This table and the inbox change together, in the same reactor step, so
 //! that plugin.request.get and approvals.get agree: `pending` while the

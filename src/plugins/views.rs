@@ -6,11 +6,13 @@
 //! at the moment of the answer on the reactor thread. Their plugin wire
 //! items are built once, by `Session::plugin_item` and `Seat::plugin_item`,
 //! as JSON values: the host pages them as they are and converts nothing
-//! again. Lanes are not wired yet: lanes.list answers an empty page.
+//! again. Lanes are the lane controller's, as verify.list lists them.
 //!
-//! sessions.get (API 1.1) is a snapshot: a session can be admitted, start a
-//! turn or end right after the answer, so a plugin must treat `state` and
-//! `turnActive` as advice, never as a guarantee (seed 001).
+//! sessions.get (API 1.1) is the busy query: a session with queued input or
+//! an agent stop in progress is `running` (seed 001: "including
+//! interruption cleanup"). It is a snapshot: a session can be admitted,
+//! start a turn or end right after the answer, so a plugin must treat
+//! `state` and `turnActive` as advice, never as a guarantee (seed 001).
 
 use serde_json::Value;
 
