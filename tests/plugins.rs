@@ -1302,3 +1302,64 @@ fn removing_a_plugin_stops_its_lanes_and_aborts_its_dispatches() {
     }
     r.d.stop();
 }
+
+#[test]
+fn sessions_get_counts_an_agent_stop_in_progress_as_busy() {
+    let dir = TestDir::new("pbusy");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    // An agent whose process group ignores SIGTERM: after its turn, the
+    // daemon's stop holds until the SIGKILL 3 s later.
+    let agent = dir.join("stubborn.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo stubborn 1; exit 0; }}\ntrap '' TERM\npython3 '{}'\nexec sleep 600\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = config(&format!(
+        "\n[[seat]]\nharness = \"stubborn\"\ncommand = \"{}\"\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        agent.display()
+    ));
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(cfg),
+            ..Opts::default()
+        },
+    );
+    d.wait_log("seat stubborn: ready");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    // Subscribed before the session starts, so that it sees session.start.
+    py(&mut c, "events", "0");
+    let sid = spawn(&mut c, &dir, "stubborn", "hello");
+    let seen = py(&mut c, "events", "3");
+    assert_eq!(seen["events"][2]["kind"], "turn.end", "{seen}");
+    let idle = py(&mut c, "lists", &sid)["get"]["result"].clone();
+    assert_eq!(
+        (idle["state"].clone(), idle["turnActive"].clone()),
+        (json!("idle"), json!(false)),
+        "{idle}"
+    );
+    c.call("sessions.kill", json!({"session_id": sid}));
+    // The stop is in progress until the SIGKILL: busy, though no turn runs.
+    // (Should this test be slower than the 3 s grace, the session has
+    // ended; it must never read idle.)
+    let got = py(&mut c, "lists", &sid)["get"]["result"].clone();
+    let state = got["state"].as_str().unwrap();
+    assert!(
+        state == "running" || state == "ended",
+        "an agent being stopped reads {state}: {got}"
+    );
+    assert_eq!(got["turnActive"], false, "{got}");
+    // A session id of the right form that names no session: not-found.
+    let got = py(&mut c, "lists", "s-000000000000")["get"].clone();
+    assert_eq!(got["error"]["code"], "not-found", "{got}");
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
