@@ -709,6 +709,11 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
         py(&mut c, "result", &wid)["error"],
         json!({"code": "approval-denied", "message": "The operator did not allow the task"})
     );
+    // Answered: tasks.cancel says so rather than claiming a retraction.
+    assert_eq!(
+        py(&mut c, "cancel", &wid)["error"]["data"],
+        json!({"state": "answered"})
+    );
     assert_eq!(
         c.call("plugin.request.get", json!({"requestId": rid}))["state"],
         "answered"
@@ -1252,7 +1257,7 @@ fn removing_a_plugin_stops_its_lanes_and_aborts_its_dispatches() {
     );
     r.d.wait_log("closed because the plugin that asked for it is removed");
 
-    // stopTasks absent, a lane at work: closed, its builder counted.
+    // stopTasks true, a lane at work: closed, its builder counted.
     install_approve(&mut r.c, &fixture("sample-py"));
     r.d.wait_log_count("plugin sample-py is running", 2);
     let (wid, rid) = r.ask("live", 2);
@@ -1261,7 +1266,10 @@ fn removing_a_plugin_stops_its_lanes_and_aborts_its_dispatches() {
         .as_str()
         .unwrap()
         .to_string();
-    let got = r.c.call("plugin.remove", json!({"plugin": "sample-py"}));
+    let got = r.c.call(
+        "plugin.remove",
+        json!({"plugin": "sample-py", "stopTasks": true}),
+    );
     assert_eq!(
         got,
         json!({"plugin": "sample-py", "removed": true, "stopped": 1, "worktrees": []})
@@ -1362,4 +1370,100 @@ fn sessions_get_counts_an_agent_stop_in_progress_as_busy() {
     assert_eq!(got["error"]["code"], "not-found", "{got}");
     check_wire(&d.state, "sample-py");
     d.stop();
+}
+
+/// Writes a plugin that notes each `shutdown` reason, and each SIGTERM when
+/// `stubborn` (which then neither exits nor dies of SIGTERM), in `log`.
+fn shutdown_plugin(dir: &TestDir, id: &str, stubborn: bool, version: &str) -> PathBuf {
+    let folder = dir.join(&format!("src-{id}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let log = dir.join(&format!("{id}.log"));
+    let main = format!(
+        r#"import json, signal, sys, time
+LOG = {log:?}
+STUBBORN = {stubborn}
+
+
+def note(s):
+    with open(LOG, "a") as f:
+        f.write(s + "\n")
+
+
+def out(m):
+    sys.stdout.write(json.dumps(m) + "\n")
+    sys.stdout.flush()
+
+
+if STUBBORN:
+    signal.signal(signal.SIGTERM, lambda *_: note("TERM"))
+for line in sys.stdin:
+    m = json.loads(line)
+    method = m.get("method")
+    if method == "initialize":
+        out({{"id": m["id"], "result": {{"api": "1.0"}}}})
+    elif method == "ping":
+        out({{"id": m["id"], "result": {{}}}})
+    elif method == "shutdown":
+        note(m["params"]["reason"])
+        out({{"id": m["id"], "result": {{}}}})
+        if not STUBBORN:
+            sys.exit(0)
+while STUBBORN:
+    time.sleep(3600)
+"#,
+        log = log.display().to_string(),
+        stubborn = if stubborn { "True" } else { "False" },
+    );
+    std::fs::write(folder.join("main.py"), main).unwrap();
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": id, "name": id, "version": version,
+        "description": "Notes its shutdowns.", "main": "main.py", "permissions": [], "commands": [],
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    folder
+}
+
+fn noted(dir: &TestDir, id: &str) -> Vec<String> {
+    std::fs::read_to_string(dir.join(&format!("{id}.log")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_plugin_sees_each_shutdown_reason_and_sigterm_then_sigkill() {
+    let dir = TestDir::new("pshutdown");
+    // Unisolated, so that the plugins can note what they saw outside their
+    // working directory, which a removal deletes.
+    let mut d = start(&dir, "isolation = \"none\"\n");
+    let mut c = d.connect();
+    install_approve(&mut c, &shutdown_plugin(&dir, "shut-a", false, "1.0.0"));
+    d.wait_log("plugin shut-a is running");
+    // An approved update restarts it: `updated`.
+    install_approve(&mut c, &shutdown_plugin(&dir, "shut-a", false, "1.0.1"));
+    d.wait_log_count("plugin shut-a is running", 2);
+    assert_eq!(noted(&dir, "shut-a"), ["updated"]);
+    c.call("plugin.disable", json!({"plugin": "shut-a"}));
+    d.wait_log_count("plugin shut-a exited (code 0)", 2);
+    c.call("plugin.enable", json!({"plugin": "shut-a"}));
+    d.wait_log_count("plugin shut-a is running", 3);
+    c.call("plugin.remove", json!({"plugin": "shut-a"}));
+    assert_eq!(noted(&dir, "shut-a"), ["updated", "disabled", "removed"]);
+
+    // One that ignores shutdown gets SIGTERM, then SIGKILL, at a daemon stop.
+    install_approve(&mut c, &shutdown_plugin(&dir, "shut-b", true, "1.0.0"));
+    d.wait_log("plugin shut-b is running");
+    let pid = d.pid();
+    d.signal(libc::SIGTERM);
+    d.wait_log("plugin shut-b exited (SIGKILL)");
+    assert!(d.wait().success());
+    assert_eq!(noted(&dir, "shut-b"), ["daemon-stop", "TERM"]);
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+        .filter(|cmd| cmd.contains(&dir.path.display().to_string()) && cmd.contains("main."))
+        .count();
+    assert_eq!(left, 0, "plugin processes of daemon {pid} outlived it");
 }
