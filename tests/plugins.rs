@@ -934,6 +934,20 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
         "{got}"
     );
     d.wait_log(&format!("lane {lane}: merged"));
+    // The plugin was offered the lane's events: its start, its stages and
+    // the verifier's verdict.
+    let seen = py(&mut c, "events", "0");
+    let kinds: Vec<&str> = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["lane"] == json!(lane))
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["lane.start", "lane.stage", "lane.verdict"] {
+        assert!(kinds.contains(&kind), "{kind} missing: {kinds:?}");
+    }
+    check_wire(&d.state, "sample-py");
     d.stop();
 }
 
@@ -1109,6 +1123,37 @@ fn an_allowed_request_is_answered_not_pending_while_its_dispatch_runs() {
         (got["starting"].clone(), got["lanes"].clone()),
         (json!([]), json!([lane])),
         "{got}"
+    );
+    // The plugin reads the lane with lanes.list, and got its lane.start.
+    let listed = py(&mut r.c, "lists", "s-000000000000")["lanes"].clone();
+    let item = &listed["result"]["lanes"][0];
+    assert_eq!(
+        (
+            item["lane"].clone(),
+            item["stage"].clone(),
+            item["builder"]["session"].clone(),
+            item["verifier"]["harness"].clone()
+        ),
+        (
+            json!(lane),
+            json!("building"),
+            done["result"]["session"].clone(),
+            json!("verifier")
+        ),
+        "{listed}"
+    );
+    let seen = py(&mut r.c, "events", "0");
+    let start = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "lane.start")
+        .cloned()
+        .unwrap_or_else(|| panic!("no lane.start: {seen}"));
+    assert_eq!(start["lane"], json!(lane), "{start}");
+    assert_eq!(
+        start["data"]["session"], done["result"]["session"],
+        "{start}"
     );
     assert_eq!(
         r.c.call("plugin.request.get", json!({"requestId": rid}))["state"],
