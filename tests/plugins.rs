@@ -329,6 +329,9 @@ fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
         ("forkloop", "processes"),
         ("stdoutclosed", "stdout-closed"),
         ("exitloop", "exit"),
+        ("loadrefused", "load-refused"),
+        ("initfail", "initialize-failed"),
+        ("mismatch", "api-mismatch"),
     ];
     for (kind, _) in &cases {
         install_approve(&mut c, &hostile(&dir, kind));
@@ -418,6 +421,24 @@ fn unisolated_a_closed_stdout_is_its_own_fault_and_the_tail_says_why() {
             .as_str()
             .unwrap()
             .starts_with("[omniconfluxd] this plugin ran without isolation"),
+        "{got}"
+    );
+    // A main that is neither a script the host knows nor executable cannot
+    // be started: spawn-failed.
+    let folder = dir.join("src-spawnfail");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("main.bin"), "not a program\n").unwrap();
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": "spawnfail", "name": "Spawn fail", "version": "1.0.0",
+        "description": "Cannot start.", "main": "main.bin", "permissions": [], "commands": [],
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    install_approve(&mut c, &folder);
+    d.wait_log("plugin spawnfail: 1 crashes in 10 minutes");
+    let got = c.call("plugin.get", json!({"plugin": "spawnfail"}));
+    assert_eq!(
+        (got["state"].clone(), got["lastExit"]["fault"].clone()),
+        (json!("failed"), json!("spawn-failed")),
         "{got}"
     );
     d.stop();
