@@ -244,6 +244,8 @@ pub struct PluginsSection {
     pub task_expiry_ms: u64,
     /// How long an allowed task request's dispatch may take.
     pub task_dispatch_timeout_ms: u64,
+    /// How long a plugin has to answer command.run.
+    pub command_timeout_ms: u64,
 }
 
 impl Default for PluginsSection {
@@ -263,6 +265,7 @@ impl Default for PluginsSection {
             watch_interval_ms: limits::PLUGIN_WATCH_INTERVAL_MS,
             task_expiry_ms: limits::PLUGIN_TASK_EXPIRY_MS,
             task_dispatch_timeout_ms: limits::PLUGIN_TASK_DISPATCH_MS,
+            command_timeout_ms: limits::PLUGIN_COMMAND_TIMEOUT_MS,
         }
     }
 }
@@ -624,6 +627,7 @@ impl FileConfig {
             ("watch_interval_ms", p.watch_interval_ms, 10),
             ("task_expiry_ms", p.task_expiry_ms, 10),
             ("task_dispatch_timeout_ms", p.task_dispatch_timeout_ms, 10),
+            ("command_timeout_ms", p.command_timeout_ms, 10),
         ] {
             if !(min..=3_600_000).contains(&value) {
                 return Err(bad(

@@ -299,7 +299,7 @@ pub const PLUGIN_SHUTDOWN_TERM_MS: u64 = 2_000;
 pub const PLUGIN_SHUTDOWN_KILL_MS: u64 = 3_000;
 
 /// "plugin-timeout: The plugin did not answer command.run in 30 seconds."
-/// (seed 000)
+/// (seed 000) The default of `plugins.command_timeout_ms`.
 pub const PLUGIN_COMMAND_TIMEOUT_MS: u64 = 30_000;
 /// "busy [...] For plugin.command.run: 4 commands of the plugin are
 /// unanswered." (seed 000)

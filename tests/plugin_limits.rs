@@ -56,6 +56,7 @@ fn limits_plugin(dir: &TestDir, id: &str, perms: &[&str]) -> PathBuf {
         "commands": [
             {"id": "calls", "title": "Calls", "input": "text"},
             {"id": "hold", "title": "Never answered"},
+            {"id": "fail", "title": "Fails", "input": "text"},
             {"id": "fill", "title": "Fill its input", "input": "text"},
             {"id": "notes", "title": "Notifications", "input": "text"},
         ],
@@ -790,5 +791,46 @@ fn task_requests_hold_to_20_a_day_and_3_of_the_hours_60_records() {
         json!({"seq": [["tasks.create", task, 1]], "messages": true}),
     );
     assert_eq!(got, [json!("!rate-limited|20 task requests in 24 hours")]);
+    d.stop();
+}
+
+#[test]
+fn a_command_not_answered_in_time_or_failed_reaches_the_operator_typed() {
+    let dir = TestDir::new("plcmd");
+    let d = start(&dir, config("command_timeout_ms = 300\n"));
+    let mut c = d.connect();
+    let id = install_approve(
+        &mut c,
+        &limits_plugin(&dir, "limits-cmd", &["commands.add"]),
+    );
+    d.wait_log("plugin limits-cmd is running");
+    // The plugin never answers `hold`: plugin-timeout once the bound
+    // (here 300 ms, 30 s by default) passed.
+    let r = c.request(
+        "plugin.command.run",
+        json!({"command": format!("{id}.hold")}),
+    );
+    assert_eq!(
+        (
+            r["error"]["data"]["code"].clone(),
+            r["error"]["message"].clone()
+        ),
+        (
+            json!("plugin-timeout"),
+            json!("the plugin did not answer command.run in 300 ms")
+        ),
+        "{r}"
+    );
+    // It answers `fail` with a failure: plugin-error naming it.
+    let r = c.request(
+        "plugin.command.run",
+        json!({"command": format!("{id}.fail"), "input": "internal-error"}),
+    );
+    assert_eq!(r["error"]["data"]["code"], "plugin-error", "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("the plugin failed: internal-error"), "{r}");
+    // The plugin runs on: a timeout is no fault.
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    assert_eq!(got["state"], "running", "{got}");
     d.stop();
 }

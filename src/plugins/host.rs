@@ -1942,24 +1942,22 @@ pub fn run_command(d: &mut Daemon, id: &str, req: Req, command: String, input: O
         return;
     };
     let h = hid.clone();
-    let t = d.reactor.schedule(
-        Duration::from_millis(limits::PLUGIN_COMMAND_TIMEOUT_MS),
-        move |d| {
-            let Some(r) = run_mut(d, &owner, run_no) else {
-                return;
-            };
-            if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
-                r.commands = r.commands.saturating_sub(1);
-                d.answer(
-                    req,
-                    Err(RpcError::new(
-                        Code::PluginTimeout,
-                        "the plugin did not answer command.run in 30 seconds",
-                    )),
-                );
-            }
-        },
-    );
+    let bound = d.cfg.plugins.command_timeout_ms;
+    let t = d.reactor.schedule(Duration::from_millis(bound), move |d| {
+        let Some(r) = run_mut(d, &owner, run_no) else {
+            return;
+        };
+        if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
+            r.commands = r.commands.saturating_sub(1);
+            d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::PluginTimeout,
+                    format!("the plugin did not answer command.run in {bound} ms"),
+                )),
+            );
+        }
+    });
     if let Some(HostCall::Command { timer, .. }) =
         run_mut(d, id, run_no).and_then(|r| r.host_pending.get_mut(&hid))
     {
