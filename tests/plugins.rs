@@ -150,7 +150,9 @@ fn check_wire(state: &Path, id: &str) -> usize {
     {
         let v: Value = serde_json::from_str(line).unwrap();
         if let (Some(i), Some(m)) = (v["id"].as_str(), v["method"].as_str()) {
-            asked.insert(i.to_string(), m.to_string());
+            // The first request under an id is the one answered with a
+            // result; a second one under it can only be refused.
+            asked.entry(i.to_string()).or_insert_with(|| m.to_string());
         }
     }
     let text = std::fs::read_to_string(work.join("wire-in.jsonl")).unwrap();
@@ -1532,4 +1534,44 @@ fn a_plugin_sees_each_shutdown_reason_and_sigterm_then_sigkill() {
         .filter(|cmd| cmd.contains(&dir.path.display().to_string()) && cmd.contains("main."))
         .count();
     assert_eq!(left, 0, "plugin processes of daemon {pid} outlived it");
+}
+
+#[test]
+fn the_host_refuses_wire_misuse_and_a_second_subscribe_replaces_the_first() {
+    let dir = TestDir::new("pprobe");
+    let d = start_with_seats(&dir, "", &[("fake", json!([]), vec![])]);
+    let mut c = d.connect();
+    let folder = dir.join("src-probe");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(fixture("probe/main.py"), folder.join("main.py")).unwrap();
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": "probe", "name": "Probe", "version": "1.0.0",
+        "description": "Probes the host's refusals.", "main": "main.py",
+        "permissions": ["events.read", "commands.add", "storage.own"],
+        "commands": [{"id": "report", "title": "Report"}],
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    install_approve(&mut c, &folder);
+    d.wait_log("plugin probe is running");
+    // Its subscriptions are answered before the session starts: the run's
+    // requests are taken in order, and the report waits for a turn.end.
+    spawn(&mut c, &dir, "fake", "hello");
+    let r = c.call("plugin.command.run", json!({"command": "probe.report"}));
+    let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["codes"]["early"], "!not-initialized", "{got}");
+    // The set is answered once stored; the get under its id is refused.
+    let mut same: Vec<&str> = got["codes"]["same"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    same.sort();
+    assert_eq!(same, ["!invalid-request", "ok"], "{got}");
+    assert_eq!(got["codes"]["nope"], json!(["!method-not-found"]), "{got}");
+    assert_eq!(got["codes"]["sub2"], json!(["ok"]), "{got}");
+    // Only the second subscription's kinds arrive.
+    assert_eq!(got["kinds"], json!(["turn.end"]), "{got}");
+    check_wire(&d.state, "probe");
+    d.stop();
 }
