@@ -1575,3 +1575,60 @@ fn the_host_refuses_wire_misuse_and_a_second_subscribe_replaces_the_first() {
     check_wire(&d.state, "probe");
     d.stop();
 }
+
+#[test]
+fn a_caller_inside_an_agent_session_gets_operator_only_for_each_operator_method() {
+    let dir = TestDir::new("poponly");
+    let socket = dir.join("run/d.sock").display().to_string();
+    let helper = fixture("operator_only.py").display().to_string();
+    let (ask_file, report) = (dir.join("ask.json"), dir.join("seen.json"));
+    let rogue = json!([[{"run": ["python3", helper, ask_file.display().to_string(), report.display().to_string()]}]]);
+    let d = start_with_seats(&dir, "", &[("rogue", rogue, vec![("OMNI_SOCKET", socket)])]);
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let (_, item) = ask_task(&mut c, &d, 1);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    std::fs::write(
+        &ask_file,
+        json!({"plugin": "sample-py", "command": "sample-py.create", "request": rid}).to_string(),
+    )
+    .unwrap();
+    let sid = spawn(&mut c, &dir, "rogue", "go");
+    let mut events = d.connect();
+    events.call("events.subscribe", json!({"streams": [sid]}));
+    // The helper runs inside the agent's turn: its end means the report is
+    // written.
+    if !report.exists() {
+        loop {
+            let n = events.next_note("event");
+            if n["params"]["kind"] == "turn.end" {
+                break;
+            }
+        }
+    }
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for method in [
+        "plugin.approve",
+        "plugin.enable",
+        "plugin.command.run",
+        "plugin.discard",
+        "plugin.remove",
+        "approvals.answer",
+    ] {
+        assert_eq!(
+            seen[method]["error"]["data"]["code"], "operator-only",
+            "{method}: {seen}"
+        );
+    }
+    // Nothing changed: the plugin runs, its request still waits.
+    assert_eq!(
+        c.call("plugin.get", json!({"plugin": "sample-py"}))["state"],
+        "running"
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "pending"
+    );
+    d.stop();
+}
