@@ -976,13 +976,15 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
 
 /// A daemon with a git repository `shop` (a `[[repo]]`) whose
 /// post-checkout hook blocks on a FIFO the test controls while the file
-/// `arm` exists (it removes it first, so it blocks once per arming) and
-/// fails while `fail` exists; seats `builder` (anthropic, whose turn stalls
+/// `arm` exists (it removes it first, so it blocks once per arming; when
+/// the FIFO `gate.started` exists it first says so there) and fails while
+/// `fail` exists; seats `builder` (anthropic, whose turn stalls
 /// until it is stopped) and `verifier` (openai) of the fake agent; and
 /// sample-py running. `extra` goes into `[plugins]`.
 struct Rig {
     d: Daemon,
     c: util::Client,
+    cfg: String,
     repo: PathBuf,
     gate: PathBuf,
     arm: PathBuf,
@@ -1018,7 +1020,7 @@ fn rig(dir: &TestDir, extra: &str) -> Rig {
     std::fs::write(
         &hook,
         format!(
-            "#!/bin/sh\n[ -e '{f}' ] && exit 1\nif [ -e '{a}' ]; then rm -f '{a}'; cat '{g}' > /dev/null; fi\nexit 0\n",
+            "#!/bin/sh\n[ -e '{f}' ] && exit 1\nif [ -e '{a}' ]; then rm -f '{a}'; [ -p '{g}.started' ] && echo started > '{g}.started'; cat '{g}' > /dev/null; fi\nexit 0\n",
             f = fail.display(),
             a = arm.display(),
             g = gate.display()
@@ -1048,7 +1050,7 @@ fn rig(dir: &TestDir, extra: &str) -> Rig {
     let d = Daemon::start_with(
         &dir.path,
         Opts {
-            config: Some(cfg),
+            config: Some(cfg.clone()),
             ..Opts::default()
         },
     );
@@ -1060,6 +1062,7 @@ fn rig(dir: &TestDir, extra: &str) -> Rig {
     Rig {
         d,
         c,
+        cfg,
         repo,
         gate,
         arm,
@@ -1109,6 +1112,44 @@ impl Rig {
             .recv_timeout(std::time::Duration::from_secs(60))
             .unwrap_or(false);
         assert!(opened, "the post-checkout hook never read the gate");
+    }
+
+    /// Kills the daemon with SIGKILL and starts it again on the same state.
+    fn restart(mut self, dir: &TestDir) -> Rig {
+        self.d.kill9();
+        let d = Daemon::start_with(
+            &dir.path,
+            Opts {
+                config: Some(self.cfg.clone()),
+                ..Opts::default()
+            },
+        );
+        d.wait_log("plugin sample-py is running");
+        let c = d.connect();
+        Rig { d, c, ..self }
+    }
+
+    /// Waits until the hook blocks: it writes to `gate.started` (made by
+    /// `announce`) just before.
+    fn started(&self) {
+        let started = self.gate.with_extension("started");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::fs::read_to_string(started).unwrap_or_default());
+        });
+        let said = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_default();
+        assert_eq!(said, "started\n", "the post-checkout hook never started");
+    }
+
+    /// Makes the FIFO the hook announces itself on.
+    fn announce(&self) {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(self.gate.with_extension("started"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
     }
 
     fn plugin_get(&mut self) -> Value {
@@ -1631,4 +1672,47 @@ fn a_caller_inside_an_agent_session_gets_operator_only_for_each_operator_method(
         "pending"
     );
     d.stop();
+}
+
+#[test]
+fn a_dispatch_cut_off_by_a_daemon_stop_is_aborted_by_removal() {
+    let dir = TestDir::new("pcutoff");
+    let mut r = rig(&dir, "");
+    r.announce();
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("cut off", 1);
+    r.allow(&rid);
+    r.started();
+    assert_eq!(r.plugin_get()["starting"], json!([rid]));
+    // The daemon dies while `git worktree add` waits on the gate: the
+    // dispatch is cut off, and leaves its worktree.
+    let mut r = r.restart(&dir);
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([rid]), json!([])),
+        "{got}"
+    );
+    assert_eq!(
+        r.c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "answered"
+    );
+    let wt = r
+        .repo
+        .canonicalize()
+        .unwrap()
+        .with_file_name("shop-wt")
+        .join("cut-off");
+    // post-checkout runs once the files are checked out: the worktree is
+    // there while the hook holds git.
+    assert!(wt.is_dir(), "{}", wt.display());
+    let got = r.c.call("plugin.remove", json!({"plugin": "sample-py"}));
+    assert_eq!(
+        got,
+        json!({"plugin": "sample-py", "removed": true, "stopped": 0,
+               "worktrees": [wt.display().to_string()]})
+    );
+    // Let the orphaned git end.
+    r.release();
+    r.d.stop();
 }
