@@ -246,6 +246,8 @@ pub struct PluginsSection {
     pub task_dispatch_timeout_ms: u64,
     /// How long a plugin has to answer command.run.
     pub command_timeout_ms: u64,
+    /// How long plugin.remove waits for the dispatches it aborts.
+    pub remove_abort_timeout_ms: u64,
 }
 
 impl Default for PluginsSection {
@@ -266,6 +268,7 @@ impl Default for PluginsSection {
             task_expiry_ms: limits::PLUGIN_TASK_EXPIRY_MS,
             task_dispatch_timeout_ms: limits::PLUGIN_TASK_DISPATCH_MS,
             command_timeout_ms: limits::PLUGIN_COMMAND_TIMEOUT_MS,
+            remove_abort_timeout_ms: limits::PLUGIN_REMOVE_ABORT_MS,
         }
     }
 }
@@ -628,6 +631,7 @@ impl FileConfig {
             ("task_expiry_ms", p.task_expiry_ms, 10),
             ("task_dispatch_timeout_ms", p.task_dispatch_timeout_ms, 10),
             ("command_timeout_ms", p.command_timeout_ms, 10),
+            ("remove_abort_timeout_ms", p.remove_abort_timeout_ms, 10),
         ] {
             if !(min..=3_600_000).contains(&value) {
                 return Err(bad(

@@ -261,7 +261,8 @@ pub const PLUGIN_TASK_DISPATCH_MS: u64 = 15 * 60 * 1000;
 /// deleted. [...] When a step fails, or an abort does not reply in time,
 /// the plugin is left remove-pending." (seed 000, plugin.remove) The page
 /// gives no time: a removal waits this long for the dispatches in flight it
-/// aborts, as long as a plugin's command may take.
+/// aborts, as long as a plugin's command may take. The default of
+/// `plugins.remove_abort_timeout_ms`.
 pub const PLUGIN_REMOVE_ABORT_MS: u64 = 30_000;
 
 /// "The whole of a task request a plugin made, for the app's inbox card: the

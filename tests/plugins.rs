@@ -1716,3 +1716,39 @@ fn a_dispatch_cut_off_by_a_daemon_stop_is_aborted_by_removal() {
     r.release();
     r.d.stop();
 }
+
+#[test]
+fn a_removal_whose_aborted_dispatch_does_not_end_in_time_stays_remove_pending() {
+    let dir = TestDir::new("prmpending");
+    let mut r = rig(&dir, "remove_abort_timeout_ms = 300");
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("held", 1);
+    r.allow(&rid);
+    // The hook holds the dispatch past the bound (here 300 ms).
+    let got = r.c.request("plugin.remove", json!({"plugin": "sample-py"}));
+    assert_eq!(
+        got["error"]["data"]["code"], "plugin-remove-pending",
+        "{got}"
+    );
+    let p = r.plugin_get();
+    assert_eq!(
+        (p["state"].clone(), p["reason"].clone()),
+        (json!("remove-pending"), json!("remove-failed")),
+        "{p}"
+    );
+    // Asked again, the removal is still at work.
+    assert_eq!(
+        r.c.error_code("plugin.remove", json!({"plugin": "sample-py"})),
+        "plugin-remove-pending"
+    );
+    // Once the dispatch lands, its lane is closed and the daemon finishes
+    // the removal by itself.
+    r.release();
+    r.d.wait_log("plugin sample-py removed");
+    r.d.wait_log("closed because the plugin that asked for it is removed");
+    assert_eq!(
+        r.c.error_code("plugin.get", json!({"plugin": "sample-py"})),
+        "plugin-not-found"
+    );
+    r.d.stop();
+}

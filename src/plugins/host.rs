@@ -1693,7 +1693,8 @@ pub fn abort_cut_off(d: &mut Daemon, id: &str, rid: &str) {
 
 /// Removes what is left of a plugin once its process is gone, and answers
 /// plugin.remove. A step that fails leaves it remove-pending; so does a
-/// dispatch it aborts that does not end within `PLUGIN_REMOVE_ABORT_MS`:
+/// dispatch it aborts that does not end within
+/// `plugins.remove_abort_timeout_ms`:
 /// the reply is then `plugin-remove-pending`, and the removal finishes by
 /// itself once the dispatch ends (it is bounded by
 /// `plugins.task_dispatch_timeout_ms`).
@@ -1705,7 +1706,7 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
         if p.removal.timer.is_none() {
             let owner = id.to_string();
             let t = d.reactor.schedule(
-                Duration::from_millis(limits::PLUGIN_REMOVE_ABORT_MS),
+                Duration::from_millis(d.cfg.plugins.remove_abort_timeout_ms),
                 move |d| abort_timed_out(d, &owner),
             );
             if let Some(p) = d.plugins.plugins.get_mut(id) {
@@ -1792,7 +1793,7 @@ fn abort_timed_out(d: &mut Daemon, id: &str) {
     persist(d);
     crate::warn!(
         "plugin {id}: {n} aborted dispatch(es) did not end in {} ms; it stays remove-pending",
-        limits::PLUGIN_REMOVE_ABORT_MS
+        d.cfg.plugins.remove_abort_timeout_ms
     );
     if let Some(req) = req {
         d.answer(

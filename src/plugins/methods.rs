@@ -635,6 +635,15 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "the plugin is being removed",
         ));
     }
+    if !p.removal.aborting.is_empty() {
+        return Err(RpcError::new(
+            Code::PluginRemovePending,
+            format!(
+                "the plugin is being removed; {} aborted dispatch(es) have not ended",
+                p.removal.aborting.len()
+            ),
+        ));
+    }
     p.rec.removal = Some("removing".into());
     // stopTasks (true when absent): every lane of its requests still at work
     // is closed, which stops its sessions; a dispatch cut off by a daemon
