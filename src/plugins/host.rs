@@ -34,6 +34,10 @@
 //!   tree.
 //! - A response to a host request the host no longer waits for (a
 //!   command.run that timed out) is ignored.
+//! - The approved copy is hashed before every start; a change on disk while
+//!   the plugin runs is noticed at its next start (files-changed), not at
+//!   once: the process already read its files and stays bounded by what
+//!   was approved, and only the daemon's user can write the copy.
 //! - Events: a committed ledger event is offered when its kind is an API
 //!   kind, its data has the kind's members, and it was committed on a
 //!   stream the daemon itself writes that kind to: a session kind on a

@@ -38,6 +38,12 @@
 //! cancels), `expired`, `cancelled`, or `unknown` (no such request in this
 //! run).
 //!
+//! Decided where the page is silent (also in omniconflux-plugin(7)): a
+//! verifier or builder seat of family `auto` is refused as `same-family`
+//! (the lanes' check): the page promises a verifier of another provider
+//! family than the builder's, which the daemon cannot know of an `auto`
+//! seat.
+//!
 //! This table and the inbox change together, in the same reactor step, so
 //! that plugin.request.get and approvals.get agree: `pending` while the
 //! inbox item is pending; `answered` once the operator allowed or denied it;
