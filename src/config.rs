@@ -261,6 +261,14 @@ pub struct PluginsSection {
     pub max_processes: usize,
     /// How often the host counts each plugin's processes and memory.
     pub watch_interval_ms: u64,
+    /// How long an operator has to answer a plugin's task request.
+    pub task_expiry_ms: u64,
+    /// How long an allowed task request's dispatch may take.
+    pub task_dispatch_timeout_ms: u64,
+    /// How long a plugin has to answer command.run.
+    pub command_timeout_ms: u64,
+    /// How long plugin.remove waits for the dispatches it aborts.
+    pub remove_abort_timeout_ms: u64,
 }
 
 impl Default for PluginsSection {
@@ -278,6 +286,10 @@ impl Default for PluginsSection {
             memory_mb: limits::PLUGIN_MEMORY_MB,
             max_processes: limits::PLUGIN_MAX_PROCESSES,
             watch_interval_ms: limits::PLUGIN_WATCH_INTERVAL_MS,
+            task_expiry_ms: limits::PLUGIN_TASK_EXPIRY_MS,
+            task_dispatch_timeout_ms: limits::PLUGIN_TASK_DISPATCH_MS,
+            command_timeout_ms: limits::PLUGIN_COMMAND_TIMEOUT_MS,
+            remove_abort_timeout_ms: limits::PLUGIN_REMOVE_ABORT_MS,
         }
     }
 }
@@ -637,6 +649,10 @@ impl FileConfig {
             ("initialize_timeout_ms", p.initialize_timeout_ms, 10),
             ("restart_backoff_ms", p.restart_backoff_ms, 1),
             ("watch_interval_ms", p.watch_interval_ms, 10),
+            ("task_expiry_ms", p.task_expiry_ms, 10),
+            ("task_dispatch_timeout_ms", p.task_dispatch_timeout_ms, 10),
+            ("command_timeout_ms", p.command_timeout_ms, 10),
+            ("remove_abort_timeout_ms", p.remove_abort_timeout_ms, 10),
         ] {
             if !(min..=3_600_000).contains(&value) {
                 return Err(bad(

@@ -247,7 +247,23 @@ pub const PLUGIN_LEDGER_WINDOW_MS: u64 = 3600 * 1000;
 pub const PLUGIN_MAX_PENDING_TASKS: usize = 3;
 
 /// "approval-expired: The operator did not answer in 30 minutes." (seed 000)
+/// The default of `plugins.task_expiry_ms`.
 pub const PLUGIN_TASK_EXPIRY_MS: u64 = 30 * 60 * 1000;
+
+/// "The response comes when the operator answered and the daemon dispatched
+/// or refused the task, or when the request expired: up to 30 minutes for
+/// the answer and up to 15 more for the dispatch." (seed 000, tasks.create)
+/// The default of `plugins.task_dispatch_timeout_ms`: a dispatch still in
+/// flight then is answered `unavailable`.
+pub const PLUGIN_TASK_DISPATCH_MS: u64 = 15 * 60 * 1000;
+
+/// "The reply is sent when its processes are gone and the folder is
+/// deleted. [...] When a step fails, or an abort does not reply in time,
+/// the plugin is left remove-pending." (seed 000, plugin.remove) The page
+/// gives no time: a removal waits this long for the dispatches in flight it
+/// aborts, as long as a plugin's command may take. The default of
+/// `plugins.remove_abort_timeout_ms`.
+pub const PLUGIN_REMOVE_ABORT_MS: u64 = 30_000;
 
 /// "The whole of a task request a plugin made, for the app's inbox card: the
 /// inbox item itself holds only a summary." (seed 000, plugin.request.get)
@@ -284,7 +300,7 @@ pub const PLUGIN_SHUTDOWN_TERM_MS: u64 = 2_000;
 pub const PLUGIN_SHUTDOWN_KILL_MS: u64 = 3_000;
 
 /// "plugin-timeout: The plugin did not answer command.run in 30 seconds."
-/// (seed 000)
+/// (seed 000) The default of `plugins.command_timeout_ms`.
 pub const PLUGIN_COMMAND_TIMEOUT_MS: u64 = 30_000;
 /// "busy [...] For plugin.command.run: 4 commands of the plugin are
 /// unanswered." (seed 000)
@@ -336,6 +352,15 @@ pub const PLUGIN_LANES_COPY_MS: u64 = 5_000;
 
 /// plugin.get: "lanes [...] at most 50" and "starting [...] at most 50".
 pub const PLUGIN_GET_LIST_MAX: usize = 50;
+
+/// "stopped: from 0 to 10,000. How many sessions the removal stopped."
+/// (seed 000, plugin.remove)
+pub const PLUGIN_REMOVE_STOPPED_MAX: usize = 10_000;
+
+/// "worktrees: at most 50 items [...] The worktrees that aborted dispatches
+/// left, those of the newest requests first, as many as fit one frame."
+/// (seed 000, plugin.remove) 50 paths of 4,096 characters fit a frame.
+pub const PLUGIN_REMOVE_WORKTREES_MAX: usize = 50;
 
 /// plugin.get waiting.diff: "paths: The first 20 paths that were added,
 /// removed or changed".

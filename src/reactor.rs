@@ -59,6 +59,17 @@ impl Inbox {
     pub fn run(&self, task: impl FnOnce(&mut Daemon) + Send + 'static) -> bool {
         self.send(Msg::Run(Box::new(task)))
     }
+
+    /// As [`Inbox::run`], but never blocks: false when the queue is full or
+    /// the reactor is gone. For code that may itself run on the reactor
+    /// thread (a drop guard), where waiting for room would wait for ever.
+    pub fn try_run(&self, task: impl FnOnce(&mut Daemon) + Send + 'static) -> bool {
+        if self.tx.try_send(Msg::Run(Box::new(task))).is_err() {
+            return false;
+        }
+        let _ = self.waker.wake();
+        true
+    }
 }
 
 /// The poll, the waker and the receiving side of the inbox.

@@ -56,6 +56,7 @@ fn limits_plugin(dir: &TestDir, id: &str, perms: &[&str]) -> PathBuf {
         "commands": [
             {"id": "calls", "title": "Calls", "input": "text"},
             {"id": "hold", "title": "Never answered"},
+            {"id": "fail", "title": "Fails", "input": "text"},
             {"id": "fill", "title": "Fill its input", "input": "text"},
             {"id": "notes", "title": "Notifications", "input": "text"},
         ],
@@ -714,5 +715,122 @@ fn changed_copies_and_records_wait_again_and_a_waiting_copy_is_discarded() {
         "{}",
         d.log_text()
     );
+    d.stop();
+}
+
+/// Denies every plugin-task request waiting in the inbox; how many.
+fn deny_all(c: &mut util::Client) -> usize {
+    let list = c.call("approvals.list", json!({}));
+    let ids: Vec<Value> = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["subject"] == "plugin-task")
+        .map(|i| i["request_id"].clone())
+        .collect();
+    for id in &ids {
+        c.call(
+            "approvals.answer",
+            json!({"request_id": id, "decision": "deny"}),
+        );
+    }
+    ids.len()
+}
+
+#[test]
+fn task_requests_hold_to_20_a_day_and_3_of_the_hours_60_records() {
+    let dir = TestDir::new("pltasks");
+    let d = start(&dir, config(""));
+    let mut c = d.connect();
+    let task = json!({"repo": "/srv/work/shop", "task": "Add a test {i}.", "builder": "claude", "verifier": "codex",
+                      "acceptance": {"name": "unit tests", "command": "npm test"}});
+
+    // 57 storage writes leave 3 of the hour's 60 records: one task request
+    // still fits, the next does not, while storage writes go on.
+    let perms = ["commands.add", "storage.own", "tasks.create"];
+    let id = install_approve(&mut c, &limits_plugin(&dir, "limits-records", &perms));
+    d.wait_log("plugin limits-records is running");
+    let spec = json!({"seq": [["storage.set", {"key": "k{i}", "value": "v"}, 57], ["tasks.create", task, 1]],
+                      "window": 8, "need": 57, "messages": true});
+    let got = calls(&mut c, &id, spec);
+    assert!(got.iter().all(|a| a["bytes"] == 1), "{got:?}");
+    d.wait_log_count("waits for the operator", 1);
+    let spec = json!({"seq": [["tasks.create", task, 1], ["storage.set", {"key": "last", "value": "v"}, 1]],
+                      "messages": true});
+    assert_eq!(
+        calls(&mut c, &id, spec),
+        [
+            json!(
+                "!rate-limited|too few of the hour's 60 ledger records are left for a task request"
+            ),
+            json!({"key": "last", "bytes": 1})
+        ]
+    );
+    assert_eq!(deny_all(&mut c), 1);
+
+    // 20 task requests in 24 hours, answered three at a time: the 21st is
+    // refused.
+    let perms = ["commands.add", "tasks.create"];
+    let id = install_approve(&mut c, &limits_plugin(&dir, "limits-daily", &perms));
+    d.wait_log("plugin limits-daily is running");
+    let mut asked = 1;
+    while asked < 21 {
+        let n = 3.min(21 - asked);
+        calls(
+            &mut c,
+            &id,
+            json!({"seq": [["tasks.create", task, n]], "need": 0}),
+        );
+        asked += n;
+        d.wait_log_count("waits for the operator", asked);
+        assert_eq!(deny_all(&mut c), n);
+    }
+    let got = calls(
+        &mut c,
+        &id,
+        json!({"seq": [["tasks.create", task, 1]], "messages": true}),
+    );
+    assert_eq!(got, [json!("!rate-limited|20 task requests in 24 hours")]);
+    d.stop();
+}
+
+#[test]
+fn a_command_not_answered_in_time_or_failed_reaches_the_operator_typed() {
+    let dir = TestDir::new("plcmd");
+    let d = start(&dir, config("command_timeout_ms = 300\n"));
+    let mut c = d.connect();
+    let id = install_approve(
+        &mut c,
+        &limits_plugin(&dir, "limits-cmd", &["commands.add"]),
+    );
+    d.wait_log("plugin limits-cmd is running");
+    // The plugin never answers `hold`: plugin-timeout once the bound
+    // (here 300 ms, 30 s by default) passed.
+    let r = c.request(
+        "plugin.command.run",
+        json!({"command": format!("{id}.hold")}),
+    );
+    assert_eq!(
+        (
+            r["error"]["data"]["code"].clone(),
+            r["error"]["message"].clone()
+        ),
+        (
+            json!("plugin-timeout"),
+            json!("the plugin did not answer command.run in 300 ms")
+        ),
+        "{r}"
+    );
+    // It answers `fail` with a failure: plugin-error naming it.
+    let r = c.request(
+        "plugin.command.run",
+        json!({"command": format!("{id}.fail"), "input": "internal-error"}),
+    );
+    assert_eq!(r["error"]["data"]["code"], "plugin-error", "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("the plugin failed: internal-error"), "{r}");
+    // The plugin runs on: a timeout is no fault.
+    let got = c.call("plugin.get", json!({"plugin": id}));
+    assert_eq!(got["state"], "running", "{got}");
     d.stop();
 }

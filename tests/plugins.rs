@@ -150,7 +150,9 @@ fn check_wire(state: &Path, id: &str) -> usize {
     {
         let v: Value = serde_json::from_str(line).unwrap();
         if let (Some(i), Some(m)) = (v["id"].as_str(), v["method"].as_str()) {
-            asked.insert(i.to_string(), m.to_string());
+            // The first request under an id is the one answered with a
+            // result; a second one under it can only be refused.
+            asked.entry(i.to_string()).or_insert_with(|| m.to_string());
         }
     }
     let text = std::fs::read_to_string(work.join("wire-in.jsonl")).unwrap();
@@ -329,6 +331,9 @@ fn each_hostile_plugin_ends_in_its_fault_and_the_others_keep_running() {
         ("forkloop", "processes"),
         ("stdoutclosed", "stdout-closed"),
         ("exitloop", "exit"),
+        ("loadrefused", "load-refused"),
+        ("initfail", "initialize-failed"),
+        ("mismatch", "api-mismatch"),
     ];
     for (kind, _) in &cases {
         install_approve(&mut c, &hostile(&dir, kind));
@@ -420,6 +425,24 @@ fn unisolated_a_closed_stdout_is_its_own_fault_and_the_tail_says_why() {
             .starts_with("[omniconfluxd] this plugin ran without isolation"),
         "{got}"
     );
+    // A main that is neither a script the host knows nor executable cannot
+    // be started: spawn-failed.
+    let folder = dir.join("src-spawnfail");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("main.bin"), "not a program\n").unwrap();
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": "spawnfail", "name": "Spawn fail", "version": "1.0.0",
+        "description": "Cannot start.", "main": "main.bin", "permissions": [], "commands": [],
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    install_approve(&mut c, &folder);
+    d.wait_log("plugin spawnfail: 1 crashes in 10 minutes");
+    let got = c.call("plugin.get", json!({"plugin": "spawnfail"}));
+    assert_eq!(
+        (got["state"].clone(), got["lastExit"]["fault"].clone()),
+        (json!("failed"), json!("spawn-failed")),
+        "{got}"
+    );
     d.stop();
 }
 
@@ -464,7 +487,10 @@ fn a_python_plugin_asks_for_a_task_and_withdraws_it_with_api_1_1() {
     assert_eq!(got["storage"]["error"]["code"], "permission-denied");
     assert_eq!(got["storage"]["error"]["data"]["permission"], "storage.own");
     assert_eq!(got["limit"]["error"]["code"], "invalid-params");
-    assert_eq!(got["get"]["error"]["code"], "invalid-params");
+    assert_eq!(
+        got["get"]["error"],
+        json!({"code": "not-found", "message": "No session s-nope on this daemon"})
+    );
     assert_eq!(
         got["seats"]["result"],
         json!({"seats": [], "nextCursor": null})
@@ -706,6 +732,11 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
         py(&mut c, "result", &wid)["error"],
         json!({"code": "approval-denied", "message": "The operator did not allow the task"})
     );
+    // Answered: tasks.cancel says so rather than claiming a retraction.
+    assert_eq!(
+        py(&mut c, "cancel", &wid)["error"]["data"],
+        json!({"state": "answered"})
+    );
     assert_eq!(
         c.call("plugin.request.get", json!({"requestId": rid}))["state"],
         "answered"
@@ -926,5 +957,798 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
         "{got}"
     );
     d.wait_log(&format!("lane {lane}: merged"));
+    // The plugin was offered the lane's events: its start, its stages and
+    // the verifier's verdict.
+    let seen = py(&mut c, "events", "0");
+    let kinds: Vec<&str> = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["lane"] == json!(lane))
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["lane.start", "lane.stage", "lane.verdict"] {
+        assert!(kinds.contains(&kind), "{kind} missing: {kinds:?}");
+    }
+    check_wire(&d.state, "sample-py");
     d.stop();
+}
+
+/// A daemon with a git repository `shop` (a `[[repo]]`) whose
+/// post-checkout hook blocks on a FIFO the test controls while the file
+/// `arm` exists (it removes it first, so it blocks once per arming; when
+/// the FIFO `gate.started` exists it first says so there) and fails while
+/// `fail` exists; seats `builder` (anthropic, whose turn stalls
+/// until it is stopped) and `verifier` (openai) of the fake agent; and
+/// sample-py running. `extra` goes into `[plugins]`.
+struct Rig {
+    d: Daemon,
+    c: util::Client,
+    cfg: String,
+    repo: PathBuf,
+    gate: PathBuf,
+    arm: PathBuf,
+    fail: PathBuf,
+}
+
+fn rig(dir: &TestDir, extra: &str) -> Rig {
+    let repo = dir.join("shop");
+    std::fs::create_dir_all(&repo).unwrap();
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec!["commit", "-q", "--allow-empty", "-m", "first"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(&args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let (gate, arm, fail) = (dir.join("gate"), dir.join("arm"), dir.join("fail"));
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let hook = repo.join(".git/hooks/post-checkout");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\n[ -e '{f}' ] && exit 1\nif [ -e '{a}' ]; then rm -f '{a}'; [ -p '{g}.started' ] && echo started > '{g}.started'; cat '{g}' > /dev/null; fi\nexit 0\n",
+            f = fail.display(),
+            a = arm.display(),
+            g = gate.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    let q = |v: &Value| serde_json::to_string(&v.to_string()).unwrap();
+    let builder = json!([[{"stall": 600}]]);
+    let verifier = json!([[{"text": "```omniconflux-verdict\n{\"verdict\":\"pass\"}\n```\n"}]]);
+    let mut cfg = config(&format!(
+        "{extra}\n[[repo]]\npath = \"{}\"\n",
+        repo.display()
+    ));
+    for (h, fam, script) in [
+        ("builder", "anthropic", &builder),
+        ("verifier", "openai", &verifier),
+    ] {
+        cfg.push_str(&format!(
+            "\n[[seat]]\nharness = \"{h}\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"{fam}\"\nenv = {{ FAKE_SCRIPT = {} }}\n",
+            agent.display(),
+            q(script)
+        ));
+    }
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(cfg.clone()),
+            ..Opts::default()
+        },
+    );
+    d.wait_log("seat builder: ready");
+    d.wait_log("seat verifier: ready");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    Rig {
+        d,
+        c,
+        cfg,
+        repo,
+        gate,
+        arm,
+        fail,
+    }
+}
+
+impl Rig {
+    /// sample-py asks for a task named `name` in the repository; its wire
+    /// id and request id, once it waits in the inbox (the `n`th to).
+    fn ask(&mut self, name: &str, n: usize) -> (String, String) {
+        let task = json!({"repo": self.repo.display().to_string(), "builder": "builder", "verifier": "verifier",
+                          "acceptance": {"name": "feature", "command": "true"}, "name": name});
+        let wid = py(&mut self.c, "dispatch", &task.to_string())["wid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.d.wait_log_count("waits for the operator", n);
+        let list = self.c.call("approvals.list", json!({}));
+        let rid = list["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|i| i["subject"] == "plugin-task")
+            .map(|i| i["request_id"].as_str().unwrap().to_string())
+            .unwrap();
+        (wid, rid)
+    }
+
+    fn allow(&mut self, rid: &str) {
+        self.c.call(
+            "approvals.answer",
+            json!({"request_id": rid, "decision": "allow"}),
+        );
+    }
+
+    /// Lets the blocked hook go on: opening the FIFO for writing waits for
+    /// the hook to read it, so this also proves the hook was blocked.
+    fn release(&self) {
+        let gate = self.gate.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(gate);
+            let _ = tx.send(f.is_ok());
+        });
+        let opened = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or(false);
+        assert!(opened, "the post-checkout hook never read the gate");
+    }
+
+    /// Kills the daemon with SIGKILL and starts it again on the same state.
+    fn restart(mut self, dir: &TestDir) -> Rig {
+        self.d.kill9();
+        let d = Daemon::start_with(
+            &dir.path,
+            Opts {
+                config: Some(self.cfg.clone()),
+                ..Opts::default()
+            },
+        );
+        d.wait_log("plugin sample-py is running");
+        let c = d.connect();
+        Rig { d, c, ..self }
+    }
+
+    /// Waits until the hook blocks: it writes to `gate.started` (made by
+    /// `announce`) just before.
+    fn started(&self) {
+        let started = self.gate.with_extension("started");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::fs::read_to_string(started).unwrap_or_default());
+        });
+        let said = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_default();
+        assert_eq!(said, "started\n", "the post-checkout hook never started");
+    }
+
+    /// Makes the FIFO the hook announces itself on.
+    fn announce(&self) {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(self.gate.with_extension("started"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    fn plugin_get(&mut self) -> Value {
+        self.c.call("plugin.get", json!({"plugin": "sample-py"}))
+    }
+}
+
+#[test]
+fn an_allowed_request_is_answered_not_pending_while_its_dispatch_runs() {
+    let dir = TestDir::new("pdispatch");
+    let mut r = rig(&dir, "");
+    std::fs::write(&r.arm, "").unwrap();
+    let (wid, rid) = r.ask("slow checkout", 1);
+    r.allow(&rid);
+    // The dispatch runs (the hook holds `git worktree add`): the request is
+    // answered, and tasks.cancel says so instead of claiming a retraction.
+    let got = r.c.call("plugin.request.get", json!({"requestId": rid}));
+    assert_eq!(got["state"], "answered", "{got}");
+    assert_eq!(
+        py(&mut r.c, "cancel", &wid)["error"],
+        json!({"code": "not-pending", "message": "The request is not pending: answered", "data": {"state": "answered"}})
+    );
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([rid]), json!([])),
+        "{got}"
+    );
+    r.release();
+    let done = py(&mut r.c, "result", &wid);
+    let lane = done["result"]["lane"].as_str().unwrap().to_string();
+    assert_eq!(done["result"]["requestId"], json!(rid), "{done}");
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([]), json!([lane])),
+        "{got}"
+    );
+    // The plugin reads the lane with lanes.list, and got its lane.start.
+    let listed = py(&mut r.c, "lists", "s-000000000000")["lanes"].clone();
+    let item = &listed["result"]["lanes"][0];
+    assert_eq!(
+        (
+            item["lane"].clone(),
+            item["stage"].clone(),
+            item["builder"]["session"].clone(),
+            item["verifier"]["harness"].clone()
+        ),
+        (
+            json!(lane),
+            json!("building"),
+            done["result"]["session"].clone(),
+            json!("verifier")
+        ),
+        "{listed}"
+    );
+    let seen = py(&mut r.c, "events", "0");
+    let start = seen["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "lane.start")
+        .cloned()
+        .unwrap_or_else(|| panic!("no lane.start: {seen}"));
+    assert_eq!(start["lane"], json!(lane), "{start}");
+    assert_eq!(
+        start["data"]["session"], done["result"]["session"],
+        "{start}"
+    );
+    assert_eq!(
+        r.c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "answered"
+    );
+
+    // A dispatch that fails without a code of its own (git refused the
+    // worktree) is `unavailable`, the page's error, not a refusal.
+    std::fs::write(&r.fail, "").unwrap();
+    let (wid, rid) = r.ask("failing checkout", 2);
+    r.allow(&rid);
+    let got = py(&mut r.c, "result", &wid);
+    assert_eq!(
+        got["error"],
+        json!({"code": "unavailable", "message": "The daemon could not do it now"})
+    );
+    std::fs::remove_file(&r.fail).unwrap();
+
+    // A second lane: plugin.get lists the lanes at work newest first; one
+    // the operator closed is gone from the list at once.
+    let (wid, rid) = r.ask("second lane", 3);
+    r.allow(&rid);
+    let second = py(&mut r.c, "result", &wid)["result"]["lane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(r.plugin_get()["lanes"], json!([second, lane]));
+    r.c.call("lanes.close", json!({"lane": lane}));
+    assert_eq!(r.plugin_get()["lanes"], json!([second]));
+    check_wire(&r.d.state, "sample-py");
+    r.d.stop();
+}
+
+#[test]
+fn a_dispatch_past_its_bound_answers_unavailable_and_stops_counting() {
+    let dir = TestDir::new("pdispbound");
+    let mut r = rig(&dir, "task_dispatch_timeout_ms = 300");
+    std::fs::write(&r.arm, "").unwrap();
+    let (wid, rid) = r.ask("late lane", 1);
+    r.allow(&rid);
+    // The hook holds the dispatch until the test lets it go, so the bound
+    // (here 300 ms, 15 minutes by default) answers first.
+    assert_eq!(
+        py(&mut r.c, "result", &wid)["error"],
+        json!({"code": "unavailable", "message": "The daemon could not do it now"})
+    );
+    assert_eq!(
+        py(&mut r.c, "cancel", &wid)["error"]["data"],
+        json!({"state": "answered"})
+    );
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([]), json!([])),
+        "{got}"
+    );
+    // It no longer counts toward too-many-pending: three more wait.
+    let mut wids = Vec::new();
+    for n in 2..=4 {
+        wids.push(ask_task(&mut r.c, &r.d, n).0);
+    }
+    let fourth = py(&mut r.c, "create", "")["wid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        py(&mut r.c, "result", &fourth)["error"]["code"],
+        "too-many-pending"
+    );
+    // The lane that starts after its request ended is closed at once.
+    r.release();
+    let line = r.d.wait_log(&format!(
+        "started after its task request {rid} ended; closing it"
+    ));
+    let lane = line
+        .split_whitespace()
+        .find(|w| w.starts_with("t-"))
+        .unwrap()
+        .trim_end_matches(':')
+        .to_string();
+    let got = r.c.call("lanes.get", json!({"lane": lane}));
+    assert_eq!(got["stage"], "closed", "{got}");
+    assert_eq!(r.plugin_get()["lanes"], json!([]));
+    r.d.stop();
+}
+
+#[test]
+fn an_unanswered_request_expires_and_cannot_be_cancelled_after() {
+    let dir = TestDir::new("pexpire");
+    let d = start(&dir, "task_expiry_ms = 200");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let (wid, item) = ask_task(&mut c, &d, 1);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        py(&mut c, "result", &wid)["error"],
+        json!({"code": "approval-expired", "message": "The operator did not answer in 30 minutes"})
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "expired"
+    );
+    assert_eq!(
+        py(&mut c, "cancel", &wid)["error"]["data"],
+        json!({"state": "expired"})
+    );
+    assert_eq!(
+        c.error_code(
+            "approvals.answer",
+            json!({"request_id": rid, "decision": "allow"})
+        ),
+        "not-pending"
+    );
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
+
+#[test]
+fn removing_a_plugin_stops_its_lanes_and_aborts_its_dispatches() {
+    let dir = TestDir::new("premove");
+    let mut r = rig(&dir, "");
+    let wt_root = r.repo.canonicalize().unwrap().with_file_name("shop-wt");
+
+    // stopTasks absent: a dispatch in flight is waited for, its lane closed
+    // and its builder counted, and the worktree it left is listed.
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("aborted", 1);
+    r.allow(&rid);
+    let mut other = r.d.connect();
+    other.send_raw(
+        format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "id": 7, "method": "plugin.remove", "params": {"plugin": "sample-py"}})
+        )
+        .as_bytes(),
+    );
+    r.d.wait_log("plugin sample-py: removing (stopTasks true); 1 dispatch(es) in flight to abort");
+    r.release();
+    let reply = other.read_line().unwrap();
+    assert_eq!(
+        reply["result"],
+        json!({"plugin": "sample-py", "removed": true, "stopped": 1,
+               "worktrees": [wt_root.join("aborted").display().to_string()]}),
+        "{reply}"
+    );
+    r.d.wait_log("closed because the plugin that asked for it is removed");
+
+    // stopTasks true, a lane at work: closed, its builder counted.
+    install_approve(&mut r.c, &fixture("sample-py"));
+    r.d.wait_log_count("plugin sample-py is running", 2);
+    let (wid, rid) = r.ask("live", 2);
+    r.allow(&rid);
+    let lane = py(&mut r.c, "result", &wid)["result"]["lane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got = r.c.call(
+        "plugin.remove",
+        json!({"plugin": "sample-py", "stopTasks": true}),
+    );
+    assert_eq!(
+        got,
+        json!({"plugin": "sample-py", "removed": true, "stopped": 1, "worktrees": []})
+    );
+    assert_eq!(
+        r.c.call("lanes.get", json!({"lane": lane}))["stage"],
+        "closed"
+    );
+
+    // stopTasks false: a lane at work and a dispatch in flight go on as
+    // ordinary lanes.
+    install_approve(&mut r.c, &fixture("sample-py"));
+    r.d.wait_log_count("plugin sample-py is running", 3);
+    let (wid, rid) = r.ask("kept", 3);
+    r.allow(&rid);
+    let kept = py(&mut r.c, "result", &wid)["result"]["lane"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("kept in flight", 4);
+    r.allow(&rid);
+    let got = r.c.call(
+        "plugin.remove",
+        json!({"plugin": "sample-py", "stopTasks": false}),
+    );
+    assert_eq!(
+        got,
+        json!({"plugin": "sample-py", "removed": true, "stopped": 0, "worktrees": []})
+    );
+    r.release();
+    let line =
+        r.d.wait_log(&format!("task request {rid}: dispatched as lane"));
+    let late = line.rsplit(' ').next().unwrap().to_string();
+    for lane in [kept, late] {
+        let got = r.c.call("lanes.get", json!({"lane": lane}));
+        assert_eq!(got["stage"], "building", "{got}");
+    }
+    r.d.stop();
+}
+
+#[test]
+fn sessions_get_counts_an_agent_stop_in_progress_as_busy() {
+    let dir = TestDir::new("pbusy");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
+    // An agent whose process group ignores SIGTERM: after its turn, the
+    // daemon's stop holds until the SIGKILL 3 s later.
+    let agent = dir.join("stubborn.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo stubborn 1; exit 0; }}\ntrap '' TERM\npython3 '{}'\nexec sleep 600\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = config(&format!(
+        "\n[[seat]]\nharness = \"stubborn\"\ncommand = \"{}\"\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        agent.display()
+    ));
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(cfg),
+            ..Opts::default()
+        },
+    );
+    d.wait_log("seat stubborn: ready");
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    // Subscribed before the session starts, so that it sees session.start.
+    py(&mut c, "events", "0");
+    let sid = spawn(&mut c, &dir, "stubborn", "hello");
+    let seen = py(&mut c, "events", "3");
+    assert_eq!(seen["events"][2]["kind"], "turn.end", "{seen}");
+    let idle = py(&mut c, "lists", &sid)["get"]["result"].clone();
+    assert_eq!(
+        (idle["state"].clone(), idle["turnActive"].clone()),
+        (json!("idle"), json!(false)),
+        "{idle}"
+    );
+    c.call("sessions.kill", json!({"session_id": sid}));
+    // The stop is in progress until the SIGKILL: busy, though no turn runs.
+    // (Should this test be slower than the 3 s grace, the session has
+    // ended; it must never read idle.)
+    let got = py(&mut c, "lists", &sid)["get"]["result"].clone();
+    let state = got["state"].as_str().unwrap();
+    assert!(
+        state == "running" || state == "ended",
+        "an agent being stopped reads {state}: {got}"
+    );
+    assert_eq!(got["turnActive"], false, "{got}");
+    // A session id of the right form that names no session: not-found.
+    let got = py(&mut c, "lists", "s-000000000000")["get"].clone();
+    assert_eq!(got["error"]["code"], "not-found", "{got}");
+    check_wire(&d.state, "sample-py");
+    d.stop();
+}
+
+/// Writes a plugin that notes each `shutdown` reason, and each SIGTERM when
+/// `stubborn` (which then neither exits nor dies of SIGTERM), in `log`.
+fn shutdown_plugin(dir: &TestDir, id: &str, stubborn: bool, version: &str) -> PathBuf {
+    let folder = dir.join(&format!("src-{id}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let log = dir.join(&format!("{id}.log"));
+    let main = format!(
+        r#"import json, signal, sys, time
+LOG = {log:?}
+STUBBORN = {stubborn}
+
+
+def note(s):
+    with open(LOG, "a") as f:
+        f.write(s + "\n")
+
+
+def out(m):
+    sys.stdout.write(json.dumps(m) + "\n")
+    sys.stdout.flush()
+
+
+if STUBBORN:
+    signal.signal(signal.SIGTERM, lambda *_: note("TERM"))
+for line in sys.stdin:
+    m = json.loads(line)
+    method = m.get("method")
+    if method == "initialize":
+        out({{"id": m["id"], "result": {{"api": "1.0"}}}})
+    elif method == "ping":
+        out({{"id": m["id"], "result": {{}}}})
+    elif method == "shutdown":
+        note(m["params"]["reason"])
+        out({{"id": m["id"], "result": {{}}}})
+        if not STUBBORN:
+            sys.exit(0)
+while STUBBORN:
+    time.sleep(3600)
+"#,
+        log = log.display().to_string(),
+        stubborn = if stubborn { "True" } else { "False" },
+    );
+    std::fs::write(folder.join("main.py"), main).unwrap();
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": id, "name": id, "version": version,
+        "description": "Notes its shutdowns.", "main": "main.py", "permissions": [], "commands": [],
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    folder
+}
+
+fn noted(dir: &TestDir, id: &str) -> Vec<String> {
+    std::fs::read_to_string(dir.join(&format!("{id}.log")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_plugin_sees_each_shutdown_reason_and_sigterm_then_sigkill() {
+    let dir = TestDir::new("pshutdown");
+    // Unisolated, so that the plugins can note what they saw outside their
+    // working directory, which a removal deletes.
+    let mut d = start(&dir, "isolation = \"none\"\n");
+    let mut c = d.connect();
+    install_approve(&mut c, &shutdown_plugin(&dir, "shut-a", false, "1.0.0"));
+    d.wait_log("plugin shut-a is running");
+    // An approved update restarts it: `updated`.
+    install_approve(&mut c, &shutdown_plugin(&dir, "shut-a", false, "1.0.1"));
+    d.wait_log_count("plugin shut-a is running", 2);
+    assert_eq!(noted(&dir, "shut-a"), ["updated"]);
+    c.call("plugin.disable", json!({"plugin": "shut-a"}));
+    d.wait_log_count("plugin shut-a exited (code 0)", 2);
+    c.call("plugin.enable", json!({"plugin": "shut-a"}));
+    d.wait_log_count("plugin shut-a is running", 3);
+    c.call("plugin.remove", json!({"plugin": "shut-a"}));
+    assert_eq!(noted(&dir, "shut-a"), ["updated", "disabled", "removed"]);
+
+    // One that ignores shutdown gets SIGTERM, then SIGKILL, at a daemon stop.
+    install_approve(&mut c, &shutdown_plugin(&dir, "shut-b", true, "1.0.0"));
+    d.wait_log("plugin shut-b is running");
+    let pid = d.pid();
+    d.signal(libc::SIGTERM);
+    d.wait_log("plugin shut-b exited (SIGKILL)");
+    assert!(d.wait().success());
+    assert_eq!(noted(&dir, "shut-b"), ["daemon-stop", "TERM"]);
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+        .filter(|cmd| cmd.contains(&dir.path.display().to_string()) && cmd.contains("main."))
+        .count();
+    assert_eq!(left, 0, "plugin processes of daemon {pid} outlived it");
+}
+
+#[test]
+fn the_host_refuses_wire_misuse_and_a_second_subscribe_replaces_the_first() {
+    let dir = TestDir::new("pprobe");
+    let d = start_with_seats(&dir, "", &[("fake", json!([]), vec![])]);
+    let mut c = d.connect();
+    let folder = dir.join("src-probe");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(fixture("probe/main.py"), folder.join("main.py")).unwrap();
+    let manifest = json!({
+        "manifestVersion": 1, "api": "1.0", "id": "probe", "name": "Probe", "version": "1.0.0",
+        "description": "Probes the host's refusals.", "main": "main.py",
+        "permissions": ["events.read", "commands.add", "storage.own"],
+        "commands": [{"id": "report", "title": "Report"}],
+    });
+    std::fs::write(folder.join("omniconflux-plugin.json"), manifest.to_string()).unwrap();
+    install_approve(&mut c, &folder);
+    d.wait_log("plugin probe is running");
+    // Its subscriptions are answered before the session starts: the run's
+    // requests are taken in order, and the report waits for a turn.end.
+    spawn(&mut c, &dir, "fake", "hello");
+    let r = c.call("plugin.command.run", json!({"command": "probe.report"}));
+    let got: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["codes"]["early"], "!not-initialized", "{got}");
+    // The set is answered once stored; the get under its id is refused.
+    let mut same: Vec<&str> = got["codes"]["same"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    same.sort();
+    assert_eq!(same, ["!invalid-request", "ok"], "{got}");
+    assert_eq!(got["codes"]["nope"], json!(["!method-not-found"]), "{got}");
+    assert_eq!(got["codes"]["sub2"], json!(["ok"]), "{got}");
+    // Only the second subscription's kinds arrive.
+    assert_eq!(got["kinds"], json!(["turn.end"]), "{got}");
+    check_wire(&d.state, "probe");
+    d.stop();
+}
+
+#[test]
+fn a_caller_inside_an_agent_session_gets_operator_only_for_each_operator_method() {
+    let dir = TestDir::new("poponly");
+    let socket = dir.join("run/d.sock").display().to_string();
+    let helper = fixture("operator_only.py").display().to_string();
+    let (ask_file, report) = (dir.join("ask.json"), dir.join("seen.json"));
+    let rogue = json!([[{"run": ["python3", helper, ask_file.display().to_string(), report.display().to_string()]}]]);
+    let d = start_with_seats(&dir, "", &[("rogue", rogue, vec![("OMNI_SOCKET", socket)])]);
+    let mut c = d.connect();
+    install_approve(&mut c, &fixture("sample-py"));
+    d.wait_log("plugin sample-py is running");
+    let (_, item) = ask_task(&mut c, &d, 1);
+    let rid = item["request_id"].as_str().unwrap().to_string();
+    std::fs::write(
+        &ask_file,
+        json!({"plugin": "sample-py", "command": "sample-py.create", "request": rid}).to_string(),
+    )
+    .unwrap();
+    let sid = spawn(&mut c, &dir, "rogue", "go");
+    let mut events = d.connect();
+    events.call("events.subscribe", json!({"streams": [sid]}));
+    // The helper runs inside the agent's turn: its end means the report is
+    // written.
+    if !report.exists() {
+        loop {
+            let n = events.next_note("event");
+            if n["params"]["kind"] == "turn.end" {
+                break;
+            }
+        }
+    }
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for method in [
+        "plugin.approve",
+        "plugin.enable",
+        "plugin.command.run",
+        "plugin.discard",
+        "plugin.remove",
+        "approvals.answer",
+    ] {
+        assert_eq!(
+            seen[method]["error"]["data"]["code"], "operator-only",
+            "{method}: {seen}"
+        );
+    }
+    // Nothing changed: the plugin runs, its request still waits.
+    assert_eq!(
+        c.call("plugin.get", json!({"plugin": "sample-py"}))["state"],
+        "running"
+    );
+    assert_eq!(
+        c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "pending"
+    );
+    d.stop();
+}
+
+#[test]
+fn a_dispatch_cut_off_by_a_daemon_stop_is_aborted_by_removal() {
+    let dir = TestDir::new("pcutoff");
+    let mut r = rig(&dir, "");
+    r.announce();
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("cut off", 1);
+    r.allow(&rid);
+    r.started();
+    assert_eq!(r.plugin_get()["starting"], json!([rid]));
+    // The daemon dies while `git worktree add` waits on the gate: the
+    // dispatch is cut off, and leaves its worktree.
+    let mut r = r.restart(&dir);
+    let got = r.plugin_get();
+    assert_eq!(
+        (got["starting"].clone(), got["lanes"].clone()),
+        (json!([rid]), json!([])),
+        "{got}"
+    );
+    assert_eq!(
+        r.c.call("plugin.request.get", json!({"requestId": rid}))["state"],
+        "answered"
+    );
+    let wt = r
+        .repo
+        .canonicalize()
+        .unwrap()
+        .with_file_name("shop-wt")
+        .join("cut-off");
+    // post-checkout runs once the files are checked out: the worktree is
+    // there while the hook holds git.
+    assert!(wt.is_dir(), "{}", wt.display());
+    let got = r.c.call("plugin.remove", json!({"plugin": "sample-py"}));
+    assert_eq!(
+        got,
+        json!({"plugin": "sample-py", "removed": true, "stopped": 0,
+               "worktrees": [wt.display().to_string()]})
+    );
+    // Let the orphaned git end.
+    r.release();
+    r.d.stop();
+}
+
+#[test]
+fn a_removal_whose_aborted_dispatch_does_not_end_in_time_stays_remove_pending() {
+    let dir = TestDir::new("prmpending");
+    let mut r = rig(&dir, "remove_abort_timeout_ms = 300");
+    std::fs::write(&r.arm, "").unwrap();
+    let (_, rid) = r.ask("held", 1);
+    r.allow(&rid);
+    // The hook holds the dispatch past the bound (here 300 ms).
+    let got = r.c.request("plugin.remove", json!({"plugin": "sample-py"}));
+    assert_eq!(
+        got["error"]["data"]["code"], "plugin-remove-pending",
+        "{got}"
+    );
+    let p = r.plugin_get();
+    assert_eq!(
+        (p["state"].clone(), p["reason"].clone()),
+        (json!("remove-pending"), json!("remove-failed")),
+        "{p}"
+    );
+    // Asked again, the removal is still at work.
+    assert_eq!(
+        r.c.error_code("plugin.remove", json!({"plugin": "sample-py"})),
+        "plugin-remove-pending"
+    );
+    // Once the dispatch lands, its lane is closed and the daemon finishes
+    // the removal by itself.
+    r.release();
+    r.d.wait_log("plugin sample-py removed");
+    r.d.wait_log("closed because the plugin that asked for it is removed");
+    assert_eq!(
+        r.c.error_code("plugin.get", json!({"plugin": "sample-py"})),
+        "plugin-not-found"
+    );
+    r.d.stop();
 }

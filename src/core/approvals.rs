@@ -203,7 +203,7 @@ pub fn add_agent_request(
 
 /// A plugin asked for a task at `created_ms` and the request is stored: it
 /// waits for the operator, high risk (a task runs an agent and a command),
-/// until `PLUGIN_TASK_EXPIRY_MS` after it was asked, then is denied by the
+/// until `plugins.task_expiry_ms` after it was asked, then is denied by the
 /// timer. The item's times are the request's, so approvals.get and
 /// plugin.request.get show the same. No rule answers it: "nothing starts
 /// unless the operator allows this very request" (seed 000, tasks.create).
@@ -213,7 +213,7 @@ pub fn add_plugin_task(
     task: PluginTask,
     created_ms: i64,
 ) -> Result<(), InboxError> {
-    let timeout = limits::PLUGIN_TASK_EXPIRY_MS as i64;
+    let timeout = d.cfg.plugins.task_expiry_ms as i64;
     let item = d
         .core
         .approvals

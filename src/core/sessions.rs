@@ -183,6 +183,12 @@ impl Session {
         self.driver.as_ref().map_or(0, Driver::queued)
     }
 
+    /// Whether the daemon is stopping the session's agent (an interrupt's
+    /// or an end's cleanup): the agent takes no prompt until it is gone.
+    pub fn stopping_agent(&self) -> bool {
+        self.stopping_agent
+    }
+
     fn can_prompt(&self) -> bool {
         !self.ended
             && self.ready

@@ -1619,6 +1619,19 @@ pub fn known_repos(d: &Daemon) -> Vec<PathBuf> {
     v
 }
 
+/// The name `task.dispatch` gives a task that names none.
+fn task_name(req: &crate::plugins::calls::TaskRequest) -> String {
+    req.name.clone().unwrap_or_else(|| default_name(&req.task))
+}
+
+/// Where `task.dispatch` of `req` puts its worktree: plugin.remove lists
+/// the worktrees its aborted dispatches left (seed 000, plugin.remove).
+pub fn planned_worktree(d: &Daemon, req: &crate::plugins::calls::TaskRequest) -> PathBuf {
+    let repo = PathBuf::from(&req.repo);
+    let repo = repo.canonicalize().unwrap_or(repo);
+    worktree_path(d, &repo, &slug(&task_name(req)))
+}
+
 /// Where a lane's worktree goes: `<repo>-wt/<name>` unless the config names a
 /// root (then `<root>/<repo name>/<name>`).
 pub fn worktree_path(d: &Daemon, repo: &Path, slug: &str) -> PathBuf {
@@ -1766,7 +1779,7 @@ pub fn dispatch(
                 );
             }
         }
-        let name = req.name.clone().unwrap_or_else(|| default_name(&req.task));
+        let name = task_name(&req);
         if slug(&name).is_empty() {
             return Err(RpcError::invalid_params(
                 "name must hold a letter or a digit",

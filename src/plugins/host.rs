@@ -34,6 +34,10 @@
 //!   tree.
 //! - A response to a host request the host no longer waits for (a
 //!   command.run that timed out) is ignored.
+//! - The approved copy is hashed before every start; a change on disk while
+//!   the plugin runs is noticed at its next start (files-changed), not at
+//!   once: the process already read its files and stays bounded by what
+//!   was approved, and only the daemon's user can write the copy.
 //! - Events: a committed ledger event is offered when its kind is an API
 //!   kind, its data has the kind's members, and it was committed on a
 //!   stream the daemon itself writes that kind to: a session kind on a
@@ -210,6 +214,25 @@ pub struct Plugin {
     /// Sessions plugin.remove stopped with the plugin's lanes (its reply's
     /// `stopped`).
     pub stopped_sessions: usize,
+    /// What plugin.remove with stopTasks waits for and reports.
+    pub removal: Removal,
+}
+
+/// A removal's dispatches: those it aborts, and what they left.
+#[derive(Default)]
+pub struct Removal {
+    /// Whether the removal stops the plugin's tasks (stopTasks).
+    pub stop_tasks: bool,
+    /// Requests whose dispatch was in flight at plugin.remove: the removal
+    /// ends when each has landed (its lane closed) or timed out.
+    pub aborting: HashSet<String>,
+    /// The worktrees aborted dispatches left, with their request's
+    /// creation time (the reply lists the newest requests' first).
+    pub worktrees: Vec<(String, String)>,
+    /// The process is gone and the removal waits only for `aborting`; the
+    /// request to answer then.
+    parked: Option<Option<Req>>,
+    timer: Option<TimerId>,
 }
 
 /// A plugin that was just installed.
@@ -240,6 +263,7 @@ impl Plugin {
             task_times: VecDeque::new(),
             restart_timer: None,
             stopped_sessions: 0,
+            removal: Removal::default(),
             after_stop: AfterStop::Nothing,
         }
     }
@@ -1026,8 +1050,9 @@ fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
         Call::SessionsGet { session } => {
             let answer = match views::session_item(d, &session) {
                 Some(item) => wire::encode_response(wid, &item),
-                None => Err(HostError::invalid_params(
-                    "session names no session of the daemon",
+                None => Err(HostError::new(
+                    HostErrorKind::NotFound,
+                    &format!("No session {session} on this daemon"),
                 )),
             };
             reply(d, id, run_no, wid, answer);
@@ -1595,9 +1620,105 @@ fn signal_name(sig: i32) -> String {
     .to_string()
 }
 
+/// A lane neither merged nor closed (seed 000, plugin.get lanes).
+pub fn lane_at_work(l: &crate::lanes::controller::Lane) -> bool {
+    use crate::lanes::machine::Stage;
+    !l.archived && !matches!(l.machine.stage, Stage::Merged | Stage::Closed)
+}
+
+/// plugin.get's `lanes`, computed when it is read: the lanes of the
+/// plugin's record at work, newest first, at most 50.
+pub fn lanes_at_work(d: &Daemon, rec: &Record) -> Vec<String> {
+    let mut live: Vec<&crate::lanes::controller::Lane> = rec
+        .lanes
+        .iter()
+        .filter_map(|l| d.lanes.map.get(l))
+        .filter(|l| lane_at_work(l))
+        .collect();
+    live.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
+    live.into_iter()
+        .take(limits::PLUGIN_GET_LIST_MAX)
+        .map(|l| l.id.clone())
+        .collect()
+}
+
+/// A dispatch plugin.remove aborts has landed with `lane`, or ended
+/// without one: the lane is closed and its sessions counted in `stopped`,
+/// and the worktree it left is listed. The last one lets a removal that
+/// waited for it finish.
+pub fn dispatch_aborted(d: &mut Daemon, id: &str, rid: &str, lane: Option<&str>) {
+    let mut stopped = 0;
+    let worktree = match lane {
+        Some(lane) => {
+            let wt = d.lanes.map.get(lane).map(|l| l.worktree.clone());
+            stopped = crate::lanes::controller::stop_for_removal(d, lane);
+            wt
+        }
+        None => tasks::stored_request(d, rid)
+            .map(|(t, _)| crate::lanes::controller::planned_worktree(d, &t)),
+    };
+    let created = tasks::stored_request(d, rid)
+        .map(|(_, c)| c)
+        .unwrap_or_default();
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
+    p.stopped_sessions += stopped;
+    if let Some(w) = worktree.filter(|w| w.exists()) {
+        p.removal.worktrees.push((created, w.display().to_string()));
+    }
+    p.removal.aborting.remove(rid);
+    if p.removal.aborting.is_empty() {
+        if let Some(t) = p.removal.timer.take() {
+            d.reactor.cancel(t);
+        }
+        if let Some(req) = p.removal.parked.take() {
+            finish_removal(d, id, req);
+        }
+    }
+}
+
+/// A dispatch cut off by a daemon stop, aborted by plugin.remove: nothing
+/// runs any more, but its lane may have started and its worktree may be
+/// there. Read from the request as the host stored it.
+pub fn abort_cut_off(d: &mut Daemon, id: &str, rid: &str) {
+    let Some((task, _)) = tasks::stored_request(d, rid) else {
+        return;
+    };
+    let wt = crate::lanes::controller::planned_worktree(d, &task);
+    let lane = d
+        .lanes
+        .map
+        .values()
+        .find(|l| !l.archived && l.worktree == wt)
+        .map(|l| l.id.clone());
+    dispatch_aborted(d, id, rid, lane.as_deref());
+}
+
 /// Removes what is left of a plugin once its process is gone, and answers
-/// plugin.remove. A step that fails leaves it remove-pending.
+/// plugin.remove. A step that fails leaves it remove-pending; so does a
+/// dispatch it aborts that does not end within
+/// `plugins.remove_abort_timeout_ms`:
+/// the reply is then `plugin-remove-pending`, and the removal finishes by
+/// itself once the dispatch ends (it is bounded by
+/// `plugins.task_dispatch_timeout_ms`).
 pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
+    if let Some(p) = d.plugins.plugins.get_mut(id)
+        && !p.removal.aborting.is_empty()
+    {
+        p.removal.parked = Some(req);
+        if p.removal.timer.is_none() {
+            let owner = id.to_string();
+            let t = d.reactor.schedule(
+                Duration::from_millis(d.cfg.plugins.remove_abort_timeout_ms),
+                move |d| abort_timed_out(d, &owner),
+            );
+            if let Some(p) = d.plugins.plugins.get_mut(id) {
+                p.removal.timer = Some(t);
+            }
+        }
+        return;
+    }
     let Some(store) = &d.plugins.store else {
         return;
     };
@@ -1620,11 +1741,23 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
                     }
                     return;
                 }
-                let stopped = d.plugins.plugins.remove(&owner).map_or(0, |p| p.stopped_sessions);
+                let (stopped, mut worktrees) = d
+                    .plugins
+                    .plugins
+                    .remove(&owner)
+                    .map_or((0, Vec::new()), |p| (p.stopped_sessions, p.removal.worktrees));
                 persist(d);
                 crate::info!("plugin {owner} removed");
+                // Newest requests first, each worktree once, at most 50.
+                worktrees.sort_by(|a, b| b.0.cmp(&a.0));
+                let mut listed: Vec<String> = Vec::new();
+                for (_, w) in worktrees {
+                    if !listed.contains(&w) && listed.len() < limits::PLUGIN_REMOVE_WORKTREES_MAX {
+                        listed.push(w);
+                    }
+                }
                 if let Some(req) = req {
-                    d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped, "worktrees": []})));
+                    d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped.min(limits::PLUGIN_REMOVE_STOPPED_MAX), "worktrees": listed})));
                 }
             });
         }
@@ -1647,6 +1780,33 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
                 );
             }
         }
+    }
+}
+
+/// A dispatch the removal aborts did not end in time: the plugin stays
+/// remove-pending (reason `remove-failed`) and the removal finishes by
+/// itself once it ends.
+fn abort_timed_out(d: &mut Daemon, id: &str) {
+    let Some(p) = d.plugins.plugins.get_mut(id) else {
+        return;
+    };
+    p.removal.timer = None;
+    p.rec.removal = Some("remove-failed".into());
+    let n = p.removal.aborting.len();
+    let req = p.removal.parked.as_mut().and_then(Option::take);
+    persist(d);
+    crate::warn!(
+        "plugin {id}: {n} aborted dispatch(es) did not end in {} ms; it stays remove-pending",
+        d.cfg.plugins.remove_abort_timeout_ms
+    );
+    if let Some(req) = req {
+        d.answer(
+            req,
+            Err(RpcError::new(
+                Code::PluginRemovePending,
+                format!("{n} dispatch(es) of the plugin did not end when aborted; it stays remove-pending and the daemon finishes the removal when they end"),
+            )),
+        );
     }
 }
 
@@ -1787,24 +1947,22 @@ pub fn run_command(d: &mut Daemon, id: &str, req: Req, command: String, input: O
         return;
     };
     let h = hid.clone();
-    let t = d.reactor.schedule(
-        Duration::from_millis(limits::PLUGIN_COMMAND_TIMEOUT_MS),
-        move |d| {
-            let Some(r) = run_mut(d, &owner, run_no) else {
-                return;
-            };
-            if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
-                r.commands = r.commands.saturating_sub(1);
-                d.answer(
-                    req,
-                    Err(RpcError::new(
-                        Code::PluginTimeout,
-                        "the plugin did not answer command.run in 30 seconds",
-                    )),
-                );
-            }
-        },
-    );
+    let bound = d.cfg.plugins.command_timeout_ms;
+    let t = d.reactor.schedule(Duration::from_millis(bound), move |d| {
+        let Some(r) = run_mut(d, &owner, run_no) else {
+            return;
+        };
+        if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
+            r.commands = r.commands.saturating_sub(1);
+            d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::PluginTimeout,
+                    format!("the plugin did not answer command.run in {bound} ms"),
+                )),
+            );
+        }
+    });
     if let Some(HostCall::Command { timer, .. }) =
         run_mut(d, id, run_no).and_then(|r| r.host_pending.get_mut(&hid))
     {

@@ -353,7 +353,7 @@ fn get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
         "waiting": waiting,
         "files": {"count": p.approved.as_ref().map_or(0, |l| l.files_count), "bytes": p.approved.as_ref().map_or(0, |l| l.files_bytes)},
         "storage": {"keys": usage.keys, "bytes": usage.bytes},
-        "lanes": p.rec.lanes.iter().take(limits::PLUGIN_GET_LIST_MAX).collect::<Vec<_>>(),
+        "lanes": host::lanes_at_work(d, &p.rec),
         "starting": p.rec.starting.iter().take(limits::PLUGIN_GET_LIST_MAX).collect::<Vec<_>>(),
         "crashes": crashes,
         "lastExit": p.last_exit.as_ref().map(|e| json!({"at": e.at, "code": e.code, "signal": e.signal, "fault": e.fault.map(|f| f.name())})),
@@ -635,13 +635,27 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "the plugin is being removed",
         ));
     }
+    if !p.removal.aborting.is_empty() {
+        return Err(RpcError::new(
+            Code::PluginRemovePending,
+            format!(
+                "the plugin is being removed; {} aborted dispatch(es) have not ended",
+                p.removal.aborting.len()
+            ),
+        ));
+    }
     p.rec.removal = Some("removing".into());
     // stopTasks (true when absent): every lane of its requests still at work
-    // is closed, which stops its sessions; a dispatch still in flight is
-    // closed the moment its lane exists (tasks::dispatch checks removal).
+    // is closed, which stops its sessions; a dispatch cut off by a daemon
+    // stop is aborted now (its lane closed, its worktree listed); a dispatch
+    // in flight is waited for (host::finish_removal) and aborted when it
+    // lands (tasks::landed). False: they go on as ordinary lanes.
+    let stop = stop_tasks.unwrap_or(true);
+    p.removal.stop_tasks = stop;
     let lanes = std::mem::take(&mut p.rec.lanes);
+    let starting = std::mem::take(&mut p.rec.starting);
     let running = p.run.is_some();
-    if stop_tasks.unwrap_or(true) {
+    if stop {
         let mut stopped = 0;
         for lane in lanes {
             stopped += crate::lanes::controller::stop_for_removal(d, &lane);
@@ -649,7 +663,24 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
             p.stopped_sessions = stopped;
         }
+        for rid in starting {
+            if tasks::dispatching(d, &rid) {
+                if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
+                    p.removal.aborting.insert(rid);
+                }
+            } else {
+                host::abort_cut_off(d, &plugin, &rid);
+            }
+        }
     }
+    let waits = d
+        .plugins
+        .plugins
+        .get(&plugin)
+        .map_or(0, |p| p.removal.aborting.len());
+    crate::info!(
+        "plugin {plugin}: removing (stopTasks {stop}); {waits} dispatch(es) in flight to abort"
+    );
     saved(d)?;
     if running {
         if let Some(p) = d.plugins.plugins.get_mut(&plugin) {

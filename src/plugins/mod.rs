@@ -184,6 +184,7 @@ mod schema_tests {
             HostErrorKind::InternalError,
             HostErrorKind::RequestCancelled,
             HostErrorKind::NotPending(PendingState::Answered),
+            HostErrorKind::NotFound,
         ]
         .into_iter()
         .map(|k| HostError::of(k).code().to_string())

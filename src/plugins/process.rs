@@ -183,9 +183,19 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
         .env("LANG", "C.UTF-8");
     let bytes = cfg.memory_mb.saturating_mul(1024 * 1024);
     // SAFETY: the closure runs between fork and exec and calls only
-    // setrlimit, which is async-signal-safe, on its own stack values.
+    // sigemptyset, sigprocmask and setrlimit, which are async-signal-safe,
+    // on its own stack values.
     unsafe {
         cmd.pre_exec(move || {
+            // The daemon blocks SIGTERM, SIGINT, SIGHUP and SIGCHLD in every
+            // thread (signals.rs) and a child inherits the mask through
+            // exec: without this the page's SIGTERM, two seconds after
+            // shutdown, would stay pending until the SIGKILL.
+            let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(none.as_mut_ptr());
+            if libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             let lim = libc::rlimit {
                 rlim_cur: bytes as libc::rlim_t,
                 rlim_max: bytes as libc::rlim_t,

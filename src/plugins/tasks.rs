@@ -1,26 +1,48 @@
 //! Task requests of plugins: tasks.create, tasks.cancel (API 1.1) and
-//! plugin.request.get (seed 000; seed 001; issue 4).
+//! plugin.request.get (seed 000; seed 001; issues 4 and 10).
 //!
 //! tasks.create is checked (permission and params by the host, then here:
 //! too-many-pending at 3 unanswered requests, 20 a day, 3 of the hour's 60
 //! ledger records), stored in the ledger with the SHA-256 of its params as
 //! stored (`digest`, the inbox item's scopeIdentity) under its request id
 //! `plugin_<uuid>`, and once stored put in the daemon's approvals inbox
-//! under the same id (`core::approvals::add_plugin_task`: high risk, 30
-//! minutes, then denied by the timer). The inbox owns the deadline; the
-//! operator answers with approvals.answer, and the inbox calls
-//! [`on_answer`]: a deny answers `approval-denied`, the timer
-//! `approval-expired`, and an allow goes to [`resolve`], which dispatches
-//! exactly the stored request as a lane and answers `{requestId, lane,
-//! session}`, or `task-refused` whose reason is the daemon's own code for
-//! the refused dispatch (repo-unknown, same-family, isolation-missing, ...).
+//! under the same id (`core::approvals::add_plugin_task`: high risk,
+//! `plugins.task_expiry_ms` (30 minutes), then denied by the timer). The
+//! inbox owns the deadline; the operator answers with approvals.answer, and
+//! the inbox calls [`on_answer`]: a deny answers `approval-denied`, the
+//! timer `approval-expired`, and an allow goes to [`resolve`].
+//!
+//! An allow makes the request `answered` at once, in memory and in the
+//! ledger: from then on it is not pending (plugin.request.get says
+//! `answered`, tasks.cancel fails `not-pending` `answered`: seed 001,
+//! "promotion wins and cancellation exposes the conflict"). Its call waits
+//! for the dispatch of exactly the stored request as a lane, which answers
+//! `{requestId, lane, session}`, `task-refused` whose reason is the
+//! daemon's own code for the refused dispatch (repo-unknown, same-family,
+//! isolation-missing, ...), or `unavailable` for a dispatch that failed
+//! without a code (the page's words), whose callback was dropped, or that
+//! passed `plugins.task_dispatch_timeout_ms` ("up to 15 more [minutes] for
+//! the dispatch"). Until it lands the dispatch counts toward
+//! too-many-pending and is in the plugin's record (`starting`); a lane that
+//! starts after its request ended is closed at once, its worktree kept.
+//! plugin.remove with stopTasks aborts a dispatch in flight
+//! (`host::dispatch_aborted`): its lane is closed and the call, if anyone
+//! still waits, gets `shutting-down`.
 //!
 //! tasks.cancel `{id}` names the wire id of the plugin's own tasks.create
 //! request in this run. A pending one is withdrawn: the tasks.create call
 //! fails with `request-cancelled`, and tasks.cancel answers `{requestId,
 //! cancelled: true}`. Otherwise it fails with `not-pending` and
-//! `data.state`: `answered`, `expired`, `cancelled`, or `unknown` (no such
-//! request in this run).
+//! `data.state`: `answered` (also for a request the daemon withdrew itself,
+//! `orphaned`: its call already got `unavailable`, and only the plugin
+//! cancels), `expired`, `cancelled`, or `unknown` (no such request in this
+//! run).
+//!
+//! Decided where the page is silent (also in omniconflux-plugin(7)): a
+//! verifier or builder seat of family `auto` is refused as `same-family`
+//! (the lanes' check): the page promises a verifier of another provider
+//! family than the builder's, which the daemon cannot know of an `auto`
+//! seat.
 //!
 //! This table and the inbox change together, in the same reactor step, so
 //! that plugin.request.get and approvals.get agree: `pending` while the
@@ -33,6 +55,7 @@
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use super::calls::{self, TaskCancelled, TaskRequest};
 use super::host;
@@ -45,6 +68,7 @@ use crate::errors::{Code, RpcError};
 use crate::ids::hex;
 use crate::ledger::Op;
 use crate::limits;
+use crate::reactor::TimerId;
 
 /// Where a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +126,9 @@ pub struct Request {
     pub state: State,
     pub created_at: String,
     pub expires_at: String,
+    /// The dispatch's timeout while an allowed request's dispatch is in
+    /// flight.
+    pub dispatching: Option<TimerId>,
 }
 
 /// The requests in memory: every pending one and the latest finished ones.
@@ -145,7 +172,7 @@ impl Table {
             if self
                 .by_id
                 .get(&old)
-                .is_some_and(|r| r.state == State::Pending)
+                .is_some_and(|r| r.state == State::Pending || r.dispatching.is_some())
             {
                 break;
             }
@@ -154,10 +181,14 @@ impl Table {
         }
     }
 
+    /// The plugin's unanswered task requests: those waiting for the
+    /// operator and those whose dispatch is in flight.
     fn pending_of(&self, plugin: &str) -> usize {
         self.by_id
             .values()
-            .filter(|r| r.plugin == plugin && r.state == State::Pending)
+            .filter(|r| {
+                r.plugin == plugin && (r.state == State::Pending || r.dispatching.is_some())
+            })
             .count()
     }
 }
@@ -182,6 +213,7 @@ fn row_to_request(r: &rusqlite::Row) -> rusqlite::Result<Request> {
         state: State::parse(&r.get::<_, String>(6)?),
         created_at: r.get(7)?,
         expires_at: r.get(8)?,
+        dispatching: None,
     })
 }
 
@@ -222,7 +254,7 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
     let request_id = format!("plugin_{}", crate::ids::uuid_v4());
     let now = crate::clock::now_ms();
     let created_at = crate::clock::format_ts(now);
-    let expires_at = crate::clock::format_ts(now + limits::PLUGIN_TASK_EXPIRY_MS as i64);
+    let expires_at = crate::clock::format_ts(now + d.cfg.plugins.task_expiry_ms as i64);
     let last_event = host::last_event(d, plugin);
     let plugin_name = d
         .plugins
@@ -259,6 +291,7 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
         state: State::Pending,
         created_at,
         expires_at,
+        dispatching: None,
     };
     let summary = summary(&r.plugin_name, &request);
     // The request counts as pending from now, so a burst cannot pass the
@@ -367,101 +400,219 @@ pub fn resolve(d: &mut Daemon, request_id: &str, allowed: bool) {
 }
 
 /// An allowed request becomes a lane: exactly the stored request is
-/// dispatched (its digest is what the operator approved), and the plugin
-/// gets {requestId, lane, session} or task-refused with the daemon's code as
-/// the reason. While the dispatch is in flight the request is in the
-/// plugin's record (`starting`), and the lane is kept there after, so that
-/// plugin.remove can stop what the plugin's requests started.
+/// dispatched (its digest is what the operator approved). The request is
+/// `answered` from this moment (stored so, and refused by tasks.cancel as
+/// `not-pending` `answered`), but its call waits for the dispatch, which
+/// counts toward too-many-pending until it lands, and is bounded by
+/// `plugins.task_dispatch_timeout_ms`. While it is in flight the request is
+/// in the plugin's record (`starting`), so that plugin.remove and a later
+/// start know what a daemon stop cut off.
 fn dispatch(d: &mut Daemon, request_id: &str) {
-    let Some(r) = d.plugins.tasks.by_id.get(request_id) else {
+    let Some(r) = d.plugins.tasks.by_id.get_mut(request_id) else {
         return;
     };
+    if r.state != State::Pending {
+        return;
+    }
+    r.state = State::Answered;
     let plugin = r.plugin.clone();
     let stored = match serde_json::from_str::<Value>(&r.params) {
         Ok(Value::Object(m)) => calls::task_request(&m).ok(),
         _ => None,
     };
-    let Some(task) = stored else {
-        crate::error!("task request {request_id}: the stored request cannot be read back; refused");
-        settle(
-            d,
-            request_id,
-            State::Answered,
-            Some(Err(HostError::of(HostErrorKind::TaskRefused(
-                "unavailable".into(),
-            )))),
-            Vec::new(),
-        );
-        return;
-    };
+    let rid = request_id.to_string();
+    let bound = Duration::from_millis(d.cfg.plugins.task_dispatch_timeout_ms);
+    let again = rid.clone();
+    let timer = d
+        .reactor
+        .schedule(bound, move |d| landed(d, &again, Landing::TimedOut));
+    if let Some(r) = d.plugins.tasks.by_id.get_mut(&rid) {
+        r.dispatching = Some(timer);
+    }
+    let stored_rid = rid.clone();
+    d.write(vec![state_op(&rid, State::Answered)], move |_, res| {
+        if let Err(e) = res {
+            crate::error!("task request {stored_rid}: its answer was not stored: {e:?}");
+        }
+    });
     if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
-        p.rec.starting.push(request_id.to_string());
+        p.rec.starting.retain(|x| x != &rid);
+        p.rec.starting.insert(0, rid.clone());
+        // Allowed while a removal with stopTasks stops the plugin: that
+        // removal aborts this dispatch too.
+        if p.rec.removal.is_some() && p.removal.stop_tasks {
+            p.removal.aborting.insert(rid.clone());
+        }
     }
     host::persist(d);
-    let rid = request_id.to_string();
+    let Some(task) = stored else {
+        crate::error!("task request {rid}: the stored request cannot be read back");
+        landed(d, &rid, Landing::Failed);
+        return;
+    };
+    let guard = DropGuard {
+        inbox: Some(d.inbox.clone()),
+        rid: rid.clone(),
+    };
     crate::lanes::controller::dispatch(d, task, move |d, res| {
-        let started = res.as_ref().ok().and_then(|v| {
-            Some((
-                v["lane"].as_str()?.to_string(),
-                v["session"].as_str()?.to_string(),
-            ))
-        });
-        // A plugin removed with stopTasks while this dispatch was in flight
-        // gets its lane closed at once: "every dispatch still in flight [...]
-        // is aborted" (seed 000, plugin.remove).
-        let removed = d
-            .plugins
-            .plugins
-            .get(&plugin)
-            .is_none_or(|p| p.rec.removal.is_some());
-        if let (true, Some((lane, _))) = (removed, &started) {
+        guard.disarm();
+        landed(d, &rid, Landing::Answered(res));
+    });
+}
+
+/// How a dispatch ended.
+enum Landing {
+    /// The lanes answered: a lane, or the daemon's refusal.
+    Answered(Result<Value, RpcError>),
+    /// It could not even be asked for, or its answer was lost.
+    Failed,
+    /// `plugins.task_dispatch_timeout_ms` passed first.
+    TimedOut,
+}
+
+/// Answers a dispatch whose callback was dropped unanswered (a worker pool
+/// that died, a session spawn that gave up): without it the plugin's call
+/// would wait for the timeout while counting toward too-many-pending. It
+/// never blocks: when the reactor's queue is full, the timeout answers.
+struct DropGuard {
+    inbox: Option<crate::reactor::Inbox>,
+    rid: String,
+}
+
+impl DropGuard {
+    fn disarm(mut self) {
+        self.inbox = None;
+    }
+}
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if let Some(inbox) = self.inbox.take() {
+            let rid = std::mem::take(&mut self.rid);
+            inbox.try_run(move |d| {
+                crate::error!("task request {rid}: the dispatch's answer was lost");
+                landed(d, &rid, Landing::Failed);
+            });
+        }
+    }
+}
+
+/// A dispatch landed, failed or timed out. The first of these answers the
+/// plugin's call; a lane that starts after its request was already ended
+/// (the timeout answered, the plugin is being removed) is closed at once,
+/// its worktree kept: nobody asked for it any more.
+fn landed(d: &mut Daemon, rid: &str, how: Landing) {
+    let started = match &how {
+        Landing::Answered(Ok(v)) => v["lane"]
+            .as_str()
+            .zip(v["session"].as_str())
+            .map(|(l, s)| (l.to_string(), s.to_string())),
+        _ => None,
+    };
+    let Some(r) = d.plugins.tasks.by_id.get_mut(rid) else {
+        if let Some((lane, _)) = &started {
+            crate::info!("lane {lane}: its task request {rid} is gone; closing it");
             crate::lanes::controller::stop_for_removal(d, lane);
         }
-        if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
-            p.rec.starting.retain(|x| x != &rid);
-            if let (false, Some((lane, _))) = (removed, &started) {
-                p.rec.lanes.push(lane.clone());
-                // The record keeps the lanes still at work; archived ones
-                // need no stopping.
-                let live: Vec<String> = p
-                    .rec
-                    .lanes
-                    .iter()
-                    .filter(|l| d.lanes.map.get(*l).is_some_and(|x| !x.archived))
-                    .cloned()
-                    .collect();
-                p.rec.lanes = live;
+        return;
+    };
+    let Some(timer) = r.dispatching.take() else {
+        if let Some((lane, _)) = &started {
+            crate::info!("lane {lane}: started after its task request {rid} ended; closing it");
+            crate::lanes::controller::stop_for_removal(d, lane);
+        }
+        return;
+    };
+    d.reactor.cancel(timer);
+    let (plugin, waiter) = (r.plugin.clone(), r.wire.clone());
+    // A plugin removed with stopTasks has this dispatch aborted: its lane
+    // is closed and counted. One removed without (its record is gone, or
+    // going) leaves the lane to go on as an ordinary lane.
+    let aborted = match d.plugins.plugins.get_mut(&plugin) {
+        None => false,
+        Some(p) => {
+            p.rec.starting.retain(|x| x != rid);
+            match (&p.rec.removal, &started) {
+                (None, Some((lane, _))) => {
+                    // The record keeps the lanes still at work, so it stays
+                    // bounded; plugin.get filters again when it reads.
+                    let lanes = &d.lanes.map;
+                    p.rec
+                        .lanes
+                        .retain(|l| l != lane && lanes.get(l).is_some_and(host::lane_at_work));
+                    p.rec.lanes.insert(0, lane.clone());
+                    false
+                }
+                (None, None) => false,
+                (Some(_), _) => p.removal.stop_tasks,
             }
         }
-        host::persist(d);
-        let answer = match (res, started) {
-            (Ok(_), Some((lane, session))) => {
-                crate::info!("task request {rid}: dispatched as lane {lane}");
-                serde_json::to_value(calls::TaskStarted {
-                    request_id: rid.clone(),
-                    lane,
-                    session,
-                })
-                .map_err(|_| HostError::internal())
-            }
-            (Ok(v), None) => {
-                crate::error!("task request {rid}: the dispatch answered without a lane: {v}");
-                Err(HostError::of(HostErrorKind::TaskRefused(
-                    "unavailable".into(),
-                )))
-            }
-            (Err(e), _) => {
-                crate::info!(
-                    "task request {rid}: the daemon refused the task: {}",
-                    e.code.as_str()
-                );
-                Err(HostError::of(HostErrorKind::TaskRefused(
-                    e.code.as_str().into(),
-                )))
-            }
-        };
-        settle(d, &rid, State::Answered, Some(answer), Vec::new());
-    });
+    };
+    if aborted {
+        host::dispatch_aborted(d, &plugin, rid, started.as_ref().map(|(l, _)| l.as_str()));
+    }
+    host::persist(d);
+    let answer = match (how, started) {
+        _ if aborted => Err(HostError::of(HostErrorKind::ShuttingDown)),
+        (Landing::Answered(Ok(_)), Some((lane, session))) => {
+            crate::info!("task request {rid}: dispatched as lane {lane}");
+            serde_json::to_value(calls::TaskStarted {
+                request_id: rid.to_string(),
+                lane,
+                session,
+            })
+            .map_err(|_| HostError::internal())
+        }
+        (Landing::Answered(Ok(v)), None) => {
+            crate::error!("task request {rid}: the dispatch answered without a lane: {v}");
+            Err(HostError::of(HostErrorKind::Unavailable))
+        }
+        (Landing::Answered(Err(e)), _)
+            if matches!(e.code, Code::Unavailable | Code::InternalError) =>
+        {
+            crate::warn!("task request {rid}: the dispatch failed: {}", e.message);
+            Err(HostError::of(HostErrorKind::Unavailable))
+        }
+        (Landing::Answered(Err(e)), _) => {
+            crate::info!(
+                "task request {rid}: the daemon refused the task: {}",
+                e.code.as_str()
+            );
+            Err(HostError::of(HostErrorKind::TaskRefused(
+                e.code.as_str().into(),
+            )))
+        }
+        (Landing::Failed, _) => Err(HostError::of(HostErrorKind::Unavailable)),
+        (Landing::TimedOut, _) => {
+            crate::warn!(
+                "task request {rid}: the dispatch did not end in {} ms; answered unavailable",
+                d.cfg.plugins.task_dispatch_timeout_ms
+            );
+            Err(HostError::of(HostErrorKind::Unavailable))
+        }
+    };
+    if let Some((wid, run_no)) = waiter {
+        let line = answer.and_then(|v| wire::encode_response(&wid, &v));
+        host::reply(d, &plugin, run_no, &wid, line);
+    }
+}
+
+/// Whether a request's dispatch is in flight.
+pub fn dispatching(d: &Daemon, rid: &str) -> bool {
+    d.plugins
+        .tasks
+        .by_id
+        .get(rid)
+        .is_some_and(|r| r.dispatching.is_some())
+}
+
+/// The stored request of `rid`, when it is still in memory.
+pub fn stored_request(d: &Daemon, rid: &str) -> Option<(TaskRequest, String)> {
+    let r = d.plugins.tasks.by_id.get(rid)?;
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&r.params) else {
+        return None;
+    };
+    Some((calls::task_request(&m).ok()?, r.created_at.clone()))
 }
 
 fn finish(d: &mut Daemon, request_id: &str, state: State) {
@@ -563,10 +714,14 @@ pub fn cancel(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, target: &str
             });
         }
         Some((_, state)) => {
+            // A request the daemon withdrew (its inbox item could not be
+            // made, or was withdrawn) already got its answer, `unavailable`:
+            // `answered`, never `cancelled`, which only the plugin does.
             let s = match state {
-                State::Answered => PendingState::Answered,
+                State::Answered | State::Orphaned => PendingState::Answered,
                 State::Expired => PendingState::Expired,
-                _ => PendingState::Cancelled,
+                State::Cancelled => PendingState::Cancelled,
+                State::Pending => PendingState::Unknown,
             };
             host::reply(
                 d,

@@ -6,11 +6,13 @@
 //! at the moment of the answer on the reactor thread. Their plugin wire
 //! items are built once, by `Session::plugin_item` and `Seat::plugin_item`,
 //! as JSON values: the host pages them as they are and converts nothing
-//! again. Lanes are not wired yet: lanes.list answers an empty page.
+//! again. Lanes are the lane controller's, as verify.list lists them.
 //!
-//! sessions.get (API 1.1) is a snapshot: a session can be admitted, start a
-//! turn or end right after the answer, so a plugin must treat `state` and
-//! `turnActive` as advice, never as a guarantee (seed 001).
+//! sessions.get (API 1.1) is the busy query: a session with queued input or
+//! an agent stop in progress is `running` (seed 001: "including
+//! interruption cleanup"). It is a snapshot: a session can be admitted,
+//! start a turn or end right after the answer, so a plugin must treat
+//! `state` and `turnActive` as advice, never as a guarantee (seed 001).
 
 use serde_json::Value;
 
@@ -27,12 +29,18 @@ pub fn session_items(d: &Daemon) -> Vec<Value> {
         .collect()
 }
 
-/// One session's item, read now.
+/// One session's item, read now, for the busy query (sessions.get, API
+/// 1.1): as sessions.list gives it, except that a session the daemon counts
+/// as busy although no turn runs is `running`: input is queued for it (the
+/// next turn is about to start), or its agent is being stopped (seed 001:
+/// "including interruption cleanup"). `turnActive` stays what it is.
 pub fn session_item(d: &Daemon, session: &str) -> Option<Value> {
-    d.core
-        .sessions
-        .get(session)
-        .map(|s| s.plugin_item(&d.node_name))
+    let s = d.core.sessions.get(session)?;
+    let mut item = s.plugin_item(&d.node_name);
+    if item["state"] == "idle" && (s.queued() > 0 || s.stopping_agent()) {
+        item["state"] = Value::from("running");
+    }
+    Some(item)
 }
 
 /// A sessions.list item's cursor: its session id.

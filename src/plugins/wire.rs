@@ -534,6 +534,9 @@ pub enum HostErrorKind {
     RequestCancelled,
     /// `not-pending` (API 1.1): tasks.cancel found nothing to retract.
     NotPending(PendingState),
+    /// `not-found` (API 1.1): sessions.get names no session of the daemon
+    /// (the page's code for a name that names nothing).
+    NotFound,
 }
 
 impl HostErrorKind {
@@ -558,6 +561,7 @@ impl HostErrorKind {
             HostErrorKind::InternalError => "internal-error",
             HostErrorKind::RequestCancelled => "request-cancelled",
             HostErrorKind::NotPending(_) => "not-pending",
+            HostErrorKind::NotFound => "not-found",
         }
     }
 
@@ -588,6 +592,7 @@ impl HostErrorKind {
             HostErrorKind::InternalError => INTERNAL_ERROR_MESSAGE.into(),
             HostErrorKind::RequestCancelled => "The plugin cancelled this request".into(),
             HostErrorKind::NotPending(s) => format!("The request is not pending: {}", s.name()),
+            HostErrorKind::NotFound => "No such session".into(),
         }
     }
 }
