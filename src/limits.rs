@@ -583,18 +583,26 @@ pub const HTTP_SSE_STACK: usize = 512 * 1024;
 
 /// An idle keep-alive connection is closed after this long.
 pub const HTTP_IDLE_MS: u64 = 30_000;
-/// Reading one request's head or body may stall this long before the
-/// connection is closed (a slow client holds a handler thread no longer).
+/// Reading one request's body may stall this long before the connection
+/// is closed (a slow client holds a handler thread no longer). Heads are
+/// read by the poller, which holds no thread for them.
 pub const HTTP_READ_TIMEOUT_MS: u64 = 10_000;
 /// The whole of one request head (request line and headers) must arrive
-/// within this long, however many reads it takes; past it the connection
-/// is closed. The per-read timeout alone bounds each stall, not their sum,
-/// so a client trickling a byte every few seconds (slowloris) would hold a
-/// handler thread, of which there are only `http.threads`, for ever. 15 s
-/// is far beyond what a real client needs for at most `HTTP_HEAD_MAX`
-/// bytes and above `HTTP_READ_TIMEOUT_MS`, so one slow read is still let
-/// through.
+/// within this long after its first byte, however many reads it takes;
+/// past it the connection is closed. Heads are read on the poller
+/// (src/http/listener.rs), so a trickling head costs a buffer, not a
+/// handler thread; the deadline keeps it from costing a slot for ever.
+/// 15 s is far beyond what a real client needs for at most
+/// `HTTP_HEAD_MAX` bytes.
 pub const HTTP_HEAD_DEADLINE_MS: u64 = 15_000;
+/// Connections one peer address may hold that no request has yet proven
+/// with the bearer token, waiting for a head on the poller (issue 10,
+/// item 32: "256 silent connections hold every slot for 30 s and everyone
+/// else gets 503"). The peer's next connection closes its oldest such
+/// one. A browser opens at most 6 connections to an origin and an app a
+/// handful, so 32 never touches a real client; loopback callers all share
+/// 127.0.0.1 and so this one share.
+pub const HTTP_UNPROVEN_PER_PEER: usize = 32;
 /// "Sockets have bounded write waits." (seed 002, Collection watch and
 /// overload): one blocked write waits at most this long, then the
 /// connection is closed.

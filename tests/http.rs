@@ -641,3 +641,102 @@ fn sse_parser_handles_fragments_line_ends_and_utf8_bounds() {
     let mut p = SseParser::new(8);
     assert_eq!(p.feed(b"data: 12345\ndata: 6\n"), Err(SseError::TooLarge));
 }
+
+/// Issue 10, item 23: connections that sent part of a head hold no
+/// handler thread. Before, each held one of the `threads` until its head
+/// timed out (15 s), and only then was the next connection read.
+#[test]
+fn partial_heads_do_not_hold_handler_threads() {
+    let dir = TestDir::new("httptrickle");
+    let api = Api::start(&dir, "[http]\nthreads = 2\n");
+    let auth = api.bearer();
+    let partials: [&[u8]; 4] = [
+        b"G",
+        b"GET /server HTTP/1.1\r\nHo",
+        b"GET /server HTTP/1.1\r\nHost: x\r\n",
+        b"\r\n\r\nPOST /sessions",
+    ];
+    let mut tricklers: Vec<Conn> = (0..24)
+        .map(|i| {
+            let mut c = Conn::open(api.addr);
+            c.send(partials[i % partials.len()]);
+            c
+        })
+        .collect();
+    // A second byte on some of them, as a trickling client would send.
+    for c in tricklers.iter_mut().step_by(3) {
+        c.send(b"E");
+    }
+    for _ in 0..3 {
+        let r = api.get("/server");
+        assert_eq!(r.status, 200);
+        api.check("/server", "get", &r);
+    }
+    // Answered while every trickler still waits for its head: none was
+    // timed out to make room.
+    for (i, c) in tricklers.iter_mut().enumerate() {
+        assert!(c.open_and_quiet(), "trickler {i} was closed or answered");
+    }
+    // Each finishes its head and is answered like any other.
+    let mut c = tricklers.remove(1);
+    c.send(format!("st: {}\r\nAuthorization: {auth}\r\n\r\n", api.host()).as_bytes());
+    assert_eq!(c.read().unwrap().status, 200);
+    api.d.stop();
+}
+
+/// Issue 10, item 32: silent connections that never proved the token
+/// cannot hold every slot; the oldest make room, per peer first.
+#[test]
+fn unproven_connections_make_room_oldest_first() {
+    let dir = TestDir::new("httpunproven");
+    let api = Api::start(&dir, "[http]\nmax_connections = 8\nthreads = 1\n");
+    let auth = api.bearer();
+    // One proven connection, kept open.
+    let mut proven = Conn::open(api.addr);
+    proven.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    assert_eq!(proven.read().unwrap().status, 200);
+    // Seven silent ones fill the other slots.
+    let mut silent: Vec<Conn> = (0..7).map(|_| Conn::open(api.addr)).collect();
+    // A new authorised client is served: the oldest silent one made room.
+    let r = api.get("/server");
+    assert_eq!(r.status, 200);
+    assert!(silent[0].closed(), "the oldest silent connection was kept");
+    for (i, c) in silent.iter_mut().enumerate().skip(1) {
+        assert!(c.open_and_quiet(), "silent connection {i} was closed");
+    }
+    // The proven connection is never the one closed.
+    for _ in 0..10 {
+        assert_eq!(api.get("/server").status, 200);
+    }
+    proven.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    assert_eq!(proven.read().unwrap().status, 200);
+    api.d.stop();
+
+    // One peer holds at most 32 unproven connections: its 33rd closes its
+    // oldest, however many slots are free.
+    let dir = TestDir::new("httppeercap");
+    let api = Api::start(&dir, "");
+    let mut silent: Vec<Conn> = (0..40).map(|_| Conn::open(api.addr)).collect();
+    assert_eq!(api.get("/server").status, 200);
+    // The 40 and the authorised one: the 9 oldest were closed.
+    for (i, c) in silent.iter_mut().enumerate() {
+        if i < 9 {
+            assert!(c.closed(), "silent connection {i} was kept");
+        } else {
+            assert!(c.open_and_quiet(), "silent connection {i} was closed");
+        }
+    }
+    api.d.stop();
+}

@@ -469,7 +469,8 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
         if !keep {
             return None;
         }
-        if conn.r.buffered() == 0 {
+        // A next head not yet whole is waited for by the poller, never here.
+        if !conn.r.head_ready() {
             return Some(conn);
         }
     }
@@ -510,6 +511,7 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
                 "missing or wrong bearer token",
             ));
         }
+        conn.proven = true;
         let op = route
             .ops
             .iter()

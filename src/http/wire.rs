@@ -60,6 +60,19 @@ impl<R: Read> Reader<R> {
         self.buf.drain(..n.min(self.buf.len()));
     }
 
+    /// Whether a whole request head is buffered, or bytes enough that
+    /// reading the head can only fail (`HTTP_HEAD_MAX`): either way
+    /// [`Reader::read_head`] then answers without reading. Empty lines
+    /// before a request line are dropped first, as `read_head` does, so
+    /// that a client sending only CRLFs buffers nothing.
+    pub fn head_ready(&mut self) -> bool {
+        let blank = self.buf.chunks(2).take_while(|c| *c == b"\r\n").count();
+        if blank > 0 {
+            self.consume(2 * blank);
+        }
+        self.buf.len() >= limits::HTTP_HEAD_MAX || find(&self.buf, b"\r\n\r\n").is_some()
+    }
+
     /// Reads one request head within `HTTP_HEAD_DEADLINE_MS`.
     pub fn read_head(&mut self) -> Result<Head, HeadError> {
         self.read_head_until(

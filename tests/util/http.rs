@@ -124,6 +124,20 @@ impl Conn {
         let mut b = [0u8; 1];
         matches!(self.r.read(&mut b), Ok(0) | Err(_))
     }
+
+    /// Whether the daemon still holds the connection open with nothing
+    /// sent on it, this moment (a read would wait).
+    pub fn open_and_quiet(&mut self) -> bool {
+        if !self.r.buffer().is_empty() {
+            return false;
+        }
+        self.w.set_nonblocking(true).expect("nonblocking");
+        let mut b = [0u8; 1];
+        let quiet =
+            matches!(self.w.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        self.w.set_nonblocking(false).expect("blocking");
+        quiet
+    }
 }
 
 /// Builds a request text.
