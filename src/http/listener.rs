@@ -45,6 +45,7 @@
 //! - when every slot is taken, a new connection closes the oldest unproven
 //!   connection of the peer holding the most of them, and is refused 503
 //!   `too_many_connections` only when no unproven connection waits.
+//!
 //! Loopback callers all share 127.0.0.1 and so one share: among them the
 //! oldest silent connection goes first. A real client sends its head as
 //! soon as it connects, and once the head is whole its connection is being
