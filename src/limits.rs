@@ -627,6 +627,12 @@ pub const HTTP_SHUTDOWN_TIMEOUT_MAX_MS: u64 = 30_000;
 /// quiet." (seed 002). A little under five so that write time never
 /// stretches a gap past it.
 pub const SSE_KEEPALIVE_MS: u64 = 4_500;
+/// How often a waiting SSE writer looks whether its client closed the
+/// connection (issue 10, item 24: "closed watchers are reaped only by a
+/// keepalive write", so dead watchers held a session's slots). A dead
+/// watcher's slot is free within about this long; each look is a
+/// non-blocking read, a few syscalls a second per stream.
+pub const SSE_PEER_CHECK_MS: u64 = 1_000;
 
 /// "The replay buffer retains at most 256 events or 992 KiB, whichever
 /// bound is reached first." (seed 002, Session watch)

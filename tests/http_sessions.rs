@@ -912,3 +912,79 @@ fn an_agent_holding_the_token_reads_only_its_own_session() {
     assert_eq!(got["other_history"]["status"], 404, "{got}");
     api.d.stop();
 }
+
+/// Opens a session watch on a new connection: its status, and the
+/// connection when it was accepted.
+fn try_watch(addr: SocketAddr, token: &str, sid: &str) -> (u16, Option<Conn>) {
+    let mut c = Conn::open(addr);
+    let auth = format!("Bearer {token}");
+    c.send(&request(
+        "GET",
+        &format!("/sessions/{sid}"),
+        &addr.to_string(),
+        &[("Authorization", &auth), ("Accept", "text/event-stream")],
+        None,
+    ));
+    let (status, _) = c.read_head().expect("a watch head");
+    (status, (status == 200).then_some(c))
+}
+
+/// Issue 10, item 24: attempts refused at a session's watcher cap do not
+/// hold back the live watchers' keepalives, and watchers whose clients
+/// closed give their slots back without waiting for a write.
+#[test]
+fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
+    let dir = TestDir::new("hswatchcap");
+    let api = Api::start(&dir, &seat(&json!([[{"stall": 120}]]), &[]), 0);
+    let created = api.create(
+        &uuid7(0, 1),
+        &json!({"harness": "fake", "worktree": api.wt, "prompt": "wait"}),
+    );
+    let sid = created.json()["id"].as_str().unwrap().to_string();
+    let mut watchers: Vec<Watch> = (0..128)
+        .map(|_| api.watch(&format!("/sessions/{sid}")))
+        .collect();
+    for w in watchers.iter_mut() {
+        let first = api.batch(w, "/sessions/{session_id}");
+        assert_eq!(first["events"][0]["type"], "reset");
+    }
+    assert_eq!(try_watch(api.addr, &api.token, &sid).0, 503);
+    // Attempts keep being refused while the first watcher waits for its
+    // keepalive: each one used to restart every watcher's wait.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hammer = {
+        let (addr, token, sid, stop) = (api.addr, api.token.clone(), sid.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut refused = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                assert_eq!(try_watch(addr, &token, &sid).0, 503);
+                refused += 1;
+                // Simulated load: an attempt every 50 ms, far more often
+                // than the keepalive period.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            refused
+        })
+    };
+    loop {
+        let b = api.batch(&mut watchers[0], "/sessions/{session_id}");
+        if b["events"].as_array().unwrap().is_empty() {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    assert!(hammer.join().unwrap() > 0);
+    // Eight clients go away without a word; their slots come back.
+    watchers.truncate(120);
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let mut attached = Vec::new();
+    while attached.len() < 8 {
+        match try_watch(api.addr, &api.token, &sid) {
+            (200, Some(c)) => attached.push(c),
+            (503, _) if std::time::Instant::now() < deadline => std::thread::yield_now(),
+            (s, _) => panic!("the departed watchers' slots did not come back: {s}"),
+        }
+    }
+    assert_eq!(try_watch(api.addr, &api.token, &sid).0, 503);
+    api.d.stop();
+}

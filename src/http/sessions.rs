@@ -1002,12 +1002,9 @@ fn watch_collection(ctx: &mut Ctx, filter: Filter) -> Result<Reply, Problem> {
                 return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
             }
             let api = api_mut(d)?;
-            api.collection.retain(|c| {
-                !matches!(
-                    c.wake.try_send(()),
-                    Err(crossbeam_channel::TrySendError::Disconnected(()))
-                )
-            });
+            // A writer that ended dropped its share of the queue. Not a
+            // probe wake: that would wake every live watcher.
+            api.collection.retain(|c| Arc::strong_count(&c.queue) > 1);
             if api.collection.len() >= limits::SSE_COLLECTION_WATCHES {
                 return Err(Problem::new(
                     Code::TooManyStreams,
