@@ -740,3 +740,48 @@ fn unproven_connections_make_room_oldest_first() {
     }
     api.d.stop();
 }
+
+/// Issue 10, item 25: framing the independent client found loose.
+#[test]
+fn loose_framing_is_400_and_closes() {
+    let dir = TestDir::new("httpframing");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let host = api.host();
+    let get = format!("GET /server HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n");
+    // An empty Content-Length is no length: 400, and what followed is not
+    // taken for a second request.
+    let mut c = Conn::open(api.addr);
+    c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length:\r\n\r\n{get}").as_bytes());
+    let r = c.read().unwrap();
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    api.check("/server/shutdown", "post", &r);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(c.closed());
+    for bad in [
+        format!("GET /server HTTP/1.1\r\nHost:\r\nAuthorization: {auth}\r\n\r\n"),
+        format!("GET /server HTTP/1.0\r\nAuthorization: {auth}\r\n\r\n"),
+        format!("GET /events?stream=%+f HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n"),
+    ] {
+        let mut c = Conn::open(api.addr);
+        c.send(bad.as_bytes());
+        let r = c.read().unwrap();
+        assert_eq!(r.status, 400, "{bad:?}");
+        api.check("/server", "get", &r);
+    }
+    // Chunk lines with a bare LF or a leading space.
+    for chunks in ["2;a\nb\r\n{}\r\n0\r\n\r\n", " 2\r\n{}\r\n0\r\n\r\n"] {
+        let mut c = Conn::open(api.addr);
+        c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}").as_bytes());
+        let r = c.read().unwrap();
+        assert_eq!(r.status, 400, "{chunks:?}");
+        assert!(c.closed());
+    }
+    // HTTP/1.0 naming this listener is served.
+    let mut c = Conn::open(api.addr);
+    c.send(
+        format!("GET /server HTTP/1.0\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(c.read().unwrap().status, 200);
+    api.d.stop();
+}
