@@ -383,7 +383,7 @@ mod tests {
     /// bytes are not a valid chunked body within `limit`.
     fn chunked_oracle(raw: &[u8], limit: usize) -> Option<Vec<u8>> {
         let mut pos = 0;
-        let mut next_line = |pos: &mut usize| -> Option<Vec<u8>> {
+        let next_line = |pos: &mut usize| -> Option<Vec<u8>> {
             let rest = &raw[*pos..];
             let i = (0..rest.len().saturating_sub(1)).find(|&i| &rest[i..i + 2] == b"\r\n")?;
             let line = rest[..i].to_vec();
