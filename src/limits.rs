@@ -679,6 +679,12 @@ pub const HTTP_EVENT_INLINE_MAX: usize = 256 * 1024;
 /// admission and outcomes). Past it a new input is rejected durably with
 /// 429 `queue_full`; "a duplicate consumes no slot".
 pub const HTTP_INPUTS_WAITING: usize = 32;
+/// The Retry-After of a 429 that names no other (`queue_full`,
+/// `too_many_sessions`): "Admission or rate limit; includes Retry-After
+/// where a later new intent can succeed" (seed 002). What frees room is a
+/// turn ending or a session stopping, which nothing predicts; 5 s lets a
+/// client poll gently without the daemon promising a time.
+pub const HTTP_RETRY_429_S: u64 = 5;
 
 /// "Input admission has a 72,200,000-byte limit, room for ten encoded
 /// images." (seed 002). Images are not taken yet, so a message's text is

@@ -785,3 +785,68 @@ fn loose_framing_is_400_and_closes() {
     assert_eq!(c.read().unwrap().status, 200);
     api.d.stop();
 }
+
+/// Issue 10, items 26, 28 and 29: the seed's capabilities, Accept on
+/// JSON-only routes, If-Match on reads and refused where not evaluated.
+#[test]
+fn capabilities_accept_and_preconditions() {
+    let dir = TestDir::new("httpaccept");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let server = api.get("/server");
+    let caps = &server.json()["capabilities"];
+    assert_eq!(caps["durable_inputs"], 1);
+    assert_eq!(caps["collection_invalidation"], 1);
+    assert_eq!(caps["session_replay"], 2);
+    for (path, accept, want) in [
+        ("/server", "application/xml", 406),
+        ("/seats", "application/xml", 406),
+        ("/server", "text/event-stream", 406),
+        ("/server", "text/html, application/*;q=0.5", 200),
+        ("/seats", "*/*", 200),
+        ("/server", "application/json;q=0", 406),
+    ] {
+        let r = api.send(
+            "GET",
+            path,
+            &[("Authorization", &auth), ("Accept", accept)],
+            None,
+        );
+        assert_eq!(r.status, want, "{path} {accept}");
+        api.check(path, "get", &r);
+        if want == 406 {
+            assert_eq!(r.code(), "not_acceptable");
+        }
+    }
+    // If-Match on a read: 412 unless it names the representation.
+    let tag = server.header("etag").unwrap().to_string();
+    let r = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("If-Match", "\"nope\"")],
+        None,
+    );
+    assert_eq!((r.status, r.code().as_str()), (412, "precondition_failed"));
+    api.check("/server", "get", &r);
+    let r = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("If-Match", &tag)],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    // A change that does not evaluate If-Match refuses it.
+    let r = api.send(
+        "POST",
+        "/server/shutdown",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+            ("If-Match", "*"),
+        ],
+        Some(b"{\"instance_id\":\"x\"}"),
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    api.check("/server/shutdown", "post", &r);
+    api.d.stop();
+}

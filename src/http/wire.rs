@@ -449,7 +449,14 @@ impl Response {
         if let Some(a) = &p.allow {
             r = r.header("Allow", a.clone());
         }
-        if let Some(s) = p.retry_after {
+        // Every 429 says when to try again (seed 002: "Admission or rate
+        // limit; includes Retry-After where a later new intent can
+        // succeed"), a retained rejection replayed included, since the
+        // answer is the same.
+        let retry = p
+            .retry_after
+            .or((p.status() == 429).then_some(limits::HTTP_RETRY_429_S));
+        if let Some(s) = retry {
             r = r.header("Retry-After", s.to_string());
         }
         r.with_body(p.body())

@@ -273,6 +273,21 @@ impl Watch {
         }
     }
 
+    /// Drops every batch already received, this moment included: what
+    /// `next` returns after this was sent after it was called.
+    pub fn discard_received(&mut self) {
+        self.ready.clear();
+        self.conn.w.set_nonblocking(true).expect("nonblocking");
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.conn.r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let _ = self.parser.feed(&buf[..n]).expect("valid SSE");
+        }
+        self.conn.w.set_nonblocking(false).expect("blocking");
+    }
+
     /// The next batch; `None` at end of stream.
     pub fn next(&mut self) -> Option<Value> {
         loop {
