@@ -533,6 +533,11 @@ pub const HTTP_PAGE_MAX_BYTES: usize = HTTP_RESPONSE_MAX - 64 * 1024;
 pub const HTTP_HEAD_MAX: usize = 16 * 1024;
 /// Header fields in one request, for the same reason.
 pub const HTTP_HEADERS_MAX: usize = 100;
+/// A path parameter (a session, input, approval, plugin, command or
+/// request id): `maxLength: 128` in vendor-schemas/openapi.yaml. Every
+/// id the daemon makes is far shorter (a UUIDv7 is 36); a longer one is
+/// 400, not 404 (issue 10, item 30).
+pub const HTTP_PATH_ID_MAX: usize = 128;
 /// One chunk-size line or trailer line of a chunked body.
 pub const HTTP_CHUNK_LINE_MAX: usize = 1024;
 

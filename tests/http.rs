@@ -850,3 +850,58 @@ fn capabilities_accept_and_preconditions() {
     api.check("/server/shutdown", "post", &r);
     api.d.stop();
 }
+
+/// Issue 10, item 30: what the OpenAPI now documents beside its
+/// operations: OPTIONS on every path (Allow as documented), 405 with
+/// Allow, 404, and ids past maxLength 128 as 400.
+#[test]
+fn options_405_404_and_long_ids_are_as_documented() {
+    let dir = TestDir::new("httpdoc");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let problem = serde_json::json!({"$ref": "#/components/schemas/Problem"});
+    let paths = api.doc["paths"].as_object().unwrap().clone();
+    for (path, ops) in &paths {
+        let concrete = path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let r = api.send("OPTIONS", &concrete, &[], None);
+        assert_eq!(r.status, 204, "OPTIONS {path}");
+        let allow = ops["options"]["responses"]["204"]["headers"]["Allow"]["schema"]["const"]
+            .as_str()
+            .unwrap();
+        assert_eq!(r.header("allow"), Some(allow), "OPTIONS {path}");
+        // A method the path does not list: 405 with the same Allow.
+        if ops.get("patch").is_none() {
+            let r = api.send("PATCH", &concrete, &[("Authorization", &auth)], None);
+            assert_eq!((r.status, r.code().as_str()), (405, "method_not_allowed"));
+            assert_eq!(r.header("allow"), Some(allow), "PATCH {path}");
+            validate(&api.doc, &problem, &r.json(), "$").unwrap();
+        }
+    }
+    let r = api.get("/no/such/path");
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    validate(&api.doc, &problem, &r.json(), "$").unwrap();
+    // Ids: 128 characters route (and are unknown), 129 are refused.
+    let id = |n: usize| "a".repeat(n);
+    let r = api.get(&format!("/sessions/{}", id(128)));
+    assert_eq!(r.status, 404);
+    api.check("/sessions/{session_id}", "get", &r);
+    for target in [
+        format!("/sessions/{}", id(129)),
+        format!("/sessions/{}/history", id(2000)),
+        format!("/approvals/{}", id(16_000 - 64)),
+    ] {
+        let r = api.get(&target);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{}",
+            &target[..20]
+        );
+        validate(&api.doc, &problem, &r.json(), "$").unwrap();
+    }
+    api.d.stop();
+}

@@ -355,6 +355,17 @@ pub fn find(path: &str) -> Result<(&'static Route, PathParams), Problem> {
                 continue 'routes;
             }
         }
+        // The path matched; an id past the OpenAPI's maxLength is a bad
+        // request, not an unknown resource.
+        if let Some((name, _)) = params
+            .iter()
+            .find(|(_, v)| v.chars().count() > limits::HTTP_PATH_ID_MAX)
+        {
+            return Err(Problem::invalid(format!(
+                "{name} is longer than {} characters",
+                limits::HTTP_PATH_ID_MAX
+            )));
+        }
         return Ok((r, params));
     }
     Err(Problem::new(Code::NotFound, "no such resource"))
