@@ -905,3 +905,22 @@ fn options_405_404_and_long_ids_are_as_documented() {
     }
     api.d.stop();
 }
+
+/// Issue 10, item 31: with `--http 127.0.0.1:0` the port chosen is in
+/// `server.info` and on `status`'s http line, not only in the log.
+#[test]
+fn the_port_chosen_for_port_zero_is_shown_by_server_info_and_status() {
+    let dir = TestDir::new("httpport");
+    let api = Api::start(&dir, "");
+    let info = api.d.connect().call("server.info", json!({}));
+    assert_eq!(info["http"]["address"], json!(api.addr.to_string()));
+    let (code, out, err) =
+        util::run_cli(&["--socket", &api.d.socket.display().to_string(), "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["http", &api.addr.to_string()]),
+        "{out}"
+    );
+    api.d.stop();
+}
