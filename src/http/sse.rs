@@ -411,12 +411,6 @@ impl Peer for TcpStream {
     }
 }
 
-impl Peer for Vec<u8> {
-    fn gone(&mut self) -> bool {
-        false
-    }
-}
-
 /// What waiting for the mailbox came to.
 enum Waited {
     /// A wake, or the keepalive is due: look again.
@@ -710,6 +704,13 @@ pub fn run_collection<W: Peer>(
 mod tests {
     use super::*;
 
+    /// A writer into memory: its reader never goes.
+    impl Peer for Vec<u8> {
+        fn gone(&mut self) -> bool {
+            false
+        }
+    }
+
     fn ev(seq: u64) -> String {
         event("event", seq, &json!({"n": seq}))
     }
@@ -919,6 +920,69 @@ mod tests {
         drop(subs);
         assert_eq!(t.watchers(), 0);
         assert!(t.subscribe().is_ok());
+    }
+
+    #[test]
+    fn a_full_topic_refuses_without_waking_its_subscribers() {
+        let mut t = Topic::new("g", 0);
+        let mut subs: Vec<_> = (0..limits::SSE_TOPIC_SUBSCRIBERS)
+            .map(|_| t.subscribe().unwrap())
+            .collect();
+        for _ in 0..3 {
+            assert!(t.subscribe().is_err());
+        }
+        assert!(subs.iter().all(|s| s.wake.try_recv().is_err()));
+        // One departs: its slot is free, still without a wake to the rest.
+        subs.pop();
+        assert!(t.subscribe().is_ok());
+        assert!(subs.iter().all(|s| s.wake.try_recv().is_err()));
+    }
+
+    #[test]
+    fn wakes_that_bring_nothing_do_not_postpone_keepalives() {
+        #[derive(Clone, Default)]
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                lock(&self.0).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Peer for Shared {
+            fn gone(&mut self) -> bool {
+                false
+            }
+        }
+        let mut topic = Topic::new("g", 0);
+        let sub = topic.subscribe().unwrap();
+        let out = Shared::default();
+        let mut w = out.clone();
+        let writer = std::thread::spawn(move || {
+            let mut snap = || Ok((0, "{}".to_string()));
+            run_watch(
+                &mut w,
+                &sub,
+                Start::Resume(0),
+                Duration::from_millis(20),
+                &mut snap,
+            )
+        });
+        // Wakes far more often than the keepalive period, none with an
+        // event, until two keepalives were written anyway.
+        let keepalives = || batches(&lock(&out.0)).len();
+        for _ in 0..100_000 {
+            if keepalives() >= 2 {
+                break;
+            }
+            let _ = topic.subs[0].wake.try_send(());
+            std::thread::sleep(Duration::from_millis(1)); // simulated load
+        }
+        assert!(keepalives() >= 2);
+        topic.close();
+        assert_eq!(writer.join().unwrap(), End::Stopped);
     }
 
     #[test]
