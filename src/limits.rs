@@ -596,6 +596,11 @@ pub const HTTP_PAGE_MAX_BYTES: usize = HTTP_RESPONSE_MAX - 64 * 1024;
 pub const HTTP_HEAD_MAX: usize = 16 * 1024;
 /// Header fields in one request, for the same reason.
 pub const HTTP_HEADERS_MAX: usize = 100;
+/// A path parameter (a session, input, approval, plugin, command or
+/// request id): `maxLength: 128` in vendor-schemas/openapi.yaml. Every
+/// id the daemon makes is far shorter (a UUIDv7 is 36); a longer one is
+/// 400, not 404 (issue 10, item 30).
+pub const HTTP_PATH_ID_MAX: usize = 128;
 /// One chunk-size line or trailer line of a chunked body.
 pub const HTTP_CHUNK_LINE_MAX: usize = 1024;
 
@@ -646,18 +651,26 @@ pub const HTTP_SSE_STACK: usize = 512 * 1024;
 
 /// An idle keep-alive connection is closed after this long.
 pub const HTTP_IDLE_MS: u64 = 30_000;
-/// Reading one request's head or body may stall this long before the
-/// connection is closed (a slow client holds a handler thread no longer).
+/// Reading one request's body may stall this long before the connection
+/// is closed (a slow client holds a handler thread no longer). Heads are
+/// read by the poller, which holds no thread for them.
 pub const HTTP_READ_TIMEOUT_MS: u64 = 10_000;
 /// The whole of one request head (request line and headers) must arrive
-/// within this long, however many reads it takes; past it the connection
-/// is closed. The per-read timeout alone bounds each stall, not their sum,
-/// so a client trickling a byte every few seconds (slowloris) would hold a
-/// handler thread, of which there are only `http.threads`, for ever. 15 s
-/// is far beyond what a real client needs for at most `HTTP_HEAD_MAX`
-/// bytes and above `HTTP_READ_TIMEOUT_MS`, so one slow read is still let
-/// through.
+/// within this long after its first byte, however many reads it takes;
+/// past it the connection is closed. Heads are read on the poller
+/// (src/http/listener.rs), so a trickling head costs a buffer, not a
+/// handler thread; the deadline keeps it from costing a slot for ever.
+/// 15 s is far beyond what a real client needs for at most
+/// `HTTP_HEAD_MAX` bytes.
 pub const HTTP_HEAD_DEADLINE_MS: u64 = 15_000;
+/// Connections one peer address may hold that no request has yet proven
+/// with the bearer token, waiting for a head on the poller (issue 10,
+/// item 32: "256 silent connections hold every slot for 30 s and everyone
+/// else gets 503"). The peer's next connection closes its oldest such
+/// one. A browser opens at most 6 connections to an origin and an app a
+/// handful, so 32 never touches a real client; loopback callers all share
+/// 127.0.0.1 and so this one share.
+pub const HTTP_UNPROVEN_PER_PEER: usize = 32;
 /// "Sockets have bounded write waits." (seed 002, Collection watch and
 /// overload): one blocked write waits at most this long, then the
 /// connection is closed.
@@ -682,6 +695,12 @@ pub const HTTP_SHUTDOWN_TIMEOUT_MAX_MS: u64 = 30_000;
 /// quiet." (seed 002). A little under five so that write time never
 /// stretches a gap past it.
 pub const SSE_KEEPALIVE_MS: u64 = 4_500;
+/// How often a waiting SSE writer looks whether its client closed the
+/// connection (issue 10, item 24: "closed watchers are reaped only by a
+/// keepalive write", so dead watchers held a session's slots). A dead
+/// watcher's slot is free within about this long; each look is a
+/// non-blocking read, a few syscalls a second per stream.
+pub const SSE_PEER_CHECK_MS: u64 = 1_000;
 
 /// "The replay buffer retains at most 256 events or 992 KiB, whichever
 /// bound is reached first." (seed 002, Session watch)
@@ -728,6 +747,12 @@ pub const HTTP_EVENT_INLINE_MAX: usize = 256 * 1024;
 /// admission and outcomes). Past it a new input is rejected durably with
 /// 429 `queue_full`; "a duplicate consumes no slot".
 pub const HTTP_INPUTS_WAITING: usize = 32;
+/// The Retry-After of a 429 that names no other (`queue_full`,
+/// `too_many_sessions`): "Admission or rate limit; includes Retry-After
+/// where a later new intent can succeed" (seed 002). What frees room is a
+/// turn ending or a session stopping, which nothing predicts; 5 s lets a
+/// client poll gently without the daemon promising a time.
+pub const HTTP_RETRY_429_S: u64 = 5;
 
 /// "Input admission has a 72,200,000-byte limit, room for ten encoded
 /// images." (seed 002). Images are not taken yet, so a message's text is

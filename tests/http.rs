@@ -641,3 +641,286 @@ fn sse_parser_handles_fragments_line_ends_and_utf8_bounds() {
     let mut p = SseParser::new(8);
     assert_eq!(p.feed(b"data: 12345\ndata: 6\n"), Err(SseError::TooLarge));
 }
+
+/// Issue 10, item 23: connections that sent part of a head hold no
+/// handler thread. Before, each held one of the `threads` until its head
+/// timed out (15 s), and only then was the next connection read.
+#[test]
+fn partial_heads_do_not_hold_handler_threads() {
+    let dir = TestDir::new("httptrickle");
+    let api = Api::start(&dir, "[http]\nthreads = 2\n");
+    let auth = api.bearer();
+    let partials: [&[u8]; 4] = [
+        b"G",
+        b"GET /server HTTP/1.1\r\nHo",
+        b"GET /server HTTP/1.1\r\nHost: x\r\n",
+        b"\r\n\r\nPOST /sessions",
+    ];
+    let mut tricklers: Vec<Conn> = (0..24)
+        .map(|i| {
+            let mut c = Conn::open(api.addr);
+            c.send(partials[i % partials.len()]);
+            c
+        })
+        .collect();
+    // A second byte on some of them, as a trickling client would send.
+    for c in tricklers.iter_mut().step_by(3) {
+        c.send(b"E");
+    }
+    for _ in 0..3 {
+        let r = api.get("/server");
+        assert_eq!(r.status, 200);
+        api.check("/server", "get", &r);
+    }
+    // Answered while every trickler still waits for its head: none was
+    // timed out to make room.
+    for (i, c) in tricklers.iter_mut().enumerate() {
+        assert!(c.open_and_quiet(), "trickler {i} was closed or answered");
+    }
+    // Each finishes its head and is answered like any other.
+    let mut c = tricklers.remove(1);
+    c.send(format!("st: {}\r\nAuthorization: {auth}\r\n\r\n", api.host()).as_bytes());
+    assert_eq!(c.read().unwrap().status, 200);
+    api.d.stop();
+}
+
+/// Issue 10, item 32: silent connections that never proved the token
+/// cannot hold every slot; the oldest make room, per peer first.
+#[test]
+fn unproven_connections_make_room_oldest_first() {
+    let dir = TestDir::new("httpunproven");
+    let api = Api::start(&dir, "[http]\nmax_connections = 8\nthreads = 1\n");
+    let auth = api.bearer();
+    // One proven connection, kept open.
+    let mut proven = Conn::open(api.addr);
+    proven.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    assert_eq!(proven.read().unwrap().status, 200);
+    // Seven silent ones fill the other slots.
+    let mut silent: Vec<Conn> = (0..7).map(|_| Conn::open(api.addr)).collect();
+    // A new authorised client is served: the oldest silent one made room.
+    let r = api.get("/server");
+    assert_eq!(r.status, 200);
+    assert!(silent[0].closed(), "the oldest silent connection was kept");
+    for (i, c) in silent.iter_mut().enumerate().skip(1) {
+        assert!(c.open_and_quiet(), "silent connection {i} was closed");
+    }
+    // The proven connection is never the one closed.
+    for _ in 0..10 {
+        assert_eq!(api.get("/server").status, 200);
+    }
+    proven.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    assert_eq!(proven.read().unwrap().status, 200);
+    api.d.stop();
+
+    // One peer holds at most 32 unproven connections: its 33rd closes its
+    // oldest, however many slots are free.
+    let dir = TestDir::new("httppeercap");
+    let api = Api::start(&dir, "");
+    let mut silent: Vec<Conn> = (0..40).map(|_| Conn::open(api.addr)).collect();
+    assert_eq!(api.get("/server").status, 200);
+    // The 40 and the authorised one: the 9 oldest were closed.
+    for (i, c) in silent.iter_mut().enumerate() {
+        if i < 9 {
+            assert!(c.closed(), "silent connection {i} was kept");
+        } else {
+            assert!(c.open_and_quiet(), "silent connection {i} was closed");
+        }
+    }
+    api.d.stop();
+}
+
+/// Issue 10, item 25: framing the independent client found loose.
+#[test]
+fn loose_framing_is_400_and_closes() {
+    let dir = TestDir::new("httpframing");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let host = api.host();
+    let get = format!("GET /server HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n");
+    // An empty Content-Length is no length: 400, and what followed is not
+    // taken for a second request.
+    let mut c = Conn::open(api.addr);
+    c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length:\r\n\r\n{get}").as_bytes());
+    let r = c.read().unwrap();
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    api.check("/server/shutdown", "post", &r);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(c.closed());
+    for bad in [
+        format!("GET /server HTTP/1.1\r\nHost:\r\nAuthorization: {auth}\r\n\r\n"),
+        format!("GET /server HTTP/1.0\r\nAuthorization: {auth}\r\n\r\n"),
+        format!("GET /events?stream=%+f HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n"),
+    ] {
+        let mut c = Conn::open(api.addr);
+        c.send(bad.as_bytes());
+        let r = c.read().unwrap();
+        assert_eq!(r.status, 400, "{bad:?}");
+        api.check("/server", "get", &r);
+    }
+    // Chunk lines with a bare LF or a leading space.
+    for chunks in ["2;a\nb\r\n{}\r\n0\r\n\r\n", " 2\r\n{}\r\n0\r\n\r\n"] {
+        let mut c = Conn::open(api.addr);
+        c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}").as_bytes());
+        let r = c.read().unwrap();
+        assert_eq!(r.status, 400, "{chunks:?}");
+        assert!(c.closed());
+    }
+    // HTTP/1.0 naming this listener is served.
+    let mut c = Conn::open(api.addr);
+    c.send(
+        format!("GET /server HTTP/1.0\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(c.read().unwrap().status, 200);
+    api.d.stop();
+}
+
+/// Issue 10, items 26, 28 and 29: the seed's capabilities, Accept on
+/// JSON-only routes, If-Match on reads and refused where not evaluated.
+#[test]
+fn capabilities_accept_and_preconditions() {
+    let dir = TestDir::new("httpaccept");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let server = api.get("/server");
+    let caps = &server.json()["capabilities"];
+    assert_eq!(caps["durable_inputs"], 1);
+    assert_eq!(caps["collection_invalidation"], 1);
+    assert_eq!(caps["session_replay"], 2);
+    for (path, accept, want) in [
+        ("/server", "application/xml", 406),
+        ("/seats", "application/xml", 406),
+        ("/server", "text/event-stream", 406),
+        ("/server", "text/html, application/*;q=0.5", 200),
+        ("/seats", "*/*", 200),
+        ("/server", "application/json;q=0", 406),
+    ] {
+        let r = api.send(
+            "GET",
+            path,
+            &[("Authorization", &auth), ("Accept", accept)],
+            None,
+        );
+        assert_eq!(r.status, want, "{path} {accept}");
+        api.check(path, "get", &r);
+        if want == 406 {
+            assert_eq!(r.code(), "not_acceptable");
+        }
+    }
+    // If-Match on a read: 412 unless it names the representation.
+    let tag = server.header("etag").unwrap().to_string();
+    let r = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("If-Match", "\"nope\"")],
+        None,
+    );
+    assert_eq!((r.status, r.code().as_str()), (412, "precondition_failed"));
+    api.check("/server", "get", &r);
+    let r = api.send(
+        "GET",
+        "/server",
+        &[("Authorization", &auth), ("If-Match", &tag)],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    // A change that does not evaluate If-Match refuses it.
+    let r = api.send(
+        "POST",
+        "/server/shutdown",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+            ("If-Match", "*"),
+        ],
+        Some(b"{\"instance_id\":\"x\"}"),
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    api.check("/server/shutdown", "post", &r);
+    api.d.stop();
+}
+
+/// Issue 10, item 30: what the OpenAPI now documents beside its
+/// operations: OPTIONS on every path (Allow as documented), 405 with
+/// Allow, 404, and ids past maxLength 128 as 400.
+#[test]
+fn options_405_404_and_long_ids_are_as_documented() {
+    let dir = TestDir::new("httpdoc");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let problem = serde_json::json!({"$ref": "#/components/schemas/Problem"});
+    let paths = api.doc["paths"].as_object().unwrap().clone();
+    for (path, ops) in &paths {
+        let concrete = path
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let r = api.send("OPTIONS", &concrete, &[], None);
+        assert_eq!(r.status, 204, "OPTIONS {path}");
+        let allow = ops["options"]["responses"]["204"]["headers"]["Allow"]["schema"]["const"]
+            .as_str()
+            .unwrap();
+        assert_eq!(r.header("allow"), Some(allow), "OPTIONS {path}");
+        // A method the path does not list: 405 with the same Allow.
+        if ops.get("patch").is_none() {
+            let r = api.send("PATCH", &concrete, &[("Authorization", &auth)], None);
+            assert_eq!((r.status, r.code().as_str()), (405, "method_not_allowed"));
+            assert_eq!(r.header("allow"), Some(allow), "PATCH {path}");
+            validate(&api.doc, &problem, &r.json(), "$").unwrap();
+        }
+    }
+    let r = api.get("/no/such/path");
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    validate(&api.doc, &problem, &r.json(), "$").unwrap();
+    // Ids: 128 characters route (and are unknown), 129 are refused.
+    let id = |n: usize| "a".repeat(n);
+    let r = api.get(&format!("/sessions/{}", id(128)));
+    assert_eq!(r.status, 404);
+    api.check("/sessions/{session_id}", "get", &r);
+    for target in [
+        format!("/sessions/{}", id(129)),
+        format!("/sessions/{}/history", id(2000)),
+        format!("/approvals/{}", id(16_000 - 64)),
+    ] {
+        let r = api.get(&target);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_request"),
+            "{}",
+            &target[..20]
+        );
+        validate(&api.doc, &problem, &r.json(), "$").unwrap();
+    }
+    api.d.stop();
+}
+
+/// Issue 10, item 31: with `--http 127.0.0.1:0` the port chosen is in
+/// `server.info` and on `status`'s http line, not only in the log.
+#[test]
+fn the_port_chosen_for_port_zero_is_shown_by_server_info_and_status() {
+    let dir = TestDir::new("httpport");
+    let api = Api::start(&dir, "");
+    let info = api.d.connect().call("server.info", json!({}));
+    assert_eq!(info["http"]["address"], json!(api.addr.to_string()));
+    let (code, out, err) =
+        util::run_cli(&["--socket", &api.d.socket.display().to_string(), "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["http", &api.addr.to_string()]),
+        "{out}"
+    );
+    api.d.stop();
+}

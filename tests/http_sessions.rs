@@ -221,13 +221,14 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
         first.header("location"),
         Some(format!("/sessions/{sid}").as_str())
     );
-    // The response was lost: the same PUT returns the retained decision.
+    assert!(first.header("etag").is_some_and(|t| t.starts_with('"')));
+    // The response was lost: the same PUT finds the session made, so its
+    // If-None-Match: * fails (412); the read at the UUIDv7 proves it.
     let again = api.create(&cid, &body);
     assert_eq!(
-        (again.status, again.json()["id"].clone()),
-        (201, json!(sid))
+        (again.status, again.code().as_str()),
+        (412, "precondition_failed")
     );
-    assert_eq!(again.json()["creation"]["submitted"]["name"], "first");
     let changed = api.create(
         &cid,
         &json!({"harness": "fake", "worktree": api.wt, "name": "other"}),
@@ -259,6 +260,17 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
         None,
     );
     assert_eq!(by_uuid.json()["id"], json!(sid));
+    assert_eq!(by_uuid.json()["creation"]["submitted"]["name"], "first");
+    // Issue 10, item 27: the JSON read gives the cursor a first watch
+    // resumes from, before any watch attached.
+    let cursor = by_uuid.json()["cursor"].clone();
+    let (generation, after) = (
+        cursor["generation"].as_str().expect("a cursor").to_string(),
+        cursor["sequence"].as_u64().expect("a sequence"),
+    );
+    let mut resumed = api.watch(&format!(
+        "/sessions/{sid}?after_generation={generation}&after_seq={after}"
+    ));
 
     let mut w = api.watch(&format!("/sessions/{sid}"));
     let reset = api.batch(&mut w, "/sessions/{session_id}");
@@ -287,6 +299,18 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
     api.until(&mut w, |e| {
         e["type"] == "turn_completed" && e["data"]["input_ids"][0] == json!(iid)
     });
+    // The watch seeded from the JSON read replayed from there: no reset,
+    // its first event the one after the read's cursor.
+    let b = loop {
+        let b = api.batch(&mut resumed, "/sessions/{session_id}");
+        if !b["events"].as_array().unwrap().is_empty() {
+            break b;
+        }
+    };
+    assert_eq!(b["generation"], json!(generation));
+    assert_ne!(b["events"][0]["type"], "reset", "{b}");
+    assert_eq!(b["events"][0]["sequence"], after + 1);
+    drop(resumed);
     let got = api.call(
         "GET",
         &format!("/sessions/{sid}/inputs/{iid}"),
@@ -310,14 +334,50 @@ fn lost_responses_retry_with_their_ids_and_changed_intents_conflict() {
         .filter_map(|e| e["text"].as_str().map(str::to_string))
         .collect();
     assert!(texts.iter().any(|t| t.contains("echo: hello")), "{texts:?}");
-    // Stopping keeps the record and the decisions.
-    let del = api.call(
+    // Item 28: a conditional end needs the Session's current ETag.
+    let stale = api.call(
         "DELETE",
         &format!("/sessions/{sid}"),
         "/sessions/{session_id}",
-        &[],
+        &[("If-Match", "\"nope\"")],
         None,
     );
+    assert_eq!(
+        (stale.status, stale.code().as_str()),
+        (412, "precondition_failed")
+    );
+    let put_if_match = api.call(
+        "POST",
+        &format!("/sessions/{sid}/interrupt"),
+        "/sessions/{session_id}/interrupt",
+        &[("If-Match", "*")],
+        Some(&json!({"run_id": "r1"})),
+    );
+    assert_eq!(put_if_match.status, 400, "not evaluated, so refused");
+    // Stopping keeps the record and the decisions. The session may still
+    // change between the read and the end (its status settling): read
+    // again until the end finds what was read.
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let del = loop {
+        let read = api.call(
+            "GET",
+            &format!("/sessions/{sid}"),
+            "/sessions/{session_id}",
+            &[],
+            None,
+        );
+        let tag = read.header("etag").expect("an ETag").to_string();
+        let del = api.call(
+            "DELETE",
+            &format!("/sessions/{sid}"),
+            "/sessions/{session_id}",
+            &[("If-Match", &tag)],
+            None,
+        );
+        if del.status != 412 || std::time::Instant::now() > deadline {
+            break del;
+        }
+    };
     assert_eq!(del.status, 200);
     api.until(&mut w, |e| {
         e["type"] == "status" && e["data"]["phase"] == "ended"
@@ -366,6 +426,7 @@ fn a_full_queue_stays_rejected_and_interrupt_takes_exactly_its_run() {
     }
     let full = api.input(&sid, &ids[32], &json!({"kind": "message", "text": "m32"}));
     assert_eq!((full.status, full.code().as_str()), (429, "queue_full"));
+    assert!(full.header("retry-after").is_some(), "{:?}", full.headers);
     let cancel = api.call(
         "POST",
         &format!("/sessions/{sid}/inputs/{}/cancel", ids[0]),
@@ -377,6 +438,7 @@ fn a_full_queue_stays_rejected_and_interrupt_takes_exactly_its_run() {
     // Capacity cleared; the rejected decision stays rejected.
     let again = api.input(&sid, &ids[32], &json!({"kind": "message", "text": "m32"}));
     assert_eq!((again.status, again.code().as_str()), (429, "queue_full"));
+    assert!(again.header("retry-after").is_some());
     let s = api
         .call(
             "GET",
@@ -916,5 +978,90 @@ fn an_agent_holding_the_token_reads_only_its_own_session() {
         "{got}"
     );
     assert_eq!(got["other_history"]["status"], 404, "{got}");
+    api.d.stop();
+}
+
+/// Opens a session watch on a new connection: its status, and the
+/// connection when it was accepted.
+fn try_watch(addr: SocketAddr, token: &str, sid: &str) -> (u16, Option<Conn>) {
+    let mut c = Conn::open(addr);
+    let auth = format!("Bearer {token}");
+    c.send(&request(
+        "GET",
+        &format!("/sessions/{sid}"),
+        &addr.to_string(),
+        &[("Authorization", &auth), ("Accept", "text/event-stream")],
+        None,
+    ));
+    let (status, _) = c.read_head().expect("a watch head");
+    (status, (status == 200).then_some(c))
+}
+
+/// Issue 10, item 24: attempts refused at a session's watcher cap do not
+/// hold back the live watchers' keepalives, and watchers whose clients
+/// closed give their slots back without waiting for a write.
+#[test]
+fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
+    let dir = TestDir::new("hswatchcap");
+    let api = Api::start(&dir, &seat(&json!([[{"stall": 120}]]), &[]), 0);
+    let created = api.create(
+        &uuid7(0, 1),
+        &json!({"harness": "fake", "worktree": api.wt, "prompt": "wait"}),
+    );
+    let sid = created.json()["id"].as_str().unwrap().to_string();
+    let mut watchers: Vec<Watch> = (0..128)
+        .map(|_| api.watch(&format!("/sessions/{sid}")))
+        .collect();
+    for w in watchers.iter_mut() {
+        let first = api.batch(w, "/sessions/{session_id}");
+        assert_eq!(first["events"][0]["type"], "reset");
+    }
+    assert_eq!(try_watch(api.addr, &api.token, &sid).0, 503);
+    // Attempts keep being refused while the first watcher waits for its
+    // keepalive: each one used to restart every watcher's wait.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (first_tx, first_rx) = std::sync::mpsc::sync_channel(1);
+    let hammer = {
+        let (addr, token, sid, stop) = (api.addr, api.token.clone(), sid.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut refused = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                assert_eq!(try_watch(addr, &token, &sid).0, 503);
+                if refused == 0 {
+                    first_tx.send(()).unwrap();
+                }
+                refused += 1;
+                // Simulated load: an attempt every 50 ms, far more often
+                // than the keepalive period.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            refused
+        })
+    };
+    // Two keepalives written after the refusals began (one could have
+    // been on its way before).
+    first_rx.recv().unwrap();
+    watchers[0].discard_received();
+    let mut keepalives = 0;
+    while keepalives < 2 {
+        let b = api.batch(&mut watchers[0], "/sessions/{session_id}");
+        if b["events"].as_array().unwrap().is_empty() {
+            keepalives += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    assert!(hammer.join().unwrap() > 0);
+    // Eight clients go away without a word; their slots come back.
+    watchers.truncate(120);
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let mut attached = Vec::new();
+    while attached.len() < 8 {
+        match try_watch(api.addr, &api.token, &sid) {
+            (200, Some(c)) => attached.push(c),
+            (503, _) if std::time::Instant::now() < deadline => std::thread::yield_now(),
+            (s, _) => panic!("the departed watchers' slots did not come back: {s}"),
+        }
+    }
+    assert_eq!(try_watch(api.addr, &api.token, &sid).0, 503);
     api.d.stop();
 }

@@ -64,7 +64,8 @@ usage: omniconfluxd [--config PATH] [--state-dir DIR] [--socket PATH] COMMAND [A
 
 commands:
   serve [--http ADDR]         run the daemon in the foreground; --http also
-                              serves the HTTP API on ADDR (IP:PORT)
+                              serves the HTTP API on ADDR (IP:PORT; with port 0
+                              the port chosen is logged and shown by status)
   status [--json]             whether a daemon answers, and what it holds
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
@@ -286,6 +287,9 @@ fn status(args: &Args) -> Result<(), Failure> {
     );
     if let Some(reason) = info["ledger"]["reason"].as_str() {
         println!("            {reason}");
+    }
+    if let Some(addr) = info["http"]["address"].as_str() {
+        println!("http        {addr}");
     }
     let c = &info["counts"];
     println!(

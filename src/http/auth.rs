@@ -201,11 +201,11 @@ impl Hosts {
     }
 
     pub fn check(&self, head: &Head) -> Result<(), Problem> {
-        // HTTP/1.0 may omit Host; it then names nothing but the address.
+        // [`super::wire::parse_head`] already refused a request without
+        // exactly one non-empty Host, HTTP/1.0 included.
         match head.header("host") {
-            None => Ok(()),
             Some(h) if self.allows(h) => Ok(()),
-            Some(_) => Err(Problem::new(
+            _ => Err(Problem::new(
                 Code::HostNotAllowed,
                 "the Host header names neither this listener nor a configured public name",
             )),

@@ -30,6 +30,19 @@ impl Framing {
     /// Content-Length values that disagree or are not digits, and any
     /// content coding.
     pub fn of(head: &Head) -> Result<Framing, Problem> {
+        // An empty field or list element is not "no body": RFC 9112, 6.3
+        // makes an invalid Content-Length unrecoverable framing (else the
+        // body would be read as the next request).
+        for name in ["content-length", "transfer-encoding"] {
+            if head
+                .headers
+                .iter()
+                .filter(|(n, _)| n == name)
+                .any(|(_, v)| v.split(',').any(|e| e.trim_matches([' ', '\t']).is_empty()))
+            {
+                return Err(Problem::invalid(format!("{name} has an empty value")));
+            }
+        }
         let te = head.list("transfer-encoding");
         let cl = head.list("content-length");
         if let Some(coding) = head
@@ -124,10 +137,20 @@ fn take<R: Read>(r: &mut Reader<R>, out: &mut Vec<u8>, mut n: usize) -> Result<(
     Ok(())
 }
 
-/// One CRLF-terminated line of chunked framing, bounded.
+/// One CRLF-terminated line of chunked framing, bounded. A control
+/// character inside it (a bare CR or LF above all) is refused: a peer
+/// that reads it as a line end would frame the body differently.
 fn line<R: Read>(r: &mut Reader<R>) -> Result<String, BodyError> {
     loop {
         if let Some(i) = r.peek().windows(2).position(|w| w == b"\r\n") {
+            if r.peek()[..i]
+                .iter()
+                .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+            {
+                return Err(BodyError::Bad(
+                    "chunk line holds a control character".into(),
+                ));
+            }
             let text = String::from_utf8(r.peek()[..i].to_vec())
                 .map_err(|_| BodyError::Bad("chunk line is not ASCII".into()))?;
             r.consume(i + 2);
@@ -160,7 +183,13 @@ pub fn read<R: Read>(
             let mut out = Vec::new();
             loop {
                 let size_line = line(r)?;
-                let size = size_line.split(';').next().unwrap_or_default().trim();
+                // Whitespace may precede a chunk extension's ';' (BWS),
+                // never the size itself.
+                let size = size_line
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end_matches([' ', '\t']);
                 if size.is_empty()
                     || size.len() > 16
                     || !size.bytes().all(|b| b.is_ascii_hexdigit())
@@ -299,6 +328,137 @@ mod tests {
                     Err(BodyError::Bad(_))
                 ),
                 "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_framing_fields_and_loose_chunk_lines_are_refused() {
+        for bad in [
+            "Content-Length:",
+            "Content-Length: ",
+            "Content-Length: 5,",
+            "Transfer-Encoding:",
+            "Transfer-Encoding: chunked,",
+        ] {
+            assert_eq!(framing(bad).unwrap_err().status(), 400, "{bad:?}");
+        }
+        for bad in [
+            &b"2;a\nb\r\nab\r\n0\r\n\r\n"[..], // bare LF in an extension
+            b"2;a\rb\r\nab\r\n0\r\n\r\n",      // bare CR
+            b" 2\r\nab\r\n0\r\n\r\n",          // space before the size
+            b"\t2\r\nab\r\n0\r\n\r\n",
+            b"+2\r\nab\r\n0\r\n\r\n",
+            b"2\r\nab\r\n0\r\nX: a\nb\r\n\r\n", // bare LF in a trailer
+        ] {
+            assert!(
+                matches!(
+                    read(&mut reader(bad), Framing::Chunked, 10),
+                    Err(BodyError::Bad(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        // Whitespace before an extension's ';' is allowed (BWS).
+        let mut r = reader(b"2 ;a=b\r\nab\r\n0\r\n\r\n");
+        assert_eq!(read(&mut r, Framing::Chunked, 10).unwrap(), b"ab");
+    }
+
+    /// xorshift64*, as in `wire`'s fuzz checks.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Chunked decoding stated separately from [`read`]: `None` when the
+    /// bytes are not a valid chunked body within `limit`.
+    fn chunked_oracle(raw: &[u8], limit: usize) -> Option<Vec<u8>> {
+        let mut pos = 0;
+        let next_line = |pos: &mut usize| -> Option<Vec<u8>> {
+            let rest = &raw[*pos..];
+            let i = (0..rest.len().saturating_sub(1)).find(|&i| &rest[i..i + 2] == b"\r\n")?;
+            let line = rest[..i].to_vec();
+            if line.len() > limits::HTTP_CHUNK_LINE_MAX
+                || line.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+                || std::str::from_utf8(&line).is_err()
+            {
+                return None;
+            }
+            *pos += i + 2;
+            Some(line)
+        };
+        let mut out = Vec::new();
+        loop {
+            let line = next_line(&mut pos)?;
+            let size_end = line.iter().position(|&b| b == b';').unwrap_or(line.len());
+            let mut size = &line[..size_end];
+            while let [rest @ .., b' ' | b'\t'] = size {
+                size = rest;
+            }
+            if size.is_empty() || size.len() > 16 || !size.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            let n = size.iter().fold(0u64, |acc, &d| {
+                acc * 16 + (d as char).to_digit(16).unwrap_or(0) as u64
+            });
+            if n == 0 {
+                break;
+            }
+            if out.len() as u64 + n > limit as u64 {
+                return None;
+            }
+            let n = n as usize;
+            out.extend_from_slice(raw.get(pos..pos + n)?);
+            pos += n;
+            if !next_line(&mut pos)?.is_empty() {
+                return None;
+            }
+        }
+        for _ in 0..=limits::HTTP_HEADERS_MAX {
+            if next_line(&mut pos)?.is_empty() {
+                return Some(out);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn fuzz_chunked_bodies_agree_with_the_grammar() {
+        const BASES: &[&[u8]] = &[
+            b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n",
+            b"a\r\n0123456789\r\n0\r\n\r\n",
+            b"1 ;a\r\nz\r\n0;last\r\n\r\n",
+        ];
+        const NASTY: &[u8] = b"\r\n \t;=0123456789abcdefABCDEFxg+-\x00\x7f\x80";
+        let mut rng = Rng(0x0123_4567_89ab_cdef);
+        for i in 0..20_000 {
+            let mut b = BASES[rng.below(BASES.len())].to_vec();
+            for _ in 0..1 + rng.below(3) {
+                let at = rng.below(b.len() + 1);
+                let c = NASTY[rng.below(NASTY.len())];
+                match rng.below(3) {
+                    0 if at < b.len() => b[at] = c,
+                    1 if at < b.len() => {
+                        b.remove(at);
+                    }
+                    _ => b.insert(at, c),
+                }
+            }
+            let got = read(&mut reader(&b), Framing::Chunked, 16).ok();
+            assert_eq!(
+                got,
+                chunked_oracle(&b, 16),
+                "iteration {i}: {:?}",
+                String::from_utf8_lossy(&b)
             );
         }
     }

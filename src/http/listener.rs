@@ -14,28 +14,51 @@
 //!
 //! The shape:
 //! - one `http-poll` thread owns the listening socket (bound by us) and every
-//!   idle keep-alive connection, in a mio poll. It accepts, refuses past
-//!   `http.max_connections` with 503 `too_many_connections` problem+json,
-//!   sets TCP_NODELAY and bounded read and write waits on each socket, and
-//!   hands a connection to the handler pool when it has bytes to read;
+//!   connection that has no whole request head yet, in a mio poll. It
+//!   accepts, sets TCP_NODELAY and bounded read and write waits on each
+//!   socket, and reads request heads itself, without blocking: a
+//!   connection goes to the handler pool only once its buffer holds a
+//!   whole head (or more than `HTTP_HEAD_MAX` bytes, or the peer closed
+//!   mid-head, both of which the handler answers 400). A head must be
+//!   whole `HTTP_HEAD_DEADLINE_MS` after its first byte, or the
+//!   connection is closed (issue 10, item 23: before, a connection that
+//!   had sent one byte held a handler thread until its head completed or
+//!   timed out, so a few dozen connections trickling bytes, no token
+//!   needed, starved every authorised request);
 //! - `http.threads` handler threads `http-N` take connections from a bounded
-//!   queue, serve requests while the client keeps sending (at most
+//!   queue, serve requests while whole heads are buffered (at most
 //!   `HTTP_REQUESTS_PER_TURN` in a row), and give the connection back to the
 //!   poller through a bounded queue and its waker. An idle connection thus
-//!   costs no thread, and a slow client holds one for at most the read
-//!   timeout;
+//!   costs no thread, and no thread ever waits for a head; a thread waits
+//!   on a peer only for a body, which is read after the bearer check;
 //! - an SSE watch moves its connection to its own writer thread
 //!   `http-sse-N` ([`super::sse`]), at most `HTTP_MAX_STREAMS` of them.
 //!
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
+//!
+//! Slots and peers (issue 10, item 32). A connection is *unproven* until
+//! one of its requests passes the bearer check. Unproven connections the
+//! poller holds (waiting for a head) are the ones a flood consists of, so:
+//! - one peer address holds at most `HTTP_UNPROVEN_PER_PEER` of them; its
+//!   next connection closes its oldest one;
+//! - when every slot is taken, a new connection closes the oldest unproven
+//!   connection of the peer holding the most of them, and is refused 503
+//!   `too_many_connections` only when no unproven connection waits.
+//!
+//! Loopback callers all share 127.0.0.1 and so one share: among them the
+//! oldest silent connection goes first. A real client sends its head as
+//! soon as it connects, and once the head is whole its connection is being
+//! served and no longer a candidate; after its first authorised request it
+//! never is. Proven (token-holding) connections and streams are never
+//! closed to make room: past them the bound refuses as before.
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +77,11 @@ pub struct Conn {
     /// The caller class of the peer process, classified at the
     /// connection's first request that asks for it (`Ctx::caller`).
     pub class: std::cell::OnceCell<crate::procs::CallerClass>,
+    /// Whether a request on it passed the bearer check (see "Slots and
+    /// peers" above).
+    pub proven: bool,
+    /// Accept order, for "oldest first".
+    serial: u64,
     _slot: Slot,
 }
 
@@ -155,6 +183,7 @@ pub fn start(
         back_rx,
         idle: HashMap::new(),
         next: 2,
+        serial: 0,
         stop: stop.clone(),
     };
     poller
@@ -173,15 +202,36 @@ pub fn start(
     Ok(Listener { addr, waker, stop })
 }
 
+/// A connection the poller holds until a whole head is buffered.
+struct Parked {
+    conn: Conn,
+    /// When it is closed: `HTTP_IDLE_MS` after it was parked with nothing
+    /// buffered, `HTTP_HEAD_DEADLINE_MS` after the first byte of a head.
+    deadline: Instant,
+    /// Whether `deadline` is already the head's.
+    in_head: bool,
+}
+
 struct Poller {
     poll: Poll,
     listener: TcpListener,
     shared: Arc<Shared>,
     work_tx: Sender<Conn>,
     back_rx: Receiver<Conn>,
-    idle: HashMap<usize, (Conn, Instant)>,
+    idle: HashMap<usize, Parked>,
     next: usize,
+    serial: u64,
     stop: Arc<AtomicBool>,
+}
+
+/// What reading a parked connection came to.
+enum Read {
+    /// Nothing more to read for now: keep waiting.
+    Wait,
+    /// A whole head (or something the handler answers 400): serve it.
+    Ready,
+    /// Closed or failed with nothing worth answering.
+    Gone,
 }
 
 impl Poller {
@@ -192,7 +242,7 @@ impl Poller {
             let timeout = self
                 .idle
                 .values()
-                .map(|(_, d)| d.saturating_duration_since(now))
+                .map(|p| p.deadline.saturating_duration_since(now))
                 .min();
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -208,19 +258,11 @@ impl Poller {
                 match ev.token() {
                     LISTEN => self.accept_all(),
                     WAKE => {}
-                    Token(t) => {
-                        if let Some((conn, _)) = self.idle.remove(&t) {
-                            let _ = self
-                                .poll
-                                .registry()
-                                .deregister(&mut SourceFd(&conn.stream().as_raw_fd()));
-                            self.dispatch(conn);
-                        }
-                    }
+                    Token(t) => self.readable(t),
                 }
             }
-            while let Ok(conn) = self.back_rx.try_recv() {
-                if conn.r.buffered() > 0 {
+            while let Ok(mut conn) = self.back_rx.try_recv() {
+                if conn.r.head_ready() {
                     self.dispatch(conn)
                 } else {
                     self.park(conn)
@@ -230,18 +272,66 @@ impl Poller {
             let expired: Vec<usize> = self
                 .idle
                 .iter()
-                .filter(|(_, (_, d))| *d <= now)
+                .filter(|(_, p)| p.deadline <= now)
                 .map(|(t, _)| *t)
                 .collect();
             for t in expired {
-                if let Some((conn, _)) = self.idle.remove(&t) {
-                    let _ = self
-                        .poll
-                        .registry()
-                        .deregister(&mut SourceFd(&conn.stream().as_raw_fd()));
-                }
+                self.unpark(t);
             }
         }
+    }
+
+    /// Reads what a parked connection sent, without blocking; hands it to
+    /// a handler once a whole head is buffered.
+    fn readable(&mut self, t: usize) {
+        let Some(p) = self.idle.get_mut(&t) else {
+            return;
+        };
+        let outcome = loop {
+            if p.conn.r.head_ready() {
+                break Read::Ready;
+            }
+            match p.conn.r.fill() {
+                // Closed mid-head: the handler answers 400; between
+                // requests: nothing to answer.
+                Ok(0) if p.conn.r.buffered() > 0 => break Read::Ready,
+                Ok(0) => break Read::Gone,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Read::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break Read::Gone,
+            }
+        };
+        match outcome {
+            Read::Wait => {
+                if p.conn.r.buffered() > 0 && !p.in_head {
+                    p.in_head = true;
+                    p.deadline =
+                        Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS);
+                }
+            }
+            Read::Ready => {
+                if let Some(conn) = self.unpark(t) {
+                    if conn.stream().set_nonblocking(false).is_ok() {
+                        self.dispatch(conn);
+                    }
+                }
+            }
+            Read::Gone => {
+                self.unpark(t);
+            }
+        }
+    }
+
+    /// Stops watching a parked connection and gives it back; dropping it
+    /// closes it.
+    fn unpark(&mut self, t: usize) -> Option<Conn> {
+        let p = self.idle.remove(&t)?;
+        let _ = self
+            .poll
+            .registry()
+            .deregister(&mut SourceFd(&p.conn.stream().as_raw_fd()));
+        Some(p.conn)
     }
 
     fn accept_all(&mut self) {
@@ -263,7 +353,44 @@ impl Poller {
         }
     }
 
+    /// The oldest unproven parked connection of `ip`, and how many `ip` has.
+    fn unproven_of(&self, ip: IpAddr) -> (usize, Option<usize>) {
+        let mut n = 0;
+        let mut oldest: Option<(u64, usize)> = None;
+        for (t, p) in &self.idle {
+            if !p.conn.proven && p.conn.peer.ip() == ip {
+                n += 1;
+                if oldest.is_none_or(|(s, _)| p.conn.serial < s) {
+                    oldest = Some((p.conn.serial, *t));
+                }
+            }
+        }
+        (n, oldest.map(|(_, t)| t))
+    }
+
+    /// The connection to close to make room: the oldest unproven parked
+    /// connection of the peer that has the most of them.
+    fn reclaimable(&self) -> Option<usize> {
+        let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+        for p in self.idle.values().filter(|p| !p.conn.proven) {
+            *per_peer.entry(p.conn.peer.ip()).or_default() += 1;
+        }
+        let (ip, _) = per_peer.into_iter().max_by_key(|(_, n)| *n)?;
+        self.unproven_of(ip).1
+    }
+
     fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let (held, oldest) = self.unproven_of(peer.ip());
+        if held >= limits::HTTP_UNPROVEN_PER_PEER {
+            if let Some(t) = oldest {
+                self.unpark(t);
+            }
+        }
+        if self.shared.conns.load(Ordering::Acquire) >= self.shared.max_connections {
+            if let Some(t) = self.reclaimable() {
+                self.unpark(t);
+            }
+        }
         let taken = self.shared.conns.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.shared.clone());
         if taken >= self.shared.max_connections {
@@ -291,18 +418,22 @@ impl Poller {
         if set.is_err() {
             return;
         }
+        self.serial += 1;
         self.park(Conn {
             r: Reader::new(stream),
             peer,
             local,
             class: std::cell::OnceCell::new(),
+            proven: false,
+            serial: self.serial,
             _slot: slot,
         });
     }
 
-    /// Watches an idle connection until it has bytes or its idle time ends.
+    /// Watches a connection until a whole head is buffered or its time
+    /// ends. Its socket is non-blocking while parked.
     fn park(&mut self, conn: Conn) {
-        if self.stop.load(Ordering::Acquire) {
+        if self.stop.load(Ordering::Acquire) || conn.stream().set_nonblocking(true).is_err() {
             return;
         }
         let t = self.next;
@@ -321,12 +452,21 @@ impl Poller {
             )
             .is_ok()
         {
+            // Bytes already buffered are the start of a head (a pipelined
+            // request cut short): its deadline runs from now.
+            let in_head = conn.r.buffered() > 0;
+            let wait = if in_head {
+                limits::HTTP_HEAD_DEADLINE_MS
+            } else {
+                limits::HTTP_IDLE_MS
+            };
             self.idle.insert(
                 t,
-                (
+                Parked {
                     conn,
-                    Instant::now() + Duration::from_millis(limits::HTTP_IDLE_MS),
-                ),
+                    deadline: Instant::now() + Duration::from_millis(wait),
+                    in_head,
+                },
             );
         }
     }

@@ -22,8 +22,10 @@
 //!
 //! Order of checks for every request, as seed 002 requires: framing, Host,
 //! Origin (before routing or reading a body), route, preflight (no token),
-//! bearer token, method, query parameters, caller class for operator-only
-//! operations, then the handler, which reads and decodes its body.
+//! bearer token, method, query parameters, `Accept` (406 on JSON-only
+//! operations), `If-Match` (400 where not evaluated), `Expect`, caller
+//! class for operator-only operations, then the handler, which reads and
+//! decodes its body.
 
 pub mod auth;
 pub mod body;
@@ -469,7 +471,8 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
         if !keep {
             return None;
         }
-        if conn.r.buffered() == 0 {
+        // A next head not yet whole is waited for by the poller, never here.
+        if !conn.r.head_ready() {
             return Some(conn);
         }
     }
@@ -510,6 +513,7 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
                 "missing or wrong bearer token",
             ));
         }
+        conn.proven = true;
         let op = route
             .ops
             .iter()
@@ -525,6 +529,18 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
         let query = wire::parse_query(&head.query)?;
         if let Some((k, _)) = query.iter().find(|(k, _)| !op.query.contains(&k.as_str())) {
             return Err(Problem::invalid(format!("unknown query parameter {k}")));
+        }
+        if !routes::NEGOTIATES.contains(&(route.path, head.method.as_str())) {
+            routes::negotiate(head.header("accept"), &["application/json"])?;
+        }
+        if head.header("if-match").is_some()
+            && head.method != "GET"
+            && !routes::IF_MATCH.contains(&(route.path, head.method.as_str()))
+        {
+            return Err(Problem::invalid(format!(
+                "{} {} does not evaluate If-Match; send it without",
+                head.method, route.path
+            )));
         }
         if let Some(e) = head.header("expect") {
             if !e.eq_ignore_ascii_case("100-continue") {
@@ -621,8 +637,17 @@ fn json_response(
     r.headers.extend(headers);
     if etag {
         let tag = etag::of(&bytes);
-        if etag::none_match_hits(head.header("if-none-match"), &tag) {
-            return Response::new(304).header("ETag", tag);
+        // Conditional reads. A change's preconditions are its handler's
+        // (creation's If-None-Match: *, a conditional DELETE's If-Match).
+        if head.method == "GET" {
+            if let Some(m) = head.header("if-match") {
+                if let Err(p) = etag::require_match(Some(m), &tag) {
+                    return Response::problem(&p);
+                }
+            }
+            if etag::none_match_hits(head.header("if-none-match"), &tag) {
+                return Response::new(304).header("ETag", tag);
+            }
         }
         r.headers.push(("ETag", tag));
     }

@@ -43,6 +43,28 @@ pub const PROTOCOL: u64 = 1;
 
 pub type Handler = fn(&mut Ctx) -> Result<Reply, Problem>;
 
+/// The changes that evaluate `If-Match` (seed 002: "PATCH and conditional
+/// DELETE require the observed If-Match"); GETs evaluate it against the
+/// representation they would answer. Any other change carrying it is 400
+/// rather than silently unconditional: a client that sends a precondition
+/// must never believe it held when nothing checked it. Actions (answer,
+/// cancel, interrupt, plugin state changes) have their own conflict
+/// answers (409 `not_pending`, `action_mismatch`, a stale `run_id`).
+pub const IF_MATCH: &[(&str, &str)] = &[("/sessions/{session_id}", "DELETE")];
+
+/// The operations that choose between JSON and an SSE stream by `Accept`
+/// themselves ([`negotiate`]). Every other operation answers only JSON,
+/// so the pipeline answers 406 `not_acceptable` before running it when
+/// `Accept` admits no `application/json` (seed 002: "406 Unsupported
+/// response media type"). A problem is still sent as
+/// application/problem+json whatever `Accept` says (RFC 9110, 12.5.1
+/// lets a server disregard Accept for an error).
+pub const NEGOTIATES: &[(&str, &str)] = &[
+    ("/events", "GET"),
+    ("/sessions", "GET"),
+    ("/sessions/{session_id}", "GET"),
+];
+
 /// One method of a route.
 pub struct Op {
     pub method: &'static str,
@@ -333,6 +355,17 @@ pub fn find(path: &str) -> Result<(&'static Route, PathParams), Problem> {
                 continue 'routes;
             }
         }
+        // The path matched; an id past the OpenAPI's maxLength is a bad
+        // request, not an unknown resource.
+        if let Some((name, _)) = params
+            .iter()
+            .find(|(_, v)| v.chars().count() > limits::HTTP_PATH_ID_MAX)
+        {
+            return Err(Problem::invalid(format!(
+                "{name} is longer than {} characters",
+                limits::HTTP_PATH_ID_MAX
+            )));
+        }
         return Ok((r, params));
     }
     Err(Problem::new(Code::NotFound, "no such resource"))
@@ -411,12 +444,36 @@ fn get_server(ctx: &mut Ctx) -> Result<Reply, Problem> {
     Ok(Reply::representation(body))
 }
 
+/// The capabilities `GET /server` advertises (seed 002, "Capabilities are
+/// a map from stable feature names to integer contract versions"). The
+/// seed's names are listed for what this daemon implements of them:
+/// `durable_inputs` (inputs admitted once by client UUIDv7, decisions
+/// kept seven days), `collection_invalidation` (the `GET /sessions`
+/// watch: ready, reset, invalidate, activity, overflow) and
+/// `session_replay` at the version 2 the seed requires (generation and
+/// cursor replay of 256 events or 992 KiB, reset snapshots captured with
+/// the cursor). `tool_progress` is not advertised: tool entries are sent
+/// whole each time they change, without the seed's coalesced previews.
+/// `events`, `events_watch` and `storage_report` are this daemon's own.
+const CAPABILITIES: [(&str, u32); 6] = [
+    ("durable_inputs", 1),
+    ("collection_invalidation", 1),
+    ("session_replay", 2),
+    ("events", 1),
+    ("events_watch", 1),
+    ("storage_report", 1),
+];
+
 fn server_json(d: &Daemon) -> Value {
+    let capabilities: serde_json::Map<String, Value> = CAPABILITIES
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::from(*v)))
+        .collect();
     json!({
         "instance_id": d.instance_id,
         "protocol": PROTOCOL,
         "state": if d.is_stopping() { "draining" } else { "ready" },
-        "capabilities": {"events": 1, "events_watch": 1, "storage_report": 1},
+        "capabilities": capabilities,
         "build": {"version": env!("CARGO_PKG_VERSION")},
         "started_at": crate::clock::format_ts(d.started_at_ms),
     })

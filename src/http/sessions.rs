@@ -1002,12 +1002,9 @@ fn watch_collection(ctx: &mut Ctx, filter: Filter) -> Result<Reply, Problem> {
                 return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
             }
             let api = api_mut(d)?;
-            api.collection.retain(|c| {
-                !matches!(
-                    c.wake.try_send(()),
-                    Err(crossbeam_channel::TrySendError::Disconnected(()))
-                )
-            });
+            // A writer that ended dropped its share of the queue. Not a
+            // probe wake: that would wake every live watcher.
+            api.collection.retain(|c| Arc::strong_count(&c.queue) > 1);
             if api.collection.len() >= limits::SSE_COLLECTION_WATCHES {
                 return Err(Problem::new(
                     Code::TooManyStreams,
@@ -1084,10 +1081,13 @@ pub fn put_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
         sid.clone(),
         limits::HTTP_TAIL_DEFAULT,
     )?;
+    // The ETag is the one `GET /sessions/{id}` gives the same bytes
+    // (seed 002: "Success returns 201 with Session, its Location, and
+    // ETag").
     Ok(Reply::Json {
         status,
         body: session,
-        etag: false,
+        etag: true,
         headers: vec![("Location", format!("/sessions/{sid}"))],
     })
 }
@@ -1117,7 +1117,15 @@ fn create(
             )
             .retry(1))
         } else if let Some(s) = &c.session {
-            Ok((201, s.clone()))
+            // The same intent again: the session exists, so `If-None-Match:
+            // *` is false (RFC 9110, 13.1.2; seed 002: "An existing session
+            // fails the create precondition with 412"). The intent was
+            // compared above, so this 412 proves the creation; the
+            // Session is read at its UUIDv7 or its id.
+            Err(Problem::new(
+                Code::PreconditionFailed,
+                format!("creation {id} already made session {s}; read /sessions/{s}"),
+            ))
         } else {
             Err(stored_problem(c.status, &c.problem))
         };
@@ -1302,50 +1310,61 @@ fn capture(
     raw: String,
     tail: usize,
 ) -> Result<(u64, Value), Problem> {
-    super::reactor_call(
-        shared,
-        move |d, answer: Answer<Result<(u64, Value), Problem>>| {
-            let Some(sid) = readable(d, &class, &raw) else {
-                return answer.send(Err(not_found(&raw)));
-            };
-            let live = d.core.sessions.get(&sid).is_some();
-            if live {
-                if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
-                    return answer.send(assemble(
-                        d,
-                        None,
-                        &sid,
-                        &raw,
-                        tail,
-                        items.as_ref().clone(),
-                        high,
-                    ));
-                }
+    capture_then(shared, class, raw, tail, |_, _, captured| Ok(captured))
+}
+
+/// [`capture`], then `then` on the reactor in the same turn, before any
+/// other change can reach the session: for a change conditional on the
+/// representation just captured (If-Match). `then` gets the session id.
+fn capture_then<T: Send + 'static>(
+    shared: &Shared,
+    class: CallerClass,
+    raw: String,
+    tail: usize,
+    then: impl FnOnce(&mut Daemon, &str, (u64, Value)) -> Result<T, Problem> + Send + 'static,
+) -> Result<T, Problem> {
+    super::reactor_call(shared, move |d, answer: Answer<Result<T, Problem>>| {
+        let Some(sid) = readable(d, &class, &raw) else {
+            return answer.send(Err(not_found(&raw)));
+        };
+        let live = d.core.sessions.get(&sid).is_some();
+        if live {
+            // A live session's read carries the cursor a first watch
+            // resumes from (seed 002: "JSON reads return the same
+            // cursor pair for subsequent attachment"), so its topic
+            // starts here if no watch started it (issue 10, item 27).
+            // With every topic slot watched, the cursor stays null
+            // and a watch starts with a reset.
+            let _ = live_topic(d, &sid);
+            if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
+                let got = assemble(d, None, &sid, &raw, tail, items.as_ref().clone(), high);
+                return answer.send(got.and_then(|c| then(d, &sid, c)));
             }
-            let start = history_cache(d).map_or(0, |c| c.begin(&sid));
-            let inbox = d.inbox.clone();
-            let fallback = answer.clone();
-            let queued = d.ledger.read(Box::new(move |conn| {
-                let got = read_row(conn, &sid)
-                    .and_then(|row| Ok((row, read_history(conn, &sid, None, None, tail)?)));
-                inbox.run(move |d| {
-                    let (row, (items, high)) = match got {
-                        Ok(v) => v,
-                        Err(e) => return answer.send(Err(read_failed(&e))),
-                    };
-                    if d.core.sessions.get(&sid).is_some() {
-                        if let Some(c) = history_cache(d) {
-                            c.fill(&sid, start, tail, &items, high);
-                        }
+        }
+        let start = history_cache(d).map_or(0, |c| c.begin(&sid));
+        let inbox = d.inbox.clone();
+        let fallback = answer.clone();
+        let queued = d.ledger.read(Box::new(move |conn| {
+            let got = read_row(conn, &sid)
+                .and_then(|row| Ok((row, read_history(conn, &sid, None, None, tail)?)));
+            inbox.run(move |d| {
+                let (row, (items, high)) = match got {
+                    Ok(v) => v,
+                    Err(e) => return answer.send(Err(read_failed(&e))),
+                };
+                if d.core.sessions.get(&sid).is_some() {
+                    if let Some(c) = history_cache(d) {
+                        c.fill(&sid, start, tail, &items, high);
                     }
-                    answer.send(assemble(d, row.as_ref(), &sid, &raw, tail, items, high));
-                });
-            }));
-            if let Err(e) = queued {
-                fallback.send(Err(ledger_problem(e)));
-            }
-        },
-    )?
+                }
+                let got = assemble(d, row.as_ref(), &sid, &raw, tail, items, high);
+                answer.send(got.and_then(|c| then(d, &sid, c)));
+            });
+        }));
+        if let Err(e) = queued {
+            fallback.send(Err(ledger_problem(e)));
+        }
+    })?
 }
 
 /// The full Session from the reactor's state and the history read.
@@ -1484,15 +1503,7 @@ fn watch_session(
                     .ok_or_else(|| {
                         Problem::new(Code::NotFound, format!("no live session {r} to watch"))
                     })?;
-                let seed = live_now(d, &sid);
-                let api = api_mut(d)?;
-                if !api.topics.contains_key(&sid) {
-                    match seed {
-                        Some(l) => api.live.insert(sid.clone(), l),
-                        None => api.live.remove(&sid),
-                    };
-                }
-                let topic = topic_for(api, &sid)?;
+                let topic = live_topic(d, &sid)?;
                 let sub = topic.subscribe().map_err(|_| {
                     Problem::new(
                         Code::TooManyStreams,
@@ -1547,6 +1558,20 @@ fn base64url(bytes: &[u8]) -> String {
     out
 }
 
+/// The topic of a live session, made (with its growing entry seeded) when
+/// it has none yet.
+fn live_topic<'a>(d: &'a mut Daemon, sid: &str) -> Result<&'a mut Topic, Problem> {
+    let seed = live_now(d, sid);
+    let api = api_mut(d)?;
+    if !api.topics.contains_key(sid) {
+        match seed {
+            Some(l) => api.live.insert(sid.to_string(), l),
+            None => api.live.remove(sid),
+        };
+    }
+    topic_for(api, sid)
+}
+
 fn topic_for<'a>(api: &'a mut Api, sid: &str) -> Result<&'a mut Topic, Problem> {
     if !api.topics.contains_key(sid) {
         if api.topics.len() >= limits::SSE_SESSION_TOPICS {
@@ -1579,25 +1604,52 @@ fn topic_for<'a>(api: &'a mut Api, sid: &str) -> Result<&'a mut Topic, Problem> 
 
 // ---- DELETE /sessions/{id} ----
 
+/// Ends a live session. With `If-Match` (seed 002: "conditional DELETE
+/// require[s] the observed If-Match"), only while the Session as `GET
+/// /sessions/{id}` shows it with its default tail still has that ETag:
+/// the representation is captured and compared, and the session ended,
+/// in one reactor turn, so nothing the agent does comes between. `*`
+/// matches any live session. Without `If-Match` the end is unconditional
+/// (ending is always safe to repeat).
 pub fn delete_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let raw = ctx.path_param("session_id").unwrap_or_default().to_string();
-    let body = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let r = (|| {
-            let sid = resolve(d, &raw).ok_or_else(|| not_found(&raw))?;
-            if d.core.sessions.get(&sid).is_none() {
-                // Not live here: ended before, or unknown.
-                return Err(Problem::new(
-                    Code::NotFound,
-                    format!("no live session {raw}; an ended session keeps its record"),
-                ));
-            }
-            let v = core_sessions::kill(d, &sid).map_err(|e| rpc_problem(&e))?;
-            let ended = v["ended"].as_bool().unwrap_or(false);
-            Ok(json!({"id": sid, "state": if ended { "ended" } else { "stopping" }}))
-        })();
-        answer.send(r);
-    })??;
+    let body = match ctx.head.header("if-match").map(str::to_string) {
+        None => ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
+            let r = resolve(d, &raw)
+                .ok_or_else(|| not_found(&raw))
+                .and_then(|sid| end_session(d, &raw, &sid));
+            answer.send(r);
+        })??,
+        Some(if_match) => {
+            let class = ctx.caller()?;
+            let r = raw.clone();
+            capture_then(
+                ctx.shared,
+                class,
+                raw,
+                limits::HTTP_TAIL_DEFAULT,
+                move |d, sid, (_, session)| {
+                    let bytes = serde_json::to_vec(&session).unwrap_or_default();
+                    super::etag::require_match(Some(&if_match), &super::etag::of(&bytes))?;
+                    end_session(d, &r, sid)
+                },
+            )?
+        }
+    };
     Ok(Reply::json(200, body))
+}
+
+fn end_session(d: &mut Daemon, raw: &str, sid: &str) -> Result<Value, Problem> {
+    if d.core.sessions.get(sid).is_none() {
+        // Not live here: ended before, or unknown.
+        return Err(Problem::new(
+            Code::NotFound,
+            format!("no live session {raw}; an ended session keeps its record"),
+        ));
+    }
+    let v = core_sessions::kill(d, sid).map_err(|e| rpc_problem(&e))?;
+    let ended = v["ended"].as_bool().unwrap_or(false);
+    Ok(json!({"id": sid, "state": if ended { "ended" } else { "stopping" }}))
 }
 
 // ---- inputs ----

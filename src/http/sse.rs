@@ -21,13 +21,24 @@
 //!   authoritative; SSE `id` and Last-Event-ID are not used.
 //!
 //! The writers [`run_watch`] and [`run_collection`] drive one subscriber:
-//! they wait on the mailbox with a timeout so that a quiet stream gets a
-//! keepalive batch at least every five seconds, take whatever is ready up
-//! to the 1 MiB frame bound, and write it. A write that cannot complete
-//! within the socket's send timeout ends the stream (a stalled reader);
-//! a watch reader that falls behind the replay buffer is reset rather than
-//! skipped. When the publisher drops the mailbox (the daemon is stopping)
-//! the stream ends with a `failure` batch.
+//! they wait on the mailbox until the keepalive is due, counted from the
+//! last write (so wakes that bring nothing, however frequent, never
+//! postpone it: issue 10, item 24), take whatever is ready up to the 1
+//! MiB frame bound, and write it. A write that cannot complete within the
+//! socket's send timeout ends the stream (a stalled reader); a watch
+//! reader that falls behind the replay buffer is reset rather than
+//! skipped. While waiting, the writer looks at its socket every
+//! `SSE_PEER_CHECK_MS` ([`Peer::gone`]): a client that closed (or reset)
+//! its connection ends the stream then, not at the next write, so a dead
+//! watcher frees its slot within about a second. A client that half-closes
+//! its side is taken as gone too: a watch has nothing left to say to a
+//! reader that said it is done. When the publisher drops the mailbox (the
+//! daemon is stopping) the stream ends with a `failure` batch.
+//!
+//! A topic tells a departed subscriber by its liveness token (the
+//! subscription's `Arc` count), never by sending it a wake: a probe wake
+//! reached every live watcher, and each rejected attempt at a full topic
+//! restarted their keepalive waits.
 //!
 //! Phase 2 hooks a session in by giving it a [`Topic`] (generation = the
 //! session actor's identity), publishing each session event with
@@ -39,9 +50,10 @@
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::limits;
 
@@ -205,6 +217,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Subscription {
     pub replay: Arc<Mutex<Replay>>,
     pub wake: Receiver<()>,
+    /// Held while the subscriber lives; the topic counts it.
+    _alive: Arc<()>,
 }
 
 impl Subscription {
@@ -222,7 +236,19 @@ impl Subscription {
 /// A replay buffer and its subscribers' mailboxes, owned by the publisher.
 pub struct Topic {
     replay: Arc<Mutex<Replay>>,
-    subs: Vec<Sender<()>>,
+    subs: Vec<Mailbox>,
+}
+
+/// A subscriber's mailbox and its liveness token.
+struct Mailbox {
+    wake: Sender<()>,
+    alive: Arc<()>,
+}
+
+impl Mailbox {
+    fn live(&self) -> bool {
+        Arc::strong_count(&self.alive) > 1
+    }
 }
 
 /// A topic already holds its maximum of subscribers.
@@ -240,8 +266,9 @@ impl Topic {
     /// Appends an event and wakes every subscriber; never blocks.
     pub fn publish(&mut self, seq: u64, json: &str) {
         lock(&self.replay).push(seq, json);
-        self.subs
-            .retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
+        self.subs.retain(|s| {
+            s.live() && !matches!(s.wake.try_send(()), Err(TrySendError::Disconnected(())))
+        });
     }
 
     pub fn subscribe(&mut self) -> Result<Subscription, TopicFull> {
@@ -252,18 +279,21 @@ impl Topic {
             }
         }
         let (tx, rx) = bounded(limits::SSE_MAILBOX);
-        self.subs.push(tx);
+        let alive = Arc::new(());
+        self.subs.push(Mailbox {
+            wake: tx,
+            alive: alive.clone(),
+        });
         Ok(Subscription {
             replay: self.replay.clone(),
             wake: rx,
+            _alive: alive,
         })
     }
 
-    /// Drops the mailboxes of subscribers that went away.
+    /// Drops the mailboxes of subscribers that went away, waking no one.
     fn prune(&mut self) {
-        // A full mailbox's reader may be gone; a probe wake tells.
-        self.subs
-            .retain(|s| !matches!(s.try_send(()), Err(TrySendError::Disconnected(()))));
+        self.subs.retain(Mailbox::live);
     }
 
     /// Live subscribers, after dropping those that went away.
@@ -346,6 +376,72 @@ fn send(w: &mut impl Write, data: &str) -> io::Result<()> {
     w.flush()
 }
 
+/// The client side of a stream, as far as a writer needs to know.
+pub trait Peer: Write {
+    /// Whether the client has gone: closed or reset its connection. Must
+    /// not block.
+    fn gone(&mut self) -> bool;
+}
+
+impl Peer for TcpStream {
+    /// Reads, without waiting, whatever the client sent since (a watch
+    /// expects nothing; it is discarded, at most a few KiB per look): end
+    /// of stream or an error means the client is gone.
+    fn gone(&mut self) -> bool {
+        if self.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut buf = [0u8; 1024];
+        let mut gone = false;
+        for _ in 0..4 {
+            match self.read(&mut buf) {
+                Ok(0) => {
+                    gone = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    gone = e.kind() != io::ErrorKind::WouldBlock;
+                    break;
+                }
+            }
+        }
+        self.set_nonblocking(false).is_err() || gone
+    }
+}
+
+/// What waiting for the mailbox came to.
+enum Waited {
+    /// A wake, or the keepalive is due: look again.
+    Look,
+    /// The publisher dropped the mailbox.
+    Stopped,
+    /// The client went away.
+    PeerGone,
+}
+
+/// Waits for a wake until `until`, looking at the peer every
+/// `SSE_PEER_CHECK_MS`.
+fn wait(w: &mut impl Peer, wake: &Receiver<()>, until: Instant) -> Waited {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Waited::Look;
+        }
+        let slice = left.min(Duration::from_millis(limits::SSE_PEER_CHECK_MS));
+        match wake.recv_timeout(slice) {
+            Ok(()) => return Waited::Look,
+            Err(RecvTimeoutError::Disconnected) => return Waited::Stopped,
+            Err(RecvTimeoutError::Timeout) => {
+                if w.gone() {
+                    return Waited::PeerGone;
+                }
+            }
+        }
+    }
+}
+
 /// How a stream ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum End {
@@ -368,7 +464,7 @@ const MAX_RESETS_IN_A_ROW: usize = 3;
 /// Serves one watch until it ends. `start` comes from [`Replay::plan`];
 /// `snapshot` captures the authoritative state for a reset, serialized
 /// with publication by its owner.
-pub fn run_watch<W: Write>(
+pub fn run_watch<W: Peer>(
     w: &mut W,
     sub: &Subscription,
     start: Start,
@@ -385,7 +481,8 @@ pub fn run_watch<W: Write>(
         Start::Reset(_) => 0,
     };
     let mut resets = 0;
-    let mut quiet = false;
+    // The response head was just written.
+    let mut last_write = Instant::now();
     loop {
         if let Some(reason) = reset.take() {
             resets += 1;
@@ -409,6 +506,7 @@ pub fn run_watch<W: Write>(
             {
                 return End::ClientGone;
             }
+            last_write = Instant::now();
         }
         let due = lock(&sub.replay).since(cursor, limits::HTTP_RESPONSE_MAX - 256);
         match due {
@@ -421,20 +519,22 @@ pub fn run_watch<W: Write>(
                 if send(w, &batch(&generation, next, &events, None)).is_err() {
                     return End::ClientGone;
                 }
+                last_write = Instant::now();
                 cursor = next;
                 continue; // more may be due beyond the frame bound
             }
-            Ok(_) if quiet => {
+            Ok(_) if last_write.elapsed() >= keepalive => {
                 if send(w, &batch(&generation, cursor, &[] as &[&str], None)).is_err() {
                     return End::ClientGone;
                 }
+                last_write = Instant::now();
             }
             Ok(_) => {}
         }
-        match sub.wake.recv_timeout(keepalive) {
-            Ok(()) => quiet = false,
-            Err(RecvTimeoutError::Timeout) => quiet = true,
-            Err(RecvTimeoutError::Disconnected) => {
+        match wait(w, &sub.wake, last_write + keepalive) {
+            Waited::Look => {}
+            Waited::PeerGone => return End::ClientGone,
+            Waited::Stopped => {
                 let _ = send(w, &failure_batch(&generation, cursor, "shutting_down"));
                 return End::Stopped;
             }
@@ -553,13 +653,13 @@ fn collection_batch(events: &[String]) -> String {
 
 /// Serves one collection watch until it ends: the queue is filled by the
 /// publisher, which wakes `wake`.
-pub fn run_collection<W: Write>(
+pub fn run_collection<W: Peer>(
     w: &mut W,
     queue: &Mutex<CollectionQueue>,
     wake: &Receiver<()>,
     keepalive: Duration,
 ) -> End {
-    let mut quiet = false;
+    let mut last_write = Instant::now();
     loop {
         let taken = lock(queue).take(limits::HTTP_RESPONSE_MAX - 256);
         match taken {
@@ -576,19 +676,21 @@ pub fn run_collection<W: Write>(
                 if send(w, &collection_batch(&events)).is_err() {
                     return End::ClientGone;
                 }
+                last_write = Instant::now();
                 continue;
             }
-            Taken::Events(_) if quiet => {
+            Taken::Events(_) if last_write.elapsed() >= keepalive => {
                 if send(w, &collection_batch(&[])).is_err() {
                     return End::ClientGone;
                 }
+                last_write = Instant::now();
             }
             Taken::Events(_) => {}
         }
-        match wake.recv_timeout(keepalive) {
-            Ok(()) => quiet = false,
-            Err(RecvTimeoutError::Timeout) => quiet = true,
-            Err(RecvTimeoutError::Disconnected) => {
+        match wait(w, wake, last_write + keepalive) {
+            Waited::Look => {}
+            Waited::PeerGone => return End::ClientGone,
+            Waited::Stopped => {
                 let failure =
                     json!({"type": "failure", "data": {"code": "shutting_down"}}).to_string();
                 let _ = send(w, &collection_batch(&[failure]));
@@ -601,6 +703,13 @@ pub fn run_collection<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writer into memory: its reader never goes.
+    impl Peer for Vec<u8> {
+        fn gone(&mut self) -> bool {
+            false
+        }
+    }
 
     fn ev(seq: u64) -> String {
         event("event", seq, &json!({"n": seq}))
@@ -750,6 +859,11 @@ mod tests {
                 Ok(())
             }
         }
+        impl Peer for Budget {
+            fn gone(&mut self) -> bool {
+                false
+            }
+        }
         let mut topic = Topic::new("g", 7);
         let sub = topic.subscribe().unwrap();
         let mut w = Budget(3, Vec::new());
@@ -806,6 +920,69 @@ mod tests {
         drop(subs);
         assert_eq!(t.watchers(), 0);
         assert!(t.subscribe().is_ok());
+    }
+
+    #[test]
+    fn a_full_topic_refuses_without_waking_its_subscribers() {
+        let mut t = Topic::new("g", 0);
+        let mut subs: Vec<_> = (0..limits::SSE_TOPIC_SUBSCRIBERS)
+            .map(|_| t.subscribe().unwrap())
+            .collect();
+        for _ in 0..3 {
+            assert!(t.subscribe().is_err());
+        }
+        assert!(subs.iter().all(|s| s.wake.try_recv().is_err()));
+        // One departs: its slot is free, still without a wake to the rest.
+        subs.pop();
+        assert!(t.subscribe().is_ok());
+        assert!(subs.iter().all(|s| s.wake.try_recv().is_err()));
+    }
+
+    #[test]
+    fn wakes_that_bring_nothing_do_not_postpone_keepalives() {
+        #[derive(Clone, Default)]
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                lock(&self.0).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Peer for Shared {
+            fn gone(&mut self) -> bool {
+                false
+            }
+        }
+        let mut topic = Topic::new("g", 0);
+        let sub = topic.subscribe().unwrap();
+        let out = Shared::default();
+        let mut w = out.clone();
+        let writer = std::thread::spawn(move || {
+            let mut snap = || Ok((0, "{}".to_string()));
+            run_watch(
+                &mut w,
+                &sub,
+                Start::Resume(0),
+                Duration::from_millis(20),
+                &mut snap,
+            )
+        });
+        // Wakes far more often than the keepalive period, none with an
+        // event, until two keepalives were written anyway.
+        let keepalives = || batches(&lock(&out.0)).len();
+        for _ in 0..100_000 {
+            if keepalives() >= 2 {
+                break;
+            }
+            let _ = topic.subs[0].wake.try_send(());
+            std::thread::sleep(Duration::from_millis(1)); // simulated load
+        }
+        assert!(keepalives() >= 2);
+        topic.close();
+        assert_eq!(writer.join().unwrap(), End::Stopped);
     }
 
     #[test]

@@ -162,6 +162,8 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "seats": d.core.seats.list.len(),
         },
         "stopping": d.is_stopping(),
+        // Where the HTTP API listens (the port chosen for `--http IP:0`).
+        "http": d.http.as_ref().map(|h| json!({"address": h.addr.to_string()})),
     });
     if let Some(reason) = &d.ledger.corrupt {
         info["ledger"]["reason"] = json!(reason.0);

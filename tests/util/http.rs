@@ -124,6 +124,20 @@ impl Conn {
         let mut b = [0u8; 1];
         matches!(self.r.read(&mut b), Ok(0) | Err(_))
     }
+
+    /// Whether the daemon still holds the connection open with nothing
+    /// sent on it, this moment (a read would wait).
+    pub fn open_and_quiet(&mut self) -> bool {
+        if !self.r.buffer().is_empty() {
+            return false;
+        }
+        self.w.set_nonblocking(true).expect("nonblocking");
+        let mut b = [0u8; 1];
+        let quiet =
+            matches!(self.w.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        self.w.set_nonblocking(false).expect("blocking");
+        quiet
+    }
 }
 
 /// Builds a request text.
@@ -257,6 +271,21 @@ impl Watch {
             parser: SseParser::new(1 << 20),
             ready: Default::default(),
         }
+    }
+
+    /// Drops every batch already received, this moment included: what
+    /// `next` returns after this was sent after it was called.
+    pub fn discard_received(&mut self) {
+        self.ready.clear();
+        self.conn.w.set_nonblocking(true).expect("nonblocking");
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.conn.r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let _ = self.parser.feed(&buf[..n]).expect("valid SSE");
+        }
+        self.conn.w.set_nonblocking(false).expect("blocking");
     }
 
     /// The next batch; `None` at end of stream.
