@@ -595,7 +595,7 @@ mod tests {
             idle.read_head_until(Instant::now(), |_, _| Ok(())),
             Err(HeadError::Closed)
         ));
-        assert!(limits::HTTP_HEAD_DEADLINE_MS > limits::HTTP_READ_TIMEOUT_MS);
+        const { assert!(limits::HTTP_HEAD_DEADLINE_MS > limits::HTTP_READ_TIMEOUT_MS) };
     }
 
     #[test]
