@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod http;
+pub mod need;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
