@@ -420,3 +420,26 @@ pub fn run_cli(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into(),
     )
 }
+
+/// The commands the command line dispatches, read from the arms of its
+/// match in src/cli/mod.rs (`"serve" => ...`), so that a command added
+/// there shows up in every test that walks them.
+pub fn cli_commands() -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/mod.rs");
+    let text = std::fs::read_to_string(&src)
+        .unwrap_or_else(|e| panic!("unable to read {}: {e}", src.display()));
+    let cmds: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let word = l.trim_start().strip_prefix('"')?.split_once("\" =>")?.0;
+            word.chars()
+                .all(|c| c.is_ascii_lowercase())
+                .then(|| word.to_string())
+        })
+        .collect();
+    assert!(
+        cmds.len() >= 14,
+        "expected the commands of src/cli/mod.rs, found {cmds:?}"
+    );
+    cmds
+}
