@@ -253,8 +253,9 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
 }
 
 /// The tests' rule for what a test needs and does not bring (CI fails
-/// without it), shared with the tests in tests/.
+/// without it), shared with the tests in tests/; these use part of it.
 #[cfg(test)]
+#[allow(dead_code)]
 #[path = "../../tests/util/need.rs"]
 mod need;
 

@@ -11,6 +11,7 @@
 
 use std::io::Write;
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 
 /// Whether this run is CI's, where nothing may be missing.
 pub fn under_ci() -> bool {
@@ -40,4 +41,13 @@ pub fn have<T>(found: Result<T, String>, install: &str) -> Option<T> {
         );
     }
     None
+}
+
+/// `program` found on PATH, or why not, for `have`.
+pub fn program(program: &str) -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{program} is not on PATH"))
 }
