@@ -39,8 +39,14 @@ impl TestDir {
         std::fs::File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut b))
             .expect("urandom");
-        // Short names: a unix socket path must fit in 108 bytes.
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        // Short names: a unix socket path must fit in 107 bytes (sun_path),
+        // and the longest the tests bind is DIR/NAME-XXXXXXXX/notify-PID,
+        // 37 bytes past the base. Under a checkout so deep that cargo's temp
+        // dir leaves no room for that, the system's temp dir serves.
+        let mut base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        if base.as_os_str().len() + 37 > 107 {
+            base = std::env::temp_dir().join("omniconfluxd-tests");
+        }
         let path = base.join(format!(
             "{}-{:02x}{:02x}{:02x}{:02x}",
             &name[..name.len().min(12)],
