@@ -189,13 +189,21 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, Failure> {
     })
 }
 
+/// Prints `text` and a newline for help and version. A reader that stops
+/// early (`omniconfluxd help | head`) is no failure, so a closed standard
+/// output is ignored rather than a panic, as println! would make it.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 /// What `help [COMMAND]` and `COMMAND --help` print: one command's usage,
 /// or all of it; a word that is no command is a usage error.
 fn help(topic: Option<&str>) -> Result<(), Failure> {
     match topic {
-        None => println!("{}", usage_text()),
+        None => say(&usage_text()),
         Some(cmd) => match command_usage(cmd) {
-            Some(u) => println!("{u}"),
+            Some(u) => say(&u),
             None => {
                 return Err(Failure::usage(format!(
                     "unknown command {cmd}; omniconfluxd help lists the commands"
@@ -225,7 +233,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         return help(args.rest.first().map(String::as_str));
     }
     if args.version {
-        println!("omniconfluxd {}", env!("CARGO_PKG_VERSION"));
+        say(&format!("omniconfluxd {}", env!("CARGO_PKG_VERSION")));
         return Ok(());
     }
     let Some(cmd) = args.rest.first().cloned() else {
@@ -242,7 +250,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "version" => {
             no_more(rest)?;
-            println!("omniconfluxd {}", env!("CARGO_PKG_VERSION"));
+            say(&format!("omniconfluxd {}", env!("CARGO_PKG_VERSION")));
             Ok(())
         }
         "serve" => {
