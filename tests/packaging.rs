@@ -398,3 +398,33 @@ fn zsh_completion_describes_every_command() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn every_command_and_option_is_in_the_daemon_man_page() {
+    let page = read("man/omniconfluxd.8");
+    let synopsis = block(&page, ".SH SYNOPSIS", ".SH");
+    for cmd in util::cli_commands() {
+        assert!(
+            synopsis.contains(&format!(".B omniconfluxd {cmd}").as_str())
+                || synopsis
+                    .iter()
+                    .any(|l| l.starts_with(&format!(".B omniconfluxd {cmd} "))),
+            "omniconfluxd(8) SYNOPSIS has no line for {cmd}"
+        );
+    }
+    let options = block(&page, ".SH OPTIONS", ".SH").join("\n");
+    for option in [
+        "\\-\\-config",
+        "\\-\\-state\\-dir",
+        "\\-\\-socket",
+        "\\-\\-json",
+        ".BR \\-h \", \" \\-\\-help\n",
+        ".BR \\-V \", \" \\-\\-version\n",
+        ".B \\-\\-\n",
+    ] {
+        assert!(
+            options.contains(option),
+            "omniconfluxd(8) OPTIONS does not give {option}"
+        );
+    }
+}
