@@ -2,6 +2,13 @@
 //! of the daemon socket (issue 2, "What a user gets"). Client commands print
 //! plain text for a person and, with `--json`, the JSON result for a script.
 //!
+//! Help and version (issue 9): `help`, `-h` and `--help` print the usage;
+//! with a command (`help lanes`, `lanes --help`, also after the command's
+//! own arguments) that command's part of it. Either runs nothing, so
+//! `stop --help` stops nothing. `-V`/`--version` print `omniconfluxd` and
+//! the crate version. The options may stand anywhere up to `--`, after
+//! which every argument is the command's (`sessions input ID -- --help`).
+//!
 //! Exit status, as omniconfluxd(8) lists it: 0 success; 1 the daemon answered
 //! with an error (its stable code and message on stderr) or `serve` failed at
 //! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
