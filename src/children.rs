@@ -250,10 +250,7 @@ impl Children {
             }
             Pipe::Stdout => {
                 let buf = &mut self.read_buf[..];
-                loop {
-                    let Some((r, _)) = &mut child.stdout else {
-                        break;
-                    };
+                while let Some((r, _)) = &mut child.stdout {
                     match r.read(buf) {
                         Ok(0) => {
                             // A partial last line is still a line to judge.
@@ -285,10 +282,7 @@ impl Children {
             }
             Pipe::Stderr => {
                 let buf = &mut self.read_buf[..STDERR_READ];
-                loop {
-                    let Some((r, _)) = &mut child.stderr else {
-                        break;
-                    };
+                while let Some((r, _)) = &mut child.stderr {
                     match r.read(buf) {
                         Ok(0) => {
                             Self::drop_reader(&mut self.by_token, registry, &mut child.stderr);

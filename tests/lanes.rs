@@ -783,11 +783,13 @@ fn a_denied_merge_goes_back_to_the_operator() {
 #[test]
 fn a_daemon_killed_mid_check_runs_the_check_again() {
     let dir = TestDir::new("lanekillchk");
-    let mark = dir.join("let-the-check-pass");
-    // The check hangs until the mark exists. The sandbox sees the whole
-    // system read-only, so the test makes the mark itself, after killing
-    // the daemon under the first check; the rerun then passes.
-    let check = format!("while [ ! -e {m} ]; do sleep 1; done", m = mark.display());
+    // The check hangs under the first daemon and passes under the second,
+    // which the test starts with one more (absent) directory on PATH, the
+    // one channel from the test to the check that works wherever the
+    // checkout lives. A file would not do: the sandbox's /tmp is its own,
+    // so a check never sees a test directory under /tmp.
+    let rerun = "/omniconflux-check-may-pass";
+    let check = format!("case \"$PATH\" in *:{rerun}) ;; *) while :; do sleep 1; done ;; esac");
     let seats = format!(
         "{}{}",
         seat("builder", "anthropic", &builder_writes(&["feature"]), &[]),
@@ -805,11 +807,12 @@ fn a_daemon_killed_mid_check_runs_the_check_again() {
     let Rig { mut d, .. } = r;
     d.kill9();
     drop(d);
-    std::fs::write(&mark, "").unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
     let d = Daemon::start_with(
         &dir.path,
         Opts {
             config: Some(std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap()),
+            env: vec![("PATH".into(), format!("{path}:{rerun}"))],
             ..Opts::default()
         },
     );

@@ -2,7 +2,11 @@
 //! passes `omniconfluxd config check` and sets every key to its default; every
 //! key of the config is in the example and in omniconfluxd.toml(5), with the
 //! reload rule `config::diff` applies; every stable error code and every
-//! socket method is in omniconfluxd(8). Std only; nothing here sleeps.
+//! socket method is in omniconfluxd(8). packaging/install honours its
+//! settings and keeps an operator's config; the shell completions offer
+//! every command. Std only; nothing here sleeps.
+
+mod util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -210,4 +214,217 @@ fn units_run_the_daemon_in_the_foreground_with_reload() {
     }
     assert!(Path::new(&root().join("packaging/omniconflux.sysusers")).exists());
     assert!(Path::new(&root().join("packaging/omniconflux.tmpfiles")).exists());
+}
+
+/// Runs packaging/install with `settings` as NAME=VALUE arguments.
+fn install(settings: &[(&str, String)]) -> (i32, String, String) {
+    let out = Command::new("sh")
+        .arg(root().join("packaging/install"))
+        .args(settings.iter().map(|(k, v)| format!("{k}={v}")))
+        .env_remove("DESTDIR")
+        .env_remove("PREFIX")
+        .env_remove("SYSCONFDIR")
+        .env_remove("BIN")
+        .env_remove("COMPRESS_MAN")
+        .output()
+        .expect("run packaging/install");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn install_honours_prefix_sysconfdir_and_bin_and_keeps_a_config() {
+    let dir = util::TestDir::new("pkginstall");
+    let dest = dir.join("stage");
+    let mine = dest.join("usr/local/etc/omniconflux/omniconfluxd.toml");
+    std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
+    std::fs::write(&mine, "# the operator's own\n").unwrap();
+    let bin = env!("CARGO_BIN_EXE_omniconfluxd");
+    let (code, out, err) = install(&[
+        ("DESTDIR", dest.display().to_string()),
+        ("PREFIX", "/usr/local".into()),
+        ("SYSCONFDIR", "/usr/local/etc".into()),
+        ("BIN", bin.into()),
+        ("COMPRESS_MAN", "gzip".into()),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "/usr/local/bin/omniconfluxd",
+            "/usr/local/share/man/man8/omniconfluxd.8.gz",
+            "/usr/local/share/man/man5/omniconfluxd.toml.5.gz",
+            "/usr/local/share/man/man7/omniconflux-plugin.7.gz",
+            "/usr/local/lib/systemd/system/omniconfluxd.service",
+            "/usr/local/lib/systemd/user/omniconfluxd.service",
+            "/usr/local/lib/sysusers.d/omniconflux.conf",
+            "/usr/local/lib/tmpfiles.d/omniconflux.conf",
+            "/usr/local/share/bash-completion/completions/omniconfluxd",
+            "/usr/local/share/zsh/site-functions/_omniconfluxd",
+        ]
+    );
+    // The operator's config is kept, and both warnings say why.
+    assert_eq!(
+        std::fs::read_to_string(&mine).unwrap(),
+        "# the operator's own\n"
+    );
+    assert!(
+        err.contains("omniconfluxd.toml exists and is kept"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the system unit reads /etc/omniconflux/omniconfluxd.toml"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dest.join("usr/local/bin/omniconfluxd")).unwrap(),
+        std::fs::read(bin).unwrap()
+    );
+    for unit in ["system", "user"] {
+        let text = std::fs::read_to_string(
+            dest.join(format!("usr/local/lib/systemd/{unit}/omniconfluxd.service")),
+        )
+        .unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == "ExecStart=/usr/local/bin/omniconfluxd serve"),
+            "{unit} unit:\n{text}"
+        );
+    }
+    for (section, page) in [
+        ("8", "omniconfluxd.8"),
+        ("5", "omniconfluxd.toml.5"),
+        ("7", "omniconflux-plugin.7"),
+    ] {
+        let gz = dest.join(format!("usr/local/share/man/man{section}/{page}.gz"));
+        let out = Command::new("gzip").arg("-dc").arg(&gz).output().unwrap();
+        assert!(out.status.success(), "gzip -dc {}", gz.display());
+        assert_eq!(
+            out.stdout,
+            read(&format!("man/{page}")).into_bytes(),
+            "{page}"
+        );
+    }
+}
+
+#[test]
+fn install_refuses_a_missing_binary_and_unknown_settings() {
+    let dir = util::TestDir::new("pkgrefuse");
+    let dest = ("DESTDIR", dir.join("stage").display().to_string());
+    let (code, _, err) = install(&[
+        dest.clone(),
+        ("BIN", dir.join("none").display().to_string()),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cargo build --release --locked"), "{err}");
+    let (code, _, err) = install(&[dest.clone(), ("DESTNIR", "x".into())]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown argument DESTNIR=x"), "{err}");
+    let (code, _, err) = install(&[dest, ("PREFIX", "usr".into())]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("PREFIX must be an absolute path"), "{err}");
+    assert!(
+        !dir.join("stage").exists(),
+        "nothing is installed after a refusal"
+    );
+}
+
+/// What the bash completion offers for `words`, the last being completed.
+fn bash_complete(words: &[&str]) -> Vec<String> {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(
+            "source \"$0\"; COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); _omniconfluxd; \
+             printf '%s\\n' \"${COMPREPLY[@]}\"",
+        )
+        .arg(root().join("packaging/completions/omniconfluxd.bash"))
+        .args(words)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "bash completion failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bash_completion_offers_every_command() {
+    let offered = bash_complete(&["omniconfluxd", "--json", ""]);
+    let mut commands = util::cli_commands();
+    commands.sort();
+    let mut got = offered.clone();
+    got.sort();
+    assert_eq!(got, commands, "bash completion of a command");
+    assert_eq!(
+        bash_complete(&["omniconfluxd", "--socket", "/s", "lanes", ""]),
+        ["list", "show", "close", "merge", "rework", "dispatch"]
+    );
+    assert_eq!(
+        bash_complete(&["omniconfluxd", "lanes", "dispatch", "--rep"]),
+        ["--repo"]
+    );
+    assert_eq!(bash_complete(&["omniconfluxd", "--ver"]), ["--version"]);
+}
+
+#[test]
+fn zsh_completion_describes_every_command() {
+    let path = root().join("packaging/completions/_omniconfluxd");
+    let text = read("packaging/completions/_omniconfluxd");
+    assert!(text.starts_with("#compdef omniconfluxd\n"));
+    for cmd in util::cli_commands() {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(&format!("'{cmd}:"))),
+            "_omniconfluxd does not describe {cmd}"
+        );
+    }
+    let Some(zsh) = util::need::have(util::need::program("zsh"), "the Debian package zsh") else {
+        return;
+    };
+    let out = Command::new(zsh).arg("-n").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "zsh -n {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn every_command_and_option_is_in_the_daemon_man_page() {
+    let page = read("man/omniconfluxd.8");
+    let synopsis = block(&page, ".SH SYNOPSIS", ".SH");
+    for cmd in util::cli_commands() {
+        assert!(
+            synopsis.contains(&format!(".B omniconfluxd {cmd}").as_str())
+                || synopsis
+                    .iter()
+                    .any(|l| l.starts_with(&format!(".B omniconfluxd {cmd} "))),
+            "omniconfluxd(8) SYNOPSIS has no line for {cmd}"
+        );
+    }
+    let options = block(&page, ".SH OPTIONS", ".SH").join("\n");
+    for option in [
+        "\\-\\-config",
+        "\\-\\-state\\-dir",
+        "\\-\\-socket",
+        "\\-\\-json",
+        ".BR \\-h \", \" \\-\\-help\n",
+        ".BR \\-V \", \" \\-\\-version\n",
+        ".B \\-\\-\n",
+    ] {
+        assert!(
+            options.contains(option),
+            "omniconfluxd(8) OPTIONS does not give {option}"
+        );
+    }
 }

@@ -1323,7 +1323,7 @@ fn seats_are_probed_and_the_command_line_drives_sessions() {
 }
 
 /// Where tests/fixtures/install-acp-example.sh puts the example agent.
-fn acp_example() -> Option<(PathBuf, PathBuf)> {
+fn acp_example() -> Result<(PathBuf, PathBuf), String> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."));
@@ -1331,15 +1331,22 @@ fn acp_example() -> Option<(PathBuf, PathBuf)> {
     let tsx = base.join("node_modules/.bin/tsx");
     let agent = base
         .join("node_modules/@zed-industries/agent-client-protocol/typescript/examples/agent.ts");
-    (tsx.exists() && agent.exists()).then_some((tsx, agent))
+    if tsx.exists() && agent.exists() {
+        Ok((tsx, agent))
+    } else {
+        Err(format!(
+            "the ACP example agent is not in {}",
+            base.display()
+        ))
+    }
 }
 
 #[test]
 fn an_agent_no_one_on_the_team_wrote() {
-    let Some((tsx, agent)) = acp_example() else {
-        println!(
-            "skipped: the ACP example agent is not installed; run tests/fixtures/install-acp-example.sh first"
-        );
+    let Some((tsx, agent)) = util::need::have(
+        acp_example(),
+        "it with npm: sh tests/fixtures/install-acp-example.sh (needs the Debian packages nodejs and npm)",
+    ) else {
         return;
     };
     let dir = TestDir::new("zedexample");

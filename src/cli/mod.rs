@@ -2,6 +2,13 @@
 //! of the daemon socket (issue 2, "What a user gets"). Client commands print
 //! plain text for a person and, with `--json`, the JSON result for a script.
 //!
+//! Help and version (issue 9): `help`, `-h` and `--help` print the usage;
+//! with a command (`help lanes`, `lanes --help`, also after the command's
+//! own arguments) that command's part of it. Either runs nothing, so
+//! `stop --help` stops nothing. `-V`/`--version` print `omniconfluxd` and
+//! the crate version. The options may stand anywhere up to `--`, after
+//! which every argument is the command's (`sessions input ID -- --help`).
+//!
 //! Exit status, as omniconfluxd(8) lists it: 0 success; 1 the daemon answered
 //! with an error (its stable code and message on stderr) or `serve` failed at
 //! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
@@ -60,7 +67,17 @@ impl From<CallError> for Failure {
 }
 
 const USAGE_TEMPLATE: &str = "\
-usage: omniconfluxd [--config PATH] [--state-dir DIR] [--socket PATH] COMMAND [ARGS]
+usage: omniconfluxd [OPTIONS] COMMAND [ARGS]
+       omniconfluxd help [COMMAND] | COMMAND --help | --version
+
+options (anywhere on the line):
+  --config PATH               the config file (default: see omniconfluxd(8), FILES)
+  --state-dir DIR             the state directory, holding the ledger
+  --socket PATH               the daemon socket
+  --json                      print results as JSON for a script
+  -h, --help                  print this, or with a COMMAND that command's usage
+  -V, --version               print the version
+  --                          every argument after it is not an option
 
 commands:
   serve [--http ADDR]         run the daemon in the foreground; --http also
@@ -80,6 +97,7 @@ commands:
   config check [PATH]         validate a config file and print it in full
   plugin ...                  manage plugins; see below
   version                     print the version
+  help [COMMAND]              print this, or one command's usage
 
 plugin commands:
   {PLUGIN}
@@ -92,22 +110,63 @@ fn usage_text() -> String {
         .replace("{LANES}", lanes::USAGE)
 }
 
+/// One command's usage: its entries in the commands list (and, for
+/// `plugin`, the plugin commands), cut from the same text `help` prints so
+/// that the two cannot disagree. `None` for a word that is no command.
+fn command_usage(cmd: &str) -> Option<String> {
+    let text = usage_text();
+    let mut entries = Vec::new();
+    let mut section = "";
+    let mut mine = false;
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            section = line;
+            mine = false;
+        } else if let Some(entry) = line.strip_prefix("  ").filter(|e| !e.starts_with(' ')) {
+            mine = section.ends_with("commands:") && entry.split_whitespace().next() == Some(cmd);
+        }
+        if mine {
+            entries.push(line);
+        }
+    }
+    if entries.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "usage: omniconfluxd [OPTIONS] {cmd} ...\n{}\n\n\
+         options, anywhere on the line: --config PATH, --state-dir DIR,\n\
+         --socket PATH, --json; omniconfluxd help lists them all; see omniconfluxd(8)",
+        entries.join("\n")
+    ))
+}
+
 /// Parsed global options and the rest of the arguments.
 struct Args {
     flags: PathFlags,
     json: bool,
+    /// `-h`/`--help` was given: print the usage of the command, if any.
+    help: bool,
+    /// `-V`/`--version` was given.
+    version: bool,
     rest: Vec<String>,
 }
 
 fn parse_args(raw: Vec<OsString>) -> Result<Args, Failure> {
     let mut flags = PathFlags::default();
     let mut json = false;
+    let mut help = false;
+    let mut version = false;
+    let mut options_end = false;
     let mut rest = Vec::new();
     let mut it = raw.into_iter();
     while let Some(a) = it.next() {
         let a = a.into_string().map_err(|a| {
             Failure::usage(format!("argument is not UTF-8: {}", a.to_string_lossy()))
         })?;
+        if options_end {
+            rest.push(a);
+            continue;
+        }
         let mut path_value = |name: &str| -> Result<PathBuf, Failure> {
             let v = it
                 .next()
@@ -123,12 +182,44 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, Failure> {
             "--state-dir" => flags.state_dir = Some(path_value("--state-dir")?),
             "--socket" => flags.socket = Some(path_value("--socket")?),
             "--json" => json = true,
-            "-h" | "--help" => rest.insert(0, "help".into()),
-            "-V" | "--version" => rest.insert(0, "version".into()),
+            "-h" | "--help" => help = true,
+            "-V" | "--version" => version = true,
+            "--" => options_end = true,
             _ => rest.push(a),
         }
     }
-    Ok(Args { flags, json, rest })
+    Ok(Args {
+        flags,
+        json,
+        help,
+        version,
+        rest,
+    })
+}
+
+/// Prints `text` and a newline for help and version. A reader that stops
+/// early (`omniconfluxd help | head`) is no failure, so a closed standard
+/// output is ignored rather than a panic, as println! would make it.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+/// What `help [COMMAND]` and `COMMAND --help` print: one command's usage,
+/// or all of it; a word that is no command is a usage error.
+fn help(topic: Option<&str>) -> Result<(), Failure> {
+    match topic {
+        None => say(&usage_text()),
+        Some(cmd) => match command_usage(cmd) {
+            Some(u) => say(&u),
+            None => {
+                return Err(Failure::usage(format!(
+                    "unknown command {cmd}; omniconfluxd help lists the commands"
+                )));
+            }
+        },
+    }
+    Ok(())
 }
 
 /// Runs the command line; returns the exit status.
@@ -144,6 +235,15 @@ pub fn run(raw: Vec<OsString>) -> i32 {
 
 fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
     let args = parse_args(raw)?;
+    // `--help` wins over `--version`, and both over running the command:
+    // `omniconfluxd stop --help` must never stop anything.
+    if args.help {
+        return help(args.rest.first().map(String::as_str));
+    }
+    if args.version {
+        say(&format!("omniconfluxd {}", env!("CARGO_PKG_VERSION")));
+        return Ok(());
+    }
     let Some(cmd) = args.rest.first().cloned() else {
         return Err(Failure::usage(format!(
             "no command given\n{}",
@@ -153,11 +253,12 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
     let rest = &args.rest[1..];
     match cmd.as_str() {
         "help" => {
-            println!("{}", usage_text());
-            Ok(())
+            args::done(rest, 1)?;
+            help(rest.first().map(String::as_str))
         }
         "version" => {
-            println!("omniconfluxd {}", env!("CARGO_PKG_VERSION"));
+            no_more(rest)?;
+            say(&format!("omniconfluxd {}", env!("CARGO_PKG_VERSION")));
             Ok(())
         }
         "serve" => {

@@ -252,6 +252,13 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
     })
 }
 
+/// The tests' rule for what a test needs and does not bring (CI fails
+/// without it), shared with the tests in tests/; these use part of it.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../tests/util/need.rs"]
+mod need;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,28 +304,50 @@ mod tests {
     #[test]
     // In a new network namespace /proc/net/dev lists only `lo` under its two
     // header lines.
-    fn bwrap_confines_writes_and_network_where_it_works() {
-        let Ok(bwrap) = crate::isolation::probe() else {
-            eprintln!("bubblewrap cannot isolate on this machine; confinement not tested here");
+    fn bwrap_confines_writes_and_network() {
+        let Some(bwrap) = super::need::have(
+            crate::isolation::probe(),
+            "the Debian package bubblewrap, where namespaces are allowed",
+        ) else {
             return;
         };
         let tmp = crate::testutil::TempDir::new("checkb");
         let iso = Isolation::Bwrap(bwrap);
-        let outside = tmp
-            .path()
-            .parent()
-            .unwrap()
-            .join(format!("outside-{}", crate::ids::secret_hex(4)));
+        let name = format!("outside-{}", crate::ids::secret_hex(4));
+        // Next to the checkout: with the checkout under /tmp this is in the
+        // sandbox's own /tmp, where a write may succeed but never lands
+        // outside; elsewhere it is on the read-only root.
+        let sibling = tmp.path().parent().unwrap().join(&name);
+        // A directory this test can write to that is outside the checkout
+        // and outside /tmp wherever the checkout lives: the sibling's
+        // folder unless that is under /tmp, else /var/tmp (FHS: writable
+        // by all). The sandbox must refuse the write there.
+        let writable = if tmp.path().starts_with("/tmp") {
+            PathBuf::from("/var/tmp")
+        } else {
+            tmp.path().parent().unwrap().to_path_buf()
+        };
+        let refused = writable.join(&name);
+        std::fs::write(&refused, "").unwrap_or_else(|e| {
+            panic!(
+                "{} must be writable outside the sandbox: {e}",
+                writable.display()
+            )
+        });
+        std::fs::remove_file(&refused).unwrap();
         let cmd = format!(
-            "echo inside > ok.txt && ! (echo x > {}) 2>/dev/null && [ \"$(wc -l < /proc/net/dev)\" -eq 3 ] && echo done",
-            outside.display()
+            "echo inside > ok.txt && (echo x > '{}') 2>/dev/null; ! (echo x > '{}') 2>/dev/null && [ \"$(wc -l < /proc/net/dev)\" -eq 3 ] && echo done",
+            sibling.display(),
+            refused.display()
         );
-        let o = run(&spec(tmp.path(), &cmd, &iso, 60)).unwrap();
+        let o = run(&spec(tmp.path(), &cmd, &iso, 60));
+        let _ = std::fs::remove_file(&refused);
+        let o = o.unwrap();
         assert!(o.passed(), "{o:?}");
         assert_eq!(
             std::fs::read_to_string(tmp.path().join("ok.txt")).unwrap(),
             "inside\n"
         );
-        assert!(!outside.exists());
+        assert!(!sibling.exists() && !refused.exists());
     }
 }

@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod http;
+pub mod need;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -38,8 +39,14 @@ impl TestDir {
         std::fs::File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut b))
             .expect("urandom");
-        // Short names: a unix socket path must fit in 108 bytes.
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        // Short names: a unix socket path must fit in 107 bytes (sun_path),
+        // and the longest the tests bind is DIR/NAME-XXXXXXXX/notify-PID,
+        // 37 bytes past the base. Under a checkout so deep that cargo's temp
+        // dir leaves no room for that, the system's temp dir serves.
+        let mut base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        if base.as_os_str().len() + 37 > 107 {
+            base = std::env::temp_dir().join("omniconfluxd-tests");
+        }
         let path = base.join(format!(
             "{}-{:02x}{:02x}{:02x}{:02x}",
             &name[..name.len().min(12)],
@@ -422,4 +429,27 @@ pub fn run_cli(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into(),
         String::from_utf8_lossy(&out.stderr).into(),
     )
+}
+
+/// The commands the command line dispatches, read from the arms of its
+/// match in src/cli/mod.rs (`"serve" => ...`), so that a command added
+/// there shows up in every test that walks them.
+pub fn cli_commands() -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/mod.rs");
+    let text = std::fs::read_to_string(&src)
+        .unwrap_or_else(|e| panic!("unable to read {}: {e}", src.display()));
+    let cmds: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let word = l.trim_start().strip_prefix('"')?.split_once("\" =>")?.0;
+            word.chars()
+                .all(|c| c.is_ascii_lowercase())
+                .then(|| word.to_string())
+        })
+        .collect();
+    assert!(
+        cmds.len() >= 14,
+        "expected the commands of src/cli/mod.rs, found {cmds:?}"
+    );
+    cmds
 }
