@@ -629,24 +629,21 @@ impl Drop for StandIn {
     }
 }
 
-/// The real Claude Code CLI, installed by tests/fixtures/install-claude-code.sh.
-/// Missing, its tests skip, except under CI=true where they fail.
+/// The real Claude Code CLI, installed by tests/fixtures/install-claude-code.sh
+/// (`.ci/run` does); missing, the rule of `util::need` applies.
 fn claude_code() -> Option<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."));
     let claude = target.join("claude-code/node_modules/.bin/claude");
-    if claude.exists() {
-        return Some(claude);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "Claude Code is not installed: run tests/fixtures/install-claude-code.sh"
-    );
-    println!(
-        "skipped: Claude Code is not installed; run tests/fixtures/install-claude-code.sh first"
-    );
-    None
+    util::need::have(
+        if claude.exists() {
+            Ok(claude)
+        } else {
+            Err(format!("{} does not exist", claude.display()))
+        },
+        "Claude Code with tests/fixtures/install-claude-code.sh",
+    )
 }
 
 /// A stream-json seat `cc` running the real CLI against `api`, with a
