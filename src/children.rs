@@ -139,11 +139,22 @@ impl Children {
         // controlling terminal, so it cannot TIOCSTI keystrokes into the
         // daemon's one. setsid also makes it a group leader (pgid == pid),
         // which `signal`'s killpg relies on.
+        // The daemon blocks the signals it reads through its signal thread
+        // (`crate::signals`), and a blocked mask survives fork and exec: a
+        // child would start with SIGTERM blocked and never see the SIGTERM
+        // of a stop (bash cannot even trap it), only the SIGKILL after the
+        // grace period. So the child starts with nothing blocked.
         // SAFETY: the closure runs between fork and exec and calls only
-        // setsid, which is async-signal-safe.
+        // setsid, sigemptyset and sigprocmask, which are async-signal-safe,
+        // on a set on its own stack.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+                libc::sigemptyset(none.as_mut_ptr());
+                if libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut()) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -639,6 +650,33 @@ mod tests {
         ch.signal(id, libc::SIGKILL);
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert!(got.contains(&Output::StdoutClosed));
+    }
+
+    #[test]
+    fn a_child_starts_with_no_signal_blocked_whatever_the_daemon_blocks() {
+        // SAFETY: blocks SIGTERM in this test's own thread only, with an
+        // initialised set.
+        unsafe {
+            let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(set.as_mut_ptr());
+            libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
+            libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+        }
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "grep SigBlk /proc/self/status"]);
+        ch.spawn(
+            poll.registry(),
+            &mut roots,
+            cmd,
+            Owner::Plugin("t".into()),
+            limits(),
+        )
+        .unwrap();
+        let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
+        assert_eq!(got[0], Output::Line(b"SigBlk:\t0000000000000000".to_vec()));
     }
 
     #[test]
