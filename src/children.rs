@@ -10,6 +10,11 @@
 //! pidfd pins it so that a signal never reaches a recycled pid. Exits are
 //! reaped centrally on SIGCHLD (the daemon is child subreaper), and
 //! [`Children::exited`] maps the pid back to the child.
+//!
+//! A child marked [`Children::set_sandboxed`] is bwrap running an agent in
+//! its namespace (`crate::isolation`): its signals go to the process group
+//! inside the namespace, so that the agent, not bwrap, gets the SIGTERM of
+//! a stop and can end cleanly; SIGKILL also reaches bwrap.
 
 use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
@@ -71,6 +76,7 @@ struct Child {
     close_stdin_when_flushed: bool,
     limits: PipeLimits,
     exited: bool,
+    sandboxed: bool,
 }
 
 /// Bytes read from a child's stdout at once.
@@ -101,6 +107,20 @@ pub struct ExitStatus {
 }
 
 impl ExitStatus {
+    /// What bwrap reports for its command: it exits with the command's
+    /// code, or with 128+N when a signal N killed it, as a shell does. The
+    /// signal is given back its name, so that a contained agent's end reads
+    /// as an uncontained one's.
+    pub fn through_bwrap(self) -> ExitStatus {
+        match self.code {
+            Some(c) if (129..=128 + 64).contains(&c) => ExitStatus {
+                code: None,
+                signal: Some(c - 128),
+            },
+            _ => self,
+        }
+    }
+
     pub fn from_wait(status: libc::c_int) -> ExitStatus {
         if libc::WIFEXITED(status) {
             ExitStatus {
@@ -214,6 +234,7 @@ impl Children {
                 close_stdin_when_flushed: false,
                 limits,
                 exited: false,
+                sandboxed: false,
             },
         );
         Ok((id, pid))
@@ -229,6 +250,17 @@ impl Children {
 
     pub fn pid(&self, id: ChildId) -> Option<i32> {
         self.map.get(&id).map(|c| c.pid)
+    }
+
+    pub fn is_sandboxed(&self, id: ChildId) -> bool {
+        self.map.get(&id).is_some_and(|c| c.sandboxed)
+    }
+
+    /// Marks the child as bwrap running an agent (module comment).
+    pub fn set_sandboxed(&mut self, id: ChildId) {
+        if let Some(c) = self.map.get_mut(&id) {
+            c.sandboxed = true;
+        }
     }
 
     /// Handles readiness of one of a child's pipes; returns the child and
@@ -433,11 +465,28 @@ impl Children {
 
     /// Sends `sig` to the child's whole process group. The leader is reached
     /// through its pidfd, so a recycled pid is never signalled; the group
-    /// signal reaches what the child started in its group.
+    /// signal reaches what the child started in its group. A sandboxed
+    /// child's signal goes to the group inside its namespace, and only
+    /// SIGKILL also to bwrap (module comment); before bwrap has started its
+    /// namespace there is no such group, and bwrap is signalled as any child
+    /// (its `--die-with-parent` then ends what it started).
     pub fn signal(&self, id: ChildId, sig: libc::c_int) {
         let Some(child) = self.map.get(&id) else {
             return;
         };
+        if child.sandboxed && !child.exited {
+            if let Some(group) = crate::isolation::inner_group(child.pid) {
+                // SAFETY: killpg takes a group id and a valid signal. The
+                // group was read just now as led by bwrap's own child, which
+                // only bwrap (ours, not reaped) can reap; reaching another
+                // group would need that leader to exit and its pid to come
+                // round again between the read and this call.
+                unsafe { libc::killpg(group, sig) };
+                if sig != libc::SIGKILL {
+                    return;
+                }
+            }
+        }
         if let Some(fd) = &child.pidfd {
             // SAFETY: a live pidfd, a valid signal, no siginfo, no flags.
             unsafe {

@@ -162,6 +162,7 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "seats": d.core.seats.list.len(),
         },
         "stopping": d.is_stopping(),
+        "agent_isolation": crate::core::sessions::sandbox(d).to_json(),
     });
     if let Some(reason) = &d.ledger.corrupt {
         info["ledger"]["reason"] = json!(reason.0);
