@@ -180,15 +180,40 @@ fn holds_home(dir: &Path, home: Option<&Path>) -> bool {
     dir == Path::new("/") || home.is_some_and(|h| h.starts_with(dir))
 }
 
+/// The parts of the daemon's environment that say where the user's
+/// services listen.
+#[derive(Debug, Clone, Default)]
+pub struct UserEnv {
+    pub home: Option<PathBuf>,
+    pub xdg_runtime_dir: Option<PathBuf>,
+    pub tmux_tmpdir: Option<PathBuf>,
+    pub uid: u32,
+}
+
+impl UserEnv {
+    pub fn from_process() -> UserEnv {
+        let path = |k: &str| {
+            std::env::var_os(k)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        UserEnv {
+            home: path("HOME"),
+            xdg_runtime_dir: path("XDG_RUNTIME_DIR"),
+            tmux_tmpdir: path("TMUX_TMPDIR"),
+            // SAFETY: getuid cannot fail and touches no memory.
+            uid: unsafe { libc::getuid() },
+        }
+    }
+}
+
 /// Collects what to hide for one agent, from the daemon's paths and the
 /// daemon's own environment. Creates a missing tmux directory (module
 /// comment); a failure to do so leaves it to bwrap, which then refuses to
 /// start, so that no agent runs with a tmux directory it could create.
-pub fn agent_hidden(daemon: &DaemonPaths) -> Hidden {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let home = home.as_deref();
-    // SAFETY: getuid cannot fail and touches no memory.
-    let uid = unsafe { libc::getuid() };
+pub fn agent_hidden(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
+    let home = env.home.as_deref();
+    let uid = env.uid;
     let mut h = Hidden::default();
     let hide_dir = |h: &mut Hidden, dir: &Path, files_if_home: &[&Path]| {
         if !holds_home(dir, home) {
@@ -197,7 +222,7 @@ pub fn agent_hidden(daemon: &DaemonPaths) -> Hidden {
             return;
         }
         for f in files_if_home {
-            if f.exists() {
+            if f.exists() && !holds_home(f, home) {
                 if f.is_dir() {
                     h.dirs.push(f.to_path_buf());
                 } else {
@@ -223,17 +248,17 @@ pub fn agent_hidden(daemon: &DaemonPaths) -> Hidden {
             h.files.push(f.to_path_buf());
         }
     }
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
+    let runtime = env
+        .xdg_runtime_dir
+        .clone()
         .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}")));
     if runtime.is_dir() && !holds_home(&runtime, home) {
         h.dirs.push(runtime);
     }
     let mut tmux_bases = vec![PathBuf::from("/tmp")];
-    if let Some(t) = std::env::var_os("TMUX_TMPDIR").map(PathBuf::from) {
-        if t.is_absolute() && t != Path::new("/tmp") && t.is_dir() {
-            tmux_bases.push(t);
+    if let Some(t) = &env.tmux_tmpdir {
+        if t != Path::new("/tmp") && t.is_dir() {
+            tmux_bases.push(t.clone());
         }
     }
     for base in tmux_bases {
@@ -262,6 +287,8 @@ pub fn agent_hidden(daemon: &DaemonPaths) -> Hidden {
         .collect();
     let dirs = &h.dirs;
     h.files.retain(|f| !dirs.iter().any(|d| f.starts_with(d)));
+    h.files.sort();
+    h.files.dedup();
     h.read_only.retain(|r| dirs.contains(r));
     h.read_only.dedup();
     h
@@ -326,4 +353,159 @@ pub fn inner_group(bwrap_pid: i32) -> Option<i32> {
     let mut f = rest.split_whitespace();
     let (_state, ppid, pgrp) = (f.next()?, f.next()?, f.next()?);
     (ppid.parse::<i32>().ok()? == bwrap_pid && pgrp.parse::<i32>().ok()? == inner).then_some(inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the system's temp dir, removed after.
+    struct Tmp(PathBuf);
+    impl Tmp {
+        fn new(tag: &str) -> Tmp {
+            let p = std::env::temp_dir().join(format!(
+                "omni-iso-{tag}-{}-{}",
+                std::process::id(),
+                crate::ids::prefixed_id("")
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Tmp(p.canonicalize().unwrap())
+        }
+    }
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_daemons_dirs_the_runtime_dir_and_tmux_are_hidden_once_each() {
+        let t = Tmp::new("dirs");
+        let (state, run, rt, tmx) = (
+            t.0.join("state"),
+            t.0.join("state/run"),
+            t.0.join("rt"),
+            t.0.join("tmx"),
+        );
+        for d in [&state, &run, &rt, &tmx] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let env = UserEnv {
+            home: Some(t.0.join("home")),
+            xdg_runtime_dir: Some(rt.clone()),
+            tmux_tmpdir: Some(tmx.clone()),
+            uid: 4242,
+        };
+        let h = agent_hidden(
+            &DaemonPaths {
+                state_dir: &state,
+                socket: &run.join("d.sock"),
+                token_file: None,
+            },
+            &env,
+        );
+        // The socket's directory lies in the state directory: one mount.
+        assert_eq!(
+            &h.dirs[..4],
+            &[
+                state.clone(),
+                rt,
+                PathBuf::from("/tmp/tmux-4242"),
+                tmx.join("tmux-4242")
+            ]
+        );
+        assert_eq!(h.read_only, vec![state]);
+        assert!(h.files.is_empty());
+        // The tmux directory was made as tmux makes it.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(tmx.join("tmux-4242"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let _ = std::fs::remove_dir("/tmp/tmux-4242");
+    }
+
+    #[test]
+    fn a_dir_holding_the_home_is_covered_entry_by_entry_never_the_home() {
+        let t = Tmp::new("home");
+        let home = t.0.join("op");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(t.0.join("http.token"), "secret").unwrap();
+        std::fs::create_dir_all(t.0.join("plugins")).unwrap();
+        std::fs::write(t.0.join("d.sock"), "").unwrap();
+        let env = UserEnv {
+            home: Some(home.clone()),
+            uid: 4243,
+            ..UserEnv::default()
+        };
+        let h = agent_hidden(
+            &DaemonPaths {
+                state_dir: &t.0,
+                socket: &t.0.join("d.sock"),
+                token_file: None,
+            },
+            &env,
+        );
+        assert!(!h.dirs.contains(&t.0) && !h.dirs.contains(&home), "{h:?}");
+        assert!(h.dirs.contains(&t.0.join("plugins")), "{h:?}");
+        assert!(h.files.contains(&t.0.join("http.token")), "{h:?}");
+        assert!(h.files.contains(&t.0.join("d.sock")), "{h:?}");
+        assert!(h.read_only.is_empty());
+        let _ = std::fs::remove_dir("/tmp/tmux-4243");
+    }
+
+    #[test]
+    fn a_worktree_inside_a_hidden_dir_is_bound_back_before_the_read_only_remount() {
+        let h = Hidden {
+            dirs: vec![PathBuf::from("/s"), PathBuf::from("/r")],
+            read_only: vec![PathBuf::from("/s")],
+            files: vec![PathBuf::from("/t/token")],
+        };
+        let c = contain(
+            Path::new("/usr/bin/bwrap"),
+            &h,
+            Path::new("/s/wt"),
+            Path::new("agent"),
+        );
+        let args: Vec<String> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |needle: &[&str]| {
+            args.windows(needle.len())
+                .position(|w| w == needle)
+                .unwrap_or_else(|| panic!("{needle:?} not in {args:?}"))
+        };
+        let tmpfs = at(&["--perms", "0700", "--tmpfs", "/s"]);
+        let bind = at(&["--bind", "/s/wt", "/s/wt"]);
+        let ro = at(&["--remount-ro", "/s"]);
+        assert!(tmpfs < bind && bind < ro, "{args:?}");
+        at(&["--ro-bind", "/dev/null", "/t/token"]);
+        at(&["--unshare-pid", "--new-session", "--die-with-parent"]);
+        at(&["--cap-drop", "ALL"]);
+        assert_eq!(&args[args.len() - 4..], ["--chdir", "/s/wt", "--", "agent"]);
+    }
+
+    #[test]
+    fn the_decision_follows_the_setting_then_the_probe() {
+        let ok: Probe = Ok(PathBuf::from("/usr/bin/bwrap"));
+        let no: Probe = Err("bubblewrap (bwrap) is not installed".into());
+        assert_eq!(
+            AgentSandbox::decide("none", Some(&ok)),
+            AgentSandbox::Uncontained("agents.isolation is none".into())
+        );
+        assert_eq!(
+            AgentSandbox::decide("namespace", None),
+            AgentSandbox::Pending
+        );
+        assert_eq!(
+            AgentSandbox::decide("namespace", Some(&ok)),
+            AgentSandbox::Namespace(PathBuf::from("/usr/bin/bwrap"))
+        );
+        assert_eq!(
+            AgentSandbox::decide("namespace", Some(&no)).to_json(),
+            serde_json::json!({"mode": "none", "reason": "bubblewrap (bwrap) is not installed"})
+        );
+    }
 }

@@ -710,11 +710,14 @@ fn agent_command(
         return Command::new(program);
     };
     let token = std::path::Path::new(&d.cfg.http.token_file);
-    let hidden = crate::isolation::agent_hidden(&crate::isolation::DaemonPaths {
-        state_dir: &d.paths.state_dir,
-        socket: &d.paths.socket,
-        token_file: token.is_absolute().then_some(token),
-    });
+    let hidden = crate::isolation::agent_hidden(
+        &crate::isolation::DaemonPaths {
+            state_dir: &d.paths.state_dir,
+            socket: &d.paths.socket,
+            token_file: token.is_absolute().then_some(token),
+        },
+        &crate::isolation::UserEnv::from_process(),
+    );
     crate::isolation::contain(bwrap, &hidden, cwd, program)
 }
 
