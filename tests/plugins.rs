@@ -657,9 +657,11 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
         dir.join("seen.json"),
     );
     let rogue = json!([[{"spawn": ["python3", helper, "direct", ask_file, report_file.display().to_string()]}]]);
+    // Agents uncontained: the namespace would hide the socket from the rogue
+    // (tests/containment.rs); here the classification behind it is tested.
     let d = start_with_seats(
         &dir,
-        "",
+        "[agents]\nisolation = \"none\"\n",
         &[
             ("plain", json!([]), vec![]),
             ("rogue", rogue, vec![("OMNI_SOCKET", socket)]),
