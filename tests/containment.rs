@@ -74,8 +74,8 @@ fn bwrap_works() -> bool {
     ok
 }
 
-// SAFETY: getuid cannot fail and touches no memory.
 fn uid() -> u32 {
+    // SAFETY: getuid cannot fail and touches no memory.
     unsafe { libc::getuid() }
 }
 
