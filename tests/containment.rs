@@ -6,8 +6,9 @@
 //! and does ordinary work (edits its worktree, commits with git, writes in
 //! the operator's home, reaches the HTTP API over loopback). Every escape
 //! fails and all the work succeeds. A stop reaches the agent as SIGTERM, so
-//! it can end cleanly. With `[agents] isolation = "none"` the daemon says
-//! that agents run uncontained, in its log and its replies. Real Claude
+//! it can end cleanly. With `[agents] isolation = "none"`, and on a PATH
+//! without bwrap, the daemon says that agents run uncontained, in its log,
+//! its replies and the command line's `status` and `seats`. Real Claude
 //! Code runs a turn inside the namespace against a loopback stand-in of its
 //! API (tests/fixtures/anthropic_standin.py).
 //!
@@ -487,5 +488,50 @@ fn real_claude_code_runs_a_turn_and_a_tool_inside_the_namespace() {
             .any(|e| e["kind"] == "text" && e["text"] == "done inside"),
         "{entries:?}"
     );
+    d.stop();
+}
+
+#[test]
+fn without_bubblewrap_agents_run_uncontained_and_the_daemon_warns() {
+    let dir = TestDir::new("cnobw");
+    let w = World::new(&dir);
+    // A PATH with python3 and nothing else: no bwrap to be found.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let py = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let py = String::from_utf8_lossy(&py.stdout).trim().to_string();
+    std::os::unix::fs::symlink(&py, bin.join("python3")).unwrap();
+    let config = seat("python3", &[fixture("fake_acp_agent.py")], &json!([]), &[]);
+    let mut env = w.env();
+    env.push(("PATH".into(), bin.display().to_string()));
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(config),
+            env,
+            ..Opts::default()
+        },
+    );
+    let line = d.wait_log("agents run uncontained");
+    assert!(
+        line.starts_with("warn:")
+            && line.ends_with(
+                "agents run uncontained, with every power of the operator's user: bubblewrap (bwrap) is not installed"
+            ),
+        "{line}"
+    );
+    let mut c = d.connect();
+    c.call("events.subscribe", json!({}));
+    assert_eq!(
+        c.call("server.info", json!({}))["agent_isolation"],
+        json!({"mode": "none", "reason": "bubblewrap (bwrap) is not installed"})
+    );
+    let sid = spawn(&mut c, &w, "hello");
+    wait_event(&mut c, &sid, "turn.end");
+    let line = d.wait_log(&format!("session {sid}: started fake"));
+    assert!(line.ends_with(", uncontained"), "{line}");
     d.stop();
 }
