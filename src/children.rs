@@ -10,6 +10,11 @@
 //! pidfd pins it so that a signal never reaches a recycled pid. Exits are
 //! reaped centrally on SIGCHLD (the daemon is child subreaper), and
 //! [`Children::exited`] maps the pid back to the child.
+//!
+//! A child marked [`Children::set_sandboxed`] is bwrap running an agent in
+//! its namespace (`crate::isolation`): its signals go to the process group
+//! inside the namespace, so that the agent, not bwrap, gets the SIGTERM of
+//! a stop and can end cleanly; SIGKILL also reaches bwrap.
 
 use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
@@ -71,6 +76,7 @@ struct Child {
     close_stdin_when_flushed: bool,
     limits: PipeLimits,
     exited: bool,
+    sandboxed: bool,
 }
 
 /// Bytes read from a child's stdout at once.
@@ -101,6 +107,20 @@ pub struct ExitStatus {
 }
 
 impl ExitStatus {
+    /// What bwrap reports for its command: it exits with the command's
+    /// code, or with 128+N when a signal N killed it, as a shell does. The
+    /// signal is given back its name, so that a contained agent's end reads
+    /// as an uncontained one's.
+    pub fn through_bwrap(self) -> ExitStatus {
+        match self.code {
+            Some(c) if (129..=128 + 64).contains(&c) => ExitStatus {
+                code: None,
+                signal: Some(c - 128),
+            },
+            _ => self,
+        }
+    }
+
     pub fn from_wait(status: libc::c_int) -> ExitStatus {
         if libc::WIFEXITED(status) {
             ExitStatus {
@@ -139,11 +159,22 @@ impl Children {
         // controlling terminal, so it cannot TIOCSTI keystrokes into the
         // daemon's one. setsid also makes it a group leader (pgid == pid),
         // which `signal`'s killpg relies on.
+        // The daemon blocks the signals it reads through its signal thread
+        // (`crate::signals`), and a blocked mask survives fork and exec: a
+        // child would start with SIGTERM blocked and never see the SIGTERM
+        // of a stop (bash cannot even trap it), only the SIGKILL after the
+        // grace period. So the child starts with nothing blocked.
         // SAFETY: the closure runs between fork and exec and calls only
-        // setsid, which is async-signal-safe.
+        // setsid, sigemptyset and sigprocmask, which are async-signal-safe,
+        // on a set on its own stack.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+                libc::sigemptyset(none.as_mut_ptr());
+                if libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut()) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -203,6 +234,7 @@ impl Children {
                 close_stdin_when_flushed: false,
                 limits,
                 exited: false,
+                sandboxed: false,
             },
         );
         Ok((id, pid))
@@ -218,6 +250,17 @@ impl Children {
 
     pub fn pid(&self, id: ChildId) -> Option<i32> {
         self.map.get(&id).map(|c| c.pid)
+    }
+
+    pub fn is_sandboxed(&self, id: ChildId) -> bool {
+        self.map.get(&id).is_some_and(|c| c.sandboxed)
+    }
+
+    /// Marks the child as bwrap running an agent (module comment).
+    pub fn set_sandboxed(&mut self, id: ChildId) {
+        if let Some(c) = self.map.get_mut(&id) {
+            c.sandboxed = true;
+        }
     }
 
     /// Handles readiness of one of a child's pipes; returns the child and
@@ -416,11 +459,28 @@ impl Children {
 
     /// Sends `sig` to the child's whole process group. The leader is reached
     /// through its pidfd, so a recycled pid is never signalled; the group
-    /// signal reaches what the child started in its group.
+    /// signal reaches what the child started in its group. A sandboxed
+    /// child's signal goes to the group inside its namespace, and only
+    /// SIGKILL also to bwrap (module comment); before bwrap has started its
+    /// namespace there is no such group, and bwrap is signalled as any child
+    /// (its `--die-with-parent` then ends what it started).
     pub fn signal(&self, id: ChildId, sig: libc::c_int) {
         let Some(child) = self.map.get(&id) else {
             return;
         };
+        if child.sandboxed && !child.exited {
+            if let Some(group) = crate::isolation::inner_group(child.pid) {
+                // SAFETY: killpg takes a group id and a valid signal. The
+                // group was read just now as led by bwrap's own child, which
+                // only bwrap (ours, not reaped) can reap; reaching another
+                // group would need that leader to exit and its pid to come
+                // round again between the read and this call.
+                unsafe { libc::killpg(group, sig) };
+                if sig != libc::SIGKILL {
+                    return;
+                }
+            }
+        }
         if let Some(fd) = &child.pidfd {
             // SAFETY: a live pidfd, a valid signal, no siginfo, no flags.
             unsafe {
@@ -633,6 +693,33 @@ mod tests {
         ch.signal(id, libc::SIGKILL);
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert!(got.contains(&Output::StdoutClosed));
+    }
+
+    #[test]
+    fn a_child_starts_with_no_signal_blocked_whatever_the_daemon_blocks() {
+        // SAFETY: blocks SIGTERM in this test's own thread only, with an
+        // initialised set.
+        unsafe {
+            let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(set.as_mut_ptr());
+            libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
+            libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+        }
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "grep SigBlk /proc/self/status"]);
+        ch.spawn(
+            poll.registry(),
+            &mut roots,
+            cmd,
+            Owner::Plugin("t".into()),
+            limits(),
+        )
+        .unwrap();
+        let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
+        assert_eq!(got[0], Output::Line(b"SigBlk:\t0000000000000000".to_vec()));
     }
 
     #[test]

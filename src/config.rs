@@ -32,6 +32,8 @@ pub struct FileConfig {
     /// `[seats]`: whether agents found on PATH become seats when no
     /// `[[seat]]` is configured (issue 9, "Seats on defaults").
     pub seats: SeatsSection,
+    /// `[agents]`: how agent sessions are contained (issue 16).
+    pub agents: AgentsSection,
     /// `[[seat]]` tables: the agent harnesses the operator configured
     /// (issue 3, "Seats"), in registry order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -90,6 +92,24 @@ pub struct SeatsSection {
 impl Default for SeatsSection {
     fn default() -> Self {
         SeatsSection { detect: true }
+    }
+}
+
+/// `[agents]`: how agent sessions are contained (issue 16).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsSection {
+    /// `namespace` (each agent in its own mount and PID namespace through
+    /// bubblewrap, where it works here) or `none`. Applies to the next
+    /// session started.
+    pub isolation: String,
+}
+
+impl Default for AgentsSection {
+    fn default() -> Self {
+        AgentsSection {
+            isolation: "namespace".into(),
+        }
     }
 }
 
@@ -624,6 +644,14 @@ impl FileConfig {
                 "socket",
                 "max_queued_bytes",
                 format!("expected 65536 to 1073741824, found {}", s.max_queued_bytes),
+            ));
+        }
+        let a = &self.agents;
+        if a.isolation != "namespace" && a.isolation != "none" {
+            return Err(bad(
+                "agents",
+                "isolation",
+                format!("expected namespace or none, found {:?}", a.isolation),
             ));
         }
         let p = &self.plugins;
@@ -1293,6 +1321,18 @@ mod tests {
         let text = "[socket]\nmax_connections = 0\n";
         let e = parse(text).unwrap().check(text).unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn agents_isolation_is_namespace_unless_set_to_none() {
+        assert_eq!(FileConfig::default().agents.isolation, "namespace");
+        let text = "[agents]\nisolation = \"none\"\n";
+        assert!(parse(text).unwrap().check(text).is_ok());
+        let text = "[agents]\nisolation = \"auto\"\n";
+        let e = parse(text).unwrap().check(text).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("agents.isolation"));
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("expected namespace or none"), "{e}");
     }
 
     #[test]

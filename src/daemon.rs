@@ -174,6 +174,7 @@ impl Daemon {
         let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
             crate::plugins::host::isolation_known(d, &probe);
             crate::lanes::controller::isolation_known(d, &probe);
+            crate::core::sessions::isolation_known(d, &probe);
         });
         if let Err(e) = probed {
             crate::error!(
@@ -182,6 +183,7 @@ impl Daemon {
             let none: crate::isolation::Probe = Err("the probe could not run".into());
             crate::plugins::host::isolation_known(&mut d, &none);
             crate::lanes::controller::isolation_known(&mut d, &none);
+            crate::core::sessions::isolation_known(&mut d, &none);
         }
         crate::core::start(&mut d);
         d.read_lanes_at_start();

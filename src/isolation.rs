@@ -7,8 +7,48 @@
 //! The probe starts a process and waits for it, so it runs once on its own
 //! thread after the daemon is ready (never on the start path, never on the
 //! reactor), and its answer is handed to the reactor.
+//!
+//! It also builds the namespace agents run in (issue 16, "Agents are
+//! contained"; `[agents] isolation`). Unlike a plugin or an acceptance
+//! command, an agent keeps the machine as the operator sees it: `/` is bound
+//! writable at the same paths (its worktree, the repository's `.git`, the
+//! operator's `~/.claude`, `~/.codex`, `~/.gitconfig`, `~/.ssh` and every
+//! file a task may name), and the network is shared. What would hand it the
+//! operator's powers is mounted over:
+//!
+//! - the daemon's state directory (ledger, `http.token`, keys) and the
+//!   socket's directory, each with an empty tmpfs; the HTTP token file too
+//!   when `[http] token_file` puts it elsewhere (an empty file over it). A
+//!   directory that holds the operator's home cannot be hidden whole without
+//!   hiding the home: then each entry it holds at spawn is covered instead
+//!   (the socket file, or the state directory's files);
+//! - the user's runtime directory (`$XDG_RUNTIME_DIR`, else
+//!   `/run/user/UID`), whole: the session bus (`bus`), the systemd user
+//!   manager (`systemd/`), and beside them container engines
+//!   (`docker.sock`, `podman/`), the keyring, gpg-agent and the display
+//!   server are each a way to run a command outside the daemon's tree or to
+//!   act as the operator. The agent gets an empty private one;
+//! - the tmux server directories `/tmp/tmux-UID` (and under `$TMUX_TMPDIR`
+//!   when the daemon has it): a tmux server runs any command it is sent. When
+//!   the directory does not exist yet the daemon creates it, mode 0700 as
+//!   tmux itself does, so that the agent cannot create it for the
+//!   operator's next server;
+//! - `/tmp/.X11-unix`, whose sockets let a client type into the operator's
+//!   terminals.
+//!
+//! A worktree inside a hidden directory is bound back on top. The agent has
+//! its own PID namespace (`--unshare-pid`, with a new `/proc`): without it
+//! `/proc/PID/root` of any process of the operator's leads back into the
+//! unhidden filesystem, socket included. Its own `/dev` (a new devpts, so
+//! the operator's terminals are not there), a new session (`--new-session`:
+//! no controlling terminal), no capabilities (`--cap-drop ALL`, which
+//! matters when the daemon runs as root), no new privileges (bwrap sets
+//! PR_SET_NO_NEW_PRIVS for every sandbox) and `--die-with-parent`. Every
+//! process the agent starts inherits all of it, and ends with it: the
+//! namespace's first process is bwrap's init, and the kernel kills what
+//! is left in a PID namespace when its init exits.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The result: the bwrap that works, or why there is none.
@@ -78,4 +118,394 @@ pub fn probe_later(
             inbox.run(move |d| done(d, r));
         })?;
     Ok(())
+}
+
+/// How agents run, decided from `[agents] isolation` and the probe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentSandbox {
+    /// The probe has not answered yet: spawns wait for it.
+    Pending,
+    /// In a namespace, through this bwrap.
+    Namespace(PathBuf),
+    /// Uncontained, and why.
+    Uncontained(String),
+}
+
+impl AgentSandbox {
+    pub fn decide(mode: &str, probe: Option<&Probe>) -> AgentSandbox {
+        if mode == "none" {
+            return AgentSandbox::Uncontained("agents.isolation is none".into());
+        }
+        match probe {
+            None => AgentSandbox::Pending,
+            Some(Ok(bwrap)) => AgentSandbox::Namespace(bwrap.clone()),
+            Some(Err(why)) => AgentSandbox::Uncontained(why.clone()),
+        }
+    }
+
+    /// The socket's and the command line's shape: `{"mode", "reason"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (mode, reason) = match self {
+            AgentSandbox::Pending => ("pending", None),
+            AgentSandbox::Namespace(_) => ("namespace", None),
+            AgentSandbox::Uncontained(why) => ("none", Some(why.as_str())),
+        };
+        serde_json::json!({"mode": mode, "reason": reason})
+    }
+}
+
+/// What an agent must not see (module comment): directories mounted over
+/// with an empty tmpfs and files covered by an empty one. The daemon's own
+/// directories are read-only as well, so that a write meant for them fails
+/// plainly instead of landing in a tmpfs nobody reads; the others (runtime
+/// and tmux directories) stay writable, private to the agent, so that it
+/// can run its own tmux or D-Bus.
+#[derive(Debug, Default, PartialEq)]
+pub struct Hidden {
+    pub dirs: Vec<PathBuf>,
+    pub read_only: Vec<PathBuf>,
+    pub files: Vec<PathBuf>,
+}
+
+/// Where the daemon keeps what an agent must not reach.
+pub struct DaemonPaths<'a> {
+    pub state_dir: &'a Path,
+    pub socket: &'a Path,
+    /// `[http] token_file` when it is set.
+    pub token_file: Option<&'a Path>,
+}
+
+/// Whether hiding `dir` whole would hide the operator's home (or all of `/`).
+fn holds_home(dir: &Path, home: Option<&Path>) -> bool {
+    dir == Path::new("/") || home.is_some_and(|h| h.starts_with(dir))
+}
+
+/// The parts of the daemon's environment that say where the user's
+/// services listen.
+#[derive(Debug, Clone, Default)]
+pub struct UserEnv {
+    pub home: Option<PathBuf>,
+    pub xdg_runtime_dir: Option<PathBuf>,
+    pub tmux_tmpdir: Option<PathBuf>,
+    pub uid: u32,
+}
+
+impl UserEnv {
+    pub fn from_process() -> UserEnv {
+        let path = |k: &str| {
+            std::env::var_os(k)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        UserEnv {
+            home: path("HOME"),
+            xdg_runtime_dir: path("XDG_RUNTIME_DIR"),
+            tmux_tmpdir: path("TMUX_TMPDIR"),
+            // SAFETY: getuid cannot fail and touches no memory.
+            uid: unsafe { libc::getuid() },
+        }
+    }
+}
+
+/// Collects what to hide for one agent, from the daemon's paths and the
+/// daemon's own environment. Creates a missing tmux directory (module
+/// comment); a failure to do so leaves it to bwrap, which then refuses to
+/// start, so that no agent runs with a tmux directory it could create.
+pub fn agent_hidden(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
+    let home = env.home.as_deref();
+    let uid = env.uid;
+    let mut h = Hidden::default();
+    let hide_dir = |h: &mut Hidden, dir: &Path, files_if_home: &[&Path]| {
+        if !holds_home(dir, home) {
+            h.dirs.push(dir.to_path_buf());
+            h.read_only.push(dir.to_path_buf());
+            return;
+        }
+        for f in files_if_home {
+            if f.exists() && !holds_home(f, home) {
+                if f.is_dir() {
+                    h.dirs.push(f.to_path_buf());
+                } else {
+                    h.files.push(f.to_path_buf());
+                }
+            }
+        }
+    };
+    let state_entries: Vec<PathBuf> = if holds_home(daemon.state_dir, home) {
+        std::fs::read_dir(daemon.state_dir)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let refs: Vec<&Path> = state_entries.iter().map(PathBuf::as_path).collect();
+    hide_dir(&mut h, daemon.state_dir, &refs);
+    if let Some(dir) = daemon.socket.parent() {
+        hide_dir(&mut h, dir, &[daemon.socket]);
+    }
+    if let Some(f) = daemon.token_file {
+        if f.exists() && !h.dirs.iter().any(|d| f.starts_with(d)) {
+            h.files.push(f.to_path_buf());
+        }
+    }
+    let runtime = env
+        .xdg_runtime_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}")));
+    if runtime.is_dir() && !holds_home(&runtime, home) {
+        h.dirs.push(runtime);
+    }
+    let mut tmux_bases = vec![PathBuf::from("/tmp")];
+    if let Some(t) = &env.tmux_tmpdir {
+        if t != Path::new("/tmp") && t.is_dir() {
+            tmux_bases.push(t.clone());
+        }
+    }
+    for base in tmux_bases {
+        let dir = base.join(format!("tmux-{uid}"));
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        }
+        h.dirs.push(dir);
+    }
+    let x11 = Path::new("/tmp/.X11-unix");
+    if x11.is_dir() {
+        h.dirs.push(x11.to_path_buf());
+    }
+    // One mount per directory: what lies inside a hidden one is hidden too.
+    let all = h.dirs.clone();
+    h.dirs = all
+        .iter()
+        .enumerate()
+        .filter(|(i, d)| {
+            !all.iter()
+                .enumerate()
+                .any(|(j, o)| (j < *i && o == *d) || (o != *d && d.starts_with(o)))
+        })
+        .map(|(_, d)| d.clone())
+        .collect();
+    let dirs = &h.dirs;
+    h.files.retain(|f| !dirs.iter().any(|d| f.starts_with(d)));
+    h.files.sort();
+    h.files.dedup();
+    h.read_only.retain(|r| dirs.contains(r));
+    h.read_only.dedup();
+    h
+}
+
+/// The command that runs `program` with `args` in the agent namespace of
+/// the module comment, in `cwd`. The caller sets the environment (bwrap
+/// hands it on unchanged).
+pub fn contain(bwrap: &Path, hidden: &Hidden, cwd: &Path, program: &Path) -> Command {
+    let mut c = Command::new(bwrap);
+    c.args([
+        "--bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "--new-session",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+    ]);
+    for d in &hidden.dirs {
+        // 0700 as the directories it covers are, and as tmux requires of
+        // the agent's own tmux directory.
+        c.args(["--perms", "0700", "--tmpfs"]).arg(d);
+    }
+    for f in &hidden.files {
+        c.arg("--ro-bind").arg("/dev/null").arg(f);
+    }
+    if hidden.dirs.iter().any(|d| cwd.starts_with(d)) {
+        c.arg("--bind").arg(cwd).arg(cwd);
+    }
+    for d in &hidden.read_only {
+        c.arg("--remount-ro").arg(d);
+    }
+    c.arg("--chdir").arg(cwd).arg("--").arg(program);
+    c.current_dir(cwd);
+    c
+}
+
+/// The process group of what runs inside an agent's namespace: bwrap's
+/// first child there leads a session of its own (`--new-session`), and the
+/// agent and its processes are in it. None before bwrap has forked, after
+/// it is gone, or where the kernel has no `/proc/PID/task/PID/children`.
+///
+/// A signal for the agent goes to this group, not to bwrap: bwrap does
+/// not pass signals on and dies of SIGTERM, and its child then gets the
+/// SIGKILL of `--die-with-parent`, so the agent would never get to end its
+/// turn cleanly. The namespace's init ignores what it has no handler for,
+/// so only the agent and its processes see the signal.
+pub fn inner_group(bwrap_pid: i32) -> Option<i32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{bwrap_pid}/task/{bwrap_pid}/children")).ok()?;
+    let inner: i32 = children.split_whitespace().next()?.parse().ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{inner}/stat")).ok()?;
+    // After the command name (which may hold spaces and parentheses):
+    // state, ppid, pgrp.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let (_state, ppid, pgrp) = (f.next()?, f.next()?, f.next()?);
+    (ppid.parse::<i32>().ok()? == bwrap_pid && pgrp.parse::<i32>().ok()? == inner).then_some(inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the system's temp dir, removed after.
+    struct Tmp(PathBuf);
+    impl Tmp {
+        fn new(tag: &str) -> Tmp {
+            let p = std::env::temp_dir().join(format!(
+                "omni-iso-{tag}-{}-{}",
+                std::process::id(),
+                crate::ids::prefixed_id("")
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Tmp(p.canonicalize().unwrap())
+        }
+    }
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_daemons_dirs_the_runtime_dir_and_tmux_are_hidden_once_each() {
+        let t = Tmp::new("dirs");
+        let (state, run, rt, tmx) = (
+            t.0.join("state"),
+            t.0.join("state/run"),
+            t.0.join("rt"),
+            t.0.join("tmx"),
+        );
+        for d in [&state, &run, &rt, &tmx] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let env = UserEnv {
+            home: Some(t.0.join("home")),
+            xdg_runtime_dir: Some(rt.clone()),
+            tmux_tmpdir: Some(tmx.clone()),
+            uid: 4242,
+        };
+        let h = agent_hidden(
+            &DaemonPaths {
+                state_dir: &state,
+                socket: &run.join("d.sock"),
+                token_file: None,
+            },
+            &env,
+        );
+        // The socket's directory lies in the state directory: one mount.
+        assert_eq!(
+            &h.dirs[..4],
+            &[
+                state.clone(),
+                rt,
+                PathBuf::from("/tmp/tmux-4242"),
+                tmx.join("tmux-4242")
+            ]
+        );
+        assert_eq!(h.read_only, vec![state]);
+        assert!(h.files.is_empty());
+        // The tmux directory was made as tmux makes it.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(tmx.join("tmux-4242"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let _ = std::fs::remove_dir("/tmp/tmux-4242");
+    }
+
+    #[test]
+    fn a_dir_holding_the_home_is_covered_entry_by_entry_never_the_home() {
+        let t = Tmp::new("home");
+        let home = t.0.join("op");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(t.0.join("http.token"), "secret").unwrap();
+        std::fs::create_dir_all(t.0.join("plugins")).unwrap();
+        std::fs::write(t.0.join("d.sock"), "").unwrap();
+        let env = UserEnv {
+            home: Some(home.clone()),
+            uid: 4243,
+            ..UserEnv::default()
+        };
+        let h = agent_hidden(
+            &DaemonPaths {
+                state_dir: &t.0,
+                socket: &t.0.join("d.sock"),
+                token_file: None,
+            },
+            &env,
+        );
+        assert!(!h.dirs.contains(&t.0) && !h.dirs.contains(&home), "{h:?}");
+        assert!(h.dirs.contains(&t.0.join("plugins")), "{h:?}");
+        assert!(h.files.contains(&t.0.join("http.token")), "{h:?}");
+        assert!(h.files.contains(&t.0.join("d.sock")), "{h:?}");
+        assert!(h.read_only.is_empty());
+        let _ = std::fs::remove_dir("/tmp/tmux-4243");
+    }
+
+    #[test]
+    fn a_worktree_inside_a_hidden_dir_is_bound_back_before_the_read_only_remount() {
+        let h = Hidden {
+            dirs: vec![PathBuf::from("/s"), PathBuf::from("/r")],
+            read_only: vec![PathBuf::from("/s")],
+            files: vec![PathBuf::from("/t/token")],
+        };
+        let c = contain(
+            Path::new("/usr/bin/bwrap"),
+            &h,
+            Path::new("/s/wt"),
+            Path::new("agent"),
+        );
+        let args: Vec<String> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |needle: &[&str]| {
+            args.windows(needle.len())
+                .position(|w| w == needle)
+                .unwrap_or_else(|| panic!("{needle:?} not in {args:?}"))
+        };
+        let tmpfs = at(&["--perms", "0700", "--tmpfs", "/s"]);
+        let bind = at(&["--bind", "/s/wt", "/s/wt"]);
+        let ro = at(&["--remount-ro", "/s"]);
+        assert!(tmpfs < bind && bind < ro, "{args:?}");
+        at(&["--ro-bind", "/dev/null", "/t/token"]);
+        at(&["--unshare-pid", "--new-session", "--die-with-parent"]);
+        at(&["--cap-drop", "ALL"]);
+        assert_eq!(&args[args.len() - 4..], ["--chdir", "/s/wt", "--", "agent"]);
+    }
+
+    #[test]
+    fn the_decision_follows_the_setting_then_the_probe() {
+        let ok: Probe = Ok(PathBuf::from("/usr/bin/bwrap"));
+        let no: Probe = Err("bubblewrap (bwrap) is not installed".into());
+        assert_eq!(
+            AgentSandbox::decide("none", Some(&ok)),
+            AgentSandbox::Uncontained("agents.isolation is none".into())
+        );
+        assert_eq!(
+            AgentSandbox::decide("namespace", None),
+            AgentSandbox::Pending
+        );
+        assert_eq!(
+            AgentSandbox::decide("namespace", Some(&ok)),
+            AgentSandbox::Namespace(PathBuf::from("/usr/bin/bwrap"))
+        );
+        assert_eq!(
+            AgentSandbox::decide("namespace", Some(&no)).to_json(),
+            serde_json::json!({"mode": "none", "reason": "bubblewrap (bwrap) is not installed"})
+        );
+    }
 }

@@ -835,6 +835,9 @@ fn an_agent_holding_the_token_cannot_answer_its_own_approval() {
         &script,
         &[("OMNI_HTTP", &addr), ("OMNI_TOKEN_FILE", &token)],
     );
+    // Uncontained: the namespace would hide the token (tests/containment.rs);
+    // here what the token alone allows an agent is tested.
+    cfg = format!("[agents]\nisolation = \"none\"\n\n{cfg}");
     // The agent's first step runs the helper, which holds the token.
     cfg = cfg.replace(
         "FAKE_SCRIPT = '[[",
@@ -923,6 +926,8 @@ fn an_agent_holding_the_token_reads_only_its_own_session() {
             ("OMNI_OUT", &out_s),
         ],
     );
+    // Uncontained, as above: the token must be readable for this test.
+    let cfg = format!("[agents]\nisolation = \"none\"\n\n{cfg}");
     let api = Api::start(&dir, &cfg, port);
     let body = json!({"harness": "fake", "worktree": api.wt, "prompt": "go"});
     let a = api.create(&uuid7(0, 1), &body).json()["id"]

@@ -683,9 +683,11 @@ fn a_task_request_waits_in_the_approvals_inbox_for_the_operator() {
         dir.join("seen.json"),
     );
     let rogue = json!([[{"spawn": ["python3", helper, "direct", ask_file, report_file.display().to_string()]}]]);
+    // Agents uncontained: the namespace would hide the socket from the rogue
+    // (tests/containment.rs); here the classification behind it is tested.
     let d = start_with_seats(
         &dir,
-        "",
+        "[agents]\nisolation = \"none\"\n",
         &[
             ("plain", json!([]), vec![]),
             ("rogue", rogue, vec![("OMNI_SOCKET", socket)]),
@@ -1624,7 +1626,13 @@ fn a_caller_inside_an_agent_session_gets_operator_only_for_each_operator_method(
     let helper = fixture("operator_only.py").display().to_string();
     let (ask_file, report) = (dir.join("ask.json"), dir.join("seen.json"));
     let rogue = json!([[{"run": ["python3", helper, ask_file.display().to_string(), report.display().to_string()]}]]);
-    let d = start_with_seats(&dir, "", &[("rogue", rogue, vec![("OMNI_SOCKET", socket)])]);
+    // Agents uncontained: the namespace would hide the socket from the rogue
+    // (tests/containment.rs); here the operator-only rule behind it is tested.
+    let d = start_with_seats(
+        &dir,
+        "[agents]\nisolation = \"none\"\n",
+        &[("rogue", rogue, vec![("OMNI_SOCKET", socket)])],
+    );
     let mut c = d.connect();
     install_approve(&mut c, &fixture("sample-py"));
     d.wait_log("plugin sample-py is running");

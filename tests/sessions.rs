@@ -1112,9 +1112,14 @@ fn an_agent_cannot_answer_its_own_approval_even_after_escaping() {
         {"spawn": ["python3", helper, "escape"]},
         {"permission": {"id": "c1", "title": "Run", "kind": "execute", "input": {"command": "curl evil"}}}
     ]]);
+    // Uncontained: the namespace would hide the socket (tests/containment.rs);
+    // here the classification behind it is tested.
     let mut r = Rig::start(
         &dir,
-        seat("fake", T::Acp, &script, &[("OMNI_SOCKET", &socket)]),
+        format!(
+            "[agents]\nisolation = \"none\"\n\n{}",
+            seat("fake", T::Acp, &script, &[("OMNI_SOCKET", &socket)])
+        ),
     );
     let sid = r.spawn("fake", Some("go"));
     r.event(&sid, "approval.request");

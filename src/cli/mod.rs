@@ -408,7 +408,18 @@ fn status(args: &Args) -> Result<(), Failure> {
         c["seats"]
     );
     println!("you are     {}", s(&info["caller"]["class"]));
+    println!("agents      {}", agent_isolation(&info["agent_isolation"]));
     Ok(())
+}
+
+/// How agents run, in words (`agent_isolation` of server.info and seats.list).
+pub fn agent_isolation(v: &Value) -> String {
+    match (v["mode"].as_str(), v["reason"].as_str()) {
+        (Some("namespace"), _) => "contained, each in its own namespace".into(),
+        (Some("pending"), _) => "not started until bubblewrap is probed".into(),
+        (_, Some(why)) => format!("uncontained: {why}"),
+        _ => "unknown".into(),
+    }
 }
 
 fn human_duration(ms: u64) -> String {

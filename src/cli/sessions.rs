@@ -60,6 +60,12 @@ pub fn seats(
             s(&seat["sign_in"])
         );
     }
+    if r["agent_isolation"]["mode"] == "none" {
+        println!(
+            "agents run {}",
+            super::agent_isolation(&r["agent_isolation"])
+        );
+    }
     Ok(())
 }
 

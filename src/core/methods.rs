@@ -108,7 +108,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 fn seats_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     let seats: Vec<Value> = d.core.seats.list.iter().map(|s| s.to_socket()).collect();
-    Ok(Some(json!({"seats": seats})))
+    Ok(Some(json!({
+        "seats": seats,
+        "agent_isolation": crate::core::sessions::sandbox(d).to_json(),
+    })))
 }
 
 fn seats_probe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {

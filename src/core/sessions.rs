@@ -21,6 +21,13 @@
 //! to its group, SIGKILL after `AGENT_KILL_GRACE_MS`); the session ends
 //! when it exits, with its code and signal.
 //!
+//! An agent runs in the namespace of `crate::isolation` unless `[agents]
+//! isolation` is `none` or bubblewrap cannot work here (then the log says
+//! so once, and `server.info` and `seats.list` report `agent_isolation`).
+//! A spawn that arrives before the machine's bubblewrap probe has answered
+//! waits for it (a few milliseconds after start), so that no agent starts
+//! uncontained only because it came early.
+//!
 //! A daemon stop SIGTERMs every agent without recording their ends; the
 //! next start reopens each live session whose agent gave an agent session
 //! id (ACP session/resume or session/load, stream-json `--resume`), after
@@ -337,6 +344,14 @@ pub struct Sessions {
     /// Committed deltas not sent yet, per session, in commit order.
     outbox: Vec<(String, Delta)>,
     stopping: bool,
+    /// The machine's bubblewrap probe, once it has answered.
+    probe: Option<crate::isolation::Probe>,
+    /// Starts waiting for the probe (module comment); with the sessions
+    /// held, at most `MAX_SESSIONS`.
+    waiting: Vec<(Start, Reply)>,
+    /// A restore asked for before the probe answered: it runs once the
+    /// probe has, so that `then` sees the reopened sessions in place.
+    restore_waiting: Option<(HashSet<String>, fn(&mut Daemon))>,
 }
 
 impl Sessions {
@@ -632,7 +647,7 @@ pub fn spawn(
         for id in d.core.sessions.evict_ended(limits::SESSIONS_ENDED_KEPT) {
             crate::debug!("session {id}: ended, no longer held in memory");
         }
-        if d.core.sessions.len() >= limits::MAX_SESSIONS {
+        if d.core.sessions.len() + d.core.sessions.waiting.len() >= limits::MAX_SESSIONS {
             return Err(RpcError::new(
                 Code::TooManySessions,
                 format!("the daemon holds {} sessions already", limits::MAX_SESSIONS),
@@ -681,8 +696,76 @@ pub fn spawn(
 
 type Reply = Box<dyn FnOnce(&mut Daemon, Result<Value, RpcError>)>;
 
+/// How agents run now: `[agents] isolation` and the probe.
+pub fn sandbox(d: &Daemon) -> crate::isolation::AgentSandbox {
+    crate::isolation::AgentSandbox::decide(&d.cfg.agents.isolation, d.core.sessions.probe.as_ref())
+}
+
+/// The machine's bubblewrap probe answered: say how agents run, then start
+/// the sessions that waited for it.
+pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
+    d.core.sessions.probe = Some(probe.clone());
+    match sandbox(d) {
+        crate::isolation::AgentSandbox::Namespace(bwrap) => crate::info!(
+            "agents run contained, in a namespace of {}",
+            bwrap.display()
+        ),
+        crate::isolation::AgentSandbox::Uncontained(why) if d.cfg.agents.isolation == "none" => {
+            crate::info!("agents run uncontained: {why}")
+        }
+        crate::isolation::AgentSandbox::Uncontained(why) => {
+            crate::warn!("agents run uncontained, with every power of the operator's user: {why}")
+        }
+        crate::isolation::AgentSandbox::Pending => {}
+    }
+    for (st, then) in std::mem::take(&mut d.core.sessions.waiting) {
+        if d.is_stopping() {
+            then(
+                d,
+                Err(RpcError::new(
+                    Code::ShuttingDown,
+                    "the daemon is stopping".to_string(),
+                )),
+            );
+        } else {
+            launch(d, st, then);
+        }
+    }
+    if let Some((not_needed, then)) = d.core.sessions.restore_waiting.take() {
+        restore(d, not_needed, then);
+    }
+}
+
+/// The command that starts a seat's agent, in its namespace when agents
+/// are contained.
+fn agent_command(
+    d: &Daemon,
+    sandbox: &crate::isolation::AgentSandbox,
+    program: &std::path::Path,
+    cwd: &std::path::Path,
+) -> Command {
+    let crate::isolation::AgentSandbox::Namespace(bwrap) = sandbox else {
+        return Command::new(program);
+    };
+    let token = std::path::Path::new(&d.cfg.http.token_file);
+    let hidden = crate::isolation::agent_hidden(
+        &crate::isolation::DaemonPaths {
+            state_dir: &d.paths.state_dir,
+            socket: &d.paths.socket,
+            token_file: token.is_absolute().then_some(token),
+        },
+        &crate::isolation::UserEnv::from_process(),
+    );
+    crate::isolation::contain(bwrap, &hidden, cwd, program)
+}
+
 /// Starts the agent of a new or reopened session and records it.
 fn launch(d: &mut Daemon, st: Start, then: Reply) {
+    let sandbox = sandbox(d);
+    if sandbox == crate::isolation::AgentSandbox::Pending {
+        d.core.sessions.waiting.push((st, then));
+        return;
+    }
     let Some(seat) = d.core.seats.get(&st.harness).cloned() else {
         then(
             d,
@@ -697,7 +780,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         .program
         .clone()
         .unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
-    let mut cmd = Command::new(&program);
+    let mut cmd = agent_command(d, &sandbox, &program, &st.cwd);
     cmd.args(&seat.cfg.args);
     if seat.transport == Transport::StreamJson {
         cmd.args(stream_json::BASE_ARGS);
@@ -731,6 +814,10 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
             return;
         }
     };
+    let contained = matches!(sandbox, crate::isolation::AgentSandbox::Namespace(_));
+    if contained {
+        d.children.set_sandboxed(child);
+    }
     let driver = match seat.transport {
         Transport::Acp => Driver::Acp(AcpClient::new(AcpConfig {
             worktree: st.cwd.clone(),
@@ -791,14 +878,19 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
     };
     let sid = st.id.clone();
     crate::info!(
-        "session {sid}: {} {} (pid {pid}) in {}",
+        "session {sid}: {} {} (pid {pid}) in {}, {}",
         if st.reopen.is_some() {
             "reopened"
         } else {
             "started"
         },
         seat.cfg.harness,
-        st.cwd.display()
+        st.cwd.display(),
+        if contained {
+            "contained"
+        } else {
+            "uncontained"
+        }
     );
     let mut fx = Effects::default();
     if st.restored.is_none() {
@@ -1431,6 +1523,11 @@ pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
     let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else {
         return;
     };
+    let status = if d.children.is_sandboxed(child) {
+        status.through_bwrap()
+    } else {
+        status
+    };
     if d.children.stdout_open(child) {
         // Lines it wrote before exiting are still in the pipe: finish when
         // stdout closes, or after the grace period if a descendant holds it.
@@ -1609,6 +1706,15 @@ pub fn not_found(sid: &str) -> RpcError {
 /// SIGTERM to every agent; their exits are not recorded (module comment).
 pub fn stop_all(d: &mut Daemon) {
     d.core.sessions.stopping = true;
+    for (_, then) in std::mem::take(&mut d.core.sessions.waiting) {
+        then(
+            d,
+            Err(RpcError::new(
+                Code::ShuttingDown,
+                "the daemon is stopping".to_string(),
+            )),
+        );
+    }
     let ids: Vec<String> = d
         .core
         .sessions
@@ -1627,8 +1733,13 @@ pub fn stop_all(d: &mut Daemon) {
 /// `not_needed`: whoever started them (a lane that starts its verification
 /// over) will not use them again, so they end instead of starting an agent
 /// only to stop it. `then` runs once the reopened sessions are in place (or
-/// the read failed).
+/// the read failed); before the bubblewrap probe answers, agents cannot
+/// start, so the restore waits for it (`isolation_known`).
 pub fn restore(d: &mut Daemon, not_needed: HashSet<String>, then: fn(&mut Daemon)) {
+    if sandbox(d) == crate::isolation::AgentSandbox::Pending {
+        d.core.sessions.restore_waiting = Some((not_needed, then));
+        return;
+    }
     let inbox = d.inbox.clone();
     let queued = d.ledger.read(Box::new(move |conn| {
         let rows = read_live(conn);

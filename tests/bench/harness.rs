@@ -12,6 +12,7 @@
 
 mod append;
 mod callgrind;
+mod contain_bench;
 mod fanout;
 mod http_bench;
 mod idle;
@@ -46,6 +47,7 @@ fn main() {
     plugins_bench::run();
     lanes_bench::run();
     http_bench::run();
+    contain_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
