@@ -351,7 +351,7 @@ pub struct Sessions {
     waiting: Vec<(Start, Reply)>,
     /// A restore asked for before the probe answered: it runs once the
     /// probe has, so that `then` sees the reopened sessions in place.
-    restore_waiting: Option<(HashSet<String>, fn(&mut Daemon))>,
+    restore_waiting: Option<Restore>,
 }
 
 impl Sessions {
@@ -695,6 +695,9 @@ pub fn spawn(
 }
 
 type Reply = Box<dyn FnOnce(&mut Daemon, Result<Value, RpcError>)>;
+
+/// A restore's arguments: the sessions not to reopen, and what runs after.
+type Restore = (HashSet<String>, fn(&mut Daemon));
 
 /// How agents run now: `[agents] isolation` and the probe.
 pub fn sandbox(d: &Daemon) -> crate::isolation::AgentSandbox {
