@@ -36,6 +36,12 @@
 //! - `/tmp/.X11-unix`, whose sockets let a client type into the operator's
 //!   terminals.
 //!
+//! What is hidden (`hidden_for`, `Hidden::mount`) is the same set for the
+//! two other sandboxes, acceptance commands (`crate::lanes::check`) and
+//! plugins (`crate::plugins::process`), each of which keeps only what it
+//! would show in the first place (`Hidden::shown_where`) and binds back
+//! what it needs on top: one computation, so that the three cannot drift.
+//!
 //! A worktree inside a hidden directory is bound back on top. The agent has
 //! its own PID namespace (`--unshare-pid`, with a new `/proc`): without it
 //! `/proc/PID/root` of any process of the operator's leads back into the
