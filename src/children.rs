@@ -159,25 +159,16 @@ impl Children {
         // controlling terminal, so it cannot TIOCSTI keystrokes into the
         // daemon's one. setsid also makes it a group leader (pgid == pid),
         // which `signal`'s killpg relies on.
-        // The daemon blocks the signals it reads through its signal thread
-        // (`crate::signals`), and a blocked mask survives fork and exec: a
-        // child would start with SIGTERM blocked and never see the SIGTERM
-        // of a stop (bash cannot even trap it), only the SIGKILL after the
-        // grace period. So the child starts with nothing blocked.
+        // The child starts with no signal blocked, whatever the daemon
+        // blocks for its signal thread (`crate::signals`).
         // SAFETY: the closure runs between fork and exec and calls only
-        // setsid, sigemptyset and sigprocmask, which are async-signal-safe,
-        // on a set on its own stack.
+        // setsid and `unblock_in_child`, which are async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-                libc::sigemptyset(none.as_mut_ptr());
-                if libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut()) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
+                crate::signals::unblock_in_child()
             });
         }
         let mut child = cmd.spawn()?;

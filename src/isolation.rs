@@ -36,6 +36,12 @@
 //! - `/tmp/.X11-unix`, whose sockets let a client type into the operator's
 //!   terminals.
 //!
+//! What is hidden (`hidden_for`, `Hidden::mount`) is the same set for the
+//! two other sandboxes, acceptance commands (`crate::lanes::check`) and
+//! plugins (`crate::plugins::process`), each of which keeps only what it
+//! would show in the first place (`Hidden::shown_where`) and binds back
+//! what it needs on top: one computation, so that the three cannot drift.
+//!
 //! A worktree inside a hidden directory is bound back on top. The agent has
 //! its own PID namespace (`--unshare-pid`, with a new `/proc`): without it
 //! `/proc/PID/root` of any process of the operator's leads back into the
@@ -154,13 +160,14 @@ impl AgentSandbox {
     }
 }
 
-/// What an agent must not see (module comment): directories mounted over
+/// What no process the daemon sandboxes may see (module comment): agents,
+/// acceptance commands and plugins alike. Directories are mounted over
 /// with an empty tmpfs and files covered by an empty one. The daemon's own
 /// directories are read-only as well, so that a write meant for them fails
 /// plainly instead of landing in a tmpfs nobody reads; the others (runtime
-/// and tmux directories) stay writable, private to the agent, so that it
-/// can run its own tmux or D-Bus.
-#[derive(Debug, Default, PartialEq)]
+/// and tmux directories) stay writable, private to the sandbox, so that an
+/// agent can run its own tmux or D-Bus.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Hidden {
     pub dirs: Vec<PathBuf>,
     pub read_only: Vec<PathBuf>,
@@ -207,11 +214,11 @@ impl UserEnv {
     }
 }
 
-/// Collects what to hide for one agent, from the daemon's paths and the
+/// Collects what to hide from a sandbox, from the daemon's paths and the
 /// daemon's own environment. Creates a missing tmux directory (module
 /// comment); a failure to do so leaves it to bwrap, which then refuses to
 /// start, so that no agent runs with a tmux directory it could create.
-pub fn agent_hidden(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
+pub fn hidden_paths(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
     let home = env.home.as_deref();
     let uid = env.uid;
     let mut h = Hidden::default();
@@ -294,6 +301,74 @@ pub fn agent_hidden(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
     h
 }
 
+/// What the daemon `d` hides from every sandbox, from its paths, its
+/// `[http] token_file` and its environment: the one computation agents,
+/// acceptance commands and plugins share. On the reactor: it reads at most
+/// the state directory's listing.
+pub fn hidden_for(d: &crate::daemon::Daemon) -> Hidden {
+    let token = Path::new(&d.cfg.http.token_file);
+    hidden_paths(
+        &DaemonPaths {
+            state_dir: &d.paths.state_dir,
+            socket: &d.paths.socket,
+            token_file: token.is_absolute().then_some(token),
+        },
+        &UserEnv::from_process(),
+    )
+}
+
+/// Whether a path bound back into a sandbox may be written there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    ReadOnly,
+    Writable,
+}
+
+impl Hidden {
+    /// Only what a sandbox shows in the first place, as `shown` says: a
+    /// sandbox that binds a few system folders need not cover what it
+    /// never binds, and one with a private `/tmp` need not cover what lies
+    /// there.
+    pub fn shown_where(&self, shown: impl Fn(&Path) -> bool) -> Hidden {
+        let keep = |v: &Vec<PathBuf>| v.iter().filter(|p| shown(p)).cloned().collect();
+        Hidden {
+            dirs: keep(&self.dirs),
+            read_only: keep(&self.read_only),
+            files: keep(&self.files),
+        }
+    }
+
+    /// Appends to a bwrap command line, after what the sandbox binds of the
+    /// machine: an empty tmpfs over each hidden directory, `/dev/null` over
+    /// each hidden file, then each of `back` bound again at its own path
+    /// (parents before what they hold, so that a deeper bind is not covered
+    /// by a shallower one), then the daemon's own directories remounted
+    /// read-only. That remount is bwrap's non-recursive one: what `back`
+    /// bound inside keeps its own access.
+    pub fn mount(&self, c: &mut Command, back: &[(&Path, Access)]) {
+        for d in &self.dirs {
+            // 0700 as the directories it covers are, and as tmux requires
+            // of an agent's own tmux directory.
+            c.args(["--perms", "0700", "--tmpfs"]).arg(d);
+        }
+        for f in &self.files {
+            c.arg("--ro-bind").arg("/dev/null").arg(f);
+        }
+        let mut back = back.to_vec();
+        back.sort_by_key(|(p, _)| p.components().count());
+        for (p, access) in back {
+            let how = match access {
+                Access::ReadOnly => "--ro-bind",
+                Access::Writable => "--bind",
+            };
+            c.arg(how).arg(p).arg(p);
+        }
+        for d in &self.read_only {
+            c.arg("--remount-ro").arg(d);
+        }
+    }
+}
+
 /// The command that runs `program` with `args` in the agent namespace of
 /// the module comment, in `cwd`. The caller sets the environment (bwrap
 /// hands it on unchanged).
@@ -313,20 +388,13 @@ pub fn contain(bwrap: &Path, hidden: &Hidden, cwd: &Path, program: &Path) -> Com
         "--cap-drop",
         "ALL",
     ]);
-    for d in &hidden.dirs {
-        // 0700 as the directories it covers are, and as tmux requires of
-        // the agent's own tmux directory.
-        c.args(["--perms", "0700", "--tmpfs"]).arg(d);
-    }
-    for f in &hidden.files {
-        c.arg("--ro-bind").arg("/dev/null").arg(f);
-    }
-    if hidden.dirs.iter().any(|d| cwd.starts_with(d)) {
-        c.arg("--bind").arg(cwd).arg(cwd);
-    }
-    for d in &hidden.read_only {
-        c.arg("--remount-ro").arg(d);
-    }
+    let inside = hidden.dirs.iter().any(|d| cwd.starts_with(d));
+    let back: &[(&Path, Access)] = if inside {
+        &[(cwd, Access::Writable)]
+    } else {
+        &[]
+    };
+    hidden.mount(&mut c, back);
     c.arg("--chdir").arg(cwd).arg("--").arg(program);
     c.current_dir(cwd);
     c
@@ -396,7 +464,7 @@ mod tests {
             tmux_tmpdir: Some(tmx.clone()),
             uid: 4242,
         };
-        let h = agent_hidden(
+        let h = hidden_paths(
             &DaemonPaths {
                 state_dir: &state,
                 socket: &run.join("d.sock"),
@@ -439,7 +507,7 @@ mod tests {
             uid: 4243,
             ..UserEnv::default()
         };
-        let h = agent_hidden(
+        let h = hidden_paths(
             &DaemonPaths {
                 state_dir: &t.0,
                 socket: &t.0.join("d.sock"),
@@ -468,10 +536,7 @@ mod tests {
             Path::new("/s/wt"),
             Path::new("agent"),
         );
-        let args: Vec<String> = c
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = args(&c);
         let at = |needle: &[&str]| {
             args.windows(needle.len())
                 .position(|w| w == needle)
@@ -485,6 +550,58 @@ mod tests {
         at(&["--unshare-pid", "--new-session", "--die-with-parent"]);
         at(&["--cap-drop", "ALL"]);
         assert_eq!(&args[args.len() - 4..], ["--chdir", "/s/wt", "--", "agent"]);
+    }
+
+    fn args(c: &Command) -> Vec<String> {
+        c.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_sandbox_covers_only_what_it_shows_and_binds_parents_first() {
+        let h = Hidden {
+            dirs: vec![PathBuf::from("/opt/s"), PathBuf::from("/run/user/7")],
+            read_only: vec![PathBuf::from("/opt/s")],
+            files: vec![PathBuf::from("/etc/t/token"), PathBuf::from("/tmp/x")],
+        };
+        let shown = h.shown_where(|p| p.starts_with("/opt") || p.starts_with("/etc"));
+        assert_eq!(
+            shown,
+            Hidden {
+                dirs: vec![PathBuf::from("/opt/s")],
+                read_only: vec![PathBuf::from("/opt/s")],
+                files: vec![PathBuf::from("/etc/t/token")],
+            }
+        );
+        let mut c = Command::new("bwrap");
+        shown.mount(
+            &mut c,
+            &[
+                (Path::new("/opt/s/lanes/co-1"), Access::Writable),
+                (Path::new("/opt/s"), Access::ReadOnly),
+            ],
+        );
+        assert_eq!(
+            args(&c),
+            [
+                "--perms",
+                "0700",
+                "--tmpfs",
+                "/opt/s",
+                "--ro-bind",
+                "/dev/null",
+                "/etc/t/token",
+                "--ro-bind",
+                "/opt/s",
+                "/opt/s",
+                "--bind",
+                "/opt/s/lanes/co-1",
+                "/opt/s/lanes/co-1",
+                "--remount-ro",
+                "/opt/s"
+            ]
+        );
     }
 
     #[test]

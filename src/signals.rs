@@ -2,8 +2,16 @@
 //! thread before it starts any, and one thread named `signals` takes them with
 //! sigwait and hands each to the reactor as a message (DESIGN.md: "a signal
 //! thread sets a flag and wakes the loop"). No handler runs in signal context,
-//! so nothing here needs to be async-signal-safe. Children get a clean mask
-//! back from std's spawn, which resets it before exec.
+//! so nothing here needs to be async-signal-safe, except
+//! [`unblock_in_child`].
+//!
+//! A blocked mask survives fork and exec: a child of the daemon would start
+//! with SIGTERM blocked and never see the SIGTERM of a stop (bash cannot
+//! even trap it), only the SIGKILL after the grace period. std's spawn
+//! empties the mask today, but its documentation does not promise it, so
+//! every process the daemon starts (agents and tools through
+//! `crate::children`, plugins, acceptance commands) empties it itself,
+//! through [`unblock_in_child`] in its `pre_exec`.
 
 use std::mem::MaybeUninit;
 
@@ -51,4 +59,24 @@ pub fn spawn(deliver: impl Fn(libc::c_int) + Send + 'static) -> std::io::Result<
             }
         })?;
     Ok(())
+}
+
+/// Empties the calling thread's signal mask. Only for a `pre_exec`
+/// closure, between fork and exec (module comment): in the daemon itself
+/// it would let the watched signals reach a thread other than `signals`.
+/// Async-signal-safe: it calls only sigemptyset and sigprocmask, on a set
+/// on its own stack.
+pub fn unblock_in_child() -> std::io::Result<()> {
+    let mut none = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set before sigprocmask reads it;
+    // a null old-set pointer is allowed.
+    let r = unsafe {
+        libc::sigemptyset(none.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut())
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }

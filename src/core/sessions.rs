@@ -750,15 +750,7 @@ fn agent_command(
     let crate::isolation::AgentSandbox::Namespace(bwrap) = sandbox else {
         return Command::new(program);
     };
-    let token = std::path::Path::new(&d.cfg.http.token_file);
-    let hidden = crate::isolation::agent_hidden(
-        &crate::isolation::DaemonPaths {
-            state_dir: &d.paths.state_dir,
-            socket: &d.paths.socket,
-            token_file: token.is_absolute().then_some(token),
-        },
-        &crate::isolation::UserEnv::from_process(),
-    );
+    let hidden = crate::isolation::hidden_for(d);
     crate::isolation::contain(bwrap, &hidden, cwd, program)
 }
 

@@ -4,11 +4,31 @@
 //!
 //! Isolation is bubblewrap: the whole system read-only, the checkout the
 //! only writable path, a private /tmp and HOME, new namespaces for
-//! everything including the network (so no network), a new session, and
-//! `--die-with-parent`. Where bwrap is missing or cannot create namespaces
-//! on this machine, the daemon's probe (`crate::isolation`) says so and the lane refuses the
-//! task with `isolation-missing` unless the operator configured
+//! everything including the network (so no network), a new session, no
+//! capabilities (`--cap-drop ALL`: bwrap keeps root's otherwise, enough to
+//! unmount what covers a secret) and `--die-with-parent`. Where bwrap is
+//! missing or cannot create namespaces on this machine, the daemon's probe
+//! (`crate::isolation`) says so and the lane refuses the task with
+//! `isolation-missing` unless the operator configured
 //! `lanes.require_isolation = false`.
+//!
+//! A read-only root still lets a process read files and connect to
+//! sockets, so what the daemon hides from agents (`crate::isolation::
+//! hidden_for`: its state directory with the ledger and `http.token`, its
+//! socket, the user's runtime directory with the session bus and systemd,
+//! tmux and X11 sockets) is mounted over here too, and the checkout, which
+//! lives in the state directory (`STATE/lanes/co-*`), bound back on top.
+//!
+//! The checkout is a worktree of the lane's repository: its `.git` names a
+//! directory in the repository's common git directory. That directory is
+//! bound read-only at its own path, so that git works in the check even
+//! when the repository lies under /tmp (which the private /tmp would hide),
+//! and so that a check cannot move the repository's refs or write objects.
+//! Read-only includes the checkout's own admin directory
+//! (`.git/worktrees/NAME`, its HEAD and index): `git status`, `git diff`
+//! and `git log` work without writing (git skips refreshing an index it
+//! cannot lock), while `git commit`, `git checkout` or `git stash` in a
+//! check fail. A check is a test of one commit, not a place to make more.
 //!
 //! This runs on a lane worker thread: it waits for its own child (never the
 //! reactor, which reaps only its own) with poll on a pidfd and the output
@@ -22,6 +42,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::errors::io_cause;
+use crate::isolation::{Access, Hidden};
 
 /// How the check is contained.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +87,8 @@ pub struct Spec<'a> {
     pub command: &'a str,
     pub timeout: Duration,
     pub isolation: &'a Isolation,
+    /// What the daemon hides from every sandbox (`crate::isolation`).
+    pub hidden: &'a Hidden,
     pub tail_bytes: usize,
 }
 
@@ -95,14 +118,23 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
                 "/proc",
                 "--tmpfs",
                 "/tmp",
-            ])
-            .arg("--bind")
-            .arg(checkout)
-            .arg(checkout)
-            .args([
+            ]);
+            // The checkout's git directory lies in the repository's, which
+            // the private /tmp hides when the repository is under /tmp.
+            let common = crate::lanes::git::common_dir(checkout).ok();
+            let mut back = vec![(checkout, Access::Writable)];
+            if let Some(g) = common.as_deref().filter(|g| !g.starts_with(checkout)) {
+                back.push((g, Access::ReadOnly));
+            }
+            spec.hidden
+                .shown_where(|p| !p.starts_with("/tmp"))
+                .mount(&mut c, &back);
+            c.args([
                 "--unshare-all",
                 "--die-with-parent",
                 "--new-session",
+                "--cap-drop",
+                "ALL",
                 "--chdir",
             ])
             .arg(checkout)
@@ -132,14 +164,15 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
         .stdin(Stdio::null());
     // A new session (pgid == pid, no controlling terminal): the command
     // cannot TIOCSTI into the daemon's terminal, and killpg still reaches it.
-    // SAFETY: the closure runs between fork and exec and calls only setsid,
-    // which is async-signal-safe.
+    // No signal blocked, whatever the daemon blocks (signals.rs).
+    // SAFETY: the closure runs between fork and exec and calls only setsid
+    // and `unblock_in_child`, which are async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            crate::signals::unblock_in_child()
         });
     }
     let (read_end, write_end) =
@@ -263,12 +296,19 @@ mod need;
 mod tests {
     use super::*;
 
+    static NOTHING: Hidden = Hidden {
+        dirs: Vec::new(),
+        read_only: Vec::new(),
+        files: Vec::new(),
+    };
+
     fn spec<'a>(dir: &'a Path, cmd: &'a str, iso: &'a Isolation, secs: u64) -> Spec<'a> {
         Spec {
             checkout: dir,
             command: cmd,
             timeout: Duration::from_secs(secs),
             isolation: iso,
+            hidden: &NOTHING,
             tail_bytes: 64,
         }
     }

@@ -1017,6 +1017,10 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
     let command = l.task.acceptance_command.clone();
     let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
     let lid = l.id.clone();
+    let hidden = match isolation {
+        Isolation::Bwrap(_) => crate::isolation::hidden_for(d),
+        Isolation::Unisolated => crate::isolation::Hidden::default(),
+    };
     let (used, undo) = (checkout.clone(), checkout.clone());
     d.lanes.pool.use_start(&used);
     let queued = job(
@@ -1028,6 +1032,7 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
                 command: &command,
                 timeout,
                 isolation: &isolation,
+                hidden: &hidden,
                 tail_bytes: limits::LANE_CHECK_TAIL_BYTES,
             })
         },

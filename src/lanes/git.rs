@@ -218,13 +218,21 @@ fn move_exactly(path: &Path, commit: &str) -> Result<()> {
     run(&format!("unable to clean {}", path.display()), c).map(drop)
 }
 
+/// The common git directory of the checkout that holds `dir`, absolute:
+/// `<repo>/.git` for a worktree of a repository, where its objects and
+/// refs are and, under `worktrees/`, the worktree's own HEAD and index.
+pub fn common_dir(dir: &Path) -> Result<PathBuf> {
+    let mut c = git(dir);
+    c.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    Ok(PathBuf::from(
+        run(&format!("{} is not a git checkout", dir.display()), c)?.trim(),
+    ))
+}
+
 /// The repository a worktree belongs to: the folder holding its common git
 /// directory (`<repo>/.git`), or that directory itself for a bare one.
 pub fn repository_of(worktree: &Path) -> Result<PathBuf> {
-    let mut c = git(worktree);
-    c.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
-    let common =
-        PathBuf::from(run(&format!("{} is not a git checkout", worktree.display()), c)?.trim());
+    let common = common_dir(worktree)?;
     Ok(if common.file_name().is_some_and(|n| n == ".git") {
         common.parent().map(Path::to_path_buf).unwrap_or(common)
     } else {

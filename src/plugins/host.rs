@@ -601,6 +601,10 @@ pub fn start(d: &mut Daemon, id: &str) {
             return;
         }
     };
+    let hidden = match d.plugins.isolation.bwrap {
+        Some(_) => crate::isolation::hidden_for(d),
+        None => crate::isolation::Hidden::default(),
+    };
     let cmd = process::command(
         &d.cfg.plugins,
         &d.plugins.isolation,
@@ -608,6 +612,7 @@ pub fn start(d: &mut Daemon, id: &str) {
             copy: &copy,
             work: &work,
             main: &main,
+            hidden: &hidden,
         },
     );
     let cmd = match cmd {

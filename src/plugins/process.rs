@@ -12,8 +12,14 @@
 //!   installed copy read-only at the same path, its working directory
 //!   writable, a private `/tmp`, a new `/proc` and `/dev`, no network, and
 //!   nothing else of the machine: no home, no state directory, no daemon
-//!   socket. `--die-with-parent` and the pid namespace end every process of
-//!   the plugin with it. Where bwrap is missing or cannot create namespaces
+//!   socket, no runtime directory. What the daemon hides from agents
+//!   (`crate::isolation::hidden_for`) is hidden here too where it lies in
+//!   a bound folder (a state directory under `/opt`, a token file under
+//!   `/etc`): an empty tmpfs over it, its copy and working directory bound
+//!   back on top. No capabilities (`--cap-drop ALL`, which matters when the
+//!   daemon runs as root: bwrap keeps root's otherwise, enough to unmount
+//!   what covers a secret), a new session, and `--die-with-parent` and the
+//!   pid namespace end every process of the plugin with it. Where bwrap is missing or cannot create namespaces
 //!   the plugin runs unisolated; the log says so at start and each
 //!   plugin's stderrTail starts with one line saying so.
 //! - Environment: PATH, HOME (the working directory), TMPDIR, LANG; nothing
@@ -33,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::config::PluginsSection;
+use crate::isolation::{Access, Hidden};
 
 /// Whether plugins run sandboxed, decided once at start.
 #[derive(Debug, Clone)]
@@ -88,6 +95,8 @@ pub struct Spec<'a> {
     pub copy: &'a Path,
     pub work: &'a Path,
     pub main: &'a str,
+    /// What the daemon hides from every sandbox (`crate::isolation`).
+    pub hidden: &'a Hidden,
 }
 
 /// Builds the command of a plugin (module comment); `Err` says why it
@@ -138,9 +147,13 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
                 "--tmpfs",
                 "/tmp",
             ]);
+            // What of the machine the plugin sees, to cover what of it the
+            // daemon hides.
+            let mut shown: Vec<PathBuf> = Vec::new();
             for d in ["/usr", "/etc", "/opt"] {
                 if Path::new(d).is_dir() {
                     c.args(["--ro-bind", d, d]);
+                    shown.push(d.into());
                 }
             }
             for d in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
@@ -150,6 +163,7 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
                     }
                     Err(_) if Path::new(d).is_dir() => {
                         c.args(["--ro-bind", d, d]);
+                        shown.push(d.into());
                     }
                     Err(_) => {}
                 }
@@ -160,10 +174,16 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
                     .any(|p| i.starts_with(p))
                 {
                     c.arg("--ro-bind").arg(i).arg(i);
+                    shown.push(i.clone());
                 }
             }
-            c.arg("--ro-bind").arg(spec.copy).arg(spec.copy);
-            c.arg("--bind").arg(spec.work).arg(spec.work);
+            spec.hidden
+                .shown_where(|p| shown.iter().any(|s| p.starts_with(s) || s.starts_with(p)))
+                .mount(
+                    &mut c,
+                    &[(spec.copy, Access::ReadOnly), (spec.work, Access::Writable)],
+                );
+            c.args(["--cap-drop", "ALL"]);
             c.arg("--chdir").arg(spec.work);
             c.arg("--");
             c.args(&argv);
@@ -182,20 +202,12 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
         .env("TMPDIR", "/tmp")
         .env("LANG", "C.UTF-8");
     let bytes = cfg.memory_mb.saturating_mul(1024 * 1024);
+    // The host starts this command through `Children::spawn`, which gives
+    // it a session of its own and an empty signal mask (signals.rs).
     // SAFETY: the closure runs between fork and exec and calls only
-    // sigemptyset, sigprocmask and setrlimit, which are async-signal-safe,
-    // on its own stack values.
+    // setrlimit, which is async-signal-safe, on its own stack values.
     unsafe {
         cmd.pre_exec(move || {
-            // The daemon blocks SIGTERM, SIGINT, SIGHUP and SIGCHLD in every
-            // thread (signals.rs) and a child inherits the mask through
-            // exec: without this the page's SIGTERM, two seconds after
-            // shutdown, would stay pending until the SIGKILL.
-            let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(none.as_mut_ptr());
-            if libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
             let lim = libc::rlimit {
                 rlim_cur: bytes as libc::rlim_t,
                 rlim_max: bytes as libc::rlim_t,
@@ -294,4 +306,65 @@ pub fn looks_out_of_memory(stderr_tail: &str) -> bool {
     ]
     .iter()
     .any(|w| stderr_tail.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_in_a_bound_folder_is_covered_and_the_copy_bound_back() {
+        let tmp = crate::testutil::TempDir::new("plugcmd");
+        let copy = tmp.path().join("copy");
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&copy).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        // A main that runs directly: no interpreter to look up.
+        let main = copy.join("main");
+        std::fs::write(&main, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&main, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A state directory under /opt, as a system service might have it,
+        // and a runtime directory the plugin never sees anyway.
+        let hidden = Hidden {
+            dirs: vec![PathBuf::from("/opt/omni"), PathBuf::from("/run/user/7")],
+            read_only: vec![PathBuf::from("/opt/omni")],
+            files: vec![],
+        };
+        let iso = Isolation {
+            bwrap: Some(PathBuf::from("/usr/bin/bwrap")),
+            missing: None,
+            probed: true,
+        };
+        let spec = Spec {
+            copy: &copy,
+            work: &work,
+            main: "main",
+            hidden: &hidden,
+        };
+        let cmd = command(&PluginsSection::default(), &iso, &spec).unwrap();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |needle: &[&str]| {
+            args.windows(needle.len())
+                .position(|w| w == needle)
+                .unwrap_or_else(|| panic!("{needle:?} not in {args:?}"))
+        };
+        let (c, w) = (copy.to_str().unwrap(), work.to_str().unwrap());
+        if Path::new("/opt").is_dir() {
+            let opt = at(&["--ro-bind", "/opt", "/opt"]);
+            let tmpfs = at(&["--tmpfs", "/opt/omni"]);
+            let ro = at(&["--remount-ro", "/opt/omni"]);
+            assert!(opt < tmpfs && tmpfs < at(&["--ro-bind", c, c]) && tmpfs < ro);
+        } else {
+            assert!(!args.iter().any(|a| a == "/opt/omni"), "{args:?}");
+        }
+        assert!(!args.iter().any(|a| a == "/run/user/7"), "{args:?}");
+        at(&["--bind", w, w]);
+        at(&["--cap-drop", "ALL"]);
+        at(&["--new-session"]);
+        at(&["--unshare-all"]);
+    }
 }

@@ -472,6 +472,7 @@ fn accept_cpu_ms(dir: &Path, isolation: &check::Isolation) -> Result<f64, String
         command: "true",
         timeout: Duration::from_secs(60),
         isolation,
+        hidden: &omniconfluxd::isolation::Hidden::default(),
         tail_bytes: 4096,
     })?;
     if !o.passed() {
