@@ -727,11 +727,13 @@ impl AcpClient {
                     self.remember_tool(&entry);
                 }
                 let known = tool_call_id.as_ref().and_then(|id| self.tool_calls.get(id));
+                let title = known
+                    .and_then(|k| k.title.clone())
+                    .unwrap_or_else(|| "permission".to_string());
                 let request = PermissionRequest {
                     agent_request_key: key.clone(),
-                    title: known
-                        .and_then(|k| k.title.clone())
-                        .unwrap_or_else(|| "permission".to_string()),
+                    tool: title.clone(),
+                    title,
                     action: known.and_then(|k| k.kind).unwrap_or(ActionKind::Other),
                     input: known.and_then(|k| k.input.clone()).unwrap_or(Value::Null),
                     tool_call_id,

@@ -234,7 +234,13 @@ pub struct PermissionRequest {
     /// Names the request in `answer_permission`; opaque to the caller.
     pub agent_request_key: String,
     pub tool_call_id: Option<String>,
+    /// What the operator reads: stream-json's "display name: description",
+    /// ACP's title of the call.
     pub title: String,
+    /// The tool's name, which `[[approvals.rule]]` `tool` matches:
+    /// stream-json's `tool_name` (`Bash`); ACP names no tool (its kind is
+    /// the action), so there the title of the call stands for it.
+    pub tool: String,
     pub action: ActionKind,
     pub input: Value,
     /// Empty when the transport offers only allow and deny (stream-json).

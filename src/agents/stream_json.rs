@@ -548,6 +548,7 @@ impl StreamJsonClient {
             agent_request_key: id,
             tool_call_id: s("tool_use_id").map(String::from),
             title,
+            tool: tool.to_string(),
             action: action_of_tool(tool),
             input,
             options: Vec::new(),
