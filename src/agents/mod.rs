@@ -56,24 +56,6 @@ impl Transport {
     }
 }
 
-/// turn.start `mode`: "queue for a prompt the agent had queued itself"
-/// (seed 000). A prompt the daemon held in its own queue and sent when the
-/// agent was idle again is a plain `Prompt`: the agent never saw it queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TurnMode {
-    Prompt,
-    Queue,
-}
-
-impl TurnMode {
-    pub fn wire_name(self) -> &'static str {
-        match self {
-            TurnMode::Prompt => "prompt",
-            TurnMode::Queue => "queue",
-        }
-    }
-}
-
 /// turn.end `reason` (seed 000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndReason {
@@ -319,8 +301,10 @@ pub enum AgentEvent {
     SetupFailed {
         detail: String,
     },
+    /// The agent was given a prompt of `chars` characters. Always one the
+    /// core sent when no turn ran, so the session's turn.start says
+    /// `prompt` (core::sessions).
     TurnStarted {
-        mode: TurnMode,
         chars: usize,
     },
     Transcript(Entry),
