@@ -194,7 +194,7 @@ pub struct RiskRule {
     /// An action kind (read, edit, execute, fetch, search, delete, move,
     /// think, other) or `*`.
     pub action: String,
-    /// Matches only this tool name (the agent's title for the call).
+    /// Matches only this tool name (`PermissionRequest::tool`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// Matches only when every path in the request is inside the session's

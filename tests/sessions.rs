@@ -1254,6 +1254,51 @@ fn a_rule_for_execute_denies_a_shell_command_on_both_transports() {
     r.d.stop();
 }
 
+/// A rule naming a tool matches the tool's name, not the title the operator
+/// reads: Claude Code's `Bash` request, titled "Bash: create a file", is
+/// denied by `tool = "Bash"`, and its `Read` request right after is left to
+/// the operator.
+#[test]
+fn a_rule_for_a_tool_matches_the_stream_json_tool_name() {
+    let dir = TestDir::new("tooldeny");
+    let sj = json!([[
+        {"permission": {"id": "c1", "name": "Bash", "description": "create a file",
+            "input": {"command": "touch x", "description": "create a file"}}},
+        {"permission": {"id": "c2", "name": "Read", "description": "read it",
+            "input": {"file_path": "/etc/hostname"}}}
+    ]]);
+    let rules = "[[approvals.rule]]\naction = \"*\"\ntool = \"Bash\"\nanswer = \"deny\"\n\n";
+    let mut r = Rig::start(&dir, format!("{rules}{}", seat("sj", T::Sj, &sj, &[])));
+    let sid = r.spawn("sj", Some("go"));
+    let bash = r.event(&sid, "approval.request");
+    let resolved = r.event(&sid, "approval.resolved");
+    assert_eq!(resolved["data"]["requestId"], bash["data"]["requestId"]);
+    assert_eq!(resolved["data"]["decision"], "deny", "{resolved}");
+    let a = r.c.call(
+        "approvals.get",
+        json!({"request_id": bash["data"]["requestId"]}),
+    );
+    assert_eq!(
+        (a["answered_by"].clone(), a["tool"].clone()),
+        (json!("rule 1"), json!("Bash: create a file")),
+        "{a}"
+    );
+    let read = r.event_after(&sid, "approval.request", bash["seq"].as_i64().unwrap());
+    let id = read["data"]["requestId"].clone();
+    let pending = r.c.call("approvals.get", json!({"request_id": id}));
+    assert_eq!(
+        (pending["state"].clone(), pending["tool"].clone()),
+        (json!("pending"), json!("Read: read it")),
+        "{pending}"
+    );
+    r.c.call(
+        "approvals.answer",
+        json!({"request_id": id, "decision": "allow"}),
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    r.d.stop();
+}
+
 #[test]
 fn seats_are_probed_and_the_command_line_drives_sessions() {
     let dir = TestDir::new("seatscli");

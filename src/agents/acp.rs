@@ -67,7 +67,7 @@ use serde_json::{Map, Value, json};
 use super::{
     ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
     OptionKind, PermissionOption, PermissionRequest, SignInState, Step, ToolEntry, ToolStatus,
-    TurnMode, Usage, Violation, parse_line, prompt_chars,
+    Usage, Violation, parse_line, prompt_chars,
 };
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE, AGENT_TOOL_CALLS_REMEMBERED};
 
@@ -446,7 +446,6 @@ impl AcpClient {
         self.prompt_in_flight = Some(id);
         self.interrupting = false;
         step.event(AgentEvent::TurnStarted {
-            mode: TurnMode::Prompt,
             chars: prompt_chars(&text),
         });
         step.event(AgentEvent::Transcript(Entry::User { text }));
@@ -727,11 +726,13 @@ impl AcpClient {
                     self.remember_tool(&entry);
                 }
                 let known = tool_call_id.as_ref().and_then(|id| self.tool_calls.get(id));
+                let title = known
+                    .and_then(|k| k.title.clone())
+                    .unwrap_or_else(|| "permission".to_string());
                 let request = PermissionRequest {
                     agent_request_key: key.clone(),
-                    title: known
-                        .and_then(|k| k.title.clone())
-                        .unwrap_or_else(|| "permission".to_string()),
+                    tool: title.clone(),
+                    title,
                     action: known.and_then(|k| k.kind).unwrap_or(ActionKind::Other),
                     input: known.and_then(|k| k.input.clone()).unwrap_or(Value::Null),
                     tool_call_id,
@@ -1104,13 +1105,7 @@ mod tests {
         assert!(
             matches!(&events[0], AgentEvent::Ready { agent_session_id, .. } if agent_session_id == "dz7a6gndsb")
         );
-        assert_eq!(
-            events[1],
-            AgentEvent::TurnStarted {
-                mode: TurnMode::Prompt,
-                chars: 5
-            }
-        );
+        assert_eq!(events[1], AgentEvent::TurnStarted { chars: 5 });
         let p = events
             .iter()
             .find_map(|e| match e {
@@ -1332,10 +1327,7 @@ mod tests {
         let w = parsed(&s.writes);
         assert_eq!(w[0]["id"], 3);
         assert_eq!(w[0]["params"]["prompt"][0]["text"], "q0");
-        assert!(s.events.contains(&AgentEvent::TurnStarted {
-            mode: TurnMode::Prompt,
-            chars: 2
-        }));
+        assert!(s.events.contains(&AgentEvent::TurnStarted { chars: 2 }));
     }
 
     #[test]

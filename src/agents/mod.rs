@@ -56,24 +56,6 @@ impl Transport {
     }
 }
 
-/// turn.start `mode`: "queue for a prompt the agent had queued itself"
-/// (seed 000). A prompt the daemon held in its own queue and sent when the
-/// agent was idle again is a plain `Prompt`: the agent never saw it queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TurnMode {
-    Prompt,
-    Queue,
-}
-
-impl TurnMode {
-    pub fn wire_name(self) -> &'static str {
-        match self {
-            TurnMode::Prompt => "prompt",
-            TurnMode::Queue => "queue",
-        }
-    }
-}
-
 /// turn.end `reason` (seed 000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndReason {
@@ -234,7 +216,13 @@ pub struct PermissionRequest {
     /// Names the request in `answer_permission`; opaque to the caller.
     pub agent_request_key: String,
     pub tool_call_id: Option<String>,
+    /// What the operator reads: stream-json's "display name: description",
+    /// ACP's title of the call.
     pub title: String,
+    /// The tool's name, which `[[approvals.rule]]` `tool` matches:
+    /// stream-json's `tool_name` (`Bash`); ACP names no tool (its kind is
+    /// the action), so there the title of the call stands for it.
+    pub tool: String,
     pub action: ActionKind,
     pub input: Value,
     /// Empty when the transport offers only allow and deny (stream-json).
@@ -313,8 +301,10 @@ pub enum AgentEvent {
     SetupFailed {
         detail: String,
     },
+    /// The agent was given a prompt of `chars` characters. Always one the
+    /// core sent when no turn ran, so the session's turn.start says
+    /// `prompt` (core::sessions).
     TurnStarted {
-        mode: TurnMode,
         chars: usize,
     },
     Transcript(Entry),

@@ -68,7 +68,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry,
-    PermissionRequest, Retry, SignInState, Step, ToolEntry, ToolStatus, TurnMode, Usage, Violation,
+    PermissionRequest, Retry, SignInState, Step, ToolEntry, ToolStatus, Usage, Violation,
     parse_line, prompt_chars,
 };
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE};
@@ -346,7 +346,6 @@ impl StreamJsonClient {
         self.interrupt_held = false;
         self.rate_limited = false;
         step.event(AgentEvent::TurnStarted {
-            mode: TurnMode::Prompt,
             chars: prompt_chars(&text),
         });
         step.event(AgentEvent::Transcript(Entry::User { text }));
@@ -548,6 +547,7 @@ impl StreamJsonClient {
             agent_request_key: id,
             tool_call_id: s("tool_use_id").map(String::from),
             title,
+            tool: tool.to_string(),
             action: action_of_tool(tool),
             input,
             options: Vec::new(),
@@ -780,10 +780,7 @@ mod tests {
         assert_eq!(
             events[..3],
             [
-                AgentEvent::TurnStarted {
-                    mode: TurnMode::Prompt,
-                    chars: 11
-                },
+                AgentEvent::TurnStarted { chars: 11 },
                 AgentEvent::Transcript(Entry::User {
                     text: "hello there".into()
                 }),
@@ -889,14 +886,8 @@ mod tests {
         assert_eq!(
             starts(&events),
             vec![
-                &AgentEvent::TurnStarted {
-                    mode: TurnMode::Prompt,
-                    chars: 18
-                },
-                &AgentEvent::TurnStarted {
-                    mode: TurnMode::Prompt,
-                    chars: 25
-                },
+                &AgentEvent::TurnStarted { chars: 18 },
+                &AgentEvent::TurnStarted { chars: 25 },
             ]
         );
         assert_eq!(

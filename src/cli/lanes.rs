@@ -45,16 +45,16 @@ fn lane_line(l: &Value) -> String {
 }
 
 /// `lanes show`: everything a person needs to decide what to do next.
-fn print_lane(l: &Value) {
-    println!("{}", lane_line(l));
-    let row = |k: &str, v: String| println!("  {k:<12}{v}");
-    row("task", s(&l["task"]["name"]));
+fn print_lane(l: &Value) -> Result<(), Failure> {
+    outln!("{}", lane_line(l))?;
+    let row = |k: &str, v: String| outln!("  {k:<12}{v}");
+    row("task", s(&l["task"]["name"]))?;
     row(
         "repo",
         format!("{} (base {})", s(&l["repo"]), s(&l["base"])),
-    );
-    row("worktree", s(&l["worktree"]));
-    row("since", s(&l["since"]));
+    )?;
+    row("worktree", s(&l["worktree"]))?;
+    row("since", s(&l["since"]))?;
     row(
         "builder",
         format!(
@@ -63,7 +63,7 @@ fn print_lane(l: &Value) {
             s(&l["builder"]["family"]),
             s(&l["builder"]["session"])
         ),
-    );
+    )?;
     let vs = if l["verifier_session"].is_null() {
         String::new()
     } else {
@@ -76,45 +76,44 @@ fn print_lane(l: &Value) {
             s(&l["verifier"]["harness"]),
             s(&l["verifier"]["family"])
         ),
-    );
+    )?;
     let acc = &l["task"]["acceptance"];
     row(
         "acceptance",
         format!("{}: {}", s(&acc["name"]), s(&acc["command"])),
-    );
+    )?;
     match l["verdict"].as_object() {
         Some(v) => row(
             "verdict",
             format!("{} on {}", s(&v["verdict"]), s(&v["commit"])),
-        ),
-        None => row("verdict", "none yet".into()),
+        )?,
+        None => row("verdict", "none yet".into())?,
     }
     if let Some(r) = l["reason"].as_str() {
-        row("reason", r.to_string());
+        row("reason", r.to_string())?;
     }
     match l["last_check"].as_object() {
-        None => row("last check", "none yet".into()),
+        None => row("last check", "none yet".into())?,
         Some(c) => {
-            row("last check", s(&c["summary"]));
+            row("last check", s(&c["summary"]))?;
             let tail = c["tail"].as_str().unwrap_or("").trim_end();
-            if !tail.is_empty() {
-                for line in tail.lines() {
-                    println!("    | {line}");
-                }
+            for line in tail.lines() {
+                outln!("    | {line}")?;
             }
         }
     }
     if l["archived"] == json!(true) {
-        println!("  (archived)");
+        outln!("  (archived)")?;
     }
+    Ok(())
 }
 
-fn print_result(json_out: bool, r: &Value, text: impl FnOnce(&Value)) {
-    if json_out {
-        println!("{r}");
-    } else {
-        text(r);
-    }
+fn print_result(
+    json_out: bool,
+    r: &Value,
+    text: impl FnOnce(&Value) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    if json_out { outln!("{r}") } else { text(r) }
 }
 
 /// `lanes [list|show LANE|dispatch ...|close LANE [--remove-worktree]|merge LANE|rework LANE NOTES]`
@@ -144,30 +143,30 @@ pub fn lanes(
                 }
             }
             if json_out {
-                println!("{}", json!({"lanes": all}));
+                outln!("{}", json!({"lanes": all}))?;
             } else if all.is_empty() {
-                println!("no lanes");
+                outln!("no lanes")?;
             } else {
-                all.iter().for_each(|l| println!("{}", lane_line(l)));
+                for l in &all {
+                    outln!("{}", lane_line(l))?;
+                }
             }
             Ok(())
         }
         "show" => {
             done(rest, 2)?;
             let r = c()?.call("lanes.get", json!({"lane": arg(rest, 1, "lane id")?}))?;
-            print_result(json_out, &r, print_lane);
-            Ok(())
+            print_result(json_out, &r, print_lane)
         }
         "dispatch" => {
             let p = dispatch_params(&rest[1..])?;
             let r = c()?.call("task.dispatch", p)?;
             print_result(json_out, &r, |r| {
-                println!("{}", s(&r["lane"]));
-                println!("  branch      {}", s(&r["branch"]));
-                println!("  worktree    {}", s(&r["worktree"]));
-                println!("  builder     session {}", s(&r["session"]));
-            });
-            Ok(())
+                outln!("{}", s(&r["lane"]))?;
+                outln!("  branch      {}", s(&r["branch"]))?;
+                outln!("  worktree    {}", s(&r["worktree"]))?;
+                outln!("  builder     session {}", s(&r["session"]))
+            })
         }
         "close" => {
             let lane = arg(rest, 1, "lane id")?;
@@ -187,23 +186,21 @@ pub fn lanes(
                 } else {
                     "the worktree is kept"
                 };
-                println!("{} closed; {wt}: {}", s(&r["lane"]), s(&r["worktree"]));
-            });
-            Ok(())
+                outln!("{} closed; {wt}: {}", s(&r["lane"]), s(&r["worktree"]))
+            })
         }
         "merge" => {
             done(rest, 2)?;
             let r = c()?.call("lanes.merge", json!({"lane": arg(rest, 1, "lane id")?}))?;
             print_result(json_out, &r, |r| {
-                println!(
+                outln!(
                     "{} {}: merging {} into {}",
                     s(&r["lane"]),
                     s(&r["stage"]),
                     s(&r["branch"]),
                     s(&r["base"])
                 )
-            });
-            Ok(())
+            })
         }
         "rework" => {
             done(rest, 3)?;
@@ -211,14 +208,13 @@ pub fn lanes(
             let notes = arg(rest, 2, "notes for the builder")?;
             let r = c()?.call("lanes.rework", json!({"lane": lane, "notes": notes}))?;
             print_result(json_out, &r, |r| {
-                println!(
+                outln!(
                     "{} {}: sent back to {}",
                     s(&r["lane"]),
                     s(&r["stage"]),
                     s(&r["builder"]["harness"])
                 )
-            });
-            Ok(())
+            })
         }
         other => Err(usage(&format!(
             "unknown lanes command {other}; expected list, show, dispatch, close, merge or rework"
@@ -286,7 +282,7 @@ pub fn repos(
             print_result(json_out, &r, |r| {
                 let repos = r["repos"].as_array().cloned().unwrap_or_default();
                 if repos.is_empty() {
-                    println!("no repositories; add one with: omniconfluxd repos add PATH");
+                    outln!("no repositories; add one with: omniconfluxd repos add PATH")?;
                 }
                 for repo in repos {
                     let missing = if repo["exists"] == json!(false) {
@@ -294,20 +290,19 @@ pub fn repos(
                     } else {
                         ""
                     };
-                    println!("{}{missing}", s(&repo["path"]));
+                    outln!("{}{missing}", s(&repo["path"]))?;
                     for wt in repo["worktrees"].as_array().into_iter().flatten() {
-                        println!("  {:<40} {}", s(&wt["branch"]), s(&wt["path"]));
+                        outln!("  {:<40} {}", s(&wt["branch"]), s(&wt["path"]))?;
                     }
                 }
-            });
-            Ok(())
+                Ok(())
+            })
         }
         "add" => {
             done(rest, 2)?;
             let path = absolute(arg(rest, 1, "repository path")?);
             let r = c()?.call("repos.add", json!({"path": path}))?;
-            print_result(json_out, &r, |r| println!("added {}", s(&r["path"])));
-            Ok(())
+            print_result(json_out, &r, |r| outln!("added {}", s(&r["path"])))
         }
         other => Err(usage(&format!(
             "unknown repos command {other}; expected list or add"

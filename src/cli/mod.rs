@@ -10,8 +10,26 @@
 //! which every argument is the command's (`sessions input ID -- --help`).
 //!
 //! Exit status, as omniconfluxd(8) lists it: 0 success; 1 the daemon answered
-//! with an error (its stable code and message on stderr) or `serve` failed at
-//! run time; 2 a usage error or an invalid config file; 3 no daemon answers.
+//! with an error (its stable code and message on stderr), standard output
+//! could not be written, or `serve` failed at run time; 2 a usage error or an
+//! invalid config file; 3 no daemon answers.
+//!
+//! Standard output closed early (`omniconfluxd events --follow | head`,
+//! `sessions | head -1`) is no failure: the reader has what it wanted, and
+//! whatever the command asked of the daemon (`sessions spawn`, `approvals
+//! allow`) was done before anything was printed. Every command prints
+//! through [`out`] (`outln!`), which turns EPIPE into a quiet end of the
+//! command with status 0, printing nothing more, not even on standard error;
+//! `events --follow` notices when it next has an event to print. Any other
+//! error writing standard output (a full disk) is status 1, naming the cause.
+
+/// `println!` for every command: through [`out`], so that a closed
+/// standard output ends the command quietly instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 mod args;
 pub mod client;
@@ -32,6 +50,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_NO_DAEMON: i32 = 3;
 
 /// A command's failure: the one line `main` prints and the exit status.
+/// An empty message prints nothing ([`Failure::output_closed`]).
 #[derive(Debug)]
 pub struct Failure {
     pub status: i32,
@@ -39,6 +58,15 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// Standard output is closed: the command stops, quietly and with
+    /// status 0 (module comment).
+    fn output_closed() -> Failure {
+        Failure {
+            status: EXIT_OK,
+            message: String::new(),
+        }
+    }
+
     fn usage(message: impl Into<String>) -> Failure {
         Failure {
             status: EXIT_USAGE,
@@ -197,21 +225,32 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, Failure> {
     })
 }
 
-/// Prints `text` and a newline for help and version. A reader that stops
-/// early (`omniconfluxd help | head`) is no failure, so a closed standard
-/// output is ignored rather than a panic, as println! would make it.
-fn say(text: &str) {
+/// Writes `text` to standard output, at once: a reader that stops early
+/// (EPIPE) ends the command quietly, any other error fails it (module
+/// comment). Everything a command prints goes through here, by `outln!`.
+fn out(text: std::fmt::Arguments) -> Result<(), Failure> {
     use std::io::Write;
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::output_closed()),
+        Err(e) => Err(Failure {
+            status: EXIT_ERROR,
+            message: format!(
+                "unable to write to standard output: {}",
+                crate::errors::io_cause(&e)
+            ),
+        }),
+    }
 }
 
 /// What `help [COMMAND]` and `COMMAND --help` print: one command's usage,
 /// or all of it; a word that is no command is a usage error.
 fn help(topic: Option<&str>) -> Result<(), Failure> {
     match topic {
-        None => say(&usage_text()),
+        None => outln!("{}", usage_text())?,
         Some(cmd) => match command_usage(cmd) {
-            Some(u) => say(&u),
+            Some(u) => outln!("{u}")?,
             None => {
                 return Err(Failure::usage(format!(
                     "unknown command {cmd}; omniconfluxd help lists the commands"
@@ -226,8 +265,11 @@ fn help(topic: Option<&str>) -> Result<(), Failure> {
 pub fn run(raw: Vec<OsString>) -> i32 {
     match run_inner(raw) {
         Ok(()) => EXIT_OK,
+        Err(f) if f.message.is_empty() => f.status,
         Err(f) => {
-            eprintln!("omniconfluxd: {}", f.message);
+            // Not eprintln!: a closed standard error must not panic either.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "omniconfluxd: {}", f.message);
             f.status
         }
     }
@@ -241,8 +283,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         return help(args.rest.first().map(String::as_str));
     }
     if args.version {
-        say(&format!("omniconfluxd {}", env!("CARGO_PKG_VERSION")));
-        return Ok(());
+        return outln!("omniconfluxd {}", env!("CARGO_PKG_VERSION"));
     }
     let Some(cmd) = args.rest.first().cloned() else {
         return Err(Failure::usage(format!(
@@ -258,8 +299,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "version" => {
             no_more(rest)?;
-            say(&format!("omniconfluxd {}", env!("CARGO_PKG_VERSION")));
-            Ok(())
+            outln!("omniconfluxd {}", env!("CARGO_PKG_VERSION"))
         }
         "serve" => {
             let mut flags = args.flags.clone();
@@ -298,12 +338,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "stop" => {
             no_more(rest)?;
             connect(&args)?.call("server.stop", json!({}))?;
-            if !args.json {
-                println!("stop requested");
-            } else {
-                println!("null");
-            }
-            Ok(())
+            outln!("{}", if args.json { "null" } else { "stop requested" })
         }
         other => Err(Failure::usage(format!(
             "unknown command {other}\n{}",
@@ -356,48 +391,48 @@ fn config_cmd(args: &Args, rest: &[String]) -> Result<(), Failure> {
         config::load(&path).map_err(|e| Failure::usage(e.to_string()))?
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&cfg).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&cfg).unwrap_or_default())
     } else {
-        print!("{}", cfg.to_toml());
+        out(format_args!("{}", cfg.to_toml()))
     }
-    Ok(())
 }
 
 fn status(args: &Args) -> Result<(), Failure> {
     let info = connect(args)?.call("server.info", json!({}))?;
     if args.json {
-        println!("{info}");
-        return Ok(());
+        return outln!("{info}");
     }
     let s = |v: &Value| {
         v.as_str()
             .map(str::to_string)
             .unwrap_or_else(|| v.to_string())
     };
-    println!("daemon {} is running", s(&info["version"]));
-    println!("instance    {}", s(&info["instance_id"]));
-    println!("started     {}", s(&info["started_at"]));
-    println!(
+    outln!("daemon {} is running", s(&info["version"]))?;
+    outln!("instance    {}", s(&info["instance_id"]))?;
+    outln!("started     {}", s(&info["started_at"]))?;
+    outln!(
         "uptime      {}",
         human_duration(info["uptime_ms"].as_u64().unwrap_or(0))
-    );
-    println!(
+    )?;
+    outln!(
         "ledger      {} ({})",
         s(&info["ledger"]["path"]),
         s(&info["ledger"]["state"])
-    );
+    )?;
     if let Some(reason) = info["ledger"]["reason"].as_str() {
-        println!("            {reason}");
+        outln!("            {reason}")?;
     }
     if let Some(addr) = info["http"]["address"].as_str() {
-        println!("http        {addr}");
+        outln!("http        {addr}")?;
     }
     let c = &info["counts"];
-    println!(
+    outln!(
         "holds       {} events in {} streams, {} connections",
-        c["events"], c["streams"], c["connections"]
-    );
-    println!(
+        c["events"],
+        c["streams"],
+        c["connections"]
+    )?;
+    outln!(
         "            {} sessions ({} live), {} approvals waiting, {} lanes, {} plugins ({} running), {} seats",
         c["sessions"],
         c["sessions_live"],
@@ -406,9 +441,9 @@ fn status(args: &Args) -> Result<(), Failure> {
         c["plugins"],
         c["plugins_running"],
         c["seats"]
-    );
-    println!("you are     {}", s(&info["caller"]["class"]));
-    println!("agents      {}", agent_isolation(&info["agent_isolation"]));
+    )?;
+    outln!("you are     {}", s(&info["caller"]["class"]))?;
+    outln!("agents      {}", agent_isolation(&info["agent_isolation"]))?;
     Ok(())
 }
 
@@ -450,14 +485,13 @@ fn call(args: &Args, rest: &[String]) -> Result<(), Failure> {
     no_more(&rest[2.min(rest.len())..])?;
     let result = connect(args)?.call(method, params)?;
     if args.json {
-        println!("{result}");
+        outln!("{result}")
     } else {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&result).unwrap_or_default()
-        );
+        )
     }
-    Ok(())
 }
 
 fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
@@ -492,7 +526,7 @@ fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
         ));
     }
     let mut client = connect(args)?;
-    let print = |ev: &Value| println!("{ev}");
+    let print = |ev: &Value| outln!("{ev}");
     // Subscribe before reading history so that nothing committed in between
     // is missed; events seen in both are printed once, by seq.
     let mut live = Vec::new();
@@ -514,7 +548,7 @@ fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
                 |n| live.push(n["params"].clone()),
             )?;
             for ev in page["events"].as_array().into_iter().flatten() {
-                print(ev);
+                print(ev)?;
                 last = ev["seq"].as_i64().unwrap_or(last);
             }
             if page["next_after_seq"].is_null() {
@@ -528,12 +562,12 @@ fn events(args: &Args, rest: &[String]) -> Result<(), Failure> {
     let fresh = |ev: &Value, last: i64| stream.is_none() || ev["seq"].as_i64().unwrap_or(0) > last;
     for ev in live.drain(..) {
         if fresh(&ev, last) {
-            print(&ev);
+            print(&ev)?;
         }
     }
     while let Some(frame) = client.read_frame()? {
         if frame["method"] == "event" && fresh(&frame["params"], last) {
-            print(&frame["params"]);
+            print(&frame["params"])?;
         }
     }
     Ok(())

@@ -29,12 +29,12 @@ fn usage(m: &str) -> Failure {
     }
 }
 
-fn print(json_out: bool, v: &Value, text: impl FnOnce(&Value)) {
-    if json_out {
-        println!("{v}");
-    } else {
-        text(v);
-    }
+fn print(
+    json_out: bool,
+    v: &Value,
+    text: impl FnOnce(&Value) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    if json_out { outln!("{v}") } else { text(v) }
 }
 
 fn s(v: &Value) -> String {
@@ -68,27 +68,28 @@ pub fn run(
             let r = client()?.call("plugin.install", json!({"path": abs.display().to_string()}))?;
             print(json_out, &r, |r| {
                 if r["unchanged"] == true {
-                    println!(
+                    outln!(
                         "{} {}: unchanged ({})",
                         s(&r["plugin"]),
                         s(&r["version"]),
                         s(&r["state"])
-                    );
+                    )?;
                 } else {
-                    println!(
+                    outln!(
                         "{} {} installed by the {}; state {}",
                         s(&r["plugin"]),
                         s(&r["version"]),
                         s(&r["installedBy"]),
                         s(&r["state"])
-                    );
-                    println!("snapshot {}", s(&r["snapshotHash"]));
-                    println!(
+                    )?;
+                    outln!("snapshot {}", s(&r["snapshotHash"]))?;
+                    outln!(
                         "approve it with: omniconfluxd plugin approve {}",
                         s(&r["plugin"])
-                    );
+                    )?;
                 }
-            });
+                Ok(())
+            })?;
         }
         "list" => {
             let r = client()?.call("plugin.list", json!({}))?;
@@ -99,28 +100,29 @@ pub fn run(
                     } else {
                         format!(" ({})", s(&p["reason"]))
                     };
-                    println!(
+                    outln!(
                         "{:<24} {:<10} {}{}",
                         s(&p["plugin"]),
                         s(&p["version"]),
                         s(&p["state"]),
                         reason
-                    );
+                    )?;
                 }
-            });
+                Ok(())
+            })?;
         }
         "show" => {
             let r = client()?.call("plugin.get", json!({"plugin": one("show")?}))?;
             print(json_out, &r, |r| {
-                println!("{}", serde_json::to_string_pretty(r).unwrap_or_default())
-            });
+                outln!("{}", serde_json::to_string_pretty(r).unwrap_or_default())
+            })?;
         }
         "approve" => approve(client, json_out, args)?,
         "discard" | "enable" | "disable" => {
             let r = client()?.call(&format!("plugin.{sub}"), json!({"plugin": one(sub)?}))?;
             print(json_out, &r, |r| {
-                println!("{}", serde_json::to_string(r).unwrap_or_default())
-            });
+                outln!("{}", serde_json::to_string(r).unwrap_or_default())
+            })?;
         }
         "remove" => {
             let (id, keep) = match args {
@@ -134,12 +136,12 @@ pub fn run(
             };
             let r = client()?.call("plugin.remove", json!({"plugin": id, "stopTasks": !keep}))?;
             print(json_out, &r, |r| {
-                println!(
+                outln!(
                     "{} removed; {} sessions stopped",
                     s(&r["plugin"]),
                     r["stopped"]
                 )
-            });
+            })?;
         }
         "commands" => {
             let r = client()?.call("plugin.commands", json!({}))?;
@@ -150,9 +152,10 @@ pub fn run(
                     } else {
                         " (not running)"
                     };
-                    println!("{:<40} {}{}", s(&c["command"]), s(&c["title"]), avail);
+                    outln!("{:<40} {}{}", s(&c["command"]), s(&c["title"]), avail)?;
                 }
-            });
+                Ok(())
+            })?;
         }
         "run" => {
             let (command, input) = match args {
@@ -169,7 +172,7 @@ pub fn run(
                 p["input"] = json!(i);
             }
             let r = client()?.call("plugin.command.run", p)?;
-            print(json_out, &r, |r| println!("{}", s(&r["text"])));
+            print(json_out, &r, |r| outln!("{}", s(&r["text"])))?;
         }
         other => return Err(usage(&format!("unknown plugin command {other}"))),
     }
@@ -310,7 +313,7 @@ fn approve(
         json!({"plugin": id, "snapshotHash": w["snapshotHash"], "permissions": perms, "commands": cmds, "operator": operator}),
     )?;
     print(json_out, &r, |r| {
-        println!("{} approved; state {}", s(&r["plugin"]), s(&r["state"]))
-    });
+        outln!("{} approved; state {}", s(&r["plugin"]), s(&r["state"]))
+    })?;
     Ok(())
 }

@@ -19,14 +19,14 @@ pub fn seats(
         Some("probe") => {
             done(rest, 1)?;
             c()?.call("seats.probe", json!({}))?;
-            println!(
+            outln!(
                 "{}",
                 if json_out {
                     "null"
                 } else {
                     "probing the seats again"
                 }
-            );
+            )?;
             return Ok(());
         }
         Some("list") | None => done(rest, 1)?,
@@ -38,19 +38,19 @@ pub fn seats(
     }
     let r = c()?.call("seats.list", json!({}))?;
     if json_out {
-        println!("{r}");
+        outln!("{r}")?;
         return Ok(());
     }
     let seats = r["seats"].as_array().cloned().unwrap_or_default();
     if seats.is_empty() {
-        println!("no seats: none configured, and no known agent detected on the daemon's PATH");
+        outln!("no seats: none configured, and no known agent detected on the daemon's PATH")?;
     }
     for seat in seats {
         let reason = seat["reason"]
             .as_str()
             .map(|r| format!(" ({r})"))
             .unwrap_or_default();
-        println!(
+        outln!(
             "{:<16} {:<10} {:<12} {:<10} {:<10} sign-in {}{reason}",
             s(&seat["harness"]),
             s(&seat["status"]),
@@ -58,19 +58,19 @@ pub fn seats(
             s(&seat["provider"]),
             s(&seat["origin"]),
             s(&seat["sign_in"])
-        );
+        )?;
     }
     if r["agent_isolation"]["mode"] == "none" {
-        println!(
+        outln!(
             "agents run {}",
             super::agent_isolation(&r["agent_isolation"])
-        );
+        )?;
     }
     Ok(())
 }
 
-fn print_session(v: &Value) {
-    println!(
+fn print_session(v: &Value) -> Result<(), Failure> {
+    outln!(
         "{}  {:<17} {:<10} turn {:<3} {}  {}",
         s(&v["id"]),
         s(&v["state"]),
@@ -82,7 +82,7 @@ fn print_session(v: &Value) {
             s(&v["end_reason"])
         },
         s(&v["cwd"])
-    );
+    )
 }
 
 /// `sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]`
@@ -142,20 +142,23 @@ pub fn sessions(
     };
     let r = c()?.call(method, params)?;
     if json_out {
-        println!("{r}");
+        outln!("{r}")?;
         return Ok(());
     }
     match sub {
         "list" => {
             let list = r.as_array().cloned().unwrap_or_default();
             if list.is_empty() {
-                println!("no sessions");
+                outln!("no sessions")?;
             }
-            list.iter().for_each(print_session);
+            for v in &list {
+                print_session(v)?;
+            }
+            Ok(())
         }
-        "get" => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
-        "spawn" => println!("{}", s(&r["session_id"])),
-        "input" => println!(
+        "get" => outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
+        "spawn" => outln!("{}", s(&r["session_id"])),
+        "input" => outln!(
             "{}",
             if r["queued"] == json!(true) {
                 format!("queued ({} waiting)", r["queue_length"])
@@ -163,7 +166,7 @@ pub fn sessions(
                 "sent".into()
             }
         ),
-        "interrupt" => println!(
+        "interrupt" => outln!(
             "{}",
             if r["interrupted"] == json!(true) {
                 "interrupting the turn"
@@ -171,7 +174,7 @@ pub fn sessions(
                 "no turn was running"
             }
         ),
-        _ => println!(
+        _ => outln!(
             "{}",
             if r["ended"] == json!(true) {
                 "the session had ended"
@@ -180,7 +183,6 @@ pub fn sessions(
             }
         ),
     }
-    Ok(())
 }
 
 /// `approvals [list|allow ID [REASON]|deny ID [REASON]]`
@@ -200,12 +202,12 @@ pub fn approvals(
             done(rest, 2)?;
             let r = c()?.call("approvals.list", json!({"all": all}))?;
             if json_out {
-                println!("{r}");
+                outln!("{r}")?;
                 return Ok(());
             }
             let items = r["approvals"].as_array().cloned().unwrap_or_default();
             if items.is_empty() {
-                println!("no approvals waiting");
+                outln!("no approvals waiting")?;
             }
             for a in items {
                 let state = if a["state"] == "pending" {
@@ -213,25 +215,25 @@ pub fn approvals(
                 } else {
                     format!("{} by {}", s(&a["decision"]), s(&a["answered_by"]))
                 };
-                println!(
+                outln!(
                     "{:<22} {:<7} {:<8} {:<24} {state}",
                     s(&a["request_id"]),
                     s(&a["risk"]),
                     s(&a["action"]),
                     s(&a["tool"])
-                );
+                )?;
                 // The exact action under the model-written title: what an
                 // allow would really run (issue 10, item 12).
                 let t = &a["target"];
                 if let Some(text) = t["text"].as_str() {
                     let mut lines = text.lines();
                     let first = lines.next().unwrap_or_default();
-                    println!("    {}: {first}", s(&t["kind"]));
+                    outln!("    {}: {first}", s(&t["kind"]))?;
                     for l in lines {
-                        println!("      {l}");
+                        outln!("      {l}")?;
                     }
                     if t["truncated"] == true {
-                        println!("      (cut at 8 KiB; the whole input: sessions.toolDetail)");
+                        outln!("      (cut at 8 KiB; the whole input: sessions.toolDetail)")?;
                     }
                 }
             }
@@ -245,14 +247,14 @@ pub fn approvals(
             }
             let r = c()?.call("approvals.answer", p)?;
             if json_out {
-                println!("{r}");
+                outln!("{r}")?;
             } else {
-                println!(
+                outln!(
                     "{} {}: delivered {}",
                     s(&r["request_id"]),
                     s(&r["decision"]),
                     s(&r["delivered"])
-                );
+                )?;
             }
             Ok(())
         }

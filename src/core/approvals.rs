@@ -136,7 +136,7 @@ pub fn add_agent_request(
 ) {
     let action = req.action.wire_name();
     let digest = sha256_hex(req.input.to_string().as_bytes());
-    let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.title, &req.input, cwd);
+    let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.tool, &req.input, cwd);
     let timeout_ms = (d.cfg.approvals.timeout > 0).then(|| (d.cfg.approvals.timeout * 1000) as i64);
     let fallback = if d.cfg.approvals.fallback == "withdraw" {
         Fallback::Withdraw

@@ -8,6 +8,12 @@
 //! rank below the worst a tool can do (issue 10, item 10). A plugin's task
 //! request is always high: it starts an agent and runs a command; no rule
 //! labels or answers it.
+//!
+//! A rule's `tool` is compared, whole and case-sensitive, with the tool's
+//! name as the agent's protocol gives it, never with the title the operator
+//! reads: stream-json's `tool_name` (`Bash`, not "Bash: create a file"). An
+//! ACP request names no tool, only a kind (which `action` matches) and a
+//! title; there `tool` matches the title, the one name the call has.
 
 use serde_json::Value;
 use std::path::Path;
@@ -38,7 +44,8 @@ pub fn default_risk(action: &str) -> Risk {
     }
 }
 
-/// Labels a request of `action` on `tool` with `input`, for a session
+/// Labels a request of `action` on the tool named `tool` (the transport's
+/// name for it, `PermissionRequest::tool`) with `input`, for a session
 /// working in `worktree` (canonical).
 pub fn judge(rules: &[RiskRule], action: &str, tool: &str, input: &Value, worktree: &Path) -> Gate {
     let mut risk = None;

@@ -50,7 +50,7 @@ use crate::agents::acp::{AcpClient, AcpConfig};
 use crate::agents::stream_json::{self, StreamJsonClient};
 use crate::agents::{
     AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
-    PermissionRequest, Retry, Step, Transport, TurnMode, Violation,
+    PermissionRequest, Retry, Step, Transport, Violation,
 };
 use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
 use crate::core::approvals;
@@ -1302,21 +1302,20 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
             );
             stop_agent(d, sid);
         }
-        AgentEvent::TurnStarted { mode, chars } => {
+        AgentEvent::TurnStarted { chars } => {
             s.turn += 1;
             s.turn_active = true;
             s.end_reason = None;
             s.last_line = Instant::now();
             let (turn, stall) = (s.turn, s.stall);
-            let mode = if mode == TurnMode::Queue {
-                "queue"
-            } else {
-                "prompt"
-            };
+            // Seed 000 also has mode `queue`, for a prompt the agent had
+            // queued itself; the daemon never lets an agent queue (it holds
+            // prompts until the turn ends, omniconfluxd(8) sessions.input),
+            // so every turn starts with `prompt`.
             fx.event(
                 sid,
                 "turn.start",
-                json!({"turn": turn, "mode": mode, "chars": chars}),
+                json!({"turn": turn, "mode": "prompt", "chars": chars}),
             );
             fx.changed = true;
             arm_stall(d, sid, turn, stall);
