@@ -465,10 +465,7 @@ pub fn answer(
                 false,
                 Some(Box::new(
                     move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
-                        then(
-                            d,
-                            r.map(|()| v).map_err(crate::socket::methods::write_error),
-                        )
+                        then(d, r.map(|()| v).map_err(RpcError::from))
                     },
                 )),
             );

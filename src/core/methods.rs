@@ -45,7 +45,7 @@ use crate::core::{approvals, sessions, transcript};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::limits;
-use crate::socket::methods::{params, require_operator, write_error};
+use crate::socket::methods::{params, require_operator};
 
 type Handled = Result<Option<Value>, RpcError>;
 
@@ -235,7 +235,7 @@ fn session_rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
                 let out = r
                     .map(|()| json!({"name": name, "applied": true}))
-                    .map_err(crate::socket::methods::write_error);
+                    .map_err(RpcError::from);
                 d.answer(req, out)
             },
         )),
@@ -269,7 +269,7 @@ fn read_then(
                 d.answer(req, out);
             });
         }))
-        .map_err(write_error)?;
+        .map_err(RpcError::from)?;
     Ok(None)
 }
 
@@ -499,7 +499,7 @@ fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             d.answer(req, r);
         });
     }));
-    queued.map(|()| None).map_err(write_error)
+    queued.map(|()| None).map_err(RpcError::from)
 }
 
 #[derive(Deserialize)]

@@ -934,7 +934,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         Some(Box::new(
             move |d: &mut Daemon, r: Result<(), WriteError>| {
                 if let Err(e) = r {
-                    return then(d, Err(crate::socket::methods::write_error(e)));
+                    return then(d, Err(RpcError::from(e)));
                 }
                 let node = d.node_name.clone();
                 let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));

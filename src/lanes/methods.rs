@@ -146,9 +146,7 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
                     if r.is_ok() && !d.lanes.added_repos.contains(&top) {
                         d.lanes.added_repos.push(top);
                     }
-                    let result = r
-                        .map(|_| json!({"path": shown}))
-                        .map_err(crate::socket::methods::write_error);
+                    let result = r.map(|_| json!({"path": shown})).map_err(RpcError::from);
                     d.answer(req, result);
                 });
             }

@@ -69,23 +69,6 @@ fn may_read_stream(req: &Req, stream: &str) -> Result<(), RpcError> {
     }
 }
 
-/// Maps a ledger refusal to the socket's codes.
-pub fn write_error(e: WriteError) -> RpcError {
-    match e {
-        WriteError::Corrupt => RpcError::new(
-            Code::LedgerCorrupt,
-            "the ledger is read-only because it cannot be trusted",
-        ),
-        WriteError::Busy => {
-            RpcError::new(Code::LedgerBusy, "the ledger's queue is full; try again")
-        }
-        WriteError::Failed(why) => {
-            crate::error!("ledger write failed: {why}");
-            RpcError::new(Code::Unavailable, "the ledger could not commit the change")
-        }
-    }
-}
-
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "ping" => params::<NoParams>(p).map(|NoParams {}| Some(Value::Null)),
@@ -188,7 +171,7 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }));
     match queued {
         Ok(()) => Ok(None),
-        Err(e) => Err(write_error(e)),
+        Err(e) => Err(RpcError::from(e)),
     }
 }
 
@@ -252,7 +235,7 @@ fn events_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         };
         d.answer(req, result);
     })
-    .map_err(write_error)?;
+    .map_err(RpcError::from)?;
     Ok(None)
 }
 
@@ -333,7 +316,7 @@ fn events_append(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }],
         move |d, r| {
             let result = r
-                .map_err(write_error)
+                .map_err(RpcError::from)
                 .map(|appended| match appended.first() {
                     Some(a) => json!({"stream": a.stream, "seq": a.seq, "ts": a.ts}),
                     None => Value::Null,
