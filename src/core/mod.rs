@@ -7,7 +7,6 @@
 pub mod agentfs;
 pub mod approvals;
 pub mod inbox;
-pub mod methods;
 pub mod risk;
 pub mod seats;
 pub mod sessions;

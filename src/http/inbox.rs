@@ -22,7 +22,7 @@
 //! on the daemon socket.
 //!
 //! The plugin operations run the daemon socket's `plugin.*` methods
-//! themselves ([`crate::plugins::methods::dispatch`]) with the caller
+//! themselves ([`crate::socket::methods::plugins::dispatch`]) with the caller
 //! class this connection was given, and a request token of their own
 //! whose answer [`super::take_answer`] hands back here. Their results are
 //! the socket method's result objects; their errors map to problems by
@@ -255,7 +255,7 @@ fn socket_method(
             id: Value::Null,
             class,
         };
-        crate::plugins::methods::dispatch(d, req, method, params);
+        crate::socket::methods::plugins::dispatch(d, req, method, params);
     })?
 }
 

@@ -24,13 +24,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
+use super::{params, require_operator};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::lanes::controller::{self, Lane};
 use crate::lanes::git;
 use crate::lanes::machine::Input;
 use crate::limits;
-use crate::socket::methods::{params, require_operator};
 use rusqlite::types::Value as Sql;
 
 pub fn serves(method: &str) -> bool {
@@ -62,14 +62,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             format!("unknown method {method}"),
         )),
     };
-    match r {
-        Ok(Some(v)) => d.answer(req, Ok(v)),
-        Ok(None) => {}
-        Err(e) => d.answer(req, Err(e)),
-    }
+    super::finish(d, req, r);
 }
 
-type Handled = Result<Option<Value>, RpcError>;
+use super::Handled;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -12,7 +12,17 @@
 //! | events.append     | operator       | the committed event's seq and ts         |
 //! | events.subscribe  | anyone         | live `event` notifications from now on   |
 //! | events.unsubscribe| anyone         | stops them                               |
-//! | seats.*, sessions.*, session.*, transcript.*, approvals.* | see core::methods |
+//! | seats.*           | see [`seats`]                              |
+//! | sessions.*, session.*, transcript.* | see [`sessions`]         |
+//! | approvals.*       | see [`approvals`]                          |
+//! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
+//! | plugin.*          | see [`plugins`]                            |
+
+pub mod approvals;
+pub mod lanes;
+pub mod plugins;
+pub mod seats;
+pub mod sessions;
 
 use mio::Token;
 use serde::Deserialize;
@@ -79,30 +89,36 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "events.subscribe" => events_subscribe(d, &req, p),
         "events.unsubscribe" => events_unsubscribe(d, &req, p),
         m if m.starts_with("plugin.") => {
-            crate::plugins::methods::dispatch(d, req, m, p);
+            plugins::dispatch(d, req, m, p);
             return;
         }
-        m if crate::lanes::methods::serves(m) => {
-            return crate::lanes::methods::dispatch(d, req, m, p);
+        m if lanes::serves(m) => {
+            return lanes::dispatch(d, req, m, p);
         }
-        m if crate::core::methods::serves(m) => {
-            return crate::core::methods::dispatch(d, req, m, p);
-        }
+        m if m.starts_with("seats.") => return seats::dispatch(d, req, m, p),
+        m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
+        m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
         )),
     };
-    match result {
-        Ok(Some(v)) => d.answer(req, Ok(v)),
-        Ok(None) => {} // answered later by a continuation
-        Err(e) => d.answer(req, Err(e)),
-    }
+    finish(d, req, result);
 }
 
 /// A handler's outcome: `Some` answers now, `None` means a continuation
 /// answers later.
-type Handled = Result<Option<Value>, RpcError>;
+pub type Handled = Result<Option<Value>, RpcError>;
+
+/// Answers what a handler decided now; `None` is answered later by its
+/// continuation.
+pub(super) fn finish(d: &mut Daemon, req: Req, result: Handled) {
+    match result {
+        Ok(Some(v)) => d.answer(req, Ok(v)),
+        Ok(None) => {}
+        Err(e) => d.answer(req, Err(e)),
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
