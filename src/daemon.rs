@@ -268,7 +268,7 @@ impl Daemon {
             }
             // Once per wake-up: every batch committed in it sends one merged
             // transcript delta per subscriber.
-            crate::core::sessions::flush_deltas(self);
+            crate::socket::watches::flush_deltas(self);
             self.flush_dirty();
         }
     }
@@ -538,8 +538,20 @@ impl Daemon {
             }
         }
         self.subscriptions.remove(&t);
-        self.core.on_conn_closed(t);
         self.dirty.remove(&t);
+    }
+
+    /// A round of session `sid` was committed (`core::sessions::finish`):
+    /// each surface that shows sessions hears it, HTTP first, then the
+    /// socket's watchers.
+    pub fn session_committed(
+        &mut self,
+        sid: &str,
+        delta: Option<crate::core::transcript::Delta>,
+        change: Option<crate::core::sessions::Change>,
+    ) {
+        crate::http::session_committed(self, sid, delta.as_ref());
+        crate::socket::watches::on_committed(self, sid, delta, change);
     }
 
     /// Queues `ops` for the ledger; `then` runs here after the commit, or at

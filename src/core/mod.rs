@@ -12,8 +12,6 @@ pub mod seats;
 pub mod sessions;
 pub mod transcript;
 
-use mio::Token;
-
 use crate::config::FileConfig;
 use crate::daemon::Daemon;
 
@@ -30,11 +28,6 @@ impl Core {
             sessions: sessions::Sessions::default(),
             approvals: inbox::Inbox::default(),
         }
-    }
-
-    /// Forgets what a closed connection subscribed to.
-    pub fn on_conn_closed(&mut self, conn: Token) {
-        self.sessions.forget_conn(conn);
     }
 }
 

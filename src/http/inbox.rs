@@ -105,7 +105,7 @@ pub fn get_approvals(ctx: &mut Ctx) -> Result<Reply, Problem> {
             .iter()
             .skip(start)
             .take(limit)
-            .map(|i| approvals::to_socket(i))
+            .map(|i| crate::socket::views::approval(i))
             .collect();
         let more = items.len() > start + page.len();
         let (page, all) = super::pages::fit(page);
@@ -130,7 +130,9 @@ pub fn get_approval(ctx: &mut Ctx) -> Result<Reply, Problem> {
         .to_string();
     let body = ctx.reactor(move |d, answer: Answer<Result<Option<Value>, Problem>>| {
         if let Some(i) = d.core.approvals.get(&id) {
-            return answer.send(Ok(may_see(&class, i).then(|| approvals::to_socket(i))));
+            return answer.send(Ok(
+                may_see(&class, i).then(|| crate::socket::views::approval(i))
+            ));
         }
         // Older than the history kept in memory: the ledger has it.
         let inbox = d.inbox.clone();
@@ -141,7 +143,7 @@ pub fn get_approval(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 answer.send(match found {
                     Ok(item) => Ok(item
                         .filter(|i| may_see(&class, i))
-                        .map(|i| approvals::to_socket(&i))),
+                        .map(|i| crate::socket::views::approval(&i))),
                     Err(e) => Err(super::routes::read_failed(&e)),
                 })
             });
@@ -198,7 +200,10 @@ pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
             body.digest.as_deref(),
             false,
             move |_d, r| {
-                answer.send(r.map_err(|e| rpc_problem(&e)));
+                answer.send(
+                    r.map(|i| crate::socket::views::approval(&i))
+                        .map_err(|e| rpc_problem(&e)),
+                );
             },
         );
     })??;
@@ -209,7 +214,13 @@ pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
 
 pub fn get_seats(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let body = ctx.reactor(|d, answer: Answer<Value>| {
-        let items: Vec<Value> = d.core.seats.list.iter().map(|s| s.to_socket()).collect();
+        let items: Vec<Value> = d
+            .core
+            .seats
+            .list
+            .iter()
+            .map(crate::socket::views::seat)
+            .collect();
         answer.send(json!({"items": items, "next": null}));
     })?;
     Ok(Reply::representation(body))

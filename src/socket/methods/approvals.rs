@@ -16,6 +16,7 @@ use crate::core::approvals;
 use crate::core::inbox::{Answerer, Verdict};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
+use crate::socket::views;
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
@@ -58,7 +59,7 @@ fn approvals_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         .list(all)
         .into_iter()
         .filter(|i| may_see(req, i))
-        .map(approvals::to_socket)
+        .map(views::approval)
         .collect();
     Ok(Some(json!({"approvals": items})))
 }
@@ -74,7 +75,7 @@ fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let not_found = |id: &str| RpcError::new(Code::NotFound, format!("no approval {id}"));
     if let Some(i) = d.core.approvals.get(&request_id) {
         return match may_see(req, i) {
-            true => Ok(Some(approvals::to_socket(i))),
+            true => Ok(Some(views::approval(i))),
             false => Err(not_found(&request_id)),
         };
     }
@@ -86,7 +87,7 @@ fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         let found = approvals::read_one(conn, &request_id);
         inbox.run(move |d| {
             let r = match found {
-                Ok(Some(item)) if may_see(&req, &item) => Ok(approvals::to_socket(&item)),
+                Ok(Some(item)) if may_see(&req, &item) => Ok(views::approval(&item)),
                 Ok(_) => Err(not_found(&request_id)),
                 Err(e) => {
                     crate::error!("approval {request_id} could not be read: {e}");
@@ -157,7 +158,7 @@ fn approvals_answer(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
         reason,
         digest.as_deref(),
         false,
-        move |d, r| d.answer(req, r),
+        move |d, r| d.answer(req, r.map(|i| views::approval(&i))),
     );
     Ok(None)
 }

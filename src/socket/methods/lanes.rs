@@ -31,6 +31,7 @@ use crate::lanes::controller::{self, Lane};
 use crate::lanes::git;
 use crate::lanes::machine::Input;
 use crate::limits;
+use crate::socket::views;
 use rusqlite::types::Value as Sql;
 
 pub fn serves(method: &str) -> bool {
@@ -211,7 +212,7 @@ fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         let items: Vec<Value> = page
             .iter()
             .filter_map(|id| d.lanes.map.get(id))
-            .map(|l| controller::to_socket(d, l))
+            .map(|l| views::lane(l, &d.node_name))
             .collect();
         d.answer(req, Ok(json!({"lanes": items, "next_cursor": next})));
     });
@@ -257,7 +258,7 @@ fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             .lanes
             .map
             .get(&lane)
-            .map(|l| controller::to_socket(d, l))
+            .map(|l| views::lane(l, &d.node_name))
             .ok_or_else(|| controller::not_found(&lane));
         d.answer(req, r);
     });
@@ -292,12 +293,12 @@ fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }
         return Err(e);
     }
-    Ok(Some(controller::to_socket(
-        d,
+    Ok(Some(views::lane(
         d.lanes
             .map
             .get(&lane)
             .ok_or_else(|| controller::not_found(&lane))?,
+        &d.node_name,
     )))
 }
 
@@ -316,12 +317,12 @@ fn lanes_operator(
         .ok_or_else(|| controller::not_found(&lane))?;
     let i = input(l);
     controller::step(d, &lane, i)?;
-    Ok(Some(controller::to_socket(
-        d,
+    Ok(Some(views::lane(
         d.lanes
             .map
             .get(&lane)
             .ok_or_else(|| controller::not_found(&lane))?,
+        &d.node_name,
     )))
 }
 

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use super::{Handled, params, require_operator};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
+use crate::socket::views;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,7 +31,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 
 fn seats_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
-    let seats: Vec<Value> = d.core.seats.list.iter().map(|s| s.to_socket()).collect();
+    let seats: Vec<Value> = d.core.seats.list.iter().map(views::seat).collect();
     Ok(Some(json!({
         "seats": seats,
         "agent_isolation": crate::core::sessions::sandbox(d).to_json(),

@@ -39,6 +39,7 @@ use crate::errors::{Code, RpcError};
 use crate::limits;
 
 use super::Handled;
+use crate::socket::views;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,7 +64,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.get" => sessions_get(d, &req, p),
         "sessions.subscribe" => sessions_subscribe(d, &req, p),
         "sessions.unsubscribe" => params::<NoParams>(p)
-            .map(|_| Some(json!({"was_subscribed": d.core.sessions.unwatch(req.conn)}))),
+            .map(|_| Some(json!({"was_subscribed": d.socket.watches.unwatch(req.conn)}))),
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
         "sessions.interrupt" => with_session(d, &req, p, sessions::interrupt),
@@ -89,7 +90,7 @@ fn readable(d: &Daemon, req: &Req) -> Value {
             .sessions
             .iter()
             .filter(|s| sessions::may_read(&req.class, &s.id))
-            .map(|s| s.to_socket(node))
+            .map(|s| views::session(s, node))
             .collect(),
     )
 }
@@ -114,13 +115,13 @@ fn sessions_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 
 fn sessions_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let SessionRef { session_id } = params(p)?;
-    readable_session(d, req, &session_id).map(|s| Some(s.to_socket(&d.node_name)))
+    readable_session(d, req, &session_id).map(|s| Some(views::session(s, &d.node_name)))
 }
 
 fn sessions_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     // Subscribed before the snapshot: an event may arrive twice (seed 004).
-    d.core.sessions.watch(req.conn);
+    d.socket.watches.watch(req.conn);
     Ok(Some(readable(d, req)))
 }
 
@@ -128,7 +129,20 @@ fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let sp: sessions::SpawnParams = params(p)?;
     require_operator(req)?;
     let req = req.clone();
-    sessions::spawn(d, sp, move |d, r| d.answer(req, r));
+    sessions::spawn(d, sp, move |d, r| {
+        // The session as it is at the commit, in the socket's view.
+        let r = r.map(|mut v| {
+            let sid = v["session_id"].as_str().unwrap_or_default();
+            let session = d
+                .core
+                .sessions
+                .get(sid)
+                .map(|s| views::session(s, &d.node_name));
+            v["session"] = json!(session);
+            v
+        });
+        d.answer(req, r)
+    });
     Ok(None)
 }
 
@@ -368,9 +382,12 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
                 .sessions
                 .get(&session_id)
                 .ok_or_else(|| sessions::not_found(&session_id))?;
-            d.core
-                .sessions
-                .subscribe_transcript(conn_token, &sub_id, &session_id)?;
+            let sessions = &d.core.sessions;
+            d.socket
+                .watches
+                .subscribe_transcript(conn_token, &sub_id, &session_id, |s| {
+                    sessions.get(s).is_some()
+                })?;
             Ok(
                 json!({"sub_id": sub_id, "from_index": start, "entries": merge_cached(d, &session_id, start, rows)}),
             )
@@ -386,6 +403,6 @@ struct UnsubscribeParams {
 
 fn transcript_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let UnsubscribeParams { sub_id } = params(p)?;
-    d.core.sessions.unsubscribe_transcript(req.conn, &sub_id);
+    d.socket.watches.unsubscribe_transcript(req.conn, &sub_id);
     Ok(Some(Value::Null))
 }
