@@ -28,12 +28,35 @@ use crate::procs::{CallerClass, Owner, Roots};
 use crate::reactor::{Inbox, LISTENER, Msg, Reactor, WAKER};
 use crate::socket::{self, CloseReason, Server, rpc};
 
+/// Where the answer to a request goes (DESIGN.md, "How subsystems talk").
+/// A surface that runs the socket's methods adds a variant here and its arm
+/// in [`Daemon::answer`]; the methods and the subsystems behind them only
+/// hand the `Req` back.
+#[derive(Clone, Debug)]
+pub enum ReplyTo {
+    /// A daemon socket connection, and the request's JSON-RPC id.
+    Socket { conn: Token, id: Value },
+    /// An HTTP handler thread blocked on its one-slot reply channel; it
+    /// maps an error to its problem itself (`http::problem::from_rpc`).
+    Http(crate::http::Answer<Result<Value, RpcError>>),
+}
+
 /// Who sent a request and where its answer goes.
 #[derive(Clone, Debug)]
 pub struct Req {
-    pub conn: Token,
-    pub id: Value,
+    pub to: ReplyTo,
     pub class: CallerClass,
+}
+
+impl Req {
+    /// The socket connection the request came on, when it came on one:
+    /// what subscriptions are kept against.
+    pub fn conn(&self) -> Option<Token> {
+        match &self.to {
+            ReplyTo::Socket { conn, .. } => Some(*conn),
+            ReplyTo::Http(_) => None,
+        }
+    }
 }
 
 /// What waits for a ledger batch to commit.
@@ -465,8 +488,7 @@ impl Daemon {
                 };
                 c.in_flight += 1;
                 let req = Req {
-                    conn,
-                    id,
+                    to: ReplyTo::Socket { conn, id },
                     class: c.class.clone(),
                 };
                 if self.stopping.is_some() && method != "ping" {
@@ -486,27 +508,29 @@ impl Daemon {
         }
     }
 
-    /// Answers a request: queues the reply and frees its in-flight slot.
+    /// Answers a request where its [`ReplyTo`] says.
     pub fn answer(&mut self, req: Req, result: Result<Value, RpcError>) {
-        if crate::http::take_answer(self, req.conn, &result) {
-            return;
+        match req.to {
+            ReplyTo::Socket { conn, id } => {
+                let bytes = match &result {
+                    Ok(v) => rpc::reply(&id, v),
+                    Err(e) => rpc::error(&id, e, None),
+                };
+                self.answer_socket(conn, &bytes);
+            }
+            ReplyTo::Http(answer) => answer.send(result),
         }
-        let bytes = match &result {
-            Ok(v) => rpc::reply(&req.id, v),
-            Err(e) => rpc::error(&req.id, e, None),
-        };
-        self.answer_raw(req, bytes);
     }
 
-    /// Answers with a reply line built by the caller.
-    pub fn answer_raw(&mut self, req: Req, bytes: Vec<u8>) {
-        let Some(c) = self.socket.conns.get_mut(&req.conn) else {
+    /// Queues a socket reply and frees its request's in-flight slot.
+    fn answer_socket(&mut self, conn: Token, bytes: &[u8]) {
+        let Some(c) = self.socket.conns.get_mut(&conn) else {
             return;
         };
         c.in_flight = c.in_flight.saturating_sub(1);
-        self.send(req.conn, &bytes);
-        if self.socket.wants_pump(req.conn) {
-            self.pump.push(req.conn);
+        self.send(conn, bytes);
+        if self.socket.wants_pump(conn) {
+            self.pump.push(conn);
         }
     }
 

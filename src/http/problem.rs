@@ -200,6 +200,49 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// The one mapping of the daemon's error codes to HTTP's: every route
+    /// that runs the core's rules (creations, inputs, interrupts, approval
+    /// answers, the socket's plugin methods) answers a refusal through it.
+    /// The ledger's refusals keep their own codes (`ledger_busy` with
+    /// `Retry-After`, `ledger_corrupt`, `unavailable`), and a stopping
+    /// daemon is `shutting_down`, as on every other route; anything without
+    /// an HTTP code of its own is `conflict`. Where the HTTP code is coarser
+    /// than the daemon's (`not_found` for `plugin-not-found`, `conflict`),
+    /// the detail ends with the daemon's code in parentheses, so that a
+    /// person still sees which one it was.
+    pub fn from_rpc(e: &crate::errors::RpcError) -> Problem {
+        use crate::errors::Code as R;
+        let code = match e.code {
+            R::InvalidParams | R::InvalidRequest => Code::InvalidRequest,
+            R::NotFound | R::PluginNotFound | R::CommandNotFound | R::SessionNotFound => {
+                Code::NotFound
+            }
+            R::SeatNotFound | R::SeatNotReady => Code::SeatUnavailable,
+            R::TooManySessions => Code::TooManySessions,
+            R::SessionEnded => Code::SessionEnded,
+            R::QueueFull => Code::QueueFull,
+            R::NotPending => Code::NotPending,
+            R::ActionMismatch => Code::ActionMismatch,
+            R::OperatorOnly => Code::OperatorOnly,
+            R::LedgerCorrupt => Code::LedgerCorrupt,
+            R::LedgerBusy => Code::LedgerBusy,
+            R::Unavailable => Code::Unavailable,
+            R::ShuttingDown => Code::ShuttingDown,
+            _ => Code::Conflict,
+        };
+        let own = e.code.as_str();
+        let detail = if code.as_str() == own.replace('-', "_") {
+            e.message.clone()
+        } else {
+            format!("{} ({own})", e.message)
+        };
+        let p = Problem::new(code, detail);
+        match code {
+            Code::LedgerBusy => p.retry(1),
+            _ => p,
+        }
+    }
+
     pub fn new(code: Code, detail: impl Into<String>) -> Problem {
         Problem {
             code,

@@ -132,7 +132,10 @@ fn approvals_answer(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
             )));
         }
     };
-    let pid = d.socket.conns.get(&req.conn).map_or(0, |c| c.peer_pid);
+    let pid = req
+        .conn()
+        .and_then(|c| d.socket.conns.get(&c))
+        .map_or(0, |c| c.peer_pid);
     if let Err(e) = require_operator(req) {
         crate::warn!(
             "refused approvals.answer for {request_id} from a caller of class {} (pid {pid})",

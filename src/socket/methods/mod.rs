@@ -61,6 +61,18 @@ pub fn require_operator(req: &Req) -> Result<(), RpcError> {
     }
 }
 
+/// The socket connection a subscription is kept against. Another surface
+/// that runs these methods (HTTP runs `plugin.*` only) has none to keep
+/// one on, and is refused.
+pub fn connection(req: &Req) -> Result<Token, RpcError> {
+    req.conn().ok_or_else(|| {
+        RpcError::new(
+            Code::InvalidRequest,
+            "subscriptions are kept on a daemon socket connection only",
+        )
+    })
+}
+
 /// Whether `req`'s caller may read `stream`: the operator reads every
 /// stream; a caller inside an agent session reads its own session's stream
 /// only (it would otherwise see other sessions' events, prompts included);
@@ -363,7 +375,7 @@ fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
             )));
         }
     }
-    let conn: Token = req.conn;
+    let conn = connection(req)?;
     let filter = streams.clone().map(|v| v.into_iter().collect());
     // One subscription per connection; a second call replaces the first,
     // as events.subscribe does for plugins (seed 000).
@@ -379,6 +391,6 @@ fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
 
 fn events_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
-    let was = d.subscriptions.remove(&req.conn).is_some();
+    let was = d.subscriptions.remove(&connection(req)?).is_some();
     Ok(Some(json!({"subscribed": false, "was_subscribed": was})))
 }

@@ -38,7 +38,7 @@ use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::limits;
 
-use super::Handled;
+use super::{Handled, connection};
 use crate::socket::views;
 
 #[derive(Deserialize)]
@@ -63,8 +63,12 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.list" => sessions_list(d, &req, p),
         "sessions.get" => sessions_get(d, &req, p),
         "sessions.subscribe" => sessions_subscribe(d, &req, p),
-        "sessions.unsubscribe" => params::<NoParams>(p)
-            .map(|_| Some(json!({"was_subscribed": d.socket.watches.unwatch(req.conn)}))),
+        "sessions.unsubscribe" => params::<NoParams>(p).and_then(|_| {
+            let conn = connection(&req)?;
+            Ok(Some(
+                json!({"was_subscribed": d.socket.watches.unwatch(conn)}),
+            ))
+        }),
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
         "sessions.interrupt" => with_session(d, &req, p, sessions::interrupt),
@@ -121,7 +125,7 @@ fn sessions_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 fn sessions_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     // Subscribed before the snapshot: an event may arrive twice (seed 004).
-    d.socket.watches.watch(req.conn);
+    d.socket.watches.watch(connection(req)?);
     Ok(Some(readable(d, req)))
 }
 
@@ -362,7 +366,7 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
     let len = readable_session(d, req, &session_id)?.transcript.len;
     let have = have_entries.min(len);
     let sid = session_id.clone();
-    let conn_token = req.conn;
+    let conn_token = connection(req)?;
     read_then(
         d,
         req,
@@ -403,6 +407,8 @@ struct UnsubscribeParams {
 
 fn transcript_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let UnsubscribeParams { sub_id } = params(p)?;
-    d.socket.watches.unsubscribe_transcript(req.conn, &sub_id);
+    d.socket
+        .watches
+        .unsubscribe_transcript(connection(req)?, &sub_id);
     Ok(Some(Value::Null))
 }
