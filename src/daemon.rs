@@ -62,13 +62,6 @@ impl Req {
 /// What waits for a ledger batch to commit.
 pub type AfterCommit = Box<dyn FnOnce(&mut Daemon, Result<Vec<Appended>, WriteError>)>;
 
-/// A connection's live event subscription.
-pub struct Subscription {
-    pub conn: Token,
-    /// Only these streams, or every stream.
-    pub streams: Option<HashSet<String>>,
-}
-
 /// Why `serve` could not run; `main` turns it into one line and exit code.
 #[derive(Debug)]
 pub enum ServeError {
@@ -108,7 +101,6 @@ pub struct Daemon {
     pub http: Option<crate::http::Http>,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
-    pub subscriptions: HashMap<Token, Subscription>,
     dirty: HashSet<Token>,
     pump: Vec<Token>,
     stopping: Option<Instant>,
@@ -181,7 +173,6 @@ impl Daemon {
             http,
             pending: HashMap::new(),
             next_ticket: 0,
-            subscriptions: HashMap::new(),
             dirty: HashSet::new(),
             pump: Vec::new(),
             stopping: None,
@@ -561,7 +552,6 @@ impl Daemon {
                 other => crate::debug!("closed connection of pid {}: {other:?}", c.peer_pid),
             }
         }
-        self.subscriptions.remove(&t);
         self.dirty.remove(&t);
     }
 
@@ -595,31 +585,13 @@ impl Daemon {
         }
     }
 
-    /// Delivers committed events to the socket subscribers. The line is built
-    /// once per event and queued to every subscribed connection.
+    /// Hands committed events to whoever follows them: the plugins, the
+    /// lanes, then each surface.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
         crate::lanes::controller::on_events(self, events);
         crate::http::publish(self, events);
-        if self.subscriptions.is_empty() {
-            return;
-        }
-        for ev in events {
-            let line = event_line(ev);
-            let targets: Vec<Token> = self
-                .subscriptions
-                .values()
-                .filter(|s| {
-                    s.streams
-                        .as_ref()
-                        .is_none_or(|set| set.contains(&ev.stream))
-                })
-                .map(|s| s.conn)
-                .collect();
-            for t in targets {
-                self.send(t, &line);
-            }
-        }
+        crate::socket::watches::publish(self, events);
     }
 
     fn mark_ledger_corrupt(&mut self, reason: String) {
@@ -691,22 +663,6 @@ impl Daemon {
             }
         }));
     }
-}
-
-/// The `event` notification line for one committed event. `data` is JSON
-/// text the daemon serialised itself, so it is embedded as it is.
-pub fn event_line(ev: &Appended) -> Vec<u8> {
-    let mut line = Vec::with_capacity(ev.data.len() + ev.stream.len() + ev.kind.len() + 96);
-    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{\"stream\":");
-    let _ = serde_json::to_writer(&mut line, &ev.stream);
-    line.extend_from_slice(format!(",\"seq\":{},\"kind\":", ev.seq).as_bytes());
-    let _ = serde_json::to_writer(&mut line, &ev.kind);
-    line.extend_from_slice(b",\"ts\":");
-    let _ = serde_json::to_writer(&mut line, &ev.ts);
-    line.extend_from_slice(b",\"data\":");
-    line.extend_from_slice(ev.data.as_bytes());
-    line.extend_from_slice(b"}}\n");
-    line
 }
 
 fn corrupt_line(path: &std::path::Path, reason: &str) -> String {

@@ -1,7 +1,9 @@
-//! Who on the daemon socket watches sessions, and what they are sent
-//! (seed 004, Sessions, Transcripts): the connections that asked for
-//! `session.event` (sessions.subscribe), the transcript subscriptions
+//! Who on the daemon socket watches what, and what they are sent (seed
+//! 004, Events, Sessions, Transcripts): the connections that asked for
+//! `event` notifications (events.subscribe), for `session.event`
+//! (sessions.subscribe), the transcript subscriptions
 //! (transcript.subscribe) and the deltas committed and not yet sent.
+//! A closed connection's watches go with it (`Server::close`).
 //!
 //! The daemon hands every committed round of a session here
 //! ([`on_committed`]); the deltas of the batches committed in one wake-up
@@ -19,12 +21,17 @@ use crate::core::sessions::{self, Change};
 use crate::core::transcript::Delta;
 use crate::daemon::Daemon;
 use crate::errors::RpcError;
+use crate::ledger::Appended;
 use crate::limits;
 use crate::socket::views;
 
 /// The socket's watches of sessions.
 #[derive(Default)]
 pub struct Watches {
+    /// Connections that asked for `event` notifications: only these
+    /// streams, or every stream. One per connection; a second
+    /// events.subscribe replaces the first.
+    events: HashMap<Token, Option<HashSet<String>>>,
     /// Connections that asked for `session.event`.
     watchers: HashSet<Token>,
     /// Transcript subscriptions: session -> (connection, sub_id).
@@ -34,6 +41,17 @@ pub struct Watches {
 }
 
 impl Watches {
+    /// Subscribes `conn` to committed events of `streams`, or of every
+    /// stream; replaces what it subscribed to before.
+    pub fn subscribe_events(&mut self, conn: Token, streams: Option<HashSet<String>>) {
+        self.events.insert(conn, streams);
+    }
+
+    /// Whether `conn` was subscribed to events.
+    pub fn unsubscribe_events(&mut self, conn: Token) -> bool {
+        self.events.remove(&conn).is_some()
+    }
+
     pub fn watch(&mut self, conn: Token) {
         self.watchers.insert(conn);
     }
@@ -43,6 +61,7 @@ impl Watches {
     }
 
     pub fn forget_conn(&mut self, conn: Token) {
+        self.events.remove(&conn);
         self.watchers.remove(&conn);
         for subs in self.tsubs.values_mut() {
             subs.retain(|(t, _)| *t != conn);
@@ -90,6 +109,44 @@ impl Watches {
         self.tsubs.retain(|_, v| !v.is_empty());
         found
     }
+}
+
+/// Sends committed events to the connections subscribed to their
+/// streams: the line is built once per event and queued to each.
+pub fn publish(d: &mut Daemon, events: &[Appended]) {
+    if d.socket.watches.events.is_empty() {
+        return;
+    }
+    for ev in events {
+        let line = event_line(ev);
+        let targets: Vec<Token> = d
+            .socket
+            .watches
+            .events
+            .iter()
+            .filter(|(_, streams)| streams.as_ref().is_none_or(|set| set.contains(&ev.stream)))
+            .map(|(conn, _)| *conn)
+            .collect();
+        for t in targets {
+            d.send(t, &line);
+        }
+    }
+}
+
+/// The `event` notification line for one committed event. `data` is JSON
+/// text the daemon serialised itself, so it is embedded as it is.
+pub fn event_line(ev: &Appended) -> Vec<u8> {
+    let mut line = Vec::with_capacity(ev.data.len() + ev.stream.len() + ev.kind.len() + 96);
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{\"stream\":");
+    let _ = serde_json::to_writer(&mut line, &ev.stream);
+    line.extend_from_slice(format!(",\"seq\":{},\"kind\":", ev.seq).as_bytes());
+    let _ = serde_json::to_writer(&mut line, &ev.kind);
+    line.extend_from_slice(b",\"ts\":");
+    let _ = serde_json::to_writer(&mut line, &ev.ts);
+    line.extend_from_slice(b",\"data\":");
+    line.extend_from_slice(ev.data.as_bytes());
+    line.extend_from_slice(b"}}\n");
+    line
 }
 
 /// A session's round was committed: its delta waits for [`flush_deltas`],

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::daemon::{Daemon, Req, Subscription};
+use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::{self, Op, WriteError};
 use crate::limits;
@@ -379,18 +379,12 @@ fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
     let filter = streams.clone().map(|v| v.into_iter().collect());
     // One subscription per connection; a second call replaces the first,
     // as events.subscribe does for plugins (seed 000).
-    d.subscriptions.insert(
-        conn,
-        Subscription {
-            conn,
-            streams: filter,
-        },
-    );
+    d.socket.watches.subscribe_events(conn, filter);
     Ok(Some(json!({"streams": streams})))
 }
 
 fn events_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
-    let was = d.subscriptions.remove(&connection(req)?).is_some();
+    let was = d.socket.watches.unsubscribe_events(connection(req)?);
     Ok(Some(json!({"subscribed": false, "was_subscribed": was})))
 }
