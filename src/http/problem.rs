@@ -294,4 +294,40 @@ mod tests {
         assert_eq!(v["code"], "instance_changed");
         assert_eq!(v.as_object().unwrap().len(), 5);
     }
+
+    #[test]
+    fn the_daemons_refusals_map_once_and_keep_their_own_code_in_the_detail() {
+        use crate::errors::{Code as R, RpcError};
+        let p = Problem::from_rpc(&RpcError::new(R::LedgerBusy, "the ledger's queue is full"));
+        assert_eq!(
+            (p.code, p.status(), p.retry_after),
+            (Code::LedgerBusy, 503, Some(1))
+        );
+        let p = Problem::from_rpc(&RpcError::new(R::ShuttingDown, "the daemon is stopping"));
+        assert_eq!((p.code, p.status()), (Code::ShuttingDown, 503));
+        let p = Problem::from_rpc(&RpcError::new(
+            R::Unavailable,
+            "the ledger could not commit",
+        ));
+        assert_eq!((p.code, p.status()), (Code::Unavailable, 503));
+        // The same name on both surfaces: the detail is the message alone.
+        let p = Problem::from_rpc(&RpcError::new(R::SessionEnded, "session s has ended"));
+        assert_eq!(
+            (p.code, p.detail.as_str()),
+            (Code::SessionEnded, "session s has ended")
+        );
+        // Coarser on HTTP: the detail ends with the daemon's code.
+        let p = Problem::from_rpc(&RpcError::new(R::PluginNotFound, "no plugin x"));
+        assert_eq!(
+            (p.code, p.detail.as_str()),
+            (Code::NotFound, "no plugin x (plugin-not-found)")
+        );
+        let p = Problem::from_rpc(&RpcError::new(R::PluginNotRunning, "x is not running"));
+        assert_eq!(
+            (p.code, p.status(), p.detail.as_str()),
+            (Code::Conflict, 409, "x is not running (plugin-not-running)")
+        );
+        let p = Problem::from_rpc(&RpcError::new(R::SeatNotReady, "the seat a is missing"));
+        assert_eq!(p.code, Code::SeatUnavailable);
+    }
 }

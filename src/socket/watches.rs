@@ -257,3 +257,66 @@ fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
         d.send(t, &line);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_connection_takes_all_its_watches_with_it() {
+        let mut w = Watches::default();
+        let (a, b) = (Token(1 << 20), Token((1 << 20) + 1));
+        w.subscribe_events(a, None);
+        w.subscribe_events(b, Some(["x-a".to_string()].into()));
+        // A second events.subscribe replaces the first.
+        w.subscribe_events(a, Some(["x-b".to_string()].into()));
+        assert_eq!(w.events.len(), 2);
+        w.watch(a);
+        w.subscribe_transcript(a, "t1", "s1", |_| true).unwrap();
+        w.forget_conn(a);
+        assert!(!w.unsubscribe_events(a));
+        assert!(!w.unwatch(a));
+        assert!(!w.unsubscribe_transcript(a, "t1"));
+        assert!(w.tsubs.is_empty());
+        assert!(w.unsubscribe_events(b));
+    }
+
+    #[test]
+    fn subscriptions_of_forgotten_sessions_do_not_count_against_the_bound() {
+        let mut w = Watches::default();
+        let conn = Token(1 << 20);
+        for i in 0..limits::TRANSCRIPT_SUBS_PER_CONN {
+            w.subscribe_transcript(conn, &format!("t{i}"), &format!("s{i}"), |_| true)
+                .unwrap();
+        }
+        let full = w.subscribe_transcript(conn, "one-more", "s0", |_| true);
+        assert_eq!(full.unwrap_err().code, crate::errors::Code::InvalidParams);
+        // Replacing a sub_id is not one more.
+        w.subscribe_transcript(conn, "t0", "s1", |_| true).unwrap();
+        // Session s2 was evicted: its subscription is dropped, room is made.
+        w.subscribe_transcript(conn, "one-more", "s0", |s| s != "s2")
+            .unwrap();
+        assert!(!w.tsubs.contains_key("s2"));
+        assert!(!w.unsubscribe_transcript(conn, "t2"));
+    }
+
+    #[test]
+    fn the_event_line_embeds_the_stored_data_as_it_is() {
+        let ev = Appended {
+            stream: "x-a".into(),
+            seq: 7,
+            kind: "note".into(),
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            data: r#"{"n":1}"#.into(),
+        };
+        let line = event_line(&ev);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "method": "event", "params": {
+                "stream": "x-a", "seq": 7, "kind": "note",
+                "ts": "2026-01-01T00:00:00.000Z", "data": {"n": 1}}})
+        );
+    }
+}
