@@ -7,6 +7,13 @@
 //! here once the batch is committed: a reply, an event fan-out, anything
 //! acknowledged, happens only after the commit.
 //!
+//! Surfaces: the daemon socket is driven here; every other surface (HTTP
+//! now) is a row of [`SURFACES`] that hears committed events, committed
+//! session rounds and the stop. A request from any surface is a [`Req`]
+//! whose [`ReplyTo`] says where [`Daemon::answer`] sends the result, so the
+//! method tables and the subsystems behind them never know which surface
+//! asked.
+//!
 //! Start-up order: block signals, read the config, become child subreaper,
 //! open the ledger, bind the socket, start the signal thread, tell the
 //! service manager READY=1. Stop order (SIGTERM, SIGINT, `server.stop`):
@@ -40,6 +47,25 @@ pub enum ReplyTo {
     /// maps an error to its problem itself (`http::problem::from_rpc`).
     Http(crate::http::Answer<Result<Value, RpcError>>),
 }
+
+/// What the daemon tells a surface that runs beside the socket, one row
+/// of [`SURFACES`] each. The socket is the reactor's own and is driven
+/// here directly; its watches hear the same things after these rows.
+pub struct Hooks {
+    /// Committed ledger events, in commit order.
+    pub events: fn(&mut Daemon, &[Appended]),
+    /// A committed round of a session, with its transcript delta.
+    pub session: fn(&mut Daemon, &str, Option<&crate::core::transcript::Delta>),
+    /// The daemon begins to stop: stop accepting, end streams.
+    pub stop: fn(&mut Daemon),
+    /// Whether it still has answers or streams to finish before exit.
+    pub busy: fn(&Daemon) -> bool,
+}
+
+/// The surfaces beside the socket. Adding one is a module under src/, its
+/// state in a field of [`Daemon`] started in [`Daemon::serve`], a
+/// [`ReplyTo`] variant with its arm in [`Daemon::answer`], and a row here.
+const SURFACES: &[Hooks] = &[crate::http::HOOKS];
 
 /// Who sent a request and where its answer goes.
 #[derive(Clone, Debug)]
@@ -294,7 +320,7 @@ impl Daemon {
             && self.socket.in_flight() == 0
             && self.socket.queued_bytes() == 0
             && crate::plugins::host::all_stopped(self)
-            && self.http.as_ref().is_none_or(|h| !h.busy())
+            && !SURFACES.iter().any(|s| (s.busy)(self))
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -444,8 +470,8 @@ impl Daemon {
         // last step of the stop kills what is left.
         crate::plugins::host::stop_all(self);
         crate::core::on_stop(self);
-        if let Some(h) = &mut self.http {
-            h.stop();
+        for s in SURFACES {
+            (s.stop)(self);
         }
         let plugin_ms = Duration::from_millis(
             limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000,
@@ -556,7 +582,7 @@ impl Daemon {
     }
 
     /// A round of session `sid` was committed (`core::sessions::finish`):
-    /// each surface that shows sessions hears it, HTTP first, then the
+    /// each surface hears it, those of [`SURFACES`] first, then the
     /// socket's watchers.
     pub fn session_committed(
         &mut self,
@@ -564,7 +590,9 @@ impl Daemon {
         delta: Option<crate::core::transcript::Delta>,
         change: Option<crate::core::sessions::Change>,
     ) {
-        crate::http::session_committed(self, sid, delta.as_ref());
+        for s in SURFACES {
+            (s.session)(self, sid, delta.as_ref());
+        }
         crate::socket::watches::on_committed(self, sid, delta, change);
     }
 
@@ -586,11 +614,13 @@ impl Daemon {
     }
 
     /// Hands committed events to whoever follows them: the plugins, the
-    /// lanes, then each surface.
+    /// lanes, the surfaces of [`SURFACES`], then the socket's subscribers.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
         crate::lanes::controller::on_events(self, events);
-        crate::http::publish(self, events);
+        for s in SURFACES {
+            (s.events)(self, events);
+        }
         crate::socket::watches::publish(self, events);
     }
 

@@ -178,21 +178,24 @@ impl Http {
     }
 }
 
+/// What the daemon tells HTTP (its row of `daemon::SURFACES`).
+pub const HOOKS: crate::daemon::Hooks = crate::daemon::Hooks {
+    events: publish,
+    session: sessions::on_committed,
+    stop: |d| {
+        if let Some(h) = &mut d.http {
+            h.stop();
+        }
+    },
+    busy: |d| d.http.as_ref().is_some_and(Http::busy),
+};
+
 /// Hears every committed event (from `Daemon::publish`): `/events`
 /// watches, then the sessions' inputs and watches.
-pub fn publish(d: &mut Daemon, events: &[Appended]) {
+fn publish(d: &mut Daemon, events: &[Appended]) {
     let Some(h) = d.http.as_mut() else { return };
     h.publish(events);
     sessions::on_events(d, events);
-}
-
-/// A session's round was committed (from `core::sessions::finish`).
-pub fn session_committed(
-    d: &mut Daemon,
-    sid: &str,
-    delta: Option<&crate::core::transcript::Delta>,
-) {
-    sessions::on_committed(d, sid, delta);
 }
 
 /// A reply channel for a closure run on the reactor. A clone can answer
