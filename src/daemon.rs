@@ -7,6 +7,13 @@
 //! here once the batch is committed: a reply, an event fan-out, anything
 //! acknowledged, happens only after the commit.
 //!
+//! Surfaces: the daemon socket is driven here; every other surface (HTTP
+//! now) is a row of [`SURFACES`] that hears committed events, committed
+//! session rounds and the stop. A request from any surface is a [`Req`]
+//! whose [`ReplyTo`] says where [`Daemon::answer`] sends the result, so the
+//! method tables and the subsystems behind them never know which surface
+//! asked.
+//!
 //! Start-up order: block signals, read the config, become child subreaper,
 //! open the ledger, bind the socket, start the signal thread, tell the
 //! service manager READY=1. Stop order (SIGTERM, SIGINT, `server.stop`):
@@ -28,23 +35,58 @@ use crate::procs::{CallerClass, Owner, Roots};
 use crate::reactor::{Inbox, LISTENER, Msg, Reactor, WAKER};
 use crate::socket::{self, CloseReason, Server, rpc};
 
+/// Where the answer to a request goes (DESIGN.md, "How subsystems talk").
+/// A surface that runs the socket's methods adds a variant here and its arm
+/// in [`Daemon::answer`]; the methods and the subsystems behind them only
+/// hand the `Req` back.
+#[derive(Clone, Debug)]
+pub enum ReplyTo {
+    /// A daemon socket connection, and the request's JSON-RPC id.
+    Socket { conn: Token, id: Value },
+    /// An HTTP handler thread blocked on its one-slot reply channel; it
+    /// maps an error to its problem itself (`http::problem::from_rpc`).
+    Http(crate::http::Answer<Result<Value, RpcError>>),
+}
+
+/// What the daemon tells a surface that runs beside the socket, one row
+/// of [`SURFACES`] each. The socket is the reactor's own and is driven
+/// here directly; its watches hear the same things after these rows.
+pub struct Hooks {
+    /// Committed ledger events, in commit order.
+    pub events: fn(&mut Daemon, &[Appended]),
+    /// A committed round of a session, with its transcript delta.
+    pub session: fn(&mut Daemon, &str, Option<&crate::core::transcript::Delta>),
+    /// The daemon begins to stop: stop accepting, end streams.
+    pub stop: fn(&mut Daemon),
+    /// Whether it still has answers or streams to finish before exit.
+    pub busy: fn(&Daemon) -> bool,
+}
+
+/// The surfaces beside the socket. Adding one is a module under src/, its
+/// state in a field of [`Daemon`] started in [`Daemon::serve`], a
+/// [`ReplyTo`] variant with its arm in [`Daemon::answer`], and a row here.
+const SURFACES: &[Hooks] = &[crate::http::HOOKS];
+
 /// Who sent a request and where its answer goes.
 #[derive(Clone, Debug)]
 pub struct Req {
-    pub conn: Token,
-    pub id: Value,
+    pub to: ReplyTo,
     pub class: CallerClass,
+}
+
+impl Req {
+    /// The socket connection the request came on, when it came on one:
+    /// what subscriptions are kept against.
+    pub fn conn(&self) -> Option<Token> {
+        match &self.to {
+            ReplyTo::Socket { conn, .. } => Some(*conn),
+            ReplyTo::Http(_) => None,
+        }
+    }
 }
 
 /// What waits for a ledger batch to commit.
 pub type AfterCommit = Box<dyn FnOnce(&mut Daemon, Result<Vec<Appended>, WriteError>)>;
-
-/// A connection's live event subscription.
-pub struct Subscription {
-    pub conn: Token,
-    /// Only these streams, or every stream.
-    pub streams: Option<HashSet<String>>,
-}
 
 /// Why `serve` could not run; `main` turns it into one line and exit code.
 #[derive(Debug)]
@@ -85,7 +127,6 @@ pub struct Daemon {
     pub http: Option<crate::http::Http>,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
-    pub subscriptions: HashMap<Token, Subscription>,
     dirty: HashSet<Token>,
     pump: Vec<Token>,
     stopping: Option<Instant>,
@@ -158,7 +199,6 @@ impl Daemon {
             http,
             pending: HashMap::new(),
             next_ticket: 0,
-            subscriptions: HashMap::new(),
             dirty: HashSet::new(),
             pump: Vec::new(),
             stopping: None,
@@ -268,7 +308,7 @@ impl Daemon {
             }
             // Once per wake-up: every batch committed in it sends one merged
             // transcript delta per subscriber.
-            crate::core::sessions::flush_deltas(self);
+            crate::socket::watches::flush_deltas(self);
             self.flush_dirty();
         }
     }
@@ -280,7 +320,7 @@ impl Daemon {
             && self.socket.in_flight() == 0
             && self.socket.queued_bytes() == 0
             && crate::plugins::host::all_stopped(self)
-            && self.http.as_ref().is_none_or(|h| !h.busy())
+            && !SURFACES.iter().any(|s| (s.busy)(self))
     }
 
     fn on_msg(&mut self, msg: Msg) {
@@ -430,8 +470,8 @@ impl Daemon {
         // last step of the stop kills what is left.
         crate::plugins::host::stop_all(self);
         crate::core::on_stop(self);
-        if let Some(h) = &mut self.http {
-            h.stop();
+        for s in SURFACES {
+            (s.stop)(self);
         }
         let plugin_ms = Duration::from_millis(
             limits::PLUGIN_SHUTDOWN_TERM_MS + limits::PLUGIN_SHUTDOWN_KILL_MS + 1_000,
@@ -465,8 +505,7 @@ impl Daemon {
                 };
                 c.in_flight += 1;
                 let req = Req {
-                    conn,
-                    id,
+                    to: ReplyTo::Socket { conn, id },
                     class: c.class.clone(),
                 };
                 if self.stopping.is_some() && method != "ping" {
@@ -486,27 +525,29 @@ impl Daemon {
         }
     }
 
-    /// Answers a request: queues the reply and frees its in-flight slot.
+    /// Answers a request where its [`ReplyTo`] says.
     pub fn answer(&mut self, req: Req, result: Result<Value, RpcError>) {
-        if crate::http::take_answer(self, req.conn, &result) {
-            return;
+        match req.to {
+            ReplyTo::Socket { conn, id } => {
+                let bytes = match &result {
+                    Ok(v) => rpc::reply(&id, v),
+                    Err(e) => rpc::error(&id, e, None),
+                };
+                self.answer_socket(conn, &bytes);
+            }
+            ReplyTo::Http(answer) => answer.send(result),
         }
-        let bytes = match &result {
-            Ok(v) => rpc::reply(&req.id, v),
-            Err(e) => rpc::error(&req.id, e, None),
-        };
-        self.answer_raw(req, bytes);
     }
 
-    /// Answers with a reply line built by the caller.
-    pub fn answer_raw(&mut self, req: Req, bytes: Vec<u8>) {
-        let Some(c) = self.socket.conns.get_mut(&req.conn) else {
+    /// Queues a socket reply and frees its request's in-flight slot.
+    fn answer_socket(&mut self, conn: Token, bytes: &[u8]) {
+        let Some(c) = self.socket.conns.get_mut(&conn) else {
             return;
         };
         c.in_flight = c.in_flight.saturating_sub(1);
-        self.send(req.conn, &bytes);
-        if self.socket.wants_pump(req.conn) {
-            self.pump.push(req.conn);
+        self.send(conn, bytes);
+        if self.socket.wants_pump(conn) {
+            self.pump.push(conn);
         }
     }
 
@@ -537,9 +578,22 @@ impl Daemon {
                 other => crate::debug!("closed connection of pid {}: {other:?}", c.peer_pid),
             }
         }
-        self.subscriptions.remove(&t);
-        self.core.on_conn_closed(t);
         self.dirty.remove(&t);
+    }
+
+    /// A round of session `sid` was committed (`core::sessions::finish`):
+    /// each surface hears it, those of [`SURFACES`] first, then the
+    /// socket's watchers.
+    pub fn session_committed(
+        &mut self,
+        sid: &str,
+        delta: Option<crate::core::transcript::Delta>,
+        change: Option<crate::core::sessions::Change>,
+    ) {
+        for s in SURFACES {
+            (s.session)(self, sid, delta.as_ref());
+        }
+        crate::socket::watches::on_committed(self, sid, delta, change);
     }
 
     /// Queues `ops` for the ledger; `then` runs here after the commit, or at
@@ -559,31 +613,15 @@ impl Daemon {
         }
     }
 
-    /// Delivers committed events to the socket subscribers. The line is built
-    /// once per event and queued to every subscribed connection.
+    /// Hands committed events to whoever follows them: the plugins, the
+    /// lanes, the surfaces of [`SURFACES`], then the socket's subscribers.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
         crate::lanes::controller::on_events(self, events);
-        crate::http::publish(self, events);
-        if self.subscriptions.is_empty() {
-            return;
+        for s in SURFACES {
+            (s.events)(self, events);
         }
-        for ev in events {
-            let line = event_line(ev);
-            let targets: Vec<Token> = self
-                .subscriptions
-                .values()
-                .filter(|s| {
-                    s.streams
-                        .as_ref()
-                        .is_none_or(|set| set.contains(&ev.stream))
-                })
-                .map(|s| s.conn)
-                .collect();
-            for t in targets {
-                self.send(t, &line);
-            }
-        }
+        crate::socket::watches::publish(self, events);
     }
 
     fn mark_ledger_corrupt(&mut self, reason: String) {
@@ -655,22 +693,6 @@ impl Daemon {
             }
         }));
     }
-}
-
-/// The `event` notification line for one committed event. `data` is JSON
-/// text the daemon serialised itself, so it is embedded as it is.
-pub fn event_line(ev: &Appended) -> Vec<u8> {
-    let mut line = Vec::with_capacity(ev.data.len() + ev.stream.len() + ev.kind.len() + 96);
-    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{\"stream\":");
-    let _ = serde_json::to_writer(&mut line, &ev.stream);
-    line.extend_from_slice(format!(",\"seq\":{},\"kind\":", ev.seq).as_bytes());
-    let _ = serde_json::to_writer(&mut line, &ev.kind);
-    line.extend_from_slice(b",\"ts\":");
-    let _ = serde_json::to_writer(&mut line, &ev.ts);
-    line.extend_from_slice(b",\"data\":");
-    line.extend_from_slice(ev.data.as_bytes());
-    line.extend_from_slice(b"}}\n");
-    line
 }
 
 fn corrupt_line(path: &std::path::Path, reason: &str) -> String {

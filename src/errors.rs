@@ -188,6 +188,28 @@ impl RpcError {
     }
 }
 
+/// A ledger refusal as the error every surface maps: the one place a
+/// [`WriteError`](crate::ledger::WriteError) becomes a [`Code`], so that the
+/// socket, HTTP and the plugin wire name the same condition the same way.
+impl From<crate::ledger::WriteError> for RpcError {
+    fn from(e: crate::ledger::WriteError) -> RpcError {
+        use crate::ledger::WriteError;
+        match e {
+            WriteError::Corrupt => RpcError::new(
+                Code::LedgerCorrupt,
+                "the ledger is read-only because it cannot be trusted",
+            ),
+            WriteError::Busy => {
+                RpcError::new(Code::LedgerBusy, "the ledger's queue is full; try again")
+            }
+            WriteError::Failed(why) => {
+                crate::error!("ledger write failed: {why}");
+                RpcError::new(Code::Unavailable, "the ledger could not commit the change")
+            }
+        }
+    }
+}
+
 impl fmt::Display for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.code.as_str(), self.message)

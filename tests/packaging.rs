@@ -174,14 +174,14 @@ fn every_error_code_and_method_is_in_the_daemon_man_page() {
     let protocol = block(&page, ".SH SOCKET PROTOCOL", ".SH").join("\n");
     let exchanges = block(&page, ".SS Exchanges", ".S");
     // The dispatch table's arms: `"server.info" => server_info(d, &req, p),`.
-    let methods: Vec<String> = read("src/socket/methods.rs")
+    let methods: Vec<String> = read("src/socket/methods/mod.rs")
         .lines()
         .filter(|l| l.contains("(d, &req, p)") && l.trim_start().starts_with('"'))
         .filter_map(|l| l.trim_start().split('"').nth(1).map(str::to_string))
         .collect();
     assert!(
         methods.len() >= 6,
-        "expected the methods of src/socket/methods.rs, found {methods:?}"
+        "expected the methods of src/socket/methods/mod.rs, found {methods:?}"
     );
     for m in methods.iter().chain(std::iter::once(&"ping".to_string())) {
         assert!(

@@ -56,33 +56,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     crate::ids::hex(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
-/// The daemon socket's shape of an item (snake_case).
-pub fn to_socket(item: &Item) -> Value {
-    let r = item.resolution.as_ref();
-    json!({
-        "request_id": item.id,
-        "subject": item.subject.kind(),
-        "session": item.subject.session(),
-        "plugin": item.subject.plugin(),
-        "summary": item.subject.summary(),
-        "action": item.subject.action(),
-        "tool": item.subject.tool(),
-        "digest": item.subject.digest(),
-        "risk": item.risk.wire_name(),
-        "created_at": crate::clock::format_ts(item.created_ms),
-        "expires_at": item.expires_ms.map(crate::clock::format_ts),
-        "fallback": item.fallback.wire_name(),
-        "state": if r.is_some() { "resolved" } else { "pending" },
-        "decision": r.map(|r| r.verdict.wire_name()),
-        "delivered": r.map(|r| r.delivered),
-        "answered_by": r.map(|r| r.by.describe()),
-        "surface": r.map(|r| r.surface),
-        "answered_at": r.map(|r| crate::clock::format_ts(r.at_ms)),
-        "reason": r.and_then(|r| r.reason.clone()),
-        "target": item.subject.target().map(Target::to_json),
-    })
-}
-
 /// The ledger row of an item, as it is now.
 pub fn persist(item: &Item) -> Op {
     let r = item.resolution.as_ref();
@@ -425,7 +398,8 @@ fn inbox_error(id: &str) -> impl Fn(InboxError) -> RpcError + '_ {
 }
 
 /// `approvals.answer` and every other answer from outside the inbox: the
-/// commit of the answer's records comes before `then`.
+/// commit of the answer's records comes before `then`, which gets the
+/// resolved item for its surface to show.
 #[allow(clippy::too_many_arguments)]
 pub fn answer(
     d: &mut Daemon,
@@ -436,7 +410,7 @@ pub fn answer(
     reason: Option<String>,
     expect_digest: Option<&str>,
     withdraw: bool,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+    then: impl FnOnce(&mut Daemon, Result<Item, RpcError>) + 'static,
 ) {
     let item = match d.core.approvals.pending(id) {
         Ok(i) => i.clone(),
@@ -456,7 +430,6 @@ pub fn answer(
     let mut fx = Effects::default();
     match settle(d, id, verdict, by, surface, reason, withdraw, &mut fx) {
         Ok(item) => {
-            let v = to_socket(&item);
             let stream = item.subject.session().unwrap_or_default().to_string();
             sessions::finish(
                 d,
@@ -465,10 +438,7 @@ pub fn answer(
                 false,
                 Some(Box::new(
                     move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
-                        then(
-                            d,
-                            r.map(|()| v).map_err(crate::socket::methods::write_error),
-                        )
+                        then(d, r.map(|()| item).map_err(RpcError::from))
                     },
                 )),
             );

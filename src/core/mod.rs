@@ -7,13 +7,10 @@
 pub mod agentfs;
 pub mod approvals;
 pub mod inbox;
-pub mod methods;
 pub mod risk;
 pub mod seats;
 pub mod sessions;
 pub mod transcript;
-
-use mio::Token;
 
 use crate::config::FileConfig;
 use crate::daemon::Daemon;
@@ -31,11 +28,6 @@ impl Core {
             sessions: sessions::Sessions::default(),
             approvals: inbox::Inbox::default(),
         }
-    }
-
-    /// Forgets what a closed connection subscribed to.
-    pub fn on_conn_closed(&mut self, conn: Token) {
-        self.sessions.forget_conn(conn);
     }
 }
 

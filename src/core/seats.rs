@@ -122,31 +122,12 @@ impl Seat {
         self.status.map(Status::wire_name).unwrap_or("probing")
     }
 
-    fn sign_in_name(&self) -> &'static str {
+    pub fn sign_in_name(&self) -> &'static str {
         match self.sign_in {
             Some(SignInState::SignedIn) => "signed-in",
             Some(SignInState::SignedOut) => "signed-out",
             None => "unknown",
         }
-    }
-
-    /// The daemon socket's shape (snake_case), also HTTP's GET /seats item.
-    pub fn to_socket(&self) -> Value {
-        json!({
-            "harness": self.cfg.harness,
-            "origin": self.origin.wire_name(),
-            "provider": self.cfg.provider,
-            "family": self.cfg.family,
-            "transport": self.cfg.transport,
-            "command": self.cfg.command,
-            "args": self.cfg.args,
-            "model": self.cfg.model,
-            "status": self.status_name(),
-            "reason": self.reason,
-            "program": self.program.as_ref().map(|p| p.display().to_string()),
-            "sign_in": self.sign_in_name(),
-            "probed_at": self.probed_at_ms.map(crate::clock::format_ts),
-        })
     }
 
     /// The plugin wire's seats.list item (seed 000, exactly: no origin). A
@@ -702,8 +683,9 @@ mod tests {
             ..SeatConfig::default()
         };
         let s = Seat::new(cfg, Origin::Configured);
-        assert_eq!(s.to_socket()["status"], "probing");
-        assert_eq!(s.to_socket()["origin"], "configured");
+        // What the socket's and HTTP's view show (socket::views::seat).
+        assert_eq!(s.status_name(), "probing");
+        assert_eq!(s.origin.wire_name(), "configured");
         // Seed 000's enum has no probing: degraded, and no origin member.
         let item = s.plugin_item();
         assert_eq!(item["status"], "degraded");

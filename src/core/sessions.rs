@@ -37,7 +37,6 @@
 //! ends instead.
 
 use crate::ledger::WriteError;
-use mio::Token;
 use rusqlite::types::Value as Sql;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -196,86 +195,12 @@ impl Session {
         self.stopping_agent
     }
 
-    fn can_prompt(&self) -> bool {
+    pub fn can_prompt(&self) -> bool {
         !self.ended
             && self.ready
             && !self.turn_active
             && self.open.is_empty()
             && !self.stopping_agent
-    }
-
-    /// The daemon socket's Session (snake_case; seed 004's fields where
-    /// they apply, sessions.list's state fields as issue 3 names them).
-    pub fn to_socket(&self, node: &str) -> Value {
-        let status = match self.state() {
-            "ended" => "dead",
-            "starting" => "starting",
-            "awaiting-approval" => "awaiting_input",
-            "running" => "working",
-            _ => "idle",
-        };
-        let interaction = self.open.first().map(|a| {
-            json!({
-                "kind": "permission",
-                "message": a.tool,
-                "tool_name": a.tool,
-                "tool_input": a.preview,
-                "request_id": a.approval_id,
-                "options": [{"label": "Allow", "value": "allow"}, {"label": "Deny", "value": "deny", "reject": true}],
-            })
-        });
-        // seed 004: "awaiting" for awaiting_input, else the status; while
-        // the agent's harness retries a failed API call, what holds it up
-        // (issue 10, item 13).
-        let status_label = match (&self.retry, status) {
-            (Some((r, _)), "working") if r.error_status == Some(429) => "rate-limited",
-            (Some(_), "working") => "retrying",
-            (_, "awaiting_input") => "awaiting",
-            _ => status,
-        };
-        let retry = self.retry.as_ref().map(|(r, since)| {
-            json!({
-                "attempt": r.attempt,
-                "max_retries": r.max_retries,
-                "error_status": r.error_status,
-                "error": r.error,
-                "retry_delay_ms": r.retry_delay_ms,
-                "since": crate::clock::format_ts(*since),
-            })
-        });
-        json!({
-            "id": self.id,
-            "agent": self.harness,
-            "harness": self.harness,
-            "provider": self.provider,
-            "transport": self.transport.wire_name(),
-            "agent_session_id": self.agent_session_id,
-            "name": self.name,
-            "cwd": self.cwd.display().to_string(),
-            "node": node,
-            "source": "spawned",
-            "input_mode": "api",
-            "state": self.state(),
-            "status": status,
-            "status_label": status_label,
-            "status_since": crate::clock::format_ts(self.status_since_ms),
-            "retry": retry,
-            "turn": self.turn,
-            "turn_active": self.turn_active,
-            "end_reason": self.end_reason.map(EndReason::wire_name),
-            "pending_approvals": self.open.len(),
-            "parent": self.parent,
-            "created_at": self.created_at,
-            "can_prompt": self.can_prompt(),
-            "queued": self.queued(),
-            "interaction": interaction,
-            "summary": {
-                "model_name": self.model,
-                "tokens": self.input_tokens + self.output_tokens,
-                "last_activity": self.last_activity_ms.map(crate::clock::format_ts),
-            },
-            "exit": self.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(signal_name)})),
-        })
     }
 
     /// The plugin wire's sessions.list item (seed 000, exactly).
@@ -331,18 +256,12 @@ impl Session {
     }
 }
 
-/// Every session, in creation order, and who listens to them.
+/// Every session, in creation order.
 #[derive(Default)]
 pub struct Sessions {
     map: HashMap<String, Session>,
     order: Vec<String>,
     by_child: HashMap<ChildId, String>,
-    /// Connections that asked for `session.event`.
-    watchers: HashSet<Token>,
-    /// Transcript subscriptions: session -> (connection, sub_id).
-    tsubs: HashMap<String, Vec<(Token, String)>>,
-    /// Committed deltas not sent yet, per session, in commit order.
-    outbox: Vec<(String, Delta)>,
     stopping: bool,
     /// The machine's bubblewrap probe, once it has answered.
     probe: Option<crate::isolation::Probe>,
@@ -374,9 +293,9 @@ impl Sessions {
 
     /// Forgets the oldest ended sessions beyond `keep` (the ledger keeps
     /// them): a lookup of one answers session-not-found from then on. Only
-    /// sessions whose agent is gone (no child) count as ended here. Their
-    /// transcript subscriptions and unsent deltas go with them; nothing else
-    /// of this module refers to a session but by its id.
+    /// sessions whose agent is gone (no child) count as ended here. The
+    /// surfaces' subscriptions refer to a session by its id only and drop
+    /// those of a session no longer held.
     pub fn evict_ended(&mut self, keep: usize) -> Vec<String> {
         let map = &self.map;
         let gone = oldest_ended_beyond(
@@ -391,9 +310,7 @@ impl Sessions {
         self.order.retain(|id| !set.contains(id.as_str()));
         for id in &gone {
             self.map.remove(id);
-            self.tsubs.remove(id);
         }
-        self.outbox.retain(|(id, _)| !set.contains(id.as_str()));
         self.by_child.retain(|_, id| !set.contains(id.as_str()));
         gone
     }
@@ -404,59 +321,6 @@ impl Sessions {
 
     pub fn owner_of(&self, child: ChildId) -> Option<&str> {
         self.by_child.get(&child).map(String::as_str)
-    }
-
-    pub fn watch(&mut self, conn: Token) {
-        self.watchers.insert(conn);
-    }
-
-    pub fn unwatch(&mut self, conn: Token) -> bool {
-        self.watchers.remove(&conn)
-    }
-
-    pub fn forget_conn(&mut self, conn: Token) {
-        self.watchers.remove(&conn);
-        for subs in self.tsubs.values_mut() {
-            subs.retain(|(t, _)| *t != conn);
-        }
-        self.tsubs.retain(|_, v| !v.is_empty());
-    }
-
-    /// Adds (or replaces) a transcript subscription.
-    pub fn subscribe_transcript(
-        &mut self,
-        conn: Token,
-        sub_id: &str,
-        session: &str,
-    ) -> Result<(), RpcError> {
-        self.unsubscribe_transcript(conn, sub_id);
-        let held: usize = self
-            .tsubs
-            .values()
-            .map(|v| v.iter().filter(|(t, _)| *t == conn).count())
-            .sum();
-        if held >= limits::TRANSCRIPT_SUBS_PER_CONN {
-            return Err(RpcError::invalid_params(format!(
-                "a connection holds at most {} transcript subscriptions",
-                limits::TRANSCRIPT_SUBS_PER_CONN
-            )));
-        }
-        self.tsubs
-            .entry(session.to_string())
-            .or_default()
-            .push((conn, sub_id.to_string()));
-        Ok(())
-    }
-
-    pub fn unsubscribe_transcript(&mut self, conn: Token, sub_id: &str) -> bool {
-        let mut found = false;
-        for subs in self.tsubs.values_mut() {
-            let before = subs.len();
-            subs.retain(|(t, s)| !(*t == conn && s == sub_id));
-            found |= subs.len() != before;
-        }
-        self.tsubs.retain(|_, v| !v.is_empty());
-        found
     }
 }
 
@@ -620,8 +484,9 @@ pub struct Restored {
     pub parent: Option<String>,
 }
 
-/// `sessions.spawn`: starts the seat's agent; the answer goes out once
-/// session.start is committed.
+/// `sessions.spawn`: starts the seat's agent; `then` gets `{session_id}`
+/// once session.start is committed (the socket adds its view of the
+/// session to its answer).
 pub fn spawn(
     d: &mut Daemon,
     p: SpawnParams,
@@ -926,11 +791,9 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         Some(Box::new(
             move |d: &mut Daemon, r: Result<(), WriteError>| {
                 if let Err(e) = r {
-                    return then(d, Err(crate::socket::methods::write_error(e)));
+                    return then(d, Err(RpcError::from(e)));
                 }
-                let node = d.node_name.clone();
-                let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
-                then(d, Ok(json!({"session_id": sid, "session": v})));
+                then(d, Ok(json!({"session_id": sid})));
             },
         )),
     );
@@ -960,6 +823,15 @@ fn end_reason_from(s: &str) -> Option<EndReason> {
         "usage-limited" => Some(EndReason::UsageLimited),
         _ => None,
     }
+}
+
+/// What a committed round did to a session, as its watchers hear it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// New to this run of the daemon (spawned or reopened).
+    Added,
+    /// Its row changed.
+    Updated,
 }
 
 /// Work to do on the reactor once a round's records are committed, given
@@ -1009,76 +881,16 @@ pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Op
             }
             return;
         }
-        crate::http::session_committed(d, &sid, delta.as_ref());
-        if let Some(delta) = delta {
-            queue_delta(d, &sid, delta);
-        }
-        if changed || added {
-            notify_session(d, &sid, if added { "added" } else { "updated" });
-        }
+        let change = match (added, changed) {
+            (true, _) => Some(Change::Added),
+            (false, true) => Some(Change::Updated),
+            (false, false) => None,
+        };
+        d.session_committed(&sid, delta, change);
         if let Some(a) = after {
             a(d, Ok(()));
         }
     });
-}
-
-/// Holds a committed batch's delta until [`flush_deltas`]: the batches
-/// committed together (one group commit) send one merged delta per
-/// subscriber, carrying the growing entry once instead of once per batch.
-fn queue_delta(d: &mut Daemon, sid: &str, delta: Delta) {
-    if !d.core.sessions.tsubs.contains_key(sid) {
-        return;
-    }
-    let out = &mut d.core.sessions.outbox;
-    match out.iter_mut().find(|(s, _)| s == sid) {
-        Some((_, slot)) => {
-            let mut merged = Some(std::mem::replace(
-                slot,
-                Delta {
-                    from: 0,
-                    entries: Vec::new(),
-                },
-            ));
-            Delta::merge(&mut merged, delta);
-            if let Some(m) = merged {
-                *slot = m;
-            }
-        }
-        None => out.push((sid.to_string(), delta)),
-    }
-}
-
-/// Sends the deltas held by [`queue_delta`]; the daemon runs it once the
-/// continuations of a group commit have run. The entries are serialised
-/// once per delta; each subscriber's line differs only in its `sub_id`.
-pub fn flush_deltas(d: &mut Daemon) {
-    if d.core.sessions.outbox.is_empty() {
-        return;
-    }
-    for (sid, delta) in std::mem::take(&mut d.core.sessions.outbox) {
-        let Some(subs) = d.core.sessions.tsubs.get(&sid).cloned() else {
-            continue;
-        };
-        let entries = Value::Array(delta.entries).to_string();
-        let tail = format!(",\"from_index\":{},\"entries\":{entries}}}}}\n", delta.from);
-        for (conn, sub_id) in subs {
-            let mut line = Vec::with_capacity(tail.len() + sub_id.len() + 64);
-            line.extend_from_slice(
-                b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":",
-            );
-            let _ = serde_json::to_writer(&mut line, &sub_id);
-            line.extend_from_slice(tail.as_bytes());
-            d.send(conn, &line);
-        }
-    }
-}
-
-fn note(method: &str, params: Value) -> Vec<u8> {
-    let mut line = json!({"jsonrpc": "2.0", "method": method, "params": params})
-        .to_string()
-        .into_bytes();
-    line.push(b'\n');
-    line
 }
 
 /// Whether a socket caller of `class` may read session `sid` (its row,
@@ -1091,34 +903,6 @@ pub fn may_read(class: &CallerClass, sid: &str) -> bool {
         CallerClass::Operator => true,
         CallerClass::AgentSession(Some(own)) => own == sid,
         _ => false,
-    }
-}
-
-/// Sends `session.event` to every watcher that may read the session:
-/// built once, queued to each.
-pub fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
-    if d.core.sessions.watchers.is_empty() {
-        return;
-    }
-    let node = d.node_name.clone();
-    let Some(s) = d.core.sessions.get(sid) else {
-        return;
-    };
-    let line = note(
-        "session.event",
-        json!({"type": kind, "session": s.to_socket(&node)}),
-    );
-    let conns = &d.socket.conns;
-    let targets: Vec<Token> = d
-        .core
-        .sessions
-        .watchers
-        .iter()
-        .copied()
-        .filter(|t| conns.get(t).is_some_and(|c| may_read(&c.class, sid)))
-        .collect();
-    for t in targets {
-        d.send(t, &line);
     }
 }
 

@@ -34,7 +34,7 @@
 //! subscriber, not per chunk: [`Transcript::flush`] builds at most one
 //! delta per round (the entries from the first one the round changed), and
 //! the session core merges the deltas of every batch committed together
-//! into one line per subscriber (`sessions::flush_deltas`).
+//! into one line per subscriber (the socket's `watches::flush_deltas`).
 
 use rusqlite::types::Value as Sql;
 use serde_json::{Map, Value, json};

@@ -22,11 +22,10 @@
 //! on the daemon socket.
 //!
 //! The plugin operations run the daemon socket's `plugin.*` methods
-//! themselves ([`crate::plugins::methods::dispatch`]) with the caller
-//! class this connection was given, and a request token of their own
-//! whose answer [`super::take_answer`] hands back here. Their results are
-//! the socket method's result objects; their errors map to problems by
-//! the socket's `data.code` family.
+//! themselves ([`crate::socket::methods::plugins::dispatch`]) with the caller
+//! class this connection was given and a [`ReplyTo::Http`] carrying this
+//! handler's reply channel. Their results are the socket method's result
+//! objects; their errors map to problems by [`Problem::from_rpc`].
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -35,28 +34,9 @@ use super::problem::{Code, Problem};
 use super::{Answer, Ctx, Reply};
 use crate::core::approvals;
 use crate::core::inbox::{Answerer, Verdict};
-use crate::daemon::Req;
-use crate::errors::{Code as R, RpcError};
+use crate::daemon::{ReplyTo, Req};
+use crate::errors::RpcError;
 use crate::procs::CallerClass;
-
-/// Where a socket method's answer goes.
-pub type SocketReply = Box<dyn FnOnce(Result<Value, RpcError>) + Send>;
-
-/// Socket errors as problems.
-pub fn rpc_problem(e: &RpcError) -> Problem {
-    let code = match e.code {
-        R::InvalidParams | R::InvalidRequest => Code::InvalidRequest,
-        R::NotFound | R::PluginNotFound | R::CommandNotFound | R::SessionNotFound => Code::NotFound,
-        R::OperatorOnly => Code::OperatorOnly,
-        R::NotPending => Code::NotPending,
-        R::ActionMismatch => Code::ActionMismatch,
-        R::LedgerCorrupt => Code::LedgerCorrupt,
-        R::LedgerBusy => Code::LedgerBusy,
-        R::Unavailable | R::ShuttingDown => Code::Unavailable,
-        _ => Code::Conflict,
-    };
-    Problem::new(code, format!("{} ({})", e.message, e.code.as_str()))
-}
 
 fn may_see(class: &CallerClass, item: &crate::core::inbox::Item) -> bool {
     match class {
@@ -105,7 +85,7 @@ pub fn get_approvals(ctx: &mut Ctx) -> Result<Reply, Problem> {
             .iter()
             .skip(start)
             .take(limit)
-            .map(|i| approvals::to_socket(i))
+            .map(|i| crate::socket::views::approval(i))
             .collect();
         let more = items.len() > start + page.len();
         let (page, all) = super::pages::fit(page);
@@ -130,7 +110,9 @@ pub fn get_approval(ctx: &mut Ctx) -> Result<Reply, Problem> {
         .to_string();
     let body = ctx.reactor(move |d, answer: Answer<Result<Option<Value>, Problem>>| {
         if let Some(i) = d.core.approvals.get(&id) {
-            return answer.send(Ok(may_see(&class, i).then(|| approvals::to_socket(i))));
+            return answer.send(Ok(
+                may_see(&class, i).then(|| crate::socket::views::approval(i))
+            ));
         }
         // Older than the history kept in memory: the ledger has it.
         let inbox = d.inbox.clone();
@@ -141,7 +123,7 @@ pub fn get_approval(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 answer.send(match found {
                     Ok(item) => Ok(item
                         .filter(|i| may_see(&class, i))
-                        .map(|i| approvals::to_socket(&i))),
+                        .map(|i| crate::socket::views::approval(&i))),
                     Err(e) => Err(super::routes::read_failed(&e)),
                 })
             });
@@ -198,7 +180,10 @@ pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
             body.digest.as_deref(),
             false,
             move |_d, r| {
-                answer.send(r.map_err(|e| rpc_problem(&e)));
+                answer.send(
+                    r.map(|i| crate::socket::views::approval(&i))
+                        .map_err(|e| Problem::from_rpc(&e)),
+                );
             },
         );
     })??;
@@ -209,7 +194,13 @@ pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
 
 pub fn get_seats(ctx: &mut Ctx) -> Result<Reply, Problem> {
     let body = ctx.reactor(|d, answer: Answer<Value>| {
-        let items: Vec<Value> = d.core.seats.list.iter().map(|s| s.to_socket()).collect();
+        let items: Vec<Value> = d
+            .core
+            .seats
+            .list
+            .iter()
+            .map(crate::socket::views::seat)
+            .collect();
         answer.send(json!({"items": items, "next": null}));
     })?;
     Ok(Reply::representation(body))
@@ -231,32 +222,14 @@ fn socket_method(
     } else {
         ctx.caller()?
     };
-    ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        let Some(h) = d.http.as_mut() else {
-            return answer.send(Err(Problem::new(
-                Code::Unavailable,
-                "the HTTP API is not running",
-            )));
-        };
-        let Some(conn) = h.answer_token() else {
-            return answer.send(Err(Problem::new(
-                Code::Unavailable,
-                "too many daemon methods are waiting for their answers",
-            )
-            .retry(1)));
-        };
-        let a = answer.clone();
-        h.answers.insert(
-            conn,
-            Box::new(move |r: Result<Value, RpcError>| a.send(r.map_err(|e| rpc_problem(&e)))),
-        );
+    ctx.reactor(move |d, answer: Answer<Result<Value, RpcError>>| {
         let req = Req {
-            conn,
-            id: Value::Null,
+            to: ReplyTo::Http(answer),
             class,
         };
-        crate::plugins::methods::dispatch(d, req, method, params);
+        crate::socket::methods::plugins::dispatch(d, req, method, params);
     })?
+    .map_err(|e| Problem::from_rpc(&e))
 }
 
 fn plugin_params(ctx: &Ctx) -> Map<String, Value> {

@@ -88,9 +88,6 @@ pub struct Http {
     pub event_topics: HashMap<String, sse::Topic>,
     /// Creations, inputs and session watches (see [`sessions`]).
     pub sessions: sessions::Api,
-    /// Daemon-socket methods run for HTTP: where their answers go.
-    pub answers: HashMap<mio::Token, inbox::SocketReply>,
-    next_answer: usize,
 }
 
 impl Http {
@@ -147,19 +144,7 @@ impl Http {
             listener,
             event_topics: HashMap::new(),
             sessions: api,
-            answers: HashMap::new(),
-            next_answer: 0,
         }))
-    }
-
-    /// A request token for a socket method run for HTTP: counted down from
-    /// the top, far from the socket's own connection tokens, skipping any
-    /// still waiting for its answer (the count wraps, and an answer can be
-    /// outstanding for long), so that no answer goes to the wrong request.
-    /// None when every one of the `ANSWER_TOKENS` is waiting.
-    pub fn answer_token(&mut self) -> Option<mio::Token> {
-        let answers = &self.answers;
-        next_answer_token(&mut self.next_answer, |t| answers.contains_key(&t))
     }
 
     /// Hears every committed event: watched streams get it in their topic.
@@ -193,55 +178,30 @@ impl Http {
     }
 }
 
-/// How many request tokens [`Http::answer_token`] counts through before
-/// it wraps.
-const ANSWER_TOKENS: usize = 1 << 20;
-
-/// The next of the `ANSWER_TOKENS` after `*next` that is not `in_use`.
-fn next_answer_token(next: &mut usize, in_use: impl Fn(mio::Token) -> bool) -> Option<mio::Token> {
-    for _ in 0..ANSWER_TOKENS {
-        *next = (*next + 1) % ANSWER_TOKENS;
-        let t = mio::Token(usize::MAX - *next);
-        if !in_use(t) {
-            return Some(t);
+/// What the daemon tells HTTP (its row of `daemon::SURFACES`).
+pub const HOOKS: crate::daemon::Hooks = crate::daemon::Hooks {
+    events: publish,
+    session: sessions::on_committed,
+    stop: |d| {
+        if let Some(h) = &mut d.http {
+            h.stop();
         }
-    }
-    None
-}
+    },
+    busy: |d| d.http.as_ref().is_some_and(Http::busy),
+};
 
 /// Hears every committed event (from `Daemon::publish`): `/events`
 /// watches, then the sessions' inputs and watches.
-pub fn publish(d: &mut Daemon, events: &[Appended]) {
+fn publish(d: &mut Daemon, events: &[Appended]) {
     let Some(h) = d.http.as_mut() else { return };
     h.publish(events);
     sessions::on_events(d, events);
 }
 
-/// A session's round was committed (from `core::sessions::finish`).
-pub fn session_committed(
-    d: &mut Daemon,
-    sid: &str,
-    delta: Option<&crate::core::transcript::Delta>,
-) {
-    sessions::on_committed(d, sid, delta);
-}
-
-/// Where the answer of a daemon-socket method run for HTTP goes: true when
-/// `conn` was such a request (see [`inbox`]).
-pub fn take_answer(
-    d: &mut Daemon,
-    conn: mio::Token,
-    result: &Result<Value, crate::errors::RpcError>,
-) -> bool {
-    let Some(k) = d.http.as_mut().and_then(|h| h.answers.remove(&conn)) else {
-        return false;
-    };
-    k(result.clone());
-    true
-}
-
 /// A reply channel for a closure run on the reactor. A clone can answer
 /// in place of a continuation that never ran (a refused ledger read).
+/// [`crate::daemon::ReplyTo::Http`] carries one to the socket's methods.
+#[derive(Debug)]
 pub struct Answer<T>(Sender<T>);
 
 impl<T> Clone for Answer<T> {
@@ -728,25 +688,5 @@ impl Drop for StreamSlot {
             // The reactor waits for the last stream before it exits.
             self.0.inbox.run(|_| {});
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answer_tokens_skip_those_still_waiting_across_the_wrap() {
-        let mut next = ANSWER_TOKENS - 2;
-        let top = |n: usize| mio::Token(usize::MAX - n);
-        // ANSWER_TOKENS - 1 is taken; the count wraps to 0, also taken.
-        let waiting = [top(ANSWER_TOKENS - 1), top(0)];
-        assert_eq!(
-            next_answer_token(&mut next, |t| waiting.contains(&t)),
-            Some(top(1))
-        );
-        assert_eq!(next_answer_token(&mut next, |_| false), Some(top(2)));
-        // Every token waiting: none, rather than one that is.
-        assert_eq!(next_answer_token(&mut next, |_| true), None);
     }
 }

@@ -200,6 +200,49 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// The one mapping of the daemon's error codes to HTTP's: every route
+    /// that runs the core's rules (creations, inputs, interrupts, approval
+    /// answers, the socket's plugin methods) answers a refusal through it.
+    /// The ledger's refusals keep their own codes (`ledger_busy` with
+    /// `Retry-After`, `ledger_corrupt`, `unavailable`), and a stopping
+    /// daemon is `shutting_down`, as on every other route; anything without
+    /// an HTTP code of its own is `conflict`. Where the HTTP code is coarser
+    /// than the daemon's (`not_found` for `plugin-not-found`, `conflict`),
+    /// the detail ends with the daemon's code in parentheses, so that a
+    /// person still sees which one it was.
+    pub fn from_rpc(e: &crate::errors::RpcError) -> Problem {
+        use crate::errors::Code as R;
+        let code = match e.code {
+            R::InvalidParams | R::InvalidRequest => Code::InvalidRequest,
+            R::NotFound | R::PluginNotFound | R::CommandNotFound | R::SessionNotFound => {
+                Code::NotFound
+            }
+            R::SeatNotFound | R::SeatNotReady => Code::SeatUnavailable,
+            R::TooManySessions => Code::TooManySessions,
+            R::SessionEnded => Code::SessionEnded,
+            R::QueueFull => Code::QueueFull,
+            R::NotPending => Code::NotPending,
+            R::ActionMismatch => Code::ActionMismatch,
+            R::OperatorOnly => Code::OperatorOnly,
+            R::LedgerCorrupt => Code::LedgerCorrupt,
+            R::LedgerBusy => Code::LedgerBusy,
+            R::Unavailable => Code::Unavailable,
+            R::ShuttingDown => Code::ShuttingDown,
+            _ => Code::Conflict,
+        };
+        let own = e.code.as_str();
+        let detail = if code.as_str() == own.replace('-', "_") {
+            e.message.clone()
+        } else {
+            format!("{} ({own})", e.message)
+        };
+        let p = Problem::new(code, detail);
+        match code {
+            Code::LedgerBusy => p.retry(1),
+            _ => p,
+        }
+    }
+
     pub fn new(code: Code, detail: impl Into<String>) -> Problem {
         Problem {
             code,
@@ -250,5 +293,41 @@ mod tests {
         assert_eq!(v["status"], 409);
         assert_eq!(v["code"], "instance_changed");
         assert_eq!(v.as_object().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn the_daemons_refusals_map_once_and_keep_their_own_code_in_the_detail() {
+        use crate::errors::{Code as R, RpcError};
+        let p = Problem::from_rpc(&RpcError::new(R::LedgerBusy, "the ledger's queue is full"));
+        assert_eq!(
+            (p.code, p.status(), p.retry_after),
+            (Code::LedgerBusy, 503, Some(1))
+        );
+        let p = Problem::from_rpc(&RpcError::new(R::ShuttingDown, "the daemon is stopping"));
+        assert_eq!((p.code, p.status()), (Code::ShuttingDown, 503));
+        let p = Problem::from_rpc(&RpcError::new(
+            R::Unavailable,
+            "the ledger could not commit",
+        ));
+        assert_eq!((p.code, p.status()), (Code::Unavailable, 503));
+        // The same name on both surfaces: the detail is the message alone.
+        let p = Problem::from_rpc(&RpcError::new(R::SessionEnded, "session s has ended"));
+        assert_eq!(
+            (p.code, p.detail.as_str()),
+            (Code::SessionEnded, "session s has ended")
+        );
+        // Coarser on HTTP: the detail ends with the daemon's code.
+        let p = Problem::from_rpc(&RpcError::new(R::PluginNotFound, "no plugin x"));
+        assert_eq!(
+            (p.code, p.detail.as_str()),
+            (Code::NotFound, "no plugin x (plugin-not-found)")
+        );
+        let p = Problem::from_rpc(&RpcError::new(R::PluginNotRunning, "x is not running"));
+        assert_eq!(
+            (p.code, p.status(), p.detail.as_str()),
+            (Code::Conflict, 409, "x is not running (plugin-not-running)")
+        );
+        let p = Problem::from_rpc(&RpcError::new(R::SeatNotReady, "the seat a is missing"));
+        assert_eq!(p.code, Code::SeatUnavailable);
     }
 }

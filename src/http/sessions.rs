@@ -65,7 +65,6 @@ use super::{Answer, Ctx, Reply, Shared};
 use crate::core::sessions as core_sessions;
 use crate::core::transcript::Delta;
 use crate::daemon::Daemon;
-use crate::errors::RpcError;
 use crate::ledger::{Appended, Op};
 use crate::limits;
 use crate::procs::CallerClass;
@@ -748,24 +747,6 @@ fn not_found(raw: &str) -> Problem {
     Problem::new(Code::NotFound, format!("no session {raw}"))
 }
 
-fn rpc_problem(e: &RpcError) -> Problem {
-    use crate::errors::Code as R;
-    let code = match e.code {
-        R::InvalidParams | R::InvalidRequest => Code::InvalidRequest,
-        R::SessionNotFound | R::NotFound => Code::NotFound,
-        R::SeatNotFound | R::SeatNotReady => Code::SeatUnavailable,
-        R::TooManySessions => Code::TooManySessions,
-        R::SessionEnded => Code::SessionEnded,
-        R::QueueFull => Code::QueueFull,
-        R::NotPending => Code::NotPending,
-        R::ActionMismatch => Code::ActionMismatch,
-        R::OperatorOnly => Code::OperatorOnly,
-        R::LedgerCorrupt => Code::LedgerCorrupt,
-        _ => Code::Conflict,
-    };
-    Problem::new(code, e.message.clone())
-}
-
 fn api_mut(d: &mut Daemon) -> Result<&mut Api, Problem> {
     d.http
         .as_mut()
@@ -1164,7 +1145,7 @@ fn create(
         let (session, status, problem) = match &r {
             Ok(v) => (v["session_id"].as_str().map(str::to_string), 201u16, None),
             Err(e) => {
-                let p = rpc_problem(e);
+                let p = Problem::from_rpc(e);
                 (None, p.status(), Some(p))
             }
         };
@@ -1647,7 +1628,7 @@ fn end_session(d: &mut Daemon, raw: &str, sid: &str) -> Result<Value, Problem> {
             format!("no live session {raw}; an ended session keeps its record"),
         ));
     }
-    let v = core_sessions::kill(d, sid).map_err(|e| rpc_problem(&e))?;
+    let v = core_sessions::kill(d, sid).map_err(|e| Problem::from_rpc(&e))?;
     let ended = v["ended"].as_bool().unwrap_or(false);
     Ok(json!({"id": sid, "state": if ended { "ended" } else { "stopping" }}))
 }
@@ -1900,7 +1881,7 @@ pub fn cancel_input(ctx: &mut Ctx) -> Result<Reply, Problem> {
                     publish_input(d, &id);
                 }
                 "interrupt_requested" => {
-                    core_sessions::interrupt(d, &sid).map_err(|e| rpc_problem(&e))?;
+                    core_sessions::interrupt(d, &sid).map_err(|e| Problem::from_rpc(&e))?;
                     publish_status(d, &sid);
                 }
                 _ => {}
@@ -1968,7 +1949,7 @@ pub fn post_interrupt(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 publish_input(d, id);
             }
             if hit {
-                core_sessions::interrupt(d, &sid).map_err(|e| rpc_problem(&e))?;
+                core_sessions::interrupt(d, &sid).map_err(|e| Problem::from_rpc(&e))?;
                 publish_status(d, &sid);
             }
             Ok(json!({"run_id": body.run_id, "state": if hit { "requested" } else { "already_ended" }, "cancelled_input_ids": cancelled, "warnings": []}))

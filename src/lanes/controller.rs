@@ -79,7 +79,7 @@ pub struct SeatRef {
 impl SeatRef {
     /// As lane.start and lane events carry it: a model that is not a plain
     /// model name (seed 000) is null, as the page says.
-    fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         let model = self
             .model
             .as_deref()
@@ -1947,41 +1947,6 @@ fn create(
             ),
         );
     });
-}
-
-/// The socket's view of a lane (snake_case).
-pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
-    let verdict = l
-        .machine
-        .last_verdict
-        .as_ref()
-        .map(|(v, c)| json!({"verdict": v, "commit": c}));
-    let (head, stale) = head_and_stale(l);
-    json!({
-        "lane": l.id,
-        "repo": l.repo.display().to_string(),
-        "base": l.base,
-        "branch": l.branch,
-        "worktree": l.worktree.display().to_string(),
-        "state": l.machine.stage.state(),
-        "stage": l.machine.stage.name(),
-        "since": crate::clock::format_ts(l.stage_since_ms),
-        "builder": {"session": l.builder_session, "harness": l.builder.harness, "provider": l.builder.provider, "family": l.builder.family, "model": l.builder.model},
-        "verifier": l.verifier.to_json(),
-        "verifier_session": l.verifier_session,
-        "verdict": verdict,
-        "head": head,
-        "stale": stale,
-        "rounds": l.machine.rounds_used,
-        "max_rounds": l.machine.max_rounds,
-        "task": {"task": l.task.task, "name": l.task.name, "acceptance": {"name": l.task.acceptance_name, "command": l.task.acceptance_command}},
-        "last_check": l.last_check.as_ref().map(|o| json!({"passed": o.passed(), "summary": o.summary(), "tail": o.tail})),
-        "reason": l.reason,
-        "waits_for_operator": l.machine.stage.waits_for_operator(),
-        "created_at": crate::clock::format_ts(l.created_ms),
-        "archived": l.archived,
-        "node": d.node_name,
-    })
 }
 
 /// The commit the lane's branch points at (seed 000, lanes[].head), as

@@ -11,12 +11,10 @@
 //! - `controller`: every lane's record, on the reactor; carries out what
 //!   the machine decides.
 //! - `pool`: the daemon-owned checkouts, kept per repository between lanes.
-//! - `methods`: the daemon socket's lane methods.
 
 pub mod check;
 pub mod controller;
 pub mod git;
 pub mod machine;
-pub mod methods;
 pub mod pool;
 pub mod verdict;

@@ -15,12 +15,10 @@
 //! - [`tasks`]: tasks.create, tasks.cancel and plugin.request.get, and
 //!   their requests' place in the daemon's approvals inbox.
 //! - [`views`]: what the host reads of sessions, seats and lanes.
-//! - [`methods`]: the daemon socket's `plugin.*` methods.
 
 pub mod calls;
 pub mod host;
 pub mod manifest;
-pub mod methods;
 pub mod process;
 pub mod store;
 pub mod tasks;

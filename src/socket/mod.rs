@@ -5,11 +5,14 @@
 //! in a 0700 directory, refusing to start over a live daemon, replacing a
 //! stale socket file, reading lines with the per-connection bounds, and
 //! queueing replies. The reactor thread drives it; the method table lives in
-//! [`methods`].
+//! [`methods`], the views of domain types in [`views`], the session watches
+//! in [`watches`].
 
 pub mod framing;
 pub mod methods;
 pub mod rpc;
+pub mod views;
+pub mod watches;
 
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
@@ -67,6 +70,8 @@ pub struct Server {
     /// One read buffer for every connection, allocated once: a fresh zeroed
     /// array per read cost more than the rest of a ping.
     scratch: Vec<u8>,
+    /// The connections' watches of sessions and transcripts.
+    pub watches: watches::Watches,
 }
 
 /// Starting the socket failed.
@@ -170,6 +175,7 @@ impl Server {
             next_token: FIRST_CONN_TOKEN,
             limits,
             scratch: vec![0; limits::SOCKET_READ_CHUNK],
+            watches: watches::Watches::default(),
         })
     }
 
@@ -379,6 +385,7 @@ impl Server {
     pub fn close(&mut self, registry: &Registry, token: Token) -> Option<Conn> {
         let mut conn = self.conns.remove(&token)?;
         let _ = registry.deregister(&mut conn.stream);
+        self.watches.forget_conn(token);
         Some(conn)
     }
 

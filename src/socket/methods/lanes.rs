@@ -24,13 +24,14 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
+use super::{params, require_operator};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::lanes::controller::{self, Lane};
 use crate::lanes::git;
 use crate::lanes::machine::Input;
 use crate::limits;
-use crate::socket::methods::{params, require_operator};
+use crate::socket::views;
 use rusqlite::types::Value as Sql;
 
 pub fn serves(method: &str) -> bool {
@@ -62,14 +63,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             format!("unknown method {method}"),
         )),
     };
-    match r {
-        Ok(Some(v)) => d.answer(req, Ok(v)),
-        Ok(None) => {}
-        Err(e) => d.answer(req, Err(e)),
-    }
+    super::finish(d, req, r);
 }
 
-type Handled = Result<Option<Value>, RpcError>;
+use super::Handled;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -146,9 +143,7 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
                     if r.is_ok() && !d.lanes.added_repos.contains(&top) {
                         d.lanes.added_repos.push(top);
                     }
-                    let result = r
-                        .map(|_| json!({"path": shown}))
-                        .map_err(crate::socket::methods::write_error);
+                    let result = r.map(|_| json!({"path": shown})).map_err(RpcError::from);
                     d.answer(req, result);
                 });
             }
@@ -217,7 +212,7 @@ fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         let items: Vec<Value> = page
             .iter()
             .filter_map(|id| d.lanes.map.get(id))
-            .map(|l| controller::to_socket(d, l))
+            .map(|l| views::lane(l, &d.node_name))
             .collect();
         d.answer(req, Ok(json!({"lanes": items, "next_cursor": next})));
     });
@@ -263,7 +258,7 @@ fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             .lanes
             .map
             .get(&lane)
-            .map(|l| controller::to_socket(d, l))
+            .map(|l| views::lane(l, &d.node_name))
             .ok_or_else(|| controller::not_found(&lane));
         d.answer(req, r);
     });
@@ -298,12 +293,12 @@ fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }
         return Err(e);
     }
-    Ok(Some(controller::to_socket(
-        d,
+    Ok(Some(views::lane(
         d.lanes
             .map
             .get(&lane)
             .ok_or_else(|| controller::not_found(&lane))?,
+        &d.node_name,
     )))
 }
 
@@ -322,12 +317,12 @@ fn lanes_operator(
         .ok_or_else(|| controller::not_found(&lane))?;
     let i = input(l);
     controller::step(d, &lane, i)?;
-    Ok(Some(controller::to_socket(
-        d,
+    Ok(Some(views::lane(
         d.lanes
             .map
             .get(&lane)
             .ok_or_else(|| controller::not_found(&lane))?,
+        &d.node_name,
     )))
 }
 

@@ -18,20 +18,20 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::host::{self, AfterStop, Phase, Plugin};
-use super::manifest::{self, CommandInput, Manifest, is_command_id, is_plugin_id};
-use super::store::{self, Approval, Copy, Record, Waiting};
-use super::tasks;
-use super::text;
-use super::wire::{Permission, RUNNABLE_APIS, ShutdownReason};
+use super::{params, require_operator};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
+use crate::plugins::host::{self, AfterStop, Phase, Plugin};
+use crate::plugins::manifest::{self, CommandInput, Manifest, is_command_id, is_plugin_id};
+use crate::plugins::store::{self, Approval, Copy, Record, Waiting};
+use crate::plugins::tasks;
+use crate::plugins::text;
+use crate::plugins::wire::{Permission, RUNNABLE_APIS, ShutdownReason};
 use crate::procs::CallerClass;
-use crate::socket::methods::{params, require_operator};
 
-type Handled = Result<Option<Value>, RpcError>;
+use super::Handled;
 
 /// Serves one `plugin.*` method.
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
@@ -52,11 +52,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             format!("unknown method {other}"),
         )),
     };
-    match result {
-        Ok(Some(v)) => d.answer(req, Ok(v)),
-        Ok(None) => {}
-        Err(e) => d.answer(req, Err(e)),
-    }
+    super::finish(d, req, result);
 }
 
 fn not_found(id: &str) -> RpcError {

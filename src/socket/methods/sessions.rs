@@ -1,13 +1,10 @@
-//! The daemon socket's methods for seats, sessions, transcripts and the
-//! approvals inbox (issue 3; seed 004, Sessions, Transcripts; names
-//! snake_case as DESIGN.md's table says). `socket::methods::dispatch`
-//! hands every `seats.*`, `sessions.*`, `session.*`, `transcript.*` and
-//! `approvals.*` call here.
+//! The daemon socket's methods for sessions and transcripts (issue 3; seed
+//! 004, Sessions, Transcripts; names snake_case as DESIGN.md's table says).
+//! [`super::dispatch`] hands every `sessions.*`, `session.*` and
+//! `transcript.*` call here.
 //!
 //! | method                  | who      | answers                                      |
 //! |-------------------------|----------|----------------------------------------------|
-//! | seats.list              | anyone   | {seats}                                      |
-//! | seats.probe             | operator | null; seats detected (when on), probed again |
 //! | sessions.list           | anyone†  | Session[] in creation order                  |
 //! | sessions.get            | anyone†  | Session                                      |
 //! | sessions.subscribe      | anyone†  | Session[]; then `session.event` notes        |
@@ -21,11 +18,6 @@
 //! | sessions.toolDetail     | anyone†  | ToolDetail                                   |
 //! | transcript.subscribe    | anyone†  | TranscriptDelta; then `transcript.delta`s    |
 //! | transcript.unsubscribe  | anyone   | null                                         |
-//! | approvals.list          | anyone*  | {approvals}                                  |
-//! | approvals.get           | anyone*  | the approval                                 |
-//! | approvals.answer        | operator | the resolved approval, once committed        |
-//!
-//! *a caller inside a session sees only its own session's approvals.
 //!
 //! †The session reads (sessions.list, .get, .subscribe and its
 //! `session.event`s, sessions.transcriptView, .toolDetail,
@@ -40,14 +32,14 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::core::inbox::{Answerer, Verdict};
-use crate::core::{approvals, sessions, transcript};
+use super::{params, require_operator};
+use crate::core::{sessions, transcript};
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::limits;
-use crate::socket::methods::{params, require_operator, write_error};
 
-type Handled = Result<Option<Value>, RpcError>;
+use super::{Handled, connection};
+use crate::socket::views;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,26 +53,22 @@ struct SessionRef {
 
 /// Whether this module serves `method`.
 pub fn serves(method: &str) -> bool {
-    [
-        "seats.",
-        "sessions.",
-        "session.",
-        "transcript.",
-        "approvals.",
-    ]
-    .iter()
-    .any(|p| method.starts_with(p))
+    ["sessions.", "session.", "transcript."]
+        .iter()
+        .any(|p| method.starts_with(p))
 }
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
-        "seats.list" => seats_list(d, p),
-        "seats.probe" => seats_probe(d, &req, p),
         "sessions.list" => sessions_list(d, &req, p),
         "sessions.get" => sessions_get(d, &req, p),
         "sessions.subscribe" => sessions_subscribe(d, &req, p),
-        "sessions.unsubscribe" => params::<NoParams>(p)
-            .map(|_| Some(json!({"was_subscribed": d.core.sessions.unwatch(req.conn)}))),
+        "sessions.unsubscribe" => params::<NoParams>(p).and_then(|_| {
+            let conn = connection(&req)?;
+            Ok(Some(
+                json!({"was_subscribed": d.socket.watches.unwatch(conn)}),
+            ))
+        }),
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
         "sessions.interrupt" => with_session(d, &req, p, sessions::interrupt),
@@ -90,35 +78,12 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.toolDetail" => tool_detail(d, &req, p),
         "transcript.subscribe" => transcript_subscribe(d, &req, p),
         "transcript.unsubscribe" => transcript_unsubscribe(d, &req, p),
-        "approvals.list" => approvals_list(d, &req, p),
-        "approvals.get" => approvals_get(d, &req, p),
-        "approvals.answer" => approvals_answer(d, &req, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
         )),
     };
-    match result {
-        Ok(Some(v)) => d.answer(req, Ok(v)),
-        Ok(None) => {}
-        Err(e) => d.answer(req, Err(e)),
-    }
-}
-
-fn seats_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
-    let NoParams {} = params(p)?;
-    let seats: Vec<Value> = d.core.seats.list.iter().map(|s| s.to_socket()).collect();
-    Ok(Some(json!({
-        "seats": seats,
-        "agent_isolation": crate::core::sessions::sandbox(d).to_json(),
-    })))
-}
-
-fn seats_probe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let NoParams {} = params(p)?;
-    require_operator(req)?;
-    crate::core::seats::probe_all(d);
-    Ok(Some(Value::Null))
+    super::finish(d, req, result);
 }
 
 /// Every session `req`'s caller may read, in creation order.
@@ -129,7 +94,7 @@ fn readable(d: &Daemon, req: &Req) -> Value {
             .sessions
             .iter()
             .filter(|s| sessions::may_read(&req.class, &s.id))
-            .map(|s| s.to_socket(node))
+            .map(|s| views::session(s, node))
             .collect(),
     )
 }
@@ -154,13 +119,13 @@ fn sessions_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 
 fn sessions_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let SessionRef { session_id } = params(p)?;
-    readable_session(d, req, &session_id).map(|s| Some(s.to_socket(&d.node_name)))
+    readable_session(d, req, &session_id).map(|s| Some(views::session(s, &d.node_name)))
 }
 
 fn sessions_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     // Subscribed before the snapshot: an event may arrive twice (seed 004).
-    d.core.sessions.watch(req.conn);
+    d.socket.watches.watch(connection(req)?);
     Ok(Some(readable(d, req)))
 }
 
@@ -168,7 +133,20 @@ fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let sp: sessions::SpawnParams = params(p)?;
     require_operator(req)?;
     let req = req.clone();
-    sessions::spawn(d, sp, move |d, r| d.answer(req, r));
+    sessions::spawn(d, sp, move |d, r| {
+        // The session as it is at the commit, in the socket's view.
+        let r = r.map(|mut v| {
+            let sid = v["session_id"].as_str().unwrap_or_default();
+            let session = d
+                .core
+                .sessions
+                .get(sid)
+                .map(|s| views::session(s, &d.node_name));
+            v["session"] = json!(session);
+            v
+        });
+        d.answer(req, r)
+    });
     Ok(None)
 }
 
@@ -235,7 +213,7 @@ fn session_rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
                 let out = r
                     .map(|()| json!({"name": name, "applied": true}))
-                    .map_err(crate::socket::methods::write_error);
+                    .map_err(RpcError::from);
                 d.answer(req, out)
             },
         )),
@@ -269,7 +247,7 @@ fn read_then(
                 d.answer(req, out);
             });
         }))
-        .map_err(write_error)?;
+        .map_err(RpcError::from)?;
     Ok(None)
 }
 
@@ -388,7 +366,7 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
     let len = readable_session(d, req, &session_id)?.transcript.len;
     let have = have_entries.min(len);
     let sid = session_id.clone();
-    let conn_token = req.conn;
+    let conn_token = connection(req)?;
     read_then(
         d,
         req,
@@ -408,9 +386,12 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
                 .sessions
                 .get(&session_id)
                 .ok_or_else(|| sessions::not_found(&session_id))?;
-            d.core
-                .sessions
-                .subscribe_transcript(conn_token, &sub_id, &session_id)?;
+            let sessions = &d.core.sessions;
+            d.socket
+                .watches
+                .subscribe_transcript(conn_token, &sub_id, &session_id, |s| {
+                    sessions.get(s).is_some()
+                })?;
             Ok(
                 json!({"sub_id": sub_id, "from_index": start, "entries": merge_cached(d, &session_id, start, rows)}),
             )
@@ -426,138 +407,8 @@ struct UnsubscribeParams {
 
 fn transcript_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let UnsubscribeParams { sub_id } = params(p)?;
-    d.core.sessions.unsubscribe_transcript(req.conn, &sub_id);
+    d.socket
+        .watches
+        .unsubscribe_transcript(connection(req)?, &sub_id);
     Ok(Some(Value::Null))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalsListParams {
-    #[serde(default)]
-    all: bool,
-}
-
-/// Whether `req`'s caller may see `item`: the operator sees every item; a
-/// caller inside a session only its own session's, so that no session
-/// learns what another asks for; anyone else none.
-fn may_see(req: &Req, item: &crate::core::inbox::Item) -> bool {
-    match &req.class {
-        crate::procs::CallerClass::Operator => true,
-        crate::procs::CallerClass::AgentSession(Some(s)) => {
-            item.subject.session() == Some(s.as_str())
-        }
-        _ => false,
-    }
-}
-
-fn approvals_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let ApprovalsListParams { all } = params(p)?;
-    let items: Vec<Value> = d
-        .core
-        .approvals
-        .list(all)
-        .into_iter()
-        .filter(|i| may_see(req, i))
-        .map(approvals::to_socket)
-        .collect();
-    Ok(Some(json!({"approvals": items})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalRef {
-    request_id: String,
-}
-
-fn approvals_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let ApprovalRef { request_id } = params(p)?;
-    let not_found = |id: &str| RpcError::new(Code::NotFound, format!("no approval {id}"));
-    if let Some(i) = d.core.approvals.get(&request_id) {
-        return match may_see(req, i) {
-            true => Ok(Some(approvals::to_socket(i))),
-            false => Err(not_found(&request_id)),
-        };
-    }
-    // Older than the history the inbox keeps in memory: the ledger has
-    // every approval of every run (issue 10, item 11).
-    let inbox = d.inbox.clone();
-    let req = req.clone();
-    let queued = d.ledger.read(Box::new(move |conn| {
-        let found = approvals::read_one(conn, &request_id);
-        inbox.run(move |d| {
-            let r = match found {
-                Ok(Some(item)) if may_see(&req, &item) => Ok(approvals::to_socket(&item)),
-                Ok(_) => Err(not_found(&request_id)),
-                Err(e) => {
-                    crate::error!("approval {request_id} could not be read: {e}");
-                    Err(RpcError::new(
-                        Code::Unavailable,
-                        format!("the ledger could not read approval {request_id}"),
-                    ))
-                }
-            };
-            d.answer(req, r);
-        });
-    }));
-    queued.map(|()| None).map_err(write_error)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AnswerParams {
-    request_id: String,
-    decision: String,
-    #[serde(default)]
-    reason: Option<String>,
-    /// The digest the operator saw; refused if the request is for another
-    /// action.
-    #[serde(default)]
-    digest: Option<String>,
-}
-
-fn approvals_answer(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let AnswerParams {
-        request_id,
-        decision,
-        reason,
-        digest,
-    } = params(p)?;
-    let verdict = match decision.as_str() {
-        "allow" => Verdict::Allow,
-        "deny" => Verdict::Deny,
-        other => {
-            return Err(RpcError::invalid_params(format!(
-                "decision must be allow or deny, found {other:?}"
-            )));
-        }
-    };
-    let pid = d.socket.conns.get(&req.conn).map_or(0, |c| c.peer_pid);
-    if let Err(e) = require_operator(req) {
-        crate::warn!(
-            "refused approvals.answer for {request_id} from a caller of class {} (pid {pid})",
-            req.class.name()
-        );
-        return Err(e);
-    }
-    if reason
-        .as_ref()
-        .is_some_and(|r| r.len() > 4096 || r.chars().any(|c| c.is_control() && c != '\n'))
-    {
-        return Err(RpcError::invalid_params(
-            "reason must be at most 4096 bytes without control characters",
-        ));
-    }
-    let req = req.clone();
-    approvals::answer(
-        d,
-        &request_id,
-        verdict,
-        Answerer::Operator { pid },
-        "socket",
-        reason,
-        digest.as_deref(),
-        false,
-        move |d, r| d.answer(req, r),
-    );
-    Ok(None)
 }

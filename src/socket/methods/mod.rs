@@ -12,14 +12,24 @@
 //! | events.append     | operator       | the committed event's seq and ts         |
 //! | events.subscribe  | anyone         | live `event` notifications from now on   |
 //! | events.unsubscribe| anyone         | stops them                               |
-//! | seats.*, sessions.*, session.*, transcript.*, approvals.* | see core::methods |
+//! | seats.*           | see [`seats`]                              |
+//! | sessions.*, session.*, transcript.* | see [`sessions`]         |
+//! | approvals.*       | see [`approvals`]                          |
+//! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
+//! | plugin.*          | see [`plugins`]                            |
+
+pub mod approvals;
+pub mod lanes;
+pub mod plugins;
+pub mod seats;
+pub mod sessions;
 
 use mio::Token;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::daemon::{Daemon, Req, Subscription};
+use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::{self, Op, WriteError};
 use crate::limits;
@@ -51,6 +61,18 @@ pub fn require_operator(req: &Req) -> Result<(), RpcError> {
     }
 }
 
+/// The socket connection a subscription is kept against. Another surface
+/// that runs these methods (HTTP runs `plugin.*` only) has none to keep
+/// one on, and is refused.
+pub fn connection(req: &Req) -> Result<Token, RpcError> {
+    req.conn().ok_or_else(|| {
+        RpcError::new(
+            Code::InvalidRequest,
+            "subscriptions are kept on a daemon socket connection only",
+        )
+    })
+}
+
 /// Whether `req`'s caller may read `stream`: the operator reads every
 /// stream; a caller inside an agent session reads its own session's stream
 /// only (it would otherwise see other sessions' events, prompts included);
@@ -69,23 +91,6 @@ fn may_read_stream(req: &Req, stream: &str) -> Result<(), RpcError> {
     }
 }
 
-/// Maps a ledger refusal to the socket's codes.
-pub fn write_error(e: WriteError) -> RpcError {
-    match e {
-        WriteError::Corrupt => RpcError::new(
-            Code::LedgerCorrupt,
-            "the ledger is read-only because it cannot be trusted",
-        ),
-        WriteError::Busy => {
-            RpcError::new(Code::LedgerBusy, "the ledger's queue is full; try again")
-        }
-        WriteError::Failed(why) => {
-            crate::error!("ledger write failed: {why}");
-            RpcError::new(Code::Unavailable, "the ledger could not commit the change")
-        }
-    }
-}
-
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "ping" => params::<NoParams>(p).map(|NoParams {}| Some(Value::Null)),
@@ -96,30 +101,36 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "events.subscribe" => events_subscribe(d, &req, p),
         "events.unsubscribe" => events_unsubscribe(d, &req, p),
         m if m.starts_with("plugin.") => {
-            crate::plugins::methods::dispatch(d, req, m, p);
+            plugins::dispatch(d, req, m, p);
             return;
         }
-        m if crate::lanes::methods::serves(m) => {
-            return crate::lanes::methods::dispatch(d, req, m, p);
+        m if lanes::serves(m) => {
+            return lanes::dispatch(d, req, m, p);
         }
-        m if crate::core::methods::serves(m) => {
-            return crate::core::methods::dispatch(d, req, m, p);
-        }
+        m if m.starts_with("seats.") => return seats::dispatch(d, req, m, p),
+        m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
+        m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
         )),
     };
-    match result {
-        Ok(Some(v)) => d.answer(req, Ok(v)),
-        Ok(None) => {} // answered later by a continuation
-        Err(e) => d.answer(req, Err(e)),
-    }
+    finish(d, req, result);
 }
 
 /// A handler's outcome: `Some` answers now, `None` means a continuation
 /// answers later.
-type Handled = Result<Option<Value>, RpcError>;
+pub type Handled = Result<Option<Value>, RpcError>;
+
+/// Answers what a handler decided now; `None` is answered later by its
+/// continuation.
+pub(super) fn finish(d: &mut Daemon, req: Req, result: Handled) {
+    match result {
+        Ok(Some(v)) => d.answer(req, Ok(v)),
+        Ok(None) => {}
+        Err(e) => d.answer(req, Err(e)),
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -188,7 +199,7 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }));
     match queued {
         Ok(()) => Ok(None),
-        Err(e) => Err(write_error(e)),
+        Err(e) => Err(RpcError::from(e)),
     }
 }
 
@@ -252,7 +263,7 @@ fn events_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         };
         d.answer(req, result);
     })
-    .map_err(write_error)?;
+    .map_err(RpcError::from)?;
     Ok(None)
 }
 
@@ -333,7 +344,7 @@ fn events_append(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }],
         move |d, r| {
             let result = r
-                .map_err(write_error)
+                .map_err(RpcError::from)
                 .map(|appended| match appended.first() {
                     Some(a) => json!({"stream": a.stream, "seq": a.seq, "ts": a.ts}),
                     None => Value::Null,
@@ -364,22 +375,16 @@ fn events_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
             )));
         }
     }
-    let conn: Token = req.conn;
+    let conn = connection(req)?;
     let filter = streams.clone().map(|v| v.into_iter().collect());
     // One subscription per connection; a second call replaces the first,
     // as events.subscribe does for plugins (seed 000).
-    d.subscriptions.insert(
-        conn,
-        Subscription {
-            conn,
-            streams: filter,
-        },
-    );
+    d.socket.watches.subscribe_events(conn, filter);
     Ok(Some(json!({"streams": streams})))
 }
 
 fn events_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
-    let was = d.subscriptions.remove(&req.conn).is_some();
+    let was = d.socket.watches.unsubscribe_events(connection(req)?);
     Ok(Some(json!({"subscribed": false, "was_subscribed": was})))
 }
