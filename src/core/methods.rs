@@ -168,7 +168,17 @@ fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let sp: sessions::SpawnParams = params(p)?;
     require_operator(req)?;
     let req = req.clone();
-    sessions::spawn(d, sp, move |d, r| d.answer(req, r));
+    sessions::spawn(d, sp.into(), move |d, r| {
+        let r = r.map(|s| {
+            let v = d
+                .core
+                .sessions
+                .get(&s.session_id)
+                .map(|x| x.to_socket(&d.node_name));
+            json!({"session_id": s.session_id, "session": v})
+        });
+        d.answer(req, r)
+    });
     Ok(None)
 }
 

@@ -548,6 +548,8 @@ fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap
     }
 }
 
+/// The params of `sessions.spawn` on the daemon socket, as the wire names
+/// them; the socket turns them into a [`SpawnRequest`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
@@ -556,6 +558,40 @@ pub struct SpawnParams {
     pub prompt: Option<String>,
     pub model: Option<String>,
     pub name: Option<String>,
+}
+
+/// What a caller of [`spawn`] asks for: the socket, the HTTP API and the
+/// lanes alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    /// The seat's harness.
+    pub harness: String,
+    /// The working folder, absolute or `~`-relative, as the caller gave it.
+    pub cwd: String,
+    /// The first prompt, if any.
+    pub prompt: Option<String>,
+    /// A model other than the seat's.
+    pub model: Option<String>,
+    /// The session's name.
+    pub name: Option<String>,
+}
+
+impl From<SpawnParams> for SpawnRequest {
+    fn from(p: SpawnParams) -> Self {
+        SpawnRequest {
+            harness: p.harness,
+            cwd: p.cwd,
+            prompt: p.prompt,
+            model: p.model,
+            name: p.name,
+        }
+    }
+}
+
+/// A session [`spawn`] started, once its session.start is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    pub session_id: String,
 }
 
 /// Checks a session name (session.rename, sessions.spawn): trimmed, not
@@ -624,8 +660,8 @@ pub struct Restored {
 /// session.start is committed.
 pub fn spawn(
     d: &mut Daemon,
-    p: SpawnParams,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+    p: SpawnRequest,
+    then: impl FnOnce(&mut Daemon, Result<Spawned, RpcError>) + 'static,
 ) {
     let checked = (|| -> Result<Start, RpcError> {
         let seat = d.core.seats.get(&p.harness).ok_or_else(|| {
@@ -694,7 +730,7 @@ pub fn spawn(
     }
 }
 
-type Reply = Box<dyn FnOnce(&mut Daemon, Result<Value, RpcError>)>;
+type Reply = Box<dyn FnOnce(&mut Daemon, Result<Spawned, RpcError>)>;
 
 /// A restore's arguments: the sessions not to reopen, and what runs after.
 type Restore = (HashSet<String>, fn(&mut Daemon));
@@ -936,9 +972,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
                 if let Err(e) = r {
                     return then(d, Err(crate::socket::methods::write_error(e)));
                 }
-                let node = d.node_name.clone();
-                let v = d.core.sessions.get(&sid).map(|s| s.to_socket(&node));
-                then(d, Ok(json!({"session_id": sid, "session": v})));
+                then(d, Ok(Spawned { session_id: sid }));
             },
         )),
     );

@@ -1153,7 +1153,7 @@ fn create(
             settled: false,
         },
     );
-    let sp = core_sessions::SpawnParams {
+    let sp = core_sessions::SpawnRequest {
         harness: body.harness,
         cwd: body.worktree,
         prompt: body.prompt,
@@ -1162,7 +1162,7 @@ fn create(
     };
     core_sessions::spawn(d, sp, move |d, r| {
         let (session, status, problem) = match &r {
-            Ok(v) => (v["session_id"].as_str().map(str::to_string), 201u16, None),
+            Ok(s) => (Some(s.session_id.clone()), 201u16, None),
             Err(e) => {
                 let p = rpc_problem(e);
                 (None, p.status(), Some(p))

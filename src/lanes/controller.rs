@@ -52,6 +52,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::core::sessions::Spawned;
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::isolation::Probe;
@@ -1136,7 +1137,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         },
         verdict::instructions()
     );
-    let params = crate::core::sessions::SpawnParams {
+    let params = crate::core::sessions::SpawnRequest {
         harness: seat.harness.clone(),
         cwd: cwd.display().to_string(),
         prompt: Some(prompt),
@@ -1148,8 +1149,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
     // the lane's verdict: the checkout goes back to the pool only then.
     d.lanes.pool.use_start(&cwd);
     crate::core::sessions::spawn(d, params, move |d, r| match r {
-        Ok(v) => {
-            let sid = v["session_id"].as_str().unwrap_or_default().to_string();
+        Ok(Spawned { session_id: sid }) => {
             if d.core.sessions.get(&sid).is_some_and(|s| !s.ended) {
                 d.lanes.checkout_sessions.insert(sid.clone(), cwd);
             } else {
@@ -1263,7 +1263,7 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
         return;
     };
     let prompt = format!("{}\n\nThe task:\n{}", text, l.task.task);
-    let params = crate::core::sessions::SpawnParams {
+    let params = crate::core::sessions::SpawnRequest {
         harness: seat.harness.clone(),
         cwd: l.worktree.display().to_string(),
         prompt: Some(prompt),
@@ -1272,8 +1272,7 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
     };
     let lid = id.to_string();
     crate::core::sessions::spawn(d, params, move |d, r| match r {
-        Ok(v) => {
-            let sid = v["session_id"].as_str().unwrap_or_default().to_string();
+        Ok(Spawned { session_id: sid }) => {
             d.lanes
                 .by_session
                 .insert(sid.clone(), (lid.clone(), Role::Builder));
@@ -1620,15 +1619,14 @@ pub fn known_repos(d: &Daemon) -> Vec<PathBuf> {
 }
 
 /// The name `task.dispatch` gives a task that names none.
-fn task_name(req: &crate::plugins::calls::TaskRequest) -> String {
+fn task_name(req: &DispatchRequest) -> String {
     req.name.clone().unwrap_or_else(|| default_name(&req.task))
 }
 
 /// Where `task.dispatch` of `req` puts its worktree: plugin.remove lists
 /// the worktrees its aborted dispatches left (seed 000, plugin.remove).
-pub fn planned_worktree(d: &Daemon, req: &crate::plugins::calls::TaskRequest) -> PathBuf {
-    let repo = PathBuf::from(&req.repo);
-    let repo = repo.canonicalize().unwrap_or(repo);
+pub fn planned_worktree(d: &Daemon, req: &DispatchRequest) -> PathBuf {
+    let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
     worktree_path(d, &repo, &slug(&task_name(req)))
 }
 
@@ -1648,6 +1646,38 @@ pub fn worktree_path(d: &Daemon, repo: &Path, slug: &str) -> PathBuf {
     }
 }
 
+/// What a dispatch asks for, whichever surface it came from (the plugin
+/// wire's tasks.create, the socket's task.dispatch), its members already
+/// checked against the wire's patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchRequest {
+    /// A repository the daemon knows, or a worktree of one.
+    pub repo: PathBuf,
+    /// What the builder is asked to do.
+    pub task: String,
+    /// The builder's harness.
+    pub builder: String,
+    /// The verifier's harness.
+    pub verifier: String,
+    /// The acceptance check's name.
+    pub acceptance_name: String,
+    /// The acceptance check's command line.
+    pub acceptance_command: String,
+    /// The task's name; [`default_name`] of the task when absent.
+    pub name: Option<String>,
+    /// The branch the lane starts from; the main worktree's when absent.
+    pub base: Option<String>,
+}
+
+/// A lane a dispatch started, its builder's session running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatched {
+    pub lane: String,
+    pub session: String,
+    pub branch: String,
+    pub worktree: PathBuf,
+}
+
 /// A validated dispatch, ready to create.
 pub struct Dispatch {
     pub repo: PathBuf,
@@ -1663,12 +1693,11 @@ pub struct Dispatch {
 /// stable code the plugin host passes on as task-refused's reason.
 pub fn dispatch(
     d: &mut Daemon,
-    req: crate::plugins::calls::TaskRequest,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + Send + 'static,
+    req: DispatchRequest,
+    then: impl FnOnce(&mut Daemon, Result<Dispatched, RpcError>) + Send + 'static,
 ) {
     let refuse = |code, msg: String| Err(lane_err(code, msg));
-    let repo = PathBuf::from(&req.repo);
-    let repo = repo.canonicalize().unwrap_or(repo);
+    let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
     let known = |d: &Daemon, repo: &Path| {
         known_repos(d)
             .iter()
@@ -1703,7 +1732,7 @@ pub fn dispatch(
                 return then(d, Err(unknown(&repo)));
             }
             let mut req = req;
-            req.repo = main.display().to_string();
+            req.repo = main;
             return dispatch(d, req, then);
         }
         if let Err(e) = d.lanes.workers_ready() {
@@ -1723,7 +1752,7 @@ pub fn dispatch(
             move |d, main| match main.map(|m| m.canonicalize().unwrap_or(m)) {
                 Some(main) if main != repo && known(d, &main) => {
                     let mut req = req;
-                    req.repo = main.display().to_string();
+                    req.repo = main;
                     dispatch(d, req, then);
                 }
                 _ => then(d, Err(unknown(&repo))),
@@ -1789,8 +1818,8 @@ pub fn dispatch(
             repo,
             task: Task {
                 task: req.task.clone(),
-                acceptance_name: req.acceptance.name.clone(),
-                acceptance_command: req.acceptance.command.clone(),
+                acceptance_name: req.acceptance_name.clone(),
+                acceptance_command: req.acceptance_command.clone(),
                 name,
             },
             builder,
@@ -1864,9 +1893,9 @@ fn create(
     base_commit: String,
     branch: String,
     worktree: PathBuf,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+    then: impl FnOnce(&mut Daemon, Result<Dispatched, RpcError>) + 'static,
 ) {
-    let params = crate::core::sessions::SpawnParams {
+    let params = crate::core::sessions::SpawnRequest {
         harness: p.builder.harness.clone(),
         cwd: worktree.display().to_string(),
         prompt: Some(format!(
@@ -1880,7 +1909,7 @@ fn create(
     let approval = d.cfg.lanes.require_merge_approval;
     crate::core::sessions::spawn(d, params, move |d, r| {
         let sid = match r {
-            Ok(v) => v["session_id"].as_str().unwrap_or_default().to_string(),
+            Ok(Spawned { session_id }) => session_id,
             Err(e) => {
                 let (repo, wt, br) = (p.repo.clone(), worktree.clone(), branch.clone());
                 let _ = job(
@@ -1937,9 +1966,12 @@ fn create(
         crate::info!("lane {id}: dispatched on {branch} with session {sid}");
         then(
             d,
-            Ok(
-                json!({"lane": id, "session": sid, "branch": branch, "worktree": worktree.display().to_string()}),
-            ),
+            Ok(Dispatched {
+                lane: id,
+                session: sid,
+                branch,
+                worktree,
+            }),
         );
     });
 }

@@ -113,6 +113,21 @@ pub struct TaskRequest {
     pub base: Option<String>,
 }
 
+impl From<TaskRequest> for crate::lanes::controller::DispatchRequest {
+    fn from(t: TaskRequest) -> Self {
+        crate::lanes::controller::DispatchRequest {
+            repo: t.repo.into(),
+            task: t.task,
+            builder: t.builder,
+            verifier: t.verifier,
+            acceptance_name: t.acceptance.name,
+            acceptance_command: t.acceptance.command,
+            name: t.name,
+            base: t.base,
+        }
+    }
+}
+
 /// `acceptance` of tasks.create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Acceptance {
