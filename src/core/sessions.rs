@@ -166,23 +166,54 @@ pub struct Session {
     last_line: Instant,
     stall: Duration,
     stall_timer: Option<TimerId>,
-    last_state: &'static str,
+    last_state: State,
     /// `transcript_len` as last written to the session's row.
     row_transcript_len: usize,
 }
 
+/// Where a session is. Each surface names it in its own view, one name
+/// per state: the socket's `state` and the plugin wire's `state` (issue 3,
+/// seed 000) in [`State::wire_name`], the socket's seed 004 `status` in
+/// `to_socket`, and the HTTP API's `phase` in `http::sessions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// The agent is not set up yet (an ACP agent before its handshake).
+    Starting,
+    /// No turn runs.
+    Idle,
+    /// A turn runs.
+    Running,
+    /// A turn waits for the operator to answer an approval.
+    AwaitingApproval,
+    /// The agent is gone.
+    Ended,
+}
+
+impl State {
+    /// The name the daemon socket's and the plugin wire's `state` give it.
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Idle => "idle",
+            State::Running => "running",
+            State::AwaitingApproval => "awaiting-approval",
+            State::Ended => "ended",
+        }
+    }
+}
+
 impl Session {
-    pub fn state(&self) -> &'static str {
+    pub fn state(&self) -> State {
         if self.ended {
-            "ended"
+            State::Ended
         } else if !self.ready {
-            "starting"
+            State::Starting
         } else if !self.open.is_empty() {
-            "awaiting-approval"
+            State::AwaitingApproval
         } else if self.turn_active {
-            "running"
+            State::Running
         } else {
-            "idle"
+            State::Idle
         }
     }
 
@@ -207,12 +238,13 @@ impl Session {
     /// The daemon socket's Session (snake_case; seed 004's fields where
     /// they apply, sessions.list's state fields as issue 3 names them).
     pub fn to_socket(&self, node: &str) -> Value {
+        // seed 004's SessionStatus.
         let status = match self.state() {
-            "ended" => "dead",
-            "starting" => "starting",
-            "awaiting-approval" => "awaiting_input",
-            "running" => "working",
-            _ => "idle",
+            State::Ended => "dead",
+            State::Starting => "starting",
+            State::AwaitingApproval => "awaiting_input",
+            State::Running => "working",
+            State::Idle => "idle",
         };
         let interaction = self.open.first().map(|a| {
             json!({
@@ -255,7 +287,7 @@ impl Session {
             "node": node,
             "source": "spawned",
             "input_mode": "api",
-            "state": self.state(),
+            "state": self.state().wire_name(),
             "status": status,
             "status_label": status_label,
             "status_since": crate::clock::format_ts(self.status_since_ms),
@@ -278,23 +310,25 @@ impl Session {
         })
     }
 
-    /// The plugin wire's sessions.list item (seed 000, exactly).
-    pub fn plugin_item(&self, node: &str) -> Value {
-        json!({
-            "session": self.id,
-            "harness": self.harness,
-            "provider": self.provider,
-            "transport": self.transport.wire_name(),
-            "state": self.state(),
-            "turn": self.turn,
-            "turnActive": self.turn_active,
-            "endReason": self.end_reason.map(EndReason::wire_name),
-            "pendingApprovals": self.open.len(),
-            "parent": self.parent,
-            "node": node,
-            "worktree": self.cwd.display().to_string(),
-            "createdAt": self.created_at,
-        })
+    /// What the lanes and the plugin host read of the session.
+    pub fn summary(&self) -> Summary<'_> {
+        Summary {
+            id: &self.id,
+            harness: &self.harness,
+            provider: &self.provider,
+            transport: self.transport,
+            cwd: &self.cwd,
+            parent: self.parent.as_deref(),
+            created_at: &self.created_at,
+            agent_session_id: self.agent_session_id.as_deref(),
+            state: self.state(),
+            ready: self.ready,
+            turn: self.turn,
+            turn_active: self.turn_active,
+            end_reason: self.end_reason,
+            pending_approvals: self.open.len(),
+            busy: self.queued() > 0 || self.stopping_agent,
+        }
     }
 
     fn row_op(&self) -> Op {
@@ -331,6 +365,32 @@ impl Session {
     }
 }
 
+/// A session as other subsystems see it: typed, borrowed from the live
+/// session, with no wire names (each surface names it in its own view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary<'a> {
+    pub id: &'a str,
+    pub harness: &'a str,
+    pub provider: &'a str,
+    pub transport: Transport,
+    /// The worktree the agent runs in.
+    pub cwd: &'a std::path::Path,
+    pub parent: Option<&'a str>,
+    pub created_at: &'a str,
+    /// The agent's own session id, once it gave one.
+    pub agent_session_id: Option<&'a str>,
+    pub state: State,
+    /// The agent is set up and takes input.
+    pub ready: bool,
+    pub turn: u64,
+    pub turn_active: bool,
+    pub end_reason: Option<EndReason>,
+    pub pending_approvals: usize,
+    /// Input is queued for the next turn, or the agent is being stopped:
+    /// busy although no turn may run.
+    pub busy: bool,
+}
+
 /// Every session, in creation order, and who listens to them.
 #[derive(Default)]
 pub struct Sessions {
@@ -364,6 +424,11 @@ impl Sessions {
     }
 
     /// Sessions in creation order.
+    /// The summary of session `id`, when the daemon holds it.
+    pub fn summary(&self, id: &str) -> Option<Summary<'_>> {
+        self.map.get(id).map(Session::summary)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
         self.order.iter().filter_map(|id| self.map.get(id))
     }
@@ -912,7 +977,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
                 .unwrap_or(limits::AGENT_STALL_DEFAULT_S),
         ),
         stall_timer: None,
-        last_state: "starting",
+        last_state: State::Starting,
         row_transcript_len: usize::MAX,
     };
     let sid = st.id.clone();

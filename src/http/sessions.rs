@@ -62,7 +62,7 @@ use super::routes::{counter, ledger_problem, negotiate, read_failed};
 use super::sse::{self, CollectionQueue, Start, Subscription, Topic};
 use super::uuid7::Uuid7;
 use super::{Answer, Ctx, Reply, Shared};
-use crate::core::sessions as core_sessions;
+use crate::core::sessions::{self as core_sessions, State};
 use crate::core::transcript::Delta;
 use crate::daemon::Daemon;
 use crate::errors::RpcError;
@@ -360,20 +360,42 @@ fn input_insert(i: &Input) -> Op {
 
 // ---- representations ----
 
-/// The phase of a live session (status.phase).
+/// The HTTP API's name of a session state (SessionSummary.state and
+/// status.phase; the openapi's SessionState).
+fn state_name(st: State) -> &'static str {
+    match st {
+        State::Starting => "starting",
+        State::Idle => "idle",
+        State::Running => "running",
+        State::AwaitingApproval => "awaiting_approval",
+        State::Ended => "ended",
+    }
+}
+
+/// Whether a turn the caller asked to interrupt still runs.
+fn interrupting(s: &core_sessions::Session, q: Option<&Queue>) -> bool {
+    !matches!(s.state(), State::Ended | State::Starting)
+        && s.turn_active
+        && q.is_some_and(|q| q.interrupt_requested)
+}
+
+/// The phase of a live session (status.phase): its state, except that a
+/// turn being interrupted is `interrupting` until it ends.
 fn phase(s: &core_sessions::Session, q: Option<&Queue>) -> &'static str {
-    if s.ended {
-        "ended"
-    } else if !s.ready {
-        "starting"
-    } else if q.is_some_and(|q| q.interrupt_requested) && s.turn_active {
+    if interrupting(s, q) {
         "interrupting"
-    } else if !s.open.is_empty() {
-        "awaiting_approval"
-    } else if s.turn_active {
-        "running"
     } else {
-        "idle"
+        state_name(s.state())
+    }
+}
+
+/// SessionSummary.state of a live session: a turn being interrupted still
+/// runs.
+fn summary_state(s: &core_sessions::Session, q: Option<&Queue>) -> State {
+    if interrupting(s, q) {
+        State::Running
+    } else {
+        s.state()
     }
 }
 
@@ -389,13 +411,6 @@ fn status_json(s: &core_sessions::Session, q: Option<&Queue>) -> Value {
         "interrupt_requested": q.is_some_and(|q| q.interrupt_requested) && s.turn_active,
         "blocking_reason": blocking,
     })
-}
-
-fn state_name(phase: &str) -> &str {
-    match phase {
-        "interrupting" => "running",
-        p => p,
-    }
 }
 
 /// A session row as the ledger has it (for sessions not live here).
@@ -466,7 +481,7 @@ fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
     if let Some(s) = d.core.sessions.get(sid) {
         let q = api.and_then(|a| a.queues.get(sid));
         let st = status_json(s, q);
-        let state = state_name(st["phase"].as_str().unwrap_or("idle")).to_string();
+        let state = state_name(summary_state(s, q));
         return Some(json!({
             "id": s.id,
             "creation_id": creation_id,
@@ -492,7 +507,11 @@ fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
         }));
     }
     let r = row?;
-    let phase = if r.ended { "ended" } else { "starting" };
+    let phase = state_name(if r.ended {
+        State::Ended
+    } else {
+        State::Starting
+    });
     Some(json!({
         "id": r.id,
         "creation_id": creation_id,

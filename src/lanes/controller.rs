@@ -52,7 +52,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::core::sessions::Spawned;
+use crate::core::sessions::{Spawned, State};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::isolation::Probe;
@@ -649,9 +649,9 @@ pub fn sessions_restored(d: &mut Daemon) {
         l.builder_reopened = l
             .builder_session
             .as_deref()
-            .and_then(|sid| core.sessions.get(sid))
-            .filter(|s| !s.ended)
-            .and_then(|s| s.agent_session_id.clone());
+            .and_then(|sid| core.sessions.summary(sid))
+            .filter(|s| s.state != State::Ended)
+            .and_then(|s| s.agent_session_id.map(str::to_string));
     }
     d.lanes.sessions_restored = true;
     resume_all(d);
@@ -1060,7 +1060,10 @@ fn seat_ready(d: &Daemon, harness: &str) -> bool {
 }
 
 fn session_alive(d: &Daemon, sid: &str) -> bool {
-    d.core.sessions.get(sid).is_some_and(|s| !s.ended)
+    d.core
+        .sessions
+        .summary(sid)
+        .is_some_and(|s| s.state != State::Ended)
 }
 
 /// Asks the verifier to judge the commit when its seat is ready and not
@@ -1150,7 +1153,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
     d.lanes.pool.use_start(&cwd);
     crate::core::sessions::spawn(d, params, move |d, r| match r {
         Ok(Spawned { session_id: sid }) => {
-            if d.core.sessions.get(&sid).is_some_and(|s| !s.ended) {
+            if session_alive(d, &sid) {
                 d.lanes.checkout_sessions.insert(sid.clone(), cwd);
             } else {
                 checkout_used(d, &cwd);
@@ -1211,8 +1214,8 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
 fn kept_history(d: &Daemon, sid: &str, asid: &str) -> bool {
     d.core
         .sessions
-        .get(sid)
-        .is_some_and(|s| s.ready && s.agent_session_id.as_deref() == Some(asid))
+        .summary(sid)
+        .is_some_and(|s| s.ready && s.agent_session_id == Some(asid))
 }
 
 /// The `check.rework` record on the builder's session stream: what the lane

@@ -9,8 +9,8 @@
 //! message names the member. The result types serialise to the page's result
 //! objects; list results are written with [`super::wire::encode_page`].
 //! sessions.list, sessions.get and seats.list items are not typed here: the
-//! core builds them (`Session::plugin_item`, `Seat::plugin_item`), and
-//! [`super::views`] hands them to the host as they are.
+//! views build them (`super::views` from a session's summary,
+//! `Seat::plugin_item`) and hand them to the host as they are.
 //!
 //! Decisions where the page is silent:
 //! - An integer member (`limit`) accepts any JSON number with an integral
