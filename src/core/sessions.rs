@@ -802,7 +802,7 @@ type Restore = (HashSet<String>, fn(&mut Daemon));
 
 /// How agents run now: `[agents] isolation` and the probe.
 pub fn sandbox(d: &Daemon) -> crate::isolation::AgentSandbox {
-    crate::isolation::AgentSandbox::decide(&d.cfg.agents.isolation, d.core.sessions.probe.as_ref())
+    crate::isolation::AgentSandbox::decide(d.cfg.agents.isolation(), d.core.sessions.probe.as_ref())
 }
 
 /// The machine's bubblewrap probe answered: say how agents run, then start
@@ -814,7 +814,9 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
             "agents run contained, in a namespace of {}",
             bwrap.display()
         ),
-        crate::isolation::AgentSandbox::Uncontained(why) if d.cfg.agents.isolation == "none" => {
+        crate::isolation::AgentSandbox::Uncontained(why)
+            if d.cfg.agents.isolation() == crate::config::AgentIsolation::None =>
+        {
             crate::info!("agents run uncontained: {why}")
         }
         crate::isolation::AgentSandbox::Uncontained(why) => {

@@ -962,11 +962,7 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             Ok(())
         }
         Action::Merge { commit } => {
-            let mode = if d.cfg.lanes.merge == "merge-commit" {
-                git::MergeMode::MergeCommit
-            } else {
-                git::MergeMode::FastForward
-            };
+            let mode = d.cfg.lanes.merge();
             let message = format!(
                 "Merge lane {}: {}\n\nVerified by {} on {commit}.",
                 l.id, l.task.name, l.verifier.harness
