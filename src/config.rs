@@ -34,6 +34,9 @@ macro_rules! choice {
         }
 
         impl $name {
+            /// Every name, in the order the enum lists them.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
             /// The name the config file gives it.
             pub fn name(self) -> &'static str {
                 match self {
@@ -47,10 +50,7 @@ macro_rules! choice {
             fn from_str(s: &str) -> Result<Self, String> {
                 match s {
                     $($text => Ok($name::$variant),)+
-                    _ => Err(format!(
-                        "expected {}, found {s:?}",
-                        one_of(&[$($text),+])
-                    )),
+                    _ => Err(format!("expected {}, found {s:?}", one_of(Self::NAMES))),
                 }
             }
         }
@@ -111,6 +111,25 @@ choice! {
     RuleAnswer {
         Allow = "allow",
         Deny = "deny",
+    }
+}
+
+choice! {
+    /// A seat's provider family (seed 000, seats[].family). Lanes keep it
+    /// in their records, and the plugin wire gives it, by these names.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    Family {
+        Anthropic = "anthropic",
+        Openai = "openai",
+        Google = "google",
+        Xai = "xai",
+        Moonshot = "moonshot",
+        Deepseek = "deepseek",
+        Local = "local",
+        /// A harness that serves whichever provider its own config names:
+        /// never the verifier of another family's work, nor its builder.
+        Auto = "auto",
     }
 }
 
@@ -244,7 +263,8 @@ pub struct SeatConfig {
     /// `acp` or `stream-json`.
     pub transport: String,
     pub provider: String,
-    /// One of seed 000's provider families.
+    /// One of seed 000's provider families; read as one with
+    /// [`SeatConfig::family`].
     pub family: String,
     /// The model to ask for when `sessions.spawn` names none; a plain model
     /// name ([`valid_model_name`]).
@@ -260,17 +280,13 @@ pub struct SeatConfig {
     pub stall_timeout: Option<u64>,
 }
 
-/// The seed's provider families (seed 000, seats[].family).
-pub const FAMILIES: [&str; 8] = [
-    "anthropic",
-    "openai",
-    "google",
-    "xai",
-    "moonshot",
-    "deepseek",
-    "local",
-    "auto",
-];
+impl SeatConfig {
+    /// The seat's provider family; the file's value, which `check`
+    /// accepted (a detected seat's is the daemon's own).
+    pub fn family(&self) -> Family {
+        self.family.parse().unwrap_or(Family::Auto)
+    }
+}
 
 /// `[approvals]`: the risk gate, its automatic answers, and the timeout.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -1026,12 +1042,12 @@ impl FileConfig {
                     ),
                 ));
             }
-            if !FAMILIES.contains(&s.family.as_str()) {
+            if s.family.parse::<Family>().is_err() {
                 return Err(bad(
                     "family",
                     format!(
                         "expected one of {}, found {:?}",
-                        FAMILIES.join(", "),
+                        Family::NAMES.join(", "),
                         s.family
                     ),
                 ));
@@ -1515,6 +1531,26 @@ mod tests {
             );
         }
         assert_eq!(one_of(&["low", "medium", "high"]), "low, medium or high");
+        // A family's config name is the name lanes store and plugins get.
+        for name in Family::NAMES {
+            let f: Family = name.parse().unwrap();
+            assert_eq!(serde_json::to_value(f).unwrap(), *name);
+            assert_eq!(f.name(), *name);
+        }
+        let seat = "[[seat]]\nharness = \"a\"\ncommand = \"a\"\ntransport = \"acp\"\nprovider = \"p\"\nfamily = \"mistral\"\n";
+        let e = parse(seat).unwrap().check(seat).unwrap_err();
+        assert_eq!(
+            (e.key.as_deref(), e.line, e.message.as_str()),
+            (
+                Some("seat.family"),
+                Some(6),
+                "expected one of anthropic, openai, google, xai, moonshot, deepseek, local, auto, found \"mistral\""
+            )
+        );
+        assert_eq!(
+            parse(&seat.replace("mistral", "local")).unwrap().seat[0].family(),
+            Family::Local
+        );
     }
 
     #[test]

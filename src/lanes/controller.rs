@@ -52,6 +52,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::config::Family;
 use crate::core::sessions::{Spawned, State};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
@@ -73,7 +74,7 @@ pub const STREAM: &str = "lanes";
 pub struct SeatRef {
     pub harness: String,
     pub provider: String,
-    pub family: String,
+    pub family: Family,
     pub model: Option<String>,
 }
 
@@ -878,9 +879,9 @@ fn pick_verifier(d: &Daemon, l: &Lane, second: bool) -> SeatRef {
     if second {
         let third = d.core.seats.list.iter().find(|s| {
             s.status == Some(crate::core::seats::Status::Ready)
-                && s.cfg.family != l.builder.family
-                && s.cfg.family != l.verifier.family
-                && s.cfg.family != "auto"
+                && s.cfg.family() != l.builder.family
+                && s.cfg.family() != l.verifier.family
+                && s.cfg.family() != Family::Auto
         });
         if let Some(s) = third {
             return seat_ref(&s.cfg);
@@ -1252,8 +1253,8 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
             .iter()
             .find(|s| {
                 s.status == Some(crate::core::seats::Status::Ready)
-                    && s.cfg.family != l.verifier.family
-                    && s.cfg.family != "auto"
+                    && s.cfg.family() != l.verifier.family
+                    && s.cfg.family() != Family::Auto
             })
             .map(|s| seat_ref(&s.cfg))
     };
@@ -1298,7 +1299,7 @@ pub fn seat_ref(cfg: &crate::config::SeatConfig) -> SeatRef {
     SeatRef {
         harness: cfg.harness.clone(),
         provider: cfg.provider.clone(),
-        family: cfg.family.clone(),
+        family: cfg.family(),
         model: cfg.model.clone(),
     }
 }
@@ -1492,8 +1493,8 @@ fn failover(d: &mut Daemon, id: &str) {
         .find(|s| {
             s.cfg.harness != failed
                 && s.status == Some(crate::core::seats::Status::Ready)
-                && s.cfg.family != l.verifier.family
-                && s.cfg.family != "auto"
+                && s.cfg.family() != l.verifier.family
+                && s.cfg.family() != Family::Auto
         })
         .map(|s| seat_ref(&s.cfg));
     match next {
@@ -1780,14 +1781,14 @@ pub fn dispatch(
         let builder = seat(&req.builder)?;
         let verifier = seat(&req.verifier)?;
         if builder.family == verifier.family
-            || builder.family == "auto"
-            || verifier.family == "auto"
+            || builder.family == Family::Auto
+            || verifier.family == Family::Auto
         {
             return refuse(
                 Code::SameFamily,
                 format!(
                     "the verifier must be of another provider family than the builder ({})",
-                    builder.family
+                    builder.family.name()
                 ),
             );
         }
@@ -1989,7 +1990,7 @@ pub fn to_socket(d: &Daemon, l: &Lane) -> Value {
         "base": l.base,
         "branch": l.branch,
         "worktree": l.worktree.display().to_string(),
-        "state": l.machine.stage.state(),
+        "state": l.machine.stage.state().name(),
         "stage": l.machine.stage.name(),
         "since": crate::clock::format_ts(l.stage_since_ms),
         "builder": {"session": l.builder_session, "harness": l.builder.harness, "provider": l.builder.provider, "family": l.builder.family, "model": l.builder.model},
@@ -2028,52 +2029,10 @@ pub fn head_and_stale(l: &Lane) -> (Option<String>, bool) {
     (head, stale)
 }
 
-/// The lane as lanes.list gives it to plugins (seed 000); the host reads
-/// this list at most once in 5 seconds.
-pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
-    use crate::plugins::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
-    let seat = |s: &SeatRef| -> Option<LaneSeat> {
-        Some(LaneSeat {
-            harness: s.harness.clone(),
-            provider: s.provider.clone(),
-            family: serde_json::from_value(json!(s.family)).ok()?,
-            model: s
-                .model
-                .clone()
-                .filter(|m| crate::config::valid_model_name(m)),
-        })
-    };
-    let verdict = match &l.machine.last_verdict {
-        Some((v, c)) => Some(LaneVerdict {
-            verdict: serde_json::from_value(json!(v)).ok()?,
-            commit: c.clone(),
-        }),
-        None => None,
-    };
-    let (head, stale) = head_and_stale(l);
-    Some(LaneItem {
-        lane: l.id.clone(),
-        repo: l.repo.display().to_string(),
-        base: l.base.clone(),
-        branch: l.branch.clone(),
-        worktree: l.worktree.display().to_string(),
-        state: serde_json::from_value(json!(l.machine.stage.state())).ok()?,
-        stage: l.machine.stage,
-        builder: LaneBuilder {
-            session: l.builder_session.clone(),
-            seat: seat(&l.builder)?,
-        },
-        verifier: seat(&l.verifier)?,
-        verdict,
-        head,
-        stale,
-        created_at: crate::clock::format_ts(l.created_ms),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lanes::machine::VerdictKind;
 
     #[test]
     fn the_default_name_is_the_first_line_with_text() {
@@ -2106,7 +2065,7 @@ mod tests {
         let seat = SeatRef {
             harness: "b".into(),
             provider: "p".into(),
-            family: "anthropic".into(),
+            family: Family::Anthropic,
             model: None,
         };
         Lane {
@@ -2147,7 +2106,7 @@ mod tests {
         // Not read yet: the commit the lane works on stands in.
         l.machine.commit = Some(c1.clone());
         assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
-        l.machine.last_verdict = Some(("pass".into(), c1.clone()));
+        l.machine.last_verdict = Some((VerdictKind::Pass, c1.clone()));
         l.head = Some(Some(c1.clone()));
         assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
         // The branch moved on after the verdict.

@@ -24,7 +24,7 @@
 //!   the inbox request id of the retracted call (the one tasks.create's
 //!   result would have carried).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::text;
@@ -576,42 +576,21 @@ pub struct Unsubscribed {
     pub kinds: [EventKind; 0],
 }
 
-/// A provider family of the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Family {
-    Anthropic,
-    Openai,
-    Google,
-    Xai,
-    Moonshot,
-    Deepseek,
-    Local,
-    Auto,
-}
+/// A provider family of the registry: the config's `family`, whose names
+/// are the page's.
+pub use crate::config::Family;
 
-/// A lane's state as verify.list gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LaneState {
-    Building,
-    UnderTest,
-    SentBack,
-    Verified,
-    Merged,
-}
+/// A lane's state as verify.list gives it: the lane machine's own, whose
+/// wire names are the page's.
+pub use crate::lanes::machine::LaneState;
 
 /// Where a lane is in the lane loop: the lane machine's own stage, whose
 /// wire names are the page's (seed 000, lanes[].stage).
 pub use crate::lanes::machine::Stage as LaneStage;
 
-/// A verifier's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    Pass,
-    Rework,
-}
+/// A verifier's verdict: the lane machine's own, whose wire names are the
+/// page's.
+pub use crate::lanes::machine::VerdictKind as Verdict;
 
 /// The seat that builds a lane now, and its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

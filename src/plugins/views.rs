@@ -17,10 +17,11 @@
 
 use serde_json::{Value, json};
 
-use super::calls::LaneItem;
+use super::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
 use crate::agents::EndReason;
 use crate::core::sessions::{State, Summary};
 use crate::daemon::Daemon;
+use crate::lanes::controller::{Lane, SeatRef, head_and_stale};
 
 /// The daemon's sessions in creation order: this machine's first, then the
 /// sessions it follows on other nodes (this daemon follows none).
@@ -86,11 +87,46 @@ pub fn seat_cursor(item: &Value) -> String {
 /// The lanes verify.list gives, newest first, archived lanes left out. The
 /// host keeps a copy of this for 5 seconds.
 pub fn lane_items(d: &Daemon) -> Vec<LaneItem> {
-    d.lanes
-        .listed()
-        .into_iter()
-        .filter_map(crate::lanes::controller::plugin_item)
-        .collect()
+    d.lanes.listed().into_iter().map(lane_item).collect()
+}
+
+/// The lane as lanes.list gives it to plugins (seed 000).
+fn lane_item(l: &Lane) -> LaneItem {
+    let seat = |s: &SeatRef| LaneSeat {
+        harness: s.harness.clone(),
+        provider: s.provider.clone(),
+        family: s.family,
+        model: s
+            .model
+            .clone()
+            .filter(|m| crate::config::valid_model_name(m)),
+    };
+    let (head, stale) = head_and_stale(l);
+    LaneItem {
+        lane: l.id.clone(),
+        repo: l.repo.display().to_string(),
+        base: l.base.clone(),
+        branch: l.branch.clone(),
+        worktree: l.worktree.display().to_string(),
+        state: l.machine.stage.state(),
+        stage: l.machine.stage,
+        builder: LaneBuilder {
+            session: l.builder_session.clone(),
+            seat: seat(&l.builder),
+        },
+        verifier: seat(&l.verifier),
+        verdict: l
+            .machine
+            .last_verdict
+            .as_ref()
+            .map(|(verdict, commit)| LaneVerdict {
+                verdict: *verdict,
+                commit: commit.clone(),
+            }),
+        head,
+        stale,
+        created_at: crate::clock::format_ts(l.created_ms),
+    }
 }
 
 #[cfg(test)]
