@@ -83,8 +83,12 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             .map(|_| Some(json!({"was_subscribed": d.core.sessions.unwatch(req.conn)}))),
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
-        "sessions.interrupt" => with_session(d, &req, p, sessions::interrupt),
-        "sessions.kill" => with_session(d, &req, p, sessions::kill),
+        "sessions.interrupt" => with_session(d, &req, p, |d, sid| {
+            sessions::interrupt(d, sid).map(|i| json!({"interrupted": i}))
+        }),
+        "sessions.kill" => with_session(d, &req, p, |d, sid| {
+            sessions::kill(d, sid).map(|k| json!({"ended": k == sessions::Killed::AlreadyEnded}))
+        }),
         "session.rename" => session_rename(d, &req, p),
         "sessions.transcriptView" => transcript_view(d, &req, p),
         "sessions.toolDetail" => tool_detail(d, &req, p),
@@ -200,7 +204,8 @@ fn sessions_input(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         session_id, text, ..
     } = params(p)?;
     require_operator(req)?;
-    sessions::input(d, &session_id, text).map(Some)
+    sessions::input(d, &session_id, text)
+        .map(|a| Some(json!({"queued": a.queued, "queue_length": a.queue_length})))
 }
 
 fn with_session(

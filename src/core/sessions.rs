@@ -1732,7 +1732,25 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
 }
 
 /// `sessions.input`: a prompt now, or queued behind the running turn.
-pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError> {
+/// What [`input`] did with a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// A turn was running or the agent was not set up: the prompt waits.
+    pub queued: bool,
+    /// Prompts waiting now.
+    pub queue_length: usize,
+}
+
+/// What [`kill`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Killed {
+    /// The session had ended already.
+    AlreadyEnded,
+    /// Its agent is being stopped; session.end follows its exit.
+    Stopping,
+}
+
+pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Accepted, RpcError> {
     check_prompt(&text)?;
     let s = d
         .core
@@ -1770,12 +1788,16 @@ pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError>
     handle_step(d, sid, step, &mut fx);
     let queued = d.core.sessions.get(sid).map_or(0, Session::queued);
     finish(d, sid, fx, false, None);
-    Ok(json!({"queued": was_busy, "queue_length": queued}))
+    Ok(Accepted {
+        queued: was_busy,
+        queue_length: queued,
+    })
 }
 
 /// `sessions.interrupt`: the running turn is cancelled, every open
-/// permission answered cancelled; the turn ends interrupted.
-pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
+/// permission answered cancelled; the turn ends interrupted. Answers
+/// whether a turn was running.
+pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<bool, RpcError> {
     let s = d
         .core
         .sessions
@@ -1784,23 +1806,23 @@ pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
         .ok_or_else(|| not_found(sid))?;
     let active = s.turn_active && !s.ended;
     let Some(drv) = s.driver.as_mut() else {
-        return Ok(json!({"interrupted": false}));
+        return Ok(false);
     };
     let step = drv.interrupt();
     let mut fx = Effects::default();
     handle_step(d, sid, step, &mut fx);
     finish(d, sid, fx, false, None);
-    Ok(json!({"interrupted": active}))
+    Ok(active)
 }
 
 /// `sessions.kill`: stops the agent; session.end follows its exit.
-pub fn kill(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
+pub fn kill(d: &mut Daemon, sid: &str) -> Result<Killed, RpcError> {
     let s = d.core.sessions.map.get(sid).ok_or_else(|| not_found(sid))?;
     if s.ended {
-        return Ok(json!({"ended": true}));
+        return Ok(Killed::AlreadyEnded);
     }
     stop_agent(d, sid);
-    Ok(json!({"ended": false}))
+    Ok(Killed::Stopping)
 }
 
 pub fn not_found(sid: &str) -> RpcError {

@@ -1666,8 +1666,8 @@ fn end_session(d: &mut Daemon, raw: &str, sid: &str) -> Result<Value, Problem> {
             format!("no live session {raw}; an ended session keeps its record"),
         ));
     }
-    let v = core_sessions::kill(d, sid).map_err(|e| rpc_problem(&e))?;
-    let ended = v["ended"].as_bool().unwrap_or(false);
+    let k = core_sessions::kill(d, sid).map_err(|e| rpc_problem(&e))?;
+    let ended = k == core_sessions::Killed::AlreadyEnded;
     Ok(json!({"id": sid, "state": if ended { "ended" } else { "stopping" }}))
 }
 
