@@ -1111,6 +1111,29 @@ mod tests {
     }
 
     #[test]
+    fn a_task_request_becomes_the_lanes_dispatch_request() {
+        let params = json!({"repo": "/srv/shop", "task": "Fix the login", "builder": "claude", "verifier": "codex",
+            "acceptance": {"name": "tests", "command": "make test"}, "base": "main"});
+        let Value::Object(m) = params else {
+            unreachable!()
+        };
+        let d: crate::lanes::controller::DispatchRequest = task_request(&m).unwrap().into();
+        assert_eq!(
+            d,
+            crate::lanes::controller::DispatchRequest {
+                repo: "/srv/shop".into(),
+                task: "Fix the login".into(),
+                builder: "claude".into(),
+                verifier: "codex".into(),
+                acceptance_name: "tests".into(),
+                acceptance_command: "make test".into(),
+                name: None,
+                base: Some("main".into()),
+            }
+        );
+    }
+
+    #[test]
     fn lane_results_match_the_page_example() {
         let lane = LaneItem {
             lane: "t-0c1d2e3f4a5b".into(),
