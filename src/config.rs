@@ -7,6 +7,13 @@
 //! the line and what was expected. Every key has a default, so a missing file
 //! and an empty file run the same daemon.
 //!
+//! A key whose value is one of a fixed set of names (`lanes.merge`,
+//! `approvals.fallback`, `agents.isolation`, `plugins.isolation`,
+//! `approvals.rule.answer`, `seat.family`) is an enum with the TOML names
+//! (`choice!`): the file keeps the text, so that a wrong name is refused by
+//! `check` with its key and line like any other bad value, and the daemon
+//! reads the enum through the section's accessor.
+//!
 //! Path precedence, highest first: the command-line flag, the config file,
 //! the directory a service manager hands over (`STATE_DIRECTORY`,
 //! `RUNTIME_DIRECTORY`, `CONFIGURATION_DIRECTORY`, as systemd sets them for a

@@ -35,6 +35,12 @@
 //! pending approval (delivered false). A session the caller of `restore`
 //! names as not needed (a lane's verifier, whose verification starts over)
 //! ends instead.
+//!
+//! What other subsystems and the surfaces get from here is typed, never a
+//! surface's JSON: [`spawn`] takes a [`SpawnRequest`] and answers
+//! [`Spawned`]; `input`, `interrupt` and `kill` answer [`Accepted`], a bool
+//! and [`Killed`]; a session's [`State`] and [`Summary`] carry no wire
+//! names (each surface names the state once, in its own view).
 
 use crate::ledger::WriteError;
 use mio::Token;

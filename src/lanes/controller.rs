@@ -39,10 +39,14 @@
 //! `LANE_HEADS_FRESH_MS` (the plugin host keeps its copy as long). A branch
 //! or repository that is gone reads null, and a verdict then is stale.
 //!
-//! Dispatch takes a repository the daemon knows or a worktree of one (a
-//! lane's worktree, or any other git reports as the repository's), and
-//! works on the repository. A dispatch without a name is named after the
-//! first line of its task (`default_name`).
+//! Dispatch takes a [`DispatchRequest`], into which the plugin wire's
+//! tasks.create and the socket's task.dispatch turn their params, and
+//! answers a [`Dispatched`] lane or the refusal. It takes a repository the
+//! daemon knows or a worktree of one (a lane's worktree, or any other git
+//! reports as the repository's), and works on the repository. A dispatch
+//! without a name is named after the first line of its task
+//! (`default_name`). Builders and verifiers are started with the typed
+//! `sessions::spawn`, and sessions are read through their typed summary.
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
