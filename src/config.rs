@@ -7,6 +7,13 @@
 //! the line and what was expected. Every key has a default, so a missing file
 //! and an empty file run the same daemon.
 //!
+//! A key whose value is one of a fixed set of names (`lanes.merge`,
+//! `approvals.fallback`, `agents.isolation`, `plugins.isolation`,
+//! `approvals.rule.answer`, `seat.family`) is an enum with the TOML names
+//! (`choice!`): the file keeps the text, so that a wrong name is refused by
+//! `check` with its key and line like any other bad value, and the daemon
+//! reads the enum through the section's accessor.
+//!
 //! Path precedence, highest first: the command-line flag, the config file,
 //! the directory a service manager hands over (`STATE_DIRECTORY`,
 //! `RUNTIME_DIRECTORY`, `CONFIGURATION_DIRECTORY`, as systemd sets them for a
@@ -18,6 +25,120 @@ use std::path::{Path, PathBuf};
 
 use crate::limits;
 use crate::log::Level;
+
+/// A config key whose value is one of a fixed set of names: an enum with
+/// the TOML names, [`FromStr`](std::str::FromStr) (whose error is the
+/// message `check` gives for any other value) and `name`. The file keeps the
+/// text as written, so that `parse` reads any string and `check` refuses a
+/// wrong one naming its key and line; the rest of the daemon reads the enum
+/// through the section's accessor, after `check`.
+macro_rules! choice {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vm])* $variant),+
+        }
+
+        impl $name {
+            /// Every name, in the order the enum lists them.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            /// The name the config file gives it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!("expected {}, found {s:?}", one_of(Self::NAMES))),
+                }
+            }
+        }
+    };
+}
+
+/// `a`, `a or b`, `a, b or c`: the names a value may take, as messages say.
+fn one_of(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+choice! {
+    /// `[lanes] merge`: how a pass is merged into its base.
+    MergeMode {
+        FastForward = "fast-forward",
+        MergeCommit = "merge-commit",
+    }
+}
+
+choice! {
+    /// `[approvals] fallback`: what an unanswered request becomes at its
+    /// deadline.
+    Fallback {
+        /// The agent is told no.
+        Deny = "deny",
+        /// The request is cancelled, delivered false.
+        Withdraw = "withdraw",
+    }
+}
+
+choice! {
+    /// `[agents] isolation`: how agent sessions are contained.
+    AgentIsolation {
+        /// Each agent in its own namespace through bubblewrap, where it
+        /// works here.
+        Namespace = "namespace",
+        /// Uncontained.
+        None = "none",
+    }
+}
+
+choice! {
+    /// `[plugins] isolation`: how plugins are contained.
+    PluginIsolation {
+        /// Bubblewrap when it works here.
+        Auto = "auto",
+        /// Uncontained.
+        None = "none",
+    }
+}
+
+choice! {
+    /// `answer` of an `[[approvals.rule]]`: what the rule answers at once.
+    RuleAnswer {
+        Allow = "allow",
+        Deny = "deny",
+    }
+}
+
+choice! {
+    /// A seat's provider family (seed 000, seats[].family). Lanes keep it
+    /// in their records, and the plugin wire gives it, by these names.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    Family {
+        Anthropic = "anthropic",
+        Openai = "openai",
+        Google = "google",
+        Xai = "xai",
+        Moonshot = "moonshot",
+        Deepseek = "deepseek",
+        Local = "local",
+        /// A harness that serves whichever provider its own config names:
+        /// never the verifier of another family's work, nor its builder.
+        Auto = "auto",
+    }
+}
 
 /// The file as written, every section optional.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -54,14 +175,21 @@ pub struct LanesSection {
     pub worktree_root: String,
     /// Verify rounds before a lane stops at cap.
     pub max_rounds: u32,
-    /// `fast-forward` or `merge-commit`.
-    pub merge: String,
+    /// `fast-forward` or `merge-commit`: read with [`LanesSection::merge`].
+    merge: String,
     /// Ask the operator before any merge: a pass waits for lanes.merge.
     pub require_merge_approval: bool,
     /// The acceptance command's time limit, in seconds.
     pub check_timeout_secs: u64,
     /// Refuse tasks whose check cannot run isolated (bubblewrap).
     pub require_isolation: bool,
+}
+
+impl LanesSection {
+    /// How a pass is merged; the file's value, which `check` accepted.
+    pub fn merge(&self) -> MergeMode {
+        self.merge.parse().unwrap_or(MergeMode::FastForward)
+    }
 }
 
 impl Default for LanesSection {
@@ -101,8 +229,15 @@ impl Default for SeatsSection {
 pub struct AgentsSection {
     /// `namespace` (each agent in its own mount and PID namespace through
     /// bubblewrap, where it works here) or `none`. Applies to the next
-    /// session started.
-    pub isolation: String,
+    /// session started. Read with [`AgentsSection::isolation`].
+    isolation: String,
+}
+
+impl AgentsSection {
+    /// How agents are contained; the file's value, which `check` accepted.
+    pub fn isolation(&self) -> AgentIsolation {
+        self.isolation.parse().unwrap_or(AgentIsolation::Namespace)
+    }
 }
 
 impl Default for AgentsSection {
@@ -135,7 +270,8 @@ pub struct SeatConfig {
     /// `acp` or `stream-json`.
     pub transport: String,
     pub provider: String,
-    /// One of seed 000's provider families.
+    /// One of seed 000's provider families; read as one with
+    /// [`SeatConfig::family`].
     pub family: String,
     /// The model to ask for when `sessions.spawn` names none; a plain model
     /// name ([`valid_model_name`]).
@@ -151,17 +287,13 @@ pub struct SeatConfig {
     pub stall_timeout: Option<u64>,
 }
 
-/// The seed's provider families (seed 000, seats[].family).
-pub const FAMILIES: [&str; 8] = [
-    "anthropic",
-    "openai",
-    "google",
-    "xai",
-    "moonshot",
-    "deepseek",
-    "local",
-    "auto",
-];
+impl SeatConfig {
+    /// The seat's provider family; the file's value, which `check`
+    /// accepted (a detected seat's is the daemon's own).
+    pub fn family(&self) -> Family {
+        self.family.parse().unwrap_or(Family::Auto)
+    }
+}
 
 /// `[approvals]`: the risk gate, its automatic answers, and the timeout.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -170,11 +302,20 @@ pub struct ApprovalsSection {
     /// Seconds a request waits for an answer; 0 waits without end.
     pub timeout: u64,
     /// What a request that timed out becomes: `deny` (the agent is told no)
-    /// or `withdraw` (the request is cancelled, delivered false).
-    pub fallback: String,
+    /// or `withdraw` (the request is cancelled, delivered false). Read with
+    /// [`ApprovalsSection::fallback`].
+    fallback: String,
     /// `[[approvals.rule]]`, first match wins; then the built-in labels.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rule: Vec<RiskRule>,
+}
+
+impl ApprovalsSection {
+    /// What a request that timed out becomes; the file's value, which
+    /// `check` accepted.
+    pub fn fallback(&self) -> Fallback {
+        self.fallback.parse().unwrap_or(Fallback::Deny)
+    }
 }
 
 impl Default for ApprovalsSection {
@@ -204,9 +345,18 @@ pub struct RiskRule {
     /// low, medium or high.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<String>,
-    /// allow or deny: answer at once, recorded as this rule's answer.
+    /// allow or deny: answer at once, recorded as this rule's answer. Read
+    /// with [`RiskRule::answer`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer: Option<String>,
+    answer: Option<String>,
+}
+
+impl RiskRule {
+    /// The rule's automatic answer; the file's value, which `check`
+    /// accepted.
+    pub fn answer(&self) -> Option<RuleAnswer> {
+        self.answer.as_deref().and_then(|a| a.parse().ok())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -261,8 +411,9 @@ pub struct PluginsSection {
     pub node: String,
     /// The interpreter of a `.py` main.
     pub python: String,
-    /// `auto` (bubblewrap when it works here) or `none`.
-    pub isolation: String,
+    /// `auto` (bubblewrap when it works here) or `none`. Read with
+    /// [`PluginsSection::isolation`].
+    isolation: String,
     /// "ping every 30 seconds" (seed 000, ping).
     pub ping_interval_ms: u64,
     /// "Any response or failure within 10 seconds" (seed 000, ping).
@@ -289,6 +440,13 @@ pub struct PluginsSection {
     pub command_timeout_ms: u64,
     /// How long plugin.remove waits for the dispatches it aborts.
     pub remove_abort_timeout_ms: u64,
+}
+
+impl PluginsSection {
+    /// How plugins are contained; the file's value, which `check` accepted.
+    pub fn isolation(&self) -> PluginIsolation {
+        self.isolation.parse().unwrap_or(PluginIsolation::Auto)
+    }
 }
 
 impl Default for PluginsSection {
@@ -646,21 +804,12 @@ impl FileConfig {
                 format!("expected 65536 to 1073741824, found {}", s.max_queued_bytes),
             ));
         }
-        let a = &self.agents;
-        if a.isolation != "namespace" && a.isolation != "none" {
-            return Err(bad(
-                "agents",
-                "isolation",
-                format!("expected namespace or none, found {:?}", a.isolation),
-            ));
+        if let Err(e) = self.agents.isolation.parse::<AgentIsolation>() {
+            return Err(bad("agents", "isolation", e));
         }
         let p = &self.plugins;
-        if p.isolation != "auto" && p.isolation != "none" {
-            return Err(bad(
-                "plugins",
-                "isolation",
-                format!("expected auto or none, found {:?}", p.isolation),
-            ));
+        if let Err(e) = p.isolation.parse::<PluginIsolation>() {
+            return Err(bad("plugins", "isolation", e));
         }
         for (key, value) in [("node", &p.node), ("python", &p.python)] {
             if value.is_empty() || value.contains('\0') {
@@ -761,11 +910,8 @@ impl FileConfig {
                 format!("expected 1 to 50, found {}", l.max_rounds),
             ));
         }
-        if !matches!(l.merge.as_str(), "fast-forward" | "merge-commit") {
-            return Err(bad(
-                "merge",
-                format!("expected fast-forward or merge-commit, found {:?}", l.merge),
-            ));
+        if let Err(e) = l.merge.parse::<MergeMode>() {
+            return Err(bad("merge", e));
         }
         if !(1..=86_400).contains(&l.check_timeout_secs) {
             return Err(bad(
@@ -794,11 +940,11 @@ impl FileConfig {
             line,
             message,
         };
-        if !matches!(a.fallback.as_str(), "deny" | "withdraw") {
+        if let Err(e) = a.fallback.parse::<Fallback>() {
             return Err(bad(
                 "approvals.fallback",
                 locate(text, "approvals", "fallback"),
-                format!("expected deny or withdraw, found {:?}", a.fallback),
+                e,
             ));
         }
         if a.timeout > limits::APPROVAL_TIMEOUT_MAX_S {
@@ -834,14 +980,8 @@ impl FileConfig {
                     ));
                 }
             }
-            if let Some(ans) = &r.answer {
-                if !matches!(ans.as_str(), "allow" | "deny") {
-                    return Err(bad(
-                        "approvals.rule.answer",
-                        at("answer"),
-                        format!("expected allow or deny, found {ans:?}"),
-                    ));
-                }
+            if let Some(Err(e)) = r.answer.as_deref().map(str::parse::<RuleAnswer>) {
+                return Err(bad("approvals.rule.answer", at("answer"), e));
             }
             if r.risk.is_none() && r.answer.is_none() {
                 return Err(bad(
@@ -909,12 +1049,12 @@ impl FileConfig {
                     ),
                 ));
             }
-            if !FAMILIES.contains(&s.family.as_str()) {
+            if s.family.parse::<Family>().is_err() {
                 return Err(bad(
                     "family",
                     format!(
                         "expected one of {}, found {:?}",
-                        FAMILIES.join(", "),
+                        Family::NAMES.join(", "),
                         s.family
                     ),
                 ));
@@ -1333,6 +1473,91 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("agents.isolation"));
         assert_eq!(e.line, Some(2));
         assert!(e.message.contains("expected namespace or none"), "{e}");
+    }
+
+    #[test]
+    fn fixed_set_values_are_read_as_enums_and_refused_as_before() {
+        let d = FileConfig::default();
+        assert_eq!(d.lanes.merge(), MergeMode::FastForward);
+        assert_eq!(d.approvals.fallback(), Fallback::Deny);
+        assert_eq!(d.agents.isolation(), AgentIsolation::Namespace);
+        assert_eq!(d.plugins.isolation(), PluginIsolation::Auto);
+        let text = "[lanes]\nmerge = \"merge-commit\"\n\n[approvals]\nfallback = \"withdraw\"\n\n\
+                    [agents]\nisolation = \"none\"\n\n[plugins]\nisolation = \"none\"\n\n\
+                    [[approvals.rule]]\naction = \"read\"\nanswer = \"deny\"\n";
+        let c = parse(text).unwrap();
+        c.check(text).unwrap();
+        assert_eq!(c.lanes.merge(), MergeMode::MergeCommit);
+        assert_eq!(c.approvals.fallback(), Fallback::Withdraw);
+        assert_eq!(c.agents.isolation(), AgentIsolation::None);
+        assert_eq!(c.plugins.isolation(), PluginIsolation::None);
+        assert_eq!(c.approvals.rule[0].answer(), Some(RuleAnswer::Deny));
+        // The TOML names come back as written.
+        assert!(
+            c.to_toml().contains("merge = \"merge-commit\""),
+            "{}",
+            c.to_toml()
+        );
+        // Each refusal: the key, its line, and the message of before.
+        for (text, key, line, message) in [
+            (
+                "[lanes]\nmerge = \"squash\"\n",
+                "lanes.merge",
+                2,
+                "expected fast-forward or merge-commit, found \"squash\"",
+            ),
+            (
+                "[approvals]\n\nfallback = \"shrug\"\n",
+                "approvals.fallback",
+                3,
+                "expected deny or withdraw, found \"shrug\"",
+            ),
+            (
+                "[plugins]\nisolation = \"namespace\"\n",
+                "plugins.isolation",
+                2,
+                "expected auto or none, found \"namespace\"",
+            ),
+            (
+                "[agents]\nisolation = \"auto\"\n",
+                "agents.isolation",
+                2,
+                "expected namespace or none, found \"auto\"",
+            ),
+            (
+                "[[approvals.rule]]\naction = \"read\"\nanswer = \"maybe\"\n",
+                "approvals.rule.answer",
+                3,
+                "expected allow or deny, found \"maybe\"",
+            ),
+        ] {
+            let e = parse(text).unwrap().check(text).unwrap_err();
+            assert_eq!(
+                (e.key.as_deref(), e.line, e.message.as_str()),
+                (Some(key), Some(line), message)
+            );
+        }
+        assert_eq!(one_of(&["low", "medium", "high"]), "low, medium or high");
+        // A family's config name is the name lanes store and plugins get.
+        for name in Family::NAMES {
+            let f: Family = name.parse().unwrap();
+            assert_eq!(serde_json::to_value(f).unwrap(), *name);
+            assert_eq!(f.name(), *name);
+        }
+        let seat = "[[seat]]\nharness = \"a\"\ncommand = \"a\"\ntransport = \"acp\"\nprovider = \"p\"\nfamily = \"mistral\"\n";
+        let e = parse(seat).unwrap().check(seat).unwrap_err();
+        assert_eq!(
+            (e.key.as_deref(), e.line, e.message.as_str()),
+            (
+                Some("seat.family"),
+                Some(6),
+                "expected one of anthropic, openai, google, xai, moonshot, deepseek, local, auto, found \"mistral\""
+            )
+        );
+        assert_eq!(
+            parse(&seat.replace("mistral", "local")).unwrap().seat[0].family(),
+            Family::Local
+        );
     }
 
     #[test]

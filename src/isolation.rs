@@ -57,6 +57,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::config::AgentIsolation;
+
 /// The result: the bwrap that works, or why there is none.
 pub type Probe = Result<PathBuf, String>;
 
@@ -138,8 +140,8 @@ pub enum AgentSandbox {
 }
 
 impl AgentSandbox {
-    pub fn decide(mode: &str, probe: Option<&Probe>) -> AgentSandbox {
-        if mode == "none" {
+    pub fn decide(mode: AgentIsolation, probe: Option<&Probe>) -> AgentSandbox {
+        if mode == AgentIsolation::None {
             return AgentSandbox::Uncontained("agents.isolation is none".into());
         }
         match probe {
@@ -609,19 +611,19 @@ mod tests {
         let ok: Probe = Ok(PathBuf::from("/usr/bin/bwrap"));
         let no: Probe = Err("bubblewrap (bwrap) is not installed".into());
         assert_eq!(
-            AgentSandbox::decide("none", Some(&ok)),
+            AgentSandbox::decide(AgentIsolation::None, Some(&ok)),
             AgentSandbox::Uncontained("agents.isolation is none".into())
         );
         assert_eq!(
-            AgentSandbox::decide("namespace", None),
+            AgentSandbox::decide(AgentIsolation::Namespace, None),
             AgentSandbox::Pending
         );
         assert_eq!(
-            AgentSandbox::decide("namespace", Some(&ok)),
+            AgentSandbox::decide(AgentIsolation::Namespace, Some(&ok)),
             AgentSandbox::Namespace(PathBuf::from("/usr/bin/bwrap"))
         );
         assert_eq!(
-            AgentSandbox::decide("namespace", Some(&no)).to_json(),
+            AgentSandbox::decide(AgentIsolation::Namespace, Some(&no)).to_json(),
             serde_json::json!({"mode": "none", "reason": "bubblewrap (bwrap) is not installed"})
         );
     }

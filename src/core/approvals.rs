@@ -72,7 +72,7 @@ pub fn persist(item: &Item) -> Op {
             Sql::Text(item.risk.wire_name().into()),
             Sql::Text(crate::clock::format_ts(item.created_ms)),
             t(item.expires_ms.map(crate::clock::format_ts)),
-            Sql::Text(item.fallback.wire_name().into()),
+            Sql::Text(item.fallback.name().into()),
             Sql::Text(if r.is_some() { "resolved" } else { "pending" }.into()),
             t(r.map(|r| r.verdict.wire_name().to_string())),
             r.map(|r| Sql::Integer(r.delivered as i64))
@@ -111,11 +111,7 @@ pub fn add_agent_request(
     let digest = sha256_hex(req.input.to_string().as_bytes());
     let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.tool, &req.input, cwd);
     let timeout_ms = (d.cfg.approvals.timeout > 0).then(|| (d.cfg.approvals.timeout * 1000) as i64);
-    let fallback = if d.cfg.approvals.fallback == "withdraw" {
-        Fallback::Withdraw
-    } else {
-        Fallback::Deny
-    };
+    let fallback = d.cfg.approvals.fallback();
     let subject = Subject::Agent(AgentAsk {
         session: sid.to_string(),
         agent_request_key: req.agent_request_key.clone(),
@@ -226,11 +222,7 @@ pub fn add_lane_merge(d: &mut Daemon, id: &str, merge: LaneMerge) -> Result<(), 
     let now = crate::clock::now_ms();
     let timeout = d.cfg.approvals.timeout;
     let timeout_ms = (timeout > 0).then(|| (timeout as i64).saturating_mul(1000));
-    let fallback = if d.cfg.approvals.fallback == "withdraw" {
-        Fallback::Withdraw
-    } else {
-        Fallback::Deny
-    };
+    let fallback = d.cfg.approvals.fallback();
     let item = d
         .core
         .approvals
@@ -583,11 +575,9 @@ fn item_of_row(r: &rusqlite::Row) -> Option<Item> {
         delivered: r.get::<_, Option<i64>>(11).ok().flatten().unwrap_or(0) != 0,
         reason: text(15),
     });
-    let fallback = if text(9).as_deref() == Some("withdraw") {
-        Fallback::Withdraw
-    } else {
-        Fallback::Deny
-    };
+    let fallback = text(9)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(Fallback::Deny);
     Some(Item::restored(
         id,
         subject,

@@ -264,21 +264,9 @@ impl Verdict {
     }
 }
 
-/// What an unanswered request becomes at its deadline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fallback {
-    Deny,
-    Withdraw,
-}
-
-impl Fallback {
-    pub fn wire_name(self) -> &'static str {
-        match self {
-            Fallback::Deny => "deny",
-            Fallback::Withdraw => "withdraw",
-        }
-    }
-}
+/// What an unanswered request becomes at its deadline: the config's
+/// `[approvals] fallback`, whose names the socket and the ledger use too.
+pub use crate::config::Fallback;
 
 /// Who resolved a request.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,7 +18,7 @@
 use serde_json::Value;
 use std::path::Path;
 
-use crate::config::RiskRule;
+use crate::config::{RiskRule, RuleAnswer};
 use crate::core::inbox::{Risk, Verdict};
 
 /// What the gate decided for one request.
@@ -64,11 +64,10 @@ pub fn judge(rules: &[RiskRule], action: &str, tool: &str, input: &Value, worktr
             risk = r.risk.as_deref().and_then(Risk::parse);
         }
         if auto.is_none() {
-            auto = match r.answer.as_deref() {
-                Some("allow") => Some((Verdict::Allow, i + 1)),
-                Some("deny") => Some((Verdict::Deny, i + 1)),
-                _ => None,
-            };
+            auto = r.answer().map(|a| match a {
+                RuleAnswer::Allow => (Verdict::Allow, i + 1),
+                RuleAnswer::Deny => (Verdict::Deny, i + 1),
+            });
         }
         if risk.is_some() && auto.is_some() {
             break;
@@ -157,20 +156,13 @@ mod tests {
             judge(&[], "execute", "Bash", &json!({}), &wt).risk,
             Risk::High
         );
-        let rules = vec![
-            RiskRule {
-                action: "read".into(),
-                inside_worktree: true,
-                answer: Some("allow".into()),
-                ..RiskRule::default()
-            },
-            RiskRule {
-                action: "*".into(),
-                tool: Some("Bash".into()),
-                risk: Some("low".into()),
-                ..RiskRule::default()
-            },
-        ];
+        let rules = crate::config::parse(
+            "[[approvals.rule]]\naction = \"read\"\ninside_worktree = true\nanswer = \"allow\"\n\n\
+             [[approvals.rule]]\naction = \"*\"\ntool = \"Bash\"\nrisk = \"low\"\n",
+        )
+        .unwrap()
+        .approvals
+        .rule;
         let inside_path = wt.join("x.txt").display().to_string();
         let g = judge(&rules, "read", "Read", &json!({"path": inside_path}), &wt);
         assert_eq!(

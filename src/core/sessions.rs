@@ -35,6 +35,12 @@
 //! pending approval (delivered false). A session the caller of `restore`
 //! names as not needed (a lane's verifier, whose verification starts over)
 //! ends instead.
+//!
+//! What other subsystems and the surfaces get from here is typed, never a
+//! surface's JSON: [`spawn`] takes a [`SpawnRequest`] and answers
+//! [`Spawned`]; `input`, `interrupt` and `kill` answer [`Accepted`], a bool
+//! and [`Killed`]; a session's [`State`] and [`Summary`] carry no wire
+//! names (each surface names the state once, in its own view).
 
 use crate::ledger::WriteError;
 use rusqlite::types::Value as Sql;
@@ -165,23 +171,54 @@ pub struct Session {
     last_line: Instant,
     stall: Duration,
     stall_timer: Option<TimerId>,
-    last_state: &'static str,
+    last_state: State,
     /// `transcript_len` as last written to the session's row.
     row_transcript_len: usize,
 }
 
+/// Where a session is. Each surface names it in its own view, one name
+/// per state: the socket's `state` and the plugin wire's `state` (issue 3,
+/// seed 000) in [`State::wire_name`], the socket's seed 004 `status` in
+/// `to_socket`, and the HTTP API's `phase` in `http::sessions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// The agent is not set up yet (an ACP agent before its handshake).
+    Starting,
+    /// No turn runs.
+    Idle,
+    /// A turn runs.
+    Running,
+    /// A turn waits for the operator to answer an approval.
+    AwaitingApproval,
+    /// The agent is gone.
+    Ended,
+}
+
+impl State {
+    /// The name the daemon socket's and the plugin wire's `state` give it.
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Idle => "idle",
+            State::Running => "running",
+            State::AwaitingApproval => "awaiting-approval",
+            State::Ended => "ended",
+        }
+    }
+}
+
 impl Session {
-    pub fn state(&self) -> &'static str {
+    pub fn state(&self) -> State {
         if self.ended {
-            "ended"
+            State::Ended
         } else if !self.ready {
-            "starting"
+            State::Starting
         } else if !self.open.is_empty() {
-            "awaiting-approval"
+            State::AwaitingApproval
         } else if self.turn_active {
-            "running"
+            State::Running
         } else {
-            "idle"
+            State::Idle
         }
     }
 
@@ -203,23 +240,25 @@ impl Session {
             && !self.stopping_agent
     }
 
-    /// The plugin wire's sessions.list item (seed 000, exactly).
-    pub fn plugin_item(&self, node: &str) -> Value {
-        json!({
-            "session": self.id,
-            "harness": self.harness,
-            "provider": self.provider,
-            "transport": self.transport.wire_name(),
-            "state": self.state(),
-            "turn": self.turn,
-            "turnActive": self.turn_active,
-            "endReason": self.end_reason.map(EndReason::wire_name),
-            "pendingApprovals": self.open.len(),
-            "parent": self.parent,
-            "node": node,
-            "worktree": self.cwd.display().to_string(),
-            "createdAt": self.created_at,
-        })
+    /// What the lanes and the plugin host read of the session.
+    pub fn summary(&self) -> Summary<'_> {
+        Summary {
+            id: &self.id,
+            harness: &self.harness,
+            provider: &self.provider,
+            transport: self.transport,
+            cwd: &self.cwd,
+            parent: self.parent.as_deref(),
+            created_at: &self.created_at,
+            agent_session_id: self.agent_session_id.as_deref(),
+            state: self.state(),
+            ready: self.ready,
+            turn: self.turn,
+            turn_active: self.turn_active,
+            end_reason: self.end_reason,
+            pending_approvals: self.open.len(),
+            busy: self.queued() > 0 || self.stopping_agent,
+        }
     }
 
     fn row_op(&self) -> Op {
@@ -256,6 +295,32 @@ impl Session {
     }
 }
 
+/// A session as other subsystems see it: typed, borrowed from the live
+/// session, with no wire names (each surface names it in its own view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary<'a> {
+    pub id: &'a str,
+    pub harness: &'a str,
+    pub provider: &'a str,
+    pub transport: Transport,
+    /// The worktree the agent runs in.
+    pub cwd: &'a std::path::Path,
+    pub parent: Option<&'a str>,
+    pub created_at: &'a str,
+    /// The agent's own session id, once it gave one.
+    pub agent_session_id: Option<&'a str>,
+    pub state: State,
+    /// The agent is set up and takes input.
+    pub ready: bool,
+    pub turn: u64,
+    pub turn_active: bool,
+    pub end_reason: Option<EndReason>,
+    pub pending_approvals: usize,
+    /// Input is queued for the next turn, or the agent is being stopped:
+    /// busy although no turn may run.
+    pub busy: bool,
+}
+
 /// Every session, in creation order.
 #[derive(Default)]
 pub struct Sessions {
@@ -283,6 +348,11 @@ impl Sessions {
     }
 
     /// Sessions in creation order.
+    /// The summary of session `id`, when the daemon holds it.
+    pub fn summary(&self, id: &str) -> Option<Summary<'_>> {
+        self.map.get(id).map(Session::summary)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
         self.order.iter().filter_map(|id| self.map.get(id))
     }
@@ -412,6 +482,8 @@ fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap
     }
 }
 
+/// The params of `sessions.spawn` on the daemon socket, as the wire names
+/// them; the socket turns them into a [`SpawnRequest`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
@@ -420,6 +492,40 @@ pub struct SpawnParams {
     pub prompt: Option<String>,
     pub model: Option<String>,
     pub name: Option<String>,
+}
+
+/// What a caller of [`spawn`] asks for: the socket, the HTTP API and the
+/// lanes alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    /// The seat's harness.
+    pub harness: String,
+    /// The working folder, absolute or `~`-relative, as the caller gave it.
+    pub cwd: String,
+    /// The first prompt, if any.
+    pub prompt: Option<String>,
+    /// A model other than the seat's.
+    pub model: Option<String>,
+    /// The session's name.
+    pub name: Option<String>,
+}
+
+impl From<SpawnParams> for SpawnRequest {
+    fn from(p: SpawnParams) -> Self {
+        SpawnRequest {
+            harness: p.harness,
+            cwd: p.cwd,
+            prompt: p.prompt,
+            model: p.model,
+            name: p.name,
+        }
+    }
+}
+
+/// A session [`spawn`] started, once its session.start is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    pub session_id: String,
 }
 
 /// Checks a session name (session.rename, sessions.spawn): trimmed, not
@@ -489,8 +595,8 @@ pub struct Restored {
 /// session to its answer).
 pub fn spawn(
     d: &mut Daemon,
-    p: SpawnParams,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+    p: SpawnRequest,
+    then: impl FnOnce(&mut Daemon, Result<Spawned, RpcError>) + 'static,
 ) {
     let checked = (|| -> Result<Start, RpcError> {
         let seat = d.core.seats.get(&p.harness).ok_or_else(|| {
@@ -559,14 +665,14 @@ pub fn spawn(
     }
 }
 
-type Reply = Box<dyn FnOnce(&mut Daemon, Result<Value, RpcError>)>;
+type Reply = Box<dyn FnOnce(&mut Daemon, Result<Spawned, RpcError>)>;
 
 /// A restore's arguments: the sessions not to reopen, and what runs after.
 type Restore = (HashSet<String>, fn(&mut Daemon));
 
 /// How agents run now: `[agents] isolation` and the probe.
 pub fn sandbox(d: &Daemon) -> crate::isolation::AgentSandbox {
-    crate::isolation::AgentSandbox::decide(&d.cfg.agents.isolation, d.core.sessions.probe.as_ref())
+    crate::isolation::AgentSandbox::decide(d.cfg.agents.isolation(), d.core.sessions.probe.as_ref())
 }
 
 /// The machine's bubblewrap probe answered: say how agents run, then start
@@ -578,7 +684,9 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
             "agents run contained, in a namespace of {}",
             bwrap.display()
         ),
-        crate::isolation::AgentSandbox::Uncontained(why) if d.cfg.agents.isolation == "none" => {
+        crate::isolation::AgentSandbox::Uncontained(why)
+            if d.cfg.agents.isolation() == crate::config::AgentIsolation::None =>
+        {
             crate::info!("agents run uncontained: {why}")
         }
         crate::isolation::AgentSandbox::Uncontained(why) => {
@@ -733,7 +841,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
                 .unwrap_or(limits::AGENT_STALL_DEFAULT_S),
         ),
         stall_timer: None,
-        last_state: "starting",
+        last_state: State::Starting,
         row_transcript_len: usize::MAX,
     };
     let sid = st.id.clone();
@@ -793,7 +901,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
                 if let Err(e) = r {
                     return then(d, Err(RpcError::from(e)));
                 }
-                then(d, Ok(json!({"session_id": sid})));
+                then(d, Ok(Spawned { session_id: sid }));
             },
         )),
     );
@@ -1406,7 +1514,25 @@ fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
 }
 
 /// `sessions.input`: a prompt now, or queued behind the running turn.
-pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError> {
+/// What [`input`] did with a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// A turn was running or the agent was not set up: the prompt waits.
+    pub queued: bool,
+    /// Prompts waiting now.
+    pub queue_length: usize,
+}
+
+/// What [`kill`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Killed {
+    /// The session had ended already.
+    AlreadyEnded,
+    /// Its agent is being stopped; session.end follows its exit.
+    Stopping,
+}
+
+pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Accepted, RpcError> {
     check_prompt(&text)?;
     let s = d
         .core
@@ -1444,12 +1570,16 @@ pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Value, RpcError>
     handle_step(d, sid, step, &mut fx);
     let queued = d.core.sessions.get(sid).map_or(0, Session::queued);
     finish(d, sid, fx, false, None);
-    Ok(json!({"queued": was_busy, "queue_length": queued}))
+    Ok(Accepted {
+        queued: was_busy,
+        queue_length: queued,
+    })
 }
 
 /// `sessions.interrupt`: the running turn is cancelled, every open
-/// permission answered cancelled; the turn ends interrupted.
-pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
+/// permission answered cancelled; the turn ends interrupted. Answers
+/// whether a turn was running.
+pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<bool, RpcError> {
     let s = d
         .core
         .sessions
@@ -1458,23 +1588,23 @@ pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
         .ok_or_else(|| not_found(sid))?;
     let active = s.turn_active && !s.ended;
     let Some(drv) = s.driver.as_mut() else {
-        return Ok(json!({"interrupted": false}));
+        return Ok(false);
     };
     let step = drv.interrupt();
     let mut fx = Effects::default();
     handle_step(d, sid, step, &mut fx);
     finish(d, sid, fx, false, None);
-    Ok(json!({"interrupted": active}))
+    Ok(active)
 }
 
 /// `sessions.kill`: stops the agent; session.end follows its exit.
-pub fn kill(d: &mut Daemon, sid: &str) -> Result<Value, RpcError> {
+pub fn kill(d: &mut Daemon, sid: &str) -> Result<Killed, RpcError> {
     let s = d.core.sessions.map.get(sid).ok_or_else(|| not_found(sid))?;
     if s.ended {
-        return Ok(json!({"ended": true}));
+        return Ok(Killed::AlreadyEnded);
     }
     stop_agent(d, sid);
-    Ok(json!({"ended": false}))
+    Ok(Killed::Stopping)
 }
 
 pub fn not_found(sid: &str) -> RpcError {

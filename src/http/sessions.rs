@@ -62,7 +62,7 @@ use super::routes::{counter, ledger_problem, negotiate, read_failed};
 use super::sse::{self, CollectionQueue, Start, Subscription, Topic};
 use super::uuid7::Uuid7;
 use super::{Answer, Ctx, Reply, Shared};
-use crate::core::sessions as core_sessions;
+use crate::core::sessions::{self as core_sessions, State};
 use crate::core::transcript::Delta;
 use crate::daemon::Daemon;
 use crate::ledger::{Appended, Op};
@@ -359,20 +359,42 @@ fn input_insert(i: &Input) -> Op {
 
 // ---- representations ----
 
-/// The phase of a live session (status.phase).
+/// The HTTP API's name of a session state (SessionSummary.state and
+/// status.phase; the openapi's SessionState).
+fn state_name(st: State) -> &'static str {
+    match st {
+        State::Starting => "starting",
+        State::Idle => "idle",
+        State::Running => "running",
+        State::AwaitingApproval => "awaiting_approval",
+        State::Ended => "ended",
+    }
+}
+
+/// Whether a turn the caller asked to interrupt still runs.
+fn interrupting(s: &core_sessions::Session, q: Option<&Queue>) -> bool {
+    !matches!(s.state(), State::Ended | State::Starting)
+        && s.turn_active
+        && q.is_some_and(|q| q.interrupt_requested)
+}
+
+/// The phase of a live session (status.phase): its state, except that a
+/// turn being interrupted is `interrupting` until it ends.
 fn phase(s: &core_sessions::Session, q: Option<&Queue>) -> &'static str {
-    if s.ended {
-        "ended"
-    } else if !s.ready {
-        "starting"
-    } else if q.is_some_and(|q| q.interrupt_requested) && s.turn_active {
+    if interrupting(s, q) {
         "interrupting"
-    } else if !s.open.is_empty() {
-        "awaiting_approval"
-    } else if s.turn_active {
-        "running"
     } else {
-        "idle"
+        state_name(s.state())
+    }
+}
+
+/// SessionSummary.state of a live session: a turn being interrupted still
+/// runs.
+fn summary_state(s: &core_sessions::Session, q: Option<&Queue>) -> State {
+    if interrupting(s, q) {
+        State::Running
+    } else {
+        s.state()
     }
 }
 
@@ -388,13 +410,6 @@ fn status_json(s: &core_sessions::Session, q: Option<&Queue>) -> Value {
         "interrupt_requested": q.is_some_and(|q| q.interrupt_requested) && s.turn_active,
         "blocking_reason": blocking,
     })
-}
-
-fn state_name(phase: &str) -> &str {
-    match phase {
-        "interrupting" => "running",
-        p => p,
-    }
 }
 
 /// A session row as the ledger has it (for sessions not live here).
@@ -465,7 +480,7 @@ fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
     if let Some(s) = d.core.sessions.get(sid) {
         let q = api.and_then(|a| a.queues.get(sid));
         let st = status_json(s, q);
-        let state = state_name(st["phase"].as_str().unwrap_or("idle")).to_string();
+        let state = state_name(summary_state(s, q));
         return Some(json!({
             "id": s.id,
             "creation_id": creation_id,
@@ -491,7 +506,11 @@ fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
         }));
     }
     let r = row?;
-    let phase = if r.ended { "ended" } else { "starting" };
+    let phase = state_name(if r.ended {
+        State::Ended
+    } else {
+        State::Starting
+    });
     Some(json!({
         "id": r.id,
         "creation_id": creation_id,
@@ -1134,7 +1153,7 @@ fn create(
             settled: false,
         },
     );
-    let sp = core_sessions::SpawnParams {
+    let sp = core_sessions::SpawnRequest {
         harness: body.harness,
         cwd: body.worktree,
         prompt: body.prompt,
@@ -1143,7 +1162,7 @@ fn create(
     };
     core_sessions::spawn(d, sp, move |d, r| {
         let (session, status, problem) = match &r {
-            Ok(v) => (v["session_id"].as_str().map(str::to_string), 201u16, None),
+            Ok(s) => (Some(s.session_id.clone()), 201u16, None),
             Err(e) => {
                 let p = Problem::from_rpc(e);
                 (None, p.status(), Some(p))
@@ -1628,8 +1647,8 @@ fn end_session(d: &mut Daemon, raw: &str, sid: &str) -> Result<Value, Problem> {
             format!("no live session {raw}; an ended session keeps its record"),
         ));
     }
-    let v = core_sessions::kill(d, sid).map_err(|e| Problem::from_rpc(&e))?;
-    let ended = v["ended"].as_bool().unwrap_or(false);
+    let k = core_sessions::kill(d, sid).map_err(|e| Problem::from_rpc(&e))?;
+    let ended = k == core_sessions::Killed::AlreadyEnded;
     Ok(json!({"id": sid, "state": if ended { "ended" } else { "stopping" }}))
 }
 

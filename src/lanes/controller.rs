@@ -39,10 +39,14 @@
 //! `LANE_HEADS_FRESH_MS` (the plugin host keeps its copy as long). A branch
 //! or repository that is gone reads null, and a verdict then is stale.
 //!
-//! Dispatch takes a repository the daemon knows or a worktree of one (a
-//! lane's worktree, or any other git reports as the repository's), and
-//! works on the repository. A dispatch without a name is named after the
-//! first line of its task (`default_name`).
+//! Dispatch takes a [`DispatchRequest`], into which the plugin wire's
+//! tasks.create and the socket's task.dispatch turn their params, and
+//! answers a [`Dispatched`] lane or the refusal. It takes a repository the
+//! daemon knows or a worktree of one (a lane's worktree, or any other git
+//! reports as the repository's), and works on the repository. A dispatch
+//! without a name is named after the first line of its task
+//! (`default_name`). Builders and verifiers are started with the typed
+//! `sessions::spawn`, and sessions are read through their typed summary.
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
@@ -52,6 +56,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::config::Family;
+use crate::core::sessions::{Spawned, State};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::isolation::Probe;
@@ -72,7 +78,7 @@ pub const STREAM: &str = "lanes";
 pub struct SeatRef {
     pub harness: String,
     pub provider: String,
-    pub family: String,
+    pub family: Family,
     pub model: Option<String>,
 }
 
@@ -648,9 +654,9 @@ pub fn sessions_restored(d: &mut Daemon) {
         l.builder_reopened = l
             .builder_session
             .as_deref()
-            .and_then(|sid| core.sessions.get(sid))
-            .filter(|s| !s.ended)
-            .and_then(|s| s.agent_session_id.clone());
+            .and_then(|sid| core.sessions.summary(sid))
+            .filter(|s| s.state != State::Ended)
+            .and_then(|s| s.agent_session_id.map(str::to_string));
     }
     d.lanes.sessions_restored = true;
     resume_all(d);
@@ -877,9 +883,9 @@ fn pick_verifier(d: &Daemon, l: &Lane, second: bool) -> SeatRef {
     if second {
         let third = d.core.seats.list.iter().find(|s| {
             s.status == Some(crate::core::seats::Status::Ready)
-                && s.cfg.family != l.builder.family
-                && s.cfg.family != l.verifier.family
-                && s.cfg.family != "auto"
+                && s.cfg.family() != l.builder.family
+                && s.cfg.family() != l.verifier.family
+                && s.cfg.family() != Family::Auto
         });
         if let Some(s) = third {
             return seat_ref(&s.cfg);
@@ -961,11 +967,7 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             Ok(())
         }
         Action::Merge { commit } => {
-            let mode = if d.cfg.lanes.merge == "merge-commit" {
-                git::MergeMode::MergeCommit
-            } else {
-                git::MergeMode::FastForward
-            };
+            let mode = d.cfg.lanes.merge();
             let message = format!(
                 "Merge lane {}: {}\n\nVerified by {} on {commit}.",
                 l.id, l.task.name, l.verifier.harness
@@ -1064,7 +1066,10 @@ fn seat_ready(d: &Daemon, harness: &str) -> bool {
 }
 
 fn session_alive(d: &Daemon, sid: &str) -> bool {
-    d.core.sessions.get(sid).is_some_and(|s| !s.ended)
+    d.core
+        .sessions
+        .summary(sid)
+        .is_some_and(|s| s.state != State::Ended)
 }
 
 /// Asks the verifier to judge the commit when its seat is ready and not
@@ -1141,7 +1146,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
         },
         verdict::instructions()
     );
-    let params = crate::core::sessions::SpawnParams {
+    let params = crate::core::sessions::SpawnRequest {
         harness: seat.harness.clone(),
         cwd: cwd.display().to_string(),
         prompt: Some(prompt),
@@ -1153,9 +1158,8 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
     // the lane's verdict: the checkout goes back to the pool only then.
     d.lanes.pool.use_start(&cwd);
     crate::core::sessions::spawn(d, params, move |d, r| match r {
-        Ok(v) => {
-            let sid = v["session_id"].as_str().unwrap_or_default().to_string();
-            if d.core.sessions.get(&sid).is_some_and(|s| !s.ended) {
+        Ok(Spawned { session_id: sid }) => {
+            if session_alive(d, &sid) {
                 d.lanes.checkout_sessions.insert(sid.clone(), cwd);
             } else {
                 checkout_used(d, &cwd);
@@ -1216,8 +1220,8 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
 fn kept_history(d: &Daemon, sid: &str, asid: &str) -> bool {
     d.core
         .sessions
-        .get(sid)
-        .is_some_and(|s| s.ready && s.agent_session_id.as_deref() == Some(asid))
+        .summary(sid)
+        .is_some_and(|s| s.ready && s.agent_session_id == Some(asid))
 }
 
 /// The `check.rework` record on the builder's session stream: what the lane
@@ -1258,8 +1262,8 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
             .iter()
             .find(|s| {
                 s.status == Some(crate::core::seats::Status::Ready)
-                    && s.cfg.family != l.verifier.family
-                    && s.cfg.family != "auto"
+                    && s.cfg.family() != l.verifier.family
+                    && s.cfg.family() != Family::Auto
             })
             .map(|s| seat_ref(&s.cfg))
     };
@@ -1268,7 +1272,7 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
         return;
     };
     let prompt = format!("{}\n\nThe task:\n{}", text, l.task.task);
-    let params = crate::core::sessions::SpawnParams {
+    let params = crate::core::sessions::SpawnRequest {
         harness: seat.harness.clone(),
         cwd: l.worktree.display().to_string(),
         prompt: Some(prompt),
@@ -1277,8 +1281,7 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
     };
     let lid = id.to_string();
     crate::core::sessions::spawn(d, params, move |d, r| match r {
-        Ok(v) => {
-            let sid = v["session_id"].as_str().unwrap_or_default().to_string();
+        Ok(Spawned { session_id: sid }) => {
             d.lanes
                 .by_session
                 .insert(sid.clone(), (lid.clone(), Role::Builder));
@@ -1305,7 +1308,7 @@ pub fn seat_ref(cfg: &crate::config::SeatConfig) -> SeatRef {
     SeatRef {
         harness: cfg.harness.clone(),
         provider: cfg.provider.clone(),
-        family: cfg.family.clone(),
+        family: cfg.family(),
         model: cfg.model.clone(),
     }
 }
@@ -1499,8 +1502,8 @@ fn failover(d: &mut Daemon, id: &str) {
         .find(|s| {
             s.cfg.harness != failed
                 && s.status == Some(crate::core::seats::Status::Ready)
-                && s.cfg.family != l.verifier.family
-                && s.cfg.family != "auto"
+                && s.cfg.family() != l.verifier.family
+                && s.cfg.family() != Family::Auto
         })
         .map(|s| seat_ref(&s.cfg));
     match next {
@@ -1625,15 +1628,14 @@ pub fn known_repos(d: &Daemon) -> Vec<PathBuf> {
 }
 
 /// The name `task.dispatch` gives a task that names none.
-fn task_name(req: &crate::plugins::calls::TaskRequest) -> String {
+fn task_name(req: &DispatchRequest) -> String {
     req.name.clone().unwrap_or_else(|| default_name(&req.task))
 }
 
 /// Where `task.dispatch` of `req` puts its worktree: plugin.remove lists
 /// the worktrees its aborted dispatches left (seed 000, plugin.remove).
-pub fn planned_worktree(d: &Daemon, req: &crate::plugins::calls::TaskRequest) -> PathBuf {
-    let repo = PathBuf::from(&req.repo);
-    let repo = repo.canonicalize().unwrap_or(repo);
+pub fn planned_worktree(d: &Daemon, req: &DispatchRequest) -> PathBuf {
+    let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
     worktree_path(d, &repo, &slug(&task_name(req)))
 }
 
@@ -1653,6 +1655,38 @@ pub fn worktree_path(d: &Daemon, repo: &Path, slug: &str) -> PathBuf {
     }
 }
 
+/// What a dispatch asks for, whichever surface it came from (the plugin
+/// wire's tasks.create, the socket's task.dispatch), its members already
+/// checked against the wire's patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchRequest {
+    /// A repository the daemon knows, or a worktree of one.
+    pub repo: PathBuf,
+    /// What the builder is asked to do.
+    pub task: String,
+    /// The builder's harness.
+    pub builder: String,
+    /// The verifier's harness.
+    pub verifier: String,
+    /// The acceptance check's name.
+    pub acceptance_name: String,
+    /// The acceptance check's command line.
+    pub acceptance_command: String,
+    /// The task's name; [`default_name`] of the task when absent.
+    pub name: Option<String>,
+    /// The branch the lane starts from; the main worktree's when absent.
+    pub base: Option<String>,
+}
+
+/// A lane a dispatch started, its builder's session running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatched {
+    pub lane: String,
+    pub session: String,
+    pub branch: String,
+    pub worktree: PathBuf,
+}
+
 /// A validated dispatch, ready to create.
 pub struct Dispatch {
     pub repo: PathBuf,
@@ -1668,12 +1702,11 @@ pub struct Dispatch {
 /// stable code the plugin host passes on as task-refused's reason.
 pub fn dispatch(
     d: &mut Daemon,
-    req: crate::plugins::calls::TaskRequest,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + Send + 'static,
+    req: DispatchRequest,
+    then: impl FnOnce(&mut Daemon, Result<Dispatched, RpcError>) + Send + 'static,
 ) {
     let refuse = |code, msg: String| Err(lane_err(code, msg));
-    let repo = PathBuf::from(&req.repo);
-    let repo = repo.canonicalize().unwrap_or(repo);
+    let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
     let known = |d: &Daemon, repo: &Path| {
         known_repos(d)
             .iter()
@@ -1708,7 +1741,7 @@ pub fn dispatch(
                 return then(d, Err(unknown(&repo)));
             }
             let mut req = req;
-            req.repo = main.display().to_string();
+            req.repo = main;
             return dispatch(d, req, then);
         }
         if let Err(e) = d.lanes.workers_ready() {
@@ -1728,7 +1761,7 @@ pub fn dispatch(
             move |d, main| match main.map(|m| m.canonicalize().unwrap_or(m)) {
                 Some(main) if main != repo && known(d, &main) => {
                     let mut req = req;
-                    req.repo = main.display().to_string();
+                    req.repo = main;
                     dispatch(d, req, then);
                 }
                 _ => then(d, Err(unknown(&repo))),
@@ -1757,14 +1790,14 @@ pub fn dispatch(
         let builder = seat(&req.builder)?;
         let verifier = seat(&req.verifier)?;
         if builder.family == verifier.family
-            || builder.family == "auto"
-            || verifier.family == "auto"
+            || builder.family == Family::Auto
+            || verifier.family == Family::Auto
         {
             return refuse(
                 Code::SameFamily,
                 format!(
                     "the verifier must be of another provider family than the builder ({})",
-                    builder.family
+                    builder.family.name()
                 ),
             );
         }
@@ -1794,8 +1827,8 @@ pub fn dispatch(
             repo,
             task: Task {
                 task: req.task.clone(),
-                acceptance_name: req.acceptance.name.clone(),
-                acceptance_command: req.acceptance.command.clone(),
+                acceptance_name: req.acceptance_name.clone(),
+                acceptance_command: req.acceptance_command.clone(),
                 name,
             },
             builder,
@@ -1869,9 +1902,9 @@ fn create(
     base_commit: String,
     branch: String,
     worktree: PathBuf,
-    then: impl FnOnce(&mut Daemon, Result<Value, RpcError>) + 'static,
+    then: impl FnOnce(&mut Daemon, Result<Dispatched, RpcError>) + 'static,
 ) {
-    let params = crate::core::sessions::SpawnParams {
+    let params = crate::core::sessions::SpawnRequest {
         harness: p.builder.harness.clone(),
         cwd: worktree.display().to_string(),
         prompt: Some(format!(
@@ -1885,7 +1918,7 @@ fn create(
     let approval = d.cfg.lanes.require_merge_approval;
     crate::core::sessions::spawn(d, params, move |d, r| {
         let sid = match r {
-            Ok(v) => v["session_id"].as_str().unwrap_or_default().to_string(),
+            Ok(Spawned { session_id }) => session_id,
             Err(e) => {
                 let (repo, wt, br) = (p.repo.clone(), worktree.clone(), branch.clone());
                 let _ = job(
@@ -1942,9 +1975,12 @@ fn create(
         crate::info!("lane {id}: dispatched on {branch} with session {sid}");
         then(
             d,
-            Ok(
-                json!({"lane": id, "session": sid, "branch": branch, "worktree": worktree.display().to_string()}),
-            ),
+            Ok(Dispatched {
+                lane: id,
+                session: sid,
+                branch,
+                worktree,
+            }),
         );
     });
 }
@@ -1967,52 +2003,10 @@ pub fn head_and_stale(l: &Lane) -> (Option<String>, bool) {
     (head, stale)
 }
 
-/// The lane as lanes.list gives it to plugins (seed 000); the host reads
-/// this list at most once in 5 seconds.
-pub fn plugin_item(l: &Lane) -> Option<crate::plugins::calls::LaneItem> {
-    use crate::plugins::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
-    let seat = |s: &SeatRef| -> Option<LaneSeat> {
-        Some(LaneSeat {
-            harness: s.harness.clone(),
-            provider: s.provider.clone(),
-            family: serde_json::from_value(json!(s.family)).ok()?,
-            model: s
-                .model
-                .clone()
-                .filter(|m| crate::config::valid_model_name(m)),
-        })
-    };
-    let verdict = match &l.machine.last_verdict {
-        Some((v, c)) => Some(LaneVerdict {
-            verdict: serde_json::from_value(json!(v)).ok()?,
-            commit: c.clone(),
-        }),
-        None => None,
-    };
-    let (head, stale) = head_and_stale(l);
-    Some(LaneItem {
-        lane: l.id.clone(),
-        repo: l.repo.display().to_string(),
-        base: l.base.clone(),
-        branch: l.branch.clone(),
-        worktree: l.worktree.display().to_string(),
-        state: serde_json::from_value(json!(l.machine.stage.state())).ok()?,
-        stage: l.machine.stage,
-        builder: LaneBuilder {
-            session: l.builder_session.clone(),
-            seat: seat(&l.builder)?,
-        },
-        verifier: seat(&l.verifier)?,
-        verdict,
-        head,
-        stale,
-        created_at: crate::clock::format_ts(l.created_ms),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lanes::machine::VerdictKind;
 
     #[test]
     fn the_default_name_is_the_first_line_with_text() {
@@ -2045,7 +2039,7 @@ mod tests {
         let seat = SeatRef {
             harness: "b".into(),
             provider: "p".into(),
-            family: "anthropic".into(),
+            family: Family::Anthropic,
             model: None,
         };
         Lane {
@@ -2086,7 +2080,7 @@ mod tests {
         // Not read yet: the commit the lane works on stands in.
         l.machine.commit = Some(c1.clone());
         assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
-        l.machine.last_verdict = Some(("pass".into(), c1.clone()));
+        l.machine.last_verdict = Some((VerdictKind::Pass, c1.clone()));
         l.head = Some(Some(c1.clone()));
         assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
         // The branch moved on after the verdict.

@@ -310,12 +310,8 @@ pub fn diff(repo: &Path, base: &str, head: &str, max: usize) -> Result<String> {
     Ok(d)
 }
 
-/// How a pass is merged into base.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergeMode {
-    FastForward,
-    MergeCommit,
-}
+/// How a pass is merged into base: the config's `[lanes] merge`.
+pub use crate::config::MergeMode;
 
 /// Why a merge did not happen, for merge-failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,6 +28,39 @@ use crate::lanes::check::Outcome;
 use crate::lanes::verdict::{self, Defect, Verdict};
 use crate::limits;
 
+/// A lane's state as verify.list gives it (seed 000, lanes[].state): its
+/// stage, coarser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LaneState {
+    Building,
+    UnderTest,
+    SentBack,
+    Verified,
+    Merged,
+}
+
+impl LaneState {
+    pub fn name(self) -> &'static str {
+        match self {
+            LaneState::Building => "building",
+            LaneState::UnderTest => "under-test",
+            LaneState::SentBack => "sent-back",
+            LaneState::Verified => "verified",
+            LaneState::Merged => "merged",
+        }
+    }
+}
+
+/// What a verifier's verdict was (seed 000, lane.verdict's and
+/// lanes[].verdict's `verdict`), without its defects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerdictKind {
+    Pass,
+    Rework,
+}
+
 /// Where a lane is (seed 000, lanes[].stage).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -93,18 +126,18 @@ impl Stage {
     }
 
     /// The lane's state as verify.list gives it (seed 000, lanes[].state).
-    pub fn state(self) -> &'static str {
+    pub fn state(self) -> LaneState {
         match self {
-            Stage::Building | Stage::Rework => "building",
+            Stage::Building | Stage::Rework => LaneState::Building,
             Stage::Idle
             | Stage::Checking
             | Stage::WaitingVerifier
             | Stage::Verifying
             | Stage::VerifyFailed
-            | Stage::SecondOpinion => "under-test",
-            Stage::SentBack | Stage::Cap | Stage::MergeFailed => "sent-back",
-            Stage::Pass | Stage::Merging => "verified",
-            Stage::Merged | Stage::Closed => "merged",
+            | Stage::SecondOpinion => LaneState::UnderTest,
+            Stage::SentBack | Stage::Cap | Stage::MergeFailed => LaneState::SentBack,
+            Stage::Pass | Stage::Merging => LaneState::Verified,
+            Stage::Merged | Stage::Closed => LaneState::Merged,
         }
     }
 
@@ -207,7 +240,7 @@ pub struct Machine {
     pub failed_opinions: u32,
     pub require_merge_approval: bool,
     /// The latest verdict and the commit it judged.
-    pub last_verdict: Option<(String, String)>,
+    pub last_verdict: Option<(VerdictKind, String)>,
 }
 
 impl Machine {
@@ -279,7 +312,10 @@ impl Machine {
             }
             (Stage::Pass, Input::MergeDenied) => self.go(Stage::SentBack, &mut out),
             (Stage::Pass | Stage::MergeFailed | Stage::SentBack, Input::OperatorMerge)
-                if self.last_verdict.as_ref().is_some_and(|v| v.0 == "pass") =>
+                if self
+                    .last_verdict
+                    .as_ref()
+                    .is_some_and(|v| v.0 == VerdictKind::Pass) =>
             {
                 let commit = self.commit.clone().ok_or(not_now)?;
                 self.go(Stage::Merging, &mut out);
@@ -325,7 +361,11 @@ impl Machine {
         let commit = self.commit.clone().unwrap_or_default();
         self.verdicts += 1;
         self.failed_opinions = 0;
-        self.last_verdict = Some((v.name().to_string(), commit.clone()));
+        let kind = match v {
+            Verdict::Pass => VerdictKind::Pass,
+            Verdict::Rework(_) => VerdictKind::Rework,
+        };
+        self.last_verdict = Some((kind, commit.clone()));
         out.push(Action::RecordVerdict {
             commit: commit.clone(),
             verdict: v.name(),
@@ -450,7 +490,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(a, vec![Action::Stage(Stage::Merged), Action::Archive]);
-        assert_eq!(m.stage.state(), "merged");
+        assert_eq!(m.stage.state(), LaneState::Merged);
         assert!(m.step(Input::BuilderIdle).is_err());
     }
 
@@ -494,7 +534,7 @@ mod tests {
                 );
             } else {
                 assert_eq!(stages(&a), ["cap"]);
-                assert_eq!(m.stage.state(), "sent-back");
+                assert_eq!(m.stage.state(), LaneState::SentBack);
             }
         }
         // The operator grants another round.
@@ -549,9 +589,12 @@ mod tests {
     fn every_stage_has_its_spec_name_and_state() {
         for s in Stage::ALL {
             assert_eq!(Stage::from_name(s.name()), Some(s));
+            let st = s.state();
             assert!(
-                ["building", "under-test", "sent-back", "verified", "merged"].contains(&s.state())
+                ["building", "under-test", "sent-back", "verified", "merged"].contains(&st.name())
             );
+            // The socket's name and the plugin wire's (serde) are one.
+            assert_eq!(serde_json::to_value(st).unwrap(), st.name());
         }
     }
 }

@@ -9,8 +9,8 @@
 //! message names the member. The result types serialise to the page's result
 //! objects; list results are written with [`super::wire::encode_page`].
 //! sessions.list, sessions.get and seats.list items are not typed here: the
-//! core builds them (`Session::plugin_item`, `Seat::plugin_item`), and
-//! [`super::views`] hands them to the host as they are.
+//! views build them (`super::views` from a session's summary,
+//! `Seat::plugin_item`) and hand them to the host as they are.
 //!
 //! Decisions where the page is silent:
 //! - An integer member (`limit`) accepts any JSON number with an integral
@@ -24,7 +24,7 @@
 //!   the inbox request id of the retracted call (the one tasks.create's
 //!   result would have carried).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::text;
@@ -111,6 +111,21 @@ pub struct TaskRequest {
     /// The branch the task starts from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+}
+
+impl From<TaskRequest> for crate::lanes::controller::DispatchRequest {
+    fn from(t: TaskRequest) -> Self {
+        crate::lanes::controller::DispatchRequest {
+            repo: t.repo.into(),
+            task: t.task,
+            builder: t.builder,
+            verifier: t.verifier,
+            acceptance_name: t.acceptance.name,
+            acceptance_command: t.acceptance.command,
+            name: t.name,
+            base: t.base,
+        }
+    }
 }
 
 /// `acceptance` of tasks.create.
@@ -561,42 +576,21 @@ pub struct Unsubscribed {
     pub kinds: [EventKind; 0],
 }
 
-/// A provider family of the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Family {
-    Anthropic,
-    Openai,
-    Google,
-    Xai,
-    Moonshot,
-    Deepseek,
-    Local,
-    Auto,
-}
+/// A provider family of the registry: the config's `family`, whose names
+/// are the page's.
+pub use crate::config::Family;
 
-/// A lane's state as verify.list gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LaneState {
-    Building,
-    UnderTest,
-    SentBack,
-    Verified,
-    Merged,
-}
+/// A lane's state as verify.list gives it: the lane machine's own, whose
+/// wire names are the page's.
+pub use crate::lanes::machine::LaneState;
 
 /// Where a lane is in the lane loop: the lane machine's own stage, whose
 /// wire names are the page's (seed 000, lanes[].stage).
 pub use crate::lanes::machine::Stage as LaneStage;
 
-/// A verifier's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    Pass,
-    Rework,
-}
+/// A verifier's verdict: the lane machine's own, whose wire names are the
+/// page's.
+pub use crate::lanes::machine::VerdictKind as Verdict;
 
 /// The seat that builds a lane now, and its session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -1113,6 +1107,29 @@ mod tests {
         assert_eq!(
             serde_json::to_value(TaskCancelled::new("plugin_x")).unwrap(),
             json!({"requestId": "plugin_x", "cancelled": true})
+        );
+    }
+
+    #[test]
+    fn a_task_request_becomes_the_lanes_dispatch_request() {
+        let params = json!({"repo": "/srv/shop", "task": "Fix the login", "builder": "claude", "verifier": "codex",
+            "acceptance": {"name": "tests", "command": "make test"}, "base": "main"});
+        let Value::Object(m) = params else {
+            unreachable!()
+        };
+        let d: crate::lanes::controller::DispatchRequest = task_request(&m).unwrap().into();
+        assert_eq!(
+            d,
+            crate::lanes::controller::DispatchRequest {
+                repo: "/srv/shop".into(),
+                task: "Fix the login".into(),
+                builder: "claude".into(),
+                verifier: "codex".into(),
+                acceptance_name: "tests".into(),
+                acceptance_command: "make test".into(),
+                name: None,
+                base: Some("main".into()),
+            }
         );
     }
 

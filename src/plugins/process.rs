@@ -68,7 +68,7 @@ impl Isolation {
     /// Decides isolation for this run of the daemon from the config and the
     /// machine's probe (module comment).
     pub fn decide(cfg: &PluginsSection, probe: &crate::isolation::Probe) -> Isolation {
-        if cfg.isolation == "none" {
+        if cfg.isolation() == crate::config::PluginIsolation::None {
             return Isolation {
                 bwrap: None,
                 missing: Some("plugins.isolation is none".into()),

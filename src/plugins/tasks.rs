@@ -66,6 +66,7 @@ use crate::core::sessions::Effects;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ids::hex;
+use crate::lanes::controller::{DispatchRequest, Dispatched};
 use crate::ledger::Op;
 use crate::limits;
 use crate::reactor::TimerId;
@@ -417,7 +418,7 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
     r.state = State::Answered;
     let plugin = r.plugin.clone();
     let stored = match serde_json::from_str::<Value>(&r.params) {
-        Ok(Value::Object(m)) => calls::task_request(&m).ok(),
+        Ok(Value::Object(m)) => calls::task_request(&m).ok().map(DispatchRequest::from),
         _ => None,
     };
     let rid = request_id.to_string();
@@ -463,7 +464,7 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
 /// How a dispatch ended.
 enum Landing {
     /// The lanes answered: a lane, or the daemon's refusal.
-    Answered(Result<Value, RpcError>),
+    Answered(Result<Dispatched, RpcError>),
     /// It could not even be asked for, or its answer was lost.
     Failed,
     /// `plugins.task_dispatch_timeout_ms` passed first.
@@ -503,10 +504,7 @@ impl Drop for DropGuard {
 /// its worktree kept: nobody asked for it any more.
 fn landed(d: &mut Daemon, rid: &str, how: Landing) {
     let started = match &how {
-        Landing::Answered(Ok(v)) => v["lane"]
-            .as_str()
-            .zip(v["session"].as_str())
-            .map(|(l, s)| (l.to_string(), s.to_string())),
+        Landing::Answered(Ok(l)) => Some((l.lane.clone(), l.session.clone())),
         _ => None,
     };
     let Some(r) = d.plugins.tasks.by_id.get_mut(rid) else {
@@ -554,7 +552,7 @@ fn landed(d: &mut Daemon, rid: &str, how: Landing) {
     host::persist(d);
     let answer = match (how, started) {
         _ if aborted => Err(HostError::of(HostErrorKind::ShuttingDown)),
-        (Landing::Answered(Ok(_)), Some((lane, session))) => {
+        (Landing::Answered(Ok(Dispatched { lane, session, .. })), _) => {
             crate::info!("task request {rid}: dispatched as lane {lane}");
             serde_json::to_value(calls::TaskStarted {
                 request_id: rid.to_string(),
@@ -562,10 +560,6 @@ fn landed(d: &mut Daemon, rid: &str, how: Landing) {
                 session,
             })
             .map_err(|_| HostError::internal())
-        }
-        (Landing::Answered(Ok(v)), None) => {
-            crate::error!("task request {rid}: the dispatch answered without a lane: {v}");
-            Err(HostError::of(HostErrorKind::Unavailable))
         }
         (Landing::Answered(Err(e)), _)
             if matches!(e.code, Code::Unavailable | Code::InternalError) =>
@@ -606,13 +600,14 @@ pub fn dispatching(d: &Daemon, rid: &str) -> bool {
         .is_some_and(|r| r.dispatching.is_some())
 }
 
-/// The stored request of `rid`, when it is still in memory.
-pub fn stored_request(d: &Daemon, rid: &str) -> Option<(TaskRequest, String)> {
+/// The stored request of `rid` as a dispatch would take it, and when it
+/// was made, when it is still in memory.
+pub fn stored_request(d: &Daemon, rid: &str) -> Option<(DispatchRequest, String)> {
     let r = d.plugins.tasks.by_id.get(rid)?;
     let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&r.params) else {
         return None;
     };
-    Some((calls::task_request(&m).ok()?, r.created_at.clone()))
+    Some((calls::task_request(&m).ok()?.into(), r.created_at.clone()))
 }
 
 fn finish(d: &mut Daemon, request_id: &str, state: State) {

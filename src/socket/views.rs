@@ -9,18 +9,19 @@ use serde_json::{Value, json};
 
 use crate::core::inbox::{Item, Target};
 use crate::core::seats::Seat;
-use crate::core::sessions::Session;
+use crate::core::sessions::{Session, State};
 use crate::lanes::controller::Lane;
 
 /// The daemon socket's Session (snake_case; seed 004's fields where
 /// they apply, sessions.list's state fields as issue 3 names them).
 pub fn session(s: &Session, node: &str) -> Value {
+    // seed 004's SessionStatus.
     let status = match s.state() {
-        "ended" => "dead",
-        "starting" => "starting",
-        "awaiting-approval" => "awaiting_input",
-        "running" => "working",
-        _ => "idle",
+        State::Ended => "dead",
+        State::Starting => "starting",
+        State::AwaitingApproval => "awaiting_input",
+        State::Running => "working",
+        State::Idle => "idle",
     };
     let interaction = s.open.first().map(|a| {
         json!({
@@ -63,7 +64,7 @@ pub fn session(s: &Session, node: &str) -> Value {
         "node": node,
         "source": "spawned",
         "input_mode": "api",
-        "state": s.state(),
+        "state": s.state().wire_name(),
         "status": status,
         "status_label": status_label,
         "status_since": crate::clock::format_ts(s.status_since_ms),
@@ -120,7 +121,7 @@ pub fn approval(item: &Item) -> Value {
         "risk": item.risk.wire_name(),
         "created_at": crate::clock::format_ts(item.created_ms),
         "expires_at": item.expires_ms.map(crate::clock::format_ts),
-        "fallback": item.fallback.wire_name(),
+        "fallback": item.fallback.name(),
         "state": if r.is_some() { "resolved" } else { "pending" },
         "decision": r.map(|r| r.verdict.wire_name()),
         "delivered": r.map(|r| r.delivered),

@@ -158,7 +158,12 @@ fn task_dispatch(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let task = crate::plugins::calls::task_request(&p)
         .map_err(|e| RpcError::invalid_params(e.message().to_string()))?;
     let req = req.clone();
-    controller::dispatch(d, task, move |d, r| d.answer(req, r));
+    controller::dispatch(d, task.into(), move |d, r| {
+        let r = r.map(|l| {
+            json!({"lane": l.lane, "session": l.session, "branch": l.branch, "worktree": l.worktree.display().to_string()})
+        });
+        d.answer(req, r)
+    });
     Ok(None)
 }
 

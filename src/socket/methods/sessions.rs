@@ -71,8 +71,12 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         }),
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
-        "sessions.interrupt" => with_session(d, &req, p, sessions::interrupt),
-        "sessions.kill" => with_session(d, &req, p, sessions::kill),
+        "sessions.interrupt" => with_session(d, &req, p, |d, sid| {
+            sessions::interrupt(d, sid).map(|i| json!({"interrupted": i}))
+        }),
+        "sessions.kill" => with_session(d, &req, p, |d, sid| {
+            sessions::kill(d, sid).map(|k| json!({"ended": k == sessions::Killed::AlreadyEnded}))
+        }),
         "session.rename" => session_rename(d, &req, p),
         "sessions.transcriptView" => transcript_view(d, &req, p),
         "sessions.toolDetail" => tool_detail(d, &req, p),
@@ -133,17 +137,14 @@ fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let sp: sessions::SpawnParams = params(p)?;
     require_operator(req)?;
     let req = req.clone();
-    sessions::spawn(d, sp, move |d, r| {
-        // The session as it is at the commit, in the socket's view.
-        let r = r.map(|mut v| {
-            let sid = v["session_id"].as_str().unwrap_or_default();
-            let session = d
+    sessions::spawn(d, sp.into(), move |d, r| {
+        let r = r.map(|s| {
+            let v = d
                 .core
                 .sessions
-                .get(sid)
-                .map(|s| views::session(s, &d.node_name));
-            v["session"] = json!(session);
-            v
+                .get(&s.session_id)
+                .map(|x| views::session(x, &d.node_name));
+            json!({"session_id": s.session_id, "session": v})
         });
         d.answer(req, r)
     });
@@ -168,7 +169,8 @@ fn sessions_input(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         session_id, text, ..
     } = params(p)?;
     require_operator(req)?;
-    sessions::input(d, &session_id, text).map(Some)
+    sessions::input(d, &session_id, text)
+        .map(|a| Some(json!({"queued": a.queued, "queue_length": a.queue_length})))
 }
 
 fn with_session(
