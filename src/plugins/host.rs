@@ -74,7 +74,7 @@ use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::{Appended, Op};
 use crate::limits;
-use crate::procs::Owner;
+use crate::procs::{Owner, signal_name};
 use crate::reactor::TimerId;
 
 /// Why a run ended against the host's will.
@@ -1595,29 +1595,6 @@ fn crashed(d: &mut Daemon, id: &str, f: Fault) {
     if let Some(p) = d.plugins.plugins.get_mut(id) {
         p.restart_timer = Some(t);
     }
-}
-
-fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        libc::SIGSYS => "SIGSYS",
-        _ => return format!("SIG{sig}"),
-    }
-    .to_string()
 }
 
 /// A lane neither merged nor closed (seed 000, plugin.get lanes).
