@@ -487,21 +487,13 @@ impl Effects {
     }
 }
 
-/// The PATH agents and probes run with: the daemon's own, or a default.
-pub fn search_path() -> String {
-    std::env::var("PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
-}
-
 /// The constructed environment of an agent: a few variables of the
 /// daemon's own that programs need to find their home, locale and tools,
 /// the session id, then the seat's `env`. Nothing else of the daemon's
 /// environment (its socket, NOTIFY_SOCKET, credentials) reaches it.
 fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap<String, String>) {
     cmd.env_clear();
-    cmd.env("PATH", search_path());
+    cmd.env("PATH", crate::isolation::search_path());
     for k in [
         "HOME",
         "USER",

@@ -123,9 +123,8 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
             c
         }
     };
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     cmd.env_clear()
-        .env("PATH", path)
+        .env("PATH", crate::isolation::search_path())
         .env("LANG", "C.UTF-8")
         .env("HOME", "/tmp")
         .env("CI", "true")
