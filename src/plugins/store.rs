@@ -537,20 +537,6 @@ pub fn manifest_json(dir: &Path) -> Option<Value> {
     v.is_object().then_some(v)
 }
 
-/// The manifest members in the order of plugin.get's diff field list.
-pub const DIFF_MEMBERS: [&str; 10] = [
-    "manifestVersion",
-    "api",
-    "id",
-    "name",
-    "version",
-    "description",
-    "publisher",
-    "main",
-    "permissions",
-    "commands",
-];
-
 /// plugin.get's `waiting.diff`: one entry per manifest member that differs,
 /// then the files entry (seed 000, plugin.get).
 pub fn diff(
@@ -560,7 +546,8 @@ pub fn diff(
     let mut out = Vec::new();
     let member =
         |m: Option<&Value>, k: &str| m.and_then(|v| v.get(k)).cloned().unwrap_or(Value::Null);
-    for k in DIFF_MEMBERS {
+    // The manifest members in the order of plugin.get's diff field list.
+    for k in manifest::MEMBERS {
         let b = member(before.map(|b| b.0), k);
         let a = member(after.0, k);
         if a != b {
