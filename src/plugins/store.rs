@@ -11,11 +11,20 @@
 //! <state>/plugins/<id>/waiting/     the copy that waits for approval
 //! <state>/plugins/<id>/work/        the plugin's own working directory
 //! <state>/plugins/.staging-<hex>/   a copy being made by plugin.install
+//! <state>/plugins/.retired-<hex>/   a copy replaced, being deleted
 //! ```
 //!
 //! `plugins.json` is written to a temporary file, fsynced, renamed over the
 //! old one, and the directory fsynced, so a crash leaves the old or the new
 //! record, never a mix.
+//!
+//! The reactor never waits for that (DESIGN.md, "Threads and ownership":
+//! anything that fsyncs outside the ledger runs on its own thread): the
+//! records are written by the `plugin-records` thread, and the copying and
+//! hashing of plugin.install, with the deletion of copies it leaves behind,
+//! run on the `plugin-install` thread. Each is a [`Worker`]: one thread,
+//! a bounded queue, jobs run in the order they were queued; the host
+//! (`super::host`) keeps the bookkeeping of what waits for them.
 //!
 //! Decisions where the page is silent:
 //! - The approval's integrity check is an HMAC-SHA256, keyed with
@@ -31,6 +40,7 @@
 //!   ([`raw_entries`]), so the operator sees what changed; such a copy
 //!   cannot be approved.
 
+use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::fs;
@@ -273,90 +283,37 @@ impl Store {
             out.push(r);
         }
         if !out.is_empty() {
-            if let Err(e) = self.save(&out) {
+            if let Err(e) = self.save(out.clone()) {
                 crate::error!("{e}");
             }
         }
         out
     }
 
-    /// Writes plugins.json atomically (module comment).
-    pub fn save(&self, records: &[Record]) -> Result<(), String> {
-        let path = self.root.join("plugins.json");
-        let tmp = self.root.join(".plugins.json.tmp");
-        let mut sorted = records.to_vec();
-        sorted.sort_by(|a, b| a.plugin.cmp(&b.plugin));
-        let text = serde_json::to_vec_pretty(&File {
-            version: 1,
-            plugins: sorted,
-        })
-        .map_err(|e| e.to_string())?;
-        let res = (|| -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&text)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            sync_dir(&self.root);
-            Ok(())
-        })();
-        res.map_err(|e| format!("unable to write {}: {}", path.display(), io_cause(&e)))
+    /// Writes plugins.json; blocking, so only at start, before the reactor
+    /// serves anyone (later writes go through the `plugin-records` thread).
+    pub fn save(&self, records: Vec<Record>) -> Result<(), String> {
+        write_records(&self.root, records)
     }
 
-    /// Checks the folder at `src`, copies it into a staging folder of the
-    /// store and checks the copy. Returns the staging folder and the copy's
-    /// snapshot; the copy's hash must equal the source's.
-    pub fn stage(&self, src: &Path) -> Result<(PathBuf, Snapshot), Problem> {
-        let first = manifest::check_folder(src)?;
-        let mut b = [0u8; 8];
-        let _ = getrandom::fill(&mut b);
-        let staging = self.root.join(format!(".staging-{}", hex(&b)));
-        let src_real = fs::canonicalize(src).map_err(|_| {
-            Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened")
-        })?;
-        if let Err(e) = mkdir_private(&staging).and_then(|_| copy_tree(&src_real, &staging)) {
-            let _ = fs::remove_dir_all(&staging);
-            if e.get_ref().is_some_and(|i| i.is::<GrewPastCheck>()) {
-                return Err(Problem::new(
-                    ProblemCode::FileTooLarge,
-                    GrewPastCheck.to_string(),
-                ));
-            }
-            return Err(Problem::new(
-                ProblemCode::FolderUnreadable,
-                format!("the folder cannot be copied: {}", io_cause(&e)),
-            ));
-        }
-        match manifest::check_folder(&staging) {
-            Ok(copy) if copy.hash == first.hash => Ok((staging, copy)),
-            Ok(_) => {
-                let _ = fs::remove_dir_all(&staging);
-                Err(Problem::new(
-                    ProblemCode::FolderUnreadable,
-                    "the folder changed while it was copied",
-                ))
-            }
-            Err(p) => {
-                let _ = fs::remove_dir_all(&staging);
-                Err(p)
-            }
-        }
-    }
-
-    /// Moves a staged copy in as the plugin's waiting copy.
-    pub fn place_waiting(&self, id: &str, staging: &Path) -> std::io::Result<()> {
+    /// Moves a staged copy in as the plugin's waiting copy. A copy that
+    /// waited before is moved aside, not deleted: the returned folder is
+    /// for the caller to delete off the reactor ([`Worker`]).
+    pub fn place_waiting(&self, id: &str, staging: &Path) -> std::io::Result<Option<PathBuf>> {
         mkdir_private(&self.plugin_dir(id))?;
         let dst = self.copy_dir(id, Copy::Waiting);
-        if dst.exists() {
-            fs::remove_dir_all(&dst)?;
-        }
+        let retired = if dst.exists() {
+            let mut b = [0u8; 8];
+            let _ = getrandom::fill(&mut b);
+            let retired = self.root.join(format!(".retired-{}", hex(&b)));
+            fs::rename(&dst, &retired)?;
+            Some(retired)
+        } else {
+            None
+        };
         fs::rename(staging, &dst)?;
         sync_dir(&self.plugin_dir(id));
-        Ok(())
+        Ok(retired)
     }
 
     /// Puts the waiting copy in force: it replaces the approved copy.
@@ -409,6 +366,127 @@ impl Store {
                     let _ = fs::remove_dir_all(e.path());
                 }
             }
+        }
+    }
+}
+
+/// Writes plugins.json under the store's `root` atomically (module
+/// comment), the records sorted by plugin id.
+pub fn write_records(root: &Path, mut records: Vec<Record>) -> Result<(), String> {
+    let path = root.join("plugins.json");
+    let tmp = root.join(".plugins.json.tmp");
+    records.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    let text = serde_json::to_vec_pretty(&File {
+        version: 1,
+        plugins: records,
+    })
+    .map_err(|e| e.to_string())?;
+    let res = (|| -> std::io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        sync_dir(root);
+        Ok(())
+    })();
+    res.map_err(|e| format!("unable to write {}: {}", path.display(), io_cause(&e)))
+}
+
+/// Checks the folder at `src`, copies it into a staging folder of the
+/// store under `root` and checks the copy. Returns the staging folder and
+/// the copy's snapshot; the copy's hash must equal the source's. Blocking:
+/// it runs on the `plugin-install` thread.
+pub fn stage(root: &Path, src: &Path) -> Result<(PathBuf, Snapshot), Problem> {
+    let first = manifest::check_folder(src)?;
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    let staging = root.join(format!(".staging-{}", hex(&b)));
+    let src_real = fs::canonicalize(src)
+        .map_err(|_| Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened"))?;
+    if let Err(e) = mkdir_private(&staging).and_then(|_| copy_tree(&src_real, &staging)) {
+        let _ = fs::remove_dir_all(&staging);
+        if e.get_ref().is_some_and(|i| i.is::<GrewPastCheck>()) {
+            return Err(Problem::new(
+                ProblemCode::FileTooLarge,
+                GrewPastCheck.to_string(),
+            ));
+        }
+        return Err(Problem::new(
+            ProblemCode::FolderUnreadable,
+            format!("the folder cannot be copied: {}", io_cause(&e)),
+        ));
+    }
+    match manifest::check_folder(&staging) {
+        Ok(copy) if copy.hash == first.hash => Ok((staging, copy)),
+        Ok(_) => {
+            let _ = fs::remove_dir_all(&staging);
+            Err(Problem::new(
+                ProblemCode::FolderUnreadable,
+                "the folder changed while it was copied",
+            ))
+        }
+        Err(p) => {
+            let _ = fs::remove_dir_all(&staging);
+            Err(p)
+        }
+    }
+}
+
+/// Work for a [`Worker`]'s thread.
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// One thread that does the store's blocking file work, in the order it
+/// is queued, from a bounded queue. The reactor queues with
+/// [`Worker::queue`], which never waits: a full queue is the caller's to
+/// answer.
+pub struct Worker {
+    name: &'static str,
+    tx: Option<Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the thread `name` with room for `queue` jobs.
+    pub fn spawn(name: &'static str, queue: usize) -> std::io::Result<Worker> {
+        let (tx, rx) = bounded::<Job>(queue);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })?;
+        Ok(Worker {
+            name,
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `job`; the error says why it could not be.
+    pub fn queue(&self, job: Job) -> Result<(), String> {
+        let Some(tx) = &self.tx else {
+            return Err(format!("the {} thread is stopped", self.name));
+        };
+        match tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(format!("the {} thread is busy", self.name)),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(format!("the {} thread is stopped", self.name))
+            }
+        }
+    }
+
+    /// Lets the thread finish what is queued, and waits for it.
+    pub fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
@@ -585,4 +663,50 @@ pub fn diff(
         .collect();
     out.push(json!({"field": "files", "added": added, "removed": removed, "changed": changed, "paths": paths}));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn a_worker_runs_jobs_in_order_refuses_past_its_queue_and_finishes_them() {
+        let mut w = Worker::spawn("store-test", 2).unwrap();
+        let (hold_tx, hold_rx) = crossbeam_channel::bounded::<()>(0);
+        let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(0);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        // The first job holds the thread until the test lets it go.
+        w.queue(Box::new(move || {
+            started_tx.send(()).unwrap();
+            hold_rx.recv().unwrap();
+        }))
+        .unwrap();
+        started_rx.recv().unwrap();
+        for n in 0..2 {
+            let seen = seen.clone();
+            w.queue(Box::new(move || seen.lock().unwrap().push(n)))
+                .unwrap();
+        }
+        assert_eq!(
+            w.queue(Box::new(|| {})),
+            Err("the store-test thread is busy".to_string())
+        );
+        hold_tx.send(()).unwrap();
+        w.finish();
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1]);
+        assert_eq!(
+            w.queue(Box::new(|| {})),
+            Err("the store-test thread is stopped".to_string())
+        );
+    }
+
+    #[test]
+    fn records_are_written_sorted_and_read_back() {
+        let dir = crate::testutil::TempDir::new("store-records");
+        let store = Store::open(dir.path()).unwrap();
+        write_records(&store.root, vec![Record::new("zeta"), Record::new("alpha")]).unwrap();
+        let back: Vec<String> = store.load().into_iter().map(|r| r.plugin).collect();
+        assert_eq!(back, vec!["alpha", "zeta"]);
+    }
 }
