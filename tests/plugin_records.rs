@@ -28,6 +28,15 @@ fn sample() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins/sample-py")
 }
 
+/// Installs the sample plugin; its id and the install's answer.
+fn install(c: &mut Client) -> (String, Value) {
+    let inst = c.call(
+        "plugin.install",
+        json!({"path": sample().display().to_string()}),
+    );
+    (inst["plugin"].as_str().unwrap().to_string(), inst)
+}
+
 /// The record of `id` in plugins.json as it is on disk now.
 fn on_disk(d: &Daemon, id: &str) -> Value {
     let text = std::fs::read_to_string(d.state.join("plugins/plugins.json")).unwrap();
@@ -77,11 +86,7 @@ fn every_answer_finds_its_record_on_disk_and_the_last_change_wins() {
     let dir = TestDir::new("precords");
     let d = start(&dir);
     let mut c = d.connect();
-    let inst = c.call(
-        "plugin.install",
-        json!({"path": sample().display().to_string()}),
-    );
-    let id = inst["plugin"].as_str().unwrap().to_string();
+    let (id, inst) = install(&mut c);
     let rec = on_disk(&d, &id);
     assert_eq!(
         rec["waiting"]["snapshotHash"], inst["snapshotHash"],
@@ -123,10 +128,7 @@ fn every_answer_finds_its_record_on_disk_and_the_last_change_wins() {
     assert_eq!(on_disk(&d, &id)["enabled"], false);
 
     // The same folder again changes nothing and says so.
-    let again = c.call(
-        "plugin.install",
-        json!({"path": sample().display().to_string()}),
-    );
+    let (_, again) = install(&mut c);
     assert_eq!(again["unchanged"], true, "{again}");
     assert_eq!(again["snapshotHash"], inst["snapshotHash"], "{again}");
 
@@ -150,11 +152,7 @@ fn a_record_that_cannot_be_written_is_unavailable_and_the_next_write_catches_up(
     let dir = TestDir::new("precfail");
     let d = start(&dir);
     let mut c = d.connect();
-    let inst = c.call(
-        "plugin.install",
-        json!({"path": sample().display().to_string()}),
-    );
-    let id = inst["plugin"].as_str().unwrap().to_string();
+    let (id, _) = install(&mut c);
     // A folder where the temporary file goes: the write fails whoever the
     // daemon runs as.
     let blocker = d.state.join("plugins/.plugins.json.tmp");
