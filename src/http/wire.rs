@@ -659,23 +659,7 @@ mod tests {
     // The two must agree: nothing panics, nothing invalid is accepted,
     // nothing valid refused.
 
-    /// xorshift64*: deterministic, so a failure names its iteration.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
-            &from[self.below(from.len())]
-        }
-    }
+    use crate::testutil::Rng;
 
     /// Bytes a mutation inserts: the ones framing turns on, and some not.
     const NASTY: &[u8] = b"\r\n \t:;,=%+-/?#0123456789abcdefABCDEFHTPx\x00\x7f\x80\xc3\xa9\"";
