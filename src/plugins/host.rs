@@ -727,7 +727,8 @@ pub fn stage(
 }
 
 /// Deletes a copy the store no longer needs (a staging folder an install
-/// did not keep, a copy it replaced) on the `plugin-install` thread. One
+/// did not keep, a copy an install or an approval replaced) on the
+/// `plugin-install` thread. One
 /// that cannot be queued is left to the sweep at the next start, which
 /// deletes every `.staging-` and `.retired-` folder.
 pub fn discard_copy(d: &mut Daemon, dir: PathBuf) {

@@ -513,17 +513,20 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "the plugin store key cannot be used; the log says why",
         )
     })?;
-    if let Err(e) = store.promote_waiting(&id) {
+    let retired = store.promote_waiting(&id).map_err(|e| {
         crate::error!(
             "plugin {id}: unable to put the approved copy in force: {}",
             crate::errors::io_cause(&e)
         );
-        return Err(RpcError::new(
+        RpcError::new(
             Code::Unavailable,
             "the approved copy could not be put in force",
-        ));
-    }
+        )
+    })?;
     let loaded = host::loaded_of(store, &id, &approval);
+    if let Some(old) = retired {
+        host::discard_copy(d, old);
+    }
     let p = d
         .plugins
         .plugins

@@ -20,9 +20,11 @@
 //!
 //! The reactor never waits for that (DESIGN.md, "Threads and ownership":
 //! anything that fsyncs outside the ledger runs on its own thread): the
-//! records are written by the `plugin-records` thread, and the copying and
-//! hashing of plugin.install, with the deletion of copies it leaves behind,
-//! run on the `plugin-install` thread. Each is a [`Worker`]: one thread,
+//! records are written by the `plugin-records` thread, which also syncs
+//! the plugin folders that renames on the reactor changed, before the
+//! record that names them; the copying and hashing of plugin.install, and
+//! the deletion of the copies installs and approvals replace, run on the
+//! `plugin-install` thread. Each is a [`Worker`]: one thread,
 //! a bounded queue, jobs run in the order they were queued; the host
 //! (`super::host`) keeps the bookkeeping of what waits for them.
 //!
@@ -303,33 +305,42 @@ impl Store {
         mkdir_private(&self.plugin_dir(id))?;
         let dst = self.copy_dir(id, Copy::Waiting);
         let retired = if dst.exists() {
-            let mut b = [0u8; 8];
-            let _ = getrandom::fill(&mut b);
-            let retired = self.root.join(format!(".retired-{}", hex(&b)));
+            let retired = self.retired_dir();
             fs::rename(&dst, &retired)?;
             Some(retired)
         } else {
             None
         };
+        // Made durable by the next write of the records, which the answer
+        // waits for ([`write_records`]).
         fs::rename(staging, &dst)?;
-        sync_dir(&self.plugin_dir(id));
         Ok(retired)
     }
 
-    /// Puts the waiting copy in force: it replaces the approved copy.
-    pub fn promote_waiting(&self, id: &str) -> std::io::Result<()> {
+    /// Puts the waiting copy in force: it replaces the approved copy,
+    /// which is moved aside for the caller to delete off the reactor, as
+    /// in [`Store::place_waiting`].
+    pub fn promote_waiting(&self, id: &str) -> std::io::Result<Option<PathBuf>> {
         let approved = self.copy_dir(id, Copy::Approved);
         let waiting = self.copy_dir(id, Copy::Waiting);
-        if approved.exists() {
-            let mut b = [0u8; 8];
-            let _ = getrandom::fill(&mut b);
-            let retired = self.root.join(format!(".retired-{}", hex(&b)));
+        let retired = if approved.exists() {
+            let retired = self.retired_dir();
             fs::rename(&approved, &retired)?;
-            let _ = fs::remove_dir_all(&retired);
-        }
+            Some(retired)
+        } else {
+            None
+        };
+        // Made durable by the next write of the records ([`write_records`]).
         fs::rename(&waiting, &approved)?;
-        sync_dir(&self.plugin_dir(id));
-        Ok(())
+        Ok(retired)
+    }
+
+    /// A new name for a copy on its way out; the sweep at start deletes
+    /// any a stop left behind.
+    fn retired_dir(&self) -> PathBuf {
+        let mut b = [0u8; 8];
+        let _ = getrandom::fill(&mut b);
+        self.root.join(format!(".retired-{}", hex(&b)))
     }
 
     /// Moves the approved copy aside to wait (files-changed, store-changed).
@@ -371,11 +382,16 @@ impl Store {
 }
 
 /// Writes plugins.json under the store's `root` atomically (module
-/// comment), the records sorted by plugin id.
+/// comment), the records sorted by plugin id. Each plugin's folder is
+/// synced first, so that the copies a record names, moved in by renames
+/// on the reactor, are on disk before the record is.
 pub fn write_records(root: &Path, mut records: Vec<Record>) -> Result<(), String> {
     let path = root.join("plugins.json");
     let tmp = root.join(".plugins.json.tmp");
     records.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    for r in &records {
+        sync_dir(&root.join(&r.plugin));
+    }
     let text = serde_json::to_vec_pretty(&File {
         version: 1,
         plugins: records,
