@@ -681,18 +681,12 @@ pub fn stage(
             ),
         ));
     }
-    if i.worker.is_none() {
-        // Room for every copy in flight and the deletion each may ask for.
-        match store::Worker::spawn("plugin-install", 2 * limits::PLUGIN_INSTALLS_IN_FLIGHT) {
-            Ok(t) => i.worker = Some(t),
-            Err(e) => {
-                crate::error!("unable to start the plugin-install thread: {e}");
-                return Err(RpcError::new(
-                    Code::Unavailable,
-                    "the plugin install thread cannot be started; the log says why",
-                ));
-            }
-        }
+    if let Err(e) = install_worker(i) {
+        crate::error!("{e}");
+        return Err(RpcError::new(
+            Code::Unavailable,
+            "the plugin install thread cannot be started; the log says why",
+        ));
     }
     i.next_ticket += 1;
     let ticket = i.next_ticket;
@@ -716,7 +710,6 @@ pub fn stage(
             Ok(())
         }
         Err(e) => {
-            i.worker = None;
             crate::error!("unable to copy a plugin folder: {e}");
             Err(RpcError::new(
                 Code::Unavailable,
@@ -727,8 +720,8 @@ pub fn stage(
 }
 
 /// Deletes a copy the store no longer needs (a staging folder an install
-/// did not keep, a copy an install or an approval replaced) on the
-/// `plugin-install` thread. One
+/// did not keep, a copy an install or an approval replaced, a copy
+/// discarded, a plugin removed) on the `plugin-install` thread. One
 /// that cannot be queued is left to the sweep at the next start, which
 /// deletes every `.staging-` and `.retired-` folder.
 pub fn discard_copy(d: &mut Daemon, dir: PathBuf) {
@@ -747,13 +740,29 @@ pub fn discard_copy(d: &mut Daemon, dir: PathBuf) {
             );
         }
     });
-    let queued = match &d.plugins.installs.worker {
+    let i = &mut d.plugins.installs;
+    let queued = install_worker(i).and_then(|()| match &i.worker {
         Some(t) => t.queue(job),
         None => Err("the plugin-install thread is not running".into()),
-    };
+    });
     if let Err(e) = queued {
         crate::warn!("{name} is left for the next start to delete: {e}");
     }
+}
+
+/// Starts the `plugin-install` thread unless it runs.
+fn install_worker(i: &mut Installs) -> Result<(), String> {
+    if i.worker.as_ref().is_some_and(store::Worker::stopped) {
+        i.worker = None;
+    }
+    if i.worker.is_none() {
+        // Room for every copy in flight and the deletion each may ask for;
+        // deletions queued beyond that wait for the next start's sweep.
+        let t = store::Worker::spawn("plugin-install", 2 * limits::PLUGIN_INSTALLS_IN_FLIGHT)
+            .map_err(|e| format!("unable to start the plugin-install thread: {e}"))?;
+        i.worker = Some(t);
+    }
+    Ok(())
 }
 
 /// Starts every approved, enabled plugin and the watch, and finishes
@@ -1945,8 +1954,11 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
     let Some(store) = &d.plugins.store else {
         return;
     };
-    match store.remove_plugin(id) {
-        Ok(()) => {
+    match store.retire_plugin(id) {
+        Ok(retired) => {
+            if let Some(old) = retired {
+                discard_copy(d, old);
+            }
             let op = Op::Exec {
                 sql: "DELETE FROM plugin_storage WHERE plugin = ?1",
                 params: vec![id.to_string().into()],

@@ -575,19 +575,26 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let never = p.approved.is_none();
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
     let res = if never {
-        store.remove_plugin(&plugin)
+        store.retire_plugin(&plugin)
     } else {
-        store.remove_copy(&plugin, Copy::Waiting)
+        store.retire_copy(&plugin, Copy::Waiting)
     };
-    if let Err(e) = res {
-        crate::error!(
-            "plugin {plugin}: unable to delete the waiting copy: {}",
-            crate::errors::io_cause(&e)
-        );
-        return Err(RpcError::new(
-            Code::Unavailable,
-            "the waiting copy could not be deleted",
-        ));
+    match res {
+        Ok(retired) => {
+            if let Some(old) = retired {
+                host::discard_copy(d, old);
+            }
+        }
+        Err(e) => {
+            crate::error!(
+                "plugin {plugin}: unable to delete the waiting copy: {}",
+                crate::errors::io_cause(&e)
+            );
+            return Err(RpcError::new(
+                Code::Unavailable,
+                "the waiting copy could not be deleted",
+            ));
+        }
     }
     if never {
         d.plugins.plugins.remove(&plugin);

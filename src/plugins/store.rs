@@ -359,11 +359,25 @@ impl Store {
         }
     }
 
-    /// Deletes everything of the plugin in the store.
-    pub fn remove_plugin(&self, id: &str) -> std::io::Result<()> {
-        match fs::remove_dir_all(self.plugin_dir(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+    /// Takes a copy out of the store by moving it aside (a rename): the
+    /// returned folder is for the caller to delete off the reactor, as in
+    /// [`Store::place_waiting`]. `None` when there is no such copy.
+    pub fn retire_copy(&self, id: &str, which: Copy) -> std::io::Result<Option<PathBuf>> {
+        self.retire(&self.copy_dir(id, which))
+    }
+
+    /// Takes everything of the plugin out of the store, as
+    /// [`Store::retire_copy`] does a copy.
+    pub fn retire_plugin(&self, id: &str) -> std::io::Result<Option<PathBuf>> {
+        self.retire(&self.plugin_dir(id))
+    }
+
+    fn retire(&self, dir: &Path) -> std::io::Result<Option<PathBuf>> {
+        let retired = self.retired_dir();
+        match fs::rename(dir, &retired) {
+            Ok(()) => Ok(Some(retired)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -496,6 +510,11 @@ impl Worker {
                 Err(format!("the {} thread is stopped", self.name))
             }
         }
+    }
+
+    /// Whether the thread ended (a job panicked): it takes nothing more.
+    pub fn stopped(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Lets the thread finish what is queued, and waits for it.
@@ -708,8 +727,10 @@ mod tests {
             w.queue(Box::new(|| {})),
             Err("the store-test thread is busy".to_string())
         );
+        assert!(!w.stopped());
         hold_tx.send(()).unwrap();
         w.finish();
+        assert!(w.stopped());
         assert_eq!(*seen.lock().unwrap(), vec![0, 1]);
         assert_eq!(
             w.queue(Box::new(|| {})),
