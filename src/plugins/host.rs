@@ -390,7 +390,10 @@ pub struct Host {
 /// What runs after a write of the records: `Ok` once it is durable.
 pub type AfterSave = Box<dyn FnOnce(&mut Daemon, Result<(), String>)>;
 
-/// The writes of plugins.json (module comment).
+/// The writes of plugins.json (module comment). What waits for a write
+/// is an answer to a request (a socket method, a plugin's task request, a
+/// removal), so the lists are bounded by the requests that can be in
+/// flight, not by how often the records change.
 #[derive(Default)]
 struct RecordWrites {
     /// The `plugin-records` thread, started on the first write.
