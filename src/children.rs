@@ -20,7 +20,7 @@ use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -174,12 +174,9 @@ impl Children {
         let mut child = cmd.spawn()?;
         let pid = child.id() as i32;
         roots.add(pid, owner.clone());
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1;
-        // the child cannot have been reaped yet (only we reap, on SIGCHLD,
-        // on this same thread).
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        // SAFETY: a non-negative return is a fresh descriptor owned by nobody else.
-        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+        // The child cannot have been reaped yet (only we reap, on SIGCHLD,
+        // on this same thread), so the pid is still its own.
+        let pidfd = crate::procs::pidfd_open(pid);
         self.next_id += 1;
         let id = self.next_id;
         let mut tok = || {
@@ -473,16 +470,9 @@ impl Children {
             }
         }
         if let Some(fd) = &child.pidfd {
-            // SAFETY: a live pidfd, a valid signal, no siginfo, no flags.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    sig,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            };
+            // A process already gone is no error here: the group below,
+            // or the reaping, finishes the job.
+            let _ = crate::procs::pidfd_send_signal(fd, sig);
         }
         if !child.exited {
             // SAFETY: the group id is the leader's pid, which is still ours

@@ -1,6 +1,8 @@
 //! Wall-clock time in the one form the daemon writes everywhere:
 //! `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, milliseconds), as the plugin API page
-//! (seed 000, "createdAt") and the ledger's `ts` column require.
+//! (seed 000, "createdAt") and the ledger's `ts` column require. It holds
+//! the daemon's one civil-calendar conversion: the HTTP `Date` field
+//! (`http::wire::http_date`) is built on [`civil_from_days`] too.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -64,7 +66,9 @@ pub fn parse_ts(s: &str) -> Option<i64> {
 }
 
 // Howard Hinnant's civil calendar algorithms (public domain), proleptic Gregorian.
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+
+/// The (year, month 1-12, day 1-31) of a count of days since 1970-01-01.
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

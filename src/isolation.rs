@@ -8,6 +8,9 @@
 //! thread after the daemon is ready (never on the start path, never on the
 //! reactor), and its answer is handed to the reactor.
 //!
+//! What every process the daemon starts finds programs with lives here
+//! too: [`DEFAULT_PATH`] and [`search_path`], the one copy of each.
+//!
 //! It also builds the namespace agents run in (issue 16, "Agents are
 //! contained"; `[agents] isolation`). Unlike a plugin or an acceptance
 //! command, an agent keeps the machine as the operator sees it: `/` is bound
@@ -62,14 +65,29 @@ use crate::config::AgentIsolation;
 /// The result: the bwrap that works, or why there is none.
 pub type Probe = Result<PathBuf, String>;
 
-/// Finds `name` on PATH, or takes it as a path when it has a slash.
+/// The PATH of a process the daemon starts when the daemon's own is unset
+/// or empty, and the whole PATH of a plugin, which never gets the daemon's
+/// (omniconfluxd(8), ENVIRONMENT; omniconflux-plugin(7)).
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The PATH agents, probes and acceptance commands run with, and where
+/// programs named without a slash are looked up: the daemon's own, or
+/// [`DEFAULT_PATH`] when it is unset, empty or not UTF-8.
+pub fn search_path() -> String {
+    std::env::var("PATH")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_PATH.into())
+}
+
+/// Finds `name` on [`search_path`], or takes it as a path when it has a
+/// slash.
 pub fn which(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         return p.is_file().then_some(p);
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
+    std::env::split_paths(&search_path())
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }

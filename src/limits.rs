@@ -309,6 +309,20 @@ pub const PLUGIN_MAX_COMMANDS_IN_FLIGHT: usize = 4;
 /// "plugin-limit: 20 plugins are installed." (seed 000)
 pub const PLUGIN_MAX_INSTALLED: usize = 20;
 
+/// Writes of plugins.json queued to the `plugin-records` thread: "Blocking
+/// file work runs on workers; plugin records [...] are written by a
+/// worker, never fsynced on the reactor" (issue 11). One runs at a time;
+/// changes made meanwhile are taken by the next write, so the queue never
+/// holds more than the one.
+pub const PLUGIN_RECORD_WRITES: usize = 1;
+
+/// plugin.install copies being made at once on the `plugin-install` thread
+/// ("`plugin.install` copies and hashes a folder tree", issue 11, off the
+/// reactor). One more is refused with `unavailable`; each copy may be up to
+/// `PLUGIN_FOLDER_MAX_BYTES`, so a few queued already keep the thread busy
+/// for seconds.
+pub const PLUGIN_INSTALLS_IN_FLIGHT: usize = 4;
+
 /// "crashes: Crashes in the last 10 minutes." (seed 000, plugin.get) The
 /// window of the crash count and of `crash-limit`.
 pub const PLUGIN_CRASH_WINDOW_MS: u64 = 10 * 60 * 1000;

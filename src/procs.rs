@@ -23,6 +23,11 @@
 //! peer that cannot be verified (it exited, lives in another pid namespace,
 //! or /proc is unreadable) is `unverified`, which like every class but
 //! operator is refused operator-only methods.
+//!
+//! It also holds the one copy of the process primitives every module that
+//! starts or watches a process uses: [`pidfd_open`] and
+//! [`pidfd_send_signal`], the only places the daemon makes those system
+//! calls, and [`signal_name`], the name an exit by signal is reported with.
 
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -216,17 +221,13 @@ pub fn peer_of(fd: RawFd) -> Option<Peer> {
         )
     };
     let pidfd = if r == 0 && pidfd >= 0 {
-        Some(pidfd)
+        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+        Some(unsafe { OwnedFd::from_raw_fd(pidfd) })
     } else if cred.pid > 0 {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, cred.pid, 0) };
-        (fd >= 0).then_some(fd as libc::c_int)
+        pidfd_open(cred.pid)
     } else {
         None
     };
-    // SAFETY: each fd above was just returned to us by the kernel and is
-    // owned by nothing else.
-    let pidfd = pidfd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     Some(Peer {
         pid: cred.pid,
         uid: cred.uid,
@@ -234,22 +235,91 @@ pub fn peer_of(fd: RawFd) -> Option<Peer> {
     })
 }
 
-/// Whether the process a pidfd names is still running.
-pub fn pidfd_alive(pidfd: &OwnedFd) -> bool {
+/// A pidfd pinning `pid` (pidfd_open(2), Linux 5.3+): signals through it
+/// can never reach a process that took the pid over later. `None` when the
+/// process is gone or the kernel has no pidfds. For a child of the daemon,
+/// call it before the child can be reaped (the daemon reaps only on its
+/// reactor thread, on SIGCHLD), so the pid is still the child's.
+pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    if pid <= 0 {
+        return None;
+    }
+    // SAFETY: pidfd_open takes a pid and flags (none), touches no memory of
+    // ours, and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a non-negative return is a descriptor the kernel just opened
+    // for us, owned by nothing else; a descriptor number fits a c_int.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Sends `sig` (0 only checks that it could be delivered) to the process a
+/// pidfd names.
+pub fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    // SAFETY: signal 0 only checks deliverability; the fd is a live pidfd.
+    // SAFETY: the descriptor is open for as long as the borrow; the siginfo
+    // pointer is null, which pidfd_send_signal allows (the kernel fills it
+    // as for kill(2)); no flags.
     let r = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
             pidfd.as_raw_fd(),
-            0,
+            sig,
             std::ptr::null::<libc::siginfo_t>(),
             0,
         )
     };
-    // EPERM: the process lives but belongs to another user (root calling a
-    // daemon that runs as its own user). Only ESRCH means it is gone.
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether the process a pidfd names is still running.
+pub fn pidfd_alive(pidfd: &OwnedFd) -> bool {
+    match pidfd_send_signal(pidfd, 0) {
+        Ok(()) => true,
+        // EPERM: the process lives but belongs to another user (root calling
+        // a daemon that runs as its own user). Only ESRCH means it is gone.
+        Err(e) => e.raw_os_error() == Some(libc::EPERM),
+    }
+}
+
+/// The name an exit by signal is reported with (`exit.signal` of sessions,
+/// `lastExit.signal` of plugins, the log): the signals a process can die
+/// of on Linux by name, any other as `SIG` and its number, which still
+/// matches the event schema's `^SIG[A-Z0-9]{1,16}$`.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGIO => "SIGIO",
+        libc::SIGPWR => "SIGPWR",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("SIG{sig}"),
+    };
+    name.to_string()
 }
 
 /// Classifies a connected peer: the public entry point other surfaces use.
@@ -393,5 +463,41 @@ mod tests {
         );
         let p = CallerClass::Plugin(Some("p".into()));
         assert_eq!(restrict_by_uid(p.clone(), 1001, 1000), p);
+    }
+
+    #[test]
+    fn a_pidfd_signals_its_process_and_sees_it_go() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let fd = pidfd_open(child.id() as i32).expect("a pidfd for our own child");
+        assert!(pidfd_alive(&fd));
+        pidfd_send_signal(&fd, libc::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(!pidfd_alive(&fd));
+        assert!(pidfd_open(0).is_none());
+        assert!(pidfd_open(-1).is_none());
+    }
+
+    #[test]
+    fn signals_are_named_as_the_event_schema_allows() {
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(libc::SIGTRAP), "SIGTRAP");
+        assert_eq!(signal_name(libc::SIGUSR1), "SIGUSR1");
+        assert_eq!(signal_name(libc::SIGSYS), "SIGSYS");
+        assert_eq!(signal_name(40), "SIG40");
+        for sig in 1..=64 {
+            let n = signal_name(sig);
+            let rest = n.strip_prefix("SIG").unwrap();
+            assert!((1..=16).contains(&rest.len()), "{n}");
+            assert!(
+                rest.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()),
+                "{n}"
+            );
+        }
     }
 }

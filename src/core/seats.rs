@@ -304,7 +304,7 @@ pub fn probe_all(d: &mut Daemon) {
     }
     d.core.seats.probing = true;
     let inbox = d.inbox.clone();
-    let path_var = crate::core::sessions::search_path();
+    let path_var = crate::isolation::search_path();
     let spawned = std::thread::Builder::new()
         .name("seat-probe".into())
         .spawn(move || {

@@ -64,7 +64,7 @@ use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
-use crate::procs::{CallerClass, Owner};
+use crate::procs::{CallerClass, Owner, signal_name};
 use crate::reactor::TimerId;
 
 const UPSERT_ROW: &str = "INSERT INTO sessions (id, harness, provider, transport, cwd, name, parent, model, created_at, agent_session_id, \
@@ -421,42 +421,13 @@ impl Effects {
     }
 }
 
-/// The PATH agents and probes run with: the daemon's own, or a default.
-pub fn search_path() -> String {
-    std::env::var("PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
-}
-
-pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        _ => return format!("SIG{sig}"),
-    };
-    name.to_string()
-}
-
 /// The constructed environment of an agent: a few variables of the
 /// daemon's own that programs need to find their home, locale and tools,
 /// the session id, then the seat's `env`. Nothing else of the daemon's
 /// environment (its socket, NOTIFY_SOCKET, credentials) reaches it.
 fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap<String, String>) {
     cmd.env_clear();
-    cmd.env("PATH", search_path());
+    cmd.env("PATH", crate::isolation::search_path());
     for k in [
         "HOME",
         "USER",

@@ -364,20 +364,7 @@ mod tests {
         assert_eq!(read(&mut r, Framing::Chunked, 10).unwrap(), b"ab");
     }
 
-    /// xorshift64*, as in `wire`'s fuzz checks.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::testutil::Rng;
 
     /// Chunked decoding stated separately from [`read`]: `None` when the
     /// bytes are not a valid chunked body within `limit`.

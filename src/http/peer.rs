@@ -19,7 +19,7 @@
 //! keeps its result on the connection).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// Parses a /proc/net/tcp{,6} address `HEX:PORT`. The kernel prints each
 /// 32-bit word of the address in host byte order.
@@ -110,13 +110,7 @@ pub fn peer_processes(theirs: SocketAddr, ours: SocketAddr) -> Vec<Holder> {
     holders(inode)
         .into_iter()
         .filter_map(|pid| {
-            // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd < 0 {
-                return None;
-            }
-            // SAFETY: the kernel just returned this fd to us; nothing else owns it.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+            let pidfd = crate::procs::pidfd_open(pid)?;
             // Still the process that holds the socket: the pid was not recycled
             // between the scan and the pidfd.
             holds(pid, &link).then_some(Holder { pid, pidfd })

@@ -499,7 +499,7 @@ fn summary(d: &Daemon, row: Option<&Row>, sid: &str) -> Option<Value> {
             "pending_approvals": s.open.len(),
             "usage": {"input_tokens": s.input_tokens, "output_tokens": s.output_tokens},
             "end_reason": s.end_reason.map(crate::agents::EndReason::wire_name),
-            "exit": s.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(core_sessions::signal_name)})),
+            "exit": s.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(crate::procs::signal_name)})),
             "transcript_len": s.transcript.len,
             "activity": activity_json(api, sid),
             "cursor": cursor(api),

@@ -518,16 +518,7 @@ pub fn http_date(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::clock::civil_from_days(days);
     format!(
         "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
         DAYS[days.rem_euclid(7) as usize],
@@ -668,23 +659,7 @@ mod tests {
     // The two must agree: nothing panics, nothing invalid is accepted,
     // nothing valid refused.
 
-    /// xorshift64*: deterministic, so a failure names its iteration.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
-            &from[self.below(from.len())]
-        }
-    }
+    use crate::testutil::Rng;
 
     /// Bytes a mutation inserts: the ones framing turns on, and some not.
     const NASTY: &[u8] = b"\r\n \t:;,=%+-/?#0123456789abcdefABCDEFHTPx\x00\x7f\x80\xc3\xa9\"";

@@ -155,9 +155,8 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
             c
         }
     };
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     cmd.env_clear()
-        .env("PATH", path)
+        .env("PATH", crate::isolation::search_path())
         .env("LANG", "C.UTF-8")
         .env("HOME", "/tmp")
         .env("CI", "true")
@@ -191,10 +190,8 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
     drop(cmd);
     let pid = child.id() as i32;
     let mut child = child;
-    // SAFETY: pidfd_open on our own unreaped child.
-    let pfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: a non-negative return is a fresh descriptor.
-    let pidfd = (pfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pfd as libc::c_int) });
+    // Our own child, not reaped yet: the pid is still its own.
+    let pidfd = crate::procs::pidfd_open(pid);
     let mut reader = std::fs::File::from(read_end);
     let mut tail: Vec<u8> = Vec::new();
     let deadline = Instant::now() + spec.timeout;

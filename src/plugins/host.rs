@@ -51,15 +51,29 @@
 //! - The ledger-record budget: each storage.set and storage.delete is one
 //!   record, a task request three (the request, its answer, its dispatch);
 //!   only a task request is refused for it.
+//!
+//! The records in plugins.json are written off the reactor, on the store's
+//! `plugin-records` thread ([`persist`]): at most one write runs; changes
+//! made while it runs are written by the next one, which takes the records
+//! as they are when it starts, so the last state is the one on disk. An
+//! answer that follows a change of the records ([`when_saved`]) goes out
+//! only once a write that holds the change has returned from its fsyncs;
+//! when that write fails the answer is `unavailable`, and the change stands
+//! in the running daemon (it is not rolled back) until the next write that
+//! succeeds. plugin.install copies and hashes the folder on the store's
+//! `plugin-install` thread ([`stage`]); deciding what to do with the copy
+//! and moving it into place stays here, in one step, so that no other
+//! request sees half of an install.
 
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::calls::{
     self, Call, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten, Subscribed,
 };
-use super::manifest::Manifest;
+use super::manifest::{Manifest, Problem, Snapshot};
 use super::process::{self, Isolation};
 use super::store::{self, Copy, Record, Store, Waiting};
 use super::tasks;
@@ -74,7 +88,7 @@ use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::{Appended, Op};
 use crate::limits;
-use crate::procs::Owner;
+use crate::procs::{Owner, signal_name};
 use crate::reactor::TimerId;
 
 /// Why a run ended against the host's will.
@@ -369,6 +383,60 @@ pub struct Host {
     lanes_copy: Option<(Instant, Vec<calls::LaneItem>)>,
     next_run_no: u64,
     watching: bool,
+    records: RecordWrites,
+    installs: Installs,
+}
+
+/// What runs after a write of the records: `Ok` once it is durable.
+pub type AfterSave = Box<dyn FnOnce(&mut Daemon, Result<(), String>)>;
+
+/// The writes of plugins.json (module comment). What waits for a write
+/// is an answer to a request (a socket method, a plugin's task request, a
+/// removal), so the lists are bounded by the requests that can be in
+/// flight, not by how often the records change.
+#[derive(Default)]
+struct RecordWrites {
+    /// The `plugin-records` thread, started on the first write.
+    worker: Option<store::Worker>,
+    /// A write runs; what waits for it.
+    running: Option<Vec<AfterSave>>,
+    /// The records changed since the running write copied them; what waits
+    /// for the write after it.
+    next: Option<Vec<AfterSave>>,
+    /// How many changes were asked for, ever ([`records_asked`]).
+    asked: u64,
+}
+
+/// What runs once plugin.install's copy is made (or failed).
+type AfterStage = Box<dyn FnOnce(&mut Daemon, Result<(PathBuf, Snapshot), Problem>)>;
+
+/// plugin.install's copies in the making (module comment).
+#[derive(Default)]
+struct Installs {
+    /// The `plugin-install` thread, started on the first install.
+    worker: Option<store::Worker>,
+    /// Copies queued or in the making, by ticket.
+    waiting: HashMap<u64, AfterStage>,
+    next_ticket: u64,
+}
+
+impl Drop for Host {
+    /// The last step of a stop, after the reactor is gone: a write that
+    /// runs is finished, and changes no write has taken yet are written
+    /// here, so that a stop that ran out of time loses no record.
+    fn drop(&mut self) {
+        if let Some(w) = &mut self.records.worker {
+            w.finish();
+        }
+        if self.records.next.is_some() || self.records.running.is_some() {
+            if let Some(store) = &self.store {
+                let recs = self.plugins.values().map(|p| p.rec.clone()).collect();
+                if let Err(e) = store.save(recs) {
+                    crate::error!("{e}");
+                }
+            }
+        }
+    }
 }
 
 /// Loads the store's records and each plugin's storage from the ledger.
@@ -390,6 +458,8 @@ pub fn load(paths: &crate::config::Paths) -> Host {
         lanes_copy: None,
         next_run_no: 0,
         watching: false,
+        records: RecordWrites::default(),
+        installs: Installs::default(),
     };
     let Some(store) = store else { return host };
     store.sweep();
@@ -404,8 +474,12 @@ pub fn load(paths: &crate::config::Paths) -> Host {
             .and_then(|a| loaded_of(&store, &p.rec.plugin, &a));
         host.plugins.insert(p.rec.plugin.clone(), p);
     }
+    // At start, before the reactor serves anyone: written here and now.
     if changed {
-        save_records(&store, &host.plugins);
+        let recs = host.plugins.values().map(|p| p.rec.clone()).collect();
+        if let Err(e) = store.save(recs) {
+            crate::error!("{e}");
+        }
     }
     if let Ok(conn) = rusqlite::Connection::open_with_flags(
         &paths.ledger,
@@ -490,24 +564,208 @@ pub fn loaded_of(store: &Store, id: &str, a: &store::Approval) -> Option<Loaded>
     })
 }
 
-/// Writes plugins.json from the records in memory.
-pub fn save_records(store: &Store, plugins: &BTreeMap<String, Plugin>) -> bool {
-    let recs: Vec<Record> = plugins.values().map(|p| p.rec.clone()).collect();
-    match store.save(&recs) {
-        Ok(()) => true,
+/// The records changed: they are written on the `plugin-records` thread
+/// (module comment). A failed write is logged.
+pub fn persist(d: &mut Daemon) {
+    d.plugins.records.asked += 1;
+    if d.plugins.store.is_none() {
+        return;
+    }
+    if d.plugins.records.running.is_some() {
+        d.plugins.records.next.get_or_insert_with(Vec::new);
+    } else {
+        start_write(d, Vec::new());
+    }
+}
+
+/// How many changes of the records were asked for so far: a caller that
+/// sees it move knows the records changed under it.
+pub fn records_asked(d: &Daemon) -> u64 {
+    d.plugins.records.asked
+}
+
+/// Runs `then` once every change of the records asked for so far is on
+/// disk, or with the error of the write that was to hold it. With no
+/// store, at once with an error; with nothing to write, at once.
+pub fn when_saved(d: &mut Daemon, then: impl FnOnce(&mut Daemon, Result<(), String>) + 'static) {
+    if d.plugins.store.is_none() {
+        return then(d, Err("the plugin store cannot be used".into()));
+    }
+    let w = &mut d.plugins.records;
+    if let Some(v) = w.next.as_mut().or(w.running.as_mut()) {
+        v.push(Box::new(then));
+    } else {
+        then(d, Ok(()));
+    }
+}
+
+/// [`persist`], then `then` as in [`when_saved`].
+pub fn persist_then(d: &mut Daemon, then: impl FnOnce(&mut Daemon, Result<(), String>) + 'static) {
+    persist(d);
+    when_saved(d, then);
+}
+
+/// Starts a write of the records as they are now; `waiters` wait for it.
+fn start_write(d: &mut Daemon, waiters: Vec<AfterSave>) {
+    let Some(store) = &d.plugins.store else {
+        return;
+    };
+    let root = store.root.clone();
+    let recs: Vec<Record> = d.plugins.plugins.values().map(|p| p.rec.clone()).collect();
+    let inbox = d.inbox.clone();
+    let job: store::Job = Box::new(move || {
+        let written = store::write_records(&root, recs);
+        inbox.run(move |d| records_written(d, written));
+    });
+    let w = &mut d.plugins.records;
+    if w.worker.is_none() {
+        match store::Worker::spawn("plugin-records", limits::PLUGIN_RECORD_WRITES) {
+            Ok(t) => w.worker = Some(t),
+            Err(e) => crate::error!("unable to start the plugin-records thread: {e}"),
+        }
+    }
+    // At most one write runs, so the queue has room unless the thread is
+    // gone; then the write fails, reported on the next turn of the loop
+    // rather than into the middle of the change that asked for it.
+    let queued = match &w.worker {
+        Some(t) => t.queue(job),
+        None => Err("the plugin-records thread is not running".into()),
+    };
+    w.running = Some(waiters);
+    if let Err(e) = queued {
+        w.worker = None;
+        let why = format!("unable to write the plugin records: {e}");
+        d.reactor
+            .schedule(Duration::ZERO, move |d| records_written(d, Err(why)));
+    }
+}
+
+/// A write of the records returned: the next one starts, if the records
+/// changed meanwhile, then what waited for this one runs.
+fn records_written(d: &mut Daemon, result: Result<(), String>) {
+    let waiters = d.plugins.records.running.take().unwrap_or_default();
+    if let Err(e) = &result {
+        crate::error!("{e}");
+    }
+    if let Some(next) = d.plugins.records.next.take() {
+        start_write(d, next);
+    }
+    for then in waiters {
+        then(d, result.clone());
+    }
+}
+
+/// Whether no write of the records runs or waits.
+fn records_idle(d: &Daemon) -> bool {
+    d.plugins.records.running.is_none() && d.plugins.records.next.is_none()
+}
+
+/// Copies the folder at `src` into the store and checks the copy, on the
+/// `plugin-install` thread; `then` runs here with the staging folder and
+/// its snapshot. Refused (`unavailable`) when the thread cannot take it.
+pub fn stage(
+    d: &mut Daemon,
+    src: PathBuf,
+    then: impl FnOnce(&mut Daemon, Result<(PathBuf, Snapshot), Problem>) + 'static,
+) -> Result<(), RpcError> {
+    let Some(store) = &d.plugins.store else {
+        return Err(RpcError::new(
+            Code::Unavailable,
+            "the plugin store cannot be used; the log says why",
+        ));
+    };
+    let i = &mut d.plugins.installs;
+    if i.waiting.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
+        return Err(RpcError::new(
+            Code::Unavailable,
+            format!(
+                "{} plugin installs are being copied; try again",
+                limits::PLUGIN_INSTALLS_IN_FLIGHT
+            ),
+        ));
+    }
+    if let Err(e) = install_worker(i) {
+        crate::error!("{e}");
+        return Err(RpcError::new(
+            Code::Unavailable,
+            "the plugin install thread cannot be started; the log says why",
+        ));
+    }
+    i.next_ticket += 1;
+    let ticket = i.next_ticket;
+    let root = store.root.clone();
+    let inbox = d.inbox.clone();
+    let job: store::Job = Box::new(move || {
+        let staged = store::stage(&root, &src);
+        inbox.run(move |d| {
+            if let Some(then) = d.plugins.installs.waiting.remove(&ticket) {
+                then(d, staged);
+            }
+        });
+    });
+    let queued = match &i.worker {
+        Some(t) => t.queue(job),
+        None => Err("the plugin-install thread is not running".into()),
+    };
+    match queued {
+        Ok(()) => {
+            i.waiting.insert(ticket, Box::new(then));
+            Ok(())
+        }
         Err(e) => {
-            crate::error!("{e}");
-            false
+            crate::error!("unable to copy a plugin folder: {e}");
+            Err(RpcError::new(
+                Code::Unavailable,
+                "the plugin install thread cannot take the copy; the log says why",
+            ))
         }
     }
 }
 
-/// Saves the records; false (after logging) when the store cannot.
-pub fn persist(d: &Daemon) -> bool {
-    match &d.plugins.store {
-        Some(s) => save_records(s, &d.plugins.plugins),
-        None => false,
+/// Deletes a copy the store no longer needs (a staging folder an install
+/// did not keep, a copy an install or an approval replaced, a copy
+/// discarded, a plugin removed) on the `plugin-install` thread. One
+/// that cannot be queued is left to the sweep at the next start, which
+/// deletes every `.staging-` and `.retired-` folder.
+pub fn discard_copy(d: &mut Daemon, dir: PathBuf) {
+    let name = dir.display().to_string();
+    let job: store::Job = Box::new(move || {
+        let gone = std::fs::remove_dir_all(&dir);
+        if let Some(e) = gone
+            .as_ref()
+            .err()
+            .filter(|e| e.kind() != std::io::ErrorKind::NotFound)
+        {
+            crate::warn!(
+                "unable to delete {}: {}",
+                dir.display(),
+                crate::errors::io_cause(e)
+            );
+        }
+    });
+    let i = &mut d.plugins.installs;
+    let queued = install_worker(i).and_then(|()| match &i.worker {
+        Some(t) => t.queue(job),
+        None => Err("the plugin-install thread is not running".into()),
+    });
+    if let Err(e) = queued {
+        crate::warn!("{name} is left for the next start to delete: {e}");
     }
+}
+
+/// Starts the `plugin-install` thread unless it runs.
+fn install_worker(i: &mut Installs) -> Result<(), String> {
+    if i.worker.as_ref().is_some_and(store::Worker::stopped) {
+        i.worker = None;
+    }
+    if i.worker.is_none() {
+        // Room for every copy in flight and the deletion each may ask for;
+        // deletions queued beyond that wait for the next start's sweep.
+        let t = store::Worker::spawn("plugin-install", 2 * limits::PLUGIN_INSTALLS_IN_FLIGHT)
+            .map_err(|e| format!("unable to start the plugin-install thread: {e}"))?;
+        i.worker = Some(t);
+    }
+    Ok(())
 }
 
 /// Starts every approved, enabled plugin and the watch, and finishes
@@ -1602,29 +1860,6 @@ fn crashed(d: &mut Daemon, id: &str, f: Fault) {
     }
 }
 
-fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        libc::SIGSYS => "SIGSYS",
-        _ => return format!("SIG{sig}"),
-    }
-    .to_string()
-}
-
 /// A lane neither merged nor closed (seed 000, plugin.get lanes).
 pub fn lane_at_work(l: &crate::lanes::controller::Lane) -> bool {
     use crate::lanes::machine::Stage;
@@ -1727,8 +1962,11 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
     let Some(store) = &d.plugins.store else {
         return;
     };
-    match store.remove_plugin(id) {
-        Ok(()) => {
+    match store.retire_plugin(id) {
+        Ok(retired) => {
+            if let Some(old) = retired {
+                discard_copy(d, old);
+            }
             let op = Op::Exec {
                 sql: "DELETE FROM plugin_storage WHERE plugin = ?1",
                 params: vec![id.to_string().into()],
@@ -1740,10 +1978,11 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
                     if let Some(p) = d.plugins.plugins.get_mut(&owner) {
                         p.rec.removal = Some("remove-failed".into());
                     }
-                    persist(d);
-                    if let Some(req) = req {
-                        d.answer(req, Err(RpcError::new(Code::Unavailable, "the plugin's data could not be deleted; it stays remove-pending")));
-                    }
+                    persist_then(d, move |d, _| {
+                        if let Some(req) = req {
+                            d.answer(req, Err(RpcError::new(Code::Unavailable, "the plugin's data could not be deleted; it stays remove-pending")));
+                        }
+                    });
                     return;
                 }
                 let (stopped, mut worktrees) = d
@@ -1751,7 +1990,6 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
                     .plugins
                     .remove(&owner)
                     .map_or((0, Vec::new()), |p| (p.stopped_sessions, p.removal.worktrees));
-                persist(d);
                 crate::info!("plugin {owner} removed");
                 // Newest requests first, each worktree once, at most 50.
                 worktrees.sort_by(|a, b| b.0.cmp(&a.0));
@@ -1761,9 +1999,16 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
                         listed.push(w);
                     }
                 }
-                if let Some(req) = req {
-                    d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped.min(limits::PLUGIN_REMOVE_STOPPED_MAX), "worktrees": listed})));
-                }
+                // The folder and the storage are gone whatever the record
+                // says, so the answer is the removal's even when the record
+                // could not be written (the log says so; the record left
+                // on disk says remove-pending, and the next start finishes
+                // the removal).
+                persist_then(d, move |d, _| {
+                    if let Some(req) = req {
+                        d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped.min(limits::PLUGIN_REMOVE_STOPPED_MAX), "worktrees": listed})));
+                    }
+                });
             });
         }
         Err(e) => {
@@ -1774,16 +2019,17 @@ pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
             if let Some(p) = d.plugins.plugins.get_mut(id) {
                 p.rec.removal = Some("remove-failed".into());
             }
-            persist(d);
-            if let Some(req) = req {
-                d.answer(
-                    req,
-                    Err(RpcError::new(
-                        Code::Unavailable,
-                        "the plugin's folder could not be deleted; it stays remove-pending",
-                    )),
-                );
-            }
+            persist_then(d, move |d, _| {
+                if let Some(req) = req {
+                    d.answer(
+                        req,
+                        Err(RpcError::new(
+                            Code::Unavailable,
+                            "the plugin's folder could not be deleted; it stays remove-pending",
+                        )),
+                    );
+                }
+            });
         }
     }
 }
@@ -1799,20 +2045,21 @@ fn abort_timed_out(d: &mut Daemon, id: &str) {
     p.rec.removal = Some("remove-failed".into());
     let n = p.removal.aborting.len();
     let req = p.removal.parked.as_mut().and_then(Option::take);
-    persist(d);
     crate::warn!(
         "plugin {id}: {n} aborted dispatch(es) did not end in {} ms; it stays remove-pending",
         d.cfg.plugins.remove_abort_timeout_ms
     );
-    if let Some(req) = req {
-        d.answer(
-            req,
-            Err(RpcError::new(
-                Code::PluginRemovePending,
-                format!("{n} dispatch(es) of the plugin did not end when aborted; it stays remove-pending and the daemon finishes the removal when they end"),
-            )),
-        );
-    }
+    persist_then(d, move |d, _| {
+        if let Some(req) = req {
+            d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::PluginRemovePending,
+                    format!("{n} dispatch(es) of the plugin did not end when aborted; it stays remove-pending and the daemon finishes the removal when they end"),
+                )),
+            );
+        }
+    });
 }
 
 /// Offers committed events to the running plugins (module comment).
@@ -2026,9 +2273,10 @@ pub fn stop_all(d: &mut Daemon) {
     }
 }
 
-/// True when no plugin process is left.
+/// True when no plugin process is left and no write of the records runs
+/// or waits.
 pub fn all_stopped(d: &Daemon) -> bool {
-    d.plugins.by_child.is_empty()
+    d.plugins.by_child.is_empty() && records_idle(d)
 }
 
 /// Kills what is left of every plugin: the last step of a daemon stop.

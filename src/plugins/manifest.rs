@@ -79,6 +79,21 @@ use crate::limits;
 /// The manifest's file name, at the top of the plugin's folder.
 pub const MANIFEST_FILE: &str = "omniconflux-plugin.json";
 
+/// Every member a manifest may have, in the page's order (seed 000,
+/// "Manifest"), which is also the order of plugin.get's diff fields.
+pub const MEMBERS: [&str; 10] = [
+    "manifestVersion",
+    "api",
+    "id",
+    "name",
+    "version",
+    "description",
+    "publisher",
+    "main",
+    "permissions",
+    "commands",
+];
+
 /// Whether a command takes the operator's line of input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandInput {
@@ -283,22 +298,7 @@ impl Manifest {
         let Value::Object(o) = value else {
             return Err(invalid("the file is not a JSON object"));
         };
-        reject_unknown(
-            &o,
-            &[
-                "manifestVersion",
-                "api",
-                "id",
-                "name",
-                "version",
-                "description",
-                "publisher",
-                "main",
-                "permissions",
-                "commands",
-            ],
-            "the manifest",
-        )?;
+        reject_unknown(&o, &MEMBERS, "the manifest")?;
         if o.get("manifestVersion").and_then(Value::as_u64) != Some(1) {
             return Err(invalid("manifestVersion must be 1"));
         }

@@ -198,18 +198,7 @@ mod schema_tests {
             .keys()
             .map(String::as_str)
             .collect();
-        for m in [
-            "manifestVersion",
-            "api",
-            "id",
-            "name",
-            "version",
-            "description",
-            "publisher",
-            "main",
-            "permissions",
-            "commands",
-        ] {
+        for m in super::manifest::MEMBERS {
             assert!(members.contains(&m), "{m}");
         }
     }

@@ -197,7 +197,7 @@ pub fn command(cfg: &PluginsSection, iso: &Isolation, spec: &Spec) -> Result<Com
     };
     cmd.current_dir(spec.work)
         .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("PATH", crate::isolation::DEFAULT_PATH)
         .env("HOME", spec.work)
         .env("TMPDIR", "/tmp")
         .env("LANG", "C.UTF-8");

@@ -11,11 +11,22 @@
 //! <state>/plugins/<id>/waiting/     the copy that waits for approval
 //! <state>/plugins/<id>/work/        the plugin's own working directory
 //! <state>/plugins/.staging-<hex>/   a copy being made by plugin.install
+//! <state>/plugins/.retired-<hex>/   a copy replaced, being deleted
 //! ```
 //!
 //! `plugins.json` is written to a temporary file, fsynced, renamed over the
 //! old one, and the directory fsynced, so a crash leaves the old or the new
 //! record, never a mix.
+//!
+//! The reactor never waits for that (DESIGN.md, "Threads and ownership":
+//! anything that fsyncs outside the ledger runs on its own thread): the
+//! records are written by the `plugin-records` thread, which also syncs
+//! the plugin folders that renames on the reactor changed, before the
+//! record that names them; the copying and hashing of plugin.install, and
+//! the deletion of the copies installs and approvals replace, run on the
+//! `plugin-install` thread. Each is a [`Worker`]: one thread,
+//! a bounded queue, jobs run in the order they were queued; the host
+//! (`super::host`) keeps the bookkeeping of what waits for them.
 //!
 //! Decisions where the page is silent:
 //! - The approval's integrity check is an HMAC-SHA256, keyed with
@@ -31,6 +42,7 @@
 //!   ([`raw_entries`]), so the operator sees what changed; such a copy
 //!   cannot be approved.
 
+use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::fs;
@@ -273,106 +285,62 @@ impl Store {
             out.push(r);
         }
         if !out.is_empty() {
-            if let Err(e) = self.save(&out) {
+            if let Err(e) = self.save(out.clone()) {
                 crate::error!("{e}");
             }
         }
         out
     }
 
-    /// Writes plugins.json atomically (module comment).
-    pub fn save(&self, records: &[Record]) -> Result<(), String> {
-        let path = self.root.join("plugins.json");
-        let tmp = self.root.join(".plugins.json.tmp");
-        let mut sorted = records.to_vec();
-        sorted.sort_by(|a, b| a.plugin.cmp(&b.plugin));
-        let text = serde_json::to_vec_pretty(&File {
-            version: 1,
-            plugins: sorted,
-        })
-        .map_err(|e| e.to_string())?;
-        let res = (|| -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&text)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            sync_dir(&self.root);
-            Ok(())
-        })();
-        res.map_err(|e| format!("unable to write {}: {}", path.display(), io_cause(&e)))
+    /// Writes plugins.json; blocking, so only at start, before the reactor
+    /// serves anyone (later writes go through the `plugin-records` thread).
+    pub fn save(&self, records: Vec<Record>) -> Result<(), String> {
+        write_records(&self.root, records)
     }
 
-    /// Checks the folder at `src`, copies it into a staging folder of the
-    /// store and checks the copy. Returns the staging folder and the copy's
-    /// snapshot; the copy's hash must equal the source's.
-    pub fn stage(&self, src: &Path) -> Result<(PathBuf, Snapshot), Problem> {
-        let first = manifest::check_folder(src)?;
-        let mut b = [0u8; 8];
-        let _ = getrandom::fill(&mut b);
-        let staging = self.root.join(format!(".staging-{}", hex(&b)));
-        let src_real = fs::canonicalize(src).map_err(|_| {
-            Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened")
-        })?;
-        if let Err(e) = mkdir_private(&staging).and_then(|_| copy_tree(&src_real, &staging)) {
-            let _ = fs::remove_dir_all(&staging);
-            if e.get_ref().is_some_and(|i| i.is::<GrewPastCheck>()) {
-                return Err(Problem::new(
-                    ProblemCode::FileTooLarge,
-                    GrewPastCheck.to_string(),
-                ));
-            }
-            return Err(Problem::new(
-                ProblemCode::FolderUnreadable,
-                format!("the folder cannot be copied: {}", io_cause(&e)),
-            ));
-        }
-        match manifest::check_folder(&staging) {
-            Ok(copy) if copy.hash == first.hash => Ok((staging, copy)),
-            Ok(_) => {
-                let _ = fs::remove_dir_all(&staging);
-                Err(Problem::new(
-                    ProblemCode::FolderUnreadable,
-                    "the folder changed while it was copied",
-                ))
-            }
-            Err(p) => {
-                let _ = fs::remove_dir_all(&staging);
-                Err(p)
-            }
-        }
-    }
-
-    /// Moves a staged copy in as the plugin's waiting copy.
-    pub fn place_waiting(&self, id: &str, staging: &Path) -> std::io::Result<()> {
+    /// Moves a staged copy in as the plugin's waiting copy. A copy that
+    /// waited before is moved aside, not deleted: the returned folder is
+    /// for the caller to delete off the reactor ([`Worker`]).
+    pub fn place_waiting(&self, id: &str, staging: &Path) -> std::io::Result<Option<PathBuf>> {
         mkdir_private(&self.plugin_dir(id))?;
         let dst = self.copy_dir(id, Copy::Waiting);
-        if dst.exists() {
-            fs::remove_dir_all(&dst)?;
-        }
+        let retired = if dst.exists() {
+            let retired = self.retired_dir();
+            fs::rename(&dst, &retired)?;
+            Some(retired)
+        } else {
+            None
+        };
+        // Made durable by the next write of the records, which the answer
+        // waits for ([`write_records`]).
         fs::rename(staging, &dst)?;
-        sync_dir(&self.plugin_dir(id));
-        Ok(())
+        Ok(retired)
     }
 
-    /// Puts the waiting copy in force: it replaces the approved copy.
-    pub fn promote_waiting(&self, id: &str) -> std::io::Result<()> {
+    /// Puts the waiting copy in force: it replaces the approved copy,
+    /// which is moved aside for the caller to delete off the reactor, as
+    /// in [`Store::place_waiting`].
+    pub fn promote_waiting(&self, id: &str) -> std::io::Result<Option<PathBuf>> {
         let approved = self.copy_dir(id, Copy::Approved);
         let waiting = self.copy_dir(id, Copy::Waiting);
-        if approved.exists() {
-            let mut b = [0u8; 8];
-            let _ = getrandom::fill(&mut b);
-            let retired = self.root.join(format!(".retired-{}", hex(&b)));
+        let retired = if approved.exists() {
+            let retired = self.retired_dir();
             fs::rename(&approved, &retired)?;
-            let _ = fs::remove_dir_all(&retired);
-        }
+            Some(retired)
+        } else {
+            None
+        };
+        // Made durable by the next write of the records ([`write_records`]).
         fs::rename(&waiting, &approved)?;
-        sync_dir(&self.plugin_dir(id));
-        Ok(())
+        Ok(retired)
+    }
+
+    /// A new name for a copy on its way out; the sweep at start deletes
+    /// any a stop left behind.
+    fn retired_dir(&self) -> PathBuf {
+        let mut b = [0u8; 8];
+        let _ = getrandom::fill(&mut b);
+        self.root.join(format!(".retired-{}", hex(&b)))
     }
 
     /// Moves the approved copy aside to wait (files-changed, store-changed).
@@ -391,11 +359,25 @@ impl Store {
         }
     }
 
-    /// Deletes everything of the plugin in the store.
-    pub fn remove_plugin(&self, id: &str) -> std::io::Result<()> {
-        match fs::remove_dir_all(self.plugin_dir(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+    /// Takes a copy out of the store by moving it aside (a rename): the
+    /// returned folder is for the caller to delete off the reactor, as in
+    /// [`Store::place_waiting`]. `None` when there is no such copy.
+    pub fn retire_copy(&self, id: &str, which: Copy) -> std::io::Result<Option<PathBuf>> {
+        self.retire(&self.copy_dir(id, which))
+    }
+
+    /// Takes everything of the plugin out of the store, as
+    /// [`Store::retire_copy`] does a copy.
+    pub fn retire_plugin(&self, id: &str) -> std::io::Result<Option<PathBuf>> {
+        self.retire(&self.plugin_dir(id))
+    }
+
+    fn retire(&self, dir: &Path) -> std::io::Result<Option<PathBuf>> {
+        let retired = self.retired_dir();
+        match fs::rename(dir, &retired) {
+            Ok(()) => Ok(Some(retired)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -409,6 +391,137 @@ impl Store {
                     let _ = fs::remove_dir_all(e.path());
                 }
             }
+        }
+    }
+}
+
+/// Writes plugins.json under the store's `root` atomically (module
+/// comment), the records sorted by plugin id. Each plugin's folder is
+/// synced first, so that the copies a record names, moved in by renames
+/// on the reactor, are on disk before the record is.
+pub fn write_records(root: &Path, mut records: Vec<Record>) -> Result<(), String> {
+    let path = root.join("plugins.json");
+    let tmp = root.join(".plugins.json.tmp");
+    records.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    for r in &records {
+        sync_dir(&root.join(&r.plugin));
+    }
+    let text = serde_json::to_vec_pretty(&File {
+        version: 1,
+        plugins: records,
+    })
+    .map_err(|e| e.to_string())?;
+    let res = (|| -> std::io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        sync_dir(root);
+        Ok(())
+    })();
+    res.map_err(|e| format!("unable to write {}: {}", path.display(), io_cause(&e)))
+}
+
+/// Checks the folder at `src`, copies it into a staging folder of the
+/// store under `root` and checks the copy. Returns the staging folder and
+/// the copy's snapshot; the copy's hash must equal the source's. Blocking:
+/// it runs on the `plugin-install` thread.
+pub fn stage(root: &Path, src: &Path) -> Result<(PathBuf, Snapshot), Problem> {
+    let first = manifest::check_folder(src)?;
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    let staging = root.join(format!(".staging-{}", hex(&b)));
+    let src_real = fs::canonicalize(src)
+        .map_err(|_| Problem::new(ProblemCode::FolderUnreadable, "the folder cannot be opened"))?;
+    if let Err(e) = mkdir_private(&staging).and_then(|_| copy_tree(&src_real, &staging)) {
+        let _ = fs::remove_dir_all(&staging);
+        if e.get_ref().is_some_and(|i| i.is::<GrewPastCheck>()) {
+            return Err(Problem::new(
+                ProblemCode::FileTooLarge,
+                GrewPastCheck.to_string(),
+            ));
+        }
+        return Err(Problem::new(
+            ProblemCode::FolderUnreadable,
+            format!("the folder cannot be copied: {}", io_cause(&e)),
+        ));
+    }
+    match manifest::check_folder(&staging) {
+        Ok(copy) if copy.hash == first.hash => Ok((staging, copy)),
+        Ok(_) => {
+            let _ = fs::remove_dir_all(&staging);
+            Err(Problem::new(
+                ProblemCode::FolderUnreadable,
+                "the folder changed while it was copied",
+            ))
+        }
+        Err(p) => {
+            let _ = fs::remove_dir_all(&staging);
+            Err(p)
+        }
+    }
+}
+
+/// Work for a [`Worker`]'s thread.
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// One thread that does the store's blocking file work, in the order it
+/// is queued, from a bounded queue. The reactor queues with
+/// [`Worker::queue`], which never waits: a full queue is the caller's to
+/// answer.
+pub struct Worker {
+    name: &'static str,
+    tx: Option<Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the thread `name` with room for `queue` jobs.
+    pub fn spawn(name: &'static str, queue: usize) -> std::io::Result<Worker> {
+        let (tx, rx) = bounded::<Job>(queue);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })?;
+        Ok(Worker {
+            name,
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `job`; the error says why it could not be.
+    pub fn queue(&self, job: Job) -> Result<(), String> {
+        let Some(tx) = &self.tx else {
+            return Err(format!("the {} thread is stopped", self.name));
+        };
+        match tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(format!("the {} thread is busy", self.name)),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(format!("the {} thread is stopped", self.name))
+            }
+        }
+    }
+
+    /// Whether the thread ended (a job panicked): it takes nothing more.
+    pub fn stopped(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Lets the thread finish what is queued, and waits for it.
+    pub fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
@@ -537,20 +650,6 @@ pub fn manifest_json(dir: &Path) -> Option<Value> {
     v.is_object().then_some(v)
 }
 
-/// The manifest members in the order of plugin.get's diff field list.
-pub const DIFF_MEMBERS: [&str; 10] = [
-    "manifestVersion",
-    "api",
-    "id",
-    "name",
-    "version",
-    "description",
-    "publisher",
-    "main",
-    "permissions",
-    "commands",
-];
-
 /// plugin.get's `waiting.diff`: one entry per manifest member that differs,
 /// then the files entry (seed 000, plugin.get).
 pub fn diff(
@@ -560,7 +659,8 @@ pub fn diff(
     let mut out = Vec::new();
     let member =
         |m: Option<&Value>, k: &str| m.and_then(|v| v.get(k)).cloned().unwrap_or(Value::Null);
-    for k in DIFF_MEMBERS {
+    // The manifest members in the order of plugin.get's diff field list.
+    for k in manifest::MEMBERS {
         let b = member(before.map(|b| b.0), k);
         let a = member(after.0, k);
         if a != b {
@@ -598,4 +698,52 @@ pub fn diff(
         .collect();
     out.push(json!({"field": "files", "added": added, "removed": removed, "changed": changed, "paths": paths}));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn a_worker_runs_jobs_in_order_refuses_past_its_queue_and_finishes_them() {
+        let mut w = Worker::spawn("store-test", 2).unwrap();
+        let (hold_tx, hold_rx) = crossbeam_channel::bounded::<()>(0);
+        let (started_tx, started_rx) = crossbeam_channel::bounded::<()>(0);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        // The first job holds the thread until the test lets it go.
+        w.queue(Box::new(move || {
+            started_tx.send(()).unwrap();
+            hold_rx.recv().unwrap();
+        }))
+        .unwrap();
+        started_rx.recv().unwrap();
+        for n in 0..2 {
+            let seen = seen.clone();
+            w.queue(Box::new(move || seen.lock().unwrap().push(n)))
+                .unwrap();
+        }
+        assert_eq!(
+            w.queue(Box::new(|| {})),
+            Err("the store-test thread is busy".to_string())
+        );
+        assert!(!w.stopped());
+        hold_tx.send(()).unwrap();
+        w.finish();
+        assert!(w.stopped());
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1]);
+        assert_eq!(
+            w.queue(Box::new(|| {})),
+            Err("the store-test thread is stopped".to_string())
+        );
+    }
+
+    #[test]
+    fn records_are_written_sorted_and_read_back() {
+        let dir = crate::testutil::TempDir::new("store-records");
+        let store = Store::open(dir.path()).unwrap();
+        write_records(&store.root, vec![Record::new("zeta"), Record::new("alpha")]).unwrap();
+        let back: Vec<String> = store.load().into_iter().map(|r| r.plugin).collect();
+        assert_eq!(back, vec!["alpha", "zeta"]);
+    }
 }

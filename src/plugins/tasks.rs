@@ -587,7 +587,10 @@ fn landed(d: &mut Daemon, rid: &str, how: Landing) {
     };
     if let Some((wid, run_no)) = waiter {
         let line = answer.and_then(|v| wire::encode_response(&wid, &v));
-        host::reply(d, &plugin, run_no, &wid, line);
+        // Once the record that lists the lane is on disk (host::persist
+        // above); a record that could not be written is logged, and the
+        // lane is in the ledger either way.
+        host::when_saved(d, move |d, _| host::reply(d, &plugin, run_no, &wid, line));
     }
 }
 

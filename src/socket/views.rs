@@ -83,7 +83,7 @@ pub fn session(s: &Session, node: &str) -> Value {
             "tokens": s.input_tokens + s.output_tokens,
             "last_activity": s.last_activity_ms.map(crate::clock::format_ts),
         },
-        "exit": s.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(crate::core::sessions::signal_name)})),
+        "exit": s.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(crate::procs::signal_name)})),
     })
 }
 

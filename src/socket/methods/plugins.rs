@@ -14,9 +14,15 @@
 //! is `agent-session` in `installedBy` (it is not the operator); a second
 //! plugin.remove while the first waits for the process answers
 //! `plugin-remove-pending`.
+//!
+//! A method that changed the plugin records answers once they are on disk
+//! (`host::when_saved`), `unavailable` when they could not be written.
+//! plugin.install answers once its copy is made on the install thread
+//! (`host::stage`), checked, put in place and recorded.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::path::PathBuf;
 
 use super::{params, require_operator};
 use crate::daemon::{Daemon, Req};
@@ -24,7 +30,9 @@ use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
 use crate::plugins::host::{self, AfterStop, Phase, Plugin};
-use crate::plugins::manifest::{self, CommandInput, Manifest, is_command_id, is_plugin_id};
+use crate::plugins::manifest::{
+    self, CommandInput, Manifest, Snapshot, is_command_id, is_plugin_id,
+};
 use crate::plugins::store::{self, Approval, Copy, Record, Waiting};
 use crate::plugins::tasks;
 use crate::plugins::text;
@@ -35,6 +43,7 @@ use super::Handled;
 
 /// Serves one `plugin.*` method.
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let asked = host::records_asked(d);
     let result = match method {
         "plugin.install" => install(d, &req, p),
         "plugin.list" => list(d, p),
@@ -52,7 +61,28 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             format!("unknown method {other}"),
         )),
     };
-    super::finish(d, req, result);
+    answer_saved(d, req, asked, result);
+}
+
+/// Answers `req`; when the records changed since `asked`, once they are
+/// on disk.
+fn answer_saved(d: &mut Daemon, req: Req, asked: u64, result: Handled) {
+    match result {
+        Ok(Some(v)) if host::records_asked(d) != asked => {
+            host::when_saved(d, move |d, saved| {
+                d.answer(req, saved.map(|()| v).map_err(unsaved))
+            });
+        }
+        other => super::finish(d, req, other),
+    }
+}
+
+/// The answer when the records a method changed could not be written.
+fn unsaved(_: String) -> RpcError {
+    RpcError::new(
+        Code::Unavailable,
+        "the plugin record could not be written; the log says why",
+    )
 }
 
 fn not_found(id: &str) -> RpcError {
@@ -102,17 +132,6 @@ fn store_ok(d: &Daemon) -> Result<(), RpcError> {
     }
 }
 
-fn saved(d: &Daemon) -> Result<(), RpcError> {
-    if host::persist(d) {
-        Ok(())
-    } else {
-        Err(RpcError::new(
-            Code::Unavailable,
-            "the plugin record could not be written; the log says why",
-        ))
-    }
-}
-
 fn incompatible(api: &str) -> RpcError {
     RpcError::new(
         Code::PluginIncompatible,
@@ -140,36 +159,46 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }
     ledger_ok(d)?;
     store_ok(d)?;
-    let Some(store) = &d.plugins.store else {
-        return Err(RpcError::internal());
-    };
-    let (staging, snap) = store
-        .stage(std::path::Path::new(&path))
-        .map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
-    let discard_staging = |s: &std::path::Path| {
-        let _ = std::fs::remove_dir_all(s);
-    };
-    let m = &snap.manifest;
-    if !m.is_runnable() {
-        discard_staging(&staging);
-        return Err(incompatible(&m.api));
-    }
-    let id = m.id.clone();
     let installed_by = match &req.class {
         CallerClass::Operator => "operator",
         CallerClass::Plugin(_) => "plugin",
         CallerClass::AgentSession(_) | CallerClass::Unverified => "agent-session",
     };
+    let req = req.clone();
+    host::stage(d, PathBuf::from(path), move |d, staged| {
+        let asked = host::records_asked(d);
+        let result = place(d, installed_by, staged);
+        answer_saved(d, req, asked, result);
+    })?;
+    Ok(None)
+}
+
+/// The rest of plugin.install once the copy is made: checked against the
+/// installed plugins, then put in place as the waiting copy, in one step.
+fn place(
+    d: &mut Daemon,
+    installed_by: &'static str,
+    staged: Result<(PathBuf, Snapshot), manifest::Problem>,
+) -> Handled {
+    let (staging, snap) = staged.map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
+    let m = &snap.manifest;
+    let id = m.id.clone();
     let count = d.plugins.plugins.len();
     let existing = d.plugins.plugins.get(&id);
-    if let Some(p) = existing {
-        if let Err(e) = not_removing(p) {
-            discard_staging(&staging);
-            return Err(e);
+    let refused = if !m.is_runnable() {
+        Some(incompatible(&m.api))
+    } else {
+        match existing {
+            Some(p) => not_removing(p).err(),
+            None if count >= limits::PLUGIN_MAX_INSTALLED => {
+                Some(RpcError::new(Code::PluginLimit, "20 plugins are installed"))
+            }
+            None => None,
         }
-    } else if count >= limits::PLUGIN_MAX_INSTALLED {
-        discard_staging(&staging);
-        return Err(RpcError::new(Code::PluginLimit, "20 plugins are installed"));
+    };
+    if let Some(e) = refused {
+        host::discard_copy(d, staging);
+        return Err(e);
     }
     let same_approved = existing
         .and_then(|p| p.approved.as_ref())
@@ -177,32 +206,40 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let same_waiting = existing
         .and_then(|p| p.rec.waiting.as_ref())
         .is_some_and(|w| w.snapshot_hash == snap.hash);
-    if same_approved || same_waiting {
-        discard_staging(&staging);
-        let p = existing.ok_or_else(RpcError::internal)?;
+    if let (Some(p), true) = (existing, same_approved || same_waiting) {
         let installed = p
             .rec
             .waiting
             .as_ref()
             .filter(|_| same_waiting)
             .and_then(|w| w.installed_by.clone());
-        return Ok(Some(json!({
+        let answer = json!({
             "plugin": id, "version": m.version, "snapshotHash": snap.hash, "state": p.state().0,
             "replaced": false, "unchanged": true, "installedBy": installed.unwrap_or_else(|| installed_by.to_string()),
-        })));
-    }
-    if let Err(e) = store.place_waiting(&id, &staging) {
-        discard_staging(&staging);
-        crate::error!(
-            "plugin {id}: unable to place the installed copy: {}",
-            crate::errors::io_cause(&e)
-        );
-        return Err(RpcError::new(
-            Code::Unavailable,
-            "the installed copy could not be placed in the store",
-        ));
+        });
+        host::discard_copy(d, staging);
+        return Ok(Some(answer));
     }
     let replaced = existing.is_some_and(|p| p.rec.waiting.is_some());
+    let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
+    match store.place_waiting(&id, &staging) {
+        Ok(retired) => {
+            if let Some(old) = retired {
+                host::discard_copy(d, old);
+            }
+        }
+        Err(e) => {
+            host::discard_copy(d, staging);
+            crate::error!(
+                "plugin {id}: unable to place the installed copy: {}",
+                crate::errors::io_cause(&e)
+            );
+            return Err(RpcError::new(
+                Code::Unavailable,
+                "the installed copy could not be placed in the store",
+            ));
+        }
+    }
     let waiting = Waiting {
         kind: "install".into(),
         snapshot_hash: snap.hash.clone(),
@@ -217,7 +254,7 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             d.plugins.plugins.insert(id.clone(), host::new_plugin(rec));
         }
     }
-    saved(d)?;
+    host::persist(d);
     crate::info!(
         "plugin {id} {} installed by the {installed_by}; it waits for approval",
         snap.manifest.version
@@ -476,17 +513,20 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "the plugin store key cannot be used; the log says why",
         )
     })?;
-    if let Err(e) = store.promote_waiting(&id) {
+    let retired = store.promote_waiting(&id).map_err(|e| {
         crate::error!(
             "plugin {id}: unable to put the approved copy in force: {}",
             crate::errors::io_cause(&e)
         );
-        return Err(RpcError::new(
+        RpcError::new(
             Code::Unavailable,
             "the approved copy could not be put in force",
-        ));
-    }
+        )
+    })?;
     let loaded = host::loaded_of(store, &id, &approval);
+    if let Some(old) = retired {
+        host::discard_copy(d, old);
+    }
     let p = d
         .plugins
         .plugins
@@ -499,7 +539,7 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         p.phase = Phase::Idle;
     }
     let running = p.run.is_some();
-    saved(d)?;
+    host::persist(d);
     crate::info!("plugin {id}: {} approved by {}", snap.hash, a.operator);
     if running {
         if let Some(p) = d.plugins.plugins.get_mut(&id) {
@@ -535,19 +575,26 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let never = p.approved.is_none();
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
     let res = if never {
-        store.remove_plugin(&plugin)
+        store.retire_plugin(&plugin)
     } else {
-        store.remove_copy(&plugin, Copy::Waiting)
+        store.retire_copy(&plugin, Copy::Waiting)
     };
-    if let Err(e) = res {
-        crate::error!(
-            "plugin {plugin}: unable to delete the waiting copy: {}",
-            crate::errors::io_cause(&e)
-        );
-        return Err(RpcError::new(
-            Code::Unavailable,
-            "the waiting copy could not be deleted",
-        ));
+    match res {
+        Ok(retired) => {
+            if let Some(old) = retired {
+                host::discard_copy(d, old);
+            }
+        }
+        Err(e) => {
+            crate::error!(
+                "plugin {plugin}: unable to delete the waiting copy: {}",
+                crate::errors::io_cause(&e)
+            );
+            return Err(RpcError::new(
+                Code::Unavailable,
+                "the waiting copy could not be deleted",
+            ));
+        }
     }
     if never {
         d.plugins.plugins.remove(&plugin);
@@ -563,7 +610,7 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     } else if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
         p.rec.waiting = None;
     }
-    saved(d)?;
+    host::persist(d);
     Ok(Some(
         json!({"plugin": plugin, "discarded": true, "removed": never}),
     ))
@@ -579,7 +626,7 @@ fn enable(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let p = plugin_of(d, &plugin)?;
     p.rec.enabled = true;
     host::clear_crashes(p);
-    saved(d)?;
+    host::persist(d);
     host::start(d, &plugin);
     let state = d
         .plugins
@@ -599,7 +646,7 @@ fn disable(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     if matches!(p.phase, Phase::Failed(_) | Phase::Restarting(_)) {
         p.phase = Phase::Idle;
     }
-    saved(d)?;
+    host::persist(d);
     host::stop(d, &plugin, ShutdownReason::Disabled);
     let state = d
         .plugins
@@ -677,7 +724,7 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     crate::info!(
         "plugin {plugin}: removing (stopTasks {stop}); {waits} dispatch(es) in flight to abort"
     );
-    saved(d)?;
+    host::persist(d);
     if running {
         if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
             p.after_stop = AfterStop::Remove { req: req.clone() };
