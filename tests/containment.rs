@@ -361,6 +361,53 @@ fn a_stop_reaches_the_agent_as_sigterm_inside_its_namespace() {
     d.stop();
 }
 
+/// A contained agent of one daemon is no operator of another daemon on the
+/// machine: its walk reaches pid 1 outside that daemon's tree, but it lives
+/// in another pid namespace (issue 16; omniconfluxd(8) CALLERS).
+#[test]
+fn an_agent_of_one_daemon_is_refused_operator_methods_by_another() {
+    if !bwrap_works() {
+        return;
+    }
+    let other_dir = TestDir::new("cross-b");
+    let other = Daemon::start_with(&other_dir.path, Opts::default());
+    let other_socket = other_dir.join("run/d.sock");
+    let dir = TestDir::new("cross-a");
+    let w = World::new(&dir);
+    let script = json!([[{"text_from": ["python3", fixture("escape_attempts.py"), "other", other_socket.display().to_string()]}]]);
+    let config = seat("python3", &[fixture("fake_acp_agent.py")], &script, &[]);
+    let (d, mut c) = start(&dir, &w, config);
+    let sid = spawn(&mut c, &w, "call the other daemon");
+    let end = wait_event(&mut c, &sid, "turn.end");
+    assert_eq!(end["data"]["reason"], "completed", "{end}");
+    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let text = entries
+        .iter()
+        .find(|e| e["kind"] == "text")
+        .and_then(|e| e["text"].as_str())
+        .unwrap_or_else(|| panic!("no report in {entries:?}"));
+    let got: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(
+        got["info"]["result"]["caller"]["class"], "unverified",
+        "{got}"
+    );
+    assert_eq!(
+        got["stop"]["error"]["data"]["code"], "operator-only",
+        "{got}"
+    );
+    // The other daemon still runs, and its own operator is still one.
+    let mut oc = other.connect();
+    assert_eq!(
+        oc.call("server.info", json!({}))["caller"]["class"],
+        "operator"
+    );
+    d.stop();
+    other.stop();
+}
+
 #[test]
 fn agents_run_uncontained_when_configured_so_and_the_daemon_says_it() {
     let dir = TestDir::new("cnone");
