@@ -34,7 +34,9 @@
 //! `unverified`; the link is read before the pidfd is asked whether the
 //! peer still lives, so a recycled pid cannot lend its namespace. Agents
 //! and plugins the daemon started keep their class: their walk passes the
-//! roots it recorded.
+//! roots it recorded. The HTTP API classifies the processes holding a
+//! loopback connection with the same walk and the same namespace rule
+//! ([`in_own_namespace`]).
 
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -269,17 +271,22 @@ pub fn classify_peer(peer: &Peer, roots: &Roots) -> CallerClass {
     // SAFETY: geteuid takes nothing and cannot fail.
     let euid = unsafe { libc::geteuid() };
     let class = restrict_by_uid(classify_pid_of(peer, roots), peer.uid, euid);
+    in_own_namespace(class, peer.pid, || {
+        peer.pidfd.as_ref().is_none_or(pidfd_alive)
+    })
+}
+
+/// `class`, unless it is operator and `pid` lives in another pid namespace
+/// than the daemon (module comment): then `unverified`. `alive` is asked
+/// after the namespace is read whether `pid` is still the process the
+/// class was found for. Every surface that classifies a process (the
+/// socket, the HTTP API) passes its class through here.
+pub fn in_own_namespace(class: CallerClass, pid: i32, alive: impl Fn() -> bool) -> CallerClass {
     if !class.is_operator() {
         return class;
     }
-    let same = same_pid_namespace(pid_namespace(peer.pid), pid_namespace_of_self());
-    // The namespace was read after the walk; the peer must still be the
-    // process the walk was about for it to count (module comment).
-    let still = match &peer.pidfd {
-        Some(fd) => pidfd_alive(fd),
-        None => true,
-    };
-    restrict_by_namespace(class, same && still)
+    let same = same_pid_namespace(pid_namespace(pid), pid_namespace_of_self());
+    restrict_by_namespace(class, same && alive())
 }
 
 /// The pid namespace of `pid`, as the target of /proc/PID/ns/pid

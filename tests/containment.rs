@@ -370,11 +370,21 @@ fn an_agent_of_one_daemon_is_refused_operator_methods_by_another() {
         return;
     }
     let other_dir = TestDir::new("cross-b");
-    let other = Daemon::start_with(&other_dir.path, Opts::default());
+    let port = free_port();
+    let other = Daemon::start_with(
+        &other_dir.path,
+        Opts {
+            config: Some(format!("[http]\nlisten = \"127.0.0.1:{port}\"\n")),
+            ..Opts::default()
+        },
+    );
     let other_socket = other_dir.join("run/d.sock");
+    let other_token = other_dir.join("state/http.token");
     let dir = TestDir::new("cross-a");
     let w = World::new(&dir);
-    let script = json!([[{"text_from": ["python3", fixture("escape_attempts.py"), "other", other_socket.display().to_string()]}]]);
+    let script = json!([[{"text_from": ["python3", fixture("escape_attempts.py"), "other",
+        other_socket.display().to_string(), format!("127.0.0.1:{port}"),
+        other_token.display().to_string()]}]]);
     let config = seat("python3", &[fixture("fake_acp_agent.py")], &script, &[]);
     let (d, mut c) = start(&dir, &w, config);
     let sid = spawn(&mut c, &w, "call the other daemon");
@@ -398,6 +408,9 @@ fn an_agent_of_one_daemon_is_refused_operator_methods_by_another() {
         got["stop"]["error"]["data"]["code"], "operator-only",
         "{got}"
     );
+    // Over HTTP, with the other daemon's token in hand, likewise.
+    assert_eq!(got["http"]["status"], 403, "{got}");
+    assert_eq!(got["http"]["body"]["code"], "operator_only", "{got}");
     // The other daemon still runs, and its own operator is still one.
     let mut oc = other.connect();
     assert_eq!(
