@@ -1,13 +1,15 @@
 //! Child processes the daemon starts (agents, plugins): their stdio pipes on
 //! the reactor's poll, bounded line reading, a bounded stdin queue, the tail
-//! of stderr, signals by pidfd and process group, and exits routed by pid
+//! of stderr, signals to the process group (once), and exits routed by pid
 //! (DESIGN.md, "Threads and ownership"; "Who is calling").
 //!
 //! Every child runs in its own process group, with the environment the
 //! caller constructs and no descriptor but its three (every descriptor the
 //! daemon opens is close-on-exec). Its root pid and start time are recorded
 //! in [`Roots`] so that its whole tree is classified as its owner's, and a
-//! pidfd pins it so that a signal never reaches a recycled pid. Exits are
+//! pidfd pins it so that a signal never reaches a recycled pid (a signal
+//! goes to its group, led by its unreaped pid, and through the pidfd only
+//! when that group is gone: [`Children::signal`]). Exits are
 //! reaped centrally on SIGCHLD (the daemon is child subreaper), and
 //! [`Children::exited`] maps the pid back to the child.
 //!
@@ -445,18 +447,26 @@ impl Children {
         }
     }
 
-    /// Sends `sig` to the child's whole process group. The leader is reached
-    /// through its pidfd, so a recycled pid is never signalled; the group
-    /// signal reaches what the child started in its group. A sandboxed
-    /// child's signal goes to the group inside its namespace, and only
-    /// SIGKILL also to bwrap (module comment); before bwrap has started its
-    /// namespace there is no such group, and bwrap is signalled as any child
-    /// (its `--die-with-parent` then ends what it started).
+    /// Sends `sig` to the child's whole process group, once: every child
+    /// leads its own group, so the group signal reaches the child and what
+    /// it started in its group. Only when that group is gone (the child
+    /// moved itself into another one with setsid or setpgid, so killpg
+    /// finds no member) does the signal go to the child alone, through its
+    /// pidfd, so a recycled pid is never signalled. Sending both, as this
+    /// once did, made a plugin see each SIGTERM twice. A sandboxed child's
+    /// signal goes to the group inside its namespace, and only SIGKILL also
+    /// to bwrap (module comment); before bwrap has started its namespace
+    /// there is no such group, and bwrap is signalled as any child (its
+    /// `--die-with-parent` then ends what it started). A child already
+    /// reaped is not signalled.
     pub fn signal(&self, id: ChildId, sig: libc::c_int) {
         let Some(child) = self.map.get(&id) else {
             return;
         };
-        if child.sandboxed && !child.exited {
+        if child.exited {
+            return;
+        }
+        if child.sandboxed {
             if let Some(group) = crate::isolation::inner_group(child.pid) {
                 // SAFETY: killpg takes a group id and a valid signal. The
                 // group was read just now as led by bwrap's own child, which
@@ -469,15 +479,16 @@ impl Children {
                 }
             }
         }
+        // SAFETY: the group id is the leader's pid, which is still ours
+        // (not reaped), so the group cannot have been recycled.
+        let r = unsafe { libc::killpg(child.pid, sig) };
+        if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
+            return;
+        }
         if let Some(fd) = &child.pidfd {
             // A process already gone is no error here: the group below,
             // or the reaping, finishes the job.
             let _ = crate::procs::pidfd_send_signal(fd, sig);
-        }
-        if !child.exited {
-            // SAFETY: the group id is the leader's pid, which is still ours
-            // (not reaped), so the group cannot have been recycled.
-            unsafe { libc::killpg(child.pid, sig) };
         }
     }
 
@@ -674,6 +685,44 @@ mod tests {
         ch.signal(id, libc::SIGKILL);
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert!(got.contains(&Output::StdoutClosed));
+    }
+
+    /// A signal reaches an unsandboxed child once, not through its pidfd
+    /// and its group both. Real-time signals queue instead of merging, so
+    /// the child, waiting for them with sigwaitinfo, counts every copy; the
+    /// next real-time signal, delivered after all lower ones, ends the count.
+    #[test]
+    fn a_signal_reaches_the_child_once() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let (first, last) = (libc::SIGRTMIN(), libc::SIGRTMIN() + 1);
+        let script = format!(
+            "import signal, sys\n\
+             sigs = {{{first}, {last}}}\n\
+             signal.pthread_sigmask(signal.SIG_BLOCK, sigs)\n\
+             print('ready', flush=True)\n\
+             n = 0\n\
+             while signal.sigwaitinfo(sigs).si_signo == {first}:\n    n += 1\n\
+             print(n, flush=True)\n"
+        );
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", &script]);
+        let (id, _) = ch
+            .spawn(
+                poll.registry(),
+                &mut roots,
+                cmd,
+                Owner::Plugin("t".into()),
+                limits(),
+            )
+            .unwrap();
+        let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
+        assert_eq!(got[0], Output::Line(b"ready".to_vec()));
+        ch.signal(id, first);
+        ch.signal(id, last);
+        let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
+        assert_eq!(got[0], Output::Line(b"1".to_vec()));
     }
 
     #[test]

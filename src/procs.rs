@@ -24,6 +24,20 @@
 //! or /proc is unreadable) is `unverified`, which like every class but
 //! operator is refused operator-only methods.
 //!
+//! Another pid namespace is checked, not only inferred from SO_PEERCRED's
+//! pid 0 (a namespace the daemon cannot see into): a contained agent of
+//! another daemon on the machine runs in a child pid namespace, which the
+//! kernel translates into a pid this daemon can see, and its ancestry walk
+//! reaches pid 1 outside this daemon's tree. Such a peer would otherwise
+//! be the operator of every other daemon. So a peer classified operator
+//! whose /proc/PID/ns/pid is not the daemon's own (or cannot be read) is
+//! `unverified`; the link is read before the pidfd is asked whether the
+//! peer still lives, so a recycled pid cannot lend its namespace. Agents
+//! and plugins the daemon started keep their class: their walk passes the
+//! roots it recorded. The HTTP API classifies the processes holding a
+//! loopback connection with the same walk and the same namespace rule
+//! ([`in_own_namespace`]).
+//!
 //! It also holds the one copy of the process primitives every module that
 //! starts or watches a process uses: [`pidfd_open`] and
 //! [`pidfd_send_signal`], the only places the daemon makes those system
@@ -326,7 +340,50 @@ pub fn signal_name(sig: i32) -> String {
 pub fn classify_peer(peer: &Peer, roots: &Roots) -> CallerClass {
     // SAFETY: geteuid takes nothing and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    restrict_by_uid(classify_pid_of(peer, roots), peer.uid, euid)
+    let class = restrict_by_uid(classify_pid_of(peer, roots), peer.uid, euid);
+    in_own_namespace(class, peer.pid, || {
+        peer.pidfd.as_ref().is_none_or(pidfd_alive)
+    })
+}
+
+/// `class`, unless it is operator and `pid` lives in another pid namespace
+/// than the daemon (module comment): then `unverified`. `alive` is asked
+/// after the namespace is read whether `pid` is still the process the
+/// class was found for. Every surface that classifies a process (the
+/// socket, the HTTP API) passes its class through here.
+pub fn in_own_namespace(class: CallerClass, pid: i32, alive: impl Fn() -> bool) -> CallerClass {
+    if !class.is_operator() {
+        return class;
+    }
+    let same = same_pid_namespace(pid_namespace(pid), pid_namespace_of_self());
+    restrict_by_namespace(class, same && alive())
+}
+
+/// The pid namespace of `pid`, as the target of /proc/PID/ns/pid
+/// (`pid:[INODE]`).
+fn pid_namespace(pid: i32) -> Option<std::path::PathBuf> {
+    if pid <= 0 {
+        return None;
+    }
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+fn pid_namespace_of_self() -> Option<std::path::PathBuf> {
+    std::fs::read_link("/proc/self/ns/pid").ok()
+}
+
+/// Both namespaces are known and equal; an unreadable one is not the same.
+fn same_pid_namespace(peer: Option<std::path::PathBuf>, own: Option<std::path::PathBuf>) -> bool {
+    matches!((peer, own), (Some(p), Some(o)) if p == o)
+}
+
+/// Operator only for a peer in the daemon's own pid namespace.
+fn restrict_by_namespace(class: CallerClass, same_namespace: bool) -> CallerClass {
+    if class.is_operator() && !same_namespace {
+        CallerClass::Unverified
+    } else {
+        class
+    }
 }
 
 /// Operator only for a peer running as the daemon's user or as root.
@@ -499,5 +556,29 @@ mod tests {
                 "{n}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_peer_in_the_daemons_pid_namespace_is_the_operator() {
+        let me = std::process::id() as i32;
+        assert!(same_pid_namespace(
+            pid_namespace(me),
+            pid_namespace_of_self()
+        ));
+        let a = Some(std::path::PathBuf::from("pid:[1]"));
+        let b = Some(std::path::PathBuf::from("pid:[2]"));
+        assert!(!same_pid_namespace(a.clone(), b));
+        assert!(!same_pid_namespace(None, a.clone()));
+        assert!(!same_pid_namespace(None, None));
+        assert_eq!(
+            restrict_by_namespace(CallerClass::Operator, false),
+            CallerClass::Unverified
+        );
+        assert_eq!(
+            restrict_by_namespace(CallerClass::Operator, true),
+            CallerClass::Operator
+        );
+        let s = CallerClass::AgentSession(Some("s".into()));
+        assert_eq!(restrict_by_namespace(s.clone(), false), s);
     }
 }

@@ -26,6 +26,14 @@ fn version_answers_with_the_crate_version() {
             "{args:?}"
         );
     }
+    let json = format!("{{\"version\":\"{}\"}}\n", env!("CARGO_PKG_VERSION"));
+    for args in [&["--version", "--json"][..], &["--json", "version"]] {
+        assert_eq!(
+            cli(&dir, args),
+            (0, json.clone(), String::new()),
+            "{args:?}"
+        );
+    }
 }
 
 #[test]

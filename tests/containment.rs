@@ -361,6 +361,139 @@ fn a_stop_reaches_the_agent_as_sigterm_inside_its_namespace() {
     d.stop();
 }
 
+/// A contained agent of one daemon is no operator of another daemon on the
+/// machine: its walk reaches pid 1 outside that daemon's tree, but it lives
+/// in another pid namespace (issue 16; omniconfluxd(8) CALLERS).
+#[test]
+fn an_agent_of_one_daemon_is_refused_operator_methods_by_another() {
+    if !bwrap_works() {
+        return;
+    }
+    let other_dir = TestDir::new("cross-b");
+    let port = free_port();
+    let other = Daemon::start_with(
+        &other_dir.path,
+        Opts {
+            config: Some(format!("[http]\nlisten = \"127.0.0.1:{port}\"\n")),
+            ..Opts::default()
+        },
+    );
+    let other_socket = other_dir.join("run/d.sock");
+    let other_token = other_dir.join("state/http.token");
+    let dir = TestDir::new("cross-a");
+    let w = World::new(&dir);
+    let script = json!([[{"text_from": ["python3", fixture("escape_attempts.py"), "other",
+        other_socket.display().to_string(), format!("127.0.0.1:{port}"),
+        other_token.display().to_string()]}]]);
+    let config = seat("python3", &[fixture("fake_acp_agent.py")], &script, &[]);
+    let (d, mut c) = start(&dir, &w, config);
+    let sid = spawn(&mut c, &w, "call the other daemon");
+    let end = wait_event(&mut c, &sid, "turn.end");
+    assert_eq!(end["data"]["reason"], "completed", "{end}");
+    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let text = entries
+        .iter()
+        .find(|e| e["kind"] == "text")
+        .and_then(|e| e["text"].as_str())
+        .unwrap_or_else(|| panic!("no report in {entries:?}"));
+    let got: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(
+        got["info"]["result"]["caller"]["class"], "unverified",
+        "{got}"
+    );
+    assert_eq!(
+        got["stop"]["error"]["data"]["code"], "operator-only",
+        "{got}"
+    );
+    // Over HTTP, with the other daemon's token in hand, likewise.
+    assert_eq!(got["http"]["status"], 403, "{got}");
+    assert_eq!(got["http"]["body"]["code"], "operator_only", "{got}");
+    // The other daemon still runs, and its own operator is still one.
+    let mut oc = other.connect();
+    assert_eq!(
+        oc.call("server.info", json!({}))["caller"]["class"],
+        "operator"
+    );
+    d.stop();
+    other.stop();
+}
+
+/// The agent's environment (omniconfluxd(8), "Environment of agents"):
+/// provider settings and proxies of the daemon's environment pass, the
+/// daemon's own OMNICONFLUX_* and NOTIFY_SOCKET do not, a seat's `env` wins,
+/// and a contained agent's XDG_RUNTIME_DIR is an empty directory of its own.
+#[test]
+fn an_agent_gets_provider_settings_and_an_own_runtime_dir_but_not_the_daemons() {
+    if !bwrap_works() {
+        return;
+    }
+    let dir = TestDir::new("agentenv");
+    let w = World::new(&dir);
+    // Double quotes only: the script travels in a TOML literal string.
+    let report = r#"import json, os; r = os.environ.get("XDG_RUNTIME_DIR"); open(os.path.join(r, "mine"), "w").write("x"); print(json.dumps({"env": dict(os.environ), "runtime": sorted(os.listdir(r))}))"#;
+    let script = json!([[{"text_from": ["python3", "-c", report]}]]);
+    let env = [("ANTHROPIC_MODEL", "from-the-seat".to_string())];
+    let config = seat("python3", &[fixture("fake_acp_agent.py")], &script, &env);
+    let mut daemon_env = w.env();
+    for (k, v) in [
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/standin"),
+        ("ANTHROPIC_MODEL", "from-the-daemon"),
+        ("HTTPS_PROXY", "http://proxy.invalid:3128"),
+        ("OMNICONFLUX_NOT_FOR_AGENTS", "secret"),
+        ("SOME_OTHER_SECRET", "secret"),
+    ] {
+        daemon_env.push((k.into(), v.into()));
+    }
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(config),
+            env: daemon_env,
+            ..Opts::default()
+        },
+    );
+    let mut c = d.connect();
+    c.call("events.subscribe", json!({}));
+    let sid = spawn(&mut c, &w, "report your environment");
+    let end = wait_event(&mut c, &sid, "turn.end");
+    assert_eq!(end["data"]["reason"], "completed", "{end}");
+    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let text = entries
+        .iter()
+        .find(|e| e["kind"] == "text")
+        .and_then(|e| e["text"].as_str())
+        .unwrap_or_else(|| panic!("no report in {entries:?}"));
+    let got: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let env = got["env"].as_object().unwrap();
+    assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9/standin");
+    assert_eq!(env["HTTPS_PROXY"], "http://proxy.invalid:3128");
+    assert_eq!(env["ANTHROPIC_MODEL"], "from-the-seat");
+    assert_eq!(env["OMNICONFLUX_SESSION"], sid.as_str());
+    let leaked: Vec<&String> = env
+        .keys()
+        .filter(|k| k.starts_with("OMNICONFLUX_") && *k != "OMNICONFLUX_SESSION")
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+    assert!(!env.contains_key("SOME_OTHER_SECRET"));
+    assert!(!env.contains_key("NOTIFY_SOCKET"));
+    // Its runtime directory is the operator's path, empty and its own: the
+    // operator's bus and manager are not in it, and what it wrote there is
+    // not in the operator's.
+    assert_eq!(
+        env["XDG_RUNTIME_DIR"],
+        w.runtime.display().to_string().as_str()
+    );
+    assert_eq!(got["runtime"], json!(["mine"]));
+    assert!(!w.runtime.join("mine").exists());
+    d.stop();
+}
+
 #[test]
 fn agents_run_uncontained_when_configured_so_and_the_daemon_says_it() {
     let dir = TestDir::new("cnone");

@@ -216,6 +216,29 @@ fn units_run_the_daemon_in_the_foreground_with_reload() {
     assert!(Path::new(&root().join("packaging/omniconflux.tmpfiles")).exists());
 }
 
+/// A user manager's PATH lacks ~/.local/bin, where Claude Code's native
+/// installer puts `claude`: the user unit sets one that has it, first, and
+/// still ends in the system directories; the man page says how to extend it.
+#[test]
+fn the_user_unit_finds_agents_in_the_operators_local_bin() {
+    let unit = read("packaging/omniconfluxd-user.service");
+    let paths: Vec<&str> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("Environment=PATH="))
+        .collect();
+    assert_eq!(
+        paths,
+        ["%h/.local/bin:/usr/local/bin:/usr/bin:/bin"],
+        "one PATH, ~/.local/bin first"
+    );
+    assert!(
+        !read("packaging/omniconfluxd.service").contains("%h/"),
+        "the system unit's user has no home of its own to search"
+    );
+    let page = read("man/omniconfluxd.8");
+    assert!(page.contains("systemctl \\-\\-user edit omniconfluxd"));
+}
+
 /// Runs packaging/install with `settings` as NAME=VALUE arguments.
 fn install(settings: &[(&str, String)]) -> (i32, String, String) {
     let out = Command::new("sh")

@@ -122,7 +122,9 @@ pub struct StreamJsonClient {
     rate_limited: bool,
     /// An `api_retry` line came and no output since.
     retrying: bool,
-    signed_out_reported: bool,
+    /// The sign-in state this session last reported: each change is
+    /// reported once (an auth failure signs out, a completed turn signs in).
+    sign_in_reported: Option<SignInState>,
 }
 
 impl StreamJsonClient {
@@ -419,10 +421,7 @@ impl StreamJsonClient {
     fn on_assistant(&mut self, step: &mut Step, msg: &Map<String, Value>) {
         match msg.get("error").and_then(Value::as_str) {
             Some("rate_limit") => self.rate_limited = true,
-            Some("authentication_failed") if !self.signed_out_reported => {
-                self.signed_out_reported = true;
-                step.event(AgentEvent::SignIn(SignInState::SignedOut));
-            }
+            Some("authentication_failed") => self.report_sign_in(step, SignInState::SignedOut),
             _ => {}
         }
         let Some(message) = msg.get("message") else {
@@ -464,6 +463,13 @@ impl StreamJsonClient {
         }
     }
 
+    fn report_sign_in(&mut self, step: &mut Step, state: SignInState) {
+        if self.sign_in_reported != Some(state) {
+            self.sign_in_reported = Some(state);
+            step.event(AgentEvent::SignIn(state));
+        }
+    }
+
     fn on_result(&mut self, step: &mut Step, msg: &Map<String, Value>) -> Result<(), Violation> {
         if !self.turn_active {
             return Err(self.violate("a result with no turn running".into()));
@@ -494,6 +500,9 @@ impl StreamJsonClient {
         } else if is_error || subtype != "success" {
             (EndReason::Failed, detail)
         } else {
+            // The provider answered a whole turn: whatever failed before,
+            // the agent is signed in now.
+            self.report_sign_in(step, SignInState::SignedIn);
             (EndReason::Completed, None)
         };
         self.end_turn(step, reason, detail);

@@ -6,7 +6,8 @@
 //! with a command (`help lanes`, `lanes --help`, also after the command's
 //! own arguments) that command's part of it. Either runs nothing, so
 //! `stop --help` stops nothing. `-V`/`--version` print `omniconfluxd` and
-//! the crate version. The options may stand anywhere up to `--`, after
+//! the crate version; with `--json`, `{"version": "X.Y.Z"}` as every other
+//! command's `--json` prints JSON. The options may stand anywhere up to `--`, after
 //! which every argument is the command's (`sessions input ID -- --help`).
 //!
 //! Exit status, as omniconfluxd(8) lists it: 0 success; 1 the daemon answered
@@ -261,6 +262,16 @@ fn help(topic: Option<&str>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// What `version` and `--version` print: text, or with `--json` one JSON
+/// object.
+fn version(json: bool) -> Result<(), Failure> {
+    if json {
+        outln!("{}", json!({"version": env!("CARGO_PKG_VERSION")}))
+    } else {
+        outln!("omniconfluxd {}", env!("CARGO_PKG_VERSION"))
+    }
+}
+
 /// Runs the command line; returns the exit status.
 pub fn run(raw: Vec<OsString>) -> i32 {
     match run_inner(raw) {
@@ -283,7 +294,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         return help(args.rest.first().map(String::as_str));
     }
     if args.version {
-        return outln!("omniconfluxd {}", env!("CARGO_PKG_VERSION"));
+        return version(args.json);
     }
     let Some(cmd) = args.rest.first().cloned() else {
         return Err(Failure::usage(format!(
@@ -299,7 +310,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "version" => {
             no_more(rest)?;
-            outln!("omniconfluxd {}", env!("CARGO_PKG_VERSION"))
+            version(args.json)
         }
         "serve" => {
             let mut flags = args.flags.clone();

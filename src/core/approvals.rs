@@ -107,7 +107,17 @@ pub fn add_agent_request(
     cwd: &std::path::Path,
     fx: &mut Effects,
 ) {
-    let action = req.action.wire_name();
+    let target = Target::of_input(&req.input);
+    // The rules and the label see the worse of the announced kind and the
+    // target (core::risk, "effective_action").
+    let announced = req.action.wire_name();
+    let action = crate::core::risk::effective_action(announced, target.as_ref());
+    if action != announced {
+        crate::info!(
+            "approval {id}: announced as {announced}, its {} makes it {action}",
+            target.as_ref().map_or("input", |t| t.kind.as_str())
+        );
+    }
     let digest = sha256_hex(req.input.to_string().as_bytes());
     let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.tool, &req.input, cwd);
     let timeout_ms = (d.cfg.approvals.timeout > 0).then(|| (d.cfg.approvals.timeout * 1000) as i64);
@@ -118,7 +128,7 @@ pub fn add_agent_request(
         tool: req.title.clone(),
         action: action.to_string(),
         digest,
-        target: Target::of_input(&req.input),
+        target,
     });
     let now = crate::clock::now_ms();
     let item = match d.core.approvals.add(

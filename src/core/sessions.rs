@@ -421,31 +421,90 @@ impl Effects {
     }
 }
 
-/// The constructed environment of an agent: a few variables of the
-/// daemon's own that programs need to find their home, locale and tools,
-/// the session id, then the seat's `env`. Nothing else of the daemon's
-/// environment (its socket, NOTIFY_SOCKET, credentials) reaches it.
-fn agent_env(cmd: &mut Command, sid: &str, seat_env: &std::collections::BTreeMap<String, String>) {
+/// What of the daemon's own environment every agent gets, by exact name:
+/// what programs need to find their home, user, shell, locale, time zone
+/// and XDG directories, then proxies and certificate authorities (an agent
+/// must reach its provider from wherever the operator can), then provider
+/// settings that are not under one of `AGENT_ENV_PREFIXES`. TERM is not
+/// passed: an agent's stdio are pipes, and a TERM would invite terminal
+/// escapes into its protocol stream.
+const AGENT_ENV_NAMES: &[&str] = &[
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    // Claude Code's config directory, and Vertex AI's region for it.
+    "CLAUDE_CONFIG_DIR",
+    "CLOUD_ML_REGION",
+];
+
+/// Name prefixes of the daemon's environment every agent gets: the
+/// credentials, endpoints and settings of the providers the known agents
+/// read from their environment (Claude Code: ANTHROPIC_*, CLAUDE_CODE_*,
+/// AWS_* for Bedrock, VERTEX_REGION_* and ANTHROPIC_VERTEX_* for Vertex;
+/// Codex: OPENAI_*, AZURE_OPENAI_*, CODEX_*; Gemini CLI: GEMINI_*,
+/// GOOGLE_*; opencode: OPENCODE_*, OPENROUTER_*). None of them is
+/// OMNICONFLUX_*: the daemon's own settings never reach an agent.
+const AGENT_ENV_PREFIXES: &[&str] = &[
+    "ANTHROPIC_",
+    "CLAUDE_CODE_",
+    "AWS_",
+    "VERTEX_",
+    "OPENAI_",
+    "AZURE_OPENAI_",
+    "CODEX_",
+    "GEMINI_",
+    "GOOGLE_",
+    "OPENCODE_",
+    "OPENROUTER_",
+];
+
+/// Whether a variable of the daemon's environment is passed to agents.
+fn passed_to_agents(name: &str) -> bool {
+    AGENT_ENV_NAMES.contains(&name) || AGENT_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The constructed environment of an agent: PATH (`search_path`), the
+/// daemon's variables that `passed_to_agents` names, XDG_RUNTIME_DIR when
+/// the agent has an empty one of its own (`runtime`, only when contained),
+/// the session id, then the seat's `env`, which wins. Nothing else of the
+/// daemon's environment (its socket, NOTIFY_SOCKET, OMNICONFLUX_*) reaches
+/// it.
+fn agent_env(
+    cmd: &mut Command,
+    sid: &str,
+    runtime: Option<&std::path::Path>,
+    seat_env: &std::collections::BTreeMap<String, String>,
+) {
     cmd.env_clear();
     cmd.env("PATH", crate::isolation::search_path());
-    for k in [
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-        "LANG",
-        "LC_ALL",
-        "LC_CTYPE",
-        "TZ",
-        "TMPDIR",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-        "XDG_CACHE_HOME",
-        "XDG_STATE_HOME",
-    ] {
-        if let Some(v) = std::env::var_os(k) {
+    for (k, v) in std::env::vars_os() {
+        if k.to_str().is_some_and(passed_to_agents) {
             cmd.env(k, v);
         }
+    }
+    if let Some(r) = runtime {
+        cmd.env("XDG_RUNTIME_DIR", r);
     }
     cmd.env("OMNICONFLUX_SESSION", sid);
     for (k, v) in seat_env {
@@ -684,18 +743,29 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
 }
 
 /// The command that starts a seat's agent, in its namespace when agents
-/// are contained.
+/// are contained, and the agent's own empty runtime directory when it has
+/// one: the user's runtime directory is then mounted over with an empty,
+/// writable tmpfs (crate::isolation), which the agent finds through
+/// XDG_RUNTIME_DIR as programs expect. An uncontained agent gets no
+/// XDG_RUNTIME_DIR: the operator's would hand it the user's bus.
 fn agent_command(
     d: &Daemon,
     sandbox: &crate::isolation::AgentSandbox,
     program: &std::path::Path,
     cwd: &std::path::Path,
-) -> Command {
+) -> (Command, Option<PathBuf>) {
     let crate::isolation::AgentSandbox::Namespace(bwrap) = sandbox else {
-        return Command::new(program);
+        return (Command::new(program), None);
     };
     let hidden = crate::isolation::hidden_for(d);
-    crate::isolation::contain(bwrap, &hidden, cwd, program)
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|r| r.is_absolute())
+        // SAFETY: getuid cannot fail and touches no memory.
+        .unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", unsafe { libc::getuid() })));
+    let own =
+        (hidden.dirs.contains(&runtime) && !hidden.read_only.contains(&runtime)).then_some(runtime);
+    (crate::isolation::contain(bwrap, &hidden, cwd, program), own)
 }
 
 /// Starts the agent of a new or reopened session and records it.
@@ -719,7 +789,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         .program
         .clone()
         .unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
-    let mut cmd = agent_command(d, &sandbox, &program, &st.cwd);
+    let (mut cmd, runtime) = agent_command(d, &sandbox, &program, &st.cwd);
     cmd.args(&seat.cfg.args);
     if seat.transport == Transport::StreamJson {
         cmd.args(stream_json::BASE_ARGS);
@@ -731,7 +801,7 @@ fn launch(d: &mut Daemon, st: Start, then: Reply) {
         }
     }
     cmd.current_dir(&st.cwd);
-    agent_env(&mut cmd, &st.id, &seat.cfg.env);
+    agent_env(&mut cmd, &st.id, runtime.as_deref(), &seat.cfg.env);
     let limits = PipeLimits {
         max_line: limits::AGENT_MAX_LINE,
         max_queued: limits::AGENT_STDIN_QUEUED,
@@ -1807,5 +1877,40 @@ mod eviction_tests {
         );
         assert!(oldest_ended_beyond(&order, ended, 4).is_empty());
         assert_eq!(oldest_ended_beyond(&order, ended, 0).len(), 4);
+    }
+}
+
+#[cfg(test)]
+mod agent_env_tests {
+    use super::*;
+
+    #[test]
+    fn provider_settings_and_proxies_pass_the_daemons_own_do_not() {
+        for k in [
+            "ANTHROPIC_API_KEY",
+            "CLAUDE_CODE_USE_BEDROCK",
+            "AWS_REGION",
+            "OPENAI_BASE_URL",
+            "GEMINI_API_KEY",
+            "GOOGLE_CLOUD_PROJECT",
+            "https_proxy",
+            "NO_PROXY",
+            "NODE_EXTRA_CA_CERTS",
+            "HOME",
+        ] {
+            assert!(passed_to_agents(k), "{k}");
+        }
+        for k in [
+            "OMNICONFLUX_SOCKET",
+            "NOTIFY_SOCKET",
+            "LISTEN_FDS",
+            "XDG_RUNTIME_DIR",
+            "DBUS_SESSION_BUS_ADDRESS",
+            "SSH_AUTH_SOCK",
+            "TERM",
+            "GH_TOKEN",
+        ] {
+            assert!(!passed_to_agents(k), "{k}");
+        }
     }
 }

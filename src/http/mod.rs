@@ -348,9 +348,9 @@ impl Ctx<'_> {
             let daemon_pid = std::process::id() as i32;
             let mut class = CallerClass::Operator;
             for h in &holders {
-                let c = crate::procs::classify(h.pid, daemon_pid, &d.roots, || {
-                    crate::procs::pidfd_alive(&h.pidfd)
-                });
+                let alive = || crate::procs::pidfd_alive(&h.pidfd);
+                let c = crate::procs::classify(h.pid, daemon_pid, &d.roots, alive);
+                let c = crate::procs::in_own_namespace(c, h.pid, alive);
                 if !c.is_operator() {
                     class = c;
                     break;

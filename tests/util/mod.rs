@@ -187,10 +187,29 @@ impl Daemon {
         }
     }
 
-    /// Waits for one sd_notify datagram and checks it.
+    /// Waits for one sd_notify datagram and checks it. A signal that lands
+    /// in the test process (another test's child exiting, say) interrupts
+    /// recv with EINTR: that is no answer, so it waits again for what is
+    /// left of the patience.
     pub fn expect_notify(self, want: &str) -> Daemon {
         let mut buf = [0u8; 256];
-        match self.notify.recv(&mut buf) {
+        let deadline = Instant::now() + PATIENCE;
+        let got = loop {
+            match self.notify.recv(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Err(e);
+                    }
+                    self.notify.set_read_timeout(Some(left)).expect("timeout");
+                }
+                other => break other,
+            }
+        };
+        self.notify
+            .set_read_timeout(Some(PATIENCE))
+            .expect("timeout");
+        match got {
             Ok(n) => {
                 let got = String::from_utf8_lossy(&buf[..n]).to_string();
                 if got != want {
