@@ -491,6 +491,46 @@ pub fn namespace(bwrap: &Path, hidden: &Hidden, back: &[(&Path, Access)]) -> Com
     c
 }
 
+/// Marks every descriptor above 2 the daemon inherited close-on-exec, at
+/// the very start of `serve`: an open file its starter left it (`exec
+/// 7>file; omniconfluxd serve`) would otherwise reach every agent, check
+/// and plugin, inside their sandboxes too, since a descriptor is not a
+/// path a mount can hide. The daemon keeps none of them: it takes no
+/// sockets from its service manager (no LISTEN_FDS), and `sd_notify`
+/// opens a socket of its own. `close_range(2)` does it in one call; where
+/// the kernel is older than 5.11 or a filter refuses it, each descriptor
+/// `/proc/self/fd` lists is marked in turn.
+pub fn close_inherited_on_exec() -> std::io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+    // the process's descriptors; it reads and writes no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let fds: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_GETFD and F_SETFD read and set the descriptor's flags
+        // only; one closed meanwhile (the listing's own) fails with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The process group of what runs inside an agent's namespace: bwrap's
 /// first child there leads a session of its own (`--new-session`), and the
 /// agent and its processes are in it. None before bwrap has forked, after
