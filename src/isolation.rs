@@ -491,6 +491,14 @@ pub fn namespace(bwrap: &Path, hidden: &Hidden, back: &[(&Path, Access)]) -> Com
     c
 }
 
+/// Whether the daemon runs as root: its agents then do too, without
+/// capabilities but owning every root-owned file the namespace leaves
+/// writable (`/etc`, `/usr`), which the daemon says once at start.
+pub fn runs_as_root() -> bool {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Marks every descriptor above 2 the daemon inherited close-on-exec, at
 /// the very start of `serve`: an open file its starter left it (`exec
 /// 7>file; omniconfluxd serve`) would otherwise reach every agent, check
