@@ -36,6 +36,20 @@
 //! - `/tmp/.X11-unix`, whose sockets let a client type into the operator's
 //!   terminals.
 //!
+//! Shown but read-only (`Hidden::protected`): the daemon's configuration,
+//! its default directory (made when missing, so that no agent makes it
+//! first) and a `--config` file elsewhere, since a rule an agent appended
+//! there would approve its own requests after the next SIGHUP; and `/sys`,
+//! whose cgroupfs and sysfs files are root's by owner and mode, so that
+//! the agents of a daemon run as root (uid 0 without capabilities) cannot
+//! write them. Every path is resolved (`resolved`) before it is mounted
+//! over: bwrap mounts inside its new root, where a symlink on the way
+//! (a `/home` that links to another disk) would lead out of it, and every
+//! agent would fail to start.
+//!
+//! The daemon's own git for lanes runs in the same kind of namespace
+//! (`namespace`, used by `crate::lanes::git`) while agents are contained.
+//!
 //! What is hidden (`hidden_for`, `Hidden::mount`) is the same set for the
 //! two other sandboxes, acceptance commands (`crate::lanes::check`) and
 //! plugins (`crate::plugins::process`), each of which keeps only what it
@@ -751,6 +765,48 @@ mod tests {
                 "/opt/s"
             ]
         );
+    }
+
+    #[test]
+    fn paths_behind_symlinks_are_hidden_where_they_lead_and_the_config_protected() {
+        let t = Tmp::new("link");
+        let real = t.0.join("real");
+        std::fs::create_dir_all(real.join("state")).unwrap();
+        std::fs::create_dir_all(real.join("op")).unwrap();
+        std::os::unix::fs::symlink(&real, t.0.join("link")).unwrap();
+        let link = t.0.join("link");
+        // A path that does not exist yet resolves through its parent.
+        assert_eq!(
+            resolved(&link.join("state/run/d.sock")),
+            real.join("state/run/d.sock")
+        );
+        std::fs::write(t.0.join("elsewhere.toml"), "").unwrap();
+        let env = UserEnv {
+            home: Some(link.join("op")),
+            uid: 4244,
+            ..UserEnv::default()
+        };
+        let h = hidden_paths(
+            &DaemonPaths {
+                state_dir: &link.join("state"),
+                socket: &link.join("state/run/d.sock"),
+                token_file: None,
+                config: &t.0.join("elsewhere.toml"),
+                default_config: &link.join("op/.config/omniconflux/omniconfluxd.toml"),
+            },
+            &env,
+        );
+        assert!(h.dirs.contains(&real.join("state")), "{h:?}");
+        assert_eq!(h.read_only, vec![real.join("state")]);
+        assert_eq!(
+            h.protected,
+            vec![
+                real.join("op/.config/omniconflux"),
+                t.0.join("elsewhere.toml")
+            ]
+        );
+        assert!(real.join("op/.config/omniconflux").is_dir());
+        let _ = std::fs::remove_dir("/tmp/tmux-4244");
     }
 
     #[test]

@@ -612,6 +612,35 @@ pub mod tests {
     }
 
     #[test]
+    fn the_repositorys_hooks_and_monitor_never_run() {
+        let g = Git::host();
+        let tmp = crate::testutil::TempDir::new("githook");
+        let r = repo(tmp.path());
+        let marks = tmp.path().join("marks");
+        std::fs::create_dir_all(&marks).unwrap();
+        let hooks = r.join(".git/hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        for h in ["post-checkout", "post-commit", "post-merge", "fsmonitor"] {
+            let p = hooks.join(h);
+            std::fs::write(&p, format!("#!/bin/sh\ntouch '{}/{h}'\n", marks.display())).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let mut c = g.cmd(&r);
+        c.args(["config", "core.fsmonitor"])
+            .arg(hooks.join("fsmonitor"));
+        run("config", c).unwrap();
+        let wt = tmp.path().join("wt");
+        add_worktree(&g, &r, &wt, "omni/h", "main").unwrap();
+        std::fs::write(wt.join("a.txt"), "two\n").unwrap();
+        let (head, _) = commit_all(&g, &wt, "lane").unwrap();
+        assert!(is_clean(&g, &r).unwrap());
+        merge(&g, &r, "main", &head, MergeMode::FastForward, "m").unwrap();
+        let ran: Vec<_> = std::fs::read_dir(&marks).unwrap().collect();
+        assert!(ran.is_empty(), "{ran:?}");
+    }
+
+    #[test]
     fn branch_heads_names_only_the_branches_asked_for_that_exist() {
         let g = Git::host();
         let tmp = crate::testutil::TempDir::new("gith");
