@@ -14,7 +14,8 @@
 //! method tables and the subsystems behind them never know which surface
 //! asked.
 //!
-//! Start-up order: block signals, read the config, become child subreaper,
+//! Start-up order: mark inherited descriptors close-on-exec (no child
+//! gets them), block signals, read the config, become child subreaper,
 //! open the ledger, bind the socket, start the signal thread, tell the
 //! service manager READY=1. Stop order (SIGTERM, SIGINT, `server.stop`):
 //! STOPPING=1, close the listener and remove the socket file, answer new
@@ -136,6 +137,12 @@ impl Daemon {
     /// Runs the daemon until it is stopped. Returns once everything queued
     /// was committed and the socket file is gone.
     pub fn serve(flags: &config::PathFlags) -> Result<(), ServeError> {
+        crate::isolation::close_inherited_on_exec().map_err(|e| {
+            ServeError::Startup(format!(
+                "unable to keep inherited descriptors from child processes: {}",
+                crate::errors::io_cause(&e)
+            ))
+        })?;
         crate::signals::block()
             .map_err(|e| ServeError::Startup(format!("unable to block signals: {e}")))?;
         let env = config::Env::from_process();

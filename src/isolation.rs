@@ -39,6 +39,20 @@
 //! - `/tmp/.X11-unix`, whose sockets let a client type into the operator's
 //!   terminals.
 //!
+//! Shown but read-only (`Hidden::protected`): the daemon's configuration,
+//! its default directory (made when missing, so that no agent makes it
+//! first) and a `--config` file elsewhere, since a rule an agent appended
+//! there would approve its own requests after the next SIGHUP; and `/sys`,
+//! whose cgroupfs and sysfs files are root's by owner and mode, so that
+//! the agents of a daemon run as root (uid 0 without capabilities) cannot
+//! write them. Every path is resolved (`resolved`) before it is mounted
+//! over: bwrap mounts inside its new root, where a symlink on the way
+//! (a `/home` that links to another disk) would lead out of it, and every
+//! agent would fail to start.
+//!
+//! The daemon's own git for lanes runs in the same kind of namespace
+//! (`namespace`, used by `crate::lanes::git`) while agents are contained.
+//!
 //! What is hidden (`hidden_for`, `Hidden::mount`) is the same set for the
 //! two other sandboxes, acceptance commands (`crate::lanes::check`) and
 //! plugins (`crate::plugins::process`), each of which keeps only what it
@@ -192,6 +206,27 @@ pub struct Hidden {
     pub dirs: Vec<PathBuf>,
     pub read_only: Vec<PathBuf>,
     pub files: Vec<PathBuf>,
+    /// Shown but not writable: the daemon's configuration (a rule an agent
+    /// wrote there would approve its requests after the next SIGHUP).
+    pub protected: Vec<PathBuf>,
+}
+
+/// `p` as the kernel finds it, every symlink resolved: bwrap mounts at
+/// the resolved path inside its new root, where a symlink on the way
+/// leads out of it ("Can't mount tmpfs on /newroot/..."), and a path
+/// is compared with another only once both are resolved. A path that does
+/// not exist yet is its nearest existing parent resolved, with the rest
+/// appended.
+pub fn resolved(p: &Path) -> PathBuf {
+    for a in p.ancestors() {
+        if let Ok(real) = a.canonicalize() {
+            return match p.strip_prefix(a) {
+                Ok(rest) if !rest.as_os_str().is_empty() => real.join(rest),
+                _ => real,
+            };
+        }
+    }
+    p.to_path_buf()
 }
 
 /// Where the daemon keeps what an agent must not reach.
@@ -200,6 +235,11 @@ pub struct DaemonPaths<'a> {
     pub socket: &'a Path,
     /// `[http] token_file` when it is set.
     pub token_file: Option<&'a Path>,
+    /// The configuration file the daemon reads (and reads again on SIGHUP).
+    pub config: &'a Path,
+    /// Where the configuration file is when `--config` does not say:
+    /// its directory is the daemon's own.
+    pub default_config: &'a Path,
 }
 
 /// Whether hiding `dir` whole would hide the operator's home (or all of `/`).
@@ -239,8 +279,11 @@ impl UserEnv {
 /// comment); a failure to do so leaves it to bwrap, which then refuses to
 /// start, so that no agent runs with a tmux directory it could create.
 pub fn hidden_paths(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
-    let home = env.home.as_deref();
+    let home = env.home.as_deref().map(resolved);
+    let home = home.as_deref();
     let uid = env.uid;
+    let state_dir = &resolved(daemon.state_dir);
+    let socket = &resolved(daemon.socket);
     let mut h = Hidden::default();
     let hide_dir = |h: &mut Hidden, dir: &Path, files_if_home: &[&Path]| {
         if !holds_home(dir, home) {
@@ -258,34 +301,35 @@ pub fn hidden_paths(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
             }
         }
     };
-    let state_entries: Vec<PathBuf> = if holds_home(daemon.state_dir, home) {
-        std::fs::read_dir(daemon.state_dir)
+    let state_entries: Vec<PathBuf> = if holds_home(state_dir, home) {
+        std::fs::read_dir(state_dir)
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default()
     } else {
         Vec::new()
     };
     let refs: Vec<&Path> = state_entries.iter().map(PathBuf::as_path).collect();
-    hide_dir(&mut h, daemon.state_dir, &refs);
-    if let Some(dir) = daemon.socket.parent() {
-        hide_dir(&mut h, dir, &[daemon.socket]);
+    hide_dir(&mut h, state_dir, &refs);
+    if let Some(dir) = socket.parent() {
+        hide_dir(&mut h, dir, &[socket.as_path()]);
     }
-    if let Some(f) = daemon.token_file {
+    if let Some(f) = daemon.token_file.map(resolved) {
         if f.exists() && !h.dirs.iter().any(|d| f.starts_with(d)) {
-            h.files.push(f.to_path_buf());
+            h.files.push(f);
         }
     }
-    let runtime = env
-        .xdg_runtime_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}")));
+    let runtime = resolved(
+        &env.xdg_runtime_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}"))),
+    );
     if runtime.is_dir() && !holds_home(&runtime, home) {
         h.dirs.push(runtime);
     }
-    let mut tmux_bases = vec![PathBuf::from("/tmp")];
-    if let Some(t) = &env.tmux_tmpdir {
-        if t != Path::new("/tmp") && t.is_dir() {
-            tmux_bases.push(t.clone());
+    let mut tmux_bases = vec![resolved(Path::new("/tmp"))];
+    if let Some(t) = env.tmux_tmpdir.as_deref().map(resolved) {
+        if !tmux_bases.contains(&t) && t.is_dir() {
+            tmux_bases.push(t);
         }
     }
     for base in tmux_bases {
@@ -318,7 +362,46 @@ pub fn hidden_paths(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
     h.files.dedup();
     h.read_only.retain(|r| dirs.contains(r));
     h.read_only.dedup();
+    h.protected = protected_config(daemon, home)
+        .into_iter()
+        .filter(|p| !dirs.iter().any(|d| p.starts_with(d)))
+        .collect();
     h
+}
+
+/// What of the daemon's configuration a sandbox must not write: the
+/// default configuration directory (made, mode 0700, when missing, so
+/// that no agent makes it first), and a `--config` file elsewhere, or,
+/// while that file does not exist, its directory unless it holds the
+/// home (SIGHUP reads the file once it exists).
+fn protected_config(daemon: &DaemonPaths, home: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = daemon.default_config.parent() {
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir);
+        }
+        let dir = resolved(dir);
+        if dir.is_dir() && !holds_home(&dir, home) {
+            out.push(dir);
+        }
+    }
+    let config = resolved(daemon.config);
+    if out.iter().any(|d| config.starts_with(d)) {
+        return out;
+    }
+    if config.exists() {
+        out.push(config);
+    } else if let Some(dir) = config
+        .parent()
+        .filter(|d| d.is_dir() && !holds_home(d, home))
+    {
+        out.push(dir.to_path_buf());
+    }
+    out
 }
 
 /// What the daemon `d` hides from every sandbox, from its paths, its
@@ -332,6 +415,8 @@ pub fn hidden_for(d: &crate::daemon::Daemon) -> Hidden {
             state_dir: &d.paths.state_dir,
             socket: &d.paths.socket,
             token_file: token.is_absolute().then_some(token),
+            config: &d.paths.config,
+            default_config: &crate::config::Env::from_process().default_config_path(),
         },
         &UserEnv::from_process(),
     )
@@ -355,6 +440,7 @@ impl Hidden {
             dirs: keep(&self.dirs),
             read_only: keep(&self.read_only),
             files: keep(&self.files),
+            protected: keep(&self.protected),
         }
     }
 
@@ -362,7 +448,8 @@ impl Hidden {
     /// machine: an empty tmpfs over each hidden directory, `/dev/null` over
     /// each hidden file, then each of `back` bound again at its own path
     /// (parents before what they hold, so that a deeper bind is not covered
-    /// by a shallower one), then the daemon's own directories remounted
+    /// by a shallower one), then the daemon's configuration bound
+    /// read-only over itself, then the daemon's own directories remounted
     /// read-only. That remount is bwrap's non-recursive one: what `back`
     /// bound inside keeps its own access.
     pub fn mount(&self, c: &mut Command, back: &[(&Path, Access)]) {
@@ -383,21 +470,42 @@ impl Hidden {
             };
             c.arg(how).arg(p).arg(p);
         }
+        for p in &self.protected {
+            c.arg("--ro-bind").arg(p).arg(p);
+        }
         for d in &self.read_only {
             c.arg("--remount-ro").arg(d);
         }
     }
 }
 
-/// The command that runs `program` with `args` in the agent namespace of
-/// the module comment, in `cwd`. The caller sets the environment (bwrap
-/// hands it on unchanged).
+/// The command that runs `program` in the agent namespace of the module
+/// comment, in `cwd`. The caller sets the environment (bwrap hands it on
+/// unchanged).
 pub fn contain(bwrap: &Path, hidden: &Hidden, cwd: &Path, program: &Path) -> Command {
+    let cwd = resolved(cwd);
+    let mut c = namespace(bwrap, hidden, &[(&cwd, Access::Writable)]);
+    c.arg("--chdir").arg(&cwd).arg("--").arg(program);
+    c.current_dir(&cwd);
+    c
+}
+
+/// bwrap with the agent namespace set up, the program still to be named:
+/// agents (`contain`) and the daemon's own git for lanes
+/// (`crate::lanes::git`) run in the same kind. Of `back`, what lies in a
+/// hidden directory is bound again on top; the rest is in sight already.
+/// `/sys` is read-only: with the daemon running as root, an agent (uid 0,
+/// without capabilities) could otherwise write cgroupfs and sysfs files,
+/// which are root's by owner and mode.
+pub fn namespace(bwrap: &Path, hidden: &Hidden, back: &[(&Path, Access)]) -> Command {
     let mut c = Command::new(bwrap);
     c.args([
         "--bind",
         "/",
         "/",
+        "--ro-bind",
+        "/sys",
+        "/sys",
         "--dev",
         "/dev",
         "--proc",
@@ -408,16 +516,61 @@ pub fn contain(bwrap: &Path, hidden: &Hidden, cwd: &Path, program: &Path) -> Com
         "--cap-drop",
         "ALL",
     ]);
-    let inside = hidden.dirs.iter().any(|d| cwd.starts_with(d));
-    let back: &[(&Path, Access)] = if inside {
-        &[(cwd, Access::Writable)]
-    } else {
-        &[]
-    };
-    hidden.mount(&mut c, back);
-    c.arg("--chdir").arg(cwd).arg("--").arg(program);
-    c.current_dir(cwd);
+    let back: Vec<(&Path, Access)> = back
+        .iter()
+        .filter(|(p, _)| hidden.dirs.iter().any(|d| p.starts_with(d)))
+        .copied()
+        .collect();
+    hidden.mount(&mut c, &back);
     c
+}
+
+/// Whether the daemon runs as root: its agents then do too, without
+/// capabilities but owning every root-owned file the namespace leaves
+/// writable (`/etc`, `/usr`), which the daemon says once at start.
+pub fn runs_as_root() -> bool {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Marks every descriptor above 2 the daemon inherited close-on-exec, at
+/// the very start of `serve`: an open file its starter left it (`exec
+/// 7>file; omniconfluxd serve`) would otherwise reach every agent, check
+/// and plugin, inside their sandboxes too, since a descriptor is not a
+/// path a mount can hide. The daemon keeps none of them: it takes no
+/// sockets from its service manager (no LISTEN_FDS), and `sd_notify`
+/// opens a socket of its own. `close_range(2)` does it in one call; where
+/// the kernel is older than 5.11 or a filter refuses it, each descriptor
+/// `/proc/self/fd` lists is marked in turn.
+pub fn close_inherited_on_exec() -> std::io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+    // the process's descriptors; it reads and writes no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let fds: Vec<libc::c_int> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_GETFD and F_SETFD read and set the descriptor's flags
+        // only; one closed meanwhile (the listing's own) fails with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The process group of what runs inside an agent's namespace: bwrap's
@@ -489,6 +642,8 @@ mod tests {
                 state_dir: &state,
                 socket: &run.join("d.sock"),
                 token_file: None,
+                config: &t.0.join("conf/omniconfluxd.toml"),
+                default_config: &t.0.join("conf/omniconfluxd.toml"),
             },
             &env,
         );
@@ -532,6 +687,8 @@ mod tests {
                 state_dir: &t.0,
                 socket: &t.0.join("d.sock"),
                 token_file: None,
+                config: &t.0.join("conf/omniconfluxd.toml"),
+                default_config: &t.0.join("conf/omniconfluxd.toml"),
             },
             &env,
         );
@@ -549,6 +706,7 @@ mod tests {
             dirs: vec![PathBuf::from("/s"), PathBuf::from("/r")],
             read_only: vec![PathBuf::from("/s")],
             files: vec![PathBuf::from("/t/token")],
+            protected: vec![],
         };
         let c = contain(
             Path::new("/usr/bin/bwrap"),
@@ -584,6 +742,7 @@ mod tests {
             dirs: vec![PathBuf::from("/opt/s"), PathBuf::from("/run/user/7")],
             read_only: vec![PathBuf::from("/opt/s")],
             files: vec![PathBuf::from("/etc/t/token"), PathBuf::from("/tmp/x")],
+            protected: vec![PathBuf::from("/etc/o"), PathBuf::from("/tmp/o")],
         };
         let shown = h.shown_where(|p| p.starts_with("/opt") || p.starts_with("/etc"));
         assert_eq!(
@@ -592,6 +751,7 @@ mod tests {
                 dirs: vec![PathBuf::from("/opt/s")],
                 read_only: vec![PathBuf::from("/opt/s")],
                 files: vec![PathBuf::from("/etc/t/token")],
+                protected: vec![PathBuf::from("/etc/o")],
             }
         );
         let mut c = Command::new("bwrap");
@@ -618,10 +778,55 @@ mod tests {
                 "--bind",
                 "/opt/s/lanes/co-1",
                 "/opt/s/lanes/co-1",
+                "--ro-bind",
+                "/etc/o",
+                "/etc/o",
                 "--remount-ro",
                 "/opt/s"
             ]
         );
+    }
+
+    #[test]
+    fn paths_behind_symlinks_are_hidden_where_they_lead_and_the_config_protected() {
+        let t = Tmp::new("link");
+        let real = t.0.join("real");
+        std::fs::create_dir_all(real.join("state")).unwrap();
+        std::fs::create_dir_all(real.join("op")).unwrap();
+        std::os::unix::fs::symlink(&real, t.0.join("link")).unwrap();
+        let link = t.0.join("link");
+        // A path that does not exist yet resolves through its parent.
+        assert_eq!(
+            resolved(&link.join("state/run/d.sock")),
+            real.join("state/run/d.sock")
+        );
+        std::fs::write(t.0.join("elsewhere.toml"), "").unwrap();
+        let env = UserEnv {
+            home: Some(link.join("op")),
+            uid: 4244,
+            ..UserEnv::default()
+        };
+        let h = hidden_paths(
+            &DaemonPaths {
+                state_dir: &link.join("state"),
+                socket: &link.join("state/run/d.sock"),
+                token_file: None,
+                config: &t.0.join("elsewhere.toml"),
+                default_config: &link.join("op/.config/omniconflux/omniconfluxd.toml"),
+            },
+            &env,
+        );
+        assert!(h.dirs.contains(&real.join("state")), "{h:?}");
+        assert_eq!(h.read_only, vec![real.join("state")]);
+        assert_eq!(
+            h.protected,
+            vec![
+                real.join("op/.config/omniconflux"),
+                t.0.join("elsewhere.toml")
+            ]
+        );
+        assert!(real.join("op/.config/omniconflux").is_dir());
+        let _ = std::fs::remove_dir("/tmp/tmux-4244");
     }
 
     #[test]

@@ -98,8 +98,29 @@ struct World {
 
 impl World {
     fn new(dir: &TestDir) -> World {
+        World::new_with(dir, false)
+    }
+
+    /// With `linked`, the daemon's state and socket directories and the
+    /// home's parent are reached through symlinks, as on a machine whose
+    /// `/home` is a link to another disk.
+    fn new_with(dir: &TestDir, linked: bool) -> World {
         use std::os::unix::fs::PermissionsExt;
-        let home = dir.join("home");
+        if linked {
+            for (link, real) in [
+                ("state", "state.real"),
+                ("run", "run.real"),
+                ("homes", "homes.real"),
+            ] {
+                std::fs::create_dir_all(dir.join(real)).unwrap();
+                std::os::unix::fs::symlink(dir.join(real), dir.join(link)).unwrap();
+            }
+        }
+        let home = if linked {
+            dir.join("homes/op")
+        } else {
+            dir.join("home")
+        };
         let runtime = dir.join("rt");
         let tmux_base = dir.join("tmx");
         let tmux_dir = tmux_base.join(format!("tmux-{}", uid()));
@@ -140,6 +161,10 @@ impl World {
     fn env(&self) -> Vec<(String, String)> {
         vec![
             ("HOME".into(), self.home.display().to_string()),
+            (
+                "XDG_CONFIG_HOME".into(),
+                self.home.join(".config").display().to_string(),
+            ),
             ("XDG_RUNTIME_DIR".into(), self.runtime.display().to_string()),
             (
                 "TMUX_TMPDIR".into(),
@@ -207,11 +232,23 @@ fn spawn(c: &mut util::Client, w: &World, prompt: &str) -> String {
 
 #[test]
 fn every_escape_fails_and_ordinary_work_succeeds() {
+    every_escape_fails(false);
+}
+
+/// Paths reached through symlinks are mounted over where they lead:
+/// bwrap refuses to mount on a path with a symlink on the way, and every
+/// agent would fail to start.
+#[test]
+fn a_state_dir_and_a_home_behind_symlinks_still_contain_agents() {
+    every_escape_fails(true);
+}
+
+fn every_escape_fails(linked: bool) {
     if !bwrap_works() {
         return;
     }
-    let dir = TestDir::new("contain");
-    let w = World::new(&dir);
+    let dir = TestDir::new(if linked { "containl" } else { "contain" });
+    let w = World::new_with(&dir, linked);
     let port = free_port();
     let state = dir.join("state");
     let script = json!([[{"text_from": ["python3", fixture("escape_attempts.py")]}]]);
@@ -222,6 +259,14 @@ fn every_escape_fails_and_ordinary_work_succeeds() {
         ("ESC_HTTP", format!("127.0.0.1:{port}")),
         ("ESC_RUNTIME", w.runtime.display().to_string()),
         ("ESC_TMUX", w.tmux_socket.display().to_string()),
+        (
+            "ESC_CONFIG",
+            dir.join("omniconfluxd.toml").display().to_string(),
+        ),
+        (
+            "ESC_DEFAULT_CONFIG_DIR",
+            w.home.join(".config/omniconflux").display().to_string(),
+        ),
     ];
     let config = format!(
         "[http]\nlisten = \"127.0.0.1:{port}\"\n\n{}",
@@ -229,6 +274,13 @@ fn every_escape_fails_and_ordinary_work_succeeds() {
     );
     let (d, mut c) = start(&dir, &w, config);
     d.wait_log("agents run contained");
+    if uid() == 0 {
+        let line = d.wait_log("agents run as root");
+        assert_eq!(
+            line,
+            "warn: agents run as root: they can write root-owned files such as /etc"
+        );
+    }
     assert!(
         state.join("http.token").exists(),
         "the token is there to steal"
@@ -264,6 +316,9 @@ fn every_escape_fails_and_ordinary_work_succeeds() {
         "systemd",
         "double_fork",
         "proc_root",
+        "config_write",
+        "default_config_write",
+        "sys_write",
     ];
     // Without tmux the other escapes are still worth trying; under CI the
     // rule of `util::need` fails the test.
@@ -298,6 +353,13 @@ fn every_escape_fails_and_ordinary_work_succeeds() {
 
     // What the operator sees afterwards.
     assert!(!state.join("planted").exists());
+    let config = std::fs::read_to_string(dir.join("omniconfluxd.toml")).unwrap();
+    assert!(!config.contains("approvals.rule"), "{config}");
+    assert!(
+        !w.home
+            .join(".config/omniconflux/omniconfluxd.toml")
+            .exists()
+    );
     assert_eq!(
         std::fs::read_to_string(w.home.join("from-agent.txt")).unwrap(),
         "the operator's files are the agent's work\n"

@@ -976,11 +976,14 @@ fn an_allowed_task_request_is_dispatched_as_a_lane_and_merged() {
     d.stop();
 }
 
-/// A daemon with a git repository `shop` (a `[[repo]]`) whose
-/// post-checkout hook blocks on a FIFO the test controls while the file
-/// `arm` exists (it removes it first, so it blocks once per arming; when
-/// the FIFO `gate.started` exists it first says so there) and fails while
-/// `fail` exists; seats `builder` (anthropic, whose turn stalls
+/// A daemon with a git repository `shop` (a `[[repo]]`) whose smudge
+/// filter, which git runs as `git worktree add` checks out the one file
+/// `gated`, blocks on a FIFO the test controls while the file `arm`
+/// exists (it removes it first, so it blocks once per arming; when the
+/// FIFO `gate.started` exists it first says so there) and fails while
+/// `fail` exists. A filter, not a hook: the daemon's git runs no hooks
+/// (and runs filters in the agents' kind of namespace, where the test's
+/// folder is in sight as it is); seats `builder` (anthropic, whose turn stalls
 /// until it is stopped) and `verifier` (openai) of the fake agent; and
 /// sample-py running. `extra` goes into `[plugins]`.
 struct Rig {
@@ -996,9 +999,17 @@ struct Rig {
 fn rig(dir: &TestDir, extra: &str) -> Rig {
     let repo = dir.join("shop");
     std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("gated"), "held by the gate\n").unwrap();
+    std::fs::write(repo.join(".gitattributes"), "gated filter=gate\n").unwrap();
+    let (gate, arm, fail) = (dir.join("gate"), dir.join("arm"), dir.join("fail"));
+    let filter = dir.join("gate.sh");
+    let smudge = format!("sh '{}'", filter.display());
     for args in [
         vec!["init", "-q", "-b", "main"],
-        vec!["commit", "-q", "--allow-empty", "-m", "first"],
+        vec!["add", "gated", ".gitattributes"],
+        vec!["commit", "-q", "-m", "first"],
+        vec!["config", "filter.gate.smudge", &smudge],
+        vec!["config", "filter.gate.required", "true"],
     ] {
         let ok = std::process::Command::new("git")
             .arg("-C")
@@ -1012,25 +1023,21 @@ fn rig(dir: &TestDir, extra: &str) -> Rig {
             .unwrap();
         assert!(ok.success());
     }
-    let (gate, arm, fail) = (dir.join("gate"), dir.join("arm"), dir.join("fail"));
     let ok = std::process::Command::new("mkfifo")
         .arg(&gate)
         .status()
         .unwrap();
     assert!(ok.success());
-    let hook = repo.join(".git/hooks/post-checkout");
     std::fs::write(
-        &hook,
+        &filter,
         format!(
-            "#!/bin/sh\n[ -e '{f}' ] && exit 1\nif [ -e '{a}' ]; then rm -f '{a}'; [ -p '{g}.started' ] && echo started > '{g}.started'; cat '{g}' > /dev/null; fi\nexit 0\n",
+            "[ -e '{f}' ] && exit 1\nif [ -e '{a}' ]; then rm -f '{a}'; [ -p '{g}.started' ] && echo started > '{g}.started'; cat '{g}' > /dev/null; fi\nexec cat\n",
             f = fail.display(),
             a = arm.display(),
             g = gate.display()
         ),
     )
     .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_acp_agent.py");
     let q = |v: &Value| serde_json::to_string(&v.to_string()).unwrap();
     let builder = json!([[{"stall": 600}]]);
@@ -1101,8 +1108,8 @@ impl Rig {
         );
     }
 
-    /// Lets the blocked hook go on: opening the FIFO for writing waits for
-    /// the hook to read it, so this also proves the hook was blocked.
+    /// Lets the blocked filter go on: opening the FIFO for writing waits
+    /// for the filter to read it, so this also proves it was blocked.
     fn release(&self) {
         let gate = self.gate.clone();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -1113,7 +1120,18 @@ impl Rig {
         let opened = rx
             .recv_timeout(std::time::Duration::from_secs(60))
             .unwrap_or(false);
-        assert!(opened, "the post-checkout hook never read the gate");
+        assert!(opened, "the smudge filter never read the gate");
+    }
+
+    /// Lets a filter that is blocked on the gate go on, and does nothing
+    /// when none is: a FIFO opened for writing without blocking opens only
+    /// while a reader holds it.
+    fn release_if_held(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.gate);
     }
 
     /// Kills the daemon with SIGKILL and starts it again on the same state.
@@ -1131,7 +1149,7 @@ impl Rig {
         Rig { d, c, ..self }
     }
 
-    /// Waits until the hook blocks: it writes to `gate.started` (made by
+    /// Waits until the filter blocks: it writes to `gate.started` (made by
     /// `announce`) just before.
     fn started(&self) {
         let started = self.gate.with_extension("started");
@@ -1142,10 +1160,10 @@ impl Rig {
         let said = rx
             .recv_timeout(std::time::Duration::from_secs(60))
             .unwrap_or_default();
-        assert_eq!(said, "started\n", "the post-checkout hook never started");
+        assert_eq!(said, "started\n", "the smudge filter never started");
     }
 
-    /// Makes the FIFO the hook announces itself on.
+    /// Makes the FIFO the filter announces itself on.
     fn announce(&self) {
         let ok = std::process::Command::new("mkfifo")
             .arg(self.gate.with_extension("started"))
@@ -1166,7 +1184,7 @@ fn an_allowed_request_is_answered_not_pending_while_its_dispatch_runs() {
     std::fs::write(&r.arm, "").unwrap();
     let (wid, rid) = r.ask("slow checkout", 1);
     r.allow(&rid);
-    // The dispatch runs (the hook holds `git worktree add`): the request is
+    // The dispatch runs (the filter holds `git worktree add`): the request is
     // answered, and tasks.cancel says so instead of claiming a retraction.
     let got = r.c.call("plugin.request.get", json!({"requestId": rid}));
     assert_eq!(got["state"], "answered", "{got}");
@@ -1260,7 +1278,7 @@ fn a_dispatch_past_its_bound_answers_unavailable_and_stops_counting() {
     std::fs::write(&r.arm, "").unwrap();
     let (wid, rid) = r.ask("late lane", 1);
     r.allow(&rid);
-    // The hook holds the dispatch until the test lets it go, so the bound
+    // The filter holds the dispatch until the test lets it go, so the bound
     // (here 300 ms, 15 minutes by default) answers first.
     assert_eq!(
         py(&mut r.c, "result", &wid)["error"],
@@ -1711,8 +1729,8 @@ fn a_dispatch_cut_off_by_a_daemon_stop_is_aborted_by_removal() {
         .unwrap()
         .with_file_name("shop-wt")
         .join("cut-off");
-    // post-checkout runs once the files are checked out: the worktree is
-    // there while the hook holds git.
+    // git makes the worktree's folder before it checks out (and smudges)
+    // its files: it is there while the filter holds git.
     assert!(wt.is_dir(), "{}", wt.display());
     let got = r.c.call("plugin.remove", json!({"plugin": "sample-py"}));
     assert_eq!(
@@ -1720,8 +1738,9 @@ fn a_dispatch_cut_off_by_a_daemon_stop_is_aborted_by_removal() {
         json!({"plugin": "sample-py", "removed": true, "stopped": 0,
                "worktrees": [wt.display().to_string()]})
     );
-    // Let the orphaned git end.
-    r.release();
+    // Let the orphaned git end, if it outlived the daemon: in a namespace
+    // it died with it (`--die-with-parent`), and nothing reads the gate.
+    r.release_if_held();
     r.d.stop();
 }
 
@@ -1732,7 +1751,7 @@ fn a_removal_whose_aborted_dispatch_does_not_end_in_time_stays_remove_pending() 
     std::fs::write(&r.arm, "").unwrap();
     let (_, rid) = r.ask("held", 1);
     r.allow(&rid);
-    // The hook holds the dispatch past the bound (here 300 ms).
+    // The filter holds the dispatch past the bound (here 300 ms).
     let got = r.c.request("plugin.remove", json!({"plugin": "sample-py"}));
     assert_eq!(
         got["error"]["data"]["code"], "plugin-remove-pending",

@@ -710,10 +710,15 @@ pub fn sandbox(d: &Daemon) -> crate::isolation::AgentSandbox {
 pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
     d.core.sessions.probe = Some(probe.clone());
     match sandbox(d) {
-        crate::isolation::AgentSandbox::Namespace(bwrap) => crate::info!(
-            "agents run contained, in a namespace of {}",
-            bwrap.display()
-        ),
+        crate::isolation::AgentSandbox::Namespace(bwrap) => {
+            crate::info!(
+                "agents run contained, in a namespace of {}",
+                bwrap.display()
+            );
+            if crate::isolation::runs_as_root() {
+                crate::warn!("agents run as root: they can write root-owned files such as /etc");
+            }
+        }
         crate::isolation::AgentSandbox::Uncontained(why)
             if d.cfg.agents.isolation() == crate::config::AgentIsolation::None =>
         {

@@ -83,6 +83,8 @@ impl Outcome {
 }
 
 pub struct Spec<'a> {
+    /// The daemon's git, to find the checkout's git directory.
+    pub git: &'a crate::lanes::git::Git,
     pub checkout: &'a Path,
     pub command: &'a str,
     pub timeout: Duration,
@@ -121,7 +123,7 @@ pub fn run(spec: &Spec<'_>) -> Result<Outcome, String> {
             ]);
             // The checkout's git directory lies in the repository's, which
             // the private /tmp hides when the repository is under /tmp.
-            let common = crate::lanes::git::common_dir(checkout).ok();
+            let common = crate::lanes::git::common_dir(spec.git, checkout).ok();
             let mut back = vec![(checkout, Access::Writable)];
             if let Some(g) = common.as_deref().filter(|g| !g.starts_with(checkout)) {
                 back.push((g, Access::ReadOnly));
@@ -297,10 +299,13 @@ mod tests {
         dirs: Vec::new(),
         read_only: Vec::new(),
         files: Vec::new(),
+        protected: Vec::new(),
     };
+    static HOST_GIT: crate::lanes::git::Git = crate::lanes::git::Git::host();
 
     fn spec<'a>(dir: &'a Path, cmd: &'a str, iso: &'a Isolation, secs: u64) -> Spec<'a> {
         Spec {
+            git: &HOST_GIT,
             checkout: dir,
             command: cmd,
             timeout: Duration::from_secs(secs),

@@ -319,11 +319,15 @@ impl Lanes {
 type Heads = Vec<(String, Option<String>)>;
 
 /// What each lane's branch points at now (blocking: the heads thread).
+/// Reading refs runs nothing a repository configures, so this git runs on
+/// the host (hooks off all the same): the heads thread has no daemon to ask
+/// how agents run.
 fn read_heads(by_repo: HashMap<PathBuf, Vec<(String, String)>>) -> Heads {
     let mut heads = Vec::new();
+    let g = git::Git::host();
     for (repo, lanes) in by_repo {
         let branches: Vec<String> = lanes.iter().map(|(_, b)| b.clone()).collect();
-        let found = git::branch_heads(&repo, &branches);
+        let found = git::branch_heads(&g, &repo, &branches);
         heads.extend(
             lanes
                 .into_iter()
@@ -467,6 +471,7 @@ pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
 /// repository the daemon no longer knows, or that git does not recognize.
 fn reclaim(d: &mut Daemon) {
     let dir = d.paths.state_dir.join("lanes");
+    let g = daemon_git(d);
     let queued = job(
         d,
         move || -> Vec<(PathBuf, Option<PathBuf>)> {
@@ -478,7 +483,7 @@ fn reclaim(d: &mut Daemon) {
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| {
                     let co = e.path();
-                    let repo = git::repository_of(&co)
+                    let repo = git::repository_of(&g, &co)
                         .ok()
                         .map(|r| r.canonicalize().unwrap_or(r));
                     (co, repo)
@@ -599,10 +604,11 @@ fn returned(d: &mut Daemon, repo: PathBuf, co: PathBuf, r: Returned) {
 fn remove_checkout(d: &mut Daemon, repo: Option<PathBuf>, co: PathBuf) {
     let shown = co.display().to_string();
     let left = shown.clone();
+    let g = daemon_git(d);
     let queued = job(
         d,
         move || match repo {
-            Some(repo) => git::remove_worktree(&repo, &co),
+            Some(repo) => git::remove_worktree(&g, &repo, &co),
             None => std::fs::remove_dir_all(&co).map_err(|e| {
                 git::GitError(format!(
                     "unable to remove {}: {}",
@@ -618,6 +624,19 @@ fn remove_checkout(d: &mut Daemon, repo: Option<PathBuf>, co: PathBuf) {
     );
     if let Err(e) = queued {
         crate::warn!("checkout {left}: left in place: {}", e.message);
+    }
+}
+
+/// How the daemon's git runs now (`git` module comment): in the agents'
+/// kind of namespace while agents are contained, else on the host.
+pub fn daemon_git(d: &Daemon) -> git::Git {
+    match crate::core::sessions::sandbox(d) {
+        crate::isolation::AgentSandbox::Namespace(bwrap) => git::Git::contained(
+            bwrap,
+            crate::isolation::hidden_for(d),
+            &d.paths.state_dir.join("lanes"),
+        ),
+        _ => git::Git::host(),
     }
 }
 
@@ -933,11 +952,13 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
         return;
     };
     let lid = id.to_string();
+    let g = daemon_git(d);
     let queued = match a {
         Action::CommitWork => job(
             d,
             move || {
                 git::commit_all(
+                    &g,
                     &l.worktree,
                     "lane: commit the work the builder left uncommitted\n\nomniconfluxd commits what a builder's turn leaves in the worktree so that the\nacceptance check and the verifier judge exactly one commit.",
                 )
@@ -974,7 +995,7 @@ fn act(d: &mut Daemon, id: &str, a: Action) {
             );
             job(
                 d,
-                move || git::merge(&l.repo, &l.base, &commit, mode, &message),
+                move || git::merge(&g, &l.repo, &l.base, &commit, mode, &message),
                 move |d, r| {
                     let input = match r {
                         Ok(base_head) => Input::Merged { base_head },
@@ -1024,12 +1045,14 @@ fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
         Isolation::Unisolated => crate::isolation::Hidden::default(),
     };
     let (used, undo) = (checkout.clone(), checkout.clone());
+    let g = daemon_git(d);
     d.lanes.pool.use_start(&used);
     let queued = job(
         d,
         move || -> Result<Outcome, String> {
-            git::checkout_exactly(&repo, &checkout, &commit).map_err(|e| e.to_string())?;
+            git::checkout_exactly(&g, &repo, &checkout, &commit).map_err(|e| e.to_string())?;
             check::run(&check::Spec {
+                git: &g,
                 checkout: &checkout,
                 command: &command,
                 timeout,
@@ -1081,11 +1104,13 @@ fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Res
     let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
     let diff_commit = commit.clone();
     let (used, undo) = (checkout.clone(), checkout.clone());
+    let g = daemon_git(d);
     d.lanes.pool.use_start(&used);
     let queued = job(
         d,
         move || -> Result<String, String> {
             let diff = git::diff(
+                &g,
                 &repo,
                 &base_commit,
                 &diff_commit,
@@ -1094,7 +1119,7 @@ fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Res
             .map_err(|e| e.to_string())?;
             // The verifier reads the same daemon-owned checkout the check
             // ran in, put back at exactly the commit it judges.
-            git::checkout_exactly(&repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
+            git::checkout_exactly(&g, &repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
             Ok(diff)
         },
         move |d, r| {
@@ -1339,9 +1364,10 @@ fn archive(d: &mut Daemon, id: &str) {
     if remove {
         let lid = id.to_string();
         let shown = wt.display().to_string();
+        let g = daemon_git(d);
         let _ = job(
             d,
-            move || git::remove_worktree(&repo, &wt),
+            move || git::remove_worktree(&g, &repo, &wt),
             move |_, r| match r {
                 Ok(()) => crate::info!("lane {lid}: worktree {shown} removed"),
                 Err(e) => crate::warn!("lane {lid}: {e}"),
@@ -1748,15 +1774,16 @@ pub fn dispatch(
             return then(d, Err(e));
         }
         let asked = repo.clone();
+        let g = daemon_git(d);
         let queued = job(
             d,
             move || {
                 // A worktree's top folder, not any folder inside one.
-                let top = git::toplevel(&asked).ok()?;
+                let top = git::toplevel(&g, &asked).ok()?;
                 if top.canonicalize().unwrap_or(top) != asked {
                     return None;
                 }
-                git::repository_of(&asked).ok()
+                git::repository_of(&g, &asked).ok()
             },
             move |d, main| match main.map(|m| m.canonicalize().unwrap_or(m)) {
                 Some(main) if main != repo && known(d, &main) => {
@@ -1846,10 +1873,11 @@ pub fn dispatch(
     let worktree = worktree_path(d, &p.repo, &s);
     let (repo, base) = (p.repo.clone(), p.base.clone());
     let (b2, w2) = (branch.clone(), worktree.clone());
+    let g = daemon_git(d);
     let queued = job(
         d,
         move || -> Result<(String, String), RpcError> {
-            let base = match base.or_else(|| git::current_branch(&repo)) {
+            let base = match base.or_else(|| git::current_branch(&g, &repo)) {
                 Some(b) => b,
                 None => {
                     return Err(lane_err(
@@ -1858,24 +1886,24 @@ pub fn dispatch(
                     ));
                 }
             };
-            let Some(base_commit) = git::commit_of(&repo, &format!("refs/heads/{base}")) else {
+            let Some(base_commit) = git::commit_of(&g, &repo, &format!("refs/heads/{base}")) else {
                 return Err(lane_err(
                     Code::BaseUnknown,
                     format!("no branch {base} in the repository"),
                 ));
             };
-            if !git::valid_branch_name(&repo, &b2) {
+            if !git::valid_branch_name(&g, &repo, &b2) {
                 return Err(RpcError::invalid_params(format!(
                     "{b2} is not a branch name git accepts"
                 )));
             }
-            if git::branch_exists(&repo, &b2) || w2.exists() {
+            if git::branch_exists(&g, &repo, &b2) || w2.exists() {
                 return Err(lane_err(
                     Code::NameTaken,
                     format!("the branch {b2} or the worktree {} exists", w2.display()),
                 ));
             }
-            git::add_worktree(&repo, &w2, &b2, &base_commit)
+            git::add_worktree(&g, &repo, &w2, &b2, &base_commit)
                 .map_err(|e| lane_err(Code::Unavailable, e.to_string()))?;
             Ok((base, base_commit))
         },
@@ -1921,11 +1949,12 @@ fn create(
             Ok(Spawned { session_id }) => session_id,
             Err(e) => {
                 let (repo, wt, br) = (p.repo.clone(), worktree.clone(), branch.clone());
+                let g = daemon_git(d);
                 let _ = job(
                     d,
                     move || {
-                        let _ = git::remove_worktree(&repo, &wt);
-                        let _ = git::delete_branch(&repo, &br);
+                        let _ = git::remove_worktree(&g, &repo, &wt);
+                        let _ = git::delete_branch(&g, &repo, &br);
                     },
                     |_, ()| {},
                 );

@@ -330,6 +330,7 @@ mod tests {
             dirs: vec![PathBuf::from("/opt/omni"), PathBuf::from("/run/user/7")],
             read_only: vec![PathBuf::from("/opt/omni")],
             files: vec![],
+            protected: vec![],
         };
         let iso = Isolation {
             bwrap: Some(PathBuf::from("/usr/bin/bwrap")),

@@ -42,7 +42,8 @@
 //! `git worktree add -q -b <branch> <path> main` run by the harness plus
 //! spawning the same fake agent (Command::spawn returns after exec). Goal:
 //! ratio <= 1.5. The extra `worktree_step_ms` times the lane worker's git
-//! steps alone through the library (`omniconfluxd::lanes::git`), and
+//! steps alone through the library (`omniconfluxd::lanes::git`, in a
+//! namespace as the daemon runs them while agents are contained), and
 //! `git_worktree_add_ms` the plain command alone. Before each timed step
 //! the harness calls sync(2), so that no side pays for the writeback of
 //! the 10,000-file checkouts and removals before it.
@@ -129,6 +130,16 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
         "[lanes]\nrequire_isolation = false\n"
     } else {
         ""
+    };
+    // The daemon's git as it runs while agents are contained, which they
+    // are wherever the probe passes.
+    let daemon_git = match &isolation {
+        check::Isolation::Bwrap(bwrap) => lgit::Git::contained(
+            bwrap.clone(),
+            omniconfluxd::isolation::Hidden::default(),
+            &tmp.path().join("state/lanes"),
+        ),
+        check::Isolation::Unisolated => lgit::Git::host(),
     };
     let agent = fake_agent();
     let builder_script =
@@ -225,7 +236,7 @@ fn measure(py: &Path, want_round: bool, want_wt: bool) -> Result<(), String> {
         // The plain git worktree add and agent spawn, and the library's
         // worktree step alone.
         let (cli, cli_add) = cli_worktree(&repo, tmp.path(), i, py, &agent)?;
-        let step = library_step(&repo, tmp.path(), i)?;
+        let step = library_step(&daemon_git, &repo, tmp.path(), i)?;
 
         s.lane_ms.push(lane_cpu.total());
         s.lane_self_ms.push(lane_cpu.own);
@@ -468,6 +479,7 @@ fn children_cpu_ms() -> f64 {
 fn accept_cpu_ms(dir: &Path, isolation: &check::Isolation) -> Result<f64, String> {
     let before = children_cpu_ms();
     let o = check::run(&check::Spec {
+        git: &lgit::Git::host(),
         checkout: dir,
         command: "true",
         timeout: Duration::from_secs(60),
@@ -547,23 +559,23 @@ fn cli_worktree(
 }
 
 /// The lane worker's worktree step through the library, in ms; undone after.
-fn library_step(repo: &Path, tmp: &Path, i: usize) -> Result<f64, String> {
+fn library_step(g: &lgit::Git, repo: &Path, tmp: &Path, i: usize) -> Result<f64, String> {
     let path = tmp.join(format!("lib-wt-{i}"));
     let branch = format!("bench/lib-{i}");
     settle();
     let t0 = Instant::now();
-    let base = lgit::current_branch(repo).ok_or("no branch checked out")?;
-    let commit = lgit::commit_of(repo, &format!("refs/heads/{base}")).ok_or("no base commit")?;
-    if !lgit::valid_branch_name(repo, &branch)
-        || lgit::branch_exists(repo, &branch)
+    let base = lgit::current_branch(g, repo).ok_or("no branch checked out")?;
+    let commit = lgit::commit_of(g, repo, &format!("refs/heads/{base}")).ok_or("no base commit")?;
+    if !lgit::valid_branch_name(g, repo, &branch)
+        || lgit::branch_exists(g, repo, &branch)
         || path.exists()
     {
         return Err(format!("{branch} cannot be made"));
     }
-    lgit::add_worktree(repo, &path, &branch, &commit).map_err(|e| e.to_string())?;
+    lgit::add_worktree(g, repo, &path, &branch, &commit).map_err(|e| e.to_string())?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    lgit::remove_worktree(repo, &path).map_err(|e| e.to_string())?;
-    lgit::delete_branch(repo, &branch).map_err(|e| e.to_string())?;
+    lgit::remove_worktree(g, repo, &path).map_err(|e| e.to_string())?;
+    lgit::delete_branch(g, repo, &branch).map_err(|e| e.to_string())?;
     Ok(ms)
 }
 

@@ -79,13 +79,14 @@ fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let repos = controller::known_repos(d);
     let req = req.clone();
     // `git worktree list` per repository: blocking, so on a lane worker.
+    let g = controller::daemon_git(d);
     controller::job(
         d,
         move || {
             repos
                 .into_iter()
                 .map(|r| {
-                    let wts = git::worktrees(&r).unwrap_or_default();
+                    let wts = git::worktrees(&g, &r).unwrap_or_default();
                     json!({
                         "path": r.display().to_string(),
                         "exists": r.is_dir(),
@@ -114,9 +115,10 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         )));
     }
     let req = req.clone();
+    let g = controller::daemon_git(d);
     controller::job(
         d,
-        move || git::toplevel(&PathBuf::from(&path)),
+        move || git::toplevel(&g, &PathBuf::from(&path)),
         move |d, r| match r {
             Ok(top) => {
                 if !d.lanes.added_repos.contains(&top)
