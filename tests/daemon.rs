@@ -116,6 +116,7 @@ fn a_second_daemon_on_the_same_socket_is_refused_and_a_stale_file_replaced() {
             &second_dir.join("none.toml").display().to_string(),
             "serve",
         ])
+        .env("XDG_CONFIG_HOME", second_dir.join("xdg-config"))
         .output()
         .unwrap();
     std::fs::write(second_dir.join("none.toml"), "").unwrap();
@@ -136,6 +137,7 @@ fn a_second_daemon_on_the_same_socket_is_refused_and_a_stale_file_replaced() {
             &second_dir.join("none.toml").display().to_string(),
             "serve",
         ])
+        .env("XDG_CONFIG_HOME", second_dir.join("xdg-config"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -140,6 +140,10 @@ impl Daemon {
         cmd.args(&args)
             .env("NOTIFY_SOCKET", &notify_path)
             .env_remove("JOURNAL_STREAM")
+            // The default config directory is the test's own: the daemon
+            // protects (and creates) it, and as root it would otherwise be
+            // /etc/omniconflux on the machine running the tests.
+            .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
