@@ -727,6 +727,255 @@ fn probe(cfg: &SeatConfig, path_var: &str) -> Outcome {
 mod tests {
     use super::*;
 
+    fn seat_cfg(harness: &str) -> SeatConfig {
+        SeatConfig {
+            harness: harness.into(),
+            command: harness.into(),
+            transport: "acp".into(),
+            provider: "p".into(),
+            family: "local".into(),
+            ..SeatConfig::default()
+        }
+    }
+
+    /// A config with these `[[seat]]` tables and `[seats] detect`.
+    fn config(seats: &[SeatConfig], detect: bool) -> FileConfig {
+        FileConfig {
+            seat: seats.to_vec(),
+            seats: crate::config::SeatsSection { detect },
+            ..FileConfig::default()
+        }
+    }
+
+    fn answer(status: Status, reason: Option<&str>) -> Outcome {
+        Outcome {
+            status,
+            reason: reason.map(str::to_string),
+            program: Some(PathBuf::from("/usr/bin/agent")),
+        }
+    }
+
+    fn statuses(s: &Seats) -> Vec<(&str, &str)> {
+        s.list
+            .iter()
+            .map(|s| (s.cfg.harness.as_str(), s.status_name()))
+            .collect()
+    }
+
+    #[test]
+    fn configured_seats_are_probing_until_their_own_answer_comes() {
+        let (a, b) = (seat_cfg("a"), seat_cfg("b"));
+        // Detection is on, but one [[seat]] and nothing is detected.
+        let mut s = Seats::from_config(&config(&[a.clone(), b.clone()], true));
+        assert_eq!(statuses(&s), [("a", "probing"), ("b", "probing")]);
+        assert!(!s.probing());
+
+        // Configured seats are known at once; the probe goes to a worker.
+        let job = ProbeJob {
+            detect: false,
+            seats: vec![a.clone(), b.clone()],
+        };
+        assert_eq!(s.probe(), [Effect::Known, Effect::Probe(job.clone())]);
+        assert!(s.probing());
+        assert_eq!(statuses(&s), [("a", "probing"), ("b", "probing")]);
+
+        // Each answer as it comes: the other seat is still probing.
+        let none = s.on_report(
+            Report::Probed(Box::new(a.clone()), answer(Status::Ready, None)),
+            5,
+        );
+        assert_eq!(none, []);
+        assert_eq!(statuses(&s), [("a", "ready"), ("b", "probing")]);
+        let a_now = s.get("a").unwrap();
+        assert_eq!(a_now.probed_at_ms, Some(5));
+        assert_eq!(a_now.program, Some(PathBuf::from("/usr/bin/agent")));
+        let missing = Outcome {
+            status: Status::Missing,
+            reason: Some("b is not in PATH".into()),
+            program: None,
+        };
+        assert_eq!(
+            s.on_report(Report::Probed(Box::new(b.clone()), missing), 6),
+            []
+        );
+        assert_eq!(statuses(&s), [("a", "ready"), ("b", "missing")]);
+        assert_eq!(
+            s.get("b").unwrap().reason.as_deref(),
+            Some("b is not in PATH")
+        );
+
+        // The end of the probe is what lanes wait for.
+        assert_eq!(s.on_report(Report::Done, 7), [Effect::Probed]);
+        assert!(!s.probing());
+
+        // The list is known once in the daemon's life.
+        assert_eq!(s.probe(), [Effect::Probe(job)]);
+    }
+
+    #[test]
+    fn a_probe_asked_for_while_one_runs_runs_again_once_it_is_done() {
+        let a = seat_cfg("a");
+        let mut s = Seats::from_config(&config(std::slice::from_ref(&a), false));
+        let job = ProbeJob {
+            detect: false,
+            seats: vec![a.clone()],
+        };
+        assert_eq!(s.probe(), [Effect::Known, Effect::Probe(job.clone())]);
+        // Asked twice more while it runs: one more probe, not two, and
+        // not before this one is done (one worker at a time).
+        assert_eq!(s.probe(), []);
+        assert_eq!(s.probe(), []);
+        assert_eq!(
+            s.on_report(
+                Report::Probed(Box::new(a.clone()), answer(Status::Ready, None)),
+                1
+            ),
+            []
+        );
+        // The second probe starts before the lanes hear of the first.
+        assert_eq!(
+            s.on_report(Report::Done, 2),
+            [Effect::Probe(job), Effect::Probed]
+        );
+        assert!(s.probing());
+        assert_eq!(s.on_report(Report::Done, 3), [Effect::Probed]);
+        assert!(!s.probing());
+    }
+
+    #[test]
+    fn a_reload_keeps_what_is_known_of_unchanged_seats() {
+        let (a, b) = (seat_cfg("a"), seat_cfg("b"));
+        let mut s = Seats::from_config(&config(&[a.clone(), b.clone()], true));
+        s.probe();
+        s.on_report(
+            Report::Probed(Box::new(a.clone()), answer(Status::Ready, None)),
+            1,
+        );
+        s.on_report(
+            Report::Probed(Box::new(b.clone()), answer(Status::Degraded, Some("x"))),
+            1,
+        );
+        s.on_report(Report::Done, 1);
+        s.note_sign_in("a", SignInState::SignedIn);
+
+        // b's arguments change, c is new, and the order is the config's.
+        let mut b2 = b.clone();
+        b2.args = vec!["--fast".into()];
+        let c = seat_cfg("c");
+        s.reconfigure(&config(&[c.clone(), a.clone(), b2.clone()], true));
+        assert_eq!(
+            statuses(&s),
+            [("c", "probing"), ("a", "ready"), ("b", "probing")]
+        );
+        assert_eq!(s.get("a").unwrap().sign_in_name(), "signed-in");
+        assert_eq!(s.get("a").unwrap().origin, Origin::Configured);
+
+        // The probe of the new list; an answer for b's old config, still
+        // under way when the config changed, is not b's answer.
+        assert_eq!(
+            s.probe(),
+            [Effect::Probe(ProbeJob {
+                detect: false,
+                seats: vec![c, a.clone(), b2.clone()],
+            })]
+        );
+        s.on_report(Report::Probed(Box::new(b), answer(Status::Ready, None)), 2);
+        assert_eq!(s.get("b").unwrap().status_name(), "probing");
+        s.on_report(Report::Probed(Box::new(b2), answer(Status::Ready, None)), 2);
+        assert_eq!(s.get("b").unwrap().status_name(), "ready");
+    }
+
+    #[test]
+    fn detection_lists_the_seats_and_the_list_is_known_when_it_answers() {
+        let (x, y) = (seat_cfg("x"), seat_cfg("y"));
+        let mut s = Seats::from_config(&config(&[], true));
+        assert!(s.list.is_empty());
+        let job = ProbeJob {
+            detect: true,
+            seats: vec![],
+        };
+        // Not known before the worker has looked at PATH.
+        assert_eq!(s.probe(), [Effect::Probe(job)]);
+        let found = |cfgs: &[&SeatConfig]| {
+            Report::Detected(
+                cfgs.iter()
+                    .map(|c| ((*c).clone(), PathBuf::from("/bin/agent")))
+                    .collect(),
+            )
+        };
+        assert_eq!(s.on_report(found(&[&x, &y]), 1), [Effect::Known]);
+        assert_eq!(statuses(&s), [("x", "probing"), ("y", "probing")]);
+        assert_eq!(s.get("x").unwrap().origin, Origin::Detected);
+        s.on_report(
+            Report::Probed(Box::new(x.clone()), answer(Status::Ready, None)),
+            2,
+        );
+        assert_eq!(s.on_report(Report::Done, 3), [Effect::Probed]);
+
+        // A reload that still detects keeps the detected seats meanwhile.
+        s.reconfigure(&config(&[], true));
+        assert_eq!(statuses(&s), [("x", "ready"), ("y", "probing")]);
+
+        // The next detection: y left PATH, x keeps what is known of it,
+        // and the list is not "known" a second time.
+        s.probe();
+        assert_eq!(s.on_report(found(&[&x]), 4), []);
+        assert_eq!(statuses(&s), [("x", "ready")]);
+        assert_eq!(s.get("x").unwrap().probed_at_ms, Some(2));
+    }
+
+    #[test]
+    fn configured_seats_win_over_detected_ones() {
+        let (x, a) = (seat_cfg("x"), seat_cfg("a"));
+        let mut s = Seats::from_config(&config(&[], true));
+        s.probe();
+        s.on_report(
+            Report::Detected(vec![(x.clone(), PathBuf::from("/bin/x"))]),
+            1,
+        );
+        // A [[seat]] appears while the detecting probe runs: the detected
+        // seat leaves, and what that probe still reports is not taken.
+        s.reconfigure(&config(std::slice::from_ref(&a), true));
+        assert_eq!(statuses(&s), [("a", "probing")]);
+        assert_eq!(s.get("a").unwrap().origin, Origin::Configured);
+        assert_eq!(s.probe(), []);
+        s.on_report(
+            Report::Probed(Box::new(x.clone()), answer(Status::Ready, None)),
+            2,
+        );
+        s.on_report(Report::Detected(vec![(x, PathBuf::from("/bin/x"))]), 2);
+        assert_eq!(statuses(&s), [("a", "probing")]);
+        // The probe asked for meanwhile probes the configured seat only.
+        assert_eq!(
+            s.on_report(Report::Done, 3),
+            [
+                Effect::Probe(ProbeJob {
+                    detect: false,
+                    seats: vec![a],
+                }),
+                Effect::Probed
+            ]
+        );
+    }
+
+    #[test]
+    fn no_seats_and_no_detection_is_known_at_once_with_nothing_to_probe() {
+        let mut s = Seats::from_config(&config(&[], false));
+        assert_eq!(s.probe(), [Effect::Known]);
+        assert!(!s.probing());
+        assert_eq!(s.probe(), []);
+    }
+
+    #[test]
+    fn a_probe_whose_worker_cannot_start_leaves_the_list_known() {
+        let mut s = Seats::from_config(&config(&[], true));
+        assert!(matches!(s.probe().as_slice(), [Effect::Probe(_)]));
+        assert_eq!(s.probe_not_started(), [Effect::Known]);
+        assert!(!s.probing());
+        // The next ask probes again.
+        assert!(matches!(s.probe().as_slice(), [Effect::Probe(_)]));
+    }
+
     #[test]
     fn resolves_in_path_and_names_what_is_wrong() {
         assert!(resolve("sh", "/nonexistent:/bin:/usr/bin").is_ok());
