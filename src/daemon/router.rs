@@ -39,20 +39,41 @@ pub struct Router {
     restored: bool,
 }
 
+impl Router {
+    /// Queues `effects` behind those queued already; true when no drain
+    /// runs, so that the caller is to drain the queue with [`Router::next`].
+    fn enqueue(&mut self, effects: impl IntoIterator<Item = Effect>) -> bool {
+        self.queue.extend(effects);
+        !std::mem::replace(&mut self.draining, true)
+    }
+
+    /// Whether the sessions of the last run are to be reopened now: the
+    /// lanes are read and the seats known, and they were not reopened yet.
+    fn restore_now(&mut self) -> bool {
+        let now = self.lanes_read && self.seats_known && !self.restored;
+        self.restored |= now;
+        now
+    }
+
+    /// The next effect to run; `None` ends the drain.
+    fn next(&mut self) -> Option<Effect> {
+        let next = self.queue.pop_front();
+        self.draining = next.is_some();
+        next
+    }
+}
+
 /// Applies `effects` in order, each to completion; see the module comment.
 pub fn apply<E: Into<Effect>>(d: &mut Daemon, effects: impl IntoIterator<Item = E>) {
-    d.router.queue.extend(effects.into_iter().map(Into::into));
-    if d.router.draining {
+    if !d.router.enqueue(effects.into_iter().map(Into::into)) {
         return;
     }
-    d.router.draining = true;
-    while let Some(e) = d.router.queue.pop_front() {
+    while let Some(e) = d.router.next() {
         match e {
             Effect::Job(job) => start(d, job),
             Effect::Event(ev) => deliver(d, ev),
         }
     }
-    d.router.draining = false;
 }
 
 /// Runs `f` on the seat registry and applies what it returns.
@@ -103,11 +124,15 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
     match event {
         DomainEvent::SeatsKnown => {
             d.router.seats_known = true;
-            restore_sessions(d);
+            if d.router.restore_now() {
+                restore_sessions(d);
+            }
         }
         DomainEvent::LanesRead => {
             d.router.lanes_read = true;
-            restore_sessions(d);
+            if d.router.restore_now() {
+                restore_sessions(d);
+            }
         }
         // Lanes resume once the seats they need are known.
         DomainEvent::SeatsProbed => crate::lanes::controller::seats_probed(d),
@@ -115,15 +140,73 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
 }
 
 /// Reopens the sessions of the last run but those the lanes will not use
-/// again (a verifier whose verification starts over), once the lanes are
-/// read and the seats known, and only once; the lanes resume once those
-/// sessions are in place.
+/// again (a verifier whose verification starts over); the lanes resume
+/// once those sessions are in place.
 fn restore_sessions(d: &mut Daemon) {
-    let r = &mut d.router;
-    if !r.lanes_read || !r.seats_known || r.restored {
-        return;
-    }
-    r.restored = true;
     let not_needed = crate::lanes::controller::sessions_not_needed(d);
     crate::core::sessions::restore(d, not_needed, crate::lanes::controller::sessions_restored);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(e: DomainEvent) -> Effect {
+        Effect::Event(e)
+    }
+
+    #[test]
+    fn effects_queued_while_draining_run_after_the_one_in_hand_in_order() {
+        let mut r = Router::default();
+        assert!(r.enqueue([
+            event(DomainEvent::LanesRead),
+            event(DomainEvent::SeatsKnown)
+        ]));
+        assert_eq!(r.next(), Some(event(DomainEvent::LanesRead)));
+        // Delivering LanesRead made a subsystem return effects: queued,
+        // not run now, and behind what was queued before.
+        assert!(!r.enqueue([event(DomainEvent::SeatsProbed)]));
+        assert_eq!(r.next(), Some(event(DomainEvent::SeatsKnown)));
+        assert_eq!(r.next(), Some(event(DomainEvent::SeatsProbed)));
+        assert_eq!(r.next(), None);
+        // The drain is over: the next apply drains again.
+        assert!(r.enqueue([event(DomainEvent::SeatsProbed)]));
+    }
+
+    #[test]
+    fn sessions_are_reopened_once_when_both_lanes_and_seats_are_known() {
+        for seats_first in [true, false] {
+            let mut r = Router::default();
+            if seats_first {
+                r.seats_known = true;
+            } else {
+                r.lanes_read = true;
+            }
+            assert!(!r.restore_now(), "seats first: {seats_first}");
+            r.seats_known = true;
+            r.lanes_read = true;
+            assert!(r.restore_now(), "seats first: {seats_first}");
+            assert!(!r.restore_now(), "seats first: {seats_first}");
+        }
+    }
+
+    #[test]
+    fn the_seat_registry_s_effects_become_a_job_and_events() {
+        let job = seats::ProbeJob {
+            detect: true,
+            seats: vec![],
+        };
+        assert_eq!(
+            Effect::from(seats::Effect::Probe(job.clone())),
+            Effect::Job(Job::ProbeSeats(job))
+        );
+        assert_eq!(
+            Effect::from(seats::Effect::Known),
+            event(DomainEvent::SeatsKnown)
+        );
+        assert_eq!(
+            Effect::from(seats::Effect::Probed),
+            event(DomainEvent::SeatsProbed)
+        );
+    }
 }
