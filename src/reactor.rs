@@ -34,6 +34,9 @@ pub enum Msg {
     Signal(libc::c_int),
     Committed(Vec<Committed>),
     Run(Task),
+    /// A worker's typed report for the subsystem whose job started it,
+    /// handed over by the router (daemon/router.rs).
+    Report(crate::daemon::effects::Report),
 }
 
 /// The sending side of the reactor's queue, cloned into every worker.

@@ -26,11 +26,22 @@
 //! (when detection is on), hands the list to the reactor, then resolves
 //! each seat's command in PATH and runs `command --version` with stdin,
 //! stdout and stderr closed, bounded by `SEAT_PROBE_TIMEOUT_MS`, and hands
-//! each seat's answer back through the reactor inbox as it comes. A probe asked for while one
-//! runs is run again once that one is done. The reactor reaps only its own
-//! thread's children, not the worker's probe; a wait that fails anyway
-//! (ECHILD included) leaves the probe's outcome unknown, and the seat is
-//! reported degraded with the cause rather than ready.
+//! each seat's answer back through the reactor inbox as it comes. A probe
+//! asked for while one runs is run again once that one is done. The
+//! reactor reaps only its own thread's children, not the worker's probe; a
+//! wait that fails anyway (ECHILD included) leaves the probe's outcome
+//! unknown, and the seat is reported degraded with the cause rather than
+//! ready.
+//!
+//! The registry is a subsystem in the shape of DESIGN.md, "How subsystems
+//! talk": [`Seats`] changes only through its methods, which take what they
+//! need (the config, the time) and return [`Effect`]s: the probe job for a
+//! worker, and the two things others wait for, the list known (sessions of
+//! the last run are reopened on their seats) and a probe answered (lanes
+//! resume). The router in the daemon starts the worker ([`run_probe`]),
+//! hands its [`Report`]s back to [`Seats::on_report`] and decides who hears
+//! the events; nothing here knows the daemon, the sessions or the lanes,
+//! so the registry's rules are tested in memory below.
 //!
 //! Before its first probe answers a seat is `probing` on the socket, over
 //! HTTP and on the command line, never `missing`: nobody has looked yet.
@@ -50,7 +61,6 @@ use std::time::{Duration, Instant};
 
 use crate::agents::{SignInState, Transport};
 use crate::config::{FileConfig, SeatConfig};
-use crate::daemon::Daemon;
 use crate::limits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,12 +161,57 @@ pub struct Seats {
     detect: bool,
     probing: bool,
     again: bool,
-    /// Run once the registry's list is known: at once for configured
-    /// seats, after the first detection otherwise (sessions of the last
-    /// run are reopened on their seats).
-    on_known: Vec<fn(&mut Daemon)>,
-    /// The list has been known once (`on_known` has run).
+    /// The list has been known once ([`Effect::Known`] was returned): at
+    /// the first probe for configured seats, at the first detection
+    /// otherwise.
     known: bool,
+}
+
+/// Work for the probe worker: detect the known agent CLIs on PATH (when
+/// `detect`), then probe `seats` (only when not detecting: detection's
+/// list is what is probed then). Run by [`run_probe`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeJob {
+    pub detect: bool,
+    pub seats: Vec<SeatConfig>,
+}
+
+/// What the probe worker hands back, in this order, through the reactor
+/// inbox: [`Seats::on_report`] takes each.
+#[derive(Debug)]
+pub enum Report {
+    /// Detection's list: each seat found, with the program it found.
+    Detected(Vec<(SeatConfig, PathBuf)>),
+    /// One seat's probe answered (the config boxed: reports queue on
+    /// the reactor's inbox, whose slots are as large as its largest).
+    Probed(Box<SeatConfig>, Outcome),
+    /// Every seat of the job has answered.
+    Done,
+}
+
+/// What a change of the registry asks of the rest of the daemon. The
+/// router applies these in the order given (daemon/router.rs); the
+/// registry never learns who acts on them.
+#[derive(Debug, PartialEq)]
+pub enum Effect {
+    /// Run this job on a worker thread; its reports come back to
+    /// [`Seats::on_report`]. At most one runs at a time.
+    Probe(ProbeJob),
+    /// The list is known for the first time: the sessions of the last run
+    /// may be reopened on their seats. Returned once in the daemon's life.
+    Known,
+    /// A probe has answered for every seat: lanes waiting to see which
+    /// seats are ready may resume. Returned at the end of every probe.
+    Probed,
+}
+
+/// A probe's answer for one seat: the status, why, and the program it
+/// found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub status: Status,
+    pub reason: Option<String>,
+    pub program: Option<PathBuf>,
 }
 
 fn detects(cfg: &FileConfig) -> bool {
@@ -209,6 +264,65 @@ impl Seats {
             .collect();
     }
 
+    /// Detects (when on) and probes every seat on a worker thread; see the
+    /// module comment. While a probe runs, the ask is remembered and the
+    /// probe runs again once that one is done.
+    pub fn probe(&mut self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if self.probing {
+            self.again = true;
+            return out;
+        }
+        if !self.detect {
+            self.mark_known(&mut out);
+            if self.list.is_empty() {
+                return out;
+            }
+        }
+        self.probing = true;
+        out.push(Effect::Probe(ProbeJob {
+            detect: self.detect,
+            seats: self.list.iter().map(|s| s.cfg.clone()).collect(),
+        }));
+        out
+    }
+
+    /// The worker for an [`Effect::Probe`] could not start: nothing will
+    /// answer, and the list stays as it is.
+    pub fn probe_not_started(&mut self) -> Vec<Effect> {
+        self.probing = false;
+        let mut out = Vec::new();
+        self.mark_known(&mut out);
+        out
+    }
+
+    /// One report of the probe worker, at `now_ms`.
+    pub fn on_report(&mut self, report: Report, now_ms: i64) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match report {
+            Report::Detected(found) => {
+                self.take_detected(found);
+                self.mark_known(&mut out);
+            }
+            Report::Probed(cfg, outcome) => self.take_probe(&cfg, outcome, now_ms),
+            Report::Done => {
+                self.probing = false;
+                if std::mem::take(&mut self.again) {
+                    out.extend(self.probe());
+                }
+                out.push(Effect::Probed);
+            }
+        }
+        out
+    }
+
+    fn mark_known(&mut self, out: &mut Vec<Effect>) {
+        if !self.known {
+            self.known = true;
+            out.push(Effect::Known);
+        }
+    }
+
     /// A detection's list: new seats are probing, gone ones leave, the
     /// others keep what is known of them. Ignored when the config named
     /// seats of its own meanwhile.
@@ -242,10 +356,15 @@ impl Seats {
 
     /// One probe's answer, for the seat with this very config (a seat
     /// reconfigured meanwhile waits for its own probe).
-    fn take_probe(&mut self, cfg: &SeatConfig, (st, why, prog): Outcome) {
+    fn take_probe(&mut self, cfg: &SeatConfig, outcome: Outcome, now_ms: i64) {
         let Some(s) = self.list.iter_mut().find(|s| &s.cfg == cfg) else {
             return;
         };
+        let Outcome {
+            status: st,
+            reason: why,
+            program,
+        } = outcome;
         if s.status != Some(st) {
             match &why {
                 Some(w) => crate::info!("seat {}: {} ({w})", cfg.harness, st.wire_name()),
@@ -254,8 +373,8 @@ impl Seats {
         }
         s.status = Some(st);
         s.reason = why;
-        s.program = prog;
-        s.probed_at_ms = Some(crate::clock::now_ms());
+        s.program = program;
+        s.probed_at_ms = Some(now_ms);
     }
 
     pub fn note_sign_in(&mut self, harness: &str, state: SignInState) {
@@ -265,86 +384,28 @@ impl Seats {
     }
 }
 
-/// `f` runs once the registry's list is known (see `on_known`): now, when
-/// it already is.
-pub fn when_known(d: &mut Daemon, f: fn(&mut Daemon)) {
-    if d.core.seats.known {
-        f(d);
+/// Runs a [`ProbeJob`] on the calling (worker) thread, handing each
+/// [`Report`] to `report` as it comes, so that a slow probe holds back no
+/// other seat's state; blocking, bounded per program by
+/// `SEAT_PROBE_TIMEOUT_MS`. `path_var` is the PATH agents will run with.
+pub fn run_probe(job: ProbeJob, path_var: &str, mut report: impl FnMut(Report)) {
+    let work: Vec<(SeatConfig, Option<Outcome>)> = if job.detect {
+        let found = detect_on_path(path_var);
+        report(Report::Detected(
+            found
+                .iter()
+                .map(|f| (f.cfg.clone(), f.program.clone()))
+                .collect(),
+        ));
+        found.into_iter().map(|f| (f.cfg, f.outcome)).collect()
     } else {
-        d.core.seats.on_known.push(f);
+        job.seats.into_iter().map(|c| (c, None)).collect()
+    };
+    for (cfg, outcome) in work {
+        let answer = outcome.unwrap_or_else(|| probe(&cfg, path_var));
+        report(Report::Probed(Box::new(cfg), answer));
     }
-}
-
-/// Runs what waited for the registry's list.
-fn known(d: &mut Daemon) {
-    d.core.seats.known = true;
-    for f in std::mem::take(&mut d.core.seats.on_known) {
-        f(d);
-    }
-}
-
-/// A probe's answer: the status, why, and the program it found.
-type Outcome = (Status, Option<String>, Option<PathBuf>);
-
-/// Detects (when on) and probes every seat on a worker thread; see the
-/// module comment.
-pub fn probe_all(d: &mut Daemon) {
-    let seats = &mut d.core.seats;
-    if seats.probing {
-        seats.again = true;
-        return;
-    }
-    let detect = seats.detect;
-    let cfgs: Vec<SeatConfig> = seats.list.iter().map(|s| s.cfg.clone()).collect();
-    if !detect {
-        known(d);
-        if cfgs.is_empty() {
-            return;
-        }
-    }
-    d.core.seats.probing = true;
-    let inbox = d.inbox.clone();
-    let path_var = crate::isolation::search_path();
-    let spawned = std::thread::Builder::new()
-        .name("seat-probe".into())
-        .spawn(move || {
-            let work: Vec<(SeatConfig, Option<Outcome>)> = if detect {
-                let found = detect_on_path(&path_var);
-                let listed: Vec<(SeatConfig, PathBuf)> = found
-                    .iter()
-                    .map(|f| (f.cfg.clone(), f.program.clone()))
-                    .collect();
-                inbox.run(move |d| {
-                    d.core.seats.take_detected(listed);
-                    known(d);
-                });
-                found.into_iter().map(|f| (f.cfg, f.outcome)).collect()
-            } else {
-                cfgs.into_iter().map(|c| (c, None)).collect()
-            };
-            // Each seat's answer goes back as it comes, so that a slow
-            // probe holds back no other seat's state.
-            for (cfg, outcome) in work {
-                let answer = outcome.unwrap_or_else(|| probe(&cfg, &path_var));
-                inbox.run(move |d| d.core.seats.take_probe(&cfg, answer));
-            }
-            inbox.run(|d| {
-                d.core.seats.probing = false;
-                if std::mem::take(&mut d.core.seats.again) {
-                    probe_all(d);
-                }
-                // Lanes resume once the seats they need are known.
-                crate::lanes::controller::seats_probed(d);
-            });
-        });
-    if let Err(e) = spawned {
-        crate::warn!(
-            "unable to start the seat probe thread: {}",
-            crate::errors::io_cause(&e)
-        );
-        d.core.seats.probing = false;
-        known(d);
-    }
+    report(Report::Done);
 }
 
 /// How a detected seat's arguments are chosen.
@@ -464,7 +525,11 @@ fn detect_on_path(path_var: &str) -> Vec<Found> {
                     ),
                 };
                 cfg.args = args;
-                outcome = why.map(|w| (Status::Degraded, Some(w), Some(program.clone())));
+                outcome = why.map(|w| Outcome {
+                    status: Status::Degraded,
+                    reason: Some(w),
+                    program: Some(program.clone()),
+                });
             }
         }
         out.push(Found {
@@ -636,21 +701,280 @@ fn drain(r: &mut mio::unix::pipe::Receiver, into: &mut Vec<u8>) {
 fn probe(cfg: &SeatConfig, path_var: &str) -> Outcome {
     let program = match resolve(&cfg.command, path_var) {
         Ok(p) => p,
-        Err((st, why)) => return (st, Some(why), None),
+        Err((status, why)) => {
+            return Outcome {
+                status,
+                reason: Some(why),
+                program: None,
+            };
+        }
     };
     match run_bounded(&program, "--version", cfg, path_var, false) {
-        Ran::Exited(status, _) if status.success() => (Status::Ready, None, Some(program)),
-        ran => (
-            Status::Degraded,
-            Some(ran.failure(&cfg.command, "--version")),
-            Some(program),
-        ),
+        Ran::Exited(status, _) if status.success() => Outcome {
+            status: Status::Ready,
+            reason: None,
+            program: Some(program),
+        },
+        ran => Outcome {
+            status: Status::Degraded,
+            reason: Some(ran.failure(&cfg.command, "--version")),
+            program: Some(program),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seat_cfg(harness: &str) -> SeatConfig {
+        SeatConfig {
+            harness: harness.into(),
+            command: harness.into(),
+            transport: "acp".into(),
+            provider: "p".into(),
+            family: "local".into(),
+            ..SeatConfig::default()
+        }
+    }
+
+    /// A config with these `[[seat]]` tables and `[seats] detect`.
+    fn config(seats: &[SeatConfig], detect: bool) -> FileConfig {
+        FileConfig {
+            seat: seats.to_vec(),
+            seats: crate::config::SeatsSection { detect },
+            ..FileConfig::default()
+        }
+    }
+
+    fn answer(status: Status, reason: Option<&str>) -> Outcome {
+        Outcome {
+            status,
+            reason: reason.map(str::to_string),
+            program: Some(PathBuf::from("/usr/bin/agent")),
+        }
+    }
+
+    fn statuses(s: &Seats) -> Vec<(&str, &str)> {
+        s.list
+            .iter()
+            .map(|s| (s.cfg.harness.as_str(), s.status_name()))
+            .collect()
+    }
+
+    #[test]
+    fn configured_seats_are_probing_until_their_own_answer_comes() {
+        let (a, b) = (seat_cfg("a"), seat_cfg("b"));
+        // Detection is on, but one [[seat]] and nothing is detected.
+        let mut s = Seats::from_config(&config(&[a.clone(), b.clone()], true));
+        assert_eq!(statuses(&s), [("a", "probing"), ("b", "probing")]);
+        assert!(!s.probing());
+
+        // Configured seats are known at once; the probe goes to a worker.
+        let job = ProbeJob {
+            detect: false,
+            seats: vec![a.clone(), b.clone()],
+        };
+        assert_eq!(s.probe(), [Effect::Known, Effect::Probe(job.clone())]);
+        assert!(s.probing());
+        assert_eq!(statuses(&s), [("a", "probing"), ("b", "probing")]);
+
+        // Each answer as it comes: the other seat is still probing.
+        let none = s.on_report(
+            Report::Probed(Box::new(a.clone()), answer(Status::Ready, None)),
+            5,
+        );
+        assert_eq!(none, []);
+        assert_eq!(statuses(&s), [("a", "ready"), ("b", "probing")]);
+        let a_now = s.get("a").unwrap();
+        assert_eq!(a_now.probed_at_ms, Some(5));
+        assert_eq!(a_now.program, Some(PathBuf::from("/usr/bin/agent")));
+        let missing = Outcome {
+            status: Status::Missing,
+            reason: Some("b is not in PATH".into()),
+            program: None,
+        };
+        assert_eq!(
+            s.on_report(Report::Probed(Box::new(b.clone()), missing), 6),
+            []
+        );
+        assert_eq!(statuses(&s), [("a", "ready"), ("b", "missing")]);
+        assert_eq!(
+            s.get("b").unwrap().reason.as_deref(),
+            Some("b is not in PATH")
+        );
+
+        // The end of the probe is what lanes wait for.
+        assert_eq!(s.on_report(Report::Done, 7), [Effect::Probed]);
+        assert!(!s.probing());
+
+        // The list is known once in the daemon's life.
+        assert_eq!(s.probe(), [Effect::Probe(job)]);
+    }
+
+    #[test]
+    fn a_probe_asked_for_while_one_runs_runs_again_once_it_is_done() {
+        let a = seat_cfg("a");
+        let mut s = Seats::from_config(&config(std::slice::from_ref(&a), false));
+        let job = ProbeJob {
+            detect: false,
+            seats: vec![a.clone()],
+        };
+        assert_eq!(s.probe(), [Effect::Known, Effect::Probe(job.clone())]);
+        // Asked twice more while it runs: one more probe, not two, and
+        // not before this one is done (one worker at a time).
+        assert_eq!(s.probe(), []);
+        assert_eq!(s.probe(), []);
+        assert_eq!(
+            s.on_report(
+                Report::Probed(Box::new(a.clone()), answer(Status::Ready, None)),
+                1
+            ),
+            []
+        );
+        // The second probe starts before the lanes hear of the first.
+        assert_eq!(
+            s.on_report(Report::Done, 2),
+            [Effect::Probe(job), Effect::Probed]
+        );
+        assert!(s.probing());
+        assert_eq!(s.on_report(Report::Done, 3), [Effect::Probed]);
+        assert!(!s.probing());
+    }
+
+    #[test]
+    fn a_reload_keeps_what_is_known_of_unchanged_seats() {
+        let (a, b) = (seat_cfg("a"), seat_cfg("b"));
+        let mut s = Seats::from_config(&config(&[a.clone(), b.clone()], true));
+        s.probe();
+        s.on_report(
+            Report::Probed(Box::new(a.clone()), answer(Status::Ready, None)),
+            1,
+        );
+        s.on_report(
+            Report::Probed(Box::new(b.clone()), answer(Status::Degraded, Some("x"))),
+            1,
+        );
+        s.on_report(Report::Done, 1);
+        s.note_sign_in("a", SignInState::SignedIn);
+
+        // b's arguments change, c is new, and the order is the config's.
+        let mut b2 = b.clone();
+        b2.args = vec!["--fast".into()];
+        let c = seat_cfg("c");
+        s.reconfigure(&config(&[c.clone(), a.clone(), b2.clone()], true));
+        assert_eq!(
+            statuses(&s),
+            [("c", "probing"), ("a", "ready"), ("b", "probing")]
+        );
+        assert_eq!(s.get("a").unwrap().sign_in_name(), "signed-in");
+        assert_eq!(s.get("a").unwrap().origin, Origin::Configured);
+
+        // The probe of the new list; an answer for b's old config, still
+        // under way when the config changed, is not b's answer.
+        assert_eq!(
+            s.probe(),
+            [Effect::Probe(ProbeJob {
+                detect: false,
+                seats: vec![c, a.clone(), b2.clone()],
+            })]
+        );
+        s.on_report(Report::Probed(Box::new(b), answer(Status::Ready, None)), 2);
+        assert_eq!(s.get("b").unwrap().status_name(), "probing");
+        s.on_report(Report::Probed(Box::new(b2), answer(Status::Ready, None)), 2);
+        assert_eq!(s.get("b").unwrap().status_name(), "ready");
+    }
+
+    #[test]
+    fn detection_lists_the_seats_and_the_list_is_known_when_it_answers() {
+        let (x, y) = (seat_cfg("x"), seat_cfg("y"));
+        let mut s = Seats::from_config(&config(&[], true));
+        assert!(s.list.is_empty());
+        let job = ProbeJob {
+            detect: true,
+            seats: vec![],
+        };
+        // Not known before the worker has looked at PATH.
+        assert_eq!(s.probe(), [Effect::Probe(job)]);
+        let found = |cfgs: &[&SeatConfig]| {
+            Report::Detected(
+                cfgs.iter()
+                    .map(|c| ((*c).clone(), PathBuf::from("/bin/agent")))
+                    .collect(),
+            )
+        };
+        assert_eq!(s.on_report(found(&[&x, &y]), 1), [Effect::Known]);
+        assert_eq!(statuses(&s), [("x", "probing"), ("y", "probing")]);
+        assert_eq!(s.get("x").unwrap().origin, Origin::Detected);
+        s.on_report(
+            Report::Probed(Box::new(x.clone()), answer(Status::Ready, None)),
+            2,
+        );
+        assert_eq!(s.on_report(Report::Done, 3), [Effect::Probed]);
+
+        // A reload that still detects keeps the detected seats meanwhile.
+        s.reconfigure(&config(&[], true));
+        assert_eq!(statuses(&s), [("x", "ready"), ("y", "probing")]);
+
+        // The next detection: y left PATH, x keeps what is known of it,
+        // and the list is not "known" a second time.
+        s.probe();
+        assert_eq!(s.on_report(found(&[&x]), 4), []);
+        assert_eq!(statuses(&s), [("x", "ready")]);
+        assert_eq!(s.get("x").unwrap().probed_at_ms, Some(2));
+    }
+
+    #[test]
+    fn configured_seats_win_over_detected_ones() {
+        let (x, a) = (seat_cfg("x"), seat_cfg("a"));
+        let mut s = Seats::from_config(&config(&[], true));
+        s.probe();
+        s.on_report(
+            Report::Detected(vec![(x.clone(), PathBuf::from("/bin/x"))]),
+            1,
+        );
+        // A [[seat]] appears while the detecting probe runs: the detected
+        // seat leaves, and what that probe still reports is not taken.
+        s.reconfigure(&config(std::slice::from_ref(&a), true));
+        assert_eq!(statuses(&s), [("a", "probing")]);
+        assert_eq!(s.get("a").unwrap().origin, Origin::Configured);
+        assert_eq!(s.probe(), []);
+        s.on_report(
+            Report::Probed(Box::new(x.clone()), answer(Status::Ready, None)),
+            2,
+        );
+        s.on_report(Report::Detected(vec![(x, PathBuf::from("/bin/x"))]), 2);
+        assert_eq!(statuses(&s), [("a", "probing")]);
+        // The probe asked for meanwhile probes the configured seat only.
+        assert_eq!(
+            s.on_report(Report::Done, 3),
+            [
+                Effect::Probe(ProbeJob {
+                    detect: false,
+                    seats: vec![a],
+                }),
+                Effect::Probed
+            ]
+        );
+    }
+
+    #[test]
+    fn no_seats_and_no_detection_is_known_at_once_with_nothing_to_probe() {
+        let mut s = Seats::from_config(&config(&[], false));
+        assert_eq!(s.probe(), [Effect::Known]);
+        assert!(!s.probing());
+        assert_eq!(s.probe(), []);
+    }
+
+    #[test]
+    fn a_probe_whose_worker_cannot_start_leaves_the_list_known() {
+        let mut s = Seats::from_config(&config(&[], true));
+        assert!(matches!(s.probe().as_slice(), [Effect::Probe(_)]));
+        assert_eq!(s.probe_not_started(), [Effect::Known]);
+        assert!(!s.probing());
+        // The next ask probes again.
+        assert!(matches!(s.probe().as_slice(), [Effect::Probe(_)]));
+    }
 
     #[test]
     fn resolves_in_path_and_names_what_is_wrong() {
@@ -772,9 +1096,9 @@ mod tests {
         exe("gemini", "echo '  --prompt  a prompt'");
         let found = detect_on_path(&path);
         assert_eq!(found[1].cfg.command, "claude-agent-acp");
-        let (st, why, _) = found[2].outcome.clone().unwrap();
-        assert_eq!(st, Status::Degraded);
-        assert!(why.unwrap().contains("neither --acp"));
+        let outcome = found[2].outcome.clone().unwrap();
+        assert_eq!(outcome.status, Status::Degraded);
+        assert!(outcome.reason.unwrap().contains("neither --acp"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

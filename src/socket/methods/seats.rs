@@ -41,6 +41,6 @@ fn seats_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
 fn seats_probe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     require_operator(req)?;
-    crate::core::seats::probe_all(d);
+    crate::daemon::router::seats(d, crate::core::seats::Seats::probe);
     Ok(Some(Value::Null))
 }

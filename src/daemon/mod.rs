@@ -7,6 +7,12 @@
 //! here once the batch is committed: a reply, an event fan-out, anything
 //! acknowledged, happens only after the commit.
 //!
+//! A subsystem converted to the shape of DESIGN.md ("How subsystems
+//! talk"; the seat registry so far) changes only through its own methods
+//! and returns effects ([`effects`]); [`router`] applies them and delivers
+//! its domain events, in order and without re-entrancy, and is where one
+//! subsystem's change reaches another.
+//!
 //! Surfaces: the daemon socket is driven here; every other surface (HTTP
 //! now) is a row of [`SURFACES`] that hears committed events, committed
 //! session rounds and the stop. A request from any surface is a [`Req`]
@@ -35,6 +41,9 @@ use crate::limits;
 use crate::procs::{CallerClass, Owner, Roots};
 use crate::reactor::{Inbox, LISTENER, Msg, Reactor, WAKER};
 use crate::socket::{self, CloseReason, Server, rpc};
+
+pub mod effects;
+pub mod router;
 
 /// Where the answer to a request goes (DESIGN.md, "How subsystems talk").
 /// A surface that runs the socket's methods adds a variant here and its arm
@@ -126,6 +135,7 @@ pub struct Daemon {
     pub lanes: crate::lanes::controller::Lanes,
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
+    router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
     dirty: HashSet<Token>,
@@ -204,6 +214,7 @@ impl Daemon {
             core: crate::core::Core::new(&core_cfg),
             lanes: Default::default(),
             http,
+            router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,
             dirty: HashSet::new(),
@@ -232,7 +243,7 @@ impl Daemon {
             crate::lanes::controller::isolation_known(&mut d, &none);
             crate::core::sessions::isolation_known(&mut d, &none);
         }
-        crate::core::start(&mut d);
+        router::seats(&mut d, crate::core::seats::Seats::probe);
         d.read_lanes_at_start();
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
@@ -334,6 +345,7 @@ impl Daemon {
         match msg {
             Msg::Signal(sig) => self.on_signal(sig),
             Msg::Run(task) => task(self),
+            Msg::Report(report) => router::report(self, report),
             Msg::Committed(list) => {
                 for c in list {
                     if let Ok(appended) = &c.result {
@@ -447,7 +459,9 @@ impl Daemon {
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
         applied.http = self.cfg.http.clone();
         self.cfg = applied;
-        crate::core::reload(self);
+        // SIGHUP: the new seats (or a new detection), probed.
+        self.core.seats.reconfigure(&self.cfg);
+        router::seats(self, crate::core::seats::Seats::probe);
         if report.applied.is_empty() && restart_keys.is_empty() {
             crate::info!("reloaded {}: nothing changed", path.display());
         } else {
@@ -476,7 +490,10 @@ impl Daemon {
         // Plugins get their shutdown and the page's 2 + 3 seconds before the
         // last step of the stop kills what is left.
         crate::plugins::host::stop_all(self);
-        crate::core::on_stop(self);
+        // Agents are asked to exit, and their exits are not recorded as
+        // session ends, so that resumable sessions are reopened at the
+        // next start.
+        crate::core::sessions::stop_all(self);
         for s in SURFACES {
             (s.stop)(self);
         }
@@ -649,10 +666,8 @@ impl Daemon {
     }
 
     /// Hands the ledger's lanes to the lane controller once the reader has
-    /// them, then, once the registry knows its seats, reopens the sessions
-    /// of the last run but those the lanes will not use again (a verifier
-    /// whose verification starts over); the lanes resume once those
-    /// sessions are in place.
+    /// them, then tells the router, which reopens the sessions of the last
+    /// run once the registry knows its seats too.
     fn read_lanes_at_start(&mut self) {
         let inbox = self.inbox.clone();
         let queued = self.ledger.read(Box::new(move |conn| {
@@ -665,26 +680,15 @@ impl Daemon {
                         e.to_string().to_lowercase()
                     ),
                 }
-                crate::core::seats::when_known(d, Daemon::restore_sessions);
+                router::lanes_read(d);
             });
         }));
         if queued.is_err() {
             crate::error!(
                 "unable to read the lanes from the ledger: the reader is busy; lanes are unavailable"
             );
-            crate::core::seats::when_known(self, Daemon::restore_sessions);
+            router::lanes_read(self);
         }
-    }
-
-    /// Reopens the sessions of the last run but those the lanes will not
-    /// use again, once the lanes are read and the seats known.
-    fn restore_sessions(&mut self) {
-        let not_needed = crate::lanes::controller::sessions_not_needed(self);
-        crate::core::sessions::restore(
-            self,
-            not_needed,
-            crate::lanes::controller::sessions_restored,
-        );
     }
 
     fn run_integrity_check(&mut self) {

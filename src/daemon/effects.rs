@@ -1,0 +1,65 @@
+//! What a subsystem's change asks of the rest of the daemon, typed
+//! (DESIGN.md, "How subsystems talk"; issue 11).
+//!
+//! A subsystem declares its own narrow effect type in its own terms
+//! (`core::seats::Effect`) and never names this module: the domain does
+//! not depend on the daemon. [`Effect`] is the union the router applies;
+//! each subsystem's type converts into it with one `From` here. It holds
+//! only the kinds some converted subsystem returns today: ledger writes
+//! with a typed acknowledgement key, replies to a `ReplyTo`, timers with a
+//! typed key and child operations join when the subsystem that needs them
+//! is converted.
+//!
+//! [`Report`] is the other direction: what a worker thread started for a
+//! [`Job`] sends back through the reactor inbox, handed by the router to
+//! the subsystem that asked.
+
+use crate::core::seats;
+
+/// One thing the router does, in order, to completion.
+#[derive(Debug, PartialEq)]
+pub enum Effect {
+    /// Start blocking work on a worker thread; it reports back as a
+    /// [`Report`].
+    Job(Job),
+    /// Deliver a domain event to whoever waits for it.
+    Event(DomainEvent),
+}
+
+/// Blocking work for a worker thread (DESIGN.md, "Threads and ownership":
+/// probes never run on the reactor).
+#[derive(Debug, PartialEq)]
+pub enum Job {
+    /// Detect and probe seats; reports [`Report::Seats`].
+    ProbeSeats(seats::ProbeJob),
+}
+
+/// Something that happened in one subsystem that another waits for.
+#[derive(Debug, PartialEq)]
+pub enum DomainEvent {
+    /// The seat registry's list is known for the first time: once the
+    /// lanes are read too, the sessions of the last run are reopened.
+    SeatsKnown,
+    /// A seat probe answered for every seat: lanes may resume.
+    SeatsProbed,
+    /// The lanes of the ledger are read (or could not be): once the seats
+    /// are known too, the sessions of the last run are reopened.
+    LanesRead,
+}
+
+/// What a worker thread hands back to the reactor for a [`Job`].
+#[derive(Debug)]
+pub enum Report {
+    /// The seat probe's worker, in the order it learns things.
+    Seats(seats::Report),
+}
+
+impl From<seats::Effect> for Effect {
+    fn from(e: seats::Effect) -> Effect {
+        match e {
+            seats::Effect::Probe(job) => Effect::Job(Job::ProbeSeats(job)),
+            seats::Effect::Known => Effect::Event(DomainEvent::SeatsKnown),
+            seats::Effect::Probed => Effect::Event(DomainEvent::SeatsProbed),
+        }
+    }
+}
