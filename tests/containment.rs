@@ -24,30 +24,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use util::{Daemon, Opts, TestDir};
-
-fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use util::{Daemon, Opts, TestDir, bwrap_works, fixture, git};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -55,25 +32,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Whether bubblewrap can make namespaces here, as the daemon's probe
-/// decides. Where it cannot, the containment tests have nothing to test:
-/// the rule of `util::need` applies.
-fn bwrap_works() -> bool {
-    let found = match Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
-        .status()
-    {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("bwrap cannot make namespaces here ({s})")),
-        Err(e) => Err(format!("bwrap does not run: {e}")),
-    };
-    util::need::have(
-        found,
-        "the Debian package bubblewrap, on a kernel that lets users make namespaces",
-    )
-    .is_some()
 }
 
 fn uid() -> u32 {

@@ -14,50 +14,7 @@ mod util;
 
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::Command;
-use util::{Daemon, Opts, TestDir};
-
-/// The test's own git, which must not run the builder's hooks either.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "core.fsmonitor=false",
-        ])
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn bwrap_works() -> bool {
-    let found = match Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
-        .status()
-    {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("bwrap cannot make namespaces here ({s})")),
-        Err(e) => Err(format!("bwrap does not run: {e}")),
-    };
-    util::need::have(
-        found,
-        "the Debian package bubblewrap, on a kernel that lets users make namespaces",
-    )
-    .is_some()
-}
+use util::{Daemon, Opts, TestDir, bwrap_works, git};
 
 fn seat(harness: &str, family: &str, script: &Value) -> String {
     let q = |v: &str| serde_json::to_string(v).unwrap();

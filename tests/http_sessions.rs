@@ -12,11 +12,7 @@ mod util;
 use serde_json::{Value, json};
 use std::net::{SocketAddr, TcpListener};
 use util::http::{Conn, Resp, Watch, check_reply, openapi, request, response_schema, validate};
-use util::{Daemon, Opts, TestDir};
-
-fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use util::{Daemon, Opts, TestDir, fixture};
 
 /// A stream-json fake agent seat playing `script`.
 fn seat(script: &Value, env: &[(&str, &str)]) -> String {

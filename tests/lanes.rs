@@ -6,33 +6,13 @@ mod util;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use util::{Client, Daemon, Opts, TestDir};
+use util::{Client, Daemon, Opts, TestDir, git};
 
 fn fake_acp() -> String {
     format!(
         "{}/tests/fixtures/fake_acp_agent.py",
         env!("CARGO_MANIFEST_DIR")
     )
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A repository with one commit on main.

@@ -24,40 +24,7 @@ use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use util::{Daemon, Opts, TestDir};
-
-fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Whether bubblewrap isolates here, as the daemon's probe decides.
-fn bwrap_works() -> bool {
-    util::need::have(
-        omniconfluxd::isolation::probe(),
-        "the Debian package bubblewrap, where namespaces are allowed",
-    )
-    .is_some()
-}
+use util::{Daemon, Opts, TestDir, bwrap_works, fixture, git};
 
 fn uid() -> u32 {
     // SAFETY: getuid cannot fail and touches no memory.

@@ -8,11 +8,7 @@ mod util;
 
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use util::{Daemon, Opts, TestDir, run_cli};
-
-fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use util::{Daemon, Opts, TestDir, fixture, run_cli};
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum T {

@@ -86,6 +86,50 @@ pub struct Daemon {
     pub status: Option<ExitStatus>,
 }
 
+/// A file of tests/fixtures/.
+pub fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the test's own git in `dir` and returns its trimmed stdout, failing
+/// the test on an error. It runs none of the repository's hooks or its file
+/// system monitor: a repository an agent worked in may carry some, and the
+/// test must not run them outside the agent's namespace.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ])
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Whether bubblewrap makes namespaces here, as the daemon's own probe
+/// decides; where it cannot, the rule of `need` applies.
+pub fn bwrap_works() -> bool {
+    need::have(
+        omniconfluxd::isolation::probe(),
+        "the Debian package bubblewrap, on a kernel that lets users make namespaces",
+    )
+    .is_some()
+}
+
 #[derive(Default)]
 pub struct Opts {
     pub config: Option<String>,
