@@ -1361,7 +1361,7 @@ mod tests {
             ),
             r#"{"error":{"code":"rate-limited","message":"More than 50 requests a second for too long"},"id":"1"}"#
         );
-        // Every code the page lists, plus 1.1's two.
+        // Every code the page lists, plus 1.1's three.
         let kinds = [
             HostErrorKind::InvalidRequest,
             HostErrorKind::MethodNotFound,
@@ -1381,6 +1381,7 @@ mod tests {
             HostErrorKind::InternalError,
             HostErrorKind::RequestCancelled,
             HostErrorKind::NotPending(PendingState::Unknown),
+            HostErrorKind::NotFound,
         ];
         for k in kinds {
             let e = HostError::of(k);
