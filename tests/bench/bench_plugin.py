@@ -3,15 +3,20 @@
 It subscribes to turn.end at start and records each event's arrival (wall
 clock ns) and its `ts`. Commands (input: space-separated numbers):
 
-  get N GAP_MS      N storage.get round trips, each followed by the same line
-                    echoed through a `cat` child on pipes, GAP_MS apart;
-                    writes "get_ns echo_ns" lines to get.txt
+  get N GAP_MS [RESPONDER]
+                    N storage.get round trips, each followed by the same line
+                    echoed through a `cat` child on pipes, and, given the
+                    path of a responder, the same request answered by that
+                    child (read and parsed as the daemon's answer is),
+                    GAP_MS apart; writes "get_ns echo_ns [responder_ns]"
+                    lines to get.txt
   set N K           N storage.set calls with K in flight; answers the
                     elapsed ns
   count             events seen and dropped so far: "seen dropped"
   dump              writes "ts arrival_ns" per event to events.txt, clears
                     them; answers the count
 """
+import io
 import json
 import os
 import subprocess
@@ -70,8 +75,13 @@ def wait(rid):
     return answers.pop(rid)
 
 
-def cmd_get(n, gap_ms):
+def cmd_get(n, gap_ms, responder=None):
     cat = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    resp = None
+    if responder:
+        resp = subprocess.Popen([responder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        # Buffered like sys.stdin.buffer, which the daemon's answers come on.
+        resp_out = io.BufferedReader(resp.stdout)
     out = []
     for _ in range(n):
         rid = new_id()
@@ -85,11 +95,20 @@ def cmd_get(n, gap_ms):
         while not got.endswith(b"\n"):
             got += os.read(cat.stdout.fileno(), 65536)
         t2 = time.perf_counter_ns()
-        out.append("%d %d" % (t1 - t0, t2 - t1))
+        if resp is None:
+            out.append("%d %d" % (t1 - t0, t2 - t1))
+        else:
+            resp.stdin.write(line)
+            json.loads(resp_out.readline())
+            t3 = time.perf_counter_ns()
+            out.append("%d %d %d" % (t1 - t0, t2 - t1, t3 - t2))
         if gap_ms:
             time.sleep(gap_ms / 1000.0)
     cat.stdin.close()
     cat.wait()
+    if resp is not None:
+        resp.stdin.close()
+        resp.wait()
     with open("get.txt", "w") as f:
         f.write("\n".join(out) + "\n")
     return "ok"
@@ -125,7 +144,7 @@ def handle(msg):
         args = (msg["params"].get("input") or "").split()
         c = msg["params"]["command"]
         if c == "get":
-            text = cmd_get(int(args[0]), float(args[1]))
+            text = cmd_get(int(args[0]), float(args[1]), args[2] if len(args) > 2 else None)
         elif c == "set":
             text = cmd_set(int(args[0]), int(args[1]))
         elif c == "count":

@@ -493,8 +493,25 @@ fn sse_figure(py: &Path, placement: Placement) -> Result<(), String> {
             serde_json::json!({"session_id": api.sid, "text": "go"}),
         )?;
         peak = peak.max(util::vm_rss_kib(pid).unwrap_or(0.0));
+        // Two queued are enough to keep the agent busy; wait for the queue
+        // to drain below that (one prompt every 20 ms outran slow turns on
+        // a loaded machine until the 33rd was refused with queue-full).
         if q["queue_length"].as_u64().unwrap_or(0) >= 2 {
-            std::thread::sleep(Duration::from_millis(20));
+            while t0.elapsed() < window {
+                std::thread::sleep(Duration::from_millis(20));
+                peak = peak.max(util::vm_rss_kib(pid).unwrap_or(0.0));
+                let s = api
+                    .ctl
+                    .call("sessions.get", serde_json::json!({"session_id": api.sid}))?;
+                if s["queued"]
+                    .as_u64()
+                    .or_else(|| s["queue_length"].as_u64())
+                    .unwrap_or(0)
+                    < 2
+                {
+                    break;
+                }
+            }
         }
     }
     let _ = api.ctl.call(

@@ -608,7 +608,20 @@ fn repo_10k() -> Result<PathBuf, String> {
     }
     git(&repo, &["init", "-q", "-b", "main"])?;
     git(&repo, &["add", "-A"])?;
-    git(&repo, &["commit", "-q", "-m", "ten thousand files"])?;
+    // Without gc.auto=0 the commit's 10,000 loose objects start an
+    // automatic gc in the background, and the gc below then fails on its
+    // lock ("gc is already running").
+    git(
+        &repo,
+        &[
+            "-c",
+            "gc.auto=0",
+            "commit",
+            "-q",
+            "-m",
+            "ten thousand files",
+        ],
+    )?;
     git(&repo, &["gc", "-q"])?;
     std::fs::write(&marker, want).map_err(|e| e.to_string())?;
     eprintln!("bench: prepared in {:.1} s", t0.elapsed().as_secs_f64());

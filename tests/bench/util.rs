@@ -10,24 +10,33 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The daemon binary cargo built for this bench (release profile).
+/// The daemon binary under test: the one cargo built for this bench
+/// (release profile), or `BENCH_DAEMON` when set, so that one harness
+/// measures an older commit's binary against the same baselines.
 pub fn daemon_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_omniconfluxd"))
+    match std::env::var_os("BENCH_DAEMON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_omniconfluxd")),
+    }
 }
 
-/// The cargo target directory: the daemon binary sits in `<target>/release/`.
+/// The cargo target directory: the built daemon binary sits in
+/// `<target>/release/` (whatever `BENCH_DAEMON` names).
 pub fn target_dir() -> PathBuf {
-    let bin = daemon_bin();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_omniconfluxd"));
     bin.parent()
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-/// Whether a figure runs under `BENCH_FILTER` (a substring of its name).
+/// Whether a figure runs under `BENCH_FILTER`: substrings of figure names,
+/// separated by commas; a figure runs when its name contains any of them.
 pub fn selected(figure: &str) -> bool {
     match std::env::var("BENCH_FILTER") {
-        Ok(f) if !f.is_empty() => figure.contains(&f),
+        Ok(f) if !f.is_empty() => f
+            .split(',')
+            .any(|part| !part.is_empty() && figure.contains(part)),
         _ => true,
     }
 }
@@ -83,7 +92,18 @@ pub struct Figure<'a> {
 }
 
 impl Figure<'_> {
+    /// Prints the figure; a value that is not a number (nothing was
+    /// measured: an empty sample, a zero span) prints as `skipped` with the
+    /// reason, never as `null`.
     pub fn emit(self) {
+        if !self.value.is_finite() {
+            skipped(
+                self.name,
+                self.placement,
+                &format!("nothing measured: the value came out as {}", self.value),
+            );
+            return;
+        }
         let mut m = vec![
             ("figure", Value::from(self.name)),
             (
