@@ -924,3 +924,93 @@ fn the_port_chosen_for_port_zero_is_shown_by_server_info_and_status() {
     );
     api.d.stop();
 }
+
+/// A UUIDv7 minted now, distinct by `n`.
+fn uuid7_now(n: u64) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    format!(
+        "{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}",
+        t >> 16,
+        t & 0xffff,
+        n & 0xfff,
+        (n >> 12) & 0xfff,
+        n.wrapping_mul(2654435761) & 0xffff_ffff_ffff
+    )
+}
+
+/// An outside review: four authorised input PUTs declaring a 60,000-byte
+/// body that send only `{` held the four handler threads, so every other
+/// request waited. Bodies are now read by the listener: more stalled
+/// bodies than handler threads, fixed-length and chunked, hold no thread,
+/// others are served meanwhile, and each stalled one is answered 408 and
+/// closed when its body's time is up.
+#[test]
+fn stalled_bodies_do_not_hold_handler_threads() {
+    let dir = TestDir::new("httpstall");
+    let api = Api::start(&dir, "[http]\nthreads = 2\n");
+    let auth = api.bearer();
+    let host = api.host();
+    let target = |n: u64| format!("/sessions/{}/inputs/{}", uuid7_now(1000 + n), uuid7_now(n));
+    let mut stalled: Vec<Conn> = (0..6)
+        .map(|n| {
+            let framing = if n % 3 == 2 {
+                "Transfer-Encoding: chunked\r\n\r\nea60\r\n{"
+            } else {
+                "Content-Length: 60000\r\n\r\n{"
+            };
+            let mut c = Conn::open(api.addr);
+            c.send(format!("PUT {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n{framing}", target(n)).as_bytes());
+            c
+        })
+        .collect();
+    // One sends its body in two parts and finishes it: served like any.
+    let body = json!({"kind": "message", "text": "hello"}).to_string();
+    let (first, rest) = body.split_at(5);
+    let mut slow = Conn::open(api.addr);
+    slow.send(format!("PUT {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{first}", target(100), body.len()).as_bytes());
+    for _ in 0..3 {
+        let r = api.get("/server");
+        assert_eq!(r.status, 200);
+        api.check("/server", "get", &r);
+    }
+    let path = "/sessions/{session_id}/inputs/{input_id}";
+    let r = api.send(
+        "PUT",
+        &target(101),
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.json()
+    );
+    api.check(path, "put", &r);
+    slow.send(rest.as_bytes());
+    let r = slow.read().expect("an answer to the finished body");
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    // Served while every stalled body still waits: none was cut short to
+    // make room for them.
+    for (i, c) in stalled.iter_mut().enumerate() {
+        assert!(c.open_and_quiet(), "stalled body {i} was answered early");
+    }
+    for (i, c) in stalled.iter_mut().enumerate() {
+        let r = c.read().expect("an answer to a stalled body");
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (408, "request_timeout"),
+            "stalled body {i}"
+        );
+        api.check(path, "put", &r);
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(c.closed(), "stalled body {i} stays open");
+    }
+    api.d.stop();
+}
