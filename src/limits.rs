@@ -687,6 +687,17 @@ pub const HTTP_HEAD_DEADLINE_MS: u64 = 15_000;
 /// `HTTP_INPUT_BODY_MAX` (6 MiB), at 2.5 Mbit/s and a 64 KiB JSON body
 /// at 26 kbit/s; the listener is loopback by default.
 pub const HTTP_BODY_DEADLINE_MS: u64 = 20_000;
+/// Bytes the listener sets aside at once for bodies over `HTTP_BODY_MAX`
+/// (only an input's PUT takes one, up to `HTTP_INPUT_BODY_MAX`) whose
+/// rest is still arriving, from their head until a handler is done with
+/// them: a declared length is set aside whole, a chunked body its limit.
+/// Without it `http.max_connections` token holders each stalled short of
+/// a 6 MiB input would make the daemon hold 1.5 GiB for the body
+/// deadline. 64 MiB is ten of the largest inputs arriving at once; past
+/// it such a request is answered 503 `unavailable` with Retry-After and
+/// closed. Bodies within `HTTP_BODY_MAX` are not counted: the connection
+/// bound bounds them (256 x 64 KiB = 16 MiB at the defaults).
+pub const HTTP_LARGE_BODIES_HELD: usize = 64 * 1024 * 1024;
 /// Connections one peer address may hold that no request has yet proven
 /// with the bearer token, waiting for a head on the poller (issue 10,
 /// item 32: "256 silent connections hold every slot for 30 s and everyone

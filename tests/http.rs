@@ -946,7 +946,9 @@ fn uuid7_now(n: u64) -> String {
 /// request waited. Bodies are now read by the listener: more stalled
 /// bodies than handler threads, fixed-length and chunked, hold no thread,
 /// others are served meanwhile, and each stalled one is answered 408 and
-/// closed when its body's time is up.
+/// closed when its body's time is up. A chunked input sets aside its
+/// whole limit (6,295,552 bytes) of the 64 MiB for large bodies, so of
+/// eleven stalled at once exactly one is refused 503.
 #[test]
 fn stalled_bodies_do_not_hold_handler_threads() {
     let dir = TestDir::new("httpstall");
@@ -954,17 +956,16 @@ fn stalled_bodies_do_not_hold_handler_threads() {
     let auth = api.bearer();
     let host = api.host();
     let target = |n: u64| format!("/sessions/{}/inputs/{}", uuid7_now(1000 + n), uuid7_now(n));
-    let mut stalled: Vec<Conn> = (0..6)
-        .map(|n| {
-            let framing = if n % 3 == 2 {
-                "Transfer-Encoding: chunked\r\n\r\nea60\r\n{"
-            } else {
-                "Content-Length: 60000\r\n\r\n{"
-            };
-            let mut c = Conn::open(api.addr);
-            c.send(format!("PUT {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n{framing}", target(n)).as_bytes());
-            c
-        })
+    let stall = |n: u64, framing: &str| {
+        let mut c = Conn::open(api.addr);
+        c.send(format!("PUT {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n{framing}", target(n)).as_bytes());
+        c
+    };
+    let mut fixed: Vec<Conn> = (0..3)
+        .map(|n| stall(n, "Content-Length: 60000\r\n\r\n{"))
+        .collect();
+    let mut chunked: Vec<Conn> = (10..21)
+        .map(|n| stall(n, "Transfer-Encoding: chunked\r\n\r\nea60\r\n{"))
         .collect();
     // One sends its body in two parts and finishes it: served like any.
     let body = json!({"kind": "message", "text": "hello"}).to_string();
@@ -996,12 +997,21 @@ fn stalled_bodies_do_not_hold_handler_threads() {
     slow.send(rest.as_bytes());
     let r = slow.read().expect("an answer to the finished body");
     assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
-    // Served while every stalled body still waits: none was cut short to
-    // make room for them.
-    for (i, c) in stalled.iter_mut().enumerate() {
+    // Served while the stalled bodies still wait: none was cut short to
+    // make room (but the one chunked body past the budget).
+    for (i, c) in fixed.iter_mut().enumerate() {
         assert!(c.open_and_quiet(), "stalled body {i} was answered early");
     }
-    for (i, c) in stalled.iter_mut().enumerate() {
+    let answered = chunked
+        .iter_mut()
+        .map(|c| !c.open_and_quiet())
+        .filter(|a| *a)
+        .count();
+    assert!(
+        answered <= 1,
+        "{answered} chunked bodies were answered early"
+    );
+    for (i, c) in fixed.iter_mut().enumerate() {
         let r = c.read().expect("an answer to a stalled body");
         assert_eq!(
             (r.status, r.code().as_str()),
@@ -1012,5 +1022,23 @@ fn stalled_bodies_do_not_hold_handler_threads() {
         assert_eq!(r.header("connection"), Some("close"));
         assert!(c.closed(), "stalled body {i} stays open");
     }
+    let mut codes: Vec<(u16, String)> = chunked
+        .iter_mut()
+        .map(|c| {
+            let r = c.read().expect("an answer to a stalled chunked body");
+            api.check(path, "put", &r);
+            assert_eq!(r.header("connection"), Some("close"));
+            assert!(
+                r.status != 503 || r.header("retry-after").is_some(),
+                "503 without Retry-After"
+            );
+            assert!(c.closed());
+            (r.status, r.code())
+        })
+        .collect();
+    codes.sort();
+    let mut want = vec![(408, "request_timeout".to_string()); 10];
+    want.push((503, "unavailable".to_string()));
+    assert_eq!(codes, want);
     api.d.stop();
 }

@@ -96,6 +96,8 @@ pub enum BodyError {
     TooLarge(usize),
     /// Malformed chunked framing or an early end: 400; close.
     Bad(String),
+    /// Over `HTTP_LARGE_BODIES_HELD`: 503 with Retry-After; close.
+    Busy,
 }
 
 impl BodyError {
@@ -111,6 +113,11 @@ impl BodyError {
                 format!("the body exceeds its limit of {limit} bytes"),
             ),
             BodyError::Bad(why) => Problem::invalid(why.clone()),
+            BodyError::Busy => Problem::new(
+                Code::Unavailable,
+                "the daemon is receiving its maximum of large request bodies; try again",
+            )
+            .retry(1),
         }
     }
 }

@@ -63,12 +63,18 @@
 //! Memory: the poller keeps only the decoded body (the decoder consumes
 //! chunk framing as it reads), so a connection holds at most its body's
 //! limit, plus one read (8 KiB) and one chunk line (`HTTP_CHUNK_LINE_MAX`)
-//! of raw bytes, plus the head's buffer. The limit is `HTTP_BODY_MAX`
-//! (64 KiB), or `HTTP_INPUT_BODY_MAX` (6 MiB) for an input's PUT. The
-//! worst case is thus `http.max_connections` token-holding connections
-//! each stalled just short of a whole input body: 256 x 6 MiB, about
-//! 1.5 GiB at the defaults, only reachable with the token and for at
-//! most `HTTP_BODY_DEADLINE_MS`; with JSON bodies 256 x 64 KiB = 16 MiB.
+//! of raw bytes, plus the head's buffer (`HTTP_HEAD_MAX` and a read). The
+//! limit is `HTTP_BODY_MAX` (64 KiB), or `HTTP_INPUT_BODY_MAX` (6 MiB)
+//! for an input's PUT. Per-connection caps alone would let
+//! `http.max_connections` token holders stalled short of 6 MiB inputs
+//! hold 1.5 GiB, so a body over `HTTP_BODY_MAX` whose rest must be
+//! waited for first takes a share of `HTTP_LARGE_BODIES_HELD` (its
+//! declared length, or its limit when chunked), kept until a handler is
+//! done with it; past the budget it is answered 503 `unavailable` with
+//! Retry-After. Worst case at the defaults: 64 MiB of large bodies, plus
+//! 256 connections x (64 KiB body + 24 KiB head + 9 KiB raw), about
+//! 24 MiB; a token holder can at worst make other large inputs wait, for
+//! at most `HTTP_BODY_DEADLINE_MS`.
 //!
 //! Slots and peers (issue 10, item 32). A connection is *unproven* until
 //! one of its requests passes the bearer check. Unproven connections the
@@ -136,12 +142,35 @@ pub enum Staged {
         head: Head,
         body: Decoder,
         deadline: Instant,
+        held: Option<Held>,
     },
     /// The body is whole (or failed): a handler serves the request.
     Ready {
         head: Head,
         body: Result<Vec<u8>, BodyError>,
+        held: Option<Held>,
     },
+}
+
+/// A large body's share of `HTTP_LARGE_BODIES_HELD`, given back when
+/// dropped (the request served, or its connection closed).
+pub struct Held(Arc<Shared>, usize);
+
+impl Held {
+    fn take(shared: &Arc<Shared>, n: usize) -> Option<Held> {
+        let before = shared.bodies_held.fetch_add(n, Ordering::AcqRel);
+        if before + n > limits::HTTP_LARGE_BODIES_HELD {
+            shared.bodies_held.fetch_sub(n, Ordering::AcqRel);
+            return None;
+        }
+        Some(Held(shared.clone(), n))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.bodies_held.fetch_sub(self.1, Ordering::AcqRel);
+    }
 }
 
 /// Requests whose body may pass `HTTP_BODY_MAX`, with their limit; their
@@ -170,7 +199,7 @@ pub enum Stage {
 /// token, and no `Expect` other than `100-continue` (seed 002 orders
 /// those checks before the body). Anything else the handler refuses
 /// without the body, as before.
-pub fn stage(shared: &Shared, conn: &mut Conn, head: Head) -> Stage {
+pub fn stage(shared: &Arc<Shared>, conn: &mut Conn, head: Head) -> Stage {
     let Ok(framing @ (Framing::Length(_) | Framing::Chunked)) = Framing::of(&head) else {
         return Stage::Serve(head, None);
     };
@@ -186,6 +215,19 @@ pub fn stage(shared: &Shared, conn: &mut Conn, head: Head) -> Stage {
         Err(e) => return Stage::Serve(head, Some(Err(e))),
         Ok(false) => {}
     }
+    // The rest is read on the poller: a large body first takes its share.
+    let held = if limit > limits::HTTP_BODY_MAX {
+        let share = match framing {
+            Framing::Length(n) => n as usize,
+            _ => limit,
+        };
+        match Held::take(shared, share) {
+            Some(h) => Some(h),
+            None => return Stage::Serve(head, Some(Err(BodyError::Busy))),
+        }
+    } else {
+        None
+    };
     if head
         .header("expect")
         .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
@@ -196,6 +238,7 @@ pub fn stage(shared: &Shared, conn: &mut Conn, head: Head) -> Stage {
         head,
         body,
         deadline: Instant::now() + Duration::from_millis(limits::HTTP_BODY_DEADLINE_MS),
+        held,
     });
     Stage::Wait
 }
@@ -491,10 +534,14 @@ impl Poller {
         let Some(mut conn) = self.unpark(t) else {
             return;
         };
-        if let Some(Staged::Reading { head, body, .. }) = conn.staged.take() {
+        if let Some(Staged::Reading {
+            head, body, held, ..
+        }) = conn.staged.take()
+        {
             conn.staged = Some(Staged::Ready {
                 head,
                 body: result.map(|()| body.into_body()),
+                held,
             });
         }
         if conn.stream().set_nonblocking(false).is_ok() {

@@ -76,6 +76,8 @@ pub struct Shared {
     pub conns: AtomicUsize,
     /// SSE streams being written.
     pub streams: AtomicUsize,
+    /// Bytes set aside for large bodies (`HTTP_LARGE_BODIES_HELD`).
+    pub bodies_held: AtomicUsize,
     /// Requests read and not yet answered; a stop waits for them.
     pub in_flight: AtomicUsize,
     pub stopping: AtomicBool,
@@ -135,6 +137,7 @@ impl Http {
             max_connections: cfg.max_connections,
             conns: AtomicUsize::new(0),
             streams: AtomicUsize::new(0),
+            bodies_held: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             next_stream: AtomicUsize::new(0),
@@ -402,8 +405,13 @@ impl Drop for InFlight<'_> {
 /// the poller when it should stay open.
 fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
     for _ in 0..limits::HTTP_REQUESTS_PER_TURN {
+        let _held;
         let (head, body) = match conn.staged.take() {
-            Some(listener::Staged::Ready { head, body }) => (head, Some(body)),
+            // `_held` keeps the body's share until it has been served.
+            Some(listener::Staged::Ready { head, body, held }) => {
+                _held = held;
+                (head, Some(body))
+            }
             // Not dispatched while its body is read; back to the poller.
             Some(reading) => {
                 conn.staged = Some(reading);
