@@ -741,6 +741,37 @@ fn unproven_connections_make_room_oldest_first() {
     api.d.stop();
 }
 
+/// A connection whose body is still arriving has proven the token with
+/// its head: it is not closed to make room for others.
+#[test]
+fn a_connection_waiting_for_its_body_is_not_closed_to_make_room() {
+    let dir = TestDir::new("httpbodyroom");
+    let api = Api::start(&dir, "[http]\nmax_connections = 9\nthreads = 1\n");
+    let auth = api.bearer();
+    let mut warm = Conn::open(api.addr);
+    let mut waiting = Conn::open(api.addr);
+    waiting.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 31\r\n\r\n{{", api.host()).as_bytes());
+    // The one handler thread took the waiting head before this one, so
+    // once this is answered the body is being waited for.
+    warm.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    assert_eq!(warm.read().unwrap().status, 200);
+    let mut silent: Vec<Conn> = (0..7).map(|_| Conn::open(api.addr)).collect();
+    assert_eq!(api.get("/server").status, 200);
+    assert!(silent[0].closed(), "the oldest silent connection was kept");
+    assert!(waiting.open_and_quiet(), "the body's connection was closed");
+    // Its body finishes and it is answered (the instance is not this one).
+    waiting.send(br#""instance_id": "not-this-one"}"#);
+    let r = waiting.read().expect("an answer once the body is whole");
+    assert_eq!((r.status, r.code().as_str()), (409, "instance_changed"));
+    api.d.stop();
+}
+
 /// Issue 10, item 25: framing the independent client found loose.
 #[test]
 fn loose_framing_is_400_and_closes() {

@@ -206,6 +206,9 @@ pub fn stage(shared: &Arc<Shared>, conn: &mut Conn, head: Head) -> Stage {
     let Some(limit) = body_limit(shared, &head) else {
         return Stage::Serve(head, None);
     };
+    // It passed the bearer check: its connection is no longer one to
+    // close to make room while the body arrives.
+    conn.proven = true;
     let mut body = match Decoder::new(framing, limit) {
         Ok(d) => d,
         Err(e) => return Stage::Serve(head, Some(Err(e))),
