@@ -772,6 +772,30 @@ fn a_connection_waiting_for_its_body_is_not_closed_to_make_room() {
     api.d.stop();
 }
 
+/// `Expect: 100-continue`: the interim answer comes when the daemon
+/// waits for the body, never when the declared length is already too
+/// large.
+#[test]
+fn expect_continue_is_answered_before_the_body_is_waited_for() {
+    let dir = TestDir::new("httpcontinue");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let body = json!({"instance_id": "not-this-one"}).to_string();
+    let mut c = Conn::open(api.addr);
+    c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n", api.host(), body.len()).as_bytes());
+    let (status, _) = c.read_head().expect("an interim answer");
+    assert_eq!(status, 100);
+    c.send(body.as_bytes());
+    let r = c.read().expect("the final answer");
+    assert_eq!((r.status, r.code().as_str()), (409, "instance_changed"));
+    let mut c = Conn::open(api.addr);
+    c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 65537\r\n\r\n", api.host()).as_bytes());
+    let r = c.read().expect("an answer");
+    assert_eq!((r.status, r.code().as_str()), (413, "body_too_large"));
+    assert!(c.closed());
+    api.d.stop();
+}
+
 /// Issue 10, item 25: framing the independent client found loose.
 #[test]
 fn loose_framing_is_400_and_closes() {
