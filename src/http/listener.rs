@@ -701,8 +701,9 @@ impl Poller {
                     in_head,
                 },
             );
-            // Bytes of the body may have arrived while the connection was
-            // away: mio reports only new ones.
+            // Read at once what of the body arrived while the connection
+            // was on a handler (the registration would report it too, one
+            // poll round later).
             if self.idle.get(&t).is_some_and(|p| p.conn.staged.is_some()) {
                 self.read_body(t);
             }
