@@ -665,9 +665,9 @@ pub const HTTP_SSE_STACK: usize = 512 * 1024;
 
 /// An idle keep-alive connection is closed after this long.
 pub const HTTP_IDLE_MS: u64 = 30_000;
-/// Reading one request's body may stall this long before the connection
-/// is closed (a slow client holds a handler thread no longer). Heads are
-/// read by the poller, which holds no thread for them.
+/// One blocking read on a handler thread may wait this long. Handler
+/// threads read only bytes already buffered (heads and bodies are read by
+/// the poller), so this is a backstop, not a wait a client can cause.
 pub const HTTP_READ_TIMEOUT_MS: u64 = 10_000;
 /// The whole of one request head (request line and headers) must arrive
 /// within this long after its first byte, however many reads it takes;
@@ -677,6 +677,27 @@ pub const HTTP_READ_TIMEOUT_MS: u64 = 10_000;
 /// 15 s is far beyond what a real client needs for at most
 /// `HTTP_HEAD_MAX` bytes.
 pub const HTTP_HEAD_DEADLINE_MS: u64 = 15_000;
+/// The whole body of one request must arrive within this long after its
+/// head did; past it the answer is 408 `request_timeout` and the
+/// connection is closed. Bodies are read on the poller
+/// (src/http/listener.rs), so a stalled body costs its buffer, not a
+/// handler thread (an outside review: four authorised PUTs that sent
+/// one byte of a 60,000-byte body held all four handlers, and every
+/// other request waited). 20 s carries the largest body,
+/// `HTTP_INPUT_BODY_MAX` (6 MiB), at 2.5 Mbit/s and a 64 KiB JSON body
+/// at 26 kbit/s; the listener is loopback by default.
+pub const HTTP_BODY_DEADLINE_MS: u64 = 20_000;
+/// Bytes the listener sets aside at once for bodies over `HTTP_BODY_MAX`
+/// (only an input's PUT takes one, up to `HTTP_INPUT_BODY_MAX`) whose
+/// rest is still arriving, from their head until a handler is done with
+/// them: a declared length is set aside whole, a chunked body its limit.
+/// Without it `http.max_connections` token holders each stalled short of
+/// a 6 MiB input would make the daemon hold 1.5 GiB for the body
+/// deadline. 64 MiB is ten of the largest inputs arriving at once; past
+/// it such a request is answered 503 `unavailable` with Retry-After and
+/// closed. Bodies within `HTTP_BODY_MAX` are not counted: the connection
+/// bound bounds them (256 x 64 KiB = 16 MiB at the defaults).
+pub const HTTP_LARGE_BODIES_HELD: usize = 64 * 1024 * 1024;
 /// Connections one peer address may hold that no request has yet proven
 /// with the bearer token, waiting for a head on the poller (issue 10,
 /// item 32: "256 silent connections hold every slot for 30 s and everyone

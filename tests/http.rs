@@ -741,6 +741,61 @@ fn unproven_connections_make_room_oldest_first() {
     api.d.stop();
 }
 
+/// A connection whose body is still arriving has proven the token with
+/// its head: it is not closed to make room for others.
+#[test]
+fn a_connection_waiting_for_its_body_is_not_closed_to_make_room() {
+    let dir = TestDir::new("httpbodyroom");
+    let api = Api::start(&dir, "[http]\nmax_connections = 9\nthreads = 1\n");
+    let auth = api.bearer();
+    let mut warm = Conn::open(api.addr);
+    let mut waiting = Conn::open(api.addr);
+    waiting.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: 31\r\n\r\n{{", api.host()).as_bytes());
+    // The one handler thread took the waiting head before this one, so
+    // once this is answered the body is being waited for.
+    warm.send(&request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    ));
+    assert_eq!(warm.read().unwrap().status, 200);
+    let mut silent: Vec<Conn> = (0..7).map(|_| Conn::open(api.addr)).collect();
+    assert_eq!(api.get("/server").status, 200);
+    assert!(silent[0].closed(), "the oldest silent connection was kept");
+    assert!(waiting.open_and_quiet(), "the body's connection was closed");
+    // Its body finishes and it is answered (the instance is not this one).
+    waiting.send(br#""instance_id": "not-this-one"}"#);
+    let r = waiting.read().expect("an answer once the body is whole");
+    assert_eq!((r.status, r.code().as_str()), (409, "instance_changed"));
+    api.d.stop();
+}
+
+/// `Expect: 100-continue`: the interim answer comes when the daemon
+/// waits for the body, never when the declared length is already too
+/// large.
+#[test]
+fn expect_continue_is_answered_before_the_body_is_waited_for() {
+    let dir = TestDir::new("httpcontinue");
+    let api = Api::start(&dir, "");
+    let auth = api.bearer();
+    let body = json!({"instance_id": "not-this-one"}).to_string();
+    let mut c = Conn::open(api.addr);
+    c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n", api.host(), body.len()).as_bytes());
+    let (status, _) = c.read_head().expect("an interim answer");
+    assert_eq!(status, 100);
+    c.send(body.as_bytes());
+    let r = c.read().expect("the final answer");
+    assert_eq!((r.status, r.code().as_str()), (409, "instance_changed"));
+    let mut c = Conn::open(api.addr);
+    c.send(format!("POST /server/shutdown HTTP/1.1\r\nHost: {}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 65537\r\n\r\n", api.host()).as_bytes());
+    let r = c.read().expect("an answer");
+    assert_eq!((r.status, r.code().as_str()), (413, "body_too_large"));
+    assert!(c.closed());
+    api.d.stop();
+}
+
 /// Issue 10, item 25: framing the independent client found loose.
 #[test]
 fn loose_framing_is_400_and_closes() {
@@ -922,5 +977,123 @@ fn the_port_chosen_for_port_zero_is_shown_by_server_info_and_status() {
             .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["http", &api.addr.to_string()]),
         "{out}"
     );
+    api.d.stop();
+}
+
+/// A UUIDv7 minted now, distinct by `n`.
+fn uuid7_now(n: u64) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    format!(
+        "{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}",
+        t >> 16,
+        t & 0xffff,
+        n & 0xfff,
+        (n >> 12) & 0xfff,
+        n.wrapping_mul(2654435761) & 0xffff_ffff_ffff
+    )
+}
+
+/// An outside review: four authorised input PUTs declaring a 60,000-byte
+/// body that send only `{` held the four handler threads, so every other
+/// request waited. Bodies are now read by the listener: more stalled
+/// bodies than handler threads, fixed-length and chunked, hold no thread,
+/// others are served meanwhile, and each stalled one is answered 408 and
+/// closed when its body's time is up. A chunked input sets aside its
+/// whole limit (6,295,552 bytes) of the 64 MiB for large bodies, so of
+/// eleven stalled at once exactly one is refused 503.
+#[test]
+fn stalled_bodies_do_not_hold_handler_threads() {
+    let dir = TestDir::new("httpstall");
+    let api = Api::start(&dir, "[http]\nthreads = 2\n");
+    let auth = api.bearer();
+    let host = api.host();
+    let target = |n: u64| format!("/sessions/{}/inputs/{}", uuid7_now(1000 + n), uuid7_now(n));
+    let stall = |n: u64, framing: &str| {
+        let mut c = Conn::open(api.addr);
+        c.send(format!("PUT {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\n{framing}", target(n)).as_bytes());
+        c
+    };
+    let mut fixed: Vec<Conn> = (0..3)
+        .map(|n| stall(n, "Content-Length: 60000\r\n\r\n{"))
+        .collect();
+    let mut chunked: Vec<Conn> = (10..21)
+        .map(|n| stall(n, "Transfer-Encoding: chunked\r\n\r\nea60\r\n{"))
+        .collect();
+    // One sends its body in two parts and finishes it: served like any.
+    let body = json!({"kind": "message", "text": "hello"}).to_string();
+    let (first, rest) = body.split_at(5);
+    let mut slow = Conn::open(api.addr);
+    slow.send(format!("PUT {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{first}", target(100), body.len()).as_bytes());
+    for _ in 0..3 {
+        let r = api.get("/server");
+        assert_eq!(r.status, 200);
+        api.check("/server", "get", &r);
+    }
+    let path = "/sessions/{session_id}/inputs/{input_id}";
+    let r = api.send(
+        "PUT",
+        &target(101),
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (404, "not_found"),
+        "{}",
+        r.json()
+    );
+    api.check(path, "put", &r);
+    slow.send(rest.as_bytes());
+    let r = slow.read().expect("an answer to the finished body");
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    // Served while the stalled bodies still wait: none was cut short to
+    // make room (but the one chunked body past the budget).
+    for (i, c) in fixed.iter_mut().enumerate() {
+        assert!(c.open_and_quiet(), "stalled body {i} was answered early");
+    }
+    let answered = chunked
+        .iter_mut()
+        .map(|c| !c.open_and_quiet())
+        .filter(|a| *a)
+        .count();
+    assert!(
+        answered <= 1,
+        "{answered} chunked bodies were answered early"
+    );
+    for (i, c) in fixed.iter_mut().enumerate() {
+        let r = c.read().expect("an answer to a stalled body");
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (408, "request_timeout"),
+            "stalled body {i}"
+        );
+        api.check(path, "put", &r);
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(c.closed(), "stalled body {i} stays open");
+    }
+    let mut codes: Vec<(u16, String)> = chunked
+        .iter_mut()
+        .map(|c| {
+            let r = c.read().expect("an answer to a stalled chunked body");
+            api.check(path, "put", &r);
+            assert_eq!(r.header("connection"), Some("close"));
+            assert!(
+                r.status != 503 || r.header("retry-after").is_some(),
+                "503 without Retry-After"
+            );
+            assert!(c.closed());
+            (r.status, r.code())
+        })
+        .collect();
+    codes.sort();
+    let mut want = vec![(408, "request_timeout".to_string()); 10];
+    want.push((503, "unavailable".to_string()));
+    assert_eq!(codes, want);
     api.d.stop();
 }

@@ -96,9 +96,16 @@ pub enum BodyError {
     TooLarge(usize),
     /// Malformed chunked framing or an early end: 400; close.
     Bad(String),
+    /// Over `HTTP_LARGE_BODIES_HELD`: 503 with Retry-After; close.
+    Busy,
 }
 
 impl BodyError {
+    /// The peer closed before the body's end.
+    pub fn early_end() -> BodyError {
+        BodyError::Bad("the body ended before its declared end".into())
+    }
+
     pub fn problem(&self) -> Problem {
         match self {
             BodyError::TooLarge(limit) => Problem::new(
@@ -106,118 +113,169 @@ impl BodyError {
                 format!("the body exceeds its limit of {limit} bytes"),
             ),
             BodyError::Bad(why) => Problem::invalid(why.clone()),
+            BodyError::Busy => Problem::new(
+                Code::Unavailable,
+                "the daemon is receiving its maximum of large request bodies; try again",
+            )
+            .retry(1),
         }
     }
 }
 
-fn fill<R: Read>(r: &mut Reader<R>) -> Result<(), BodyError> {
-    match r.fill() {
-        Ok(0) => Err(BodyError::Bad(
-            "the body ended before its declared end".into(),
-        )),
-        Ok(_) => Ok(()),
-        Err(e) => Err(BodyError::Bad(format!(
-            "the body could not be read: {}",
-            crate::errors::io_cause(&e)
-        ))),
-    }
+/// Reads a body incrementally from whatever is buffered, so that the same
+/// code serves a blocking reader ([`read`]) and the listener's poller,
+/// which must never wait on a peer (src/http/listener.rs). It consumes
+/// framing bytes as it goes and keeps only the decoded body, so what one
+/// connection holds is at most `limit` bytes plus one partial chunk line
+/// (`HTTP_CHUNK_LINE_MAX`) and one read's worth of raw bytes.
+#[derive(Debug)]
+pub struct Decoder {
+    limit: usize,
+    out: Vec<u8>,
+    state: State,
 }
 
-/// Takes up to `n` bytes, reading when the buffer is empty.
-fn take<R: Read>(r: &mut Reader<R>, out: &mut Vec<u8>, mut n: usize) -> Result<(), BodyError> {
-    while n > 0 {
-        if r.buffered() == 0 {
-            fill(r)?;
-        }
-        let k = n.min(r.buffered());
-        out.extend_from_slice(&r.peek()[..k]);
-        r.consume(k);
-        n -= k;
-    }
-    Ok(())
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    /// Bytes still owed by a fixed-length body, or by the current chunk.
+    Data {
+        left: u64,
+        chunked: bool,
+    },
+    /// The chunk-size line of the next chunk.
+    Size,
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// Trailer fields read so far, up to the blank line.
+    Trailers(usize),
+    Done,
 }
 
-/// One CRLF-terminated line of chunked framing, bounded. A control
-/// character inside it (a bare CR or LF above all) is refused: a peer
-/// that reads it as a line end would frame the body differently.
-fn line<R: Read>(r: &mut Reader<R>) -> Result<String, BodyError> {
-    loop {
-        if let Some(i) = r.peek().windows(2).position(|w| w == b"\r\n") {
-            if r.peek()[..i]
-                .iter()
-                .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-            {
-                return Err(BodyError::Bad(
-                    "chunk line holds a control character".into(),
-                ));
+impl Decoder {
+    /// A decoder for a body of `framing`, refusing past `limit` bytes. A
+    /// declared length over the limit is refused at once, before a read.
+    pub fn new(framing: Framing, limit: usize) -> Result<Decoder, BodyError> {
+        let state = match framing {
+            Framing::None => State::Done,
+            Framing::Length(n) if n > limit as u64 => return Err(BodyError::TooLarge(limit)),
+            Framing::Length(n) => State::Data {
+                left: n,
+                chunked: false,
+            },
+            Framing::Chunked => State::Size,
+        };
+        let out = match framing {
+            Framing::Length(n) => Vec::with_capacity(n as usize),
+            _ => Vec::new(),
+        };
+        Ok(Decoder { limit, out, state })
+    }
+
+    /// Consumes what `r` holds; `Ok(true)` once the body is whole (the
+    /// bytes after it stay in `r`), `Ok(false)` when it needs more bytes.
+    pub fn advance<R: Read>(&mut self, r: &mut Reader<R>) -> Result<bool, BodyError> {
+        loop {
+            match self.state {
+                State::Done => return Ok(true),
+                State::Data { left, chunked } => {
+                    let k = (left.min(usize::MAX as u64) as usize).min(r.buffered());
+                    self.out.extend_from_slice(&r.peek()[..k]);
+                    r.consume(k);
+                    let left = left - k as u64;
+                    self.state = match (left, chunked) {
+                        (0, true) => State::DataEnd,
+                        (0, false) => State::Done,
+                        _ => {
+                            self.state = State::Data { left, chunked };
+                            return Ok(false);
+                        }
+                    };
+                }
+                State::Size => {
+                    let Some(size_line) = line(r)? else {
+                        return Ok(false);
+                    };
+                    // Whitespace may precede a chunk extension's ';' (BWS),
+                    // never the size itself.
+                    let size = size_line
+                        .split(';')
+                        .next()
+                        .unwrap_or_default()
+                        .trim_end_matches([' ', '\t']);
+                    if size.is_empty()
+                        || size.len() > 16
+                        || !size.bytes().all(|b| b.is_ascii_hexdigit())
+                    {
+                        return Err(BodyError::Bad("chunk size is not hexadecimal".into()));
+                    }
+                    let size = u64::from_str_radix(size, 16)
+                        .map_err(|_| BodyError::Bad("chunk size is not hexadecimal".into()))?;
+                    if size == 0 {
+                        self.state = State::Trailers(0);
+                    } else if self.out.len() as u64 + size > self.limit as u64 {
+                        return Err(BodyError::TooLarge(self.limit));
+                    } else {
+                        self.state = State::Data {
+                            left: size,
+                            chunked: true,
+                        };
+                    }
+                }
+                State::DataEnd => {
+                    let Some(l) = line(r)? else {
+                        return Ok(false);
+                    };
+                    if !l.is_empty() {
+                        return Err(BodyError::Bad("chunk data is not followed by CRLF".into()));
+                    }
+                    self.state = State::Size;
+                }
+                // Trailer fields are read and ignored, up to the blank line.
+                State::Trailers(n) => {
+                    let Some(l) = line(r)? else {
+                        return Ok(false);
+                    };
+                    if l.is_empty() {
+                        self.state = State::Done;
+                    } else if n == limits::HTTP_HEADERS_MAX {
+                        return Err(BodyError::Bad("too many trailer fields".into()));
+                    } else {
+                        self.state = State::Trailers(n + 1);
+                    }
+                }
             }
-            let text = String::from_utf8(r.peek()[..i].to_vec())
-                .map_err(|_| BodyError::Bad("chunk line is not ASCII".into()))?;
-            r.consume(i + 2);
-            return Ok(text);
         }
-        if r.buffered() > limits::HTTP_CHUNK_LINE_MAX {
+    }
+
+    /// The decoded body, once [`Decoder::advance`] said it is whole.
+    pub fn into_body(self) -> Vec<u8> {
+        self.out
+    }
+}
+
+/// One CRLF-terminated line of chunked framing, bounded, if buffered. A
+/// control character inside it (a bare CR or LF above all) is refused: a
+/// peer that reads it as a line end would frame the body differently.
+fn line<R: Read>(r: &mut Reader<R>) -> Result<Option<String>, BodyError> {
+    let window = &r.peek()[..r.buffered().min(limits::HTTP_CHUNK_LINE_MAX + 2)];
+    let Some(i) = window.windows(2).position(|w| w == b"\r\n") else {
+        if r.buffered() >= limits::HTTP_CHUNK_LINE_MAX + 2 {
             return Err(BodyError::Bad("chunk line is too long".into()));
         }
-        fill(r)?;
+        return Ok(None);
+    };
+    if window[..i]
+        .iter()
+        .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+    {
+        return Err(BodyError::Bad(
+            "chunk line holds a control character".into(),
+        ));
     }
-}
-
-/// Reads a whole body of at most `limit` bytes.
-pub fn read<R: Read>(
-    r: &mut Reader<R>,
-    framing: Framing,
-    limit: usize,
-) -> Result<Vec<u8>, BodyError> {
-    match framing {
-        Framing::None => Ok(Vec::new()),
-        Framing::Length(n) => {
-            if n > limit as u64 {
-                return Err(BodyError::TooLarge(limit));
-            }
-            let mut out = Vec::with_capacity(n as usize);
-            take(r, &mut out, n as usize)?;
-            Ok(out)
-        }
-        Framing::Chunked => {
-            let mut out = Vec::new();
-            loop {
-                let size_line = line(r)?;
-                // Whitespace may precede a chunk extension's ';' (BWS),
-                // never the size itself.
-                let size = size_line
-                    .split(';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim_end_matches([' ', '\t']);
-                if size.is_empty()
-                    || size.len() > 16
-                    || !size.bytes().all(|b| b.is_ascii_hexdigit())
-                {
-                    return Err(BodyError::Bad("chunk size is not hexadecimal".into()));
-                }
-                let size = u64::from_str_radix(size, 16)
-                    .map_err(|_| BodyError::Bad("chunk size is not hexadecimal".into()))?;
-                if size == 0 {
-                    break;
-                }
-                if out.len() as u64 + size > limit as u64 {
-                    return Err(BodyError::TooLarge(limit));
-                }
-                take(r, &mut out, size as usize)?;
-                if !line(r)?.is_empty() {
-                    return Err(BodyError::Bad("chunk data is not followed by CRLF".into()));
-                }
-            }
-            // Trailer fields are read and ignored, up to the blank line.
-            for _ in 0..=limits::HTTP_HEADERS_MAX {
-                if line(r)?.is_empty() {
-                    return Ok(out);
-                }
-            }
-            Err(BodyError::Bad("too many trailer fields".into()))
-        }
-    }
+    let text = String::from_utf8(window[..i].to_vec())
+        .map_err(|_| BodyError::Bad("chunk line is not ASCII".into()))?;
+    r.consume(i + 2);
+    Ok(Some(text))
 }
 
 /// Decodes a JSON request body into `T`. Unknown members, duplicate members
@@ -289,6 +347,30 @@ mod tests {
                 .status(),
             415
         );
+    }
+
+    /// Reads a whole body of at most `limit` bytes from a blocking reader,
+    /// as the listener does without blocking.
+    pub fn read<R: Read>(
+        r: &mut Reader<R>,
+        framing: Framing,
+        limit: usize,
+    ) -> Result<Vec<u8>, BodyError> {
+        let mut d = Decoder::new(framing, limit)?;
+        while !d.advance(r)? {
+            match r.fill() {
+                Ok(0) => return Err(BodyError::early_end()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(BodyError::Bad(format!(
+                        "the body could not be read: {}",
+                        crate::errors::io_cause(&e)
+                    )));
+                }
+            }
+        }
+        Ok(d.into_body())
     }
 
     fn reader(bytes: &[u8]) -> Reader<&[u8]> {
@@ -441,12 +523,33 @@ mod tests {
                 }
             }
             let got = read(&mut reader(&b), Framing::Chunked, 16).ok();
+            // Resumed at every byte, as on the poller: the same verdict.
+            let mut one = Reader::new(OneByte(&b));
+            assert_eq!(
+                read(&mut one, Framing::Chunked, 16).ok(),
+                got,
+                "iteration {i} byte by byte"
+            );
             assert_eq!(
                 got,
                 chunked_oracle(&b, 16),
                 "iteration {i}: {:?}",
                 String::from_utf8_lossy(&b)
             );
+        }
+    }
+
+    /// A reader handing out one byte per read.
+    struct OneByte<'a>(&'a [u8]);
+
+    impl Read for OneByte<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some((&b, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            buf[0] = b;
+            self.0 = rest;
+            Ok(1)
         }
     }
 

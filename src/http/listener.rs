@@ -29,13 +29,52 @@
 //!   queue, serve requests while whole heads are buffered (at most
 //!   `HTTP_REQUESTS_PER_TURN` in a row), and give the connection back to the
 //!   poller through a bounded queue and its waker. An idle connection thus
-//!   costs no thread, and no thread ever waits for a head; a thread waits
-//!   on a peer only for a body, which is read after the bearer check;
+//!   costs no thread, and no thread ever waits for a head or a body (see
+//!   "Bodies" below);
 //! - an SSE watch moves its connection to its own writer thread
 //!   `http-sse-N` ([`super::sse`]), at most `HTTP_MAX_STREAMS` of them.
 //!
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
+//!
+//! Bodies. An outside review found that four token holders sending one
+//! byte of a 60,000-byte body held the four handler threads (a body was
+//! read on the handler, each read waiting up to 10 s, with no overall
+//! bound), and every other request waited. So a handler never reads a
+//! body from the peer: after reading a head it takes what body is already
+//! buffered ([`stage`], [`super::body::Decoder`], which resumes where it
+//! stopped); if the body is whole it serves the request at once, else it
+//! gives the connection back to the poller with the parsed head and the
+//! decoder, and the poller reads the rest without blocking and hands the
+//! request to a handler when the body is whole, failed or ended early. A
+//! body must be whole `HTTP_BODY_DEADLINE_MS` after its head; past it the
+//! poller answers 408 `request_timeout` and closes. A body is read only
+//! for a request that proved the token (and passes Host, Origin, route
+//! and method), so no one without the token makes the daemon buffer one;
+//! the rest are answered without their body and closed, as before.
+//!
+//! Why this shape rather than the poller parsing every head: a bodiless
+//! request (the keep-alive GET) takes exactly the path it took before,
+//! poller to handler, with its head parsed once, on the handler; only a
+//! request whose body has not all arrived with its head pays one more
+//! hop back to the poller. Small bodies mostly arrive in the head's
+//! segment and pay none.
+//!
+//! Memory: the poller keeps only the decoded body (the decoder consumes
+//! chunk framing as it reads), so a connection holds at most its body's
+//! limit, plus one read (8 KiB) and one chunk line (`HTTP_CHUNK_LINE_MAX`)
+//! of raw bytes, plus the head's buffer (`HTTP_HEAD_MAX` and a read). The
+//! limit is `HTTP_BODY_MAX` (64 KiB), or `HTTP_INPUT_BODY_MAX` (6 MiB)
+//! for an input's PUT. Per-connection caps alone would let
+//! `http.max_connections` token holders stalled short of 6 MiB inputs
+//! hold 1.5 GiB, so a body over `HTTP_BODY_MAX` whose rest must be
+//! waited for first takes a share of `HTTP_LARGE_BODIES_HELD` (its
+//! declared length, or its limit when chunked), kept until a handler is
+//! done with it; past the budget it is answered 503 `unavailable` with
+//! Retry-After. Worst case at the defaults: 64 MiB of large bodies, plus
+//! 256 connections x (64 KiB body + 24 KiB head + 9 KiB raw), about
+//! 24 MiB; a token holder can at worst make other large inputs wait, for
+//! at most `HTTP_BODY_DEADLINE_MS`.
 //!
 //! Slots and peers (issue 10, item 32). A connection is *unproven* until
 //! one of its requests passes the bearer check. Unproven connections the
@@ -65,8 +104,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use super::body::{BodyError, Decoder, Framing};
 use super::problem::{Code, Problem};
-use super::wire::{self, Reader, Response};
+use super::wire::{self, Head, Reader, Response};
 use crate::limits;
 
 /// One open connection and the slot it holds.
@@ -80,6 +120,9 @@ pub struct Conn {
     /// Whether a request on it passed the bearer check (see "Slots and
     /// peers" above).
     pub proven: bool,
+    /// A request whose head was read and whose body is being read, or
+    /// has been (see "Bodies" above).
+    pub staged: Option<Staged>,
     /// Accept order, for "oldest first".
     serial: u64,
     _slot: Slot,
@@ -89,6 +132,140 @@ impl Conn {
     pub fn stream(&self) -> &TcpStream {
         &self.r.inner
     }
+}
+
+/// A request whose head has been read, and its body.
+pub enum Staged {
+    /// The body is being read on the poller; past `deadline` the answer
+    /// is 408.
+    Reading {
+        head: Head,
+        body: Decoder,
+        deadline: Instant,
+        held: Option<Held>,
+    },
+    /// The body is whole (or failed): a handler serves the request.
+    Ready {
+        head: Head,
+        body: Result<Vec<u8>, BodyError>,
+        held: Option<Held>,
+    },
+}
+
+/// A large body's share of `HTTP_LARGE_BODIES_HELD`, given back when
+/// dropped (the request served, or its connection closed).
+pub struct Held(Arc<Shared>, usize);
+
+impl Held {
+    fn take(shared: &Arc<Shared>, n: usize) -> Option<Held> {
+        let before = shared.bodies_held.fetch_add(n, Ordering::AcqRel);
+        if before + n > limits::HTTP_LARGE_BODIES_HELD {
+            shared.bodies_held.fetch_sub(n, Ordering::AcqRel);
+            return None;
+        }
+        Some(Held(shared.clone(), n))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.bodies_held.fetch_sub(self.1, Ordering::AcqRel);
+    }
+}
+
+/// Requests whose body may pass `HTTP_BODY_MAX`, with their limit; their
+/// handler decodes with the same (`Ctx::json_within`).
+const LARGE_BODIES: &[(&str, &str, usize)] = &[(
+    "/sessions/{session_id}/inputs/{input_id}",
+    "PUT",
+    limits::HTTP_INPUT_BODY_MAX,
+)];
+
+/// What [`stage`] came to.
+pub enum Stage {
+    /// Serve the request now. `None`: no body was read, because it has
+    /// none or the request is refused before its body (the handler
+    /// closes the connection after answering when there was one).
+    Serve(Head, Option<Result<Vec<u8>, BodyError>>),
+    /// The body is not all here yet: `conn.staged` holds the request;
+    /// give the connection to the poller.
+    Wait,
+}
+
+/// Reads a request's body from what `conn` has buffered, on a handler
+/// thread, never waiting on the peer. A body is read only for a request
+/// that will get as far as its handler's body: framed without ambiguity,
+/// a known Host and Origin, a route and method that exist, the bearer
+/// token, and no `Expect` other than `100-continue` (seed 002 orders
+/// those checks before the body). Anything else the handler refuses
+/// without the body, as before.
+pub fn stage(shared: &Arc<Shared>, conn: &mut Conn, head: Head) -> Stage {
+    let Ok(framing @ (Framing::Length(_) | Framing::Chunked)) = Framing::of(&head) else {
+        return Stage::Serve(head, None);
+    };
+    let Some(limit) = body_limit(shared, &head) else {
+        return Stage::Serve(head, None);
+    };
+    // It passed the bearer check: its connection is no longer one to
+    // close to make room while the body arrives.
+    conn.proven = true;
+    let mut body = match Decoder::new(framing, limit) {
+        Ok(d) => d,
+        Err(e) => return Stage::Serve(head, Some(Err(e))),
+    };
+    match body.advance(&mut conn.r) {
+        Ok(true) => return Stage::Serve(head, Some(Ok(body.into_body()))),
+        Err(e) => return Stage::Serve(head, Some(Err(e))),
+        Ok(false) => {}
+    }
+    // The rest is read on the poller: a large body first takes its share.
+    let held = if limit > limits::HTTP_BODY_MAX {
+        let share = match framing {
+            Framing::Length(n) => n as usize,
+            _ => limit,
+        };
+        match Held::take(shared, share) {
+            Some(h) => Some(h),
+            None => return Stage::Serve(head, Some(Err(BodyError::Busy))),
+        }
+    } else {
+        None
+    };
+    if head
+        .header("expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+    {
+        let _ = conn.stream().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    conn.staged = Some(Staged::Reading {
+        head,
+        body,
+        deadline: Instant::now() + Duration::from_millis(limits::HTTP_BODY_DEADLINE_MS),
+        held,
+    });
+    Stage::Wait
+}
+
+/// The body limit of a request that gets as far as its body, else `None`.
+fn body_limit(shared: &Shared, head: &Head) -> Option<usize> {
+    if head.method == "OPTIONS"
+        || head
+            .header("expect")
+            .is_some_and(|e| !e.eq_ignore_ascii_case("100-continue"))
+        || shared.hosts.check(head).is_err()
+        || super::auth::check_origin(head, &shared.origins).is_err()
+        || !shared.token.verify(head.header("authorization"))
+    {
+        return None;
+    }
+    let (route, _) = super::routes::find(&head.path).ok()?;
+    route.ops.iter().find(|o| o.method == head.method)?;
+    Some(
+        LARGE_BODIES
+            .iter()
+            .find(|(p, m, _)| *p == route.path && *m == head.method)
+            .map_or(limits::HTTP_BODY_MAX, |(_, _, l)| *l),
+    )
 }
 
 /// A slot of `http.max_connections`, given back when dropped.
@@ -262,7 +439,7 @@ impl Poller {
                 }
             }
             while let Ok(mut conn) = self.back_rx.try_recv() {
-                if conn.r.head_ready() {
+                if conn.staged.is_none() && conn.r.head_ready() {
                     self.dispatch(conn)
                 } else {
                     self.park(conn)
@@ -276,7 +453,11 @@ impl Poller {
                 .map(|(t, _)| *t)
                 .collect();
             for t in expired {
-                self.unpark(t);
+                if let Some(conn) = self.unpark(t) {
+                    if conn.staged.is_some() {
+                        body_timed_out(conn);
+                    }
+                }
             }
         }
     }
@@ -287,6 +468,9 @@ impl Poller {
         let Some(p) = self.idle.get_mut(&t) else {
             return;
         };
+        if p.conn.staged.is_some() {
+            return self.read_body(t);
+        }
         let outcome = loop {
             if p.conn.r.head_ready() {
                 break Read::Ready;
@@ -320,6 +504,51 @@ impl Poller {
             Read::Gone => {
                 self.unpark(t);
             }
+        }
+    }
+
+    /// Reads what a connection waiting for a body sent, without blocking;
+    /// hands it to a handler once the body is whole or failed.
+    fn read_body(&mut self, t: usize) {
+        let Some(p) = self.idle.get_mut(&t) else {
+            return;
+        };
+        let Some(Staged::Reading { body, .. }) = &mut p.conn.staged else {
+            return;
+        };
+        let result = loop {
+            match body.advance(&mut p.conn.r) {
+                Ok(true) => break Some(Ok(())),
+                Err(e) => break Some(Err(e)),
+                Ok(false) => {}
+            }
+            match p.conn.r.fill() {
+                Ok(0) => break Some(Err(BodyError::early_end())),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.unpark(t);
+                    return;
+                }
+            }
+        };
+        let Some(result) = result else { return };
+        let Some(mut conn) = self.unpark(t) else {
+            return;
+        };
+        if let Some(Staged::Reading {
+            head, body, held, ..
+        }) = conn.staged.take()
+        {
+            conn.staged = Some(Staged::Ready {
+                head,
+                body: result.map(|()| body.into_body()),
+                held,
+            });
+        }
+        if conn.stream().set_nonblocking(false).is_ok() {
+            self.dispatch(conn);
         }
     }
 
@@ -425,6 +654,7 @@ impl Poller {
             local,
             class: std::cell::OnceCell::new(),
             proven: false,
+            staged: None,
             serial: self.serial,
             _slot: slot,
         });
@@ -453,21 +683,30 @@ impl Poller {
             .is_ok()
         {
             // Bytes already buffered are the start of a head (a pipelined
-            // request cut short): its deadline runs from now.
-            let in_head = conn.r.buffered() > 0;
-            let wait = if in_head {
-                limits::HTTP_HEAD_DEADLINE_MS
-            } else {
-                limits::HTTP_IDLE_MS
+            // request cut short): its deadline runs from now. A body's
+            // deadline runs from its head.
+            let in_head = conn.r.buffered() > 0 || conn.staged.is_some();
+            let deadline = match &conn.staged {
+                Some(Staged::Reading { deadline, .. }) => *deadline,
+                _ if in_head => {
+                    Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS)
+                }
+                _ => Instant::now() + Duration::from_millis(limits::HTTP_IDLE_MS),
             };
             self.idle.insert(
                 t,
                 Parked {
                     conn,
-                    deadline: Instant::now() + Duration::from_millis(wait),
+                    deadline,
                     in_head,
                 },
             );
+            // Read at once what of the body arrived while the connection
+            // was on a handler (the registration would report it too, one
+            // poll round later).
+            if self.idle.get(&t).is_some_and(|p| p.conn.staged.is_some()) {
+                self.read_body(t);
+            }
         }
     }
 
@@ -480,6 +719,23 @@ impl Poller {
             }
         }
     }
+}
+
+/// Answers 408 to a connection whose body did not arrive in time, without
+/// blocking the poller (the answer is small and the client, stalled
+/// mid-body, reads nothing else), then closes it.
+fn body_timed_out(conn: Conn) {
+    let p = Problem::new(
+        Code::RequestTimeout,
+        format!(
+            "the request body did not arrive within {} ms",
+            limits::HTTP_BODY_DEADLINE_MS
+        ),
+    );
+    let mut r = Response::problem(&p);
+    r.headers.push(("Cache-Control", "no-store".into()));
+    let _ = wire::write_response(&mut conn.stream(), &r, false, true);
+    let _ = conn.stream().shutdown(std::net::Shutdown::Write);
 }
 
 /// Answers a connection the daemon will not serve, then closes it.

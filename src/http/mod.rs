@@ -24,8 +24,11 @@
 //! Origin (before routing or reading a body), route, preflight (no token),
 //! bearer token, method, query parameters, `Accept` (406 on JSON-only
 //! operations), `If-Match` (400 where not evaluated), `Expect`, caller
-//! class for operator-only operations, then the handler, which reads and
-//! decodes its body.
+//! class for operator-only operations, then the handler, which decodes its
+//! body. The body itself is read before any of these checks run on a
+//! handler thread, but only for a request that passes the framing, Host,
+//! Origin, route, method and bearer checks (src/http/listener.rs,
+//! "Bodies"), so that no handler thread ever waits on a peer.
 
 pub mod auth;
 pub mod body;
@@ -73,6 +76,8 @@ pub struct Shared {
     pub conns: AtomicUsize,
     /// SSE streams being written.
     pub streams: AtomicUsize,
+    /// Bytes set aside for large bodies (`HTTP_LARGE_BODIES_HELD`).
+    pub bodies_held: AtomicUsize,
     /// Requests read and not yet answered; a stop waits for them.
     pub in_flight: AtomicUsize,
     pub stopping: AtomicBool,
@@ -132,6 +137,7 @@ impl Http {
             max_connections: cfg.max_connections,
             conns: AtomicUsize::new(0),
             streams: AtomicUsize::new(0),
+            bodies_held: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             next_stream: AtomicUsize::new(0),
@@ -263,7 +269,9 @@ pub struct Ctx<'a> {
     pub route: &'static str,
     conn: &'a mut Conn,
     framing: Framing,
-    body_read: bool,
+    /// The body, read before the handler runs (src/http/listener.rs,
+    /// "Bodies"); `None` when there is none to read.
+    body: Option<Result<Vec<u8>, body::BodyError>>,
 }
 
 impl Ctx<'_> {
@@ -281,35 +289,24 @@ impl Ctx<'_> {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Reads and decodes the JSON body (at most `HTTP_BODY_MAX` bytes).
+    /// Decodes the JSON body (at most `HTTP_BODY_MAX` bytes).
     pub fn json<T: DeserializeOwned>(&mut self) -> Result<T, Problem> {
         self.json_within(limits::HTTP_BODY_MAX)
     }
 
-    /// Reads and decodes a JSON body of at most `limit` bytes.
+    /// Decodes a JSON body of at most `limit` bytes (the listener read it,
+    /// bounded by the same limit: `listener::LARGE_BODIES`).
     pub fn json_within<T: DeserializeOwned>(&mut self, limit: usize) -> Result<T, Problem> {
         if self.framing == Framing::None {
             return Err(Problem::invalid("this request needs a JSON body"));
         }
         body::require_json(self.head)?;
-        if self
-            .head
-            .header("expect")
-            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
-        {
-            if let Framing::Length(n) = self.framing {
-                if n > limit as u64 {
-                    return Err(body::BodyError::TooLarge(limit).problem());
-                }
-            }
-            let _ = self
-                .conn
-                .stream()
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+        match &self.body {
+            Some(Ok(bytes)) if bytes.len() <= limit => body::decode(bytes),
+            Some(Ok(_)) => Err(body::BodyError::TooLarge(limit).problem()),
+            Some(Err(e)) => Err(e.problem()),
+            None => Err(Problem::invalid("this request needs a JSON body")),
         }
-        let bytes = body::read(&mut self.conn.r, self.framing, limit).map_err(|e| e.problem())?;
-        self.body_read = true;
-        body::decode(&bytes)
     }
 
     /// Runs `f` on the reactor thread and waits for what it sends.
@@ -408,21 +405,41 @@ impl Drop for InFlight<'_> {
 /// the poller when it should stay open.
 fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
     for _ in 0..limits::HTTP_REQUESTS_PER_TURN {
-        let head = match conn.r.read_head_timed() {
-            Ok(h) => h,
-            Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
-            Err(HeadError::Bad(p)) => {
-                let _ = wire::write_response(
-                    &mut conn.stream(),
-                    &with_common(Response::problem(&p), None),
-                    false,
-                    true,
-                );
-                return None;
+        let _held;
+        let (head, body) = match conn.staged.take() {
+            // `_held` keeps the body's share until it has been served.
+            Some(listener::Staged::Ready { head, body, held }) => {
+                _held = held;
+                (head, Some(body))
+            }
+            // Not dispatched while its body is read; back to the poller.
+            Some(reading) => {
+                conn.staged = Some(reading);
+                return Some(conn);
+            }
+            None => {
+                let head = match conn.r.read_head_timed() {
+                    Ok(h) => h,
+                    Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
+                    Err(HeadError::Bad(p)) => {
+                        let _ = wire::write_response(
+                            &mut conn.stream(),
+                            &with_common(Response::problem(&p), None),
+                            false,
+                            true,
+                        );
+                        return None;
+                    }
+                };
+                match listener::stage(shared, &mut conn, head) {
+                    listener::Stage::Serve(head, body) => (head, body),
+                    // The rest of the body is read by the poller.
+                    listener::Stage::Wait => return Some(conn),
+                }
             }
         };
         let guard = InFlight::new(shared);
-        let (keep, stream) = handle(shared, &mut conn, &head);
+        let (keep, stream) = handle(shared, &mut conn, &head, body);
         drop(guard);
         if let Some((headers, task)) = stream {
             start_stream(shared, conn, headers, task);
@@ -456,8 +473,19 @@ fn with_common(mut r: Response, origin: Option<&str>) -> Response {
 /// A stream to start: its response headers and its writer.
 type StreamStart = (Vec<(&'static str, String)>, StreamTask);
 
-fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<StreamStart>) {
+fn handle(
+    shared: &Arc<Shared>,
+    conn: &mut Conn,
+    head: &Head,
+    body: Option<Result<Vec<u8>, body::BodyError>>,
+) -> (bool, Option<StreamStart>) {
     let framing = body::Framing::of(head);
+    // The connection can carry a next request only if this one's body was
+    // read whole (or it had none).
+    let consumed = match &body {
+        Some(b) => b.is_ok(),
+        None => framing.as_ref().is_ok_and(|f| *f == Framing::None),
+    };
     let mut origin = None;
     let outcome = (|| -> Result<Outcome, Problem> {
         let framing = framing.clone()?;
@@ -518,7 +546,7 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
             route: route.path,
             conn,
             framing,
-            body_read: false,
+            body,
         };
         if op.operator_only {
             let class = ctx.caller()?;
@@ -538,14 +566,12 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
                 ));
             }
         }
-        let reply = (op.handler)(&mut ctx);
-        let consumed = ctx.body_read || framing == Framing::None;
-        Ok(Outcome::Replied(reply, consumed))
+        Ok(Outcome::Replied((op.handler)(&mut ctx)))
     })();
     let stopping = shared.stopping.load(Ordering::Acquire);
-    let (response, consumed) = match outcome {
-        Ok(Outcome::Done(r)) => (r, framing.as_ref().is_ok_and(|f| *f == Framing::None)),
-        Ok(Outcome::Replied(Ok(Reply::Stream(task)), _)) => {
+    let response = match outcome {
+        Ok(Outcome::Done(r)) => r,
+        Ok(Outcome::Replied(Ok(Reply::Stream(task)))) => {
             let mut headers = vec![
                 ("Content-Type", "text/event-stream".to_string()),
                 ("Cache-Control", "no-store".into()),
@@ -557,20 +583,13 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
             }
             return (false, Some((headers, task)));
         }
-        Ok(Outcome::Replied(
-            Ok(Reply::Json {
-                status,
-                body,
-                etag,
-                headers,
-            }),
-            consumed,
-        )) => (json_response(head, status, &body, etag, headers), consumed),
-        Ok(Outcome::Replied(Err(p), consumed)) => (Response::problem(&p), consumed),
-        Err(p) => (
-            Response::problem(&p),
-            framing.as_ref().is_ok_and(|f| *f == Framing::None),
-        ),
+        Ok(Outcome::Replied(Ok(Reply::Json {
+            status,
+            body,
+            etag,
+            headers,
+        }))) => json_response(head, status, &body, etag, headers),
+        Ok(Outcome::Replied(Err(p))) | Err(p) => Response::problem(&p),
     };
     let keep = consumed && head.keep_alive() && !stopping;
     let response = with_common(response, origin);
@@ -581,8 +600,8 @@ fn handle(shared: &Arc<Shared>, conn: &mut Conn, head: &Head) -> (bool, Option<S
 enum Outcome {
     /// Answered before the handler (a preflight).
     Done(Response),
-    /// The handler's reply, and whether the body was consumed.
-    Replied(Result<Reply, Problem>, bool),
+    /// The handler's reply.
+    Replied(Result<Reply, Problem>),
 }
 
 fn json_response(

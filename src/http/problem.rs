@@ -36,6 +36,9 @@ pub enum Code {
     IdentityExpired,
     /// 412: `If-Match` names a representation that no longer holds.
     PreconditionFailed,
+    /// 408: the request's body did not arrive within
+    /// `HTTP_BODY_DEADLINE_MS`; the connection is closed.
+    RequestTimeout,
     /// 413: the body is over its limit.
     BodyTooLarge,
     /// 415: a body that is not `application/json`, or content-coded.
@@ -92,6 +95,7 @@ impl Code {
             Code::InstanceChanged => "instance_changed",
             Code::IdentityExpired => "identity_expired",
             Code::PreconditionFailed => "precondition_failed",
+            Code::RequestTimeout => "request_timeout",
             Code::BodyTooLarge => "body_too_large",
             Code::UnsupportedMediaType => "unsupported_media_type",
             Code::ExpectationFailed => "expectation_failed",
@@ -138,6 +142,7 @@ impl Code {
             Code::QueueFull | Code::TooManySessions => 429,
             Code::IdentityExpired => 410,
             Code::PreconditionFailed => 412,
+            Code::RequestTimeout => 408,
             Code::BodyTooLarge => 413,
             Code::UnsupportedMediaType => 415,
             Code::ExpectationFailed => 417,
@@ -152,7 +157,7 @@ impl Code {
     }
 }
 
-const ALL: [Code; 31] = [
+const ALL: [Code; 32] = [
     Code::InvalidRequest,
     Code::IdentityFuture,
     Code::Unauthorized,
@@ -165,6 +170,7 @@ const ALL: [Code; 31] = [
     Code::InstanceChanged,
     Code::IdentityExpired,
     Code::PreconditionFailed,
+    Code::RequestTimeout,
     Code::BodyTooLarge,
     Code::UnsupportedMediaType,
     Code::ExpectationFailed,

@@ -161,7 +161,7 @@ impl<R: Read> Reader<R> {
 impl Reader<std::net::TcpStream> {
     /// [`Reader::read_head`] on a socket: each read waits at most what is
     /// left of the head's deadline (and `HTTP_READ_TIMEOUT_MS`); the read
-    /// timeout is put back for the body after.
+    /// timeout is put back after.
     pub fn read_head_timed(&mut self) -> Result<Head, HeadError> {
         let per_read = Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS);
         let deadline = Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS);
@@ -393,6 +393,7 @@ pub fn reason(status: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         406 => "Not Acceptable",
+        408 => "Request Timeout",
         409 => "Conflict",
         410 => "Gone",
         412 => "Precondition Failed",
