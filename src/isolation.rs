@@ -370,8 +370,11 @@ pub fn hidden_paths(daemon: &DaemonPaths, env: &UserEnv) -> Hidden {
 }
 
 /// What of the daemon's configuration a sandbox must not write: the
-/// default configuration directory (made, mode 0700, when missing, so
-/// that no agent makes it first), and a `--config` file elsewhere, or,
+/// default configuration directory (made when missing, so that no agent
+/// makes it first; mode 0755, as the system unit's ConfigurationDirectory
+/// has it, since a config holds no secret and a root daemon's
+/// /etc/omniconflux must stay readable by the service user that later
+/// runs the system unit), and a `--config` file elsewhere, or,
 /// while that file does not exist, its directory unless it holds the
 /// home (SIGHUP reads the file once it exists).
 fn protected_config(daemon: &DaemonPaths, home: Option<&Path>) -> Vec<PathBuf> {
@@ -381,7 +384,7 @@ fn protected_config(daemon: &DaemonPaths, home: Option<&Path>) -> Vec<PathBuf> {
             use std::os::unix::fs::DirBuilderExt;
             let _ = std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
+                .mode(0o755)
                 .create(dir);
         }
         let dir = resolved(dir);
