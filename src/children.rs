@@ -583,6 +583,23 @@ mod tests {
     use super::*;
     use mio::{Events, Poll};
 
+    /// Starts `cmd` as a plugin's child of `ch`, watched by `poll`.
+    fn spawn(
+        poll: &Poll,
+        ch: &mut Children,
+        roots: &mut Roots,
+        cmd: Command,
+    ) -> (ChildId, libc::pid_t) {
+        ch.spawn(
+            poll.registry(),
+            roots,
+            cmd,
+            Owner::Plugin("t".into()),
+            limits(),
+        )
+        .unwrap()
+    }
+
     fn limits() -> PipeLimits {
         PipeLimits {
             max_line: 64,
@@ -626,15 +643,7 @@ mod tests {
             "-c",
             "read x; echo \"got $x\"; echo second; printf 'abcdefghijkl' >&2; printf partial",
         ]);
-        let (id, _) = ch
-            .spawn(
-                poll.registry(),
-                &mut roots,
-                cmd,
-                Owner::Plugin("t".into()),
-                limits(),
-            )
-            .unwrap();
+        let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         ch.write(poll.registry(), id, b"hello\n").unwrap();
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert_eq!(
@@ -669,15 +678,7 @@ mod tests {
         let mut cmd = Command::new("sh");
         // Field 5 of stat is the pgrp, 6 the session, 7 the controlling tty.
         cmd.args(["-c", "cut -d' ' -f5-7 /proc/$$/stat; sleep 30"]);
-        let (id, pid) = ch
-            .spawn(
-                poll.registry(),
-                &mut roots,
-                cmd,
-                Owner::Plugin("t".into()),
-                limits(),
-            )
-            .unwrap();
+        let (id, pid) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
         assert_eq!(got[0], Output::Line(format!("{pid} {pid} 0").into_bytes()));
         // SAFETY: getpgid on a pid we spawned and have not reaped.
@@ -708,15 +709,7 @@ mod tests {
         );
         let mut cmd = Command::new("python3");
         cmd.args(["-c", &script]);
-        let (id, _) = ch
-            .spawn(
-                poll.registry(),
-                &mut roots,
-                cmd,
-                Owner::Plugin("t".into()),
-                limits(),
-            )
-            .unwrap();
+        let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
         assert_eq!(got[0], Output::Line(b"ready".to_vec()));
         ch.signal(id, first);
@@ -740,14 +733,7 @@ mod tests {
         let mut roots = Roots::default();
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "grep SigBlk /proc/self/status"]);
-        ch.spawn(
-            poll.registry(),
-            &mut roots,
-            cmd,
-            Owner::Plugin("t".into()),
-            limits(),
-        )
-        .unwrap();
+        spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
         assert_eq!(got[0], Output::Line(b"SigBlk:\t0000000000000000".to_vec()));
     }
@@ -764,15 +750,7 @@ mod tests {
             "-c",
             "echo one; sleep 0.1; echo two; sleep 0.1; printf three; sleep 0.1",
         ]);
-        let (_, _) = ch
-            .spawn(
-                poll.registry(),
-                &mut roots,
-                cmd,
-                Owner::Plugin("t".into()),
-                limits(),
-            )
-            .unwrap();
+        let (_, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
         assert_eq!(
             got,
@@ -792,15 +770,7 @@ mod tests {
         let mut roots = Roots::default();
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "head -c 200 /dev/zero | tr '\\0' x; echo"]);
-        let (id, _) = ch
-            .spawn(
-                poll.registry(),
-                &mut roots,
-                cmd,
-                Owner::Plugin("t".into()),
-                limits(),
-            )
-            .unwrap();
+        let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::LineTooLong));
         assert_eq!(got, vec![Output::LineTooLong]);
         assert!(!ch.stdout_open(id));

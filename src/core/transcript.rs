@@ -216,73 +216,40 @@ impl Transcript {
         let mut wire = Map::new();
         wire.insert("id".into(), json!(format!("e{idx}")));
         wire.insert("timestamp".into(), json!(ts));
-        let (kind, text, tool_id, tool_name, tool_kind, status, input, result) = match entry {
-            Entry::User { text } => (
-                "user",
-                Some(text.clone()),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
-            Entry::Text { text } => (
-                "text",
-                Some(text.clone()),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
-            Entry::Thinking { text } => (
-                "thinking",
-                Some(text.clone()),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
-            Entry::System { text } => (
-                "system",
-                Some(text.clone()),
-                None,
-                None,
-                None,
-                is_error.then(|| "error".to_string()),
-                None,
-                None,
-            ),
-            Entry::TurnEnd { reason } => (
-                "turn_end",
-                Some(reason.wire_name().to_string()),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
+        let Columns {
+            kind,
+            text,
+            tool_id,
+            tool_name,
+            tool_kind,
+            status,
+            input,
+            result,
+        } = match entry {
+            Entry::User { text } => Columns::plain("user", text.clone()),
+            Entry::Text { text } => Columns::plain("text", text.clone()),
+            Entry::Thinking { text } => Columns::plain("thinking", text.clone()),
+            Entry::System { text } => Columns {
+                status: is_error.then(|| "error".to_string()),
+                ..Columns::plain("system", text.clone())
+            },
+            Entry::TurnEnd { reason } => Columns::plain("turn_end", reason.wire_name().to_string()),
             Entry::Tool(t) => {
                 self.tools.insert(t.id.clone(), idx);
                 let name = t
                     .title
                     .clone()
                     .or_else(|| t.kind.map(|k| k.wire_name().to_string()));
-                (
-                    "tool",
-                    None,
-                    Some(t.id.clone()),
-                    name,
-                    t.kind.map(|k| k.wire_name().to_string()),
-                    t.status.map(|s| status_name(s).to_string()),
-                    t.input.as_ref().map(Value::to_string),
-                    t.result.as_ref().map(Value::to_string),
-                )
+                Columns {
+                    kind: "tool",
+                    text: None,
+                    tool_id: Some(t.id.clone()),
+                    tool_name: name,
+                    tool_kind: t.kind.map(|k| k.wire_name().to_string()),
+                    status: t.status.map(|s| status_name(s).to_string()),
+                    input: t.input.as_ref().map(Value::to_string),
+                    result: t.result.as_ref().map(Value::to_string),
+                }
             }
         };
         wire.insert("kind".into(), json!(kind));
@@ -608,6 +575,30 @@ pub fn tool_detail(
         }
     }
     Ok(Some(Value::Object(m)))
+}
+
+/// One transcript row's columns, as the ledger keeps them.
+#[derive(Default)]
+struct Columns {
+    kind: &'static str,
+    text: Option<String>,
+    tool_id: Option<String>,
+    tool_name: Option<String>,
+    tool_kind: Option<String>,
+    status: Option<String>,
+    input: Option<String>,
+    result: Option<String>,
+}
+
+impl Columns {
+    /// A row of `kind` that holds only text.
+    fn plain(kind: &'static str, text: String) -> Columns {
+        Columns {
+            kind,
+            text: Some(text),
+            ..Columns::default()
+        }
+    }
 }
 
 #[cfg(test)]
