@@ -166,6 +166,20 @@ fn wait_event(c: &mut util::Client, sid: &str, kind: &str) -> Value {
     }
 }
 
+/// The JSON report the agent's turn wrote as its reply text.
+fn turn_report(c: &mut util::Client, sid: &str) -> Value {
+    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let text = entries
+        .iter()
+        .find(|e| e["kind"] == "text")
+        .and_then(|e| e["text"].as_str())
+        .unwrap_or_else(|| panic!("no report in {entries:?}"));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 fn start(dir: &TestDir, w: &World, config: String) -> (Daemon, util::Client) {
     let d = Daemon::start_with(
         &dir.path,
@@ -249,16 +263,7 @@ fn every_escape_fails(linked: bool) {
     let line = d.wait_log(&format!("session {sid}: started fake"));
     assert!(line.ends_with(", contained"), "{line}");
 
-    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let text = entries
-        .iter()
-        .find(|e| e["kind"] == "text")
-        .and_then(|e| e["text"].as_str())
-        .unwrap_or_else(|| panic!("no report in {entries:?}"));
-    let report: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let report = turn_report(&mut c, &sid);
     let mut tried: Vec<&str> = Vec::new();
     for (name, r) in report["escapes"].as_object().unwrap() {
         assert_eq!(r["escaped"], false, "escape {name} worked: {report:#}");
@@ -410,16 +415,7 @@ fn an_agent_of_one_daemon_is_refused_operator_methods_by_another() {
     let sid = spawn(&mut c, &w, "call the other daemon");
     let end = wait_event(&mut c, &sid, "turn.end");
     assert_eq!(end["data"]["reason"], "completed", "{end}");
-    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let text = entries
-        .iter()
-        .find(|e| e["kind"] == "text")
-        .and_then(|e| e["text"].as_str())
-        .unwrap_or_else(|| panic!("no report in {entries:?}"));
-    let got: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let got = turn_report(&mut c, &sid);
     assert_eq!(
         got["info"]["result"]["caller"]["class"], "unverified",
         "{got}"
@@ -480,16 +476,7 @@ fn an_agent_gets_provider_settings_and_an_own_runtime_dir_but_not_the_daemons() 
     let sid = spawn(&mut c, &w, "report your environment");
     let end = wait_event(&mut c, &sid, "turn.end");
     assert_eq!(end["data"]["reason"], "completed", "{end}");
-    let entries = c.call("sessions.transcriptView", json!({"session_id": sid}))["entries"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let text = entries
-        .iter()
-        .find(|e| e["kind"] == "text")
-        .and_then(|e| e["text"].as_str())
-        .unwrap_or_else(|| panic!("no report in {entries:?}"));
-    let got: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let got = turn_report(&mut c, &sid);
     let env = got["env"].as_object().unwrap();
     assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:9/standin");
     assert_eq!(env["HTTPS_PROXY"], "http://proxy.invalid:3128");
