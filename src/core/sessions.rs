@@ -392,6 +392,33 @@ impl Sessions {
     pub fn owner_of(&self, child: ChildId) -> Option<&str> {
         self.by_child.get(&child).map(String::as_str)
     }
+
+    /// Hands the operator's `decision` on approval `approval_id` (the
+    /// agent's request `key`) to session `sid`'s agent: the step to apply,
+    /// or None when the session or its agent is gone. The request is no
+    /// longer open unless the agent offered no option for the decision.
+    pub fn answer(
+        &mut self,
+        sid: &str,
+        approval_id: &str,
+        key: &str,
+        decision: Decision,
+    ) -> Result<Option<Step>, CommandError> {
+        let Some(s) = self.map.get_mut(sid) else {
+            return Ok(None);
+        };
+        let pos = s.open.iter().position(|o| o.approval_id == approval_id);
+        let Some(drv) = s.driver.as_mut() else {
+            return Ok(None);
+        };
+        let answered = drv.answer(key, decision);
+        if !matches!(answered, Err(CommandError::NoMatchingOption)) {
+            if let Some(p) = pos {
+                s.open.remove(p);
+            }
+        }
+        answered.map(Some)
+    }
 }
 
 /// The ids, oldest first, of the ended sessions in `order` beyond the
@@ -1176,7 +1203,7 @@ fn withdraw_open(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
     };
     let ids: Vec<String> = s.open.drain(..).map(|a| a.approval_id).collect();
     for id in ids {
-        approvals::close(
+        crate::daemon::router::sessions::close(
             d,
             &id,
             crate::core::inbox::Verdict::Cancel,
@@ -1184,7 +1211,7 @@ fn withdraw_open(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
             "daemon",
             false,
             None,
-            fx,
+            &mut fx.ops,
         );
     }
 }
@@ -1278,7 +1305,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
             } else {
                 "the request vanished"
             };
-            approvals::close(
+            crate::daemon::router::sessions::close(
                 d,
                 &a.approval_id,
                 crate::core::inbox::Verdict::Cancel,
@@ -1286,7 +1313,7 @@ fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
                 "daemon",
                 delivered,
                 None,
-                fx,
+                &mut fx.ops,
             );
             fx.changed = true;
         }
@@ -1352,8 +1379,16 @@ fn permission(d: &mut Daemon, sid: &str, req: PermissionRequest, fx: &mut Effect
         preview: crate::core::transcript::preview(&input_text),
     });
     fx.changed = true;
-    let cwd = s.cwd.clone();
-    approvals::add_agent_request(d, sid, &approval_id, &req, &cwd, fx);
+    let ask = approvals::Ask {
+        session: sid.to_string(),
+        id: approval_id,
+        request: req,
+        cwd: s.cwd.clone(),
+    };
+    let now = crate::clock::now_ms();
+    let effects =
+        approvals::add_agent_request(&mut d.core.approvals, &d.cfg, &ask, now, &mut fx.ops);
+    crate::daemon::router::sessions::inbox(d, effects, fx);
 }
 
 /// ACP fs/*: the core checked the path lexically; `agentfs` opens the file
@@ -1776,7 +1811,11 @@ fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, left: approvals::Left, not_needed:
     for item in pending {
         let mut fx = Effects::default();
         let stream = item.subject.session().unwrap_or_default().to_string();
-        resolved.push(approvals::withdraw_stale(item, &mut fx));
+        resolved.push(approvals::withdraw_stale(
+            item,
+            crate::clock::now_ms(),
+            &mut fx.ops,
+        ));
         finish_plain(d, &stream, fx);
     }
     // The last run's history, then this run's (issue 10, item 11).

@@ -1396,7 +1396,7 @@ fn request_merge_approval(d: &mut Daemon, id: &str, commit: &str) {
         commit: commit.to_string(),
     };
     persist(d, id, Vec::new());
-    if let Err(e) = crate::core::approvals::add_lane_merge(d, &approval, merge) {
+    if let Err(e) = crate::daemon::router::sessions::add_lane_merge(d, &approval, merge) {
         crate::warn!(
             "lane {id}: its merge could not enter the inbox ({e:?}); it waits for lanes.merge"
         );

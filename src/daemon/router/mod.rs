@@ -23,6 +23,8 @@
 
 use std::collections::VecDeque;
 
+pub mod sessions;
+
 use super::Daemon;
 use super::effects::{DomainEvent, Effect, Job, Report};
 use crate::core::seats::{self, Seats};
