@@ -5,7 +5,7 @@
 //! |----------------------------------------|--------|----------|-----------------------------|
 //! | /approvals                             | GET    | token*   | inbox list, pending first   |
 //! | /approvals/{approval_id}               | GET    | token*   | inbox get, else the ledger  |
-//! | /approvals/{approval_id}/answer        | POST   | operator | `approvals::answer`, surface "http" |
+//! | /approvals/{approval_id}/answer        | POST   | operator | `router::sessions::answer`, surface "http" |
 //! | /seats                                 | GET    | token    | the seat registry           |
 //! | /plugins                               | GET    | token    | plugin.list                 |
 //! | /plugins/{plugin_id}                   | GET    | token    | plugin.get                  |
