@@ -1960,11 +1960,11 @@ mod driver_tests {
 
     const CHILD: ChildId = 7;
 
-    fn seats() -> Seats {
+    fn seats(transport: &str) -> Seats {
         let seat = SeatConfig {
             harness: "agent".into(),
             command: "agent".into(),
-            transport: "stream-json".into(),
+            transport: transport.into(),
             provider: "p".into(),
             family: "local".into(),
             ..SeatConfig::default()
@@ -1975,9 +1975,13 @@ mod driver_tests {
         })
     }
 
-    /// A session started with `prompt` as if its agent ran as `CHILD`,
-    /// and what the start returned.
+    /// A session started with `prompt` as if its stream-json agent ran as
+    /// `CHILD`, and what the start returned.
     fn started(prompt: &str) -> (Sessions, String, Vec<Effect>) {
+        started_on("stream-json", prompt)
+    }
+
+    fn started_on(transport: &str, prompt: &str) -> (Sessions, String, Vec<Effect>) {
         let mut ss = Sessions::default();
         let start = Start {
             id: "s-test".into(),
@@ -1991,7 +1995,7 @@ mod driver_tests {
         };
         let sandbox = AgentSandbox::Uncontained("a test".into());
         let (_, prepared) = ss
-            .prepare(&seats(), start, &sandbox, None)
+            .prepare(&seats(transport), start, &sandbox, None)
             .expect("the seat is there");
         let (sid, fx) = ss.started(prepared, CHILD, 4242);
         (ss, sid, fx)
@@ -2301,5 +2305,85 @@ mod driver_tests {
         };
         let fx = ss.ended(&sid, status, b"");
         assert!(matches!(&fx[..], [Effect::Release { child: CHILD }]));
+    }
+
+    /// An ACP recording's lines: what the agent wrote (`A->C`) and what
+    /// the client wrote (`C->A`), in order.
+    fn acp_recording(name: &str) -> Vec<(bool, Vec<u8>)> {
+        let path = format!(
+            "{}/tests/fixtures/recordings/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path)
+            .expect("the recording")
+            .lines()
+            .filter_map(|l| {
+                let (dir, json) = l.split_once("] ")?.1.split_once(' ')?;
+                let from_agent = match dir {
+                    "A->C" => true,
+                    "C->A" => false,
+                    _ => return None,
+                };
+                Some((from_agent, json.as_bytes().to_vec()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_recorded_acp_turn_is_set_up_asks_with_options_and_ends() {
+        let (mut ss, sid, fx) = started_on("acp", "hello");
+        assert_eq!(writes(&fx)[0]["method"], "initialize");
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Starting);
+        let rec = acp_recording("acp-zed-example-allow.log");
+        let from_agent: Vec<Vec<u8>> = rec
+            .iter()
+            .filter(|(a, _)| *a)
+            .map(|(_, l)| l.clone())
+            .collect();
+        let mut before = Vec::new();
+        let mut fed = 0;
+        let ask = loop {
+            let fx = feed(&mut ss, &sid, &from_agent[fed..fed + 1]);
+            fed += 1;
+            let ask = fx.iter().find_map(|e| match e {
+                Effect::Ask(a) => Some(a.clone()),
+                _ => None,
+            });
+            before.extend(fx);
+            if let Some(a) = ask {
+                break a;
+            }
+        };
+        assert_eq!(kinds(&before), ["turn.start"]);
+        let s = ss.get(&sid).unwrap();
+        assert_eq!(s.agent_session_id.as_deref(), Some("dz7a6gndsb"));
+        assert_eq!(s.state(), State::AwaitingApproval);
+        assert!(!ask.request.options.is_empty());
+        assert_eq!(ask.request.title, "Modifying critical configuration file");
+
+        let fx = ss
+            .answer(
+                &sid,
+                &ask.id,
+                &ask.request.agent_request_key,
+                Decision::Allow,
+            )
+            .unwrap()
+            .expect("the agent is there");
+        // What the recorded client answered.
+        let recorded = rec
+            .iter()
+            .filter(|(a, _)| !*a)
+            .map(|(_, l)| serde_json::from_slice::<Value>(l).unwrap())
+            .find(|v| v.get("result").is_some_and(|r| r.get("outcome").is_some()))
+            .expect("the recorded answer");
+        assert_eq!(writes(&fx), [recorded]);
+
+        let rest = feed(&mut ss, &sid, &from_agent[fed..]);
+        assert_eq!(
+            events(&rest),
+            [("turn.end".to_string(), json!({"reason": "completed"}))]
+        );
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Idle);
     }
 }
