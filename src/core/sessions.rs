@@ -367,12 +367,12 @@ impl Sessions {
         self.map.get_mut(id)
     }
 
-    /// Sessions in creation order.
     /// The summary of session `id`, when the daemon holds it.
     pub fn summary(&self, id: &str) -> Option<Summary<'_>> {
         self.map.get(id).map(Session::summary)
     }
 
+    /// Sessions in creation order.
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
         self.order.iter().filter_map(|id| self.map.get(id))
     }
@@ -1254,7 +1254,7 @@ pub struct SpawnParams {
     pub name: Option<String>,
 }
 
-/// What a caller of [`spawn`] asks for: the socket, the HTTP API and the
+/// What a caller of [`Sessions::spawn`] asks for: the socket, the HTTP API and the
 /// lanes alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnRequest {
@@ -1282,7 +1282,8 @@ impl From<SpawnParams> for SpawnRequest {
     }
 }
 
-/// A session [`spawn`] started, once its session.start is committed.
+/// A session [`Sessions::spawn`] started, once its session.start is
+/// committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spawned {
     pub session_id: String,
