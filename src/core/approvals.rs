@@ -1,19 +1,31 @@
-//! The glue between the pure approvals inbox (`core::inbox`) and the rest
-//! of the daemon (issue 3, "The approvals inbox"): the risk gate and rule
-//! answers when a request comes in, the ledger rows and the session's
-//! approval.request / approval.resolved events, expiry timers with their
-//! fallback, and delivery of an answer to the request's owner.
+//! The approvals inbox's rules beside the pure inbox (`core::inbox`;
+//! issue 3, "The approvals inbox"): the risk gate and rule answers when a
+//! request comes in, the ledger rows and the session's approval.request /
+//! approval.resolved events, expiry with its fallback, and who an answer
+//! goes to.
 //!
-//! Two kinds of request come in: an agent's permission
+//! Three kinds of request come in: an agent's permission
 //! ([`add_agent_request`], risk by the gate and its rules, the config's
-//! timeout and fallback) and a plugin's task ([`add_plugin_task`], from
-//! `plugins::tasks` once the request is stored: always high risk, never
-//! answered by a rule, denied as `approval-expired` after 30 minutes). A
-//! plugin's task has no session: it writes no approval events, its ledger
-//! row has `session` NULL, `action` `task` and `tool` `tasks.create`, and
-//! the plugin and the whole request are in `plugin_requests` under the same
-//! id. [`deliver`] tells the owner: the agent through its transport, the
-//! plugin through `plugins::tasks::on_answer`.
+//! timeout and fallback), a plugin's task ([`add_plugin_task`], once the
+//! plugin host has stored the request: always high risk, never answered by
+//! a rule, denied as `approval-expired` after 30 minutes) and a lane's
+//! merge ([`add_lane_merge`]). A plugin's task has no session: it writes no
+//! approval events, its ledger row has `session` NULL, `action` `task` and
+//! `tool` `tasks.create`, and the plugin and the whole request are in
+//! `plugin_requests` under the same id.
+//!
+//! Nothing here knows the daemon, the sessions, the lanes or the plugins
+//! (DESIGN.md, "How subsystems talk"; issue 11). The functions take the
+//! inbox, the config and the time, push the ledger rows into the batch
+//! they are given, and return [`Effect`]s: an expiry timer with its item's
+//! id, or an answer to settle now (a rule's). Settling an answer is the
+//! router's (daemon/router/sessions.rs): it takes the pending item
+//! ([`pending`]), asks [`owner`] who the answer goes to (the session whose
+//! agent asked, the lane that waits to merge, the plugin request), hands
+//! it to that subsystem, and closes the item with [`close`] and whether
+//! the owner could still take it. So a rule's answer to a request that an
+//! agent's line just made is delivered after that line is handled, never
+//! from inside it.
 //!
 //! Every item's ledger row carries what its history needs (issue 10, items
 //! 11 and 12): an agent request's exact action (`inbox::Target`), a plugin
@@ -24,21 +36,19 @@
 //! ([`read_one`]).
 //!
 //! Integration point for another kind of request: add a `Subject` variant
-//! in `core::inbox`, create items with `Inbox::add` plus [`persist`] and
-//! [`arm_expiry`], and add an arm to [`deliver`] that tells the owner.
+//! in `core::inbox` and an [`Owner`] for it, create items with an `add_*`
+//! here, and let the router hand the owner its answer.
 
 use ring::digest;
 use rusqlite::types::Value as Sql;
 use serde_json::{Value, json};
-use std::time::Duration;
 
-use crate::agents::{CommandError, Decision, PermissionRequest};
+use crate::agents::PermissionRequest;
+use crate::config::FileConfig;
 use crate::core::inbox::{
-    AgentAsk, Answerer, Fallback, InboxError, Item, LaneMerge, PluginTask, Resolution, Risk,
+    AgentAsk, Answerer, Fallback, Inbox, InboxError, Item, LaneMerge, PluginTask, Resolution, Risk,
     Subject, Target, Verdict,
 };
-use crate::core::sessions::{self, Effects};
-use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
@@ -88,25 +98,87 @@ pub fn persist(item: &Item) -> Op {
     }
 }
 
-/// Schedules the expiry of a pending item at its deadline.
-pub fn arm_expiry(d: &mut Daemon, item_id: &str, after_ms: i64) {
-    let id = item_id.to_string();
-    d.reactor
-        .schedule(Duration::from_millis(after_ms.max(0) as u64), move |d| {
-            expire(d, &id)
-        });
+/// What the inbox asks of the router.
+#[derive(Debug, PartialEq)]
+pub enum Effect {
+    /// Arm item `id`'s expiry timer, `after_ms` from now; when it fires
+    /// the router asks [`expire`] what to do.
+    Expire { id: String, after_ms: i64 },
+    /// Settle this answer now (a config rule answered the request).
+    Settle(Settle),
 }
 
-/// An agent asked for permission: label it, record it, and answer it at
-/// once when a rule says so.
+/// An answer to deliver to an item's owner and record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settle {
+    pub id: String,
+    pub verdict: Verdict,
+    pub by: Answerer,
+    /// Where the answer came in, as `Resolution::surface` names it.
+    pub surface: &'static str,
+    pub reason: Option<String>,
+    /// The owner gets a cancel, but the request is recorded undelivered
+    /// (a withdrawn request: the `withdraw` fallback).
+    pub withdraw: bool,
+}
+
+/// Who an item's answer goes to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// The agent of `session` asked; `key` is its transport's request.
+    Session { session: &'a str, key: &'a str },
+    /// Lane `lane` waits to merge `commit`.
+    Lane { lane: &'a str, commit: &'a str },
+    /// The plugin host's task request of the item's id.
+    PluginRequest { id: &'a str },
+}
+
+/// Who the answer to `item` goes to.
+pub fn owner(item: &Item) -> Owner<'_> {
+    match &item.subject {
+        Subject::Agent(a) => Owner::Session {
+            session: &a.session,
+            key: &a.agent_request_key,
+        },
+        Subject::LaneMerge(m) => Owner::Lane {
+            lane: &m.lane,
+            commit: &m.commit,
+        },
+        Subject::PluginTask(_) => Owner::PluginRequest { id: &item.id },
+    }
+}
+
+/// The event `kind` in session `sid`'s stream.
+fn session_event(sid: &str, kind: &str, data: Value) -> Op {
+    Op::Event {
+        stream: sid.to_string(),
+        kind: kind.to_string(),
+        ts: crate::clock::now_ts(),
+        data: data.to_string(),
+    }
+}
+
+/// An agent's permission request, as the session hands it over.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ask {
+    pub session: String,
+    /// The item's id: `<session>-a<n>`.
+    pub id: String,
+    pub request: PermissionRequest,
+    /// The session's worktree, which the risk rules judge paths against.
+    pub cwd: std::path::PathBuf,
+}
+
+/// An agent asked for permission: label it, record it into `ops`, and
+/// answer it at once when a rule says so.
 pub fn add_agent_request(
-    d: &mut Daemon,
-    sid: &str,
-    id: &str,
-    req: &PermissionRequest,
-    cwd: &std::path::Path,
-    fx: &mut Effects,
-) {
+    inbox: &mut Inbox,
+    cfg: &FileConfig,
+    ask: &Ask,
+    now_ms: i64,
+    ops: &mut Vec<Op>,
+) -> Vec<Effect> {
+    let (sid, id, req) = (ask.session.as_str(), ask.id.as_str(), &ask.request);
     let target = Target::of_input(&req.input);
     // The rules and the label see the worse of the announced kind and the
     // target (core::risk, "effective_action").
@@ -119,9 +191,9 @@ pub fn add_agent_request(
         );
     }
     let digest = sha256_hex(req.input.to_string().as_bytes());
-    let gate = crate::core::risk::judge(&d.cfg.approvals.rule, action, &req.tool, &req.input, cwd);
-    let timeout_ms = (d.cfg.approvals.timeout > 0).then(|| (d.cfg.approvals.timeout * 1000) as i64);
-    let fallback = d.cfg.approvals.fallback();
+    let gate =
+        crate::core::risk::judge(&cfg.approvals.rule, action, &req.tool, &req.input, &ask.cwd);
+    let timeout_ms = (cfg.approvals.timeout > 0).then(|| (cfg.approvals.timeout * 1000) as i64);
     let subject = Subject::Agent(AgentAsk {
         session: sid.to_string(),
         agent_request_key: req.agent_request_key.clone(),
@@ -130,27 +202,26 @@ pub fn add_agent_request(
         digest,
         target,
     });
-    let now = crate::clock::now_ms();
-    let item = match d.core.approvals.add(
+    let item = match inbox.add(
         id.to_string(),
         subject,
         gate.risk,
-        now,
+        now_ms,
         timeout_ms,
-        fallback,
+        cfg.approvals.fallback(),
     ) {
-        Ok(i) => i.clone(),
+        Ok(i) => i,
         Err(e) => {
             crate::error!("approval {id} could not be added: {e:?}");
-            return;
+            return Vec::new();
         }
     };
-    fx.ops.push(persist(&item));
-    fx.event(
+    ops.push(persist(item));
+    ops.push(session_event(
         sid,
         "approval.request",
         json!({"requestId": id, "action": action, "risk": gate.risk.wire_name()}),
-    );
+    ));
     crate::info!(
         "approval {id}: {} {:?} ({} risk) waits",
         action,
@@ -158,26 +229,22 @@ pub fn add_agent_request(
         gate.risk.wire_name()
     );
     if let Some((verdict, rule)) = gate.auto {
-        if let Err(e) = settle(
-            d,
-            id,
+        return vec![Effect::Settle(Settle {
+            id: id.to_string(),
             verdict,
-            Answerer::Rule(rule),
-            "config-rule",
-            Some(format!("answered by [[approvals.rule]] {rule}")),
-            false,
-            fx,
-        ) {
-            crate::warn!(
-                "approval {id}: rule {rule} could not answer it: {}",
-                e.message
-            );
-        }
-        return;
+            by: Answerer::Rule(rule),
+            surface: "config-rule",
+            reason: Some(format!("answered by [[approvals.rule]] {rule}")),
+            withdraw: false,
+        })];
     }
-    if let Some(t) = timeout_ms {
-        arm_expiry(d, id, t);
-    }
+    timeout_ms
+        .map(|t| Effect::Expire {
+            id: id.to_string(),
+            after_ms: t,
+        })
+        .into_iter()
+        .collect()
 }
 
 /// A plugin asked for a task at `created_ms` and the request is stored: it
@@ -186,193 +253,107 @@ pub fn add_agent_request(
 /// timer. The item's times are the request's, so approvals.get and
 /// plugin.request.get show the same. No rule answers it: "nothing starts
 /// unless the operator allows this very request" (seed 000, tasks.create).
+/// Returns the item's ledger row and its expiry.
 pub fn add_plugin_task(
-    d: &mut Daemon,
+    inbox: &mut Inbox,
+    cfg: &FileConfig,
     id: &str,
     task: PluginTask,
     created_ms: i64,
-) -> Result<(), InboxError> {
-    let timeout = d.cfg.plugins.task_expiry_ms as i64;
-    let item = d
-        .core
-        .approvals
-        .add(
-            id.to_string(),
-            Subject::PluginTask(task),
-            crate::core::risk::PLUGIN_TASK,
-            created_ms,
-            Some(timeout),
-            Fallback::Deny,
-        )?
-        .clone();
-    let rid = id.to_string();
-    d.write(vec![persist(&item)], move |_d, r| {
-        if let Err(e) = r {
-            crate::error!("approval {rid}: the ledger refused its record: {e:?}");
-        }
-    });
+    now_ms: i64,
+) -> Result<(Op, Effect), InboxError> {
+    let timeout = cfg.plugins.task_expiry_ms as i64;
+    let item = inbox.add(
+        id.to_string(),
+        Subject::PluginTask(task),
+        crate::core::risk::PLUGIN_TASK,
+        created_ms,
+        Some(timeout),
+        Fallback::Deny,
+    )?;
     crate::info!(
         "approval {id}: plugin task ({} risk) waits",
         item.risk.wire_name()
     );
-    arm_expiry(
-        d,
-        id,
-        created_ms
-            .saturating_add(timeout)
-            .saturating_sub(crate::clock::now_ms()),
-    );
-    Ok(())
+    let expire = Effect::Expire {
+        id: id.to_string(),
+        after_ms: created_ms.saturating_add(timeout).saturating_sub(now_ms),
+    };
+    Ok((persist(item), expire))
 }
 
 /// Puts a lane's merge in the inbox as `<lane>-merge-<round>`: high risk
 /// (it changes the base branch), with the approvals timeout and fallback of
-/// the config, like an agent's request.
-pub fn add_lane_merge(d: &mut Daemon, id: &str, merge: LaneMerge) -> Result<(), InboxError> {
-    let now = crate::clock::now_ms();
-    let timeout = d.cfg.approvals.timeout;
-    let timeout_ms = (timeout > 0).then(|| (timeout as i64).saturating_mul(1000));
-    let fallback = d.cfg.approvals.fallback();
-    let item = d
-        .core
-        .approvals
-        .add(
-            id.to_string(),
-            Subject::LaneMerge(merge),
-            crate::core::risk::LANE_MERGE,
-            now,
-            timeout_ms,
-            fallback,
-        )?
-        .clone();
-    let rid = id.to_string();
-    d.write(vec![persist(&item)], move |_d, r| {
-        if let Err(e) = r {
-            crate::error!("approval {rid}: the ledger refused its record: {e:?}");
-        }
-    });
-    crate::info!("approval {id}: lane merge waits for the operator");
-    if let Some(t) = timeout_ms {
-        arm_expiry(d, id, t);
-    }
-    Ok(())
-}
-
-/// Delivers `verdict` to the item's owner and resolves it; the ledger
-/// writes go into `fx`. `withdraw` sends the owner a cancel but records
-/// the request as undelivered (a withdrawn request).
-#[allow(clippy::too_many_arguments)]
-pub fn settle(
-    d: &mut Daemon,
+/// the config, like an agent's request. Returns the item's ledger row and
+/// its expiry, if it has one.
+pub fn add_lane_merge(
+    inbox: &mut Inbox,
+    cfg: &FileConfig,
     id: &str,
-    verdict: Verdict,
-    by: Answerer,
-    surface: &'static str,
-    reason: Option<String>,
-    withdraw: bool,
-    fx: &mut Effects,
-) -> Result<Item, RpcError> {
-    let item = d
-        .core
-        .approvals
-        .pending(id)
-        .map_err(inbox_error(id))?
-        .clone();
-    let delivered = deliver(d, &item, verdict, &by, reason.clone(), fx)? && !withdraw;
-    close(d, id, verdict, by, surface, delivered, reason, fx).ok_or_else(|| {
-        RpcError::new(
-            Code::NotPending,
-            format!("approval {id} is no longer pending"),
-        )
-    })
+    merge: LaneMerge,
+    now_ms: i64,
+) -> Result<(Op, Option<Effect>), InboxError> {
+    let timeout = cfg.approvals.timeout;
+    let timeout_ms = (timeout > 0).then(|| (timeout as i64).saturating_mul(1000));
+    let item = inbox.add(
+        id.to_string(),
+        Subject::LaneMerge(merge),
+        crate::core::risk::LANE_MERGE,
+        now_ms,
+        timeout_ms,
+        cfg.approvals.fallback(),
+    )?;
+    crate::info!("approval {id}: lane merge waits for the operator");
+    let expire = timeout_ms.map(|t| Effect::Expire {
+        id: id.to_string(),
+        after_ms: t,
+    });
+    Ok((persist(item), expire))
 }
 
-/// Tells the owner of `item` the answer; Ok(false) when the owner can no
-/// longer take it (the agent is gone, the request vanished, the plugin's
-/// call no longer waits).
-fn deliver(
-    d: &mut Daemon,
-    item: &Item,
-    verdict: Verdict,
-    by: &Answerer,
-    reason: Option<String>,
-    fx: &mut Effects,
-) -> Result<bool, RpcError> {
-    match &item.subject {
-        Subject::PluginTask(_) => Ok(crate::plugins::tasks::on_answer(d, &item.id, verdict, by)),
-        Subject::LaneMerge(m) => Ok(crate::lanes::controller::on_merge_answer(
-            d, &m.lane, &m.commit, verdict,
-        )),
-        Subject::Agent(a) => {
-            let Some(s) = d.core.sessions.get_mut(&a.session) else {
-                return Ok(false);
-            };
-            let pos = s.open.iter().position(|o| o.approval_id == item.id);
-            let Some(drv) = s.driver.as_mut() else {
-                return Ok(false);
-            };
-            let decision = match verdict {
-                Verdict::Allow => Decision::Allow,
-                Verdict::Deny => Decision::Deny { message: reason },
-                Verdict::Cancel => Decision::Cancel,
-            };
-            match drv.answer(&a.agent_request_key, decision) {
-                Ok(step) => {
-                    if let Some(p) = pos {
-                        s.open.remove(p);
-                    }
-                    fx.changed = true;
-                    sessions::handle_step(d, &a.session, step, fx);
-                    Ok(true)
-                }
-                Err(CommandError::NoMatchingOption) => Err(RpcError::new(
-                    Code::Unavailable,
-                    format!(
-                        "the agent offered no option to {} approval {}",
-                        verdict.wire_name(),
-                        item.id
-                    ),
-                )),
-                Err(_) => {
-                    if let Some(p) = pos {
-                        s.open.remove(p);
-                    }
-                    Ok(false)
-                }
-            }
-        }
+/// The pending item `id` an answer from outside the inbox is for, when
+/// `expect_digest` (if given) is its action's.
+pub fn pending(inbox: &Inbox, id: &str, expect_digest: Option<&str>) -> Result<Item, RpcError> {
+    let item = inbox.pending(id).map_err(inbox_error(id))?;
+    if expect_digest.is_some_and(|want| want != item.subject.digest()) {
+        return Err(RpcError::new(
+            Code::ActionMismatch,
+            format!("approval {id} is for another action than the one answered"),
+        ));
     }
+    Ok(item.clone())
 }
 
-/// Resolves a pending item without delivering anything (the owner already
-/// knows, or is gone), recording it and the session's approval.resolved.
+/// Resolves a pending item (its owner was told, or is gone), recording it
+/// and the session's approval.resolved into `ops`.
 #[allow(clippy::too_many_arguments)]
 pub fn close(
-    d: &mut Daemon,
+    inbox: &mut Inbox,
     id: &str,
     verdict: Verdict,
     by: Answerer,
     surface: &'static str,
     delivered: bool,
     reason: Option<String>,
-    fx: &mut Effects,
+    now_ms: i64,
+    ops: &mut Vec<Op>,
 ) -> Option<Item> {
     let res = Resolution {
         verdict,
         by,
         surface,
-        at_ms: crate::clock::now_ms(),
+        at_ms: now_ms,
         delivered,
         reason,
     };
-    let item = d.core.approvals.resolve(id, res).ok()?;
-    fx.ops.push(persist(&item));
+    let item = inbox.resolve(id, res).ok()?;
+    ops.push(persist(&item));
     match &item.subject {
-        Subject::Agent(a) => fx.event(
+        Subject::Agent(a) => ops.push(session_event(
             &a.session,
             "approval.resolved",
             json!({"requestId": id, "decision": verdict.wire_name(), "delivered": delivered}),
-        ),
+        )),
         Subject::PluginTask(_) | Subject::LaneMerge(_) => {}
     }
     crate::info!(
@@ -387,7 +368,8 @@ pub fn close(
     Some(item)
 }
 
-fn inbox_error(id: &str) -> impl Fn(InboxError) -> RpcError + '_ {
+/// The error of an answer to item `id` the inbox refused.
+pub fn inbox_error(id: &str) -> impl Fn(InboxError) -> RpcError + '_ {
     move |e| match e {
         InboxError::NotPending => RpcError::new(
             Code::NotPending,
@@ -399,92 +381,28 @@ fn inbox_error(id: &str) -> impl Fn(InboxError) -> RpcError + '_ {
     }
 }
 
-/// `approvals.answer` and every other answer from outside the inbox: the
-/// commit of the answer's records comes before `then`, which gets the
-/// resolved item for its surface to show.
-#[allow(clippy::too_many_arguments)]
-pub fn answer(
-    d: &mut Daemon,
-    id: &str,
-    verdict: Verdict,
-    by: Answerer,
-    surface: &'static str,
-    reason: Option<String>,
-    expect_digest: Option<&str>,
-    withdraw: bool,
-    then: impl FnOnce(&mut Daemon, Result<Item, RpcError>) + 'static,
-) {
-    let item = match d.core.approvals.pending(id) {
-        Ok(i) => i.clone(),
-        Err(e) => return then(d, Err(inbox_error(id)(e))),
-    };
-    if let Some(want) = expect_digest {
-        if want != item.subject.digest() {
-            return then(
-                d,
-                Err(RpcError::new(
-                    Code::ActionMismatch,
-                    format!("approval {id} is for another action than the one answered"),
-                )),
-            );
-        }
+/// Item `id`'s expiry timer fired: the answer its declared fallback gives,
+/// when it is still pending and due.
+pub fn expire(inbox: &Inbox, id: &str, now_ms: i64) -> Option<Settle> {
+    if !inbox.is_due(id, now_ms) {
+        return None;
     }
-    let mut fx = Effects::default();
-    match settle(d, id, verdict, by, surface, reason, withdraw, &mut fx) {
-        Ok(item) => {
-            let stream = item.subject.session().unwrap_or_default().to_string();
-            sessions::finish(
-                d,
-                &stream,
-                fx,
-                false,
-                Some(Box::new(
-                    move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
-                        then(d, r.map(|()| item).map_err(RpcError::from))
-                    },
-                )),
-            );
-        }
-        Err(e) => then(d, Err(e)),
-    }
-}
-
-/// A deadline passed: the declared fallback answers.
-fn expire(d: &mut Daemon, id: &str) {
-    if !d.core.approvals.is_due(id, crate::clock::now_ms()) {
-        return;
-    }
-    let Some(item) = d.core.approvals.get(id) else {
-        return;
-    };
-    let fallback = item.fallback;
+    let item = inbox.get(id)?;
     let waited_s = item
         .expires_ms
         .map_or(0, |at| at.saturating_sub(item.created_ms) / 1000);
-    let why = Some(format!("no answer within {waited_s} s"));
-    let (verdict, withdraw) = match fallback {
+    let (verdict, withdraw) = match item.fallback {
         Fallback::Deny => (Verdict::Deny, false),
         Fallback::Withdraw => (Verdict::Cancel, true),
     };
-    let id_owned = id.to_string();
-    answer(
-        d,
-        id,
+    Some(Settle {
+        id: id.to_string(),
         verdict,
-        Answerer::Timeout,
-        "timer",
-        why,
-        None,
+        by: Answerer::Timeout,
+        surface: "timer",
+        reason: Some(format!("no answer within {waited_s} s")),
         withdraw,
-        move |_d, r| {
-            if let Err(e) = r {
-                crate::warn!(
-                    "approval {id_owned}: its fallback could not be applied: {}",
-                    e.message
-                );
-            }
-        },
-    );
+    })
 }
 
 /// What the last run left in the ledger: its pending approvals, oldest
@@ -616,29 +534,286 @@ fn surface_name(s: &str) -> &'static str {
 }
 
 /// A request pending when the daemon stopped: resolved undelivered in the
-/// ledger; returns it resolved, for the inbox's history.
-pub fn withdraw_stale(mut item: Item, fx: &mut Effects) -> Item {
+/// ledger (rows into `ops`); returns it resolved, for the inbox's history.
+pub fn withdraw_stale(mut item: Item, now_ms: i64, ops: &mut Vec<Op>) -> Item {
     let (id, session) = (item.id.clone(), item.subject.session().map(str::to_string));
     item.resolution = Some(Resolution {
         verdict: Verdict::Cancel,
         by: Answerer::Daemon("restarted".into()),
         surface: "daemon",
-        at_ms: crate::clock::now_ms(),
+        at_ms: now_ms,
         delivered: false,
         reason: None,
     });
     let (id, session) = (id.as_str(), session.as_deref());
-    fx.ops.push(Op::Exec {
+    ops.push(Op::Exec {
         sql: "UPDATE approvals SET state = 'resolved', decision = 'cancel', delivered = 0, answered_by = 'daemon: restarted', \
               surface = 'daemon', answered_at = ?2 WHERE id = ?1 AND state = 'pending'",
-        params: vec![Sql::Text(id.into()), Sql::Text(crate::clock::now_ts())],
+        params: vec![Sql::Text(id.into()), Sql::Text(crate::clock::format_ts(now_ms))],
     });
     if let Some(s) = session {
-        fx.event(
+        ops.push(session_event(
             s,
             "approval.resolved",
             json!({"requestId": id, "decision": "cancel", "delivered": false}),
-        );
+        ));
     }
     item
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::ActionKind;
+
+    const NOW: i64 = 1_763_112_667_412;
+
+    fn config(toml: &str) -> FileConfig {
+        crate::config::parse(toml).expect("a valid config")
+    }
+
+    fn ask(session: &str, id: &str, command: &str) -> Ask {
+        Ask {
+            session: session.into(),
+            id: id.into(),
+            request: PermissionRequest {
+                agent_request_key: "key-1".into(),
+                tool_call_id: None,
+                title: "Bash: run it".into(),
+                tool: "Bash".into(),
+                action: ActionKind::Execute,
+                input: json!({"command": command}),
+                options: Vec::new(),
+            },
+            cwd: "/srv/work".into(),
+        }
+    }
+
+    /// The kinds and streams of the events among `ops`.
+    fn events(ops: &[Op]) -> Vec<(String, String, Value)> {
+        ops.iter()
+            .filter_map(|o| match o {
+                Op::Event {
+                    stream, kind, data, ..
+                } => Some((
+                    stream.clone(),
+                    kind.clone(),
+                    serde_json::from_str(data).unwrap(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn rows(ops: &[Op]) -> usize {
+        ops.iter().filter(|o| matches!(o, Op::Exec { .. })).count()
+    }
+
+    #[test]
+    fn each_kind_of_item_is_answered_to_its_own_owner() {
+        let mut inbox = Inbox::default();
+        let cfg = config("");
+        let mut ops = Vec::new();
+        add_agent_request(&mut inbox, &cfg, &ask("s-1", "s-1-a1", "ls"), NOW, &mut ops);
+        let task = PluginTask {
+            plugin: "p-1".into(),
+            summary: "a task".into(),
+            digest: "d".into(),
+        };
+        add_plugin_task(&mut inbox, &cfg, "plugin_1", task, NOW, NOW).unwrap();
+        let merge = LaneMerge {
+            lane: "l-1".into(),
+            summary: "merge".into(),
+            commit: "c0ffee".into(),
+        };
+        add_lane_merge(&mut inbox, &cfg, "l-1-merge-1", merge, NOW).unwrap();
+        assert_eq!(
+            owner(inbox.get("s-1-a1").unwrap()),
+            Owner::Session {
+                session: "s-1",
+                key: "key-1"
+            }
+        );
+        assert_eq!(
+            owner(inbox.get("plugin_1").unwrap()),
+            Owner::PluginRequest { id: "plugin_1" }
+        );
+        assert_eq!(
+            owner(inbox.get("l-1-merge-1").unwrap()),
+            Owner::Lane {
+                lane: "l-1",
+                commit: "c0ffee"
+            }
+        );
+    }
+
+    #[test]
+    fn an_agent_request_is_recorded_announced_and_armed_to_expire() {
+        let mut inbox = Inbox::default();
+        let cfg = config("[approvals]\ntimeout = 90\n");
+        let mut ops = Vec::new();
+        let fx = add_agent_request(&mut inbox, &cfg, &ask("s-1", "s-1-a1", "ls"), NOW, &mut ops);
+        assert_eq!(
+            fx,
+            vec![Effect::Expire {
+                id: "s-1-a1".into(),
+                after_ms: 90_000
+            }]
+        );
+        assert_eq!(rows(&ops), 1);
+        let ev = events(&ops);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            (ev[0].0.as_str(), ev[0].1.as_str()),
+            ("s-1", "approval.request")
+        );
+        assert_eq!(ev[0].2["requestId"], "s-1-a1");
+        assert_eq!(ev[0].2["action"], "execute");
+        let item = inbox.pending("s-1-a1").unwrap();
+        assert_eq!(
+            item.subject.digest(),
+            sha256_hex(json!({"command": "ls"}).to_string().as_bytes())
+        );
+        // No timeout in the config: nothing to arm.
+        let cfg = config("[approvals]\ntimeout = 0\n");
+        let fx = add_agent_request(&mut inbox, &cfg, &ask("s-1", "s-1-a2", "ls"), NOW, &mut ops);
+        assert!(fx.is_empty(), "{fx:?}");
+    }
+
+    #[test]
+    fn a_rule_s_answer_is_returned_to_settle_not_applied_in_place() {
+        let mut inbox = Inbox::default();
+        let cfg = config("[[approvals.rule]]\naction = \"execute\"\nanswer = \"allow\"\n");
+        let mut ops = Vec::new();
+        let fx = add_agent_request(&mut inbox, &cfg, &ask("s-1", "s-1-a1", "ls"), NOW, &mut ops);
+        assert_eq!(
+            fx,
+            vec![Effect::Settle(Settle {
+                id: "s-1-a1".into(),
+                verdict: Verdict::Allow,
+                by: Answerer::Rule(1),
+                surface: "config-rule",
+                reason: Some("answered by [[approvals.rule]] 1".into()),
+                withdraw: false,
+            })]
+        );
+        // Still pending: only the router's settle resolves it, once the
+        // agent's line that asked is handled.
+        assert!(inbox.pending("s-1-a1").is_ok());
+    }
+
+    #[test]
+    fn closing_records_the_answer_and_only_a_session_s_item_has_an_event() {
+        let mut inbox = Inbox::default();
+        let cfg = config("");
+        let mut ops = Vec::new();
+        add_agent_request(&mut inbox, &cfg, &ask("s-1", "s-1-a1", "ls"), NOW, &mut ops);
+        let task = PluginTask {
+            plugin: "p-1".into(),
+            summary: "a task".into(),
+            digest: "d".into(),
+        };
+        add_plugin_task(&mut inbox, &cfg, "plugin_1", task, NOW, NOW).unwrap();
+        let mut ops = Vec::new();
+        let item = close(
+            &mut inbox,
+            "s-1-a1",
+            Verdict::Deny,
+            Answerer::Operator { pid: 7 },
+            "socket",
+            true,
+            None,
+            NOW,
+            &mut ops,
+        )
+        .unwrap();
+        assert_eq!(item.resolution.as_ref().unwrap().verdict, Verdict::Deny);
+        assert_eq!(rows(&ops), 1);
+        let ev = events(&ops);
+        assert_eq!(ev[0].1, "approval.resolved");
+        assert_eq!(
+            ev[0].2,
+            json!({"requestId": "s-1-a1", "decision": "deny", "delivered": true})
+        );
+        let mut ops = Vec::new();
+        close(
+            &mut inbox,
+            "plugin_1",
+            Verdict::Allow,
+            Answerer::Operator { pid: 7 },
+            "http",
+            true,
+            None,
+            NOW,
+            &mut ops,
+        )
+        .unwrap();
+        assert_eq!((rows(&ops), events(&ops).len()), (1, 0));
+        // Answered once: the next answer is refused.
+        let e = pending(&inbox, "s-1-a1", None).unwrap_err();
+        assert_eq!(e.code, Code::NotPending);
+        assert!(
+            close(
+                &mut inbox,
+                "s-1-a1",
+                Verdict::Allow,
+                Answerer::Timeout,
+                "timer",
+                false,
+                None,
+                NOW,
+                &mut Vec::new()
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn an_answer_for_another_action_is_refused() {
+        let mut inbox = Inbox::default();
+        let mut ops = Vec::new();
+        add_agent_request(
+            &mut inbox,
+            &config(""),
+            &ask("s-1", "s-1-a1", "ls"),
+            NOW,
+            &mut ops,
+        );
+        let e = pending(&inbox, "s-1-a1", Some("0000")).unwrap_err();
+        assert_eq!(e.code, Code::ActionMismatch);
+        let digest = sha256_hex(json!({"command": "ls"}).to_string().as_bytes());
+        assert!(pending(&inbox, "s-1-a1", Some(&digest)).is_ok());
+        assert_eq!(
+            pending(&inbox, "nope", None).unwrap_err().code,
+            Code::NotFound
+        );
+    }
+
+    #[test]
+    fn at_its_deadline_the_fallback_answers() {
+        for (fallback, verdict, withdraw) in [
+            ("deny", Verdict::Deny, false),
+            ("withdraw", Verdict::Cancel, true),
+        ] {
+            let mut inbox = Inbox::default();
+            let cfg = config(&format!(
+                "[approvals]\ntimeout = 60\nfallback = \"{fallback}\"\n"
+            ));
+            let mut ops = Vec::new();
+            add_agent_request(&mut inbox, &cfg, &ask("s-1", "s-1-a1", "ls"), NOW, &mut ops);
+            assert_eq!(expire(&inbox, "s-1-a1", NOW + 59_000), None);
+            assert_eq!(
+                expire(&inbox, "s-1-a1", NOW + 60_000),
+                Some(Settle {
+                    id: "s-1-a1".into(),
+                    verdict,
+                    by: Answerer::Timeout,
+                    surface: "timer",
+                    reason: Some("no answer within 60 s".into()),
+                    withdraw,
+                }),
+                "{fallback}"
+            );
+        }
+    }
 }

@@ -4,12 +4,11 @@
 //! fallback, and, once it is over, who resolved it, when, through which
 //! surface and whether the answer reached the requester.
 //!
-//! Pure state: no I/O, no clock, no timers. `core::approvals` is the glue
-//! that persists items, schedules expiry and tells a subject's owner of the
-//! resolution. Two kinds of request wait here: an agent's permission
+//! Pure state: no I/O, no clock, no timers. `core::approvals` adds the
+//! rules (risk, rows, expiry, owners); the router delivers resolutions. Two kinds of request wait here: an agent's permission
 //! (`<session>-aN`) and a plugin's task (`plugin_<uuid>`, from the plugin
-//! host's tasks.create). Another kind is a new [`Subject`] variant plus one
-//! arm in `core::approvals::deliver` and `core::approvals::close`.
+//! host's tasks.create). Another kind is a new [`Subject`] variant plus its
+//! owner in `core::approvals::owner`, which the router delivers answers to.
 
 use std::collections::{HashMap, VecDeque};
 

@@ -19,7 +19,8 @@
 //! stalls in a turn, or that stops reading its stdin ends its turn failed,
 //! with the reason in the log and the transcript, and is stopped (SIGTERM
 //! to its group, SIGKILL after `AGENT_KILL_GRACE_MS`); the session ends
-//! when it exits, with its code and signal.
+//! when it exits, with its code and signal. An agent whose stdin queue is
+//! full fails its turn once the step whose lines filled it is applied.
 //!
 //! An agent runs in the namespace of `crate::isolation` unless `[agents]
 //! isolation` is `none` or bubblewrap cannot work here (then the log says
@@ -36,13 +37,28 @@
 //! names as not needed (a lane's verifier, whose verification starts over)
 //! ends instead.
 //!
+//! The driver (DESIGN.md, "How subsystems talk"; issue 11): [`Sessions`]
+//! changes only through its methods, which take what they need (the seats,
+//! the isolation mode, the time, what the router read of a child) and
+//! return [`Effect`]s in the order things happened: the round's ledger
+//! records, lines for an agent's stdin, stopping and killing an agent,
+//! timers with a typed key ([`Timer`]), an agent's permission request for
+//! the approvals inbox, the withdrawal of an approval, a sign-in state for
+//! the seats, a start to launch, the read of the last run. Nothing here
+//! knows the daemon, a surface, the inbox's state or the lanes; the router
+//! (daemon/router/sessions.rs) applies the effects, feeds an agent's lines
+//! one at a time, and ends each round with [`Sessions::finish`]. An
+//! operator's answer comes back through [`Sessions::answer`], so the
+//! re-entrant chain of an answer inside an agent's line is gone: a rule's
+//! answer to a request is delivered after the line that asked is handled.
+//!
 //! What other subsystems and the surfaces get from here is typed, never a
-//! surface's JSON: [`spawn`] takes a [`SpawnRequest`] and answers
-//! [`Spawned`]; `input`, `interrupt` and `kill` answer [`Accepted`], a bool
-//! and [`Killed`]; a session's [`State`] and [`Summary`] carry no wire
-//! names (each surface names the state once, in its own view).
+//! surface's JSON: [`Sessions::spawn`] takes a [`SpawnRequest`] and the
+//! router answers [`Spawned`]; `input`, `interrupt` and `kill` answer
+//! [`Accepted`], a bool and [`Killed`]; a session's [`State`] and
+//! [`Summary`] carry no wire names (each surface names the state once, in
+//! its own view).
 
-use crate::ledger::WriteError;
 use rusqlite::types::Value as Sql;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -57,15 +73,17 @@ use crate::agents::{
     AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
     PermissionRequest, Retry, Step, Transport, Violation,
 };
-use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
+use crate::children::{ChildId, ExitStatus};
+use crate::config::AgentIsolation;
+use crate::core::ReplyKey;
 use crate::core::approvals;
+use crate::core::seats::{Seat, Seats, Status as SeatStatus};
 use crate::core::transcript::{Delta, Transcript};
-use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
+use crate::isolation::{AgentSandbox, Hidden};
 use crate::ledger::Op;
 use crate::limits;
-use crate::procs::{CallerClass, Owner, signal_name};
-use crate::reactor::TimerId;
+use crate::procs::{CallerClass, signal_name};
 
 const UPSERT_ROW: &str = "INSERT INTO sessions (id, harness, provider, transport, cwd, name, parent, model, created_at, agent_session_id, \
      ended, turn, turn_active, end_reason, exit_code, exit_signal, input_tokens, output_tokens, last_activity, next_request, transcript_len) \
@@ -170,10 +188,12 @@ pub struct Session {
     stopping_agent: bool,
     last_line: Instant,
     stall: Duration,
-    stall_timer: Option<TimerId>,
+    stall_timer: Option<Timer>,
     last_state: State,
     /// `transcript_len` as last written to the session's row.
     row_transcript_len: usize,
+    /// Something of the row changed since the last round was finished.
+    changed: bool,
 }
 
 /// Where a session is. Each surface names it in its own view, one name
@@ -332,10 +352,10 @@ pub struct Sessions {
     probe: Option<crate::isolation::Probe>,
     /// Starts waiting for the probe (module comment); with the sessions
     /// held, at most `MAX_SESSIONS`.
-    waiting: Vec<(Start, Reply)>,
+    waiting: Vec<(Start, Option<ReplyKey>)>,
     /// A restore asked for before the probe answered: it runs once the
-    /// probe has, so that `then` sees the reopened sessions in place.
-    restore_waiting: Option<Restore>,
+    /// probe has (the sessions not needed).
+    restore_waiting: Option<HashSet<String>>,
 }
 
 impl Sessions {
@@ -347,12 +367,12 @@ impl Sessions {
         self.map.get_mut(id)
     }
 
-    /// Sessions in creation order.
     /// The summary of session `id`, when the daemon holds it.
     pub fn summary(&self, id: &str) -> Option<Summary<'_>> {
         self.map.get(id).map(Session::summary)
     }
 
+    /// Sessions in creation order.
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
         self.order.iter().filter_map(|id| self.map.get(id))
     }
@@ -402,23 +422,733 @@ fn oldest_ended_beyond(order: &[String], ended: impl Fn(&str) -> bool, keep: usi
     ended.into_iter().take(over).cloned().collect()
 }
 
-/// What one round of handling a session produced, committed together.
-#[derive(Default)]
-pub struct Effects {
-    pub ops: Vec<Op>,
-    pub delta: Option<Delta>,
-    pub changed: bool,
+/// The event `kind` in session `sid`'s stream, as a ledger operation.
+fn event_op(sid: &str, kind: &str, data: Value) -> Op {
+    Op::Event {
+        stream: sid.to_string(),
+        kind: kind.to_string(),
+        ts: crate::clock::now_ts(),
+        data: data.to_string(),
+    }
 }
 
-impl Effects {
-    pub fn event(&mut self, sid: &str, kind: &str, data: Value) {
-        self.ops.push(Op::Event {
-            stream: sid.to_string(),
-            kind: kind.to_string(),
-            ts: crate::clock::now_ts(),
-            data: data.to_string(),
+/// What the session driver asks of the router, in the order it happened
+/// (module comment, "The driver").
+#[derive(Debug)]
+pub enum Effect {
+    /// A row or event of the round in hand, for its ledger batch.
+    Record(Op),
+    /// Lines for the agent's stdin, in order. When its queue is full the
+    /// router writes no more of them and tells [`Sessions::stdin_full`]
+    /// once the effects in hand are applied.
+    Write {
+        sid: String,
+        child: ChildId,
+        lines: Vec<Vec<u8>>,
+    },
+    /// Close the agent's stdin and SIGTERM its group.
+    Stop { child: ChildId },
+    /// SIGKILL the agent's group.
+    Kill { child: ChildId },
+    /// The agent's exit is handled: its pipes go.
+    Release { child: ChildId },
+    /// Call [`Sessions::on_timer`] with `timer` after `after`; arming a
+    /// timer that is armed already moves it.
+    Arm { timer: Timer, after: Duration },
+    /// The timer is no longer wanted.
+    Disarm(Timer),
+    /// The agent asks for permission: an item for the approvals inbox.
+    Ask(approvals::Ask),
+    /// An approval of the session is over without an answer (the turn or
+    /// the agent ended, the request vanished): the inbox resolves it
+    /// cancelled, `delivered` saying whether the agent heard the cancel.
+    Withdraw {
+        approval_id: String,
+        why: &'static str,
+        delivered: bool,
+    },
+    /// The agent reported its sign-in state: the seat registry's news.
+    SignIn {
+        harness: String,
+        state: crate::agents::SignInState,
+    },
+    /// Agents can start: prepare `start`'s ([`Sessions::prepare`]) and
+    /// run it; `reply` waits for its session.start to be committed.
+    Launch {
+        start: Start,
+        reply: Option<ReplyKey>,
+    },
+    /// A start that waited is refused.
+    NotStarted { reply: ReplyKey, error: RpcError },
+    /// Read the live sessions and pending approvals of the last run, then
+    /// hand the sessions to [`Sessions::reopen`].
+    ReadLastRun { not_needed: HashSet<String> },
+}
+
+/// A session's timers, by what they are for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// Whether the agent wrote anything in turn `turn` lately.
+    Stall { sid: String, turn: u64 },
+    /// The grace after SIGTERM is over: SIGKILL if the agent is still here.
+    Kill { child: ChildId },
+    /// The agent exited, but a descendant holds its stdout open: the
+    /// session ends anyway.
+    ExitGrace { sid: String },
+}
+
+/// What a round of a session commits, and what its watchers hear after.
+pub struct Finished {
+    /// The round's transcript text and the session's row, behind the
+    /// round's own records.
+    pub ops: Vec<Op>,
+    pub delta: Option<Delta>,
+    pub change: Option<Change>,
+}
+
+/// The event `kind` in session `sid`'s stream.
+fn event(sid: &str, kind: &str, data: Value) -> Effect {
+    Effect::Record(event_op(sid, kind, data))
+}
+
+/// Records a transcript entry of session `s`.
+fn entry(s: &mut Session, e: &Entry, ts: Option<&str>, is_error: bool, out: &mut Vec<Effect>) {
+    let mut ops = Vec::new();
+    s.transcript.push(&s.id, e, ts, is_error, &mut ops);
+    out.extend(ops.into_iter().map(Effect::Record));
+}
+
+impl Sessions {
+    /// The agent's child of session `sid`, while it runs.
+    pub fn child_of(&self, sid: &str) -> Option<ChildId> {
+        self.map.get(sid).and_then(|s| s.child)
+    }
+
+    /// A line the agent of session `sid` wrote, at `now`; false when it
+    /// broke its transport, so that no more of its lines are read now.
+    pub fn on_line(
+        &mut self,
+        sid: &str,
+        line: &[u8],
+        now: Instant,
+        now_ms: i64,
+    ) -> (Vec<Effect>, bool) {
+        let mut out = Vec::new();
+        let Some(s) = self.map.get_mut(sid) else {
+            return (out, false);
+        };
+        s.last_line = now;
+        s.last_activity_ms = Some(now_ms);
+        let Some(drv) = s.driver.as_mut() else {
+            return (out, true);
+        };
+        match drv.on_line(line) {
+            Ok(step) => {
+                self.step(sid, step, &mut out);
+                (out, true)
+            }
+            Err(v) => {
+                self.broke(sid, &v.reason, &mut out);
+                (out, false)
+            }
+        }
+    }
+
+    /// The agent of session `sid` wrote a line longer than the bound.
+    pub fn line_too_long(&mut self, sid: &str) -> Vec<Effect> {
+        let mut out = Vec::new();
+        let reason = format!("a line over {} bytes", limits::AGENT_MAX_LINE);
+        self.broke(sid, &reason, &mut out);
+        out
+    }
+
+    /// The agent's stdout closed: its exit, if it came first.
+    pub fn take_exit_pending(&mut self, sid: &str) -> Option<ExitStatus> {
+        self.map.get_mut(sid).and_then(|s| s.exit_pending.take())
+    }
+
+    /// The agent of session `sid` does not read its stdin: its turn fails
+    /// and it is stopped.
+    pub fn stdin_full(&mut self, sid: &str) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if self.map.get(sid).is_some_and(|s| s.stopping_agent) {
+            return out;
+        }
+        crate::warn!("session {sid}: the agent does not read its input; stopping it");
+        self.fail_turn(sid, "the agent stopped reading its input", &mut out);
+        self.stop_agent(sid, &mut out);
+        out
+    }
+
+    /// The agent broke its transport's protocol.
+    fn broke(&mut self, sid: &str, reason: &str, out: &mut Vec<Effect>) {
+        crate::warn!("session {sid}: the agent broke its transport with {reason}; stopping it");
+        self.fail_turn(
+            sid,
+            &format!("the agent broke its transport: {reason}"),
+            out,
+        );
+        self.stop_agent(sid, out);
+    }
+
+    /// Ends the running turn failed (the daemon's own judgement: a
+    /// violation, a stall, an agent that does not read), recording why.
+    fn fail_turn(&mut self, sid: &str, why: &str, out: &mut Vec<Effect>) {
+        let Some(s) = self.map.get_mut(sid) else {
+            return;
+        };
+        let ts = crate::clock::now_ts();
+        entry(
+            s,
+            &Entry::System {
+                text: why.to_string(),
+            },
+            Some(&ts),
+            true,
+            out,
+        );
+        if s.turn_active {
+            entry(
+                s,
+                &Entry::TurnEnd {
+                    reason: EndReason::Failed,
+                },
+                Some(&ts),
+                false,
+                out,
+            );
+            end_turn_state(s, EndReason::Failed, out);
+        }
+        withdraw_open(s, "the turn ended", out);
+        s.changed = true;
+    }
+
+    /// Applies what a core reported: its lines to the agent's stdin, its
+    /// events to the session.
+    fn step(&mut self, sid: &str, step: Step, out: &mut Vec<Effect>) {
+        let Some(child) = self.child_of(sid) else {
+            return;
+        };
+        if !step.writes.is_empty() {
+            out.push(Effect::Write {
+                sid: sid.to_string(),
+                child,
+                lines: step.writes,
+            });
+        }
+        for ev in step.events {
+            self.on_event(sid, ev, out);
+        }
+    }
+
+    fn on_event(&mut self, sid: &str, ev: AgentEvent, out: &mut Vec<Effect>) {
+        let Some(s) = self.map.get_mut(sid) else {
+            return;
+        };
+        match ev {
+            AgentEvent::Ready {
+                agent_session_id,
+                capabilities,
+            } => {
+                s.ready = true;
+                s.capabilities = capabilities;
+                s.agent_session_id = Some(agent_session_id);
+                s.changed = true;
+            }
+            AgentEvent::SetupFailed { detail } => {
+                crate::warn!("session {sid}: the agent could not set up a session: {detail}");
+                let ts = crate::clock::now_ts();
+                let text = format!("the agent could not set up a session: {detail}");
+                entry(s, &Entry::System { text }, Some(&ts), true, out);
+                self.stop_agent(sid, out);
+            }
+            AgentEvent::TurnStarted { chars } => {
+                s.turn += 1;
+                s.turn_active = true;
+                s.end_reason = None;
+                s.last_line = Instant::now();
+                let (turn, stall) = (s.turn, s.stall);
+                // Seed 000 also has mode `queue`, for a prompt the agent
+                // had queued itself; the daemon never lets an agent queue
+                // (it holds prompts until the turn ends, omniconfluxd(8)
+                // sessions.input), so every turn starts with `prompt`.
+                out.push(event(
+                    sid,
+                    "turn.start",
+                    json!({"turn": turn, "mode": "prompt", "chars": chars}),
+                ));
+                s.changed = true;
+                arm_stall(s, turn, stall, out);
+            }
+            AgentEvent::Transcript(e) => {
+                if matches!(e, Entry::TurnEnd { .. }) && !s.turn_active {
+                    return;
+                }
+                entry(s, &e, None, false, out);
+            }
+            AgentEvent::PermissionRequest(req) => permission(s, req, out),
+            AgentEvent::PermissionClosed {
+                agent_request_key,
+                delivered,
+            } => {
+                let Some(pos) = s.open.iter().position(|a| a.key == agent_request_key) else {
+                    return;
+                };
+                let a = s.open.remove(pos);
+                let why = if delivered {
+                    "the turn was interrupted"
+                } else {
+                    "the request vanished"
+                };
+                out.push(Effect::Withdraw {
+                    approval_id: a.approval_id,
+                    why,
+                    delivered,
+                });
+                s.changed = true;
+            }
+            AgentEvent::Fs(req) => {
+                if let Some(step) = fs_request(s, req) {
+                    self.step(sid, step, out);
+                }
+            }
+            AgentEvent::TurnEnded { reason, detail } => {
+                if !s.turn_active {
+                    return;
+                }
+                if let Some(detail) = detail.filter(|_| reason != EndReason::Completed) {
+                    crate::info!(
+                        "session {sid}: turn {} ended {}: {detail}",
+                        s.turn,
+                        reason.wire_name()
+                    );
+                }
+                end_turn_state(s, reason, out);
+            }
+            AgentEvent::Usage(u) => {
+                if u.model.is_some() {
+                    s.model = u.model;
+                }
+                s.input_tokens += u.input_tokens;
+                s.output_tokens += u.output_tokens;
+                s.changed = true;
+            }
+            AgentEvent::SignIn(state) => out.push(Effect::SignIn {
+                harness: s.harness.clone(),
+                state,
+            }),
+            AgentEvent::Retrying(retry) => {
+                if retry.is_none() && s.retry.is_none() {
+                    return;
+                }
+                // The first try of a run of retries gives `since`.
+                let since = s.retry.as_ref().map_or_else(crate::clock::now_ms, |r| r.1);
+                if let Some(r) = &retry {
+                    crate::info!(
+                        "session {sid}: the agent retries its API call ({} of {}, status {})",
+                        r.attempt,
+                        r.max_retries,
+                        r.error_status
+                            .map_or_else(|| "unknown".to_string(), |c| c.to_string())
+                    );
+                }
+                s.retry = retry.map(|r| (r, since));
+                s.changed = true;
+            }
+        }
+    }
+
+    /// Hands the operator's `decision` on approval `approval_id` (the
+    /// agent's request `key`) to session `sid`'s agent: what that leads
+    /// to, or None when the session or its agent is gone. The request is
+    /// no longer open unless the agent offered no option for the decision.
+    pub fn answer(
+        &mut self,
+        sid: &str,
+        approval_id: &str,
+        key: &str,
+        decision: Decision,
+    ) -> Result<Option<Vec<Effect>>, CommandError> {
+        let Some(s) = self.map.get_mut(sid) else {
+            return Ok(None);
+        };
+        let pos = s.open.iter().position(|o| o.approval_id == approval_id);
+        let Some(drv) = s.driver.as_mut() else {
+            return Ok(None);
+        };
+        let answered = drv.answer(key, decision);
+        if !matches!(answered, Err(CommandError::NoMatchingOption)) {
+            if let Some(p) = pos {
+                s.open.remove(p);
+            }
+        }
+        let step = answered?;
+        s.changed = true;
+        let mut out = Vec::new();
+        self.step(sid, step, &mut out);
+        Ok(Some(out))
+    }
+
+    /// A timer of [`Effect::Arm`] fired at `now`.
+    pub fn on_timer(&mut self, timer: Timer, now: Instant) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match timer {
+            Timer::Stall { sid, turn } => self.check_stall(&sid, turn, now, &mut out),
+            Timer::Kill { child } => {
+                if self.by_child.contains_key(&child) {
+                    out.push(Effect::Kill { child });
+                }
+            }
+            // The router ends the session (`ended`): it reads the agent's
+            // last error output first.
+            Timer::ExitGrace { .. } => {}
+        }
+        out
+    }
+
+    fn check_stall(&mut self, sid: &str, turn: u64, now: Instant, out: &mut Vec<Effect>) {
+        let Some(s) = self.map.get_mut(sid) else {
+            return;
+        };
+        s.stall_timer = None;
+        if !s.turn_active || s.turn != turn || s.ended {
+            return;
+        }
+        let (stall, quiet) = (s.stall, now.saturating_duration_since(s.last_line));
+        if !s.open.is_empty() {
+            // Waiting on the operator is not the agent stalling.
+            arm_stall(s, turn, stall, out);
+            return;
+        }
+        if quiet < stall {
+            arm_stall(s, turn, stall - quiet, out);
+            return;
+        }
+        crate::warn!(
+            "session {sid}: the agent wrote nothing for {} s in turn {turn}; stopping it",
+            stall.as_secs()
+        );
+        let why = format!("the agent stalled: nothing for {} s", stall.as_secs());
+        self.fail_turn(sid, &why, out);
+        self.stop_agent(sid, out);
+    }
+
+    /// Asks the agent to exit: stdin closed, SIGTERM to its group, SIGKILL
+    /// after the grace period.
+    fn stop_agent(&mut self, sid: &str, out: &mut Vec<Effect>) {
+        let Some(s) = self.map.get_mut(sid) else {
+            return;
+        };
+        let Some(child) = s.child else { return };
+        if s.stopping_agent {
+            return;
+        }
+        s.stopping_agent = true;
+        out.push(Effect::Stop { child });
+        out.push(Effect::Arm {
+            timer: Timer::Kill { child },
+            after: Duration::from_millis(limits::AGENT_KILL_GRACE_MS),
         });
     }
+
+    /// The agent on `child` exited with `status` (as the agent saw it,
+    /// through bubblewrap when contained). While its stdout is still open
+    /// the lines it wrote before are still in the pipe: the session ends
+    /// when stdout closes, or after the grace period if a descendant holds
+    /// it; else it ends now. The session it ran, and what follows.
+    pub fn on_exit(
+        &mut self,
+        child: ChildId,
+        status: ExitStatus,
+        stdout_open: bool,
+        tail: &[u8],
+    ) -> Option<(String, Vec<Effect>)> {
+        let sid = self.by_child.get(&child)?.clone();
+        if stdout_open {
+            if let Some(s) = self.map.get_mut(&sid) {
+                s.exit_pending = Some(status);
+            }
+            let grace = Effect::Arm {
+                timer: Timer::ExitGrace { sid: sid.clone() },
+                after: Duration::from_millis(limits::AGENT_KILL_GRACE_MS),
+            };
+            return Some((sid, vec![grace]));
+        }
+        let out = self.ended(&sid, status, tail);
+        Some((sid, out))
+    }
+
+    /// The agent is gone (`tail`: its last error output): the turn it ran
+    /// ends, open approvals are withdrawn, session.end is recorded (not
+    /// while the daemon stops: see the module comment).
+    pub fn ended(&mut self, sid: &str, status: ExitStatus, tail: &[u8]) -> Vec<Effect> {
+        let mut out = Vec::new();
+        let Some(s) = self.map.get_mut(sid) else {
+            return out;
+        };
+        let Some(child) = s.child.take() else {
+            return out;
+        };
+        self.by_child.remove(&child);
+        out.push(Effect::Release { child });
+        if self.stopping {
+            return out;
+        }
+        let Some(s) = self.map.get_mut(sid) else {
+            return out;
+        };
+        if let Some(mut drv) = s.driver.take() {
+            let step = drv.on_exit(status.code);
+            for ev in step.events {
+                if let (AgentEvent::TurnEnded { reason, detail }, Some(s)) =
+                    (&ev, self.map.get_mut(sid))
+                {
+                    if s.turn_active && *reason != EndReason::Interrupted {
+                        let why = detail.clone().unwrap_or_else(|| "the agent exited".into());
+                        crate::warn!("session {sid}: the agent exited mid-turn ({why})");
+                        let ts = crate::clock::now_ts();
+                        entry(s, &Entry::System { text: why }, Some(&ts), true, &mut out);
+                    }
+                }
+                self.on_event(sid, ev, &mut out);
+            }
+        }
+        let Some(s) = self.map.get_mut(sid) else {
+            return out;
+        };
+        withdraw_open(s, "the agent exited", &mut out);
+        s.ended = true;
+        s.exit = Some(status);
+        if let Some(t) = s.stall_timer.take() {
+            out.push(Effect::Disarm(t));
+        }
+        let signal = status.signal.map(signal_name);
+        let clean = status.code == Some(0) || s.stopping_agent;
+        let tail = String::from_utf8_lossy(tail).trim().replace('\n', " | ");
+        let how = match (status.code, &signal) {
+            (Some(c), _) => format!("with status {c}"),
+            (None, Some(sig)) => format!("by {sig}"),
+            (None, None) => "for an unknown reason".to_string(),
+        };
+        if clean || tail.is_empty() {
+            crate::info!("session {sid}: the agent exited {how}");
+        } else {
+            crate::warn!("session {sid}: the agent exited {how}; its last error output: {tail}");
+        }
+        out.push(event(
+            sid,
+            "session.end",
+            json!({"code": status.code, "signal": signal}),
+        ));
+        s.changed = true;
+        out
+    }
+
+    /// `sessions.input`: a prompt now, or queued behind the running turn.
+    pub fn input(&mut self, sid: &str, text: String) -> Result<(Accepted, Vec<Effect>), RpcError> {
+        check_prompt(&text)?;
+        let s = self.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+        if s.ended || s.stopping_agent {
+            return Err(RpcError::new(
+                Code::SessionEnded,
+                format!("session {sid} has ended"),
+            ));
+        }
+        let Some(drv) = s.driver.as_mut() else {
+            return Err(RpcError::new(
+                Code::SessionEnded,
+                format!("session {sid} has ended"),
+            ));
+        };
+        let was_busy = s.turn_active || !s.ready;
+        let step = drv.prompt(text).map_err(|e| match e {
+            CommandError::QueueFull => RpcError::new(
+                Code::QueueFull,
+                format!(
+                    "session {sid} has {} prompts waiting already",
+                    limits::AGENT_PROMPT_QUEUE
+                ),
+            ),
+            other => RpcError::new(Code::SessionEnded, format!("session {sid}: {other}")),
+        })?;
+        s.changed = true;
+        let mut out = Vec::new();
+        self.step(sid, step, &mut out);
+        let queued = self.map.get(sid).map_or(0, Session::queued);
+        let accepted = Accepted {
+            queued: was_busy,
+            queue_length: queued,
+        };
+        Ok((accepted, out))
+    }
+
+    /// `sessions.interrupt`: the running turn is cancelled, every open
+    /// permission answered cancelled; the turn ends interrupted. Answers
+    /// whether a turn was running.
+    pub fn interrupt(&mut self, sid: &str) -> Result<(bool, Vec<Effect>), RpcError> {
+        let s = self.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+        let active = s.turn_active && !s.ended;
+        let mut out = Vec::new();
+        let Some(drv) = s.driver.as_mut() else {
+            return Ok((false, out));
+        };
+        let step = drv.interrupt();
+        self.step(sid, step, &mut out);
+        Ok((active, out))
+    }
+
+    /// `sessions.kill`: stops the agent; session.end follows its exit.
+    pub fn kill(&mut self, sid: &str) -> Result<(Killed, Vec<Effect>), RpcError> {
+        let s = self.map.get(sid).ok_or_else(|| not_found(sid))?;
+        let mut out = Vec::new();
+        if s.ended {
+            return Ok((Killed::AlreadyEnded, out));
+        }
+        self.stop_agent(sid, &mut out);
+        Ok((Killed::Stopping, out))
+    }
+
+    /// `session.rename`.
+    pub fn rename(&mut self, sid: &str, name: &str) -> Result<String, RpcError> {
+        let name = clean_name(name)?;
+        let s = self.map.get_mut(sid).ok_or_else(|| not_found(sid))?;
+        s.name = Some(name.clone());
+        s.changed = true;
+        Ok(name)
+    }
+
+    /// Ends a round of session `sid`: its transcript text and, when the
+    /// session changed or its transcript got an entry, its row (not for
+    /// every round of text chunks: those change only `last_activity`,
+    /// which is written with the next change). `added`: the session is new
+    /// to this run of the daemon (spawned or reopened).
+    pub fn finish(&mut self, sid: &str, added: bool, now_ms: i64) -> Finished {
+        let mut done = Finished {
+            ops: Vec::new(),
+            delta: None,
+            change: added.then_some(Change::Added),
+        };
+        let Some(s) = self.map.get_mut(sid) else {
+            return done;
+        };
+        done.delta = s.transcript.flush(sid, &mut done.ops);
+        let state = s.state();
+        if state != s.last_state {
+            s.last_state = state;
+            s.status_since_ms = now_ms;
+            s.changed = true;
+        }
+        let changed = std::mem::take(&mut s.changed);
+        if changed || s.transcript.len != s.row_transcript_len {
+            s.row_transcript_len = s.transcript.len;
+            done.ops.push(s.row_op());
+        }
+        if changed && !added {
+            done.change = Some(Change::Updated);
+        }
+        done
+    }
+}
+
+fn end_turn_state(s: &mut Session, reason: EndReason, out: &mut Vec<Effect>) {
+    s.turn_active = false;
+    s.end_reason = Some(reason);
+    s.retry = None;
+    if let Some(t) = s.stall_timer.take() {
+        out.push(Effect::Disarm(t));
+    }
+    out.push(event(
+        &s.id,
+        "turn.end",
+        json!({"reason": reason.wire_name()}),
+    ));
+    s.changed = true;
+}
+
+/// Withdraws every approval of the session still open (delivered false).
+fn withdraw_open(s: &mut Session, why: &'static str, out: &mut Vec<Effect>) {
+    for a in s.open.drain(..) {
+        out.push(Effect::Withdraw {
+            approval_id: a.approval_id,
+            why,
+            delivered: false,
+        });
+    }
+}
+
+fn permission(s: &mut Session, req: PermissionRequest, out: &mut Vec<Effect>) {
+    let n = s.next_request;
+    s.next_request += 1;
+    let approval_id = format!("{}-a{n}", s.id);
+    let input_text = req.input.to_string();
+    s.open.push(OpenAsk {
+        key: req.agent_request_key.clone(),
+        approval_id: approval_id.clone(),
+        tool: req.title.clone(),
+        preview: crate::core::transcript::preview(&input_text),
+    });
+    s.changed = true;
+    out.push(Effect::Ask(approvals::Ask {
+        session: s.id.clone(),
+        id: approval_id,
+        request: req,
+        cwd: s.cwd.clone(),
+    }));
+}
+
+/// ACP fs/*: the core checked the path lexically; `agentfs` opens the file
+/// beneath a descriptor of the worktree, so no symlink can lead out, and
+/// reads only regular files without blocking.
+fn fs_request(s: &mut Session, req: FsRequest) -> Option<Step> {
+    let Some(Driver::Acp(c)) = s.driver.as_mut() else {
+        return None;
+    };
+    let step = match req {
+        FsRequest::Read { key, path } => {
+            let r = crate::core::agentfs::read_text(&s.cwd, &path.to_string_lossy());
+            c.answer_fs_read(&key, r)
+        }
+        FsRequest::Write { key, path, content } => {
+            let r = crate::core::agentfs::write_text(&s.cwd, &path.to_string_lossy(), &content);
+            c.answer_fs_write(&key, r)
+        }
+    };
+    step.ok()
+}
+
+fn arm_stall(s: &mut Session, turn: u64, after: Duration, out: &mut Vec<Effect>) {
+    let timer = Timer::Stall {
+        sid: s.id.clone(),
+        turn,
+    };
+    if let Some(old) = s.stall_timer.replace(timer.clone()) {
+        if old != timer {
+            out.push(Effect::Disarm(old));
+        }
+    }
+    out.push(Effect::Arm { timer, after });
+}
+
+/// What [`Sessions::input`] did with a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// A turn was running or the agent was not set up: the prompt waits.
+    pub queued: bool,
+    /// Prompts waiting now.
+    pub queue_length: usize,
+}
+
+/// What [`Sessions::kill`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Killed {
+    /// The session had ended already.
+    AlreadyEnded,
+    /// Its agent is being stopped; session.end follows its exit.
+    Stopping,
+}
+
+pub fn not_found(sid: &str) -> RpcError {
+    RpcError::new(Code::SessionNotFound, format!("unknown session: {sid}"))
 }
 
 /// What of the daemon's own environment every agent gets, by exact name:
@@ -524,7 +1254,7 @@ pub struct SpawnParams {
     pub name: Option<String>,
 }
 
-/// What a caller of [`spawn`] asks for: the socket, the HTTP API and the
+/// What a caller of [`Sessions::spawn`] asks for: the socket, the HTTP API and the
 /// lanes alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnRequest {
@@ -552,7 +1282,8 @@ impl From<SpawnParams> for SpawnRequest {
     }
 }
 
-/// A session [`spawn`] started, once its session.start is committed.
+/// A session [`Sessions::spawn`] started, once its session.start is
+/// committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spawned {
     pub session_id: String,
@@ -592,8 +1323,10 @@ fn check_prompt(text: &str) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// What a new or reopened session starts from.
-struct Start {
+/// What a new or reopened session starts from; the router hands it back
+/// to [`Sessions::prepare`] once agents can start.
+#[derive(Debug)]
+pub struct Start {
     id: String,
     harness: String,
     cwd: PathBuf,
@@ -602,6 +1335,13 @@ struct Start {
     prompt: Option<String>,
     reopen: Option<String>,
     restored: Option<Restored>,
+}
+
+impl Start {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 /// A session row read back at start.
@@ -620,35 +1360,45 @@ pub struct Restored {
     pub parent: Option<String>,
 }
 
-/// `sessions.spawn`: starts the seat's agent; `then` gets `{session_id}`
-/// once session.start is committed (the socket adds its view of the
-/// session to its answer).
-pub fn spawn(
-    d: &mut Daemon,
-    p: SpawnRequest,
-    then: impl FnOnce(&mut Daemon, Result<Spawned, RpcError>) + 'static,
-) {
-    let checked = (|| -> Result<Start, RpcError> {
-        let seat = d.core.seats.get(&p.harness).ok_or_else(|| {
+/// An agent ready to start (beside its command): what the session is
+/// made of once it runs ([`Sessions::started`]).
+pub struct Prepared {
+    /// The agent runs in a namespace.
+    pub contained: bool,
+    /// The seat's command, as a failed start names it.
+    pub program: String,
+    start: Start,
+    seat: Seat,
+}
+
+impl Sessions {
+    /// `sessions.spawn`: checks the request against the seats and the
+    /// bounds. The start to launch once agents can (module comment), with
+    /// `reply` answered after its session.start is committed.
+    pub fn spawn(
+        &mut self,
+        seats: &Seats,
+        p: SpawnRequest,
+        isolation: AgentIsolation,
+        reply: ReplyKey,
+    ) -> Result<Vec<Effect>, RpcError> {
+        let seat = seats.get(&p.harness).ok_or_else(|| {
             RpcError::new(
                 Code::SeatNotFound,
                 format!("no seat has the harness {}", p.harness),
             )
         })?;
-        if let Some(
-            st @ (crate::core::seats::Status::Missing | crate::core::seats::Status::Degraded),
-        ) = seat.status
-        {
+        if let Some(st @ (SeatStatus::Missing | SeatStatus::Degraded)) = seat.status {
             let why = seat.reason.clone().unwrap_or_default();
             return Err(RpcError::new(
                 Code::SeatNotReady,
                 format!("the seat {} is {}: {why}", p.harness, st.wire_name()),
             ));
         }
-        for id in d.core.sessions.evict_ended(limits::SESSIONS_ENDED_KEPT) {
+        for id in self.evict_ended(limits::SESSIONS_ENDED_KEPT) {
             crate::debug!("session {id}: ended, no longer held in memory");
         }
-        if d.core.sessions.len() + d.core.sessions.waiting.len() >= limits::MAX_SESSIONS {
+        if self.len() + self.waiting.len() >= limits::MAX_SESSIONS {
             return Err(RpcError::new(
                 Code::TooManySessions,
                 format!("the daemon holds {} sessions already", limits::MAX_SESSIONS),
@@ -678,7 +1428,7 @@ pub fn spawn(
             check_prompt(t)?;
         }
         let name = p.name.as_deref().map(clean_name).transpose()?;
-        Ok(Start {
+        let start = Start {
             id: crate::ids::prefixed_id("s-"),
             harness: p.harness.clone(),
             cwd,
@@ -687,63 +1437,347 @@ pub fn spawn(
             prompt: p.prompt.clone(),
             reopen: None,
             restored: None,
-        })
-    })();
-    match checked {
-        Ok(start) => launch(d, start, Box::new(then)),
-        Err(e) => then(d, Err(e)),
+        };
+        if self.sandbox(isolation) == AgentSandbox::Pending {
+            self.hold(start, Some(reply));
+            return Ok(Vec::new());
+        }
+        Ok(vec![Effect::Launch {
+            start,
+            reply: Some(reply),
+        }])
     }
-}
 
-type Reply = Box<dyn FnOnce(&mut Daemon, Result<Spawned, RpcError>)>;
+    /// Keeps a start until the bubblewrap probe answers
+    /// ([`Sessions::isolation_known`]).
+    pub fn hold(&mut self, start: Start, reply: Option<ReplyKey>) {
+        self.waiting.push((start, reply));
+    }
 
-/// A restore's arguments: the sessions not to reopen, and what runs after.
-type Restore = (HashSet<String>, fn(&mut Daemon));
+    /// How agents run now: `[agents] isolation` and the probe.
+    pub fn sandbox(&self, isolation: AgentIsolation) -> AgentSandbox {
+        AgentSandbox::decide(isolation, self.probe.as_ref())
+    }
 
-/// How agents run now: `[agents] isolation` and the probe.
-pub fn sandbox(d: &Daemon) -> crate::isolation::AgentSandbox {
-    crate::isolation::AgentSandbox::decide(d.cfg.agents.isolation(), d.core.sessions.probe.as_ref())
-}
+    /// The machine's bubblewrap probe answered: say how agents run, then
+    /// start the sessions that waited for it and the restore, if it waited.
+    pub fn isolation_known(
+        &mut self,
+        isolation: AgentIsolation,
+        probe: &crate::isolation::Probe,
+    ) -> Vec<Effect> {
+        self.probe = Some(probe.clone());
+        match self.sandbox(isolation) {
+            AgentSandbox::Namespace(bwrap) => {
+                crate::info!(
+                    "agents run contained, in a namespace of {}",
+                    bwrap.display()
+                );
+                if crate::isolation::runs_as_root() {
+                    crate::warn!(
+                        "agents run as root: they can write root-owned files such as /etc"
+                    );
+                }
+            }
+            AgentSandbox::Uncontained(why) if isolation == AgentIsolation::None => {
+                crate::info!("agents run uncontained: {why}")
+            }
+            AgentSandbox::Uncontained(why) => {
+                crate::warn!(
+                    "agents run uncontained, with every power of the operator's user: {why}"
+                )
+            }
+            AgentSandbox::Pending => {}
+        }
+        let stopping = self.stopping;
+        let mut out: Vec<Effect> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .filter_map(|(start, reply)| match (stopping, reply) {
+                (false, reply) => Some(Effect::Launch { start, reply }),
+                (true, Some(reply)) => Some(Effect::NotStarted {
+                    reply,
+                    error: RpcError::new(Code::ShuttingDown, "the daemon is stopping".to_string()),
+                }),
+                (true, None) => None,
+            })
+            .collect();
+        if let Some(not_needed) = self.restore_waiting.take() {
+            out.push(Effect::ReadLastRun { not_needed });
+        }
+        out
+    }
 
-/// The machine's bubblewrap probe answered: say how agents run, then start
-/// the sessions that waited for it.
-pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
-    d.core.sessions.probe = Some(probe.clone());
-    match sandbox(d) {
-        crate::isolation::AgentSandbox::Namespace(bwrap) => {
-            crate::info!(
-                "agents run contained, in a namespace of {}",
-                bwrap.display()
-            );
-            if crate::isolation::runs_as_root() {
-                crate::warn!("agents run as root: they can write root-owned files such as /etc");
+    /// The command that starts `start`'s agent on its seat, as `sandbox`
+    /// says (`hidden`: what the namespace hides, when there is one).
+    pub fn prepare(
+        &self,
+        seats: &Seats,
+        start: Start,
+        sandbox: &AgentSandbox,
+        hidden: Option<&Hidden>,
+    ) -> Result<(Command, Prepared), RpcError> {
+        let Some(seat) = seats.get(&start.harness).cloned() else {
+            return Err(RpcError::new(
+                Code::SeatNotFound,
+                format!("no seat has the harness {}", start.harness),
+            ));
+        };
+        let program = seat
+            .program
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
+        let (mut cmd, runtime) = agent_command(sandbox, hidden, &program, &start.cwd);
+        cmd.args(&seat.cfg.args);
+        if seat.transport == Transport::StreamJson {
+            cmd.args(stream_json::BASE_ARGS);
+            if let Some(m) = &start.model {
+                cmd.args(["--model", m]);
+            }
+            if let Some(r) = &start.reopen {
+                cmd.args(stream_json::resume_args(r));
             }
         }
-        crate::isolation::AgentSandbox::Uncontained(why)
-            if d.cfg.agents.isolation() == crate::config::AgentIsolation::None =>
-        {
-            crate::info!("agents run uncontained: {why}")
-        }
-        crate::isolation::AgentSandbox::Uncontained(why) => {
-            crate::warn!("agents run uncontained, with every power of the operator's user: {why}")
-        }
-        crate::isolation::AgentSandbox::Pending => {}
+        cmd.current_dir(&start.cwd);
+        agent_env(&mut cmd, &start.id, runtime.as_deref(), &seat.cfg.env);
+        let prepared = Prepared {
+            contained: matches!(sandbox, AgentSandbox::Namespace(_)),
+            program: seat.cfg.command.clone(),
+            start,
+            seat,
+        };
+        Ok((cmd, prepared))
     }
-    for (st, then) in std::mem::take(&mut d.core.sessions.waiting) {
-        if d.is_stopping() {
-            then(
-                d,
-                Err(RpcError::new(
-                    Code::ShuttingDown,
-                    "the daemon is stopping".to_string(),
-                )),
-            );
-        } else {
-            launch(d, st, then);
+
+    /// The agent of `p` runs as `child` (pid `pid`): the session is held,
+    /// its session.start recorded (a new one's) and its core started. The
+    /// round is the session's first: the router ends it as `added`.
+    pub fn started(&mut self, p: Prepared, child: ChildId, pid: i32) -> (String, Vec<Effect>) {
+        let Prepared {
+            start: st,
+            seat,
+            contained,
+            ..
+        } = p;
+        let driver = match seat.transport {
+            Transport::Acp => Driver::Acp(AcpClient::new(AcpConfig {
+                worktree: st.cwd.clone(),
+                reopen: st.reopen.clone(),
+            })),
+            Transport::StreamJson => Driver::StreamJson(StreamJsonClient::new()),
+        };
+        let now = crate::clock::now_ms();
+        let r = st.restored.as_ref();
+        let s = Session {
+            id: st.id.clone(),
+            harness: seat.cfg.harness.clone(),
+            provider: r.map_or(seat.cfg.provider.clone(), |r| r.provider.clone()),
+            transport: seat.transport,
+            cwd: st.cwd.clone(),
+            name: st.name.clone(),
+            parent: r.and_then(|r| r.parent.clone()),
+            model: st.model.clone(),
+            created_at: r.map_or_else(crate::clock::now_ts, |r| r.created_at.clone()),
+            agent_session_id: st.reopen.clone(),
+            capabilities: Capabilities::default(),
+            // The CLI of stream-json takes input at once; an ACP agent
+            // after its handshake.
+            ready: seat.transport == Transport::StreamJson,
+            ended: false,
+            turn: r.map_or(0, |r| r.turn),
+            turn_active: false,
+            end_reason: r
+                .and_then(|r| r.end_reason.as_deref())
+                .and_then(end_reason_from),
+            exit: None,
+            input_tokens: r.map_or(0, |r| r.input_tokens),
+            output_tokens: r.map_or(0, |r| r.output_tokens),
+            last_activity_ms: Some(now),
+            status_since_ms: now,
+            retry: None,
+            next_request: r.map_or(1, |r| r.next_request),
+            open: Vec::new(),
+            transcript: Transcript::restored(r.map_or(0, |r| r.transcript_len)),
+            driver: Some(driver),
+            child: Some(child),
+            exit_pending: None,
+            stopping_agent: false,
+            last_line: Instant::now(),
+            stall: Duration::from_secs(
+                seat.cfg
+                    .stall_timeout
+                    .unwrap_or(limits::AGENT_STALL_DEFAULT_S),
+            ),
+            stall_timer: None,
+            last_state: State::Starting,
+            row_transcript_len: usize::MAX,
+            changed: true,
+        };
+        let sid = st.id.clone();
+        crate::info!(
+            "session {sid}: {} {} (pid {pid}) in {}, {}",
+            if st.reopen.is_some() {
+                "reopened"
+            } else {
+                "started"
+            },
+            seat.cfg.harness,
+            st.cwd.display(),
+            if contained {
+                "contained"
+            } else {
+                "uncontained"
+            }
+        );
+        let mut out = Vec::new();
+        if st.restored.is_none() {
+            out.push(event(
+                &sid,
+                "session.start",
+                json!({
+                    "harness": s.harness,
+                    "provider": s.provider,
+                    "transport": s.transport.wire_name(),
+                    "flags": flags(s.transport),
+                }),
+            ));
         }
+        self.by_child.insert(child, sid.clone());
+        self.order.push(sid.clone());
+        self.map.insert(sid.clone(), s);
+        let started = self
+            .map
+            .get_mut(&sid)
+            .and_then(|s| s.driver.as_mut())
+            .map(|drv| drv.start(st.prompt.clone()));
+        match started {
+            Some(Ok(step)) => self.step(&sid, step, &mut out),
+            Some(Err(e)) => crate::warn!("session {sid}: {e}"),
+            None => {}
+        }
+        (sid, out)
     }
-    if let Some((not_needed, then)) = d.core.sessions.restore_waiting.take() {
-        restore(d, not_needed, then);
+
+    /// SIGTERM to every agent, and the starts that wait for the probe are
+    /// refused; the agents' exits are not recorded (module comment).
+    pub fn stop_all(&mut self) -> Vec<Effect> {
+        self.stopping = true;
+        let mut out: Vec<Effect> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .filter_map(|(_, reply)| reply)
+            .map(|reply| Effect::NotStarted {
+                reply,
+                error: RpcError::new(Code::ShuttingDown, "the daemon is stopping".to_string()),
+            })
+            .collect();
+        let ids: Vec<String> = self
+            .map
+            .iter()
+            .filter(|(_, s)| s.child.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for sid in ids {
+            self.stop_agent(&sid, &mut out);
+        }
+        out
+    }
+
+    /// Whether the daemon stops (`stop_all`): no agent starts any more.
+    pub fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Reopens the sessions of the last run (module comment) but those in
+    /// `not_needed`, once agents can start: the ledger read to do first.
+    pub fn restore(
+        &mut self,
+        isolation: AgentIsolation,
+        not_needed: HashSet<String>,
+    ) -> Vec<Effect> {
+        if self.sandbox(isolation) == AgentSandbox::Pending {
+            self.restore_waiting = Some(not_needed);
+            return Vec::new();
+        }
+        vec![Effect::ReadLastRun { not_needed }]
+    }
+
+    /// The live sessions of the last run, read back: each either ends (its
+    /// rows) or is reopened (the rows that close its turn, then the start).
+    /// The read ran while this run already served requests: a session this
+    /// run holds is not the last run's.
+    pub fn reopen(
+        &mut self,
+        seats: &Seats,
+        rows: Vec<LiveRow>,
+        not_needed: &HashSet<String>,
+    ) -> Vec<(String, Vec<Op>, Option<Start>)> {
+        let mut out = Vec::new();
+        for (id, harness, cwd, name, model, agent_sid, mut restored) in rows {
+            if self.map.contains_key(&id) {
+                continue;
+            }
+            let mut ops = Vec::new();
+            if restored.turn_active {
+                // The turn that ran when the daemon stopped ended with it.
+                let mut t = Transcript::restored(restored.transcript_len);
+                t.push(
+                    &id,
+                    &Entry::TurnEnd {
+                        reason: EndReason::Interrupted,
+                    },
+                    None,
+                    false,
+                    &mut ops,
+                );
+                // Nobody subscribes to a session not reopened yet: no delta.
+                let _ = t.flush(&id, &mut ops);
+                restored.transcript_len = t.len;
+                restored.turn_active = false;
+                restored.end_reason = Some("interrupted".into());
+                ops.push(event_op(&id, "turn.end", json!({"reason": "interrupted"})));
+            }
+            let seat_ok = seats
+                .get(&harness)
+                .is_some_and(|s| s.transport.wire_name() == restored.transport);
+            let needed = !not_needed.contains(&id);
+            match (agent_sid, seat_ok && needed) {
+                (Some(asid), true) => {
+                    let start = Start {
+                        id: id.clone(),
+                        harness,
+                        cwd: PathBuf::from(cwd),
+                        name,
+                        model,
+                        prompt: None,
+                        reopen: Some(asid),
+                        restored: Some(restored),
+                    };
+                    out.push((id, ops, Some(start)));
+                }
+                (asid, _) => {
+                    let why = if !needed {
+                        "the lane that started it does not need it again"
+                    } else if asid.is_none() {
+                        "its agent never opened a session"
+                    } else {
+                        "its seat is gone or changed transport"
+                    };
+                    crate::warn!(
+                        "session {id}: cannot be reopened after the restart ({why}); it has ended"
+                    );
+                    ops.push(event_op(
+                        &id,
+                        "session.end",
+                        json!({"code": null, "signal": null}),
+                    ));
+                    ops.push(Op::Exec {
+                        sql: "UPDATE sessions SET ended = 1, turn_active = 0, end_reason = coalesce(?2, end_reason), transcript_len = ?3 WHERE id = ?1",
+                        params: vec![Sql::Text(id.clone()), restored.end_reason.clone().map(Sql::Text).unwrap_or(Sql::Null), Sql::Integer(restored.transcript_len as i64)],
+                    });
+                    out.push((id, ops, None));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -754,15 +1788,14 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
 /// XDG_RUNTIME_DIR as programs expect. An uncontained agent gets no
 /// XDG_RUNTIME_DIR: the operator's would hand it the user's bus.
 fn agent_command(
-    d: &Daemon,
-    sandbox: &crate::isolation::AgentSandbox,
+    sandbox: &AgentSandbox,
+    hidden: Option<&Hidden>,
     program: &std::path::Path,
     cwd: &std::path::Path,
 ) -> (Command, Option<PathBuf>) {
-    let crate::isolation::AgentSandbox::Namespace(bwrap) = sandbox else {
+    let (AgentSandbox::Namespace(bwrap), Some(hidden)) = (sandbox, hidden) else {
         return (Command::new(program), None);
     };
-    let hidden = crate::isolation::hidden_for(d);
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|r| r.is_absolute())
@@ -770,187 +1803,7 @@ fn agent_command(
         .unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", unsafe { libc::getuid() })));
     let own =
         (hidden.dirs.contains(&runtime) && !hidden.read_only.contains(&runtime)).then_some(runtime);
-    (crate::isolation::contain(bwrap, &hidden, cwd, program), own)
-}
-
-/// Starts the agent of a new or reopened session and records it.
-fn launch(d: &mut Daemon, st: Start, then: Reply) {
-    let sandbox = sandbox(d);
-    if sandbox == crate::isolation::AgentSandbox::Pending {
-        d.core.sessions.waiting.push((st, then));
-        return;
-    }
-    let Some(seat) = d.core.seats.get(&st.harness).cloned() else {
-        then(
-            d,
-            Err(RpcError::new(
-                Code::SeatNotFound,
-                format!("no seat has the harness {}", st.harness),
-            )),
-        );
-        return;
-    };
-    let program = seat
-        .program
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(&seat.cfg.command));
-    let (mut cmd, runtime) = agent_command(d, &sandbox, &program, &st.cwd);
-    cmd.args(&seat.cfg.args);
-    if seat.transport == Transport::StreamJson {
-        cmd.args(stream_json::BASE_ARGS);
-        if let Some(m) = &st.model {
-            cmd.args(["--model", m]);
-        }
-        if let Some(r) = &st.reopen {
-            cmd.args(stream_json::resume_args(r));
-        }
-    }
-    cmd.current_dir(&st.cwd);
-    agent_env(&mut cmd, &st.id, runtime.as_deref(), &seat.cfg.env);
-    let limits = PipeLimits {
-        max_line: limits::AGENT_MAX_LINE,
-        max_queued: limits::AGENT_STDIN_QUEUED,
-        stderr_tail: limits::AGENT_STDERR_TAIL,
-    };
-    let spawned = d.children.spawn(
-        d.reactor.poll.registry(),
-        &mut d.roots,
-        cmd,
-        Owner::Session(st.id.clone()),
-        limits,
-    );
-    let (child, pid) = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let msg = crate::children::spawn_error(&seat.cfg.command, &e);
-            crate::warn!("session {}: {msg}", st.id);
-            then(d, Err(RpcError::new(Code::SeatNotReady, msg)));
-            return;
-        }
-    };
-    let contained = matches!(sandbox, crate::isolation::AgentSandbox::Namespace(_));
-    if contained {
-        d.children.set_sandboxed(child);
-    }
-    let driver = match seat.transport {
-        Transport::Acp => Driver::Acp(AcpClient::new(AcpConfig {
-            worktree: st.cwd.clone(),
-            reopen: st.reopen.clone(),
-        })),
-        Transport::StreamJson => Driver::StreamJson(StreamJsonClient::new()),
-    };
-    let now = crate::clock::now_ms();
-    let r = st.restored.clone();
-    let s = Session {
-        id: st.id.clone(),
-        harness: seat.cfg.harness.clone(),
-        provider: r
-            .as_ref()
-            .map_or(seat.cfg.provider.clone(), |r| r.provider.clone()),
-        transport: seat.transport,
-        cwd: st.cwd.clone(),
-        name: st.name.clone(),
-        parent: r.as_ref().and_then(|r| r.parent.clone()),
-        model: st.model.clone(),
-        created_at: r
-            .as_ref()
-            .map_or_else(crate::clock::now_ts, |r| r.created_at.clone()),
-        agent_session_id: st.reopen.clone(),
-        capabilities: Capabilities::default(),
-        // The CLI of stream-json takes input at once; an ACP agent after
-        // its handshake.
-        ready: seat.transport == Transport::StreamJson,
-        ended: false,
-        turn: r.as_ref().map_or(0, |r| r.turn),
-        turn_active: false,
-        end_reason: r
-            .as_ref()
-            .and_then(|r| r.end_reason.as_deref())
-            .and_then(end_reason_from),
-        exit: None,
-        input_tokens: r.as_ref().map_or(0, |r| r.input_tokens),
-        output_tokens: r.as_ref().map_or(0, |r| r.output_tokens),
-        last_activity_ms: Some(now),
-        status_since_ms: now,
-        retry: None,
-        next_request: r.as_ref().map_or(1, |r| r.next_request),
-        open: Vec::new(),
-        transcript: Transcript::restored(r.as_ref().map_or(0, |r| r.transcript_len)),
-        driver: Some(driver),
-        child: Some(child),
-        exit_pending: None,
-        stopping_agent: false,
-        last_line: Instant::now(),
-        stall: Duration::from_secs(
-            seat.cfg
-                .stall_timeout
-                .unwrap_or(limits::AGENT_STALL_DEFAULT_S),
-        ),
-        stall_timer: None,
-        last_state: State::Starting,
-        row_transcript_len: usize::MAX,
-    };
-    let sid = st.id.clone();
-    crate::info!(
-        "session {sid}: {} {} (pid {pid}) in {}, {}",
-        if st.reopen.is_some() {
-            "reopened"
-        } else {
-            "started"
-        },
-        seat.cfg.harness,
-        st.cwd.display(),
-        if contained {
-            "contained"
-        } else {
-            "uncontained"
-        }
-    );
-    let mut fx = Effects::default();
-    if st.restored.is_none() {
-        fx.event(
-            &sid,
-            "session.start",
-            json!({
-                "harness": s.harness,
-                "provider": s.provider,
-                "transport": s.transport.wire_name(),
-                "flags": flags(s.transport),
-            }),
-        );
-    }
-    fx.changed = true;
-    d.core.sessions.by_child.insert(child, sid.clone());
-    d.core.sessions.order.push(sid.clone());
-    d.core.sessions.map.insert(sid.clone(), s);
-    let started = d
-        .core
-        .sessions
-        .map
-        .get_mut(&sid)
-        .and_then(|s| s.driver.as_mut())
-        .map(|drv| drv.start(st.prompt.clone()));
-    match started {
-        Some(Ok(step)) => handle_step(d, &sid, step, &mut fx),
-        Some(Err(e)) => crate::warn!("session {sid}: {e}"),
-        None => {}
-    }
-    // A reopened session is new to this run of the daemon too: `added`.
-    let key = sid.clone();
-    finish(
-        d,
-        &key,
-        fx,
-        true,
-        Some(Box::new(
-            move |d: &mut Daemon, r: Result<(), WriteError>| {
-                if let Err(e) = r {
-                    return then(d, Err(RpcError::from(e)));
-                }
-                then(d, Ok(Spawned { session_id: sid }));
-            },
-        )),
-    );
+    (crate::isolation::contain(bwrap, hidden, cwd, program), own)
 }
 
 /// The capability flags each transport really has (seed 000 session.start).
@@ -988,65 +1841,6 @@ pub enum Change {
     Updated,
 }
 
-/// Work to do on the reactor once a round's records are committed, given
-/// the write's result: on an error nothing was committed, and a caller
-/// answering a request answers the error.
-pub type After = Box<dyn FnOnce(&mut Daemon, Result<(), WriteError>)>;
-
-/// Commits what a round produced; after the commit, the transcript delta
-/// goes to its subscribers and the session's update (or, for a new
-/// session, `added`) to the watchers, then `after` runs. When the ledger
-/// refuses the records nothing is announced; `after` gets the error.
-pub fn finish(d: &mut Daemon, sid: &str, mut fx: Effects, added: bool, after: Option<After>) {
-    if let Some(s) = d.core.sessions.map.get_mut(sid) {
-        // The round's transcript text goes into this batch, its delta out
-        // after the commit.
-        if let Some(delta) = s.transcript.flush(sid, &mut fx.ops) {
-            Delta::merge(&mut fx.delta, delta);
-        }
-        let state = s.state();
-        if state != s.last_state {
-            s.last_state = state;
-            s.status_since_ms = crate::clock::now_ms();
-            fx.changed = true;
-        }
-        // The row is rewritten when the session changed or its transcript
-        // got an entry (`transcript_len` is what a restart resumes from),
-        // not for every round of text chunks: those change only
-        // `last_activity`, which is written with the next change.
-        if fx.changed || s.transcript.len != s.row_transcript_len {
-            s.row_transcript_len = s.transcript.len;
-            fx.ops.push(s.row_op());
-        }
-    }
-    if fx.ops.is_empty() {
-        if let Some(a) = after {
-            a(d, Ok(()));
-        }
-        return;
-    }
-    let sid = sid.to_string();
-    let (delta, changed) = (fx.delta.take(), fx.changed);
-    d.write(fx.ops, move |d, r| {
-        if let Err(e) = r {
-            crate::error!("session {sid}: the ledger refused its records: {e}");
-            if let Some(a) = after {
-                a(d, Err(e));
-            }
-            return;
-        }
-        let change = match (added, changed) {
-            (true, _) => Some(Change::Added),
-            (false, true) => Some(Change::Updated),
-            (false, false) => None,
-        };
-        d.session_committed(&sid, delta, change);
-        if let Some(a) = after {
-            a(d, Ok(()));
-        }
-    });
-}
-
 /// Whether a socket caller of `class` may read session `sid` (its row,
 /// its `session.event`s, its transcript): the operator every session, a
 /// caller inside a session only that one, so that no agent reads what
@@ -1060,662 +1854,9 @@ pub fn may_read(class: &CallerClass, sid: &str) -> bool {
     }
 }
 
-/// Routes a child's output to its session.
-pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
-    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else {
-        return;
-    };
-    let mut fx = Effects::default();
-    // One clock read for the lines of one wake-up, not one per line.
-    let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
-    for o in out {
-        match o {
-            Output::Line(line) => {
-                let Some(s) = d.core.sessions.map.get_mut(&sid) else {
-                    return;
-                };
-                s.last_line = now;
-                s.last_activity_ms = Some(now_ms);
-                let Some(drv) = s.driver.as_mut() else {
-                    continue;
-                };
-                match drv.on_line(&line) {
-                    Ok(step) => handle_step(d, &sid, step, &mut fx),
-                    Err(v) => {
-                        broke(d, &sid, &v.reason, &mut fx);
-                        break;
-                    }
-                }
-            }
-            Output::LineTooLong => {
-                let reason = format!("a line over {} bytes", limits::AGENT_MAX_LINE);
-                broke(d, &sid, &reason, &mut fx);
-                break;
-            }
-            Output::StdoutClosed => {
-                let pending = d
-                    .core
-                    .sessions
-                    .map
-                    .get_mut(&sid)
-                    .and_then(|s| s.exit_pending.take());
-                if let Some(status) = pending {
-                    finish(d, &sid, fx, false, None);
-                    ended(d, &sid, status);
-                    return;
-                }
-            }
-            Output::StdinClosed => {}
-        }
-    }
-    finish(d, &sid, fx, false, None);
-}
-
-/// The agent broke its transport's protocol.
-fn broke(d: &mut Daemon, sid: &str, reason: &str, fx: &mut Effects) {
-    crate::warn!("session {sid}: the agent broke its transport with {reason}; stopping it");
-    fail_turn(
-        d,
-        sid,
-        &format!("the agent broke its transport: {reason}"),
-        fx,
-    );
-    stop_agent(d, sid);
-}
-
-/// Ends the running turn failed (the daemon's own judgement: a violation,
-/// a stall, an agent that does not read), recording why.
-fn fail_turn(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let ts = crate::clock::now_ts();
-    s.transcript.push(
-        sid,
-        &Entry::System {
-            text: why.to_string(),
-        },
-        Some(&ts),
-        true,
-        &mut fx.ops,
-    );
-    if s.turn_active {
-        s.transcript.push(
-            sid,
-            &Entry::TurnEnd {
-                reason: EndReason::Failed,
-            },
-            Some(&ts),
-            false,
-            &mut fx.ops,
-        );
-        end_turn_state(d, sid, EndReason::Failed, fx);
-    }
-    withdraw_open(d, sid, "the turn ended", fx);
-    fx.changed = true;
-}
-
-fn end_turn_state(d: &mut Daemon, sid: &str, reason: EndReason, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    s.turn_active = false;
-    s.end_reason = Some(reason);
-    s.retry = None;
-    if let Some(t) = s.stall_timer.take() {
-        d.reactor.cancel(t);
-    }
-    fx.event(sid, "turn.end", json!({"reason": reason.wire_name()}));
-    fx.changed = true;
-}
-
-/// Withdraws every approval of the session still open (delivered false).
-fn withdraw_open(d: &mut Daemon, sid: &str, why: &str, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let ids: Vec<String> = s.open.drain(..).map(|a| a.approval_id).collect();
-    for id in ids {
-        approvals::close(
-            d,
-            &id,
-            crate::core::inbox::Verdict::Cancel,
-            crate::core::inbox::Answerer::Daemon(why.into()),
-            "daemon",
-            false,
-            None,
-            fx,
-        );
-    }
-}
-
-/// Applies what a core reported: its lines to the agent's stdin, its
-/// events to the session.
-pub fn handle_step(d: &mut Daemon, sid: &str, step: Step, fx: &mut Effects) {
-    let Some(child) = d.core.sessions.map.get(sid).and_then(|s| s.child) else {
-        return;
-    };
-    for w in &step.writes {
-        match d.children.write(d.reactor.poll.registry(), child, w) {
-            Ok(()) => {}
-            Err(WriteRefused::Closed) => break,
-            Err(WriteRefused::Full) => {
-                crate::warn!("session {sid}: the agent does not read its input; stopping it");
-                fail_turn(d, sid, "the agent stopped reading its input", fx);
-                stop_agent(d, sid);
-                break;
-            }
-        }
-    }
-    for ev in step.events {
-        on_event(d, sid, ev, fx);
-    }
-}
-
-fn on_event(d: &mut Daemon, sid: &str, ev: AgentEvent, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    match ev {
-        AgentEvent::Ready {
-            agent_session_id,
-            capabilities,
-        } => {
-            s.ready = true;
-            s.capabilities = capabilities;
-            s.agent_session_id = Some(agent_session_id);
-            fx.changed = true;
-        }
-        AgentEvent::SetupFailed { detail } => {
-            crate::warn!("session {sid}: the agent could not set up a session: {detail}");
-            let ts = crate::clock::now_ts();
-            s.transcript.push(
-                sid,
-                &Entry::System {
-                    text: format!("the agent could not set up a session: {detail}"),
-                },
-                Some(&ts),
-                true,
-                &mut fx.ops,
-            );
-            stop_agent(d, sid);
-        }
-        AgentEvent::TurnStarted { chars } => {
-            s.turn += 1;
-            s.turn_active = true;
-            s.end_reason = None;
-            s.last_line = Instant::now();
-            let (turn, stall) = (s.turn, s.stall);
-            // Seed 000 also has mode `queue`, for a prompt the agent had
-            // queued itself; the daemon never lets an agent queue (it holds
-            // prompts until the turn ends, omniconfluxd(8) sessions.input),
-            // so every turn starts with `prompt`.
-            fx.event(
-                sid,
-                "turn.start",
-                json!({"turn": turn, "mode": "prompt", "chars": chars}),
-            );
-            fx.changed = true;
-            arm_stall(d, sid, turn, stall);
-        }
-        AgentEvent::Transcript(entry) => {
-            if matches!(entry, Entry::TurnEnd { .. }) && !s.turn_active {
-                return;
-            }
-            s.transcript.push(sid, &entry, None, false, &mut fx.ops);
-        }
-        AgentEvent::PermissionRequest(req) => permission(d, sid, req, fx),
-        AgentEvent::PermissionClosed {
-            agent_request_key,
-            delivered,
-        } => {
-            let Some(pos) = s.open.iter().position(|a| a.key == agent_request_key) else {
-                return;
-            };
-            let a = s.open.remove(pos);
-            let why = if delivered {
-                "the turn was interrupted"
-            } else {
-                "the request vanished"
-            };
-            approvals::close(
-                d,
-                &a.approval_id,
-                crate::core::inbox::Verdict::Cancel,
-                crate::core::inbox::Answerer::Daemon(why.into()),
-                "daemon",
-                delivered,
-                None,
-                fx,
-            );
-            fx.changed = true;
-        }
-        AgentEvent::Fs(req) => fs_request(d, sid, req, fx),
-        AgentEvent::TurnEnded { reason, detail } => {
-            if !s.turn_active {
-                return;
-            }
-            if let Some(detail) = detail.filter(|_| reason != EndReason::Completed) {
-                crate::info!(
-                    "session {sid}: turn {} ended {}: {detail}",
-                    s.turn,
-                    reason.wire_name()
-                );
-            }
-            end_turn_state(d, sid, reason, fx);
-        }
-        AgentEvent::Usage(u) => {
-            if u.model.is_some() {
-                s.model = u.model;
-            }
-            s.input_tokens += u.input_tokens;
-            s.output_tokens += u.output_tokens;
-            fx.changed = true;
-        }
-        AgentEvent::SignIn(state) => {
-            let h = s.harness.clone();
-            d.core.seats.note_sign_in(&h, state);
-        }
-        AgentEvent::Retrying(retry) => {
-            if retry.is_none() && s.retry.is_none() {
-                return;
-            }
-            // The first try of a run of retries gives `since`.
-            let since = s.retry.as_ref().map_or_else(crate::clock::now_ms, |r| r.1);
-            if let Some(r) = &retry {
-                crate::info!(
-                    "session {sid}: the agent retries its API call ({} of {}, status {})",
-                    r.attempt,
-                    r.max_retries,
-                    r.error_status
-                        .map_or_else(|| "unknown".to_string(), |c| c.to_string())
-                );
-            }
-            s.retry = retry.map(|r| (r, since));
-            fx.changed = true;
-        }
-    }
-}
-
-fn permission(d: &mut Daemon, sid: &str, req: PermissionRequest, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let n = s.next_request;
-    s.next_request += 1;
-    let approval_id = format!("{sid}-a{n}");
-    let input_text = req.input.to_string();
-    s.open.push(OpenAsk {
-        key: req.agent_request_key.clone(),
-        approval_id: approval_id.clone(),
-        tool: req.title.clone(),
-        preview: crate::core::transcript::preview(&input_text),
-    });
-    fx.changed = true;
-    let cwd = s.cwd.clone();
-    approvals::add_agent_request(d, sid, &approval_id, &req, &cwd, fx);
-}
-
-/// ACP fs/*: the core checked the path lexically; `agentfs` opens the file
-/// beneath a descriptor of the worktree, so no symlink can lead out, and
-/// reads only regular files without blocking.
-fn fs_request(d: &mut Daemon, sid: &str, req: FsRequest, fx: &mut Effects) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let cwd = s.cwd.clone();
-    let Some(Driver::Acp(c)) = s.driver.as_mut() else {
-        return;
-    };
-    let step = match req {
-        FsRequest::Read { key, path } => {
-            let r = crate::core::agentfs::read_text(&cwd, &path.to_string_lossy());
-            c.answer_fs_read(&key, r)
-        }
-        FsRequest::Write { key, path, content } => {
-            let r = crate::core::agentfs::write_text(&cwd, &path.to_string_lossy(), &content);
-            c.answer_fs_write(&key, r)
-        }
-    };
-    if let Ok(step) = step {
-        handle_step(d, sid, step, fx);
-    }
-}
-
-fn arm_stall(d: &mut Daemon, sid: &str, turn: u64, after: Duration) {
-    let id = sid.to_string();
-    let t = d
-        .reactor
-        .schedule(after, move |d| check_stall(d, &id, turn));
-    if let Some(s) = d.core.sessions.map.get_mut(sid) {
-        if let Some(old) = s.stall_timer.replace(t) {
-            d.reactor.cancel(old);
-        }
-    }
-}
-
-fn check_stall(d: &mut Daemon, sid: &str, turn: u64) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    s.stall_timer = None;
-    if !s.turn_active || s.turn != turn || s.ended {
-        return;
-    }
-    let (stall, quiet) = (s.stall, s.last_line.elapsed());
-    if !s.open.is_empty() {
-        // Waiting on the operator is not the agent stalling.
-        arm_stall(d, sid, turn, stall);
-        return;
-    }
-    if quiet < stall {
-        arm_stall(d, sid, turn, stall - quiet);
-        return;
-    }
-    crate::warn!(
-        "session {sid}: the agent wrote nothing for {} s in turn {turn}; stopping it",
-        stall.as_secs()
-    );
-    let mut fx = Effects::default();
-    fail_turn(
-        d,
-        sid,
-        &format!("the agent stalled: nothing for {} s", stall.as_secs()),
-        &mut fx,
-    );
-    stop_agent(d, sid);
-    finish(d, sid, fx, false, None);
-}
-
-/// Asks the agent to exit: stdin closed, SIGTERM to its group, SIGKILL
-/// after the grace period.
-pub fn stop_agent(d: &mut Daemon, sid: &str) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let Some(child) = s.child else { return };
-    if s.stopping_agent {
-        return;
-    }
-    s.stopping_agent = true;
-    d.children.close_stdin(d.reactor.poll.registry(), child);
-    d.children.signal(child, libc::SIGTERM);
-    d.reactor.schedule(
-        Duration::from_millis(limits::AGENT_KILL_GRACE_MS),
-        move |d| {
-            if d.core.sessions.by_child.contains_key(&child) {
-                d.children.signal(child, libc::SIGKILL);
-            }
-        },
-    );
-}
-
-/// Routes a reaped agent's exit to its session.
-pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
-    let Some(sid) = d.core.sessions.by_child.get(&child).cloned() else {
-        return;
-    };
-    let status = if d.children.is_sandboxed(child) {
-        status.through_bwrap()
-    } else {
-        status
-    };
-    if d.children.stdout_open(child) {
-        // Lines it wrote before exiting are still in the pipe: finish when
-        // stdout closes, or after the grace period if a descendant holds it.
-        if let Some(s) = d.core.sessions.map.get_mut(&sid) {
-            s.exit_pending = Some(status);
-        }
-        let id = sid.clone();
-        d.reactor.schedule(
-            Duration::from_millis(limits::AGENT_KILL_GRACE_MS),
-            move |d| {
-                let pending = d
-                    .core
-                    .sessions
-                    .map
-                    .get_mut(&id)
-                    .and_then(|s| s.exit_pending.take());
-                if let Some(st) = pending {
-                    ended(d, &id, st);
-                }
-            },
-        );
-        return;
-    }
-    ended(d, &sid, status);
-}
-
-/// The agent is gone: the turn it ran ends, open approvals are withdrawn,
-/// session.end is recorded (not while the daemon stops: see the module
-/// comment).
-fn ended(d: &mut Daemon, sid: &str, status: ExitStatus) {
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let Some(child) = s.child.take() else { return };
-    d.core.sessions.by_child.remove(&child);
-    let tail = d.children.stderr_tail(child);
-    d.children.remove(d.reactor.poll.registry(), child);
-    if d.core.sessions.stopping {
-        return;
-    }
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    let mut fx = Effects::default();
-    if let Some(mut drv) = s.driver.take() {
-        let step = drv.on_exit(status.code);
-        for ev in step.events {
-            if let AgentEvent::TurnEnded { reason, detail } = &ev {
-                if d.core.sessions.get(sid).is_some_and(|s| s.turn_active)
-                    && *reason != EndReason::Interrupted
-                {
-                    let why = detail.clone().unwrap_or_else(|| "the agent exited".into());
-                    crate::warn!("session {sid}: the agent exited mid-turn ({why})");
-                    if let Some(s) = d.core.sessions.map.get_mut(sid) {
-                        let ts = crate::clock::now_ts();
-                        s.transcript.push(
-                            sid,
-                            &Entry::System { text: why },
-                            Some(&ts),
-                            true,
-                            &mut fx.ops,
-                        );
-                    }
-                }
-            }
-            on_event(d, sid, ev, &mut fx);
-        }
-    }
-    withdraw_open(d, sid, "the agent exited", &mut fx);
-    let Some(s) = d.core.sessions.map.get_mut(sid) else {
-        return;
-    };
-    s.ended = true;
-    s.exit = Some(status);
-    if let Some(t) = s.stall_timer.take() {
-        d.reactor.cancel(t);
-    }
-    let signal = status.signal.map(signal_name);
-    let clean = status.code == Some(0) || s.stopping_agent;
-    let tail = String::from_utf8_lossy(&tail).trim().replace('\n', " | ");
-    let how = match (status.code, &signal) {
-        (Some(c), _) => format!("with status {c}"),
-        (None, Some(sig)) => format!("by {sig}"),
-        (None, None) => "for an unknown reason".to_string(),
-    };
-    if clean || tail.is_empty() {
-        crate::info!("session {sid}: the agent exited {how}");
-    } else {
-        crate::warn!("session {sid}: the agent exited {how}; its last error output: {tail}");
-    }
-    fx.event(
-        sid,
-        "session.end",
-        json!({"code": status.code, "signal": signal}),
-    );
-    fx.changed = true;
-    finish(d, sid, fx, false, None);
-}
-
-/// `sessions.input`: a prompt now, or queued behind the running turn.
-/// What [`input`] did with a prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Accepted {
-    /// A turn was running or the agent was not set up: the prompt waits.
-    pub queued: bool,
-    /// Prompts waiting now.
-    pub queue_length: usize,
-}
-
-/// What [`kill`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Killed {
-    /// The session had ended already.
-    AlreadyEnded,
-    /// Its agent is being stopped; session.end follows its exit.
-    Stopping,
-}
-
-pub fn input(d: &mut Daemon, sid: &str, text: String) -> Result<Accepted, RpcError> {
-    check_prompt(&text)?;
-    let s = d
-        .core
-        .sessions
-        .map
-        .get_mut(sid)
-        .ok_or_else(|| not_found(sid))?;
-    if s.ended || s.stopping_agent {
-        return Err(RpcError::new(
-            Code::SessionEnded,
-            format!("session {sid} has ended"),
-        ));
-    }
-    let Some(drv) = s.driver.as_mut() else {
-        return Err(RpcError::new(
-            Code::SessionEnded,
-            format!("session {sid} has ended"),
-        ));
-    };
-    let was_busy = s.turn_active || !s.ready;
-    let step = drv.prompt(text).map_err(|e| match e {
-        CommandError::QueueFull => RpcError::new(
-            Code::QueueFull,
-            format!(
-                "session {sid} has {} prompts waiting already",
-                limits::AGENT_PROMPT_QUEUE
-            ),
-        ),
-        other => RpcError::new(Code::SessionEnded, format!("session {sid}: {other}")),
-    })?;
-    let mut fx = Effects {
-        changed: true,
-        ..Effects::default()
-    };
-    handle_step(d, sid, step, &mut fx);
-    let queued = d.core.sessions.get(sid).map_or(0, Session::queued);
-    finish(d, sid, fx, false, None);
-    Ok(Accepted {
-        queued: was_busy,
-        queue_length: queued,
-    })
-}
-
-/// `sessions.interrupt`: the running turn is cancelled, every open
-/// permission answered cancelled; the turn ends interrupted. Answers
-/// whether a turn was running.
-pub fn interrupt(d: &mut Daemon, sid: &str) -> Result<bool, RpcError> {
-    let s = d
-        .core
-        .sessions
-        .map
-        .get_mut(sid)
-        .ok_or_else(|| not_found(sid))?;
-    let active = s.turn_active && !s.ended;
-    let Some(drv) = s.driver.as_mut() else {
-        return Ok(false);
-    };
-    let step = drv.interrupt();
-    let mut fx = Effects::default();
-    handle_step(d, sid, step, &mut fx);
-    finish(d, sid, fx, false, None);
-    Ok(active)
-}
-
-/// `sessions.kill`: stops the agent; session.end follows its exit.
-pub fn kill(d: &mut Daemon, sid: &str) -> Result<Killed, RpcError> {
-    let s = d.core.sessions.map.get(sid).ok_or_else(|| not_found(sid))?;
-    if s.ended {
-        return Ok(Killed::AlreadyEnded);
-    }
-    stop_agent(d, sid);
-    Ok(Killed::Stopping)
-}
-
-pub fn not_found(sid: &str) -> RpcError {
-    RpcError::new(Code::SessionNotFound, format!("unknown session: {sid}"))
-}
-
-/// SIGTERM to every agent; their exits are not recorded (module comment).
-pub fn stop_all(d: &mut Daemon) {
-    d.core.sessions.stopping = true;
-    for (_, then) in std::mem::take(&mut d.core.sessions.waiting) {
-        then(
-            d,
-            Err(RpcError::new(
-                Code::ShuttingDown,
-                "the daemon is stopping".to_string(),
-            )),
-        );
-    }
-    let ids: Vec<String> = d
-        .core
-        .sessions
-        .map
-        .iter()
-        .filter(|(_, s)| s.child.is_some())
-        .map(|(k, _)| k.clone())
-        .collect();
-    for sid in ids {
-        stop_agent(d, &sid);
-    }
-}
-
-/// Reads the live sessions and pending approvals of the last run and
-/// reopens what can be reopened (module comment), except the sessions in
-/// `not_needed`: whoever started them (a lane that starts its verification
-/// over) will not use them again, so they end instead of starting an agent
-/// only to stop it. `then` runs once the reopened sessions are in place (or
-/// the read failed); before the bubblewrap probe answers, agents cannot
-/// start, so the restore waits for it (`isolation_known`).
-pub fn restore(d: &mut Daemon, not_needed: HashSet<String>, then: fn(&mut Daemon)) {
-    if sandbox(d) == crate::isolation::AgentSandbox::Pending {
-        d.core.sessions.restore_waiting = Some((not_needed, then));
-        return;
-    }
-    let inbox = d.inbox.clone();
-    let queued = d.ledger.read(Box::new(move |conn| {
-        let rows = read_live(conn);
-        let left = approvals::read_left(conn);
-        inbox.run(move |d| {
-            match (rows, left) {
-                (Ok(rows), Ok(left)) => reopen(d, rows, left, &not_needed),
-                (Err(e), _) | (_, Err(e)) => crate::error!(
-                    "unable to read the sessions of the last run: {}",
-                    e.to_string().to_lowercase()
-                ),
-            }
-            then(d);
-        });
-    }));
-    if queued.is_err() {
-        crate::error!("unable to read the sessions of the last run: the ledger reader is busy");
-        then(d);
-    }
-}
-
-type LiveRow = (
+/// A live session row of the last run: id, harness, cwd, name, model,
+/// agent session id, and the rest.
+pub type LiveRow = (
     String,
     String,
     String,
@@ -1725,7 +1866,7 @@ type LiveRow = (
     Restored,
 );
 
-fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
+pub fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
     let mut stmt = conn.prepare(
         "SELECT id, harness, cwd, name, model, agent_session_id, created_at, turn, turn_active, end_reason, input_tokens, \
          output_tokens, next_request, transcript_len, provider, transport, parent FROM sessions WHERE ended = 0 ORDER BY created_at",
@@ -1754,117 +1895,6 @@ fn read_live(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<LiveRow>> {
         ))
     })?;
     rows.collect()
-}
-
-fn reopen(d: &mut Daemon, rows: Vec<LiveRow>, left: approvals::Left, not_needed: &HashSet<String>) {
-    // The read ran while this run already served requests: what this run
-    // created (a session, a request) is live here and is not the last
-    // run's.
-    let approvals::Left {
-        pending,
-        mut resolved,
-    } = left;
-    let pending: Vec<crate::core::inbox::Item> = pending
-        .into_iter()
-        .filter(|i| d.core.approvals.get(&i.id).is_none())
-        .collect();
-    let rows: Vec<LiveRow> = rows
-        .into_iter()
-        .filter(|r| d.core.sessions.get(&r.0).is_none())
-        .collect();
-    // Every request pending when the daemon stopped resolves undelivered.
-    for item in pending {
-        let mut fx = Effects::default();
-        let stream = item.subject.session().unwrap_or_default().to_string();
-        resolved.push(approvals::withdraw_stale(item, &mut fx));
-        finish_plain(d, &stream, fx);
-    }
-    // The last run's history, then this run's (issue 10, item 11).
-    d.core.approvals.restore_resolved(resolved);
-    for (id, harness, cwd, name, model, agent_sid, mut restored) in rows {
-        let mut fx = Effects::default();
-        let was_active = restored.turn_active;
-        if was_active {
-            // The turn that ran when the daemon stopped ended with it.
-            let mut t = Transcript::restored(restored.transcript_len);
-            t.push(
-                &id,
-                &Entry::TurnEnd {
-                    reason: EndReason::Interrupted,
-                },
-                None,
-                false,
-                &mut fx.ops,
-            );
-            // Nobody subscribes to a session not reopened yet: no delta.
-            let _ = t.flush(&id, &mut fx.ops);
-            restored.transcript_len = t.len;
-            restored.turn_active = false;
-            restored.end_reason = Some("interrupted".into());
-            fx.event(&id, "turn.end", json!({"reason": "interrupted"}));
-        }
-        let seat_ok = d
-            .core
-            .seats
-            .get(&harness)
-            .is_some_and(|s| s.transport.wire_name() == restored.transport);
-        let needed = !not_needed.contains(&id);
-        match (agent_sid, seat_ok && needed) {
-            (Some(asid), true) => {
-                finish_plain(d, &id, fx);
-                let start = Start {
-                    id: id.clone(),
-                    harness,
-                    cwd: PathBuf::from(cwd),
-                    name,
-                    model,
-                    prompt: None,
-                    reopen: Some(asid),
-                    restored: Some(restored),
-                };
-                launch(
-                    d,
-                    start,
-                    Box::new(move |_d, r| {
-                        if let Err(e) = r {
-                            crate::warn!("session {id}: could not be reopened: {}", e.message);
-                        }
-                    }),
-                );
-            }
-            (asid, _) => {
-                let why = if !needed {
-                    "the lane that started it does not need it again"
-                } else if asid.is_none() {
-                    "its agent never opened a session"
-                } else {
-                    "its seat is gone or changed transport"
-                };
-                crate::warn!(
-                    "session {id}: cannot be reopened after the restart ({why}); it has ended"
-                );
-                fx.event(&id, "session.end", json!({"code": null, "signal": null}));
-                fx.ops.push(Op::Exec {
-                    sql: "UPDATE sessions SET ended = 1, turn_active = 0, end_reason = coalesce(?2, end_reason), transcript_len = ?3 WHERE id = ?1",
-                    params: vec![Sql::Text(id.clone()), restored.end_reason.clone().map(Sql::Text).unwrap_or(Sql::Null), Sql::Integer(restored.transcript_len as i64)],
-                });
-                finish_plain(d, &id, fx);
-            }
-        }
-    }
-}
-
-/// Commits ops of something that is not a live session (yet).
-fn finish_plain(d: &mut Daemon, what: &str, fx: Effects) {
-    if fx.ops.is_empty() {
-        return;
-    }
-    let what = what.to_string();
-    d.write(fx.ops, move |_d, r| {
-        if let Err(e) = r {
-            crate::error!("session {what}: the ledger refused its records: {e}");
-        }
-    });
 }
 
 #[cfg(test)]
@@ -1917,5 +1947,444 @@ mod agent_env_tests {
         ] {
             assert!(!passed_to_agents(k), "{k}");
         }
+    }
+}
+
+/// The driver in memory (issue 11): a session started on a stream-json
+/// seat with no process behind it, fed the lines Claude Code printed in a
+/// recorded turn (tests/fixtures/recordings/cc-bash-allow), its effects
+/// read as the router would apply them.
+#[cfg(test)]
+mod driver_tests {
+    use super::*;
+    use crate::config::{FileConfig, SeatConfig};
+
+    const CHILD: ChildId = 7;
+
+    fn seats(transport: &str) -> Seats {
+        let seat = SeatConfig {
+            harness: "agent".into(),
+            command: "agent".into(),
+            transport: transport.into(),
+            provider: "p".into(),
+            family: "local".into(),
+            ..SeatConfig::default()
+        };
+        Seats::from_config(&FileConfig {
+            seat: vec![seat],
+            ..FileConfig::default()
+        })
+    }
+
+    /// A session started with `prompt` as if its stream-json agent ran as
+    /// `CHILD`, and what the start returned.
+    fn started(prompt: &str) -> (Sessions, String, Vec<Effect>) {
+        started_on("stream-json", prompt)
+    }
+
+    fn started_on(transport: &str, prompt: &str) -> (Sessions, String, Vec<Effect>) {
+        let mut ss = Sessions::default();
+        let start = Start {
+            id: "s-test".into(),
+            harness: "agent".into(),
+            cwd: std::env::temp_dir(),
+            name: None,
+            model: None,
+            prompt: Some(prompt.into()),
+            reopen: None,
+            restored: None,
+        };
+        let sandbox = AgentSandbox::Uncontained("a test".into());
+        let (_, prepared) = ss
+            .prepare(&seats(transport), start, &sandbox, None)
+            .expect("the seat is there");
+        let (sid, fx) = ss.started(prepared, CHILD, 4242);
+        (ss, sid, fx)
+    }
+
+    /// The events the effects record, in order, with their data.
+    fn events(fx: &[Effect]) -> Vec<(String, Value)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Record(Op::Event { kind, data, .. }) => {
+                    Some((kind.clone(), serde_json::from_str(data).unwrap()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn kinds(fx: &[Effect]) -> Vec<String> {
+        events(fx).into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// The lines the effects write to the agent, parsed.
+    fn writes(fx: &[Effect]) -> Vec<Value> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Write { child, lines, .. } => {
+                    assert_eq!(*child, CHILD);
+                    Some(lines)
+                }
+                _ => None,
+            })
+            .flatten()
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    fn position(fx: &[Effect], f: impl Fn(&Effect) -> bool) -> usize {
+        fx.iter().position(f).expect("the effect is there")
+    }
+
+    /// The lines Claude Code printed in a recorded turn.
+    fn recording(name: &str) -> Vec<Vec<u8>> {
+        let path = format!(
+            "{}/tests/fixtures/recordings/{name}.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path)
+            .expect("the recording")
+            .lines()
+            .map(|l| l.as_bytes().to_vec())
+            .collect()
+    }
+
+    /// Feeds `lines`: every effect, in order.
+    fn feed(ss: &mut Sessions, sid: &str, lines: &[Vec<u8>]) -> Vec<Effect> {
+        let mut all = Vec::new();
+        for line in lines {
+            let (fx, go_on) = ss.on_line(sid, line, Instant::now(), 0);
+            assert!(go_on, "{}", String::from_utf8_lossy(line));
+            all.extend(fx);
+        }
+        all
+    }
+
+    /// Feeds the recorded turn up to its permission request: the ask.
+    fn until_the_ask(ss: &mut Sessions, sid: &str) -> approvals::Ask {
+        let lines = recording("cc-bash-allow");
+        let fx = feed(ss, sid, &lines[..3]);
+        let mut asks = fx.into_iter().filter_map(|e| match e {
+            Effect::Ask(a) => Some(a),
+            _ => None,
+        });
+        let ask = asks
+            .next()
+            .expect("the permission request goes to the inbox");
+        assert!(asks.next().is_none());
+        ask
+    }
+
+    #[test]
+    fn a_recorded_turn_asks_the_inbox_hears_the_answer_and_ends() {
+        let (mut ss, sid, fx) = started("please RUN_BASH now");
+        assert_eq!(kinds(&fx), ["session.start", "turn.start"]);
+        let w = writes(&fx);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0]["type"], "user");
+        assert_eq!(w[0]["message"]["content"], "please RUN_BASH now");
+        assert!(fx.iter().any(|e| matches!(
+            e,
+            Effect::Arm {
+                timer: Timer::Stall { turn: 1, .. },
+                ..
+            }
+        )));
+        assert_eq!(ss.finish(&sid, true, 0).change, Some(Change::Added));
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Running);
+
+        let ask = until_the_ask(&mut ss, &sid);
+        assert_eq!(ask.id, format!("{sid}-a1"));
+        assert_eq!(ask.session, sid);
+        assert_eq!(ask.request.tool, "Bash");
+        assert_eq!(ask.request.input["command"], "touch mock_created.txt");
+        assert_eq!(ss.get(&sid).unwrap().state(), State::AwaitingApproval);
+        let done = ss.finish(&sid, false, 0);
+        assert_eq!(done.change, Some(Change::Updated));
+        assert!(
+            done.ops
+                .iter()
+                .any(|o| matches!(o, Op::Exec { sql, .. } if *sql == UPSERT_ROW))
+        );
+
+        // The operator allows: the agent is told, in the recorded shape.
+        let fx = ss
+            .answer(
+                &sid,
+                &ask.id,
+                &ask.request.agent_request_key,
+                Decision::Allow,
+            )
+            .unwrap()
+            .expect("the agent is there");
+        let w = writes(&fx);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0]["type"], "control_response");
+        assert_eq!(w[0]["response"]["response"]["behavior"], "allow");
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Running);
+
+        let rest = feed(&mut ss, &sid, &recording("cc-bash-allow")[3..]);
+        assert_eq!(
+            events(&rest),
+            [("turn.end".to_string(), json!({"reason": "completed"}))]
+        );
+        assert!(
+            rest.iter()
+                .any(|e| matches!(e, Effect::Disarm(Timer::Stall { turn: 1, .. })))
+        );
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Idle);
+        assert!(ss.get(&sid).unwrap().can_prompt());
+    }
+
+    #[test]
+    fn an_answer_the_agent_no_longer_waits_for_is_not_delivered() {
+        let (mut ss, sid, _) = started("please RUN_BASH now");
+        let ask = until_the_ask(&mut ss, &sid);
+        let key = ask.request.agent_request_key.clone();
+        assert!(
+            ss.answer(&sid, &ask.id, &key, Decision::Allow)
+                .unwrap()
+                .is_some()
+        );
+        // A second answer to the same request: the core refuses it.
+        assert!(
+            ss.answer(&sid, &ask.id, &key, Decision::Deny { message: None })
+                .is_err()
+        );
+        // No such session: nothing to deliver to.
+        assert!(matches!(
+            ss.answer("s-gone", &ask.id, &key, Decision::Allow),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn a_broken_line_fails_the_turn_withdraws_the_ask_and_stops_the_agent() {
+        let (mut ss, sid, _) = started("please RUN_BASH now");
+        let ask = until_the_ask(&mut ss, &sid);
+        let (fx, go_on) = ss.on_line(&sid, b"{not json", Instant::now(), 0);
+        assert!(!go_on, "no more of its lines are read");
+        assert_eq!(
+            events(&fx),
+            [("turn.end".to_string(), json!({"reason": "failed"}))]
+        );
+        let end = position(
+            &fx,
+            |e| matches!(e, Effect::Record(Op::Event { kind, .. }) if kind == "turn.end"),
+        );
+        let withdraw = position(
+            &fx,
+            |e| matches!(e, Effect::Withdraw { approval_id, delivered: false, .. } if *approval_id == ask.id),
+        );
+        let stop = position(&fx, |e| matches!(e, Effect::Stop { child: CHILD }));
+        assert!(end < withdraw && withdraw < stop, "{fx:?}");
+        assert!(fx.iter().any(|e| matches!(
+            e,
+            Effect::Arm {
+                timer: Timer::Kill { child: CHILD },
+                ..
+            }
+        )));
+        let s = ss.get(&sid).unwrap();
+        assert!(s.stopping_agent() && !s.turn_active && s.open.is_empty());
+        // Stopped already: a full stdin queue adds nothing.
+        assert!(ss.stdin_full(&sid).is_empty());
+        // The kill timer finds the agent still there.
+        assert!(matches!(
+            ss.on_timer(Timer::Kill { child: CHILD }, Instant::now())[..],
+            [Effect::Kill { child: CHILD }]
+        ));
+    }
+
+    #[test]
+    fn an_agent_that_exits_mid_turn_ends_its_session_last() {
+        let (mut ss, sid, _) = started("please RUN_BASH now");
+        let ask = until_the_ask(&mut ss, &sid);
+        let status = ExitStatus {
+            code: Some(1),
+            signal: None,
+        };
+        // Its stdout is still open: the session ends when it closes.
+        let (_, fx) = ss.on_exit(CHILD, status, true, b"").unwrap();
+        assert!(matches!(
+            &fx[..],
+            [Effect::Arm {
+                timer: Timer::ExitGrace { .. },
+                ..
+            }]
+        ));
+        assert_eq!(ss.take_exit_pending(&sid), Some(status));
+        let fx = ss.ended(&sid, status, b"boom");
+        assert!(matches!(fx[0], Effect::Release { child: CHILD }));
+        assert_eq!(kinds(&fx), ["turn.end", "session.end"]);
+        let withdraw = position(
+            &fx,
+            |e| matches!(e, Effect::Withdraw { approval_id, .. } if *approval_id == ask.id),
+        );
+        let end = position(
+            &fx,
+            |e| matches!(e, Effect::Record(Op::Event { kind, .. }) if kind == "session.end"),
+        );
+        assert!(withdraw < end);
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Ended);
+        assert_eq!(ss.owner_of(CHILD), None);
+        // Its kill timer, if one was armed, finds nothing to kill.
+        assert!(
+            ss.on_timer(Timer::Kill { child: CHILD }, Instant::now())
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_quiet_turn_is_checked_again_then_failed_once_it_stalls() {
+        let (mut ss, sid, _) = started("please RUN_BASH now");
+        let stall = Duration::from_secs(limits::AGENT_STALL_DEFAULT_S);
+        let timer = Timer::Stall {
+            sid: sid.clone(),
+            turn: 1,
+        };
+        // Not quiet long enough: armed again for what is left.
+        let fx = ss.on_timer(timer.clone(), Instant::now());
+        assert!(
+            matches!(&fx[..], [Effect::Arm { timer: t, after }] if *t == timer && *after <= stall)
+        );
+        let fx = ss.on_timer(timer.clone(), Instant::now() + stall);
+        assert_eq!(
+            events(&fx),
+            [("turn.end".to_string(), json!({"reason": "failed"}))]
+        );
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Stop { child: CHILD }))
+        );
+        // A timer of an earlier turn changes nothing.
+        let old = Timer::Stall { sid, turn: 0 };
+        assert!(ss.on_timer(old, Instant::now() + stall).is_empty());
+    }
+
+    #[test]
+    fn input_while_a_turn_runs_waits_and_a_stop_refuses_held_starts() {
+        let (mut ss, sid, _) = started("please RUN_BASH now");
+        let (accepted, fx) = ss.input(&sid, "next".into()).unwrap();
+        assert_eq!(
+            accepted,
+            Accepted {
+                queued: true,
+                queue_length: 1
+            }
+        );
+        assert!(writes(&fx).is_empty(), "held until the turn ends");
+        assert_eq!(
+            ss.input(&sid, "  ".into()).unwrap_err().code,
+            Code::InvalidParams
+        );
+        let start = Start {
+            id: "s-held".into(),
+            harness: "agent".into(),
+            cwd: std::env::temp_dir(),
+            name: None,
+            model: None,
+            prompt: None,
+            reopen: None,
+            restored: None,
+        };
+        ss.hold(start, Some(ReplyKey(3)));
+        let fx = ss.stop_all();
+        assert!(matches!(
+            &fx[0],
+            Effect::NotStarted { reply: ReplyKey(3), error } if error.code == Code::ShuttingDown
+        ));
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Stop { child: CHILD }))
+        );
+        // Ends while the daemon stops are not recorded.
+        let status = ExitStatus {
+            code: None,
+            signal: Some(libc::SIGTERM),
+        };
+        let fx = ss.ended(&sid, status, b"");
+        assert!(matches!(&fx[..], [Effect::Release { child: CHILD }]));
+    }
+
+    /// An ACP recording's lines: what the agent wrote (`A->C`) and what
+    /// the client wrote (`C->A`), in order.
+    fn acp_recording(name: &str) -> Vec<(bool, Vec<u8>)> {
+        let path = format!(
+            "{}/tests/fixtures/recordings/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path)
+            .expect("the recording")
+            .lines()
+            .filter_map(|l| {
+                let (dir, json) = l.split_once("] ")?.1.split_once(' ')?;
+                let from_agent = match dir {
+                    "A->C" => true,
+                    "C->A" => false,
+                    _ => return None,
+                };
+                Some((from_agent, json.as_bytes().to_vec()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_recorded_acp_turn_is_set_up_asks_with_options_and_ends() {
+        let (mut ss, sid, fx) = started_on("acp", "hello");
+        assert_eq!(writes(&fx)[0]["method"], "initialize");
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Starting);
+        let rec = acp_recording("acp-zed-example-allow.log");
+        let from_agent: Vec<Vec<u8>> = rec
+            .iter()
+            .filter(|(a, _)| *a)
+            .map(|(_, l)| l.clone())
+            .collect();
+        let mut before = Vec::new();
+        let mut fed = 0;
+        let ask = loop {
+            let fx = feed(&mut ss, &sid, &from_agent[fed..fed + 1]);
+            fed += 1;
+            let ask = fx.iter().find_map(|e| match e {
+                Effect::Ask(a) => Some(a.clone()),
+                _ => None,
+            });
+            before.extend(fx);
+            if let Some(a) = ask {
+                break a;
+            }
+        };
+        assert_eq!(kinds(&before), ["turn.start"]);
+        let s = ss.get(&sid).unwrap();
+        assert_eq!(s.agent_session_id.as_deref(), Some("dz7a6gndsb"));
+        assert_eq!(s.state(), State::AwaitingApproval);
+        assert!(!ask.request.options.is_empty());
+        assert_eq!(ask.request.title, "Modifying critical configuration file");
+
+        let fx = ss
+            .answer(
+                &sid,
+                &ask.id,
+                &ask.request.agent_request_key,
+                Decision::Allow,
+            )
+            .unwrap()
+            .expect("the agent is there");
+        // What the recorded client answered.
+        let recorded = rec
+            .iter()
+            .filter(|(a, _)| !*a)
+            .map(|(_, l)| serde_json::from_slice::<Value>(l).unwrap())
+            .find(|v| v.get("result").is_some_and(|r| r.get("outcome").is_some()))
+            .expect("the recorded answer");
+        assert_eq!(writes(&fx), [recorded]);
+
+        let rest = feed(&mut ss, &sid, &from_agent[fed..]);
+        assert_eq!(
+            events(&rest),
+            [("turn.end".to_string(), json!({"reason": "completed"}))]
+        );
+        assert_eq!(ss.get(&sid).unwrap().state(), State::Idle);
     }
 }

@@ -5,10 +5,12 @@
 //! (`core::seats::Effect`) and never names this module: the domain does
 //! not depend on the daemon. [`Effect`] is the union the router applies;
 //! each subsystem's type converts into it with one `From` here. It holds
-//! only the kinds some converted subsystem returns today: ledger writes
-//! with a typed acknowledgement key, replies to a `ReplyTo`, timers with a
-//! typed key and child operations join when the subsystem that needs them
-//! is converted.
+//! only the kinds some converted subsystem returns today. The session
+//! driver's effects (`core::sessions::Effect`: records of a round, child
+//! operations, typed timers, an ask for the inbox) are applied within the
+//! round they belong to by router/sessions.rs, which keeps a round's
+//! records in one ledger batch, in order; only what another subsystem
+//! hears of the sessions goes through the union, as a [`DomainEvent`].
 //!
 //! [`Report`] is the other direction: what a worker thread started for a
 //! [`Job`] sends back through the reactor inbox, handed by the router to
@@ -45,6 +47,11 @@ pub enum DomainEvent {
     /// The lanes of the ledger are read (or could not be): once the seats
     /// are known too, the sessions of the last run are reopened.
     LanesRead,
+
+    // Sessions (router/sessions.rs).
+    /// The sessions of the last run are reopened (or could not be read):
+    /// lanes may resume theirs.
+    SessionsRestored,
 }
 
 /// What a worker thread hands back to the reactor for a [`Job`].

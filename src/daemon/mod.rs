@@ -8,7 +8,8 @@
 //! acknowledged, happens only after the commit.
 //!
 //! A subsystem converted to the shape of DESIGN.md ("How subsystems
-//! talk"; the seat registry so far) changes only through its own methods
+//! talk"; the seats, the sessions and the approvals inbox so far) changes
+//! only through its own methods
 //! and returns effects ([`effects`]); [`router`] applies them and delivers
 //! its domain events, in order and without re-entrancy, and is where one
 //! subsystem's change reaches another.
@@ -232,7 +233,7 @@ impl Daemon {
         let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
             crate::plugins::host::isolation_known(d, &probe);
             crate::lanes::controller::isolation_known(d, &probe);
-            crate::core::sessions::isolation_known(d, &probe);
+            router::sessions::isolation_known(d, &probe);
         });
         if let Err(e) = probed {
             crate::error!(
@@ -241,7 +242,7 @@ impl Daemon {
             let none: crate::isolation::Probe = Err("the probe could not run".into());
             crate::plugins::host::isolation_known(&mut d, &none);
             crate::lanes::controller::isolation_known(&mut d, &none);
-            crate::core::sessions::isolation_known(&mut d, &none);
+            router::sessions::isolation_known(&mut d, &none);
         }
         router::seats(&mut d, crate::core::seats::Seats::probe);
         d.read_lanes_at_start();
@@ -418,7 +419,7 @@ impl Daemon {
             // Also with nothing read: a drained stdin queue matters to it.
             Some(Owner::Plugin(_)) => crate::plugins::host::on_output(self, id, out),
             Some(Owner::Session(_)) if !out.is_empty() => {
-                crate::core::sessions::on_output(self, id, out)
+                router::sessions::on_output(self, id, out)
             }
             _ => {}
         }
@@ -428,7 +429,7 @@ impl Daemon {
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
             Some(Owner::Plugin(_)) => crate::plugins::host::on_exit(self, id, status),
-            Some(Owner::Session(_)) => crate::core::sessions::on_exit(self, id, status),
+            Some(Owner::Session(_)) => router::sessions::on_exit(self, id, status),
             None => {}
         }
     }
@@ -493,7 +494,7 @@ impl Daemon {
         // Agents are asked to exit, and their exits are not recorded as
         // session ends, so that resumable sessions are reopened at the
         // next start.
-        crate::core::sessions::stop_all(self);
+        router::sessions::stop_all(self);
         for s in SURFACES {
             (s.stop)(self);
         }
@@ -605,7 +606,7 @@ impl Daemon {
         self.dirty.remove(&t);
     }
 
-    /// A round of session `sid` was committed (`core::sessions::finish`):
+    /// A round of session `sid` was committed (`router::sessions`):
     /// each surface hears it, those of [`SURFACES`] first, then the
     /// socket's watchers.
     pub fn session_committed(

@@ -5,7 +5,7 @@
 //! |----------------------------------------|--------|----------|-----------------------------|
 //! | /approvals                             | GET    | token*   | inbox list, pending first   |
 //! | /approvals/{approval_id}               | GET    | token*   | inbox get, else the ledger  |
-//! | /approvals/{approval_id}/answer        | POST   | operator | `approvals::answer`, surface "http" |
+//! | /approvals/{approval_id}/answer        | POST   | operator | `router::sessions::answer`, surface "http" |
 //! | /seats                                 | GET    | token    | the seat registry           |
 //! | /plugins                               | GET    | token    | plugin.list                 |
 //! | /plugins/{plugin_id}                   | GET    | token    | plugin.get                  |
@@ -32,9 +32,9 @@ use serde_json::{Map, Value, json};
 
 use super::problem::{Code, Problem};
 use super::{Answer, Ctx, Reply};
-use crate::core::approvals;
+use crate::core::approvals::{self, Settle};
 use crate::core::inbox::{Answerer, Verdict};
-use crate::daemon::{ReplyTo, Req};
+use crate::daemon::{ReplyTo, Req, router};
 use crate::errors::RpcError;
 use crate::procs::CallerClass;
 
@@ -170,22 +170,20 @@ pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
         .first()
         .map_or(0, |h| h.pid);
     let v = ctx.reactor(move |d, answer: Answer<Result<Value, Problem>>| {
-        approvals::answer(
-            d,
-            &id,
+        let settle = Settle {
+            id,
             verdict,
-            Answerer::Operator { pid },
-            "http",
-            body.reason,
-            body.digest.as_deref(),
-            false,
-            move |_d, r| {
-                answer.send(
-                    r.map(|i| crate::socket::views::approval(&i))
-                        .map_err(|e| Problem::from_rpc(&e)),
-                );
-            },
-        );
+            by: Answerer::Operator { pid },
+            surface: "http",
+            reason: body.reason,
+            withdraw: false,
+        };
+        router::sessions::answer(d, settle, body.digest.as_deref(), move |_d, r| {
+            answer.send(
+                r.map(|i| crate::socket::views::approval(&i))
+                    .map_err(|e| Problem::from_rpc(&e)),
+            );
+        });
     })??;
     Ok(Reply::json(200, v))
 }

@@ -24,7 +24,7 @@
 //! rejection, `queue_full` included, before its 4xx), then waits in the
 //! session's queue here. The HTTP layer hands the agent one input at a
 //! time, when the session has no turn running, through
-//! `core::sessions::input`; the next `turn.start` of the session is that
+//! `router::sessions::input`; the next `turn.start` of the session is that
 //! input's turn (delivery `committed`, turn `running`), and its `turn.end`
 //! gives the outcome. So every turn holds exactly one input, and a cancel
 //! never answers `shared_running`. Prompts sent through the daemon socket
@@ -1160,7 +1160,7 @@ fn create(
         model: body.model,
         name: body.name,
     };
-    core_sessions::spawn(d, sp, move |d, r| {
+    crate::daemon::router::sessions::spawn(d, sp, move |d, r| {
         let (session, status, problem) = match &r {
             Ok(s) => (Some(s.session_id.clone()), 201u16, None),
             Err(e) => {
@@ -1647,7 +1647,7 @@ fn end_session(d: &mut Daemon, raw: &str, sid: &str) -> Result<Value, Problem> {
             format!("no live session {raw}; an ended session keeps its record"),
         ));
     }
-    let k = core_sessions::kill(d, sid).map_err(|e| Problem::from_rpc(&e))?;
+    let k = crate::daemon::router::sessions::kill(d, sid).map_err(|e| Problem::from_rpc(&e))?;
     let ended = k == core_sessions::Killed::AlreadyEnded;
     Ok(json!({"id": sid, "state": if ended { "ended" } else { "stopping" }}))
 }
@@ -1900,7 +1900,8 @@ pub fn cancel_input(ctx: &mut Ctx) -> Result<Reply, Problem> {
                     publish_input(d, &id);
                 }
                 "interrupt_requested" => {
-                    core_sessions::interrupt(d, &sid).map_err(|e| Problem::from_rpc(&e))?;
+                    crate::daemon::router::sessions::interrupt(d, &sid)
+                        .map_err(|e| Problem::from_rpc(&e))?;
                     publish_status(d, &sid);
                 }
                 _ => {}
@@ -1968,7 +1969,7 @@ pub fn post_interrupt(ctx: &mut Ctx) -> Result<Reply, Problem> {
                 publish_input(d, id);
             }
             if hit {
-                core_sessions::interrupt(d, &sid).map_err(|e| Problem::from_rpc(&e))?;
+                crate::daemon::router::sessions::interrupt(d, &sid).map_err(|e| Problem::from_rpc(&e))?;
                 publish_status(d, &sid);
             }
             Ok(json!({"run_id": body.run_id, "state": if hit { "requested" } else { "already_ended" }, "cancelled_input_ids": cancelled, "warnings": []}))
@@ -2066,7 +2067,7 @@ pub fn deliver(d: &mut Daemon, sid: &str) {
         })
         .unwrap_or_default();
     q.handed = Some(id.clone());
-    if let Err(e) = core_sessions::input(d, sid, text) {
+    if let Err(e) = crate::daemon::router::sessions::input(d, sid, text) {
         crate::warn!(
             "session {sid}: input {id} could not be handed to the agent: {}",
             e.message
@@ -2173,7 +2174,7 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
     }
 }
 
-/// A round of a session was committed (`core::sessions::finish`): its
+/// A round of a session was committed (`router::sessions`): its
 /// transcript entries, status and activity go out, and the next input is
 /// handed over when the session is free.
 pub fn on_committed(d: &mut Daemon, sid: &str, delta: Option<&Delta>) {

@@ -630,7 +630,7 @@ fn remove_checkout(d: &mut Daemon, repo: Option<PathBuf>, co: PathBuf) {
 /// How the daemon's git runs now (`git` module comment): in the agents'
 /// kind of namespace while agents are contained, else on the host.
 pub fn daemon_git(d: &Daemon) -> git::Git {
-    match crate::core::sessions::sandbox(d) {
+    match d.core.sessions.sandbox(d.cfg.agents.isolation()) {
         crate::isolation::AgentSandbox::Namespace(bwrap) => git::Git::contained(
             bwrap,
             crate::isolation::hidden_for(d),
@@ -725,8 +725,8 @@ fn resume(d: &mut Daemon, id: &str) {
             let text = "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.";
             let prompt = format!("{text}\n\nThe task:\n{}", l.task.task);
             let reopened = l.builder_session.clone().filter(|s| session_alive(d, s));
-            let sent =
-                reopened.is_some_and(|sid| crate::core::sessions::input(d, &sid, prompt).is_ok());
+            let sent = reopened
+                .is_some_and(|sid| crate::daemon::router::sessions::input(d, &sid, prompt).is_ok());
             if sent {
                 if let Some(l) = d.lanes.map.get_mut(id) {
                     l.builder_reopened = None;
@@ -1182,7 +1182,7 @@ fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bo
     // The verifier reads the checkout until its session ends, even past
     // the lane's verdict: the checkout goes back to the pool only then.
     d.lanes.pool.use_start(&cwd);
-    crate::core::sessions::spawn(d, params, move |d, r| match r {
+    crate::daemon::router::sessions::spawn(d, params, move |d, r| match r {
         Ok(Spawned { session_id: sid }) => {
             if session_alive(d, &sid) {
                 d.lanes.checkout_sessions.insert(sid.clone(), cwd);
@@ -1226,7 +1226,7 @@ fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
             text.clone()
         };
         let record = json!({"id": check_id, "lane": id, "text": text});
-        if crate::core::sessions::input(d, &sid, text).is_ok() {
+        if crate::daemon::router::sessions::input(d, &sid, text).is_ok() {
             if let Some(l) = d.lanes.map.get_mut(id) {
                 l.builder_reopened = None;
             }
@@ -1305,7 +1305,7 @@ fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Va
         name: Some(l.task.name.clone()),
     };
     let lid = id.to_string();
-    crate::core::sessions::spawn(d, params, move |d, r| match r {
+    crate::daemon::router::sessions::spawn(d, params, move |d, r| match r {
         Ok(Spawned { session_id: sid }) => {
             d.lanes
                 .by_session
@@ -1356,7 +1356,7 @@ fn archive(d: &mut Daemon, id: &str) {
     for s in &sessions {
         d.lanes.by_session.remove(s);
         if session_alive(d, s) {
-            let _ = crate::core::sessions::kill(d, s);
+            let _ = crate::daemon::router::sessions::kill(d, s);
         }
     }
     release_checkout(d, id);
@@ -1396,7 +1396,7 @@ fn request_merge_approval(d: &mut Daemon, id: &str, commit: &str) {
         commit: commit.to_string(),
     };
     persist(d, id, Vec::new());
-    if let Err(e) = crate::core::approvals::add_lane_merge(d, &approval, merge) {
+    if let Err(e) = crate::daemon::router::sessions::add_lane_merge(d, &approval, merge) {
         crate::warn!(
             "lane {id}: its merge could not enter the inbox ({e:?}); it waits for lanes.merge"
         );
@@ -1491,7 +1491,7 @@ pub fn on_events(d: &mut Daemon, events: &[Appended]) {
                 let sid = ev.stream.clone();
                 d.lanes.by_session.remove(&sid);
                 if session_alive(d, &sid) {
-                    let _ = crate::core::sessions::kill(d, &sid);
+                    let _ = crate::daemon::router::sessions::kill(d, &sid);
                 }
                 // The failed seat is skipped: its family stays allowed.
                 if let Some(l) = d.lanes.map.get_mut(&lid) {
@@ -1558,7 +1558,7 @@ fn finish_verifier(d: &mut Daemon, sid: &str) {
         }
     }
     if session_alive(d, sid) {
-        let _ = crate::core::sessions::kill(d, sid);
+        let _ = crate::daemon::router::sessions::kill(d, sid);
     }
 }
 
@@ -1944,7 +1944,7 @@ fn create(
     };
     let max_rounds = d.cfg.lanes.max_rounds;
     let approval = d.cfg.lanes.require_merge_approval;
-    crate::core::sessions::spawn(d, params, move |d, r| {
+    crate::daemon::router::sessions::spawn(d, params, move |d, r| {
         let sid = match r {
             Ok(Spawned { session_id }) => session_id,
             Err(e) => {

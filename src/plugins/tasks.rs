@@ -60,9 +60,7 @@ use std::time::Duration;
 use super::calls::{self, TaskCancelled, TaskRequest};
 use super::host;
 use super::wire::{self, EventKind, HostError, HostErrorKind, PendingState};
-use crate::core::approvals;
 use crate::core::inbox::{Answerer, PluginTask, Verdict};
-use crate::core::sessions::Effects;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ids::hex;
@@ -328,7 +326,8 @@ pub fn create(d: &mut Daemon, plugin: &str, run_no: u64, wid: &str, request: Tas
             summary,
             digest: r.digest.clone(),
         };
-        if let Err(e) = approvals::add_plugin_task(d, &request_id, task, now) {
+        if let Err(e) = crate::daemon::router::sessions::add_plugin_task(d, &request_id, task, now)
+        {
             crate::error!(
                 "plugin {owner}: task request {request_id} could not enter the inbox: {e:?}"
             );
@@ -365,7 +364,7 @@ fn summary(plugin_name: &str, t: &TaskRequest) -> String {
     cut
 }
 
-/// The inbox's answer to a pending request (`core::approvals::deliver`):
+/// The inbox's answer to a pending request (the router's `settle`):
 /// the timer's is `approval-expired`, an operator's deny `approval-denied`,
 /// an allow goes to [`resolve`]. True when the plugin's call still waited
 /// for it.
@@ -657,8 +656,8 @@ fn settle(
 /// Withdraws the inbox item of a request nobody waits for any more; its
 /// ledger row goes into the request's own batch.
 fn withdraw(d: &mut Daemon, request_id: &str, why: &str, surface: &'static str) -> Vec<Op> {
-    let mut fx = Effects::default();
-    approvals::close(
+    let mut ops = Vec::new();
+    crate::daemon::router::sessions::close(
         d,
         request_id,
         Verdict::Cancel,
@@ -666,9 +665,9 @@ fn withdraw(d: &mut Daemon, request_id: &str, why: &str, surface: &'static str) 
         surface,
         false,
         None,
-        &mut fx,
+        &mut ops,
     );
-    fx.ops
+    ops
 }
 
 /// tasks.cancel (API 1.1).

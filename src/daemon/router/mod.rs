@@ -17,11 +17,25 @@
 //! router runs the job and delivers the events. The sessions of the last
 //! run are reopened once both the lanes are read and the seat list is
 //! known (a detected seat is known only once the worker has looked at
-//! PATH), whichever comes last; lanes resume at the end of each probe.
-//! Sessions, approvals, lanes and plugins still take the daemon and are
-//! called from here as they are.
+//! PATH), whichever comes last; lanes resume at the end of each probe and
+//! once the reopened sessions are in place. The sessions and the approvals
+//! inbox are converted too: their routes are in [`sessions`]. Lanes and
+//! plugins still take the daemon and are called from here as they are.
+//!
+//! Where answers go: `ReplyTo` stays in the daemon, beside the surfaces it
+//! names (a socket connection, an HTTP handler's channel, later a relay
+//! channel). The domain never sees it: a request that a subsystem answers
+//! later (a spawn, which waits for the isolation probe and its commit)
+//! carries an opaque `core::ReplyKey` that the router hands in with the
+//! request and maps back to the waiting caller, a surface or another
+//! subsystem; an answer a subsystem gives at once is its method's return
+//! value, and one given after a commit is the router's to send when the
+//! commit comes back. Lanes and plugins take the same `core::ReplyKey`
+//! for their own requests.
 
 use std::collections::VecDeque;
+
+pub mod sessions;
 
 use super::Daemon;
 use super::effects::{DomainEvent, Effect, Job, Report};
@@ -37,6 +51,7 @@ pub struct Router {
     lanes_read: bool,
     seats_known: bool,
     restored: bool,
+    sessions: sessions::Routes,
 }
 
 impl Router {
@@ -136,6 +151,8 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
         }
         // Lanes resume once the seats they need are known.
         DomainEvent::SeatsProbed => crate::lanes::controller::seats_probed(d),
+        // Lanes resume their sessions once those are in place.
+        DomainEvent::SessionsRestored => crate::lanes::controller::sessions_restored(d),
     }
 }
 
@@ -144,7 +161,7 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
 /// once those sessions are in place.
 fn restore_sessions(d: &mut Daemon) {
     let not_needed = crate::lanes::controller::sessions_not_needed(d);
-    crate::core::sessions::restore(d, not_needed, crate::lanes::controller::sessions_restored);
+    sessions::restore(d, not_needed);
 }
 
 #[cfg(test)]

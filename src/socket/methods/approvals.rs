@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Handled, params, require_operator};
-use crate::core::approvals;
+use crate::core::approvals::{self, Settle};
 use crate::core::inbox::{Answerer, Verdict};
-use crate::daemon::{Daemon, Req};
+use crate::daemon::{Daemon, Req, router};
 use crate::errors::{Code, RpcError};
 use crate::socket::views;
 
@@ -152,16 +152,16 @@ fn approvals_answer(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
         ));
     }
     let req = req.clone();
-    approvals::answer(
-        d,
-        &request_id,
+    let answer = Settle {
+        id: request_id,
         verdict,
-        Answerer::Operator { pid },
-        "socket",
+        by: Answerer::Operator { pid },
+        surface: "socket",
         reason,
-        digest.as_deref(),
-        false,
-        move |d, r| d.answer(req, r.map(|i| views::approval(&i))),
-    );
+        withdraw: false,
+    };
+    router::sessions::answer(d, answer, digest.as_deref(), move |d, r| {
+        d.answer(req, r.map(|i| views::approval(&i)))
+    });
     Ok(None)
 }

@@ -175,7 +175,7 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         "stopping": d.is_stopping(),
         // Where the HTTP API listens (the port chosen for `--http IP:0`).
         "http": d.http.as_ref().map(|h| json!({"address": h.addr.to_string()})),
-        "agent_isolation": crate::core::sessions::sandbox(d).to_json(),
+        "agent_isolation": d.core.sessions.sandbox(d.cfg.agents.isolation()).to_json(),
     });
     if let Some(reason) = &d.ledger.corrupt {
         info["ledger"]["reason"] = json!(reason.0);

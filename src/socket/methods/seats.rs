@@ -34,7 +34,7 @@ fn seats_list(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     let seats: Vec<Value> = d.core.seats.list.iter().map(views::seat).collect();
     Ok(Some(json!({
         "seats": seats,
-        "agent_isolation": crate::core::sessions::sandbox(d).to_json(),
+        "agent_isolation": d.core.sessions.sandbox(d.cfg.agents.isolation()).to_json(),
     })))
 }
 

@@ -34,7 +34,7 @@ use serde_json::{Map, Value, json};
 
 use super::{params, require_operator};
 use crate::core::{sessions, transcript};
-use crate::daemon::{Daemon, Req};
+use crate::daemon::{Daemon, Req, router};
 use crate::errors::{Code, RpcError};
 use crate::limits;
 
@@ -72,10 +72,11 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.spawn" => sessions_spawn(d, &req, p),
         "sessions.input" => sessions_input(d, &req, p),
         "sessions.interrupt" => with_session(d, &req, p, |d, sid| {
-            sessions::interrupt(d, sid).map(|i| json!({"interrupted": i}))
+            router::sessions::interrupt(d, sid).map(|i| json!({"interrupted": i}))
         }),
         "sessions.kill" => with_session(d, &req, p, |d, sid| {
-            sessions::kill(d, sid).map(|k| json!({"ended": k == sessions::Killed::AlreadyEnded}))
+            router::sessions::kill(d, sid)
+                .map(|k| json!({"ended": k == sessions::Killed::AlreadyEnded}))
         }),
         "session.rename" => session_rename(d, &req, p),
         "sessions.transcriptView" => transcript_view(d, &req, p),
@@ -137,7 +138,7 @@ fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let sp: sessions::SpawnParams = params(p)?;
     require_operator(req)?;
     let req = req.clone();
-    sessions::spawn(d, sp.into(), move |d, r| {
+    router::sessions::spawn(d, sp.into(), move |d, r| {
         let r = r.map(|s| {
             let v = d
                 .core
@@ -169,7 +170,7 @@ fn sessions_input(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         session_id, text, ..
     } = params(p)?;
     require_operator(req)?;
-    sessions::input(d, &session_id, text)
+    router::sessions::input(d, &session_id, text)
         .map(|a| Some(json!({"queued": a.queued, "queue_length": a.queue_length})))
 }
 
@@ -194,32 +195,10 @@ struct RenameParams {
 fn session_rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let RenameParams { session_id, name } = params(p)?;
     require_operator(req)?;
-    let name = sessions::clean_name(&name)?;
-    let s = d
-        .core
-        .sessions
-        .get_mut(&session_id)
-        .ok_or_else(|| sessions::not_found(&session_id))?;
-    s.name = Some(name.clone());
-    let fx = sessions::Effects {
-        changed: true,
-        ..Default::default()
-    };
     let req = req.clone();
-    sessions::finish(
-        d,
-        &session_id,
-        fx,
-        false,
-        Some(Box::new(
-            move |d: &mut Daemon, r: Result<(), crate::ledger::WriteError>| {
-                let out = r
-                    .map(|()| json!({"name": name, "applied": true}))
-                    .map_err(RpcError::from);
-                d.answer(req, out)
-            },
-        )),
-    );
+    router::sessions::rename(d, &session_id, &name, move |d, r| {
+        d.answer(req, r.map(|name| json!({"name": name, "applied": true})))
+    })?;
     Ok(None)
 }
 
