@@ -31,7 +31,6 @@ const SURFACES: &[&str] = &["socket", "http"];
 const DAEMON_ALLOWED: &[&str] = &[
     "src/core/approvals.rs",
     "src/core/sessions.rs",
-    "src/lanes/controller.rs",
     "src/plugins/host.rs",
     "src/plugins/tasks.rs",
 ];

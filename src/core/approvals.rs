@@ -300,7 +300,7 @@ fn deliver(
 ) -> Result<bool, RpcError> {
     match &item.subject {
         Subject::PluginTask(_) => Ok(crate::plugins::tasks::on_answer(d, &item.id, verdict, by)),
-        Subject::LaneMerge(m) => Ok(crate::lanes::controller::on_merge_answer(
+        Subject::LaneMerge(m) => Ok(crate::daemon::router::lanes::merge_answered(
             d, &m.lane, &m.commit, verdict,
         )),
         Subject::Agent(a) => {

@@ -1,9 +1,28 @@
 //! The lane controller: carries out what the stage machine decides, on the
-//! reactor thread (issue 5). It owns every lane's record, hands blocking git
-//! and acceptance work to the `lane-worker` threads, starts builder and
-//! verifier sessions, and learns what agents did from the committed
-//! `turn.end` and `session.end` events of their sessions, exactly as any
-//! other reader of the ledger would.
+//! reactor thread (issue 5). It owns every lane's record, asks the lane
+//! workers for git and acceptance work, asks for builder and verifier
+//! sessions, and learns what agents did from the committed `turn.end` and
+//! `session.end` events of their sessions, exactly as any other reader of
+//! the ledger would.
+//!
+//! Shape (DESIGN.md, "How subsystems talk"; issue 11): [`Lanes`] changes
+//! only through its methods, which take `&mut self` and a read-only
+//! [`Cx`] (the config, the time, the seat registry and a typed view of the
+//! sessions) and return [`Effect`]s: ledger writes with a typed [`Ack`],
+//! [`Job`]s for the lane workers and branch-head reads for the heads
+//! thread (`lanes::work`), a [`Timer`] with a typed key, and what the
+//! lanes ask of other subsystems: a session started ([`SessionStart`],
+//! answered by [`Lanes::spawned`] under its [`Spawn`] key), a prompt
+//! ([`Lanes::prompted`] under its [`Prompted`] key), a kill, a merge
+//! approval in the inbox, and answers to whoever asked through an opaque
+//! [`ReplyKey`] that the router maps. What the lanes hear comes back as
+//! typed calls: worker reports ([`Lanes::on_report`]), commits
+//! ([`Lanes::written`]), turn and session ends ([`Lanes::heard`]), the
+//! merge answer, the seats probed, the sessions restored, the isolation
+//! probe. The router in the daemon (daemon/router/lanes.rs) carries the
+//! effects out; nothing here knows the daemon, the sessions module, the
+//! approvals inbox or a surface, so the controller's glue is tested in
+//! memory below.
 //!
 //! Records: each lane is one row of `lanes` (its whole state as JSON,
 //! written in the same batch as the event that changed it), and its events
@@ -31,13 +50,15 @@
 //! Heads: `lanes[].head` is the commit the lane's branch points at, read
 //! with git on a thread of its own (`lane-heads`), never on the reactor nor
 //! behind the acceptance commands of the lane workers. The daemon socket's
-//! verify.list and lanes.get read the branches before they answer. The
-//! plugin wire's lanes.list is answered at once from what was read last,
-//! which is kept fresh: the branch is set when the daemon commits on it,
-//! read again when a builder's turn or session ends (an agent may commit),
-//! at start, and by any read of the list when the last read is older than
-//! `LANE_HEADS_FRESH_MS` (the plugin host keeps its copy as long). A branch
-//! or repository that is gone reads null, and a verdict then is stale.
+//! verify.list and lanes.get read the branches before they answer
+//! ([`Lanes::fresh_heads`]). The plugin wire's lanes.list is answered at
+//! once from what was read last, which is kept fresh: the branch is set
+//! when the daemon commits on it, read again when a builder's turn or
+//! session ends (an agent may commit), at start, and by the plugin host's
+//! read of the list when the last read is older than `LANE_HEADS_FRESH_MS`
+//! ([`Lanes::keep_heads_fresh`]; the host keeps its copy as long). A
+//! branch or repository that is gone reads null, and a verdict then is
+//! stale.
 //!
 //! Dispatch takes a [`DispatchRequest`], into which the plugin wire's
 //! tasks.create and the socket's task.dispatch turn their params, and
@@ -45,28 +66,27 @@
 //! daemon knows or a worktree of one (a lane's worktree, or any other git
 //! reports as the repository's), and works on the repository. A dispatch
 //! without a name is named after the first line of its task
-//! (`default_name`). Builders and verifiers are started with the typed
-//! `sessions::spawn`, and sessions are read through their typed summary.
+//! (`default_name`). A dispatch refused because the lane workers are busy
+//! or not running answers `unavailable`, as before the lane workers were
+//! asked through effects; one whose worker pool died after it was queued
+//! now answers that refusal too rather than never.
 
-use crossbeam_channel::{Sender, TrySendError, bounded};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::config::Family;
-use crate::core::sessions::{Spawned, State};
-use crate::daemon::Daemon;
+use crate::config::{Family, FileConfig, LanesSection};
+use crate::core::seats::{Seats, Status};
 use crate::errors::{Code, RpcError};
 use crate::isolation::Probe;
-use crate::lanes::check::{self, Isolation, Outcome};
-use crate::lanes::git;
+use crate::lanes::check::{Isolation, Outcome};
 use crate::lanes::machine::{Action, Input, Machine, Stage};
 use crate::lanes::pool::{Pool, Returned};
 use crate::lanes::verdict;
-use crate::ledger::{Appended, Op};
+use crate::lanes::work::{Heads, HeadsJob, Job, RepoListing, Report};
+use crate::ledger::{Op, WriteError};
 use crate::limits;
 use rusqlite::types::Value as Sql;
 
@@ -155,9 +175,237 @@ enum Role {
     Verifier,
 }
 
-type Job = Box<dyn FnOnce() + Send>;
+/// Whoever waits for an answer of the lanes (a socket request, a plugin's
+/// task request), as an opaque key the router hands in and maps back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReplyKey(pub u64);
 
-/// Every lane the daemon knows, and the lane workers.
+/// A session as the lanes see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionView<'a> {
+    /// The agent is gone.
+    pub ended: bool,
+    /// The agent is set up and takes input.
+    pub ready: bool,
+    /// The agent's own session id, once it gave one.
+    pub agent_session_id: Option<&'a str>,
+}
+
+/// The sessions, read-only, as the lanes need them.
+pub trait SessionsView {
+    /// `sid` as it is now; None for a session the daemon does not know.
+    fn session(&self, sid: &str) -> Option<SessionView<'_>>;
+}
+
+/// What a lane method reads besides the lanes: the config, the time, the
+/// seat registry and the sessions.
+pub struct Cx<'a> {
+    pub cfg: &'a FileConfig,
+    /// The daemon's state directory: checkouts go under `lanes/` there.
+    pub state_dir: &'a Path,
+    /// Now, in milliseconds since the epoch (records and events).
+    pub now_ms: i64,
+    /// Now, monotonic (how old the branch heads are).
+    pub now: Instant,
+    pub seats: &'a Seats,
+    pub sessions: &'a dyn SessionsView,
+}
+
+impl Cx<'_> {
+    fn alive(&self, sid: &str) -> bool {
+        self.sessions.session(sid).is_some_and(|s| !s.ended)
+    }
+
+    /// Whether a seat can take work now.
+    fn seat_ready(&self, harness: &str) -> bool {
+        self.seats
+            .get(harness)
+            .is_some_and(|s| s.status == Some(Status::Ready))
+    }
+
+    /// A ready seat of another family than `not` (and than `also`, when
+    /// given), skipping `skip`: failover and second opinions.
+    fn other_ready_seat(&self, skip: Option<&str>, not: &[Family]) -> Option<SeatRef> {
+        self.seats
+            .list
+            .iter()
+            .find(|s| {
+                Some(s.cfg.harness.as_str()) != skip
+                    && s.status == Some(Status::Ready)
+                    && !not.contains(&s.cfg.family())
+                    && s.cfg.family() != Family::Auto
+            })
+            .map(|s| seat_ref(&s.cfg))
+    }
+
+    fn ts(&self) -> String {
+        crate::clock::format_ts(self.now_ms)
+    }
+}
+
+/// What a change of the lanes asks of the rest of the daemon, applied by
+/// the router in the order given.
+#[derive(Debug, PartialEq)]
+pub enum Effect {
+    /// Commit `ops` as one batch; the outcome goes to [`Lanes::written`].
+    Write { ops: Vec<Op>, ack: Ack },
+    /// Run a job on a lane worker; its report goes to [`Lanes::on_report`],
+    /// a refusal (queue full, workers not running) to
+    /// [`Lanes::job_refused`].
+    Job(Job),
+    /// Read branch heads on the heads thread; the report goes to
+    /// [`Lanes::on_report`], a refusal to [`Lanes::heads_refused`].
+    ReadHeads(HeadsJob),
+    /// Read the verifier's last turn from the ledger; the text comes back
+    /// as `Report::Answer`, a busy reader to [`Lanes::answer_unread`].
+    ReadAnswer { lane: String, session: String },
+    /// Call [`Lanes::timer`] with `timer` after `after`.
+    Timer { after: Duration, timer: Timer },
+    /// Start a session; the outcome goes to [`Lanes::spawned`] with `then`.
+    Spawn { start: SessionStart, then: Spawn },
+    /// Send a prompt to a session; whether it took it goes to
+    /// [`Lanes::prompted`] with `then`.
+    Prompt {
+        session: String,
+        text: String,
+        then: Prompted,
+    },
+    /// Stop a session.
+    Kill { session: String },
+    /// Put a lane's merge in the approvals inbox; the answer comes back
+    /// through [`Lanes::merge_answered`].
+    AskMerge(MergeAsk),
+    /// Hand `answer` to whoever waits under `to`.
+    Answer { to: ReplyKey, answer: Answer },
+}
+
+/// What waits for a lane write to commit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ack {
+    /// A lane's row (and its events).
+    Record { lane: String },
+    /// A `check.rework` record.
+    Rework,
+    /// repos.add's row: the repository is known once committed.
+    RepoAdded { repo: PathBuf, to: ReplyKey },
+}
+
+/// A lane's timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Timer {
+    /// Look again whether the lane's verifier seat can take it.
+    TryVerifier { lane: String },
+}
+
+/// A session the lanes ask for: a builder or a verifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionStart {
+    pub harness: String,
+    pub cwd: PathBuf,
+    pub prompt: String,
+    pub name: String,
+}
+
+/// Why a session was asked for, and what to do with it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Spawn {
+    /// The builder of a lane being dispatched: the lane exists once it
+    /// runs.
+    FirstBuilder(Box<Made>),
+    /// A builder taking over a lane (restart, failover), on `seat`,
+    /// recording `rework` on its stream once it exists.
+    Builder {
+        lane: String,
+        seat: SeatRef,
+        rework: Option<Rework>,
+    },
+    /// The lane's verifier, reading `checkout` until its session ends.
+    Verifier { lane: String, checkout: PathBuf },
+}
+
+/// Why a prompt was sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompted {
+    /// A builder reopened after a restart is told to go on.
+    Resume { lane: String },
+    /// Rework for the builder: `rework` is recorded once it is taken,
+    /// `original` goes to a new builder otherwise.
+    Rework {
+        lane: String,
+        session: String,
+        rework: Rework,
+        original: String,
+    },
+}
+
+/// A `check.rework` record: what a lane sent its builder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rework {
+    pub id: String,
+    pub lane: String,
+    pub text: String,
+}
+
+/// A lane's pass waiting for the operator in the approvals inbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeAsk {
+    /// The approval's id: `<lane>-merge-<verdicts>`.
+    pub approval: String,
+    pub lane: String,
+    /// The lane, its task's name, its branch and base.
+    pub summary: String,
+    pub commit: String,
+}
+
+/// The operator's answer to a merge approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeAnswer {
+    Allow,
+    /// Denied, or withdrawn without a yes.
+    Refuse,
+}
+
+/// What the lanes answer whoever waits under a [`ReplyKey`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A dispatch's lane, or its refusal.
+    Dispatched(Result<Dispatched, RpcError>),
+    /// The branch heads asked for are read (or could not be now).
+    HeadsFresh,
+    /// repos.list's repositories.
+    Repos(Result<Vec<RepoListing>, RpcError>),
+    /// repos.add's repository, once the ledger has it.
+    RepoAdded(Result<PathBuf, RpcError>),
+}
+
+/// How a turn ended, as the lanes tell turns apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd {
+    Completed,
+    Failed,
+    UsageLimited,
+    /// Any other reason (cancelled, say).
+    Other,
+}
+
+/// A committed turn or session end the lanes hear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    TurnEnded { session: String, reason: TurnEnd },
+    SessionEnded { session: String },
+}
+
+impl Heard {
+    fn session(&self) -> &str {
+        match self {
+            Heard::TurnEnded { session, .. } | Heard::SessionEnded { session } => session,
+        }
+    }
+}
+
+type Fx = Vec<Effect>;
+
+/// Every lane the daemon knows.
 #[derive(Default)]
 pub struct Lanes {
     pub map: HashMap<String, Lane>,
@@ -170,18 +418,12 @@ pub struct Lanes {
     /// Verifier sessions running in a checkout: the checkout is in use
     /// until the session ends.
     checkout_sessions: HashMap<String, PathBuf>,
-    jobs: Option<Sender<Job>>,
-    /// The thread that reads branch heads (`LANE_HEADS_QUEUE`).
-    heads_jobs: Option<Sender<Job>>,
-    /// Where the heads thread hands the branch heads it read back.
-    inbox: Option<crate::reactor::Inbox>,
-    /// When the branch heads were last read, and whether a read runs;
-    /// cells, so that reading the list can ask for a fresh read.
-    heads_read: Cell<Option<Instant>>,
-    heads_reading: Cell<bool>,
+    /// When the branch heads were last read, and whether a read runs.
+    heads_read: Option<Instant>,
+    heads_reading: bool,
     /// A read was asked for while one ran (a branch may have moved after
     /// that one began): read again once it is in.
-    heads_again: Cell<bool>,
+    heads_again: bool,
     /// Whether acceptance commands can run isolated here; the daemon's
     /// isolation probe answers once after start.
     pub isolation: Option<Probe>,
@@ -197,7 +439,7 @@ pub struct Lanes {
     /// at start (the turns the stop cut off) are the restart's doing, not
     /// an agent's, and `resume` decides. A lane dispatched in this run
     /// meanwhile is not among them: it is neither resumed nor held back.
-    to_resume: std::collections::HashSet<String>,
+    to_resume: HashSet<String>,
     resumed: bool,
 }
 
@@ -205,96 +447,104 @@ fn lane_err(code: Code, msg: impl Into<String>) -> RpcError {
     RpcError::new(code, msg)
 }
 
+pub fn not_found(id: &str) -> RpcError {
+    lane_err(Code::LaneNotFound, format!("no lane {id}"))
+}
+
+/// A lane being dispatched: checked, its id, branch and worktree chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewLane {
+    pub to: ReplyKey,
+    pub id: String,
+    pub dispatch: Dispatch,
+    pub branch: String,
+    pub worktree: PathBuf,
+}
+
+/// A dispatched lane whose worktree is made at `base_commit` of `base`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Made {
+    pub lane: NewLane,
+    pub base: String,
+    pub base_commit: String,
+}
+
 impl Lanes {
-    /// Starts the lane workers; called once at start.
-    pub fn start_workers(&mut self) -> std::io::Result<()> {
-        let (tx, rx) = bounded::<Job>(limits::LANE_JOB_QUEUE);
-        for n in 0..limits::LANE_WORKERS {
-            let rx = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("lane-worker-{n}"))
-                .spawn(move || {
-                    for job in rx {
-                        job();
-                    }
-                })?;
-        }
-        self.jobs = Some(tx);
-        let (tx, rx) = bounded::<Job>(limits::LANE_HEADS_QUEUE);
-        std::thread::Builder::new()
-            .name("lane-heads".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })?;
-        self.heads_jobs = Some(tx);
-        Ok(())
-    }
-
-    /// Whether a job can be queued now. The reactor is the only sender, so a
-    /// queue with room now still has room at the next `job` call.
-    pub fn workers_ready(&self) -> Result<(), RpcError> {
-        match &self.jobs {
-            None => Err(lane_err(
-                Code::Unavailable,
-                "the lane workers are not running",
-            )),
-            Some(tx) if tx.is_full() => Err(lane_err(
-                Code::Unavailable,
-                "the lane workers are busy; try again",
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-
     /// The lane a session builds or verifies.
     pub fn lane_of_session(&self, sid: &str) -> Option<&str> {
         self.by_session.get(sid).map(|(l, _)| l.as_str())
     }
 
     /// The lanes lanes.list and verify.list show: not archived, newest
-    /// first. Heads read longer than `LANE_HEADS_FRESH_MS` ago are read
-    /// again in the background for the next reader.
+    /// first.
     pub fn listed(&self) -> Vec<&Lane> {
-        let fresh = self
-            .heads_read
-            .get()
-            .is_some_and(|t| t.elapsed() < Duration::from_millis(limits::LANE_HEADS_FRESH_MS));
-        if !fresh {
-            self.refresh_heads();
-        }
         let mut v: Vec<&Lane> = self.map.values().filter(|l| !l.archived).collect();
         v.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
         v
     }
 
+    /// The repositories lanes may work on: the config's and those added.
+    pub fn known_repos(&self, cfg: &FileConfig) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = cfg.repo.iter().map(|r| PathBuf::from(&r.path)).collect();
+        v.extend(self.added_repos.iter().cloned());
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Reads the branch heads again in the background when the last read
+    /// is older than `LANE_HEADS_FRESH_MS`, for the next reader of
+    /// [`Lanes::listed`] that answers at once (the plugin wire).
+    pub fn keep_heads_fresh(&mut self, cx: &Cx) -> Vec<Effect> {
+        let fresh = self.heads_read.is_some_and(|t| {
+            cx.now.saturating_duration_since(t) < Duration::from_millis(limits::LANE_HEADS_FRESH_MS)
+        });
+        let mut fx = Vec::new();
+        if !fresh {
+            self.refresh_heads(&mut fx);
+        }
+        fx
+    }
+
     /// Reads the commit the branch of every lane not archived points at,
     /// on the heads thread (one `git for-each-ref` per repository); one
     /// such read at a time (one asked for meanwhile follows it), and none
-    /// when the thread's queue is full (the next reader asks again).
-    pub fn refresh_heads(&self) {
-        if self.heads_reading.get() {
-            self.heads_again.set(true);
+    /// when the thread cannot take it (the next reader asks again).
+    fn refresh_heads(&mut self, fx: &mut Fx) {
+        if self.heads_reading {
+            self.heads_again = true;
             return;
         }
-        let (Some(tx), Some(inbox)) = (&self.heads_jobs, &self.inbox) else {
-            return;
-        };
-        let branches = self.branches(None);
-        let inbox = inbox.clone();
-        let job: Job = Box::new(move || {
-            let heads = read_heads(branches);
-            inbox.run(move |d| {
-                d.lanes.heads_reading.set(false);
-                store_heads(d, heads);
-                if d.lanes.heads_again.replace(false) {
-                    d.lanes.refresh_heads();
-                }
-            });
-        });
-        if tx.try_send(job).is_ok() {
-            self.heads_reading.set(true);
+        self.heads_reading = true;
+        fx.push(Effect::ReadHeads(HeadsJob {
+            branches: self.branches(None),
+            to: None,
+        }));
+    }
+
+    /// Reads the branch head of every lane not archived and of lane `also`
+    /// on the heads thread, then answers [`Answer::HeadsFresh`] to `to`:
+    /// the daemon socket's lane reads answer with the branches as they
+    /// are. When the thread cannot take the read now, the answer comes at
+    /// once, on the heads read last.
+    pub fn fresh_heads(&mut self, also: Option<&str>, to: ReplyKey) -> Vec<Effect> {
+        vec![Effect::ReadHeads(HeadsJob {
+            branches: self.branches(also),
+            to: Some(to),
+        })]
+    }
+
+    /// The heads thread could not take a read.
+    pub fn heads_refused(&mut self, to: Option<ReplyKey>) -> Vec<Effect> {
+        match to {
+            None => {
+                self.heads_reading = false;
+                Vec::new()
+            }
+            Some(to) => vec![Effect::Answer {
+                to,
+                answer: Answer::HeadsFresh,
+            }],
         }
     }
 
@@ -314,221 +564,1544 @@ impl Lanes {
         }
         by_repo
     }
-}
 
-type Heads = Vec<(String, Option<String>)>;
-
-/// What each lane's branch points at now (blocking: the heads thread).
-/// Reading refs runs nothing a repository configures, so this git runs on
-/// the host (hooks off all the same): the heads thread has no daemon to ask
-/// how agents run.
-fn read_heads(by_repo: HashMap<PathBuf, Vec<(String, String)>>) -> Heads {
-    let mut heads = Vec::new();
-    let g = git::Git::host();
-    for (repo, lanes) in by_repo {
-        let branches: Vec<String> = lanes.iter().map(|(_, b)| b.clone()).collect();
-        let found = git::branch_heads(&g, &repo, &branches);
-        heads.extend(
-            lanes
-                .into_iter()
-                .map(|(id, b)| (id, found.get(&b).cloned())),
-        );
-    }
-    heads
-}
-
-fn store_heads(d: &mut Daemon, heads: Heads) {
-    d.lanes.heads_read.set(Some(Instant::now()));
-    for (id, head) in heads {
-        if let Some(l) = d.lanes.map.get_mut(&id) {
-            l.head = Some(head);
+    fn store_heads(&mut self, cx: &Cx, heads: Heads) {
+        self.heads_read = Some(cx.now);
+        for (id, head) in heads {
+            if let Some(l) = self.map.get_mut(&id) {
+                l.head = Some(head);
+            }
         }
     }
-}
 
-/// Reads the branch head of every lane not archived and of lane `also` on
-/// the heads thread, then runs `then` on the reactor: the daemon socket's
-/// lane reads answer with the branches as they are. When the thread cannot
-/// take the read now (its queue is full, or it is not running), `then`
-/// runs at once on the heads read last.
-pub fn fresh_heads(
-    d: &mut Daemon,
-    also: Option<&str>,
-    then: impl FnOnce(&mut Daemon) + Send + 'static,
-) {
-    let (Some(tx), Some(inbox)) = (&d.lanes.heads_jobs, &d.lanes.inbox) else {
-        return then(d);
-    };
-    if tx.is_full() {
-        return then(d);
-    }
-    let branches = d.lanes.branches(also);
-    let inbox = inbox.clone();
-    let job: Job = Box::new(move || {
-        let heads = read_heads(branches);
-        inbox.run(move |d| {
-            store_heads(d, heads);
-            then(d);
-        });
-    });
-    // The reactor is the only sender: a queue with room above still has
-    // room here, so the job (and the answer in it) is not lost.
-    if tx.try_send(job).is_err() {
-        crate::error!("the lanes' branches could not be read: the heads thread stopped");
-    }
-}
-
-/// Runs `work` on a lane worker; its result comes back to `then` on the
-/// reactor. A full queue is reported at once rather than waited on.
-pub fn job<T: Send + 'static>(
-    d: &mut Daemon,
-    work: impl FnOnce() -> T + Send + 'static,
-    then: impl FnOnce(&mut Daemon, T) + Send + 'static,
-) -> Result<(), RpcError> {
-    let Some(tx) = &d.lanes.jobs else {
-        return Err(lane_err(
-            Code::Unavailable,
-            "the lane workers are not running",
-        ));
-    };
-    let inbox = d.inbox.clone();
-    let boxed: Job = Box::new(move || {
-        let out = work();
-        inbox.run(move |d| then(d, out));
-    });
-    match tx.try_send(boxed) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Full(_)) => Err(lane_err(
-            Code::Unavailable,
-            "the lane workers are busy; try again",
-        )),
-        Err(TrySendError::Disconnected(_)) => {
-            Err(lane_err(Code::Unavailable, "the lane workers stopped"))
-        }
-    }
-}
-
-/// Reads the lanes not archived and the added repositories; called once at
-/// start, on the reader thread. Their rows are handed to [`loaded`].
-pub fn read_at_start(conn: &rusqlite::Connection) -> rusqlite::Result<(Vec<String>, Vec<String>)> {
-    let mut stmt = conn.prepare("SELECT record FROM lanes WHERE archived = 0")?;
-    let lanes = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut stmt = conn.prepare("SELECT path FROM repos ORDER BY added_at")?;
-    let repos = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((lanes, repos))
-}
-
-/// The ledger's lanes and repositories are here: start the workers and,
-/// once isolation is known too, resume every lane.
-pub fn loaded(d: &mut Daemon, rows: Vec<String>, repos: Vec<String>) {
-    d.lanes.inbox = Some(d.inbox.clone());
-    if let Err(e) = d.lanes.start_workers() {
-        crate::error!("unable to start the lane workers: {e}; lanes are unavailable");
-        return;
-    }
-    d.lanes.added_repos = repos.into_iter().map(PathBuf::from).collect();
-    for text in rows {
-        match serde_json::from_str::<Lane>(&text) {
-            Ok(mut l) => {
-                // A checkout recorded by a lane past its verdict is no
-                // longer its own: the scan below takes it back.
-                if !l.archived && !holds_checkout(l.machine.stage) {
-                    l.checkout = None;
+    /// The ledger's lanes and repositories are here (the workers run):
+    /// once isolation, the sessions and the seats are known too, every
+    /// lane resumes.
+    pub fn loaded(&mut self, cx: &Cx, rows: Vec<String>, repos: Vec<String>) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.added_repos = repos.into_iter().map(PathBuf::from).collect();
+        for text in rows {
+            match serde_json::from_str::<Lane>(&text) {
+                Ok(mut l) => {
+                    // A checkout recorded by a lane past its verdict is no
+                    // longer its own: the scan below takes it back.
+                    if !l.archived && !holds_checkout(l.machine.stage) {
+                        l.checkout = None;
+                    }
+                    for (s, role) in [
+                        (&l.builder_session, Role::Builder),
+                        (&l.verifier_session, Role::Verifier),
+                    ] {
+                        if let Some(s) = s {
+                            self.by_session.insert(s.clone(), (l.id.clone(), role));
+                        }
+                    }
+                    self.to_resume.insert(l.id.clone());
+                    self.map.insert(l.id.clone(), l);
                 }
-                for (s, role) in [
-                    (&l.builder_session, Role::Builder),
-                    (&l.verifier_session, Role::Verifier),
-                ] {
-                    if let Some(s) = s {
-                        d.lanes.by_session.insert(s.clone(), (l.id.clone(), role));
+                Err(e) => crate::error!(
+                    "a lane record in the ledger cannot be read ({e}); it is left as it is"
+                ),
+            }
+        }
+        self.loaded = true;
+        self.refresh_heads(&mut fx);
+        // Checkouts under state/lanes/ that no live lane holds, left by the
+        // last run, are put back in their repository's pool: see
+        // `reclaimed`.
+        fx.push(Effect::Job(Job::Reclaim {
+            dir: cx.state_dir.join("lanes"),
+        }));
+        self.resume_all(cx, &mut fx);
+        fx
+    }
+
+    /// Checkouts under state/lanes/ that no live lane holds, left by the
+    /// last run (a lane archived as the daemon stopped, a give-back that did
+    /// not happen, a checkout of the per-lane kind older daemons made) are
+    /// put back in their repository's pool rather than removed: a full
+    /// checkout is the very cost the pool saves, and `git::checkout_exactly`
+    /// makes whatever state a stop left there exact before any lane uses
+    /// it. The pool's bound still holds (the rest are removed), and so are
+    /// checkouts of a repository the daemon no longer knows, or that git
+    /// does not recognize.
+    fn reclaimed(&mut self, cx: &Cx, fx: &mut Fx, found: Vec<(PathBuf, Option<PathBuf>)>) {
+        let held: HashSet<PathBuf> = self
+            .map
+            .values()
+            .filter_map(|l| l.checkout.clone())
+            .chain(self.pool.known())
+            .collect();
+        let known: Vec<PathBuf> = self
+            .known_repos(cx.cfg)
+            .into_iter()
+            .map(|r| r.canonicalize().unwrap_or(r))
+            .collect();
+        for (co, repo) in found {
+            if held.contains(&co) {
+                continue;
+            }
+            match repo {
+                Some(repo) if known.contains(&repo) => {
+                    let r = self.pool.give(&repo, &co);
+                    if r == Returned::Pooled {
+                        crate::info!(
+                            "checkout {}: left by the last run, kept for the next lane of {}",
+                            co.display(),
+                            repo.display()
+                        );
+                    }
+                    returned(fx, repo, co, r);
+                }
+                repo => fx.push(remove_checkout(repo, co)),
+            }
+        }
+    }
+
+    /// The lane's checkout: the one it holds, else a spare of its
+    /// repository, else a new path (made by the first `checkout_exactly` on
+    /// it).
+    fn lane_checkout(&mut self, cx: &Cx, id: &str) -> Option<PathBuf> {
+        let l = self.map.get(id)?;
+        if let Some(co) = &l.checkout {
+            return Some(co.clone());
+        }
+        let co = match self.pool.take(&l.repo) {
+            Some(co) => {
+                crate::info!("lane {id}: reuses checkout {}", co.display());
+                co
+            }
+            None => {
+                let co = cx
+                    .state_dir
+                    .join("lanes")
+                    .join(crate::ids::prefixed_id("co-"));
+                crate::info!("lane {id}: new checkout {}", co.display());
+                co
+            }
+        };
+        self.map.get_mut(id)?.checkout = Some(co.clone());
+        Some(co)
+    }
+
+    /// The lane lets its checkout go (its verdict is in, or it left the
+    /// loop).
+    fn release_checkout(&mut self, fx: &mut Fx, id: &str) {
+        let Some(l) = self.map.get_mut(id) else {
+            return;
+        };
+        let Some(co) = l.checkout.take() else { return };
+        let repo = l.repo.clone();
+        crate::info!("lane {id}: gives back checkout {}", co.display());
+        let r = self.pool.give(&repo, &co);
+        returned(fx, repo, co, r);
+    }
+
+    /// A job or session that used `co` is done.
+    fn checkout_used(&mut self, fx: &mut Fx, co: &Path) {
+        if let Some((repo, r)) = self.pool.use_end(co) {
+            returned(fx, repo, co.to_path_buf(), r);
+        }
+    }
+
+    /// The daemon's isolation probe answered.
+    pub fn isolation_known(&mut self, cx: &Cx, probe: &Probe) -> Vec<Effect> {
+        if let Err(why) = probe {
+            crate::warn!("acceptance commands cannot run isolated: {why}");
+        }
+        self.isolation = Some(probe.clone());
+        let mut fx = Vec::new();
+        self.resume_all(cx, &mut fx);
+        fx
+    }
+
+    /// The sessions of the last run that no lane will use again, so that
+    /// the restart does not reopen them: every lane's verifier session,
+    /// since a verification cut off by the stop starts over with a new
+    /// verifier, and one past its verdict was done with. The lanes forget
+    /// them here.
+    pub fn sessions_not_needed(&mut self) -> HashSet<String> {
+        let mut out = HashSet::new();
+        for l in self.map.values_mut() {
+            if let Some(sid) = l.verifier_session.take() {
+                self.by_session.remove(&sid);
+                out.insert(sid);
+            }
+        }
+        out
+    }
+
+    /// The sessions of the last run are reopened: each lane notes the
+    /// agent session its builder's session was reopened with (before the
+    /// agent has said anything), and the lanes resume when the rest is
+    /// known.
+    pub fn sessions_restored(&mut self, cx: &Cx) -> Vec<Effect> {
+        for l in self.map.values_mut() {
+            l.builder_reopened = l
+                .builder_session
+                .as_deref()
+                .and_then(|sid| cx.sessions.session(sid))
+                .filter(|s| !s.ended)
+                .and_then(|s| s.agent_session_id.map(str::to_string));
+        }
+        self.sessions_restored = true;
+        let mut fx = Vec::new();
+        self.resume_all(cx, &mut fx);
+        fx
+    }
+
+    /// The seats' probe answered.
+    pub fn seats_probed(&mut self, cx: &Cx) -> Vec<Effect> {
+        self.seats_probed = true;
+        let mut fx = Vec::new();
+        self.resume_all(cx, &mut fx);
+        fx
+    }
+
+    /// Lanes resume once their records, the isolation probe, the reopened
+    /// sessions and the seats' first probe are all known: a lane resumed
+    /// before the probe would find every seat not ready, wait for its
+    /// verifier or go to the operator for that alone.
+    fn resume_all(&mut self, cx: &Cx, fx: &mut Fx) {
+        let seats_known = self.seats_probed || !cx.seats.probing();
+        if !self.loaded
+            || self.isolation.is_none()
+            || !self.sessions_restored
+            || !seats_known
+            || self.resumed
+        {
+            return;
+        }
+        self.resumed = true;
+        let mut ids: Vec<String> = std::mem::take(&mut self.to_resume)
+            .into_iter()
+            .filter(|id| self.map.get(id).is_some_and(|l| !l.archived))
+            .collect();
+        ids.sort();
+        for id in ids {
+            self.resume(cx, fx, &id);
+        }
+    }
+
+    /// Picks a lane up after a restart; see the module comment.
+    fn resume(&mut self, cx: &Cx, fx: &mut Fx, id: &str) {
+        let Some(l) = self.map.get(id) else { return };
+        let stage = l.machine.stage;
+        crate::info!("lane {id}: resuming at {}", stage.name());
+        match stage {
+            // The turn the stop cut off ended with it: the builder is asked
+            // to go on, in its reopened session when there is one, with the
+            // task (the agent may have come back without its history).
+            Stage::Building | Stage::Rework => {
+                let prompt = format!("{RESUMED}\n\nThe task:\n{}", l.task.task);
+                match l.builder_session.clone().filter(|s| cx.alive(s)) {
+                    Some(session) => fx.push(Effect::Prompt {
+                        session,
+                        text: prompt,
+                        then: Prompted::Resume { lane: id.into() },
+                    }),
+                    None => self.restart_builder(cx, fx, id, RESUMED.into(), None),
+                }
+            }
+            Stage::Idle => self.run_actions(
+                cx,
+                fx,
+                id,
+                vec![Action::Stage(Stage::Idle), Action::CommitWork],
+            ),
+            Stage::Checking => {
+                let commit = l.machine.commit.clone().unwrap_or_default();
+                self.run_actions(
+                    cx,
+                    fx,
+                    id,
+                    vec![Action::Stage(Stage::Checking), Action::RunCheck { commit }],
+                );
+            }
+            // The old verifier session was not reopened
+            // (`sessions_not_needed`): the verification starts over.
+            Stage::WaitingVerifier | Stage::Verifying | Stage::SecondOpinion => {
+                let st = if stage == Stage::SecondOpinion {
+                    Stage::SecondOpinion
+                } else {
+                    Stage::WaitingVerifier
+                };
+                self.run_actions(cx, fx, id, vec![Action::Stage(st)]);
+            }
+            Stage::Merging => {
+                let commit = l.machine.commit.clone().unwrap_or_default();
+                self.run_actions(
+                    cx,
+                    fx,
+                    id,
+                    vec![Action::Stage(Stage::Merging), Action::Merge { commit }],
+                );
+            }
+            // A pending approval does not survive a restart (it resolves
+            // undelivered), so a pass that waited for one asks again.
+            Stage::Pass if l.machine.require_merge_approval => {
+                if let Some(commit) = l.machine.commit.clone() {
+                    self.request_merge_approval(fx, id, &commit);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Feeds one input to a lane's machine and carries out what it says.
+    pub fn step(&mut self, cx: &Cx, id: &str, input: Input) -> Result<Vec<Effect>, RpcError> {
+        let mut fx = Vec::new();
+        self.step_in(cx, &mut fx, id, input)?;
+        Ok(fx)
+    }
+
+    /// lanes.close: the lane is closed, its worktree removed when
+    /// `remove_worktree`; a lane that cannot be closed now keeps its
+    /// earlier choice.
+    pub fn close(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        remove_worktree: bool,
+    ) -> Result<Vec<Effect>, RpcError> {
+        let l = self.map.get_mut(id).ok_or_else(|| not_found(id))?;
+        // The archive step reads the choice, so it is set first and taken
+        // back when the lane cannot be closed now.
+        let before = std::mem::replace(&mut l.remove_worktree, remove_worktree);
+        let r = self.step(cx, id, Input::OperatorClose);
+        if r.is_err() {
+            if let Some(l) = self.map.get_mut(id) {
+                l.remove_worktree = before;
+            }
+        }
+        r
+    }
+
+    fn step_in(&mut self, cx: &Cx, fx: &mut Fx, id: &str, input: Input) -> Result<(), RpcError> {
+        let Some(l) = self.map.get_mut(id) else {
+            return Err(not_found(id));
+        };
+        match l.machine.step(input) {
+            Ok(actions) => {
+                self.run_actions(cx, fx, id, actions);
+                Ok(())
+            }
+            Err(nn) => Err(lane_err(
+                Code::LaneNotWaiting,
+                format!("lane {id} is at {}", nn.stage.name()),
+            )),
+        }
+    }
+
+    fn run_actions(&mut self, cx: &Cx, fx: &mut Fx, id: &str, actions: Vec<Action>) {
+        let mut ops = Vec::new();
+        let mut after: Vec<Action> = Vec::new();
+        for a in actions {
+            match a {
+                Action::Stage(stage) => {
+                    if let Some(l) = self.map.get_mut(id) {
+                        l.machine.stage = stage;
+                        l.stage_since_ms = cx.now_ms;
+                        // A reason says why the lane waits for the operator;
+                        // it is stale once the lane moves on.
+                        if !stage.waits_for_operator() {
+                            l.reason = None;
+                        }
+                        let since = crate::clock::format_ts(l.stage_since_ms);
+                        ops.push(event(
+                            cx,
+                            "lane.stage",
+                            json!({"lane": id, "stage": stage.name(), "since": since}),
+                        ));
+                        crate::info!("lane {id}: {}", stage.name());
                     }
                 }
-                d.lanes.to_resume.insert(l.id.clone());
-                d.lanes.map.insert(l.id.clone(), l);
+                Action::RecordVerdict {
+                    commit,
+                    verdict,
+                    round,
+                    defects,
+                } => {
+                    ops.push(event(cx, "lane.verdict", json!({"lane": id, "commit": commit, "verdict": verdict, "round": round, "defects": defects})));
+                }
+                other => after.push(other),
             }
-            Err(e) => crate::error!(
-                "a lane record in the ledger cannot be read ({e}); it is left as it is"
+        }
+        // The checkout is taken before the record is written, so that the
+        // record names every checkout a lane holds; it is given back once
+        // the lane's verdict is in or it left the loop.
+        if after
+            .iter()
+            .any(|a| matches!(a, Action::RunCheck { .. } | Action::Verify { .. }))
+        {
+            self.lane_checkout(cx, id);
+        } else if self
+            .map
+            .get(id)
+            .is_some_and(|l| l.checkout.is_some() && !holds_checkout(l.machine.stage))
+        {
+            self.release_checkout(fx, id);
+        }
+        self.persist(fx, id, ops);
+        for a in after {
+            self.act(cx, fx, id, a);
+        }
+        self.try_verifier(cx, fx, id);
+    }
+
+    /// A lane waiting for its verifier asks for it when the seat is ready
+    /// and not verifying another lane ("waiting-verifier while the verifier
+    /// seat is busy or not ready", issue 5); otherwise it looks again later.
+    fn try_verifier(&mut self, cx: &Cx, fx: &mut Fx, id: &str) {
+        let Some(l) = self.map.get(id) else { return };
+        if !matches!(
+            l.machine.stage,
+            Stage::WaitingVerifier | Stage::SecondOpinion
+        ) || l.archived
+        {
+            return;
+        }
+        let second = l.machine.stage == Stage::SecondOpinion;
+        let seat = pick_verifier(cx, l, second);
+        let busy = self.map.values().any(|o| {
+            o.id != id
+                && o.machine.stage == Stage::Verifying
+                && o.verifier.harness == seat.harness
+                && o.verifier_session.as_deref().is_some_and(|s| cx.alive(s))
+        });
+        if cx.seat_ready(&seat.harness) && !busy {
+            let _ = self.step_in(cx, fx, id, Input::VerifierReady);
+        } else {
+            if busy {
+                crate::info!(
+                    "lane {id}: its verifier {} is verifying another lane; looking again in {} s",
+                    seat.harness,
+                    limits::LANE_VERIFIER_RETRY_SECS
+                );
+            } else {
+                crate::info!(
+                    "lane {id}: its verifier {} is not ready; looking again in {} s",
+                    seat.harness,
+                    limits::LANE_VERIFIER_RETRY_SECS
+                );
+            }
+            fx.push(Effect::Timer {
+                after: Duration::from_secs(limits::LANE_VERIFIER_RETRY_SECS),
+                timer: Timer::TryVerifier { lane: id.into() },
+            });
+        }
+    }
+
+    /// A lane's timer is due.
+    pub fn timer(&mut self, cx: &Cx, timer: Timer) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match timer {
+            Timer::TryVerifier { lane } => self.try_verifier(cx, &mut fx, &lane),
+        }
+        fx
+    }
+
+    /// Writes the lane's row, with `ops` in the same batch.
+    fn persist(&self, fx: &mut Fx, id: &str, mut ops: Vec<Op>) {
+        let Some(l) = self.map.get(id) else { return };
+        let text = serde_json::to_string(l).unwrap_or_default();
+        ops.push(Op::Exec {
+            sql: "INSERT INTO lanes (id, archived, record) VALUES (?1, ?2, ?3)
+              ON CONFLICT (id) DO UPDATE SET archived = excluded.archived, record = excluded.record",
+            params: vec![Sql::Text(id.into()), Sql::Integer(i64::from(l.archived)), Sql::Text(text)],
+        });
+        fx.push(Effect::Write {
+            ops,
+            ack: Ack::Record { lane: id.into() },
+        });
+    }
+
+    fn broken(&mut self, cx: &Cx, fx: &mut Fx, id: &str, why: String) {
+        crate::warn!("lane {id}: {why}; sent back to the operator");
+        if let Some(l) = self.map.get_mut(id) {
+            l.reason = Some(why);
+        }
+        let _ = self.step_in(cx, fx, id, Input::Broken);
+    }
+
+    fn act(&mut self, cx: &Cx, fx: &mut Fx, id: &str, a: Action) {
+        let Some(l) = self.map.get(id).cloned() else {
+            return;
+        };
+        let lane = id.to_string();
+        let done = match a {
+            Action::CommitWork => {
+                fx.push(Effect::Job(Job::CommitWork {
+                    lane,
+                    worktree: l.worktree,
+                }));
+                Ok(())
+            }
+            Action::RunCheck { commit } => self.run_check(cx, fx, &l, commit),
+            Action::Verify {
+                commit,
+                second_opinion,
+            } => {
+                self.start_verifier(cx, fx, &l, commit, second_opinion);
+                Ok(())
+            }
+            Action::PromptBuilder { text } => {
+                self.prompt_builder(cx, fx, id, text);
+                Ok(())
+            }
+            Action::RequestMergeApproval { commit } => {
+                self.request_merge_approval(fx, id, &commit);
+                Ok(())
+            }
+            Action::Merge { commit } => {
+                let message = format!(
+                    "Merge lane {}: {}\n\nVerified by {} on {commit}.",
+                    l.id, l.task.name, l.verifier.harness
+                );
+                fx.push(Effect::Job(Job::Merge {
+                    lane,
+                    repo: l.repo,
+                    base: l.base,
+                    commit,
+                    mode: cx.cfg.lanes.merge(),
+                    message,
+                }));
+                Ok(())
+            }
+            Action::Archive => {
+                self.archive(cx, fx, id);
+                Ok(())
+            }
+            Action::Stage(_) | Action::RecordVerdict { .. } => Ok(()),
+        };
+        if let Err(e) = done {
+            self.broken(cx, fx, id, e.message);
+        }
+    }
+
+    fn run_check(
+        &mut self,
+        cx: &Cx,
+        fx: &mut Fx,
+        l: &Lane,
+        commit: String,
+    ) -> Result<(), RpcError> {
+        let isolation = match &self.isolation {
+            Some(Ok(bwrap)) => Isolation::Bwrap(bwrap.clone()),
+            _ if !cx.cfg.lanes.require_isolation => Isolation::Unisolated,
+            _ => {
+                return Err(lane_err(
+                    Code::IsolationMissing,
+                    "the acceptance command cannot run isolated here",
+                ));
+            }
+        };
+        let Some(checkout) = self.lane_checkout(cx, &l.id) else {
+            return Ok(());
+        };
+        self.pool.use_start(&checkout);
+        fx.push(Effect::Job(Job::Check {
+            lane: l.id.clone(),
+            repo: l.repo.clone(),
+            checkout,
+            commit,
+            command: l.task.acceptance_command.clone(),
+            timeout: Duration::from_secs(cx.cfg.lanes.check_timeout_secs),
+            isolation,
+        }));
+        Ok(())
+    }
+
+    /// Puts the lane's checkout at the commit to judge and reads the diff;
+    /// the verifier is asked for once both are done (`spawn_verifier`).
+    fn start_verifier(&mut self, cx: &Cx, fx: &mut Fx, l: &Lane, commit: String, second: bool) {
+        let Some(checkout) = self.lane_checkout(cx, &l.id) else {
+            return;
+        };
+        self.pool.use_start(&checkout);
+        fx.push(Effect::Job(Job::Diff {
+            lane: l.id.clone(),
+            repo: l.repo.clone(),
+            checkout,
+            base_commit: l.base_commit.clone(),
+            commit,
+            second,
+        }));
+    }
+
+    fn spawn_verifier(
+        &mut self,
+        cx: &Cx,
+        fx: &mut Fx,
+        id: &str,
+        commit: &str,
+        diff: &str,
+        second: bool,
+    ) {
+        let Some(l) = self.map.get(id) else {
+            return;
+        };
+        // The lane may have left verifying while its checkout was moved
+        // (the operator closed it): then the checkout is no longer its to
+        // show.
+        let Some(cwd) = l
+            .checkout
+            .clone()
+            .filter(|_| l.machine.stage == Stage::Verifying && !l.archived)
+        else {
+            return;
+        };
+        let seat = pick_verifier(cx, l, second);
+        let check = l
+            .last_check
+            .as_ref()
+            .map(|o| format!("{} (it passed).", o.summary()))
+            .unwrap_or_default();
+        let prompt = format!(
+            "You verify another agent's work. Do not change any file.\n\nThe task it was given:\n{}\n\nThe acceptance check `{}` ({}): {}\n\nThe change, as a diff from the base branch {} to commit {}:\n```diff\n{}\n```\n\nJudge whether the change does the task correctly and completely.{}\n\n{}",
+            l.task.task,
+            l.task.acceptance_name,
+            l.task.acceptance_command,
+            check,
+            l.base,
+            commit,
+            diff,
+            if second {
+                " An earlier answer could not be read; follow the format exactly."
+            } else {
+                ""
+            },
+            verdict::instructions()
+        );
+        let start = SessionStart {
+            harness: seat.harness,
+            cwd: cwd.clone(),
+            prompt,
+            name: format!("verify {}", l.task.name),
+        };
+        // The verifier reads the checkout until its session ends, even past
+        // the lane's verdict: the checkout goes back to the pool only then.
+        self.pool.use_start(&cwd);
+        fx.push(Effect::Spawn {
+            start,
+            then: Spawn::Verifier {
+                lane: id.into(),
+                checkout: cwd,
+            },
+        });
+    }
+
+    /// Sends the builder its next turn: into its live session when it has
+    /// one, else into a new session of a ready seat in the same worktree.
+    fn prompt_builder(&mut self, cx: &Cx, fx: &mut Fx, id: &str, text: String) {
+        let Some(l) = self.map.get_mut(id) else {
+            return;
+        };
+        l.checks += 1;
+        let check_id = format!("check-{}", l.checks);
+        let sid = l.builder_session.clone();
+        let reopened = l.builder_reopened.clone();
+        let task = l.task.task.clone();
+        self.persist(fx, id, Vec::new());
+        if let Some(sid) = sid.filter(|s| cx.alive(s)) {
+            // A session the restart reopened without its agent's history
+            // has never seen the task: it gets it as a new builder session
+            // would.
+            let sent = if reopened.is_some_and(|asid| !kept_history(cx, &sid, &asid)) {
+                format!("{text}\n\nThe task:\n{task}")
+            } else {
+                text.clone()
+            };
+            fx.push(Effect::Prompt {
+                session: sid.clone(),
+                text: sent.clone(),
+                then: Prompted::Rework {
+                    lane: id.into(),
+                    session: sid,
+                    rework: Rework {
+                        id: check_id,
+                        lane: id.into(),
+                        text: sent,
+                    },
+                    original: text,
+                },
+            });
+            return;
+        }
+        let rework = Rework {
+            id: check_id,
+            lane: id.into(),
+            text: text.clone(),
+        };
+        self.restart_builder(cx, fx, id, text, Some(rework));
+    }
+
+    /// A session took a prompt of the lanes, or refused it.
+    pub fn prompted(&mut self, cx: &Cx, then: Prompted, taken: bool) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match then {
+            Prompted::Resume { lane } if taken => {
+                if let Some(l) = self.map.get_mut(&lane) {
+                    l.builder_reopened = None;
+                }
+            }
+            Prompted::Resume { lane } => {
+                self.restart_builder(cx, &mut fx, &lane, RESUMED.into(), None)
+            }
+            Prompted::Rework {
+                lane,
+                session,
+                rework,
+                ..
+            } if taken => {
+                if let Some(l) = self.map.get_mut(&lane) {
+                    l.builder_reopened = None;
+                }
+                fx.push(record_check(cx, &session, &rework));
+            }
+            Prompted::Rework {
+                lane,
+                rework,
+                original,
+                ..
+            } => {
+                let rework = Rework {
+                    text: original.clone(),
+                    ..rework
+                };
+                self.restart_builder(cx, &mut fx, &lane, original, Some(rework));
+            }
+        }
+        fx
+    }
+
+    /// Starts a builder session in the lane's worktree: the lane's seat when
+    /// it is ready, otherwise another ready seat of a family other than the
+    /// verifier's (failover). With none, the lane goes to the operator.
+    /// `rework` is recorded on the new session's stream once it exists.
+    fn restart_builder(
+        &mut self,
+        cx: &Cx,
+        fx: &mut Fx,
+        id: &str,
+        text: String,
+        rework: Option<Rework>,
+    ) {
+        let Some(l) = self.map.get(id) else {
+            return;
+        };
+        let seat = if cx.seat_ready(&l.builder.harness) {
+            Some(l.builder.clone())
+        } else {
+            cx.other_ready_seat(None, &[l.verifier.family])
+        };
+        let Some(seat) = seat else {
+            self.broken(cx, fx, id, "no ready seat can continue building".into());
+            return;
+        };
+        let start = SessionStart {
+            harness: seat.harness.clone(),
+            cwd: l.worktree.clone(),
+            prompt: format!("{}\n\nThe task:\n{}", text, l.task.task),
+            name: l.task.name.clone(),
+        };
+        fx.push(Effect::Spawn {
+            start,
+            then: Spawn::Builder {
+                lane: id.into(),
+                seat,
+                rework,
+            },
+        });
+    }
+
+    /// A session the lanes asked for started (its id), or could not.
+    pub fn spawned(&mut self, cx: &Cx, then: Spawn, r: Result<String, RpcError>) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match (then, r) {
+            (Spawn::FirstBuilder(made), r) => self.created(cx, &mut fx, *made, r),
+            (Spawn::Builder { lane, seat, rework }, Ok(sid)) => {
+                self.by_session
+                    .insert(sid.clone(), (lane.clone(), Role::Builder));
+                if let Some(c) = &rework {
+                    fx.push(record_check(cx, &sid, c));
+                }
+                if let Some(l) = self.map.get_mut(&lane) {
+                    l.builder_session = Some(sid);
+                    l.builder = seat;
+                    // A new session is told the task in its first prompt.
+                    l.builder_reopened = None;
+                }
+                self.persist(&mut fx, &lane, Vec::new());
+            }
+            (Spawn::Builder { lane, .. }, Err(e)) => self.broken(
+                cx,
+                &mut fx,
+                &lane,
+                format!("the builder could not start: {}", e.message),
+            ),
+            (Spawn::Verifier { lane, checkout }, Ok(sid)) => {
+                if cx.alive(&sid) {
+                    self.checkout_sessions.insert(sid.clone(), checkout);
+                } else {
+                    self.checkout_used(&mut fx, &checkout);
+                }
+                self.by_session
+                    .insert(sid.clone(), (lane.clone(), Role::Verifier));
+                if let Some(l) = self.map.get_mut(&lane) {
+                    l.verifier_session = Some(sid);
+                }
+                self.persist(&mut fx, &lane, Vec::new());
+            }
+            (Spawn::Verifier { lane, checkout }, Err(e)) => {
+                self.checkout_used(&mut fx, &checkout);
+                crate::warn!("lane {lane}: the verifier could not start: {}", e.message);
+                let _ = self.step_in(cx, &mut fx, &lane, Input::VerifierFailed);
+            }
+        }
+        fx
+    }
+
+    fn archive(&mut self, cx: &Cx, fx: &mut Fx, id: &str) {
+        let Some(l) = self.map.get_mut(id) else {
+            return;
+        };
+        l.archived = true;
+        let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()]
+            .into_iter()
+            .flatten()
+            .collect();
+        let merged = l.machine.stage == Stage::Merged;
+        let (repo, worktree, remove) = (
+            l.repo.clone(),
+            l.worktree.clone(),
+            merged || l.remove_worktree,
+        );
+        for s in sessions {
+            self.by_session.remove(&s);
+            if cx.alive(&s) {
+                fx.push(Effect::Kill { session: s });
+            }
+        }
+        self.release_checkout(fx, id);
+        self.persist(fx, id, Vec::new());
+        if remove {
+            fx.push(Effect::Job(Job::RemoveWorktree {
+                lane: id.into(),
+                repo,
+                worktree,
+            }));
+        }
+    }
+
+    /// Puts the lane's pass in the approvals inbox; the operator's allow
+    /// merges exactly `commit`, a deny (or the timeout's fallback) sends
+    /// the lane back. `lanes.merge` stays the operator's direct way.
+    fn request_merge_approval(&mut self, fx: &mut Fx, id: &str, commit: &str) {
+        let Some(l) = self.map.get_mut(id) else {
+            return;
+        };
+        l.reason = Some(format!(
+            "a pass on {commit} waits for the operator's approval in the inbox"
+        ));
+        let ask = MergeAsk {
+            approval: format!("{id}-merge-{}", l.machine.verdicts),
+            lane: id.to_string(),
+            summary: format!(
+                "merge lane {id} ({}) from {} into {}",
+                l.task.name, l.branch, l.base
+            ),
+            commit: commit.to_string(),
+        };
+        self.persist(fx, id, Vec::new());
+        fx.push(Effect::AskMerge(ask));
+    }
+
+    /// The operator answered a lane's merge approval. Says whether the
+    /// lane took it (it still waits at its pass on that commit).
+    pub fn merge_answered(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        commit: &str,
+        answer: MergeAnswer,
+    ) -> (bool, Vec<Effect>) {
+        let waiting = self.map.get(id).is_some_and(|l| {
+            l.machine.stage == Stage::Pass && l.machine.commit.as_deref() == Some(commit)
+        });
+        if !waiting {
+            return (false, Vec::new());
+        }
+        let mut fx = Vec::new();
+        let taken = match answer {
+            MergeAnswer::Allow => self.step_in(cx, &mut fx, id, Input::OperatorMerge),
+            MergeAnswer::Refuse => {
+                if let Some(l) = self.map.get_mut(id) {
+                    l.reason = Some("the operator did not allow the merge".into());
+                }
+                self.step_in(cx, &mut fx, id, Input::MergeDenied)
+            }
+        };
+        (taken.is_ok(), fx)
+    }
+
+    /// Closes a lane whose plugin is removed with stopTasks; says how many
+    /// of its sessions were still running and are now stopped.
+    pub fn stop_for_removal(&mut self, cx: &Cx, id: &str) -> (usize, Vec<Effect>) {
+        let Some(l) = self.map.get(id) else {
+            return (0, Vec::new());
+        };
+        if l.archived {
+            return (0, Vec::new());
+        }
+        let live = [&l.builder_session, &l.verifier_session]
+            .into_iter()
+            .flatten()
+            .filter(|s| cx.alive(s))
+            .count();
+        crate::info!("lane {id}: closed because the plugin that asked for it is removed");
+        let mut fx = Vec::new();
+        let _ = self.step_in(cx, &mut fx, id, Input::OperatorClose);
+        (live, fx)
+    }
+
+    /// Committed turn and session ends, in commit order: the lane learns of
+    /// its builder's and verifier's turns and exits.
+    pub fn heard(&mut self, cx: &Cx, events: &[Heard]) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        for ev in events {
+            if let Heard::SessionEnded { session } = ev {
+                if let Some(co) = self.checkout_sessions.remove(session) {
+                    self.checkout_used(&mut fx, &co);
+                }
+            }
+        }
+        for ev in events {
+            let sid = ev.session();
+            let Some((lid, role)) = self.by_session.get(sid).cloned() else {
+                continue;
+            };
+            if self.to_resume.contains(&lid) {
+                continue;
+            }
+            // A builder's turn may have committed or moved its branch.
+            if role == Role::Builder {
+                self.refresh_heads(&mut fx);
+            }
+            let at = |s: Stage| self.map.get(&lid).is_some_and(|l| l.machine.stage == s);
+            match (role, ev) {
+                (
+                    Role::Builder,
+                    Heard::TurnEnded {
+                        reason: TurnEnd::Completed,
+                        ..
+                    },
+                ) if at(Stage::Building) => {
+                    let _ = self.step_in(cx, &mut fx, &lid, Input::BuilderIdle);
+                }
+                (
+                    Role::Builder,
+                    Heard::TurnEnded {
+                        reason: TurnEnd::Failed | TurnEnd::UsageLimited,
+                        ..
+                    }
+                    | Heard::SessionEnded { .. },
+                ) if at(Stage::Building) => {
+                    self.by_session.remove(sid);
+                    if cx.alive(sid) {
+                        fx.push(Effect::Kill {
+                            session: sid.into(),
+                        });
+                    }
+                    // The failed seat is skipped: its family stays allowed.
+                    if let Some(l) = self.map.get_mut(&lid) {
+                        l.builder_session = None;
+                    }
+                    crate::warn!("lane {lid}: the builder's session {sid} failed; failing over");
+                    self.failover(cx, &mut fx, &lid);
+                }
+                (
+                    Role::Verifier,
+                    Heard::TurnEnded {
+                        reason: TurnEnd::Completed,
+                        ..
+                    },
+                ) => fx.push(Effect::ReadAnswer {
+                    lane: lid,
+                    session: sid.into(),
+                }),
+                (Role::Verifier, _) if at(Stage::Verifying) => {
+                    self.finish_verifier(cx, &mut fx, sid);
+                    let _ = self.step_in(cx, &mut fx, &lid, Input::VerifierFailed);
+                }
+                _ => {}
+            }
+        }
+        fx
+    }
+
+    fn failover(&mut self, cx: &Cx, fx: &mut Fx, id: &str) {
+        let Some(l) = self.map.get(id) else {
+            return;
+        };
+        let failed = l.builder.harness.clone();
+        match cx.other_ready_seat(Some(&failed), &[l.verifier.family]) {
+            Some(seat) => {
+                if let Some(l) = self.map.get_mut(id) {
+                    l.builder = seat;
+                }
+                self.restart_builder(cx, fx, id, "The agent that worked on this task before you stopped. Continue the task in this worktree; its work so far is here.".into(), None);
+            }
+            None => self.broken(
+                cx,
+                fx,
+                id,
+                format!(
+                    "the builder {failed} failed and no other ready seat of an allowed family can take over"
+                ),
             ),
         }
     }
-    d.lanes.loaded = true;
-    d.lanes.refresh_heads();
-    reclaim(d);
-    resume_all(d);
-}
 
-/// Checkouts under state/lanes/ that no live lane holds, left by the last
-/// run (a lane archived as the daemon stopped, a give-back that did not
-/// happen, a checkout of the per-lane kind older daemons made) are put back
-/// in their repository's pool rather than removed: a full checkout is the
-/// very cost the pool saves, and `git::checkout_exactly` makes whatever
-/// state a stop left there exact before any lane uses it. The pool's bound
-/// still holds (the rest are removed), and so are checkouts of a
-/// repository the daemon no longer knows, or that git does not recognize.
-fn reclaim(d: &mut Daemon) {
-    let dir = d.paths.state_dir.join("lanes");
-    let g = daemon_git(d);
-    let queued = job(
-        d,
-        move || -> Vec<(PathBuf, Option<PathBuf>)> {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                return Vec::new();
-            };
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| {
-                    let co = e.path();
-                    let repo = git::repository_of(&g, &co)
-                        .ok()
-                        .map(|r| r.canonicalize().unwrap_or(r));
-                    (co, repo)
-                })
-                .collect()
-        },
-        |d, found| {
-            let held: std::collections::HashSet<PathBuf> = d
-                .lanes
-                .map
-                .values()
-                .filter_map(|l| l.checkout.clone())
-                .chain(d.lanes.pool.known())
-                .collect();
-            let known: Vec<PathBuf> = known_repos(d)
-                .into_iter()
-                .map(|r| r.canonicalize().unwrap_or(r))
-                .collect();
-            for (co, repo) in found {
-                if held.contains(&co) {
-                    continue;
-                }
-                match repo {
-                    Some(repo) if known.contains(&repo) => {
-                        let r = d.lanes.pool.give(&repo, &co);
-                        if r == Returned::Pooled {
-                            crate::info!(
-                                "checkout {}: left by the last run, kept for the next lane of {}",
-                                co.display(),
-                                repo.display()
-                            );
-                        }
-                        returned(d, repo, co, r);
-                    }
-                    repo => remove_checkout(d, repo, co),
+    fn finish_verifier(&mut self, cx: &Cx, fx: &mut Fx, sid: &str) {
+        if let Some((lid, _)) = self.by_session.remove(sid) {
+            if let Some(l) = self.map.get_mut(&lid) {
+                if l.verifier_session.as_deref() == Some(sid) {
+                    l.verifier_session = None;
                 }
             }
-        },
-    );
-    if let Err(e) = queued {
-        crate::warn!(
-            "the checkouts of the last run are left as they are: {}",
-            e.message
-        );
+        }
+        if cx.alive(sid) {
+            fx.push(Effect::Kill {
+                session: sid.into(),
+            });
+        }
     }
+
+    /// The verifier's last turn, read from the ledger (`last_turn_text`).
+    fn answer_read(&mut self, cx: &Cx, fx: &mut Fx, lane: &str, session: &str, text: String) {
+        self.finish_verifier(cx, fx, session);
+        if self
+            .map
+            .get(lane)
+            .is_some_and(|l| l.machine.stage == Stage::Verifying)
+        {
+            let _ = self.step_in(cx, fx, lane, Input::VerifierAnswered(text));
+        }
+    }
+
+    /// The ledger reader could not take the read of a verifier's answer.
+    pub fn answer_unread(&mut self, cx: &Cx, lane: &str) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.broken(
+            cx,
+            &mut fx,
+            lane,
+            "the ledger reader is busy; the verifier's answer could not be read".into(),
+        );
+        fx
+    }
+
+    /// A lane write committed, or the ledger refused it.
+    pub fn written(&mut self, ack: Ack, r: Result<(), WriteError>) -> Vec<Effect> {
+        match (ack, r) {
+            (Ack::Record { .. } | Ack::Rework, Ok(())) => Vec::new(),
+            (Ack::Record { lane }, Err(e)) => {
+                crate::error!("lane {lane}: the ledger refused its record: {e:?}");
+                Vec::new()
+            }
+            (Ack::Rework, Err(e)) => {
+                crate::error!("a check.rework record was not stored: {e:?}");
+                Vec::new()
+            }
+            (Ack::RepoAdded { repo, to }, r) => {
+                let r = r.map(|()| {
+                    if !self.added_repos.contains(&repo) {
+                        self.added_repos.push(repo.clone());
+                    }
+                    repo
+                });
+                vec![Effect::Answer {
+                    to,
+                    answer: Answer::RepoAdded(r.map_err(RpcError::from)),
+                }]
+            }
+        }
+    }
+
+    /// repos.list: each known repository with its worktrees, listed by a
+    /// lane worker (`git worktree list` blocks).
+    pub fn list_repos(&self, cx: &Cx, to: ReplyKey) -> Vec<Effect> {
+        vec![Effect::Job(Job::ListRepos {
+            repos: self.known_repos(cx.cfg),
+            to,
+        })]
+    }
+
+    /// repos.add: the top folder of the worktree at `path` (read by a lane
+    /// worker) becomes known to dispatch once the ledger has it.
+    pub fn add_repo(&self, path: PathBuf, to: ReplyKey) -> Vec<Effect> {
+        vec![Effect::Job(Job::Toplevel { path, to })]
+    }
+
+    /// A job's report from a lane worker or the heads thread.
+    pub fn on_report(&mut self, cx: &Cx, report: Report) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match report {
+            Report::RepositoryOf {
+                asked,
+                main,
+                req,
+                to,
+            } => match main.map(|m| m.canonicalize().unwrap_or(m)) {
+                Some(main) if main != asked && self.knows(cx, &main) => {
+                    let mut req = *req;
+                    req.repo = main;
+                    self.dispatch_in(cx, &mut fx, req, to);
+                }
+                _ => fx.push(dispatch_answer(to, Err(unknown_repo(&asked)))),
+            },
+            Report::WorktreeMade { lane, made } => match made {
+                Ok((base, base_commit)) => self.create(
+                    &mut fx,
+                    Made {
+                        lane: *lane,
+                        base,
+                        base_commit,
+                    },
+                ),
+                Err(e) => fx.push(dispatch_answer(lane.to, Err(e))),
+            },
+            Report::Found(found) => self.reclaimed(cx, &mut fx, found),
+            Report::CheckoutRemoved { checkout, result } => match result {
+                Ok(()) => crate::info!("checkout {}: removed", checkout.display()),
+                Err(e) => crate::warn!("checkout {}: {e}", checkout.display()),
+            },
+            Report::Committed { lane, result } => match result {
+                Ok(head) => {
+                    // The daemon moved the branch itself: its head is known.
+                    if let Some(l) = self.map.get_mut(&lane) {
+                        l.head = Some(Some(head.clone()));
+                    }
+                    let _ = self.step_in(cx, &mut fx, &lane, Input::Committed { head });
+                }
+                Err(e) => self.broken(cx, &mut fx, &lane, e),
+            },
+            Report::Checked {
+                lane,
+                checkout,
+                result,
+            } => {
+                self.checkout_used(&mut fx, &checkout);
+                match result {
+                    Ok(outcome) => {
+                        if let Some(l) = self.map.get_mut(&lane) {
+                            l.last_check = Some(outcome.clone());
+                        }
+                        let _ = self.step_in(cx, &mut fx, &lane, Input::Checked(outcome));
+                    }
+                    Err(e) => self.broken(cx, &mut fx, &lane, e),
+                }
+            }
+            Report::Diffed {
+                lane,
+                checkout,
+                commit,
+                second,
+                result,
+            } => {
+                self.checkout_used(&mut fx, &checkout);
+                match result {
+                    Ok(diff) => self.spawn_verifier(cx, &mut fx, &lane, &commit, &diff, second),
+                    Err(e) => self.broken(cx, &mut fx, &lane, e),
+                }
+            }
+            Report::Merged { lane, result } => {
+                let input = match result {
+                    Ok(base_head) => Input::Merged { base_head },
+                    Err(e) => {
+                        if let Some(l) = self.map.get_mut(&lane) {
+                            l.reason = Some(e.clone());
+                        }
+                        crate::warn!("lane {lane}: merge failed: {e}");
+                        Input::MergeFailed(e)
+                    }
+                };
+                let _ = self.step_in(cx, &mut fx, &lane, input);
+            }
+            Report::WorktreeRemoved {
+                lane,
+                worktree,
+                result,
+            } => match result {
+                Ok(()) => crate::info!("lane {lane}: worktree {} removed", worktree.display()),
+                Err(e) => crate::warn!("lane {lane}: {e}"),
+            },
+            Report::ReposListed { repos, to } => fx.push(Effect::Answer {
+                to,
+                answer: Answer::Repos(Ok(repos)),
+            }),
+            Report::Toplevel { result, to } => match result {
+                Ok(top) => {
+                    if !self.added_repos.contains(&top)
+                        && self.added_repos.len() >= limits::LANE_MAX_REPOS
+                    {
+                        fx.push(Effect::Answer {
+                            to,
+                            answer: Answer::RepoAdded(Err(lane_err(
+                                Code::Unavailable,
+                                format!(
+                                    "the daemon knows {} repositories already",
+                                    limits::LANE_MAX_REPOS
+                                ),
+                            ))),
+                        });
+                    } else {
+                        let op = Op::Exec {
+                            sql: "INSERT INTO repos (path, added_at) VALUES (?1, ?2) ON CONFLICT (path) DO NOTHING",
+                            params: vec![Sql::Text(top.display().to_string()), Sql::Text(cx.ts())],
+                        };
+                        // Known to dispatch only once the ledger has it.
+                        fx.push(Effect::Write {
+                            ops: vec![op],
+                            ack: Ack::RepoAdded { repo: top, to },
+                        });
+                    }
+                }
+                Err(e) => fx.push(Effect::Answer {
+                    to,
+                    answer: Answer::RepoAdded(Err(lane_err(Code::RepoUnknown, e))),
+                }),
+            },
+            Report::Heads { heads, to: None } => {
+                self.heads_reading = false;
+                self.store_heads(cx, heads);
+                if std::mem::take(&mut self.heads_again) {
+                    self.refresh_heads(&mut fx);
+                }
+            }
+            Report::Answer {
+                lane,
+                session,
+                text,
+            } => self.answer_read(cx, &mut fx, &lane, &session, text),
+            Report::Heads {
+                heads,
+                to: Some(to),
+            } => {
+                self.store_heads(cx, heads);
+                fx.push(Effect::Answer {
+                    to,
+                    answer: Answer::HeadsFresh,
+                });
+            }
+        }
+        fx
+    }
+
+    /// A job could not be queued (`e`: the workers are busy, stopped or
+    /// not running): the lane it was for goes to the operator, a dispatch
+    /// or a repository request is refused with `e`.
+    pub fn job_refused(&mut self, cx: &Cx, job: Job, e: RpcError) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match job {
+            Job::RepositoryOf { to, .. } => fx.push(dispatch_answer(to, Err(e))),
+            Job::MakeWorktree(lane) => {
+                crate::error!(
+                    "task.dispatch could not reach the lane workers: {}",
+                    e.message
+                );
+                fx.push(dispatch_answer(lane.to, Err(e)));
+            }
+            Job::UndoWorktree { worktree, .. } => crate::warn!(
+                "worktree {}: left in place: {}",
+                worktree.display(),
+                e.message
+            ),
+            Job::Reclaim { .. } => crate::warn!(
+                "the checkouts of the last run are left as they are: {}",
+                e.message
+            ),
+            Job::RemoveCheckout { checkout, .. } => crate::warn!(
+                "checkout {}: left in place: {}",
+                checkout.display(),
+                e.message
+            ),
+            Job::CommitWork { lane, .. } | Job::Merge { lane, .. } => {
+                self.broken(cx, &mut fx, &lane, e.message)
+            }
+            Job::Check { lane, checkout, .. } | Job::Diff { lane, checkout, .. } => {
+                self.checkout_used(&mut fx, &checkout);
+                self.broken(cx, &mut fx, &lane, e.message);
+            }
+            Job::RemoveWorktree { lane, worktree, .. } => crate::warn!(
+                "lane {lane}: worktree {} left in place: {}",
+                worktree.display(),
+                e.message
+            ),
+            Job::ListRepos { to, .. } => fx.push(Effect::Answer {
+                to,
+                answer: Answer::Repos(Err(e)),
+            }),
+            Job::Toplevel { to, .. } => fx.push(Effect::Answer {
+                to,
+                answer: Answer::RepoAdded(Err(e)),
+            }),
+        }
+        fx
+    }
+
+    /// Whether `repo` (canonical) is a repository the daemon knows.
+    fn knows(&self, cx: &Cx, repo: &Path) -> bool {
+        self.known_repos(cx.cfg)
+            .iter()
+            .any(|r| r.canonicalize().unwrap_or_else(|_| r.clone()) == repo)
+    }
+
+    /// Checks what can be checked on the reactor (repository known, seats
+    /// ready and of different families, isolation), then has a worker
+    /// create the worktree and asks for the builder. The lane or the
+    /// refusal, whose stable code the plugin host passes on as
+    /// task-refused's reason, is answered to `to`.
+    pub fn dispatch(&mut self, cx: &Cx, req: DispatchRequest, to: ReplyKey) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        self.dispatch_in(cx, &mut fx, req, to);
+        fx
+    }
+
+    fn dispatch_in(&mut self, cx: &Cx, fx: &mut Fx, req: DispatchRequest, to: ReplyKey) {
+        let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
+        if !self.knows(cx, &repo) {
+            // A worktree of a known repository stands for its repository
+            // (seed 000: "a repository or worktree the daemon already
+            // lists"); a lane's own is known here, any other is asked of
+            // git.
+            let of_lane = self
+                .map
+                .values()
+                .find(|l| {
+                    l.worktree
+                        .canonicalize()
+                        .unwrap_or_else(|_| l.worktree.clone())
+                        == repo
+                })
+                .map(|l| l.repo.canonicalize().unwrap_or_else(|_| l.repo.clone()));
+            match of_lane {
+                Some(main) if !self.knows(cx, &main) => {
+                    fx.push(dispatch_answer(to, Err(unknown_repo(&repo))))
+                }
+                Some(main) => {
+                    let mut req = req;
+                    req.repo = main;
+                    self.dispatch_in(cx, fx, req, to);
+                }
+                None => fx.push(Effect::Job(Job::RepositoryOf {
+                    asked: repo,
+                    req: Box::new(req),
+                    to,
+                })),
+            }
+            return;
+        }
+        match self.checked(cx, &req, repo) {
+            Ok(dispatch) => {
+                let id = crate::ids::prefixed_id("t-");
+                let s = slug(&dispatch.task.name);
+                let branch = format!("{}/{s}", cx.cfg.lanes.branch_prefix);
+                let worktree = worktree_path(&cx.cfg.lanes, &dispatch.repo, &s);
+                fx.push(Effect::Job(Job::MakeWorktree(Box::new(NewLane {
+                    to,
+                    id,
+                    dispatch,
+                    branch,
+                    worktree,
+                }))));
+            }
+            Err(e) => fx.push(dispatch_answer(to, Err(e))),
+        }
+    }
+
+    /// The seats, their families, isolation and the name of a dispatch on
+    /// the known repository `repo`.
+    fn checked(&self, cx: &Cx, req: &DispatchRequest, repo: PathBuf) -> Result<Dispatch, RpcError> {
+        let seat = |h: &str| -> Result<SeatRef, RpcError> {
+            match cx.seats.get(h) {
+                None => Err(lane_err(Code::SeatNotFound, format!("no seat {h}"))),
+                Some(s) if s.status != Some(Status::Ready) => Err(lane_err(
+                    Code::SeatNotReady,
+                    format!("seat {h} is not ready"),
+                )),
+                Some(s) => Ok(seat_ref(&s.cfg)),
+            }
+        };
+        let builder = seat(&req.builder)?;
+        let verifier = seat(&req.verifier)?;
+        if builder.family == verifier.family
+            || builder.family == Family::Auto
+            || verifier.family == Family::Auto
+        {
+            return Err(lane_err(
+                Code::SameFamily,
+                format!(
+                    "the verifier must be of another provider family than the builder ({})",
+                    builder.family.name()
+                ),
+            ));
+        }
+        match &self.isolation {
+            Some(Ok(_)) => {}
+            _ if !cx.cfg.lanes.require_isolation => {}
+            Some(Err(why)) => {
+                return Err(lane_err(
+                    Code::IsolationMissing,
+                    format!("the acceptance command cannot run isolated here: {why}"),
+                ));
+            }
+            None => {
+                return Err(lane_err(
+                    Code::IsolationMissing,
+                    "isolation is still being probed; try again",
+                ));
+            }
+        }
+        let name = task_name(req);
+        if slug(&name).is_empty() {
+            return Err(RpcError::invalid_params(
+                "name must hold a letter or a digit",
+            ));
+        }
+        Ok(Dispatch {
+            repo,
+            task: Task {
+                task: req.task.clone(),
+                acceptance_name: req.acceptance_name.clone(),
+                acceptance_command: req.acceptance_command.clone(),
+                name,
+            },
+            builder,
+            verifier,
+            base: req.base.clone(),
+        })
+    }
+
+    /// The worktree of a dispatch is made: its builder is asked for.
+    fn create(&mut self, fx: &mut Fx, made: Made) {
+        let l = &made.lane;
+        let start = SessionStart {
+            harness: l.dispatch.builder.harness.clone(),
+            cwd: l.worktree.clone(),
+            prompt: format!(
+                "{}\n\nWork in this worktree on branch {}. When you are done the daemon runs `{}` and another agent reviews your change.",
+                l.dispatch.task.task, l.branch, l.dispatch.task.acceptance_command
+            ),
+            name: l.dispatch.task.name.clone(),
+        };
+        fx.push(Effect::Spawn {
+            start,
+            then: Spawn::FirstBuilder(Box::new(made)),
+        });
+    }
+
+    /// The builder of a dispatch started: the lane exists (lane.start,
+    /// lane.stage building) and is answered; or it could not, and the
+    /// worktree and branch made for it are removed.
+    fn created(&mut self, cx: &Cx, fx: &mut Fx, made: Made, r: Result<String, RpcError>) {
+        let Made {
+            lane:
+                NewLane {
+                    to,
+                    id,
+                    dispatch: p,
+                    branch,
+                    worktree,
+                },
+            base,
+            base_commit,
+        } = made;
+        let sid = match r {
+            Ok(sid) => sid,
+            Err(e) => {
+                fx.push(Effect::Job(Job::UndoWorktree {
+                    repo: p.repo,
+                    worktree,
+                    branch,
+                }));
+                fx.push(dispatch_answer(to, Err(e)));
+                return;
+            }
+        };
+        let now = cx.now_ms;
+        // The daemon made the branch at the base's commit just now.
+        let head = Some(Some(base_commit.clone()));
+        let lane = Lane {
+            id: id.clone(),
+            repo: p.repo,
+            base,
+            base_commit,
+            branch: branch.clone(),
+            worktree: worktree.clone(),
+            task: p.task,
+            builder: p.builder,
+            builder_session: Some(sid.clone()),
+            verifier: p.verifier,
+            verifier_session: None,
+            machine: Machine::new(cx.cfg.lanes.max_rounds, cx.cfg.lanes.require_merge_approval),
+            created_ms: now,
+            stage_since_ms: now,
+            last_check: None,
+            reason: None,
+            checks: 0,
+            archived: false,
+            remove_worktree: false,
+            checkout: None,
+            builder_reopened: None,
+            head,
+        };
+        let start = event(
+            cx,
+            "lane.start",
+            json!({"lane": id, "session": sid, "builder": lane.builder.to_json(), "verifier": lane.verifier.to_json()}),
+        );
+        let stage = event(
+            cx,
+            "lane.stage",
+            json!({"lane": id, "stage": "building", "since": crate::clock::format_ts(now)}),
+        );
+        self.by_session
+            .insert(sid.clone(), (id.clone(), Role::Builder));
+        self.map.insert(id.clone(), lane);
+        self.persist(fx, &id, vec![start, stage]);
+        crate::info!("lane {id}: dispatched on {branch} with session {sid}");
+        fx.push(dispatch_answer(
+            to,
+            Ok(Dispatched {
+                lane: id,
+                session: sid,
+                branch,
+                worktree,
+            }),
+        ));
+    }
+}
+
+/// What a builder reopened after a restart is told.
+const RESUMED: &str = "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.";
+
+fn dispatch_answer(to: ReplyKey, r: Result<Dispatched, RpcError>) -> Effect {
+    Effect::Answer {
+        to,
+        answer: Answer::Dispatched(r),
+    }
+}
+
+fn unknown_repo(repo: &Path) -> RpcError {
+    lane_err(
+        Code::RepoUnknown,
+        format!(
+            "{} is not a repository the daemon knows, nor a worktree of one; add it with repos.add",
+            repo.display()
+        ),
+    )
 }
 
 /// Stages in which a lane holds its checkout: from its check to its
@@ -544,52 +2117,7 @@ fn holds_checkout(stage: Stage) -> bool {
     )
 }
 
-/// The lane's checkout: the one it holds, else a spare of its repository,
-/// else a new path (made by the first `checkout_exactly` on it).
-fn lane_checkout(d: &mut Daemon, id: &str) -> Option<PathBuf> {
-    let l = d.lanes.map.get(id)?;
-    if let Some(co) = &l.checkout {
-        return Some(co.clone());
-    }
-    let co = match d.lanes.pool.take(&l.repo) {
-        Some(co) => {
-            crate::info!("lane {id}: reuses checkout {}", co.display());
-            co
-        }
-        None => {
-            let co = d
-                .paths
-                .state_dir
-                .join("lanes")
-                .join(crate::ids::prefixed_id("co-"));
-            crate::info!("lane {id}: new checkout {}", co.display());
-            co
-        }
-    };
-    d.lanes.map.get_mut(id)?.checkout = Some(co.clone());
-    Some(co)
-}
-
-/// The lane lets its checkout go (its verdict is in, or it left the loop).
-fn release_checkout(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get_mut(id) else {
-        return;
-    };
-    let Some(co) = l.checkout.take() else { return };
-    let repo = l.repo.clone();
-    crate::info!("lane {id}: gives back checkout {}", co.display());
-    let r = d.lanes.pool.give(&repo, &co);
-    returned(d, repo, co, r);
-}
-
-/// A job or session that used `co` is done.
-fn checkout_used(d: &mut Daemon, co: &Path) {
-    if let Some((repo, r)) = d.lanes.pool.use_end(co) {
-        returned(d, repo, co.to_path_buf(), r);
-    }
-}
-
-fn returned(d: &mut Daemon, repo: PathBuf, co: PathBuf, r: Returned) {
+fn returned(fx: &mut Fx, repo: PathBuf, co: PathBuf, r: Returned) {
     match r {
         Returned::Deferred => {}
         Returned::Pooled => crate::info!(
@@ -597,736 +2125,56 @@ fn returned(d: &mut Daemon, repo: PathBuf, co: PathBuf, r: Returned) {
             co.display(),
             repo.display()
         ),
-        Returned::Remove => remove_checkout(d, Some(repo), co),
+        Returned::Remove => fx.push(remove_checkout(Some(repo), co)),
     }
 }
 
-fn remove_checkout(d: &mut Daemon, repo: Option<PathBuf>, co: PathBuf) {
-    let shown = co.display().to_string();
-    let left = shown.clone();
-    let g = daemon_git(d);
-    let queued = job(
-        d,
-        move || match repo {
-            Some(repo) => git::remove_worktree(&g, &repo, &co),
-            None => std::fs::remove_dir_all(&co).map_err(|e| {
-                git::GitError(format!(
-                    "unable to remove {}: {}",
-                    co.display(),
-                    crate::errors::io_cause(&e)
-                ))
-            }),
-        },
-        move |_, r| match r {
-            Ok(()) => crate::info!("checkout {shown}: removed"),
-            Err(e) => crate::warn!("checkout {shown}: {e}"),
-        },
-    );
-    if let Err(e) = queued {
-        crate::warn!("checkout {left}: left in place: {}", e.message);
-    }
-}
-
-/// How the daemon's git runs now (`git` module comment): in the agents'
-/// kind of namespace while agents are contained, else on the host.
-pub fn daemon_git(d: &Daemon) -> git::Git {
-    match crate::core::sessions::sandbox(d) {
-        crate::isolation::AgentSandbox::Namespace(bwrap) => git::Git::contained(
-            bwrap,
-            crate::isolation::hidden_for(d),
-            &d.paths.state_dir.join("lanes"),
-        ),
-        _ => git::Git::host(),
-    }
-}
-
-/// The daemon's isolation probe answered.
-pub fn isolation_known(d: &mut Daemon, probe: &Probe) {
-    if let Err(why) = probe {
-        crate::warn!("acceptance commands cannot run isolated: {why}");
-    }
-    d.lanes.isolation = Some(probe.clone());
-    resume_all(d);
-}
-
-/// The sessions of the last run that no lane will use again, so that the
-/// restart does not reopen them: every lane's verifier session, since a
-/// verification cut off by the stop starts over with a new verifier, and
-/// one past its verdict was done with. The lanes forget them here.
-pub fn sessions_not_needed(d: &mut Daemon) -> std::collections::HashSet<String> {
-    let mut out = std::collections::HashSet::new();
-    for l in d.lanes.map.values_mut() {
-        if let Some(sid) = l.verifier_session.take() {
-            d.lanes.by_session.remove(&sid);
-            out.insert(sid);
-        }
-    }
-    out
-}
-
-/// The sessions of the last run are reopened: each lane notes the agent
-/// session its builder's session was reopened with (before the agent has
-/// said anything), and the lanes resume when the rest is known.
-pub fn sessions_restored(d: &mut Daemon) {
-    let Daemon { lanes, core, .. } = d;
-    for l in lanes.map.values_mut() {
-        l.builder_reopened = l
-            .builder_session
-            .as_deref()
-            .and_then(|sid| core.sessions.summary(sid))
-            .filter(|s| s.state != State::Ended)
-            .and_then(|s| s.agent_session_id.map(str::to_string));
-    }
-    d.lanes.sessions_restored = true;
-    resume_all(d);
-}
-
-/// The seats' probe answered.
-pub fn seats_probed(d: &mut Daemon) {
-    d.lanes.seats_probed = true;
-    resume_all(d);
-}
-
-/// Lanes resume once their records, the isolation probe, the reopened
-/// sessions and the seats' first probe are all known: a lane resumed
-/// before the probe would find every seat not ready, wait for its verifier
-/// or go to the operator for that alone.
-fn resume_all(d: &mut Daemon) {
-    let seats_known = d.lanes.seats_probed || !d.core.seats.probing();
-    if !d.lanes.loaded
-        || d.lanes.isolation.is_none()
-        || !d.lanes.sessions_restored
-        || !seats_known
-        || d.lanes.resumed
-    {
-        return;
-    }
-    d.lanes.resumed = true;
-    let mut ids: Vec<String> = std::mem::take(&mut d.lanes.to_resume)
-        .into_iter()
-        .filter(|id| d.lanes.map.get(id).is_some_and(|l| !l.archived))
-        .collect();
-    ids.sort();
-    for id in ids {
-        resume(d, &id);
-    }
-}
-
-/// Picks a lane up after a restart; see the module comment.
-fn resume(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get(id) else { return };
-    let stage = l.machine.stage;
-    crate::info!("lane {id}: resuming at {}", stage.name());
-    match stage {
-        // The turn the stop cut off ended with it: the builder is asked to
-        // go on, in its reopened session when there is one, with the task
-        // (the agent may have come back without its history).
-        Stage::Building | Stage::Rework => {
-            let text = "The daemon restarted while you worked on this task. Continue it in this worktree; your earlier work is here.";
-            let prompt = format!("{text}\n\nThe task:\n{}", l.task.task);
-            let reopened = l.builder_session.clone().filter(|s| session_alive(d, s));
-            let sent =
-                reopened.is_some_and(|sid| crate::core::sessions::input(d, &sid, prompt).is_ok());
-            if sent {
-                if let Some(l) = d.lanes.map.get_mut(id) {
-                    l.builder_reopened = None;
-                }
-            } else {
-                restart_builder(d, id, text.into());
-            }
-        }
-        Stage::Idle => run_actions(d, id, vec![Action::Stage(Stage::Idle), Action::CommitWork]),
-        Stage::Checking => {
-            let commit = l.machine.commit.clone().unwrap_or_default();
-            run_actions(
-                d,
-                id,
-                vec![Action::Stage(Stage::Checking), Action::RunCheck { commit }],
-            );
-        }
-        // The old verifier session was not reopened
-        // (`sessions_not_needed`): the verification starts over.
-        Stage::WaitingVerifier | Stage::Verifying | Stage::SecondOpinion => {
-            let st = if stage == Stage::SecondOpinion {
-                Stage::SecondOpinion
-            } else {
-                Stage::WaitingVerifier
-            };
-            run_actions(d, id, vec![Action::Stage(st)]);
-        }
-        Stage::Merging => {
-            let commit = l.machine.commit.clone().unwrap_or_default();
-            run_actions(
-                d,
-                id,
-                vec![Action::Stage(Stage::Merging), Action::Merge { commit }],
-            );
-        }
-        // A pending approval does not survive a restart (it resolves
-        // undelivered), so a pass that waited for one asks again.
-        Stage::Pass if l.machine.require_merge_approval => {
-            if let Some(commit) = l.machine.commit.clone() {
-                request_merge_approval(d, id, &commit);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Feeds one input to a lane's machine and carries out what it says.
-pub fn step(d: &mut Daemon, id: &str, input: Input) -> Result<(), RpcError> {
-    let Some(l) = d.lanes.map.get_mut(id) else {
-        return Err(not_found(id));
-    };
-    match l.machine.step(input) {
-        Ok(actions) => {
-            run_actions(d, id, actions);
-            Ok(())
-        }
-        Err(nn) => Err(lane_err(
-            Code::LaneNotWaiting,
-            format!("lane {id} is at {}", nn.stage.name()),
-        )),
-    }
-}
-
-pub fn not_found(id: &str) -> RpcError {
-    lane_err(Code::LaneNotFound, format!("no lane {id}"))
-}
-
-fn run_actions(d: &mut Daemon, id: &str, actions: Vec<Action>) {
-    let mut ops = Vec::new();
-    let mut after: Vec<Action> = Vec::new();
-    for a in actions {
-        match a {
-            Action::Stage(stage) => {
-                if let Some(l) = d.lanes.map.get_mut(id) {
-                    l.machine.stage = stage;
-                    l.stage_since_ms = crate::clock::now_ms();
-                    // A reason says why the lane waits for the operator; it
-                    // is stale once the lane moves on.
-                    if !stage.waits_for_operator() {
-                        l.reason = None;
-                    }
-                    let since = crate::clock::format_ts(l.stage_since_ms);
-                    ops.push(event(
-                        "lane.stage",
-                        json!({"lane": id, "stage": stage.name(), "since": since}),
-                    ));
-                    crate::info!("lane {id}: {}", stage.name());
-                }
-            }
-            Action::RecordVerdict {
-                commit,
-                verdict,
-                round,
-                defects,
-            } => {
-                ops.push(event("lane.verdict", json!({"lane": id, "commit": commit, "verdict": verdict, "round": round, "defects": defects})));
-            }
-            other => after.push(other),
-        }
-    }
-    // The checkout is taken before the record is written, so that the
-    // record names every checkout a lane holds; it is given back once the
-    // lane's verdict is in or it left the loop.
-    if after
-        .iter()
-        .any(|a| matches!(a, Action::RunCheck { .. } | Action::Verify { .. }))
-    {
-        lane_checkout(d, id);
-    } else if d
-        .lanes
-        .map
-        .get(id)
-        .is_some_and(|l| l.checkout.is_some() && !holds_checkout(l.machine.stage))
-    {
-        release_checkout(d, id);
-    }
-    persist(d, id, ops);
-    for a in after {
-        act(d, id, a);
-    }
-    try_verifier(d, id);
-}
-
-/// A lane waiting for its verifier asks for it when the seat is ready and
-/// not verifying another lane ("waiting-verifier while the verifier seat is
-/// busy or not ready", issue 5); otherwise it looks again later.
-fn try_verifier(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get(id) else { return };
-    if !matches!(
-        l.machine.stage,
-        Stage::WaitingVerifier | Stage::SecondOpinion
-    ) || l.archived
-    {
-        return;
-    }
-    let second = l.machine.stage == Stage::SecondOpinion;
-    let seat = pick_verifier(d, l, second);
-    let busy = d.lanes.map.values().any(|o| {
-        o.id != id
-            && o.machine.stage == Stage::Verifying
-            && o.verifier.harness == seat.harness
-            && o.verifier_session
-                .as_deref()
-                .is_some_and(|s| session_alive(d, s))
-    });
-    if seat_ready(d, &seat.harness) && !busy {
-        let _ = step(d, id, Input::VerifierReady);
-    } else {
-        if busy {
-            crate::info!(
-                "lane {id}: its verifier {} is verifying another lane; looking again in {} s",
-                seat.harness,
-                limits::LANE_VERIFIER_RETRY_SECS
-            );
-        } else {
-            crate::info!(
-                "lane {id}: its verifier {} is not ready; looking again in {} s",
-                seat.harness,
-                limits::LANE_VERIFIER_RETRY_SECS
-            );
-        }
-        let lid = id.to_string();
-        d.reactor.schedule(
-            Duration::from_secs(limits::LANE_VERIFIER_RETRY_SECS),
-            move |d| try_verifier(d, &lid),
-        );
-    }
+fn remove_checkout(repo: Option<PathBuf>, checkout: PathBuf) -> Effect {
+    Effect::Job(Job::RemoveCheckout { repo, checkout })
 }
 
 /// The seat that judges: the lane's verifier, except that a second opinion
 /// goes to a ready seat of a third family when there is one (issue 5).
-fn pick_verifier(d: &Daemon, l: &Lane, second: bool) -> SeatRef {
+fn pick_verifier(cx: &Cx, l: &Lane, second: bool) -> SeatRef {
     if second {
-        let third = d.core.seats.list.iter().find(|s| {
-            s.status == Some(crate::core::seats::Status::Ready)
-                && s.cfg.family() != l.builder.family
-                && s.cfg.family() != l.verifier.family
-                && s.cfg.family() != Family::Auto
-        });
-        if let Some(s) = third {
-            return seat_ref(&s.cfg);
+        if let Some(s) = cx.other_ready_seat(None, &[l.builder.family, l.verifier.family]) {
+            return s;
         }
     }
     l.verifier.clone()
-}
-
-fn event(kind: &str, data: Value) -> Op {
-    Op::Event {
-        stream: STREAM.into(),
-        kind: kind.into(),
-        ts: crate::clock::now_ts(),
-        data: data.to_string(),
-    }
-}
-
-/// Writes the lane's row, with `ops` in the same batch.
-fn persist(d: &mut Daemon, id: &str, mut ops: Vec<Op>) {
-    let Some(l) = d.lanes.map.get(id) else { return };
-    let text = serde_json::to_string(l).unwrap_or_default();
-    ops.push(Op::Exec {
-        sql: "INSERT INTO lanes (id, archived, record) VALUES (?1, ?2, ?3)
-              ON CONFLICT (id) DO UPDATE SET archived = excluded.archived, record = excluded.record",
-        params: vec![Sql::Text(id.into()), Sql::Integer(i64::from(l.archived)), Sql::Text(text)],
-    });
-    let id = id.to_string();
-    d.write(ops, move |_, r| {
-        if let Err(e) = r {
-            crate::error!("lane {id}: the ledger refused its record: {e:?}");
-        }
-    });
-}
-
-fn broken(d: &mut Daemon, id: &str, why: String) {
-    crate::warn!("lane {id}: {why}; sent back to the operator");
-    if let Some(l) = d.lanes.map.get_mut(id) {
-        l.reason = Some(why);
-    }
-    let _ = step(d, id, Input::Broken);
-}
-
-fn act(d: &mut Daemon, id: &str, a: Action) {
-    let Some(l) = d.lanes.map.get(id).cloned() else {
-        return;
-    };
-    let lid = id.to_string();
-    let g = daemon_git(d);
-    let queued = match a {
-        Action::CommitWork => job(
-            d,
-            move || {
-                git::commit_all(
-                    &g,
-                    &l.worktree,
-                    "lane: commit the work the builder left uncommitted\n\nomniconfluxd commits what a builder's turn leaves in the worktree so that the\nacceptance check and the verifier judge exactly one commit.",
-                )
-            },
-            move |d, r| match r {
-                Ok((head, _)) => {
-                    // The daemon moved the branch itself: its head is known.
-                    if let Some(l) = d.lanes.map.get_mut(&lid) {
-                        l.head = Some(Some(head.clone()));
-                    }
-                    let _ = step(d, &lid, Input::Committed { head });
-                }
-                Err(e) => broken(d, &lid, e.to_string()),
-            },
-        ),
-        Action::RunCheck { commit } => run_check(d, &l, commit),
-        Action::Verify {
-            commit,
-            second_opinion,
-        } => start_verifier(d, &l, commit, second_opinion),
-        Action::PromptBuilder { text } => {
-            prompt_builder(d, id, text);
-            Ok(())
-        }
-        Action::RequestMergeApproval { commit } => {
-            request_merge_approval(d, id, &commit);
-            Ok(())
-        }
-        Action::Merge { commit } => {
-            let mode = d.cfg.lanes.merge();
-            let message = format!(
-                "Merge lane {}: {}\n\nVerified by {} on {commit}.",
-                l.id, l.task.name, l.verifier.harness
-            );
-            job(
-                d,
-                move || git::merge(&g, &l.repo, &l.base, &commit, mode, &message),
-                move |d, r| {
-                    let input = match r {
-                        Ok(base_head) => Input::Merged { base_head },
-                        Err(e) => {
-                            if let Some(l) = d.lanes.map.get_mut(&lid) {
-                                l.reason = Some(e.to_string());
-                            }
-                            crate::warn!("lane {lid}: merge failed: {e}");
-                            Input::MergeFailed(e.to_string())
-                        }
-                    };
-                    let _ = step(d, &lid, input);
-                },
-            )
-        }
-        Action::Archive => {
-            archive(d, id);
-            Ok(())
-        }
-        Action::Stage(_) | Action::RecordVerdict { .. } => Ok(()),
-    };
-    if let Err(e) = queued {
-        broken(d, id, e.message);
-    }
-}
-
-fn run_check(d: &mut Daemon, l: &Lane, commit: String) -> Result<(), RpcError> {
-    let isolation = match &d.lanes.isolation {
-        Some(Ok(bwrap)) => Isolation::Bwrap(bwrap.clone()),
-        _ if !d.cfg.lanes.require_isolation => Isolation::Unisolated,
-        _ => {
-            return Err(lane_err(
-                Code::IsolationMissing,
-                "the acceptance command cannot run isolated here",
-            ));
-        }
-    };
-    let Some(checkout) = lane_checkout(d, &l.id) else {
-        return Ok(());
-    };
-    let repo = l.repo.clone();
-    let command = l.task.acceptance_command.clone();
-    let timeout = Duration::from_secs(d.cfg.lanes.check_timeout_secs);
-    let lid = l.id.clone();
-    let hidden = match isolation {
-        Isolation::Bwrap(_) => crate::isolation::hidden_for(d),
-        Isolation::Unisolated => crate::isolation::Hidden::default(),
-    };
-    let (used, undo) = (checkout.clone(), checkout.clone());
-    let g = daemon_git(d);
-    d.lanes.pool.use_start(&used);
-    let queued = job(
-        d,
-        move || -> Result<Outcome, String> {
-            git::checkout_exactly(&g, &repo, &checkout, &commit).map_err(|e| e.to_string())?;
-            check::run(&check::Spec {
-                git: &g,
-                checkout: &checkout,
-                command: &command,
-                timeout,
-                isolation: &isolation,
-                hidden: &hidden,
-                tail_bytes: limits::LANE_CHECK_TAIL_BYTES,
-            })
-        },
-        move |d, r| {
-            checkout_used(d, &used);
-            match r {
-                Ok(outcome) => {
-                    if let Some(l) = d.lanes.map.get_mut(&lid) {
-                        l.last_check = Some(outcome.clone());
-                    }
-                    let _ = step(d, &lid, Input::Checked(outcome));
-                }
-                Err(e) => broken(d, &lid, e),
-            }
-        },
-    );
-    if queued.is_err() {
-        checkout_used(d, &undo);
-    }
-    queued
-}
-
-/// Whether a seat can take work now.
-fn seat_ready(d: &Daemon, harness: &str) -> bool {
-    d.core
-        .seats
-        .get(harness)
-        .is_some_and(|s| s.status == Some(crate::core::seats::Status::Ready))
-}
-
-fn session_alive(d: &Daemon, sid: &str) -> bool {
-    d.core
-        .sessions
-        .summary(sid)
-        .is_some_and(|s| s.state != State::Ended)
-}
-
-/// Asks the verifier to judge the commit when its seat is ready and not
-/// verifying another lane; otherwise the lane waits and is tried again.
-fn start_verifier(d: &mut Daemon, l: &Lane, commit: String, second: bool) -> Result<(), RpcError> {
-    let Some(checkout) = lane_checkout(d, &l.id) else {
-        return Ok(());
-    };
-    let (repo, base_commit, lid) = (l.repo.clone(), l.base_commit.clone(), l.id.clone());
-    let diff_commit = commit.clone();
-    let (used, undo) = (checkout.clone(), checkout.clone());
-    let g = daemon_git(d);
-    d.lanes.pool.use_start(&used);
-    let queued = job(
-        d,
-        move || -> Result<String, String> {
-            let diff = git::diff(
-                &g,
-                &repo,
-                &base_commit,
-                &diff_commit,
-                limits::LANE_DIFF_MAX_BYTES,
-            )
-            .map_err(|e| e.to_string())?;
-            // The verifier reads the same daemon-owned checkout the check
-            // ran in, put back at exactly the commit it judges.
-            git::checkout_exactly(&g, &repo, &checkout, &diff_commit).map_err(|e| e.to_string())?;
-            Ok(diff)
-        },
-        move |d, r| {
-            checkout_used(d, &used);
-            match r {
-                Ok(diff) => spawn_verifier(d, &lid, &commit, &diff, second),
-                Err(e) => broken(d, &lid, e),
-            }
-        },
-    );
-    if queued.is_err() {
-        checkout_used(d, &undo);
-    }
-    queued
-}
-
-fn spawn_verifier(d: &mut Daemon, id: &str, commit: &str, diff: &str, second: bool) {
-    let Some(l) = d.lanes.map.get(id).cloned() else {
-        return;
-    };
-    // The lane may have left verifying while its checkout was moved (the
-    // operator closed it): then the checkout is no longer its to show.
-    let Some(cwd) = l
-        .checkout
-        .clone()
-        .filter(|_| l.machine.stage == Stage::Verifying && !l.archived)
-    else {
-        return;
-    };
-    let seat = pick_verifier(d, &l, second);
-    let check = l
-        .last_check
-        .as_ref()
-        .map(|o| format!("{} (it passed).", o.summary()))
-        .unwrap_or_default();
-    let prompt = format!(
-        "You verify another agent's work. Do not change any file.\n\nThe task it was given:\n{}\n\nThe acceptance check `{}` ({}): {}\n\nThe change, as a diff from the base branch {} to commit {}:\n```diff\n{}\n```\n\nJudge whether the change does the task correctly and completely.{}\n\n{}",
-        l.task.task,
-        l.task.acceptance_name,
-        l.task.acceptance_command,
-        check,
-        l.base,
-        commit,
-        diff,
-        if second {
-            " An earlier answer could not be read; follow the format exactly."
-        } else {
-            ""
-        },
-        verdict::instructions()
-    );
-    let params = crate::core::sessions::SpawnRequest {
-        harness: seat.harness.clone(),
-        cwd: cwd.display().to_string(),
-        prompt: Some(prompt),
-        model: None,
-        name: Some(format!("verify {}", l.task.name)),
-    };
-    let lid = id.to_string();
-    // The verifier reads the checkout until its session ends, even past
-    // the lane's verdict: the checkout goes back to the pool only then.
-    d.lanes.pool.use_start(&cwd);
-    crate::core::sessions::spawn(d, params, move |d, r| match r {
-        Ok(Spawned { session_id: sid }) => {
-            if session_alive(d, &sid) {
-                d.lanes.checkout_sessions.insert(sid.clone(), cwd);
-            } else {
-                checkout_used(d, &cwd);
-            }
-            d.lanes
-                .by_session
-                .insert(sid.clone(), (lid.clone(), Role::Verifier));
-            if let Some(l) = d.lanes.map.get_mut(&lid) {
-                l.verifier_session = Some(sid);
-            }
-            persist(d, &lid, Vec::new());
-        }
-        Err(e) => {
-            checkout_used(d, &cwd);
-            crate::warn!("lane {lid}: the verifier could not start: {}", e.message);
-            let _ = step(d, &lid, Input::VerifierFailed);
-        }
-    });
-}
-
-/// Sends the builder its next turn: into its live session when it has one,
-/// else into a new session of a ready seat in the same worktree.
-fn prompt_builder(d: &mut Daemon, id: &str, text: String) {
-    let Some(l) = d.lanes.map.get_mut(id) else {
-        return;
-    };
-    l.checks += 1;
-    let check_id = format!("check-{}", l.checks);
-    let sid = l.builder_session.clone();
-    let reopened = l.builder_reopened.clone();
-    let task = l.task.task.clone();
-    persist(d, id, Vec::new());
-    if let Some(sid) = sid.filter(|s| session_alive(d, s)) {
-        // A session the restart reopened without its agent's history has
-        // never seen the task: it gets it as a new builder session would.
-        let text = if reopened.is_some_and(|asid| !kept_history(d, &sid, &asid)) {
-            format!("{text}\n\nThe task:\n{task}")
-        } else {
-            text.clone()
-        };
-        let record = json!({"id": check_id, "lane": id, "text": text});
-        if crate::core::sessions::input(d, &sid, text).is_ok() {
-            if let Some(l) = d.lanes.map.get_mut(id) {
-                l.builder_reopened = None;
-            }
-            record_check(d, &sid, &record);
-            return;
-        }
-    }
-    let record = json!({"id": check_id, "lane": id, "text": text});
-    restart_builder_with(d, id, text, Some(record));
 }
 
 /// Whether a session the restart reopened with agent session `asid` came
 /// back in that session, with its history: its agent is set up and kept
 /// that id (a new agent session, after an agent that cannot load or that
 /// refused to, has another one). Not set up yet counts as not kept.
-fn kept_history(d: &Daemon, sid: &str, asid: &str) -> bool {
-    d.core
-        .sessions
-        .summary(sid)
+fn kept_history(cx: &Cx, sid: &str, asid: &str) -> bool {
+    cx.sessions
+        .session(sid)
         .is_some_and(|s| s.ready && s.agent_session_id == Some(asid))
 }
 
-/// The `check.rework` record on the builder's session stream: what the lane
-/// sent the builder, never an event kind a plugin receives.
-fn record_check(d: &mut Daemon, sid: &str, record: &Value) {
-    let op = Op::Event {
-        stream: sid.to_string(),
-        kind: "check.rework".into(),
-        ts: crate::clock::now_ts(),
-        data: record.to_string(),
-    };
-    d.write(vec![op], |_, r| {
-        if let Err(e) = r {
-            crate::error!("a check.rework record was not stored: {e:?}");
-        }
-    });
+fn event(cx: &Cx, kind: &str, data: Value) -> Op {
+    Op::Event {
+        stream: STREAM.into(),
+        kind: kind.into(),
+        ts: cx.ts(),
+        data: data.to_string(),
+    }
 }
 
-/// Starts a builder session in the lane's worktree: the lane's seat when it
-/// is ready, otherwise another ready seat of a family other than the
-/// verifier's (failover). With none, the lane goes to the operator.
-fn restart_builder(d: &mut Daemon, id: &str, text: String) {
-    restart_builder_with(d, id, text, None);
-}
-
-/// As [`restart_builder`], recording `check` on the new session's stream
-/// once it exists.
-fn restart_builder_with(d: &mut Daemon, id: &str, text: String, check: Option<Value>) {
-    let Some(l) = d.lanes.map.get(id).cloned() else {
-        return;
-    };
-    let seat = if seat_ready(d, &l.builder.harness) {
-        Some(l.builder.clone())
-    } else {
-        d.core
-            .seats
-            .list
-            .iter()
-            .find(|s| {
-                s.status == Some(crate::core::seats::Status::Ready)
-                    && s.cfg.family() != l.verifier.family
-                    && s.cfg.family() != Family::Auto
-            })
-            .map(|s| seat_ref(&s.cfg))
-    };
-    let Some(seat) = seat else {
-        broken(d, id, "no ready seat can continue building".into());
-        return;
-    };
-    let prompt = format!("{}\n\nThe task:\n{}", text, l.task.task);
-    let params = crate::core::sessions::SpawnRequest {
-        harness: seat.harness.clone(),
-        cwd: l.worktree.display().to_string(),
-        prompt: Some(prompt),
-        model: None,
-        name: Some(l.task.name.clone()),
-    };
-    let lid = id.to_string();
-    crate::core::sessions::spawn(d, params, move |d, r| match r {
-        Ok(Spawned { session_id: sid }) => {
-            d.lanes
-                .by_session
-                .insert(sid.clone(), (lid.clone(), Role::Builder));
-            if let Some(c) = &check {
-                record_check(d, &sid, c);
-            }
-            if let Some(l) = d.lanes.map.get_mut(&lid) {
-                l.builder_session = Some(sid);
-                l.builder = seat;
-                // A new session is told the task in its first prompt.
-                l.builder_reopened = None;
-            }
-            persist(d, &lid, Vec::new());
-        }
-        Err(e) => broken(
-            d,
-            &lid,
-            format!("the builder could not start: {}", e.message),
-        ),
-    });
+/// The `check.rework` record on the builder's session stream: what the
+/// lane sent the builder, never an event kind a plugin receives.
+fn record_check(cx: &Cx, sid: &str, r: &Rework) -> Effect {
+    Effect::Write {
+        ops: vec![Op::Event {
+            stream: sid.to_string(),
+            kind: "check.rework".into(),
+            ts: cx.ts(),
+            data: json!({"id": r.id, "lane": r.lane, "text": r.text}).to_string(),
+        }],
+        ack: Ack::Rework,
+    }
 }
 
 pub fn seat_ref(cfg: &crate::config::SeatConfig) -> SeatRef {
@@ -1338,261 +2186,23 @@ pub fn seat_ref(cfg: &crate::config::SeatConfig) -> SeatRef {
     }
 }
 
-fn archive(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get_mut(id) else {
-        return;
-    };
-    l.archived = true;
-    let sessions: Vec<String> = [l.builder_session.clone(), l.verifier_session.clone()]
-        .into_iter()
-        .flatten()
-        .collect();
-    let merged = l.machine.stage == Stage::Merged;
-    let (repo, wt, remove) = (
-        l.repo.clone(),
-        l.worktree.clone(),
-        merged || l.remove_worktree,
-    );
-    for s in &sessions {
-        d.lanes.by_session.remove(s);
-        if session_alive(d, s) {
-            let _ = crate::core::sessions::kill(d, s);
-        }
-    }
-    release_checkout(d, id);
-    persist(d, id, Vec::new());
-    if remove {
-        let lid = id.to_string();
-        let shown = wt.display().to_string();
-        let g = daemon_git(d);
-        let _ = job(
-            d,
-            move || git::remove_worktree(&g, &repo, &wt),
-            move |_, r| match r {
-                Ok(()) => crate::info!("lane {lid}: worktree {shown} removed"),
-                Err(e) => crate::warn!("lane {lid}: {e}"),
-            },
-        );
-    }
+/// Reads the lanes not archived and the added repositories; called once at
+/// start, on the reader thread. Their rows are handed to [`Lanes::loaded`].
+pub fn read_at_start(conn: &rusqlite::Connection) -> rusqlite::Result<(Vec<String>, Vec<String>)> {
+    let mut stmt = conn.prepare("SELECT record FROM lanes WHERE archived = 0")?;
+    let lanes = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut stmt = conn.prepare("SELECT path FROM repos ORDER BY added_at")?;
+    let repos = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((lanes, repos))
 }
 
-/// Puts the lane's pass in the approvals inbox; the operator's allow
-/// merges exactly `commit`, a deny (or the timeout's fallback) sends the
-/// lane back. `lanes.merge` stays the operator's direct way.
-fn request_merge_approval(d: &mut Daemon, id: &str, commit: &str) {
-    let Some(l) = d.lanes.map.get_mut(id) else {
-        return;
-    };
-    l.reason = Some(format!(
-        "a pass on {commit} waits for the operator's approval in the inbox"
-    ));
-    let approval = format!("{id}-merge-{}", l.machine.verdicts);
-    let merge = crate::core::inbox::LaneMerge {
-        lane: id.to_string(),
-        summary: format!(
-            "merge lane {id} ({}) from {} into {}",
-            l.task.name, l.branch, l.base
-        ),
-        commit: commit.to_string(),
-    };
-    persist(d, id, Vec::new());
-    if let Err(e) = crate::core::approvals::add_lane_merge(d, &approval, merge) {
-        crate::warn!(
-            "lane {id}: its merge could not enter the inbox ({e:?}); it waits for lanes.merge"
-        );
-    }
-}
-
-/// The operator answered a lane's merge approval. Returns whether the lane
-/// took it (it still waits at its pass on that commit).
-pub fn on_merge_answer(
-    d: &mut Daemon,
-    id: &str,
-    commit: &str,
-    verdict: crate::core::inbox::Verdict,
-) -> bool {
-    let waiting = d.lanes.map.get(id).is_some_and(|l| {
-        l.machine.stage == Stage::Pass && l.machine.commit.as_deref() == Some(commit)
-    });
-    if !waiting {
-        return false;
-    }
-    match verdict {
-        crate::core::inbox::Verdict::Allow => step(d, id, Input::OperatorMerge).is_ok(),
-        _ => {
-            if let Some(l) = d.lanes.map.get_mut(id) {
-                l.reason = Some("the operator did not allow the merge".into());
-            }
-            step(d, id, Input::MergeDenied).is_ok()
-        }
-    }
-}
-
-/// Closes a lane whose plugin is removed with stopTasks; returns how many
-/// of its sessions were still running and are now stopped.
-pub fn stop_for_removal(d: &mut Daemon, id: &str) -> usize {
-    let Some(l) = d.lanes.map.get(id) else {
-        return 0;
-    };
-    if l.archived {
-        return 0;
-    }
-    let live = [&l.builder_session, &l.verifier_session]
-        .into_iter()
-        .flatten()
-        .filter(|s| session_alive(d, s))
-        .count();
-    crate::info!("lane {id}: closed because the plugin that asked for it is removed");
-    let _ = step(d, id, Input::OperatorClose);
-    live
-}
-
-/// Every committed event passes here: the lane learns of its builder's and
-/// verifier's turns and exits.
-pub fn on_events(d: &mut Daemon, events: &[Appended]) {
-    for ev in events.iter().filter(|e| e.kind == "session.end") {
-        if let Some(co) = d.lanes.checkout_sessions.remove(&ev.stream) {
-            checkout_used(d, &co);
-        }
-    }
-    for ev in events {
-        if ev.kind != "turn.end" && ev.kind != "session.end" {
-            continue;
-        }
-        let Some((lid, role)) = d.lanes.by_session.get(&ev.stream).cloned() else {
-            continue;
-        };
-        if d.lanes.to_resume.contains(&lid) {
-            continue;
-        }
-        // A builder's turn may have committed or moved its branch.
-        if role == Role::Builder {
-            d.lanes.refresh_heads();
-        }
-        let reason = serde_json::from_str::<Value>(&ev.data)
-            .ok()
-            .and_then(|v| v["reason"].as_str().map(str::to_string));
-        match (role, ev.kind.as_str(), reason.as_deref()) {
-            (Role::Builder, "turn.end", Some("completed"))
-                if d.lanes
-                    .map
-                    .get(&lid)
-                    .is_some_and(|l| l.machine.stage == Stage::Building) =>
-            {
-                let _ = step(d, &lid, Input::BuilderIdle);
-            }
-            (Role::Builder, "turn.end", Some("failed" | "usage-limited"))
-            | (Role::Builder, "session.end", _)
-                if d.lanes
-                    .map
-                    .get(&lid)
-                    .is_some_and(|l| l.machine.stage == Stage::Building) =>
-            {
-                let sid = ev.stream.clone();
-                d.lanes.by_session.remove(&sid);
-                if session_alive(d, &sid) {
-                    let _ = crate::core::sessions::kill(d, &sid);
-                }
-                // The failed seat is skipped: its family stays allowed.
-                if let Some(l) = d.lanes.map.get_mut(&lid) {
-                    l.builder_session = None;
-                }
-                crate::warn!("lane {lid}: the builder's session {sid} failed; failing over");
-                failover(d, &lid);
-            }
-            (Role::Verifier, "turn.end", Some("completed")) => read_answer(d, &lid, &ev.stream),
-            (Role::Verifier, "turn.end", _) | (Role::Verifier, "session.end", _)
-                if d.lanes
-                    .map
-                    .get(&lid)
-                    .is_some_and(|l| l.machine.stage == Stage::Verifying) =>
-            {
-                finish_verifier(d, &ev.stream);
-                let _ = step(d, &lid, Input::VerifierFailed);
-            }
-            _ => {}
-        }
-    }
-}
-
-fn failover(d: &mut Daemon, id: &str) {
-    let Some(l) = d.lanes.map.get(id).cloned() else {
-        return;
-    };
-    let failed = l.builder.harness.clone();
-    let next = d
-        .core
-        .seats
-        .list
-        .iter()
-        .find(|s| {
-            s.cfg.harness != failed
-                && s.status == Some(crate::core::seats::Status::Ready)
-                && s.cfg.family() != l.verifier.family
-                && s.cfg.family() != Family::Auto
-        })
-        .map(|s| seat_ref(&s.cfg));
-    match next {
-        Some(seat) => {
-            if let Some(l) = d.lanes.map.get_mut(id) {
-                l.builder = seat;
-            }
-            restart_builder(d, id, "The agent that worked on this task before you stopped. Continue the task in this worktree; its work so far is here.".into());
-        }
-        None => broken(
-            d,
-            id,
-            format!(
-                "the builder {failed} failed and no other ready seat of an allowed family can take over"
-            ),
-        ),
-    }
-}
-
-fn finish_verifier(d: &mut Daemon, sid: &str) {
-    if let Some((lid, _)) = d.lanes.by_session.remove(sid) {
-        if let Some(l) = d.lanes.map.get_mut(&lid) {
-            if l.verifier_session.as_deref() == Some(sid) {
-                l.verifier_session = None;
-            }
-        }
-    }
-    if session_alive(d, sid) {
-        let _ = crate::core::sessions::kill(d, sid);
-    }
-}
-
-/// Reads the verifier's last turn from the ledger and hands it to the lane.
-fn read_answer(d: &mut Daemon, id: &str, sid: &str) {
-    let inbox = d.inbox.clone();
-    let (lid, sid) = (id.to_string(), sid.to_string());
-    let queued = d.ledger.read(Box::new(move |conn| {
-        let text =
-            crate::core::transcript::read_entries(conn, &sid, 0, limits::LANE_VERIFIER_ENTRIES)
-                .map(|entries| last_turn_text(&entries))
-                .unwrap_or_default();
-        inbox.run(move |d| {
-            finish_verifier(d, &sid);
-            if d.lanes
-                .map
-                .get(&lid)
-                .is_some_and(|l| l.machine.stage == Stage::Verifying)
-            {
-                let _ = step(d, &lid, Input::VerifierAnswered(text));
-            }
-        });
-    }));
-    if queued.is_err() {
-        broken(
-            d,
-            id,
-            "the ledger reader is busy; the verifier's answer could not be read".into(),
-        );
-    }
-}
-
-/// The text the agent wrote after the last user entry.
-fn last_turn_text(entries: &[Value]) -> String {
+/// The text the agent wrote after the last user entry of a transcript
+/// (the verifier's answer).
+pub fn last_turn_text(entries: &[Value]) -> String {
     let start = entries
         .iter()
         .rposition(|e| e["kind"] == "user")
@@ -1644,15 +2254,6 @@ pub fn slug(name: &str) -> String {
     s.trim_end_matches('-').to_string()
 }
 
-/// The repositories lanes may work on: the config's and those added.
-pub fn known_repos(d: &Daemon) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = d.cfg.repo.iter().map(|r| PathBuf::from(&r.path)).collect();
-    v.extend(d.lanes.added_repos.iter().cloned());
-    v.sort();
-    v.dedup();
-    v
-}
-
 /// The name `task.dispatch` gives a task that names none.
 fn task_name(req: &DispatchRequest) -> String {
     req.name.clone().unwrap_or_else(|| default_name(&req.task))
@@ -1660,24 +2261,22 @@ fn task_name(req: &DispatchRequest) -> String {
 
 /// Where `task.dispatch` of `req` puts its worktree: plugin.remove lists
 /// the worktrees its aborted dispatches left (seed 000, plugin.remove).
-pub fn planned_worktree(d: &Daemon, req: &DispatchRequest) -> PathBuf {
+pub fn planned_worktree(cfg: &LanesSection, req: &DispatchRequest) -> PathBuf {
     let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
-    worktree_path(d, &repo, &slug(&task_name(req)))
+    worktree_path(cfg, &repo, &slug(&task_name(req)))
 }
 
 /// Where a lane's worktree goes: `<repo>-wt/<name>` unless the config names a
 /// root (then `<root>/<repo name>/<name>`).
-pub fn worktree_path(d: &Daemon, repo: &Path, slug: &str) -> PathBuf {
+pub fn worktree_path(cfg: &LanesSection, repo: &Path, slug: &str) -> PathBuf {
     let repo_name = repo
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "repo".into());
-    if d.cfg.lanes.worktree_root.is_empty() {
+    if cfg.worktree_root.is_empty() {
         repo.with_file_name(format!("{repo_name}-wt")).join(slug)
     } else {
-        PathBuf::from(&d.cfg.lanes.worktree_root)
-            .join(repo_name)
-            .join(slug)
+        PathBuf::from(&cfg.worktree_root).join(repo_name).join(slug)
     }
 }
 
@@ -1714,304 +2313,13 @@ pub struct Dispatched {
 }
 
 /// A validated dispatch, ready to create.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
     pub repo: PathBuf,
     pub task: Task,
     pub builder: SeatRef,
     pub verifier: SeatRef,
     pub base: Option<String>,
-}
-
-/// Checks what can be checked on the reactor (repository known, seats ready
-/// and of different families, isolation), then creates the worktree on a
-/// worker and starts the builder. `then` gets the lane or the refusal, whose
-/// stable code the plugin host passes on as task-refused's reason.
-pub fn dispatch(
-    d: &mut Daemon,
-    req: DispatchRequest,
-    then: impl FnOnce(&mut Daemon, Result<Dispatched, RpcError>) + Send + 'static,
-) {
-    let refuse = |code, msg: String| Err(lane_err(code, msg));
-    let repo = req.repo.canonicalize().unwrap_or_else(|_| req.repo.clone());
-    let known = |d: &Daemon, repo: &Path| {
-        known_repos(d)
-            .iter()
-            .any(|r| r.canonicalize().unwrap_or_else(|_| r.clone()) == repo)
-    };
-    if !known(d, &repo) {
-        // A worktree of a known repository stands for its repository
-        // (seed 000: "a repository or worktree the daemon already lists");
-        // a lane's own is known here, any other is asked of git.
-        let unknown = |repo: &Path| {
-            lane_err(
-                Code::RepoUnknown,
-                format!(
-                    "{} is not a repository the daemon knows, nor a worktree of one; add it with repos.add",
-                    repo.display()
-                ),
-            )
-        };
-        let of_lane = d
-            .lanes
-            .map
-            .values()
-            .find(|l| {
-                l.worktree
-                    .canonicalize()
-                    .unwrap_or_else(|_| l.worktree.clone())
-                    == repo
-            })
-            .map(|l| l.repo.canonicalize().unwrap_or_else(|_| l.repo.clone()));
-        if let Some(main) = of_lane {
-            if !known(d, &main) {
-                return then(d, Err(unknown(&repo)));
-            }
-            let mut req = req;
-            req.repo = main;
-            return dispatch(d, req, then);
-        }
-        if let Err(e) = d.lanes.workers_ready() {
-            return then(d, Err(e));
-        }
-        let asked = repo.clone();
-        let g = daemon_git(d);
-        let queued = job(
-            d,
-            move || {
-                // A worktree's top folder, not any folder inside one.
-                let top = git::toplevel(&g, &asked).ok()?;
-                if top.canonicalize().unwrap_or(top) != asked {
-                    return None;
-                }
-                git::repository_of(&g, &asked).ok()
-            },
-            move |d, main| match main.map(|m| m.canonicalize().unwrap_or(m)) {
-                Some(main) if main != repo && known(d, &main) => {
-                    let mut req = req;
-                    req.repo = main;
-                    dispatch(d, req, then);
-                }
-                _ => then(d, Err(unknown(&repo))),
-            },
-        );
-        if let Err(e) = queued {
-            // Only a worker pool that died can refuse after `workers_ready`.
-            crate::error!(
-                "task.dispatch could not reach the lane workers: {}",
-                e.message
-            );
-        }
-        return;
-    }
-    let check = (|| -> Result<Dispatch, RpcError> {
-        let seat = |h: &str| -> Result<SeatRef, RpcError> {
-            match d.core.seats.get(h) {
-                None => Err(lane_err(Code::SeatNotFound, format!("no seat {h}"))),
-                Some(s) if s.status != Some(crate::core::seats::Status::Ready) => Err(lane_err(
-                    Code::SeatNotReady,
-                    format!("seat {h} is not ready"),
-                )),
-                Some(s) => Ok(seat_ref(&s.cfg)),
-            }
-        };
-        let builder = seat(&req.builder)?;
-        let verifier = seat(&req.verifier)?;
-        if builder.family == verifier.family
-            || builder.family == Family::Auto
-            || verifier.family == Family::Auto
-        {
-            return refuse(
-                Code::SameFamily,
-                format!(
-                    "the verifier must be of another provider family than the builder ({})",
-                    builder.family.name()
-                ),
-            );
-        }
-        match &d.lanes.isolation {
-            Some(Ok(_)) => {}
-            _ if !d.cfg.lanes.require_isolation => {}
-            Some(Err(why)) => {
-                return refuse(
-                    Code::IsolationMissing,
-                    format!("the acceptance command cannot run isolated here: {why}"),
-                );
-            }
-            None => {
-                return refuse(
-                    Code::IsolationMissing,
-                    "isolation is still being probed; try again".into(),
-                );
-            }
-        }
-        let name = task_name(&req);
-        if slug(&name).is_empty() {
-            return Err(RpcError::invalid_params(
-                "name must hold a letter or a digit",
-            ));
-        }
-        Ok(Dispatch {
-            repo,
-            task: Task {
-                task: req.task.clone(),
-                acceptance_name: req.acceptance_name.clone(),
-                acceptance_command: req.acceptance_command.clone(),
-                name,
-            },
-            builder,
-            verifier,
-            base: req.base.clone(),
-        })
-    })();
-    let p = match check.and_then(|p| d.lanes.workers_ready().map(|()| p)) {
-        Ok(p) => p,
-        Err(e) => return then(d, Err(e)),
-    };
-    let id = crate::ids::prefixed_id("t-");
-    let s = slug(&p.task.name);
-    let branch = format!("{}/{s}", d.cfg.lanes.branch_prefix);
-    let worktree = worktree_path(d, &p.repo, &s);
-    let (repo, base) = (p.repo.clone(), p.base.clone());
-    let (b2, w2) = (branch.clone(), worktree.clone());
-    let g = daemon_git(d);
-    let queued = job(
-        d,
-        move || -> Result<(String, String), RpcError> {
-            let base = match base.or_else(|| git::current_branch(&g, &repo)) {
-                Some(b) => b,
-                None => {
-                    return Err(lane_err(
-                        Code::BaseUnknown,
-                        "the main worktree has no branch checked out; name a base",
-                    ));
-                }
-            };
-            let Some(base_commit) = git::commit_of(&g, &repo, &format!("refs/heads/{base}")) else {
-                return Err(lane_err(
-                    Code::BaseUnknown,
-                    format!("no branch {base} in the repository"),
-                ));
-            };
-            if !git::valid_branch_name(&g, &repo, &b2) {
-                return Err(RpcError::invalid_params(format!(
-                    "{b2} is not a branch name git accepts"
-                )));
-            }
-            if git::branch_exists(&g, &repo, &b2) || w2.exists() {
-                return Err(lane_err(
-                    Code::NameTaken,
-                    format!("the branch {b2} or the worktree {} exists", w2.display()),
-                ));
-            }
-            git::add_worktree(&g, &repo, &w2, &b2, &base_commit)
-                .map_err(|e| lane_err(Code::Unavailable, e.to_string()))?;
-            Ok((base, base_commit))
-        },
-        move |d, r| match r {
-            Ok((base, base_commit)) => create(d, id, p, base, base_commit, branch, worktree, then),
-            Err(e) => then(d, Err(e)),
-        },
-    );
-    if let Err(e) = queued {
-        // Only a worker pool that died can refuse after `workers_ready`.
-        crate::error!(
-            "task.dispatch could not reach the lane workers: {}",
-            e.message
-        );
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn create(
-    d: &mut Daemon,
-    id: String,
-    p: Dispatch,
-    base: String,
-    base_commit: String,
-    branch: String,
-    worktree: PathBuf,
-    then: impl FnOnce(&mut Daemon, Result<Dispatched, RpcError>) + 'static,
-) {
-    let params = crate::core::sessions::SpawnRequest {
-        harness: p.builder.harness.clone(),
-        cwd: worktree.display().to_string(),
-        prompt: Some(format!(
-            "{}\n\nWork in this worktree on branch {branch}. When you are done the daemon runs `{}` and another agent reviews your change.",
-            p.task.task, p.task.acceptance_command
-        )),
-        model: None,
-        name: Some(p.task.name.clone()),
-    };
-    let max_rounds = d.cfg.lanes.max_rounds;
-    let approval = d.cfg.lanes.require_merge_approval;
-    crate::core::sessions::spawn(d, params, move |d, r| {
-        let sid = match r {
-            Ok(Spawned { session_id }) => session_id,
-            Err(e) => {
-                let (repo, wt, br) = (p.repo.clone(), worktree.clone(), branch.clone());
-                let g = daemon_git(d);
-                let _ = job(
-                    d,
-                    move || {
-                        let _ = git::remove_worktree(&g, &repo, &wt);
-                        let _ = git::delete_branch(&g, &repo, &br);
-                    },
-                    |_, ()| {},
-                );
-                return then(d, Err(e));
-            }
-        };
-        let now = crate::clock::now_ms();
-        // The daemon made the branch at the base's commit just now.
-        let base_commit_at_start = base_commit.clone();
-        let lane = Lane {
-            id: id.clone(),
-            repo: p.repo,
-            base,
-            base_commit,
-            branch: branch.clone(),
-            worktree: worktree.clone(),
-            task: p.task,
-            builder: p.builder,
-            builder_session: Some(sid.clone()),
-            verifier: p.verifier,
-            verifier_session: None,
-            machine: Machine::new(max_rounds, approval),
-            created_ms: now,
-            stage_since_ms: now,
-            last_check: None,
-            reason: None,
-            checks: 0,
-            archived: false,
-            remove_worktree: false,
-            checkout: None,
-            builder_reopened: None,
-            head: Some(Some(base_commit_at_start)),
-        };
-        let start = event(
-            "lane.start",
-            json!({"lane": id, "session": sid, "builder": lane.builder.to_json(), "verifier": lane.verifier.to_json()}),
-        );
-        let stage = event(
-            "lane.stage",
-            json!({"lane": id, "stage": "building", "since": crate::clock::format_ts(now)}),
-        );
-        d.lanes
-            .by_session
-            .insert(sid.clone(), (id.clone(), Role::Builder));
-        d.lanes.map.insert(id.clone(), lane);
-        persist(d, &id, vec![start, stage]);
-        crate::info!("lane {id}: dispatched on {branch} with session {sid}");
-        then(
-            d,
-            Ok(Dispatched {
-                lane: id,
-                session: sid,
-                branch,
-                worktree,
-            }),
-        );
-    });
 }
 
 /// The commit the lane's branch points at (seed 000, lanes[].head), as

@@ -18,10 +18,13 @@
 //! run are reopened once both the lanes are read and the seat list is
 //! known (a detected seat is known only once the worker has looked at
 //! PATH), whichever comes last; lanes resume at the end of each probe.
-//! Sessions, approvals, lanes and plugins still take the daemon and are
-//! called from here as they are.
+//! The lane controller is converted too: its effects and its workers'
+//! reports are carried out in `lanes.rs`. Sessions, approvals and plugins
+//! still take the daemon and are called from here as they are.
 
 use std::collections::VecDeque;
+
+pub mod lanes;
 
 use super::Daemon;
 use super::effects::{DomainEvent, Effect, Job, Report};
@@ -37,6 +40,8 @@ pub struct Router {
     lanes_read: bool,
     seats_known: bool,
     restored: bool,
+    /// The lane workers and who waits for the lanes' answers.
+    lanes: lanes::Route,
 }
 
 impl Router {
@@ -72,6 +77,7 @@ pub fn apply<E: Into<Effect>>(d: &mut Daemon, effects: impl IntoIterator<Item = 
         match e {
             Effect::Job(job) => start(d, job),
             Effect::Event(ev) => deliver(d, ev),
+            Effect::Lanes(e) => lanes::run(d, *e),
         }
     }
 }
@@ -89,6 +95,7 @@ pub fn report(d: &mut Daemon, report: Report) {
             let now = crate::clock::now_ms();
             seats(d, |s| s.on_report(r, now));
         }
+        Report::Lanes(r) => lanes::report(d, *r),
     }
 }
 
@@ -135,7 +142,7 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
             }
         }
         // Lanes resume once the seats they need are known.
-        DomainEvent::SeatsProbed => crate::lanes::controller::seats_probed(d),
+        DomainEvent::SeatsProbed => lanes::seats_probed(d),
     }
 }
 
@@ -143,8 +150,8 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
 /// again (a verifier whose verification starts over); the lanes resume
 /// once those sessions are in place.
 fn restore_sessions(d: &mut Daemon) {
-    let not_needed = crate::lanes::controller::sessions_not_needed(d);
-    crate::core::sessions::restore(d, not_needed, crate::lanes::controller::sessions_restored);
+    let not_needed = lanes::sessions_not_needed(d);
+    crate::core::sessions::restore(d, not_needed, lanes::sessions_restored);
 }
 
 #[cfg(test)]
