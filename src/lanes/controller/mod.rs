@@ -1806,13 +1806,7 @@ impl Lanes {
         let mut fx = Vec::new();
         match job {
             Job::RepositoryOf { to, .. } => fx.push(dispatch_answer(to, Err(e))),
-            Job::MakeWorktree(lane) => {
-                crate::error!(
-                    "task.dispatch could not reach the lane workers: {}",
-                    e.message
-                );
-                fx.push(dispatch_answer(lane.to, Err(e)));
-            }
+            Job::MakeWorktree(lane) => fx.push(dispatch_answer(lane.to, Err(e))),
             Job::UndoWorktree { worktree, .. } => crate::warn!(
                 "worktree {}: left in place: {}",
                 worktree.display(),
@@ -2341,98 +2335,4 @@ pub fn head_and_stale(l: &Lane) -> (Option<String>, bool) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lanes::machine::VerdictKind;
-
-    #[test]
-    fn the_default_name_is_the_first_line_with_text() {
-        assert_eq!(
-            default_name("Add feature.txt\nwith the word feature"),
-            "Add feature.txt"
-        );
-        assert_eq!(
-            default_name("\n  \n  Fix the login page  \nmore"),
-            "Fix the login page"
-        );
-        assert_eq!(default_name("one"), "one");
-        // Cut to the longest name a dispatch may give, at a space.
-        let long = "Make the remember me checkbox on the login page keep the session";
-        let name = default_name(long);
-        assert_eq!(name, "Make the remember me checkbox on the login page");
-        assert!(name.chars().count() <= limits::LANE_NAME_MAX_CHARS);
-        // A line without a space within the bound is cut at the bound.
-        let word = "x".repeat(100);
-        assert_eq!(default_name(&word), "x".repeat(limits::LANE_NAME_MAX_CHARS));
-        // Characters, not bytes: no cut inside a character.
-        let wide = "\u{e9}".repeat(60);
-        assert_eq!(
-            default_name(&wide).chars().count(),
-            limits::LANE_NAME_MAX_CHARS
-        );
-    }
-
-    fn lane() -> Lane {
-        let seat = SeatRef {
-            harness: "b".into(),
-            provider: "p".into(),
-            family: Family::Anthropic,
-            model: None,
-        };
-        Lane {
-            id: "t-000000000001".into(),
-            repo: "/r".into(),
-            base: "main".into(),
-            base_commit: "a".repeat(40),
-            branch: "omni/x".into(),
-            worktree: "/r-wt/x".into(),
-            task: Task {
-                task: "t".into(),
-                acceptance_name: "n".into(),
-                acceptance_command: "true".into(),
-                name: "x".into(),
-            },
-            builder: seat.clone(),
-            builder_session: None,
-            verifier: seat,
-            verifier_session: None,
-            machine: Machine::new(3, false),
-            created_ms: 0,
-            stage_since_ms: 0,
-            last_check: None,
-            reason: None,
-            checks: 0,
-            archived: false,
-            remove_worktree: false,
-            checkout: None,
-            builder_reopened: None,
-            head: None,
-        }
-    }
-
-    #[test]
-    fn head_is_the_branch_and_a_verdict_on_another_commit_is_stale() {
-        let (c1, c2) = ("1".repeat(40), "2".repeat(40));
-        let mut l = lane();
-        // Not read yet: the commit the lane works on stands in.
-        l.machine.commit = Some(c1.clone());
-        assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
-        l.machine.last_verdict = Some((VerdictKind::Pass, c1.clone()));
-        l.head = Some(Some(c1.clone()));
-        assert_eq!(head_and_stale(&l), (Some(c1.clone()), false));
-        // The branch moved on after the verdict.
-        l.head = Some(Some(c2.clone()));
-        assert_eq!(head_and_stale(&l), (Some(c2), true));
-        // The branch is gone.
-        l.head = Some(None);
-        assert_eq!(head_and_stale(&l), (None, true));
-        // No verdict: never stale.
-        l.machine.last_verdict = None;
-        assert_eq!(head_and_stale(&l), (None, false));
-        // The head is not stored with the lane: it is read again at start.
-        let text = serde_json::to_string(&l).unwrap();
-        assert!(!text.contains("\"head\""), "{text}");
-        let back: Lane = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.head, None);
-    }
-}
+mod tests;
