@@ -47,7 +47,12 @@ use crate::reactor::Msg;
 type Waiter = Box<dyn FnOnce(&mut Daemon, Answer)>;
 
 /// The router's part for the lanes: the workers, and who waits for an
-/// answer under which key.
+/// answer under which key. A waiter is a request in flight (a socket or
+/// HTTP request, a plugin's task request), so the map is bounded by the
+/// bounds on those, and every key gets its answer: each job the lanes
+/// hand out for a key reports back or is refused back. Only a worker
+/// thread that panicked mid-job would leave its waiter here, unanswered
+/// (a plugin's task request then ends at its dispatch timeout).
 #[derive(Default)]
 pub struct Route {
     workers: Option<Workers>,
@@ -379,7 +384,7 @@ fn read_answer(d: &mut Daemon, lane: String, session: String) {
             0,
             crate::limits::LANE_VERIFIER_ENTRIES,
         )
-        .map(|entries| crate::lanes::controller::last_turn_text(&entries))
+        .map(|entries| last_turn_text(&entries))
         .unwrap_or_default();
         inbox.send(Msg::Report(Report::Lanes(Box::new(work::Report::Answer {
             lane: lane2,
@@ -389,5 +394,76 @@ fn read_answer(d: &mut Daemon, lane: String, session: String) {
     }));
     if queued.is_err() {
         lanes(d, |l, cx| l.answer_unread(cx, &lane));
+    }
+}
+
+/// The text the agent wrote after the last user entry of a transcript
+/// (the verifier's answer): the transcript's entries are the sessions'
+/// JSON, read here so that the lanes get the text alone.
+fn last_turn_text(entries: &[Value]) -> String {
+    let start = entries
+        .iter()
+        .rposition(|e| e["kind"] == "user")
+        .map_or(0, |i| i + 1);
+    entries[start..]
+        .iter()
+        .filter(|e| e["kind"] == "text")
+        .filter_map(|e| e["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn appended(stream: &str, kind: &str, data: Value) -> Appended {
+        Appended {
+            stream: stream.into(),
+            seq: 1,
+            kind: kind.into(),
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            data: data.to_string(),
+        }
+    }
+
+    #[test]
+    fn turn_and_session_ends_reach_the_lanes_typed_and_nothing_else_does() {
+        let turn = |reason: Value| heard(&appended("s-1", "turn.end", json!({"reason": reason})));
+        let ended = |reason| {
+            Some(Heard::TurnEnded {
+                session: "s-1".into(),
+                reason,
+            })
+        };
+        assert_eq!(turn(json!("completed")), ended(TurnEnd::Completed));
+        assert_eq!(turn(json!("failed")), ended(TurnEnd::Failed));
+        assert_eq!(turn(json!("usage-limited")), ended(TurnEnd::UsageLimited));
+        assert_eq!(turn(json!("cancelled")), ended(TurnEnd::Other));
+        assert_eq!(turn(Value::Null), ended(TurnEnd::Other));
+        assert_eq!(
+            heard(&appended("s-1", "session.end", json!({}))),
+            Some(Heard::SessionEnded {
+                session: "s-1".into()
+            })
+        );
+        assert_eq!(heard(&appended("s-1", "text", json!({"text": "hi"}))), None);
+        assert_eq!(heard(&appended("lanes", "lane.stage", json!({}))), None);
+    }
+
+    #[test]
+    fn the_verifier_s_answer_is_its_text_after_the_last_prompt() {
+        let entries = [
+            json!({"kind": "user", "text": "judge this"}),
+            json!({"kind": "text", "text": "an earlier turn"}),
+            json!({"kind": "user", "text": "judge again"}),
+            json!({"kind": "tool", "name": "read"}),
+            json!({"kind": "text", "text": "I read it.\n"}),
+            json!({"kind": "text", "text": "pass"}),
+        ];
+        assert_eq!(last_turn_text(&entries), "I read it.\npass");
+        assert_eq!(last_turn_text(&entries[..1]), "");
+        assert_eq!(last_turn_text(&[]), "");
     }
 }

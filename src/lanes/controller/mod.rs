@@ -1578,7 +1578,7 @@ impl Lanes {
         }
     }
 
-    /// The verifier's last turn, read from the ledger (`last_turn_text`).
+    /// The verifier's last turn, as the router read it from the ledger.
     fn answer_read(&mut self, cx: &Cx, fx: &mut Fx, lane: &str, session: &str, text: String) {
         self.finish_verifier(cx, fx, session);
         if self
@@ -2192,21 +2192,6 @@ pub fn read_at_start(conn: &rusqlite::Connection) -> rusqlite::Result<(Vec<Strin
         .query_map([], |r| r.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok((lanes, repos))
-}
-
-/// The text the agent wrote after the last user entry of a transcript
-/// (the verifier's answer).
-pub fn last_turn_text(entries: &[Value]) -> String {
-    let start = entries
-        .iter()
-        .rposition(|e| e["kind"] == "user")
-        .map_or(0, |i| i + 1);
-    entries[start..]
-        .iter()
-        .filter(|e| e["kind"] == "text")
-        .filter_map(|e| e["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("")
 }
 
 /// The task's name when the dispatch names none: "the first line of task"
