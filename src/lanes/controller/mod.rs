@@ -170,16 +170,17 @@ impl Cx<'_> {
 
 type Fx = Vec<Effect>;
 
-/// Every lane the daemon knows.
+/// Every lane the daemon knows. Only `map` is open, for the surfaces'
+/// views to read; everything else changes through the methods.
 #[derive(Default)]
 pub struct Lanes {
     pub map: HashMap<String, Lane>,
     by_session: HashMap<String, (String, Role)>,
     /// Repositories added with repos.add (the config's are read live).
-    pub added_repos: Vec<PathBuf>,
+    added_repos: Vec<PathBuf>,
     /// The daemon-owned checkouts: spares per repository, and which are in
     /// use by a job or a verifier session.
-    pub pool: Pool,
+    pool: Pool,
     /// Verifier sessions running in a checkout: the checkout is in use
     /// until the session ends.
     checkout_sessions: HashMap<String, PathBuf>,
@@ -191,7 +192,7 @@ pub struct Lanes {
     heads_again: bool,
     /// Whether acceptance commands can run isolated here; the daemon's
     /// isolation probe answers once after start.
-    pub isolation: Option<Probe>,
+    isolation: Option<Probe>,
     /// The lanes and repositories of the ledger are loaded.
     loaded: bool,
     /// The sessions of the last run are reopened (or ended).

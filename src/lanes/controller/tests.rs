@@ -1148,3 +1148,117 @@ fn a_refused_job_sends_its_lane_to_the_operator_and_frees_its_checkout() {
     assert_eq!(w.lane(&id).checkout, None);
     assert_eq!(w.lanes.pool.spares(Path::new("/r")), 1);
 }
+
+// ---- branch heads and repositories ----
+
+#[test]
+fn one_background_head_read_runs_at_a_time_and_only_when_the_last_is_old() {
+    let mut w = World::new(|_| {});
+    let id = w.dispatched();
+    let fresh = |w: &mut World| sketch(&w.with(|l, cx| l.keep_heads_fresh(cx)));
+    assert_eq!(fresh(&mut w), ["read-heads"]);
+    // Asked for again while it runs: it follows once the first is in.
+    assert!(fresh(&mut w).is_empty());
+    let heads = |c: &str| Report::Heads {
+        heads: vec![(id.clone(), Some(c.into()))],
+        to: None,
+    };
+    assert_eq!(sketch(&w.report(heads(C1))), ["read-heads"]);
+    assert_eq!(w.lane(&id).head, Some(Some(C1.into())));
+    assert!(w.report(heads(C2)).is_empty());
+    // Fresh: no read until LANE_HEADS_FRESH_MS have passed.
+    assert!(fresh(&mut w).is_empty());
+    w.now += Duration::from_millis(limits::LANE_HEADS_FRESH_MS);
+    assert_eq!(fresh(&mut w), ["read-heads"]);
+    // The heads thread could not take it: the next reader asks again.
+    assert!(w.with(|l, _| l.heads_refused(None)).is_empty());
+    assert_eq!(fresh(&mut w), ["read-heads"]);
+}
+
+#[test]
+fn a_reader_that_waits_for_the_heads_is_answered_when_they_are_read_or_cannot_be() {
+    let mut w = World::new(|_| {});
+    let id = w.dispatched();
+    w.with(|l, cx| l.close(cx, &id, false)).unwrap();
+    // An archived lane's branch is read only when that lane is asked for.
+    for (also, read) in [(None, false), (Some(id.as_str()), true)] {
+        let fx = w.lanes.fresh_heads(also, ReplyKey(9));
+        let Ok([Effect::ReadHeads(job)]) = <[Effect; 1]>::try_from(fx) else {
+            panic!("one read")
+        };
+        assert_eq!(job.to, Some(ReplyKey(9)));
+        assert_eq!(job.branches.contains_key(Path::new("/r")), read, "{also:?}");
+    }
+    let fx = w.report(Report::Heads {
+        heads: vec![(id.clone(), None)],
+        to: Some(ReplyKey(9)),
+    });
+    assert_eq!(sketch(&fx), ["answer heads"]);
+    // The branch is gone: the head reads null.
+    assert_eq!(w.lane(&id).head, Some(None));
+    let fx = w.with(|l, _| l.heads_refused(Some(ReplyKey(9))));
+    assert_eq!(sketch(&fx), ["answer heads"]);
+}
+
+#[test]
+fn a_repository_is_added_once_the_ledger_has_it() {
+    let mut w = World::new(|_| {});
+    assert_eq!(
+        sketch(&w.lanes.add_repo("/s/sub".into(), ReplyKey(2))),
+        ["job toplevel"]
+    );
+    let top = |w: &mut World, result| {
+        w.report(Report::Toplevel {
+            result,
+            to: ReplyKey(2),
+        })
+    };
+    let fx = top(&mut w, Ok("/s".into()));
+    assert_eq!(sketch(&fx), ["write row"]);
+    let Ok([Effect::Write { ack, .. }]) = <[Effect; 1]>::try_from(fx) else {
+        unreachable!()
+    };
+    // Not known before the commit.
+    assert!(!w.lanes.known_repos(&w.cfg).contains(&PathBuf::from("/s")));
+    let fx = w.lanes.written(ack, Ok(()));
+    assert_eq!(
+        fx,
+        [Effect::Answer {
+            to: ReplyKey(2),
+            answer: Answer::RepoAdded(Ok("/s".into()))
+        }]
+    );
+    assert_eq!(
+        w.lanes.known_repos(&w.cfg),
+        [PathBuf::from("/r"), PathBuf::from("/s")]
+    );
+    // A folder git does not know, and a full list, are refused.
+    let code = |fx: Vec<Effect>| match <[Effect; 1]>::try_from(fx) {
+        Ok(
+            [
+                Effect::Answer {
+                    answer: Answer::RepoAdded(Err(e)),
+                    ..
+                },
+            ],
+        ) => e.code.as_str(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        code(top(&mut w, Err("not a git repository".into()))),
+        "repo-unknown"
+    );
+    w.lanes.added_repos = (0..limits::LANE_MAX_REPOS)
+        .map(|i| PathBuf::from(format!("/x{i}")))
+        .collect();
+    assert_eq!(code(top(&mut w, Ok("/t".into()))), "unavailable");
+    // The ledger refused the row: the refusal is the answer.
+    let ack = Ack::RepoAdded {
+        repo: "/u".into(),
+        to: ReplyKey(2),
+    };
+    assert_eq!(
+        code(w.lanes.written(ack, Err(WriteError::Busy))),
+        "ledger-busy"
+    );
+}
