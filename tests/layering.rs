@@ -28,11 +28,7 @@ const DOMAIN: &[&str] = &[
 const SURFACES: &[&str] = &["socket", "http"];
 
 /// Domain files that still name `crate::daemon` (see the module comment).
-const DAEMON_ALLOWED: &[&str] = &[
-    "src/lanes/controller.rs",
-    "src/plugins/host.rs",
-    "src/plugins/tasks.rs",
-];
+const DAEMON_ALLOWED: &[&str] = &["src/plugins/host.rs", "src/plugins/tasks.rs"];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,19 +4,23 @@
 //! A subsystem declares its own narrow effect type in its own terms
 //! (`core::seats::Effect`) and never names this module: the domain does
 //! not depend on the daemon. [`Effect`] is the union the router applies;
-//! each subsystem's type converts into it with one `From` here. It holds
-//! only the kinds some converted subsystem returns today. The session
+//! each subsystem's type converts into it with one `From` here. The session
 //! driver's effects (`core::sessions::Effect`: records of a round, child
 //! operations, typed timers, an ask for the inbox) are applied within the
 //! round they belong to by router/sessions.rs, which keeps a round's
 //! records in one ledger batch, in order; only what another subsystem
 //! hears of the sessions goes through the union, as a [`DomainEvent`].
+//! The lane controller's many kinds (ledger writes with a typed
+//! acknowledgement key, lane jobs, timers with a typed key, sessions and
+//! approvals asked for, answers under a reply key) travel as one variant
+//! that router/lanes.rs applies, in the same queue and order as the rest.
 //!
 //! [`Report`] is the other direction: what a worker thread started for a
 //! [`Job`] sends back through the reactor inbox, handed by the router to
 //! the subsystem that asked.
 
 use crate::core::seats;
+use crate::lanes::controller as lanes;
 
 /// One thing the router does, in order, to completion.
 #[derive(Debug, PartialEq)]
@@ -26,6 +30,10 @@ pub enum Effect {
     Job(Job),
     /// Deliver a domain event to whoever waits for it.
     Event(DomainEvent),
+    /// The lane controller's own kinds, in its own terms, applied by
+    /// router/lanes.rs (boxed: the queue's slots are as large as its
+    /// largest kind, and a lane job is large).
+    Lanes(Box<lanes::Effect>),
 }
 
 /// Blocking work for a worker thread (DESIGN.md, "Threads and ownership":
@@ -59,6 +67,9 @@ pub enum DomainEvent {
 pub enum Report {
     /// The seat probe's worker, in the order it learns things.
     Seats(seats::Report),
+    /// A lane worker or the heads thread (boxed: reports queue on the
+    /// reactor's inbox, whose slots are as large as its largest).
+    Lanes(Box<crate::lanes::work::Report>),
 }
 
 impl From<seats::Effect> for Effect {
@@ -68,5 +79,11 @@ impl From<seats::Effect> for Effect {
             seats::Effect::Known => Effect::Event(DomainEvent::SeatsKnown),
             seats::Effect::Probed => Effect::Event(DomainEvent::SeatsProbed),
         }
+    }
+}
+
+impl From<lanes::Effect> for Effect {
+    fn from(e: lanes::Effect) -> Effect {
+        Effect::Lanes(Box::new(e))
     }
 }

@@ -232,7 +232,7 @@ impl Daemon {
         d.start_integrity_check();
         let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
             crate::plugins::host::isolation_known(d, &probe);
-            crate::lanes::controller::isolation_known(d, &probe);
+            router::lanes::isolation_known(d, &probe);
             router::sessions::isolation_known(d, &probe);
         });
         if let Err(e) = probed {
@@ -241,7 +241,7 @@ impl Daemon {
             );
             let none: crate::isolation::Probe = Err("the probe could not run".into());
             crate::plugins::host::isolation_known(&mut d, &none);
-            crate::lanes::controller::isolation_known(&mut d, &none);
+            router::lanes::isolation_known(&mut d, &none);
             router::sessions::isolation_known(&mut d, &none);
         }
         router::seats(&mut d, crate::core::seats::Seats::probe);
@@ -642,7 +642,7 @@ impl Daemon {
     /// lanes, the surfaces of [`SURFACES`], then the socket's subscribers.
     fn publish(&mut self, events: &[Appended]) {
         crate::plugins::host::offer_events(self, events);
-        crate::lanes::controller::on_events(self, events);
+        router::lanes::on_events(self, events);
         for s in SURFACES {
             (s.events)(self, events);
         }
@@ -675,7 +675,7 @@ impl Daemon {
             let rows = crate::lanes::controller::read_at_start(conn);
             inbox.run(move |d| {
                 match rows {
-                    Ok((lanes, repos)) => crate::lanes::controller::loaded(d, lanes, repos),
+                    Ok((lanes, repos)) => router::lanes::loaded(d, lanes, repos),
                     Err(e) => crate::error!(
                         "unable to read the lanes from the ledger: {}; lanes are unavailable",
                         e.to_string().to_lowercase()

@@ -9,7 +9,8 @@
 //! - `git`: worktrees, commits, diffs and merges (blocking; lane workers).
 //! - `check`: the isolated acceptance command (blocking; lane workers).
 //! - `controller`: every lane's record, on the reactor; carries out what
-//!   the machine decides.
+//!   the machine decides by returning effects the daemon's router applies.
+//! - `work`: the lane workers' typed jobs and reports (blocking).
 //! - `pool`: the daemon-owned checkouts, kept per repository between lanes.
 
 pub mod check;
@@ -18,3 +19,4 @@ pub mod git;
 pub mod machine;
 pub mod pool;
 pub mod verdict;
+pub mod work;

@@ -1335,6 +1335,7 @@ fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
                 t.elapsed() < Duration::from_millis(limits::PLUGIN_LANES_COPY_MS)
             });
             if !fresh {
+                crate::daemon::router::lanes::keep_heads_fresh(d);
                 let items = views::lane_items(d);
                 d.plugins.lanes_copy = Some((Instant::now(), items));
             }
@@ -1891,11 +1892,11 @@ pub fn dispatch_aborted(d: &mut Daemon, id: &str, rid: &str, lane: Option<&str>)
     let worktree = match lane {
         Some(lane) => {
             let wt = d.lanes.map.get(lane).map(|l| l.worktree.clone());
-            stopped = crate::lanes::controller::stop_for_removal(d, lane);
+            stopped = crate::daemon::router::lanes::stop_for_removal(d, lane);
             wt
         }
         None => tasks::stored_request(d, rid)
-            .map(|(t, _)| crate::lanes::controller::planned_worktree(d, &t)),
+            .map(|(t, _)| crate::lanes::controller::planned_worktree(&d.cfg.lanes, &t)),
     };
     let created = tasks::stored_request(d, rid)
         .map(|(_, c)| c)
@@ -1925,7 +1926,7 @@ pub fn abort_cut_off(d: &mut Daemon, id: &str, rid: &str) {
     let Some((task, _)) = tasks::stored_request(d, rid) else {
         return;
     };
-    let wt = crate::lanes::controller::planned_worktree(d, &task);
+    let wt = crate::lanes::controller::planned_worktree(&d.cfg.lanes, &task);
     let lane = d
         .lanes
         .map

@@ -454,7 +454,7 @@ fn dispatch(d: &mut Daemon, request_id: &str) {
         inbox: Some(d.inbox.clone()),
         rid: rid.clone(),
     };
-    crate::lanes::controller::dispatch(d, task, move |d, res| {
+    crate::daemon::router::lanes::dispatch(d, task, move |d, res| {
         guard.disarm();
         landed(d, &rid, Landing::Answered(res));
     });
@@ -509,14 +509,14 @@ fn landed(d: &mut Daemon, rid: &str, how: Landing) {
     let Some(r) = d.plugins.tasks.by_id.get_mut(rid) else {
         if let Some((lane, _)) = &started {
             crate::info!("lane {lane}: its task request {rid} is gone; closing it");
-            crate::lanes::controller::stop_for_removal(d, lane);
+            crate::daemon::router::lanes::stop_for_removal(d, lane);
         }
         return;
     };
     let Some(timer) = r.dispatching.take() else {
         if let Some((lane, _)) = &started {
             crate::info!("lane {lane}: started after its task request {rid} ended; closing it");
-            crate::lanes::controller::stop_for_removal(d, lane);
+            crate::daemon::router::lanes::stop_for_removal(d, lane);
         }
         return;
     };

@@ -19,8 +19,10 @@
 //! known (a detected seat is known only once the worker has looked at
 //! PATH), whichever comes last; lanes resume at the end of each probe and
 //! once the reopened sessions are in place. The sessions and the approvals
-//! inbox are converted too: their routes are in [`sessions`]. Lanes and
-//! plugins still take the daemon and are called from here as they are.
+//! inbox are converted too: their routes are in [`sessions`]; the lane
+//! controller's effects and its workers' reports are carried out in
+//! [`lanes`]. Plugins still take the daemon and are called from here as
+//! they are.
 //!
 //! Where answers go: `ReplyTo` stays in the daemon, beside the surfaces it
 //! names (a socket connection, an HTTP handler's channel, later a relay
@@ -35,6 +37,7 @@
 
 use std::collections::VecDeque;
 
+pub mod lanes;
 pub mod sessions;
 
 use super::Daemon;
@@ -52,6 +55,8 @@ pub struct Router {
     seats_known: bool,
     restored: bool,
     sessions: sessions::Routes,
+    /// The lane workers and who waits for the lanes' answers.
+    lanes: lanes::Route,
 }
 
 impl Router {
@@ -87,6 +92,7 @@ pub fn apply<E: Into<Effect>>(d: &mut Daemon, effects: impl IntoIterator<Item = 
         match e {
             Effect::Job(job) => start(d, job),
             Effect::Event(ev) => deliver(d, ev),
+            Effect::Lanes(e) => lanes::run(d, *e),
         }
     }
 }
@@ -104,6 +110,7 @@ pub fn report(d: &mut Daemon, report: Report) {
             let now = crate::clock::now_ms();
             seats(d, |s| s.on_report(r, now));
         }
+        Report::Lanes(r) => lanes::report(d, *r),
     }
 }
 
@@ -150,9 +157,9 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
             }
         }
         // Lanes resume once the seats they need are known.
-        DomainEvent::SeatsProbed => crate::lanes::controller::seats_probed(d),
+        DomainEvent::SeatsProbed => lanes::seats_probed(d),
         // Lanes resume their sessions once those are in place.
-        DomainEvent::SessionsRestored => crate::lanes::controller::sessions_restored(d),
+        DomainEvent::SessionsRestored => lanes::sessions_restored(d),
     }
 }
 
@@ -160,7 +167,7 @@ fn deliver(d: &mut Daemon, event: DomainEvent) {
 /// again (a verifier whose verification starts over); the lanes resume
 /// once those sessions are in place.
 fn restore_sessions(d: &mut Daemon) {
-    let not_needed = crate::lanes::controller::sessions_not_needed(d);
+    let not_needed = lanes::sessions_not_needed(d);
     sessions::restore(d, not_needed);
 }
 

@@ -624,9 +624,9 @@ fn deliver(d: &mut Daemon, item: &Item, s: &Settle, round: &mut Round) -> Result
         Owner::PluginRequest { id } => {
             Ok(crate::plugins::tasks::on_answer(d, id, s.verdict, &s.by))
         }
-        Owner::Lane { lane, commit } => Ok(crate::lanes::controller::on_merge_answer(
-            d, lane, commit, s.verdict,
-        )),
+        Owner::Lane { lane, commit } => {
+            Ok(super::lanes::merge_answered(d, lane, commit, s.verdict))
+        }
         Owner::Session { session, key } => {
             let decision = match s.verdict {
                 Verdict::Allow => Decision::Allow,

@@ -25,14 +25,13 @@ use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
 use super::{params, require_operator};
+use crate::daemon::router::lanes as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::lanes::controller::{self, Lane};
-use crate::lanes::git;
 use crate::lanes::machine::Input;
 use crate::limits;
 use crate::socket::views;
-use rusqlite::types::Value as Sql;
 
 pub fn serves(method: &str) -> bool {
     matches!(
@@ -76,27 +75,24 @@ fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     // The repositories and their worktrees are the operator's to see.
     require_operator(req)?;
-    let repos = controller::known_repos(d);
     let req = req.clone();
     // `git worktree list` per repository: blocking, so on a lane worker.
-    let g = controller::daemon_git(d);
-    controller::job(
-        d,
-        move || {
-            repos
+    route::list_repos(d, move |d, r| {
+        let r = r.map(|repos| {
+            let list: Vec<Value> = repos
                 .into_iter()
                 .map(|r| {
-                    let wts = git::worktrees(&g, &r).unwrap_or_default();
                     json!({
-                        "path": r.display().to_string(),
-                        "exists": r.is_dir(),
-                        "worktrees": wts.into_iter().map(|(p, b)| json!({"path": p.display().to_string(), "branch": b})).collect::<Vec<_>>(),
+                        "path": r.path.display().to_string(),
+                        "exists": r.exists,
+                        "worktrees": r.worktrees.into_iter().map(|(p, b)| json!({"path": p.display().to_string(), "branch": b})).collect::<Vec<_>>(),
                     })
                 })
-                .collect::<Vec<_>>()
-        },
-        move |d, list| d.answer(req, Ok(json!({"repos": list}))),
-    )?;
+                .collect();
+            json!({"repos": list})
+        });
+        d.answer(req, r);
+    });
     Ok(None)
 }
 
@@ -115,43 +111,10 @@ fn repos_add(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         )));
     }
     let req = req.clone();
-    let g = controller::daemon_git(d);
-    controller::job(
-        d,
-        move || git::toplevel(&g, &PathBuf::from(&path)),
-        move |d, r| match r {
-            Ok(top) => {
-                if !d.lanes.added_repos.contains(&top)
-                    && d.lanes.added_repos.len() >= limits::LANE_MAX_REPOS
-                {
-                    return d.answer(
-                        req,
-                        Err(RpcError::new(
-                            Code::Unavailable,
-                            format!(
-                                "the daemon knows {} repositories already",
-                                limits::LANE_MAX_REPOS
-                            ),
-                        )),
-                    );
-                }
-                let shown = top.display().to_string();
-                let op = crate::ledger::Op::Exec {
-                    sql: "INSERT INTO repos (path, added_at) VALUES (?1, ?2) ON CONFLICT (path) DO NOTHING",
-                    params: vec![Sql::Text(shown.clone()), Sql::Text(crate::clock::now_ts())],
-                };
-                // Known to dispatch only once the ledger has it.
-                d.write(vec![op], move |d, r| {
-                    if r.is_ok() && !d.lanes.added_repos.contains(&top) {
-                        d.lanes.added_repos.push(top);
-                    }
-                    let result = r.map(|_| json!({"path": shown})).map_err(RpcError::from);
-                    d.answer(req, result);
-                });
-            }
-            Err(e) => d.answer(req, Err(RpcError::new(Code::RepoUnknown, e.to_string()))),
-        },
-    )?;
+    route::add_repo(d, PathBuf::from(&path), move |d, r| {
+        let r = r.map(|top| json!({"path": top.display().to_string()}));
+        d.answer(req, r);
+    });
     Ok(None)
 }
 
@@ -160,7 +123,7 @@ fn task_dispatch(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let task = crate::plugins::calls::task_request(&p)
         .map_err(|e| RpcError::invalid_params(e.message().to_string()))?;
     let req = req.clone();
-    controller::dispatch(d, task.into(), move |d, r| {
+    route::dispatch(d, task.into(), move |d, r| {
         let r = r.map(|l| {
             json!({"lane": l.lane, "session": l.session, "branch": l.branch, "worktree": l.worktree.display().to_string()})
         });
@@ -215,7 +178,7 @@ fn verify_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         .flatten();
     // Each lane's head is read from its branch before the answer.
     let req = req.clone();
-    controller::fresh_heads(d, None, move |d| {
+    route::fresh_heads(d, None, move |d| {
         let items: Vec<Value> = page
             .iter()
             .filter_map(|id| d.lanes.map.get(id))
@@ -260,7 +223,7 @@ fn lanes_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }
     let req = req.clone();
     let also = lane.clone();
-    controller::fresh_heads(d, Some(&also), move |d| {
+    route::fresh_heads(d, Some(&also), move |d| {
         let r = d
             .lanes
             .map
@@ -286,20 +249,7 @@ fn lanes_close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         remove_worktree,
     } = params(p)?;
     require_operator(req)?;
-    let l = d
-        .lanes
-        .map
-        .get_mut(&lane)
-        .ok_or_else(|| controller::not_found(&lane))?;
-    // The archive step reads the choice, so it is set first and taken back
-    // when the lane cannot be closed now.
-    let before = std::mem::replace(&mut l.remove_worktree, remove_worktree);
-    if let Err(e) = controller::step(d, &lane, Input::OperatorClose) {
-        if let Some(l) = d.lanes.map.get_mut(&lane) {
-            l.remove_worktree = before;
-        }
-        return Err(e);
-    }
+    route::close(d, &lane, remove_worktree)?;
     Ok(Some(views::lane(
         d.lanes
             .map
@@ -323,7 +273,7 @@ fn lanes_operator(
         .get(&lane)
         .ok_or_else(|| controller::not_found(&lane))?;
     let i = input(l);
-    controller::step(d, &lane, i)?;
+    route::step(d, &lane, i)?;
     Ok(Some(views::lane(
         d.lanes
             .map

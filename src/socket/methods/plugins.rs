@@ -701,7 +701,7 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     if stop {
         let mut stopped = 0;
         for lane in lanes {
-            stopped += crate::lanes::controller::stop_for_removal(d, &lane);
+            stopped += crate::daemon::router::lanes::stop_for_removal(d, &lane);
         }
         if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
             p.stopped_sessions = stopped;
