@@ -423,3 +423,98 @@ fn two_starts_at_once_end_with_one_identity() {
     });
     assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
 }
+
+/// snow's X25519, but a marked private key's public key is the point 0 (of
+/// order 1), which "agrees" on the all-zero secret with every key: a client
+/// that claims such a static key authenticates nothing.
+struct ZeroPoint {
+    inner: Box<dyn snow::types::Dh>,
+    zero: bool,
+}
+
+const ZERO_MARK: [u8; 32] = [0x42; 32];
+static ZERO_POINT: [u8; 32] = [0; 32];
+
+impl snow::types::Dh for ZeroPoint {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn pub_len(&self) -> usize {
+        self.inner.pub_len()
+    }
+    fn priv_len(&self) -> usize {
+        self.inner.priv_len()
+    }
+    fn set(&mut self, privkey: &[u8]) {
+        self.zero = privkey == ZERO_MARK;
+        self.inner.set(privkey);
+    }
+    fn generate(&mut self, rng: &mut dyn snow::types::Random) -> Result<(), snow::Error> {
+        self.zero = false;
+        self.inner.generate(rng)
+    }
+    fn pubkey(&self) -> &[u8] {
+        if self.zero {
+            &ZERO_POINT
+        } else {
+            self.inner.pubkey()
+        }
+    }
+    fn privkey(&self) -> &[u8] {
+        self.inner.privkey()
+    }
+    fn dh(&self, pubkey: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
+        if self.zero {
+            out[..32].fill(0);
+            Ok(())
+        } else {
+            self.inner.dh(pubkey, out)
+        }
+    }
+}
+
+struct ZeroPointResolver;
+
+impl snow::resolvers::CryptoResolver for ZeroPointResolver {
+    fn resolve_rng(&self) -> Option<Box<dyn snow::types::Random>> {
+        snow::resolvers::RingResolver.resolve_rng()
+    }
+    fn resolve_dh(&self, choice: &snow::params::DHChoice) -> Option<Box<dyn snow::types::Dh>> {
+        let inner = snow::resolvers::DefaultResolver.resolve_dh(choice)?;
+        Some(Box::new(ZeroPoint { inner, zero: false }))
+    }
+    fn resolve_hash(
+        &self,
+        choice: &snow::params::HashChoice,
+    ) -> Option<Box<dyn snow::types::Hash>> {
+        snow::resolvers::DefaultResolver.resolve_hash(choice)
+    }
+    fn resolve_cipher(
+        &self,
+        choice: &snow::params::CipherChoice,
+    ) -> Option<Box<dyn snow::types::Cipher>> {
+        snow::resolvers::RingResolver.resolve_cipher(choice)
+    }
+}
+
+#[test]
+fn a_client_key_of_low_order_is_refused() {
+    let ends = Ends::new();
+    let node_pub = ends.node_key.public();
+    let prologue = handshake::prologue(NODE, CHAN);
+    let params = handshake::NOISE_PARAMS.parse().unwrap();
+    let mut forged = snow::Builder::with_resolver(params, Box::new(ZeroPointResolver))
+        .local_private_key(&ZERO_MARK)
+        .and_then(|b| b.remote_public_key(node_pub.as_bytes()))
+        .and_then(|b| b.prologue(prologue.as_bytes()))
+        .and_then(|b| b.build_initiator())
+        .unwrap();
+    let mut msg1 = [0u8; 96];
+    assert_eq!(forged.write_message(&[], &mut msg1).unwrap(), 96);
+    // Message 1 authenticates (both sides computed the zero secret), and
+    // only the key check refuses it.
+    assert_eq!(
+        code(ends.respond(&msg1, &Gate::default())),
+        "e2e-key-low-order"
+    );
+}
