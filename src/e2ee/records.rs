@@ -135,11 +135,19 @@ impl Channel {
             let start = out.len();
             out.extend_from_slice(chunk);
             let ad = associated_data(index as u32, last);
-            let tag = self
-                .send
-                .key
-                .seal_in_place_separate_tag(nonce(self.send.next), Aad::from(ad), &mut out[start..])
-                .map_err(|_| SealError::Cipher)?;
+            let sealed = self.send.key.seal_in_place_separate_tag(
+                nonce(self.send.next),
+                Aad::from(ad),
+                &mut out[start..],
+            );
+            let Ok(tag) = sealed else {
+                // Earlier records of this message took counter values the
+                // peer will never see: the channel cannot go on.
+                if index > 0 {
+                    self.desynced = true;
+                }
+                return Err(SealError::Cipher);
+            };
             out.extend_from_slice(tag.as_ref());
             self.send.next += 1;
         }
