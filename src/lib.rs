@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod daemon;
+pub mod e2ee;
 pub mod errors;
 pub mod http;
 pub mod ids;

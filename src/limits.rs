@@ -849,3 +849,19 @@ pub const HTTP_INPUT_PREVIEW_CHARS: usize = 256;
 /// purged at start. Also bounds the in-memory index: past this many
 /// records a new identity is refused with 429 until old ones expire.
 pub const HTTP_DECISIONS_MAX: usize = 100_000;
+
+// ---- end-to-end encryption (seed 004, "Noise parameters", "Sealed records") ----
+
+/// "Message 1 is 96 bytes: ephemeral key (32), encrypted static key (48),
+/// and the tag of the empty payload (16)." (seed 004, Noise parameters). A
+/// message 1 of any other length is dropped before any Diffie-Hellman.
+pub const E2EE_MSG1_LEN: usize = 96;
+
+/// "Message 2 is 48 bytes: ephemeral key (32) and the tag of the empty
+/// payload (16)." (seed 004, Noise parameters)
+pub const E2EE_MSG2_LEN: usize = 48;
+
+/// "Each record holds at most 65519 bytes of plaintext." (seed 004, Sealed
+/// records): with its 16-byte tag a record's ciphertext is at most 65535
+/// bytes, the largest `uint16_be` length.
+pub const E2EE_RECORD_MAX_PLAINTEXT: usize = 65_519;

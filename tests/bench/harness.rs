@@ -13,6 +13,7 @@
 mod append;
 mod callgrind;
 mod contain_bench;
+mod e2ee_bench;
 mod fanout;
 mod http_bench;
 mod idle;
@@ -48,6 +49,7 @@ fn main() {
     lanes_bench::run();
     http_bench::run();
     contain_bench::run();
+    e2ee_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
