@@ -1,10 +1,11 @@
 //! The trust log of locked mode, its pure core (seed 004, Locked mode:
 //! "Entry encoding", "Chain rules", "Fork choice", "Distribution"; issue
 //! 14): entries and their wire form, the chain rules and the state a chain
-//! yields, fork choice and chain assembly, the `trustlog.sync` answer and
-//! the key text forms. No I/O and no clock: the node, the gateway and the
-//! command line call in with bytes and get values back. Key generation
-//! and secrets' randomness belong to the caller.
+//! yields, fork choice and chain assembly, the `trustlog.sync` answer, the
+//! key text forms, and the entries the `lock.*` methods write
+//! ([`author`]). No I/O and no clock: the node, the gateway and the command
+//! line call in with bytes and get values back. Key generation and the
+//! randomness of secrets belong to the caller.
 //!
 //! Decisions where the seed is silent (the man page's locked-mode section
 //! states them for administrators):
@@ -40,9 +41,15 @@
 //! - **Signatures** are verified strictly (`verify_strict`: no small-order
 //!   keys, no non-canonical signatures), so no one can alter a signature
 //!   into another valid one and change an entry's hash.
+//! - **The ceremony** checks each co-sign where it is added: the signer
+//!   must be trusted at the fork point, must not have co-signed, and must
+//!   not be a revoked key unless Replaces is set; co-signs already in the
+//!   blob must verify. Finish returns the forked chain; the node adopts it
+//!   by fork choice.
 //! - **Assembly** cuts a branch at its first invalid entry and keeps what
 //!   precedes it as a candidate ([`fork`] says why).
 
+pub mod author;
 pub mod chain;
 pub mod entry;
 pub mod fork;
