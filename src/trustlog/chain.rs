@@ -339,13 +339,12 @@ impl State {
         if e.signers().iter().any(|r| e.replaces().contains(r)) {
             return Err(RuleError::RevokeOverlap);
         }
-        let left = self
+        let remains = self
             .signers
             .keys()
             .chain(e.replaces())
-            .filter(|k| !e.signers().contains(k))
-            .count();
-        if left == 0 {
+            .any(|k| !e.signers().contains(k));
+        if !remains {
             return Err(RuleError::NoSignerLeft);
         }
         let counted = self.counted_cosigners(e);

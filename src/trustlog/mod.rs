@@ -2,8 +2,8 @@
 //! "Entry encoding", "Chain rules", "Fork choice", "Distribution"; issue
 //! 14): entries and their wire form, the chain rules and the state a chain
 //! yields, fork choice and chain assembly, the `trustlog.sync` answer, the
-//! key text forms, and the entries the `lock.*` methods write
-//! ([`author`]). No I/O and no clock: the node, the gateway and the command
+//! key text forms, the entries the `lock.*` methods write ([`author`]),
+//! and admission and quarantine decisions ([`enforce`]). No I/O and no clock: the node, the gateway and the command
 //! line call in with bytes and get values back. Key generation and the
 //! randomness of secrets belong to the caller.
 //!
@@ -46,11 +46,16 @@
 //!   not be a revoked key unless Replaces is set; co-signs already in the
 //!   blob must verify. Finish returns the forked chain; the node adopts it
 //!   by fork choice.
+//! - **Locked nodes refuse plaintext channels** (no client key for the log
+//!   to authorize), unless locally disabled or the log is disabled; a
+//!   pinned node ignores chains of other geneses, and without a pin a node
+//!   with a log treats its log's genesis as pinned ([`enforce`]).
 //! - **Assembly** cuts a branch at its first invalid entry and keeps what
 //!   precedes it as a candidate ([`fork`] says why).
 
 pub mod author;
 pub mod chain;
+pub mod enforce;
 pub mod entry;
 pub mod fork;
 pub mod keytext;
