@@ -1186,6 +1186,19 @@ fn sync_answers_parents_first_with_want_and_disjoint() {
 }
 
 #[test]
+fn sync_heads_are_the_entries_no_other_names() {
+    let (a, b) = (key(1), key(2));
+    let g = genesis(&[&a, &b], &a);
+    let x = op(Kind::AuthorizeDevice, &g, &device(1), &a);
+    let y = op(Kind::AuthorizeDevice, &g, &device(2), &b);
+    let y2 = op(Kind::AuthorizeDevice, &y, &device(3), &b);
+    let held = vec![y2.clone(), g.clone(), x.clone(), y.clone(), x.clone()];
+    assert_eq!(sync::heads(&held), vec![y2.hash(), x.hash()]);
+    assert_eq!(sync::heads(std::slice::from_ref(&g)), vec![g.hash()]);
+    assert!(sync::heads(&[]).is_empty());
+}
+
+#[test]
 fn sync_known_is_cut_at_4096_newest_kept() {
     let a = key(1);
     let g = genesis(&[&a], &a);

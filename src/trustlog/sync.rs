@@ -113,6 +113,17 @@ pub fn answer<'a>(held: &'a [Entry], req: &SyncRequest) -> Result<SyncAnswer<'a>
     })
 }
 
+/// The heads of what the gateway holds: the entries no other held entry
+/// names as Prev, in the order received (`trustlog.changed {heads}`).
+pub fn heads(held: &[Entry]) -> Vec<Hash> {
+    let named: HashSet<Hash> = held.iter().filter_map(Entry::prev_hash).collect();
+    let mut seen = HashSet::new();
+    held.iter()
+        .map(Entry::hash)
+        .filter(|h| !named.contains(h) && seen.insert(*h))
+        .collect()
+}
+
 /// Each held entry's distance from the first of its ancestors the gateway
 /// holds (0 for a genesis or an entry whose parent it lacks). Iterative,
 /// so a 65,536-entry chain needs no deep stack; Prev links cannot form a
