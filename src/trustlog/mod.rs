@@ -52,6 +52,12 @@
 //!   with a log treats its log's genesis as pinned ([`enforce`]).
 //! - **Assembly** cuts a branch at its first invalid entry and keeps what
 //!   precedes it as a candidate ([`fork`] says why).
+//!
+//! Cost: checking a disable entry is one Argon2id evaluation (64 MiB, tens
+//! of milliseconds), run only after its signature verifies and only when
+//! the genesis holds commitments. Anyone can sign a disable entry, so a
+//! peer that sends many of them makes assembly pay for each: callers run
+//! assembly off the reactor thread and bound the entries they accept.
 
 pub mod author;
 pub mod chain;
