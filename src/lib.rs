@@ -28,3 +28,4 @@ pub mod signals;
 pub mod socket;
 #[cfg(test)]
 mod testutil;
+pub mod trustlog;

@@ -865,3 +865,33 @@ pub const E2EE_MSG2_LEN: usize = 48;
 /// records): with its 16-byte tag a record's ciphertext is at most 65535
 /// bytes, the largest `uint16_be` length.
 pub const E2EE_RECORD_MAX_PLAINTEXT: usize = 65_519;
+
+// ---- trust log (seed 004, "Locked mode"; issue 14) ----
+
+/// "The decoder limits are 1 MiB per field, 4096 items per list, and 65536
+/// entries per chain." (seed 004, Entry encoding). A chain carries each
+/// entry as one field, so an entry's whole wire form is held to this bound
+/// too: an entry no chain could carry is refused on its own as well.
+pub const TRUSTLOG_MAX_FIELD: usize = 1024 * 1024;
+/// The same sentence: signers, disablements, replacements and co-signs of
+/// one entry, each at most this many.
+pub const TRUSTLOG_MAX_LIST: usize = 4096;
+/// The same sentence: entries in one chain, in files and in assembly.
+pub const TRUSTLOG_MAX_CHAIN: usize = 65_536;
+
+/// "If the list is longer than 4096 hashes, the caller cuts it and sets
+/// truncated." (seed 004, Distribution): `known` in `trustlog.sync`.
+pub const TRUSTLOG_SYNC_KNOWN_MAX: usize = 4096;
+
+/// "The disablement commitment is Argon2id with the salt
+/// argus-trustlog-disablement-v1, time 1, memory 64 MiB, 4 threads, and a
+/// 32-byte output. A secret is 32 random bytes." (seed 004, Chain rules).
+/// These are part of the contract, not tunables: another value computes
+/// another commitment and no genesis would match.
+pub const TRUSTLOG_ARGON2_SALT: &[u8] = b"argus-trustlog-disablement-v1";
+pub const TRUSTLOG_ARGON2_TIME: u32 = 1;
+/// In KiB, as Argon2 counts memory: 64 MiB.
+pub const TRUSTLOG_ARGON2_MEMORY_KIB: u32 = 64 * 1024;
+pub const TRUSTLOG_ARGON2_LANES: u32 = 4;
+pub const TRUSTLOG_ARGON2_OUTPUT: usize = 32;
+pub const TRUSTLOG_SECRET_LEN: usize = 32;

@@ -22,6 +22,7 @@ mod ping;
 mod plugins_bench;
 mod sessions_mem;
 mod start;
+mod trustlog_bench;
 mod util;
 
 fn main() {
@@ -50,6 +51,7 @@ fn main() {
     http_bench::run();
     contain_bench::run();
     e2ee_bench::run();
+    trustlog_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
