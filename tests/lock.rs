@@ -411,3 +411,61 @@ print(json.dumps(out))
     assert_eq!(st["local_disabled"], false, "{st}");
     d.stop();
 }
+
+/// A stored log that no longer verifies (the ledger edited behind the
+/// daemon's back) is not used: the node starts quarantined, and the
+/// operator's pin ends the quarantine and drops the entries.
+#[test]
+fn a_stored_log_that_does_not_verify_quarantines_the_node() {
+    let dir = TestDir::new("lock-tamp");
+    let s = schemas();
+    let d = Daemon::start(&dir.path);
+    let mut c = d.connect();
+    call(&s, &mut c, "lock.init", json!({}));
+    call(&s, &mut c, "lock.sign", json!({"device": b64(&ed_key(6))}));
+    let genesis = call(&s, &mut c, "lock.status", json!({}))["pin_genesis"].clone();
+    drop(c);
+    d.stop();
+    // Flip the last byte of the device entry's signature.
+    let ledger = dir.join("state/ledger.sqlite3");
+    let py = "import sqlite3, sys\n\
+        c = sqlite3.connect(sys.argv[1])\n\
+        w = bytearray(c.execute('SELECT wire FROM trustlog_entries WHERE idx = 1').fetchone()[0])\n\
+        w[-1] ^= 1\n\
+        c.execute('UPDATE trustlog_entries SET wire = ? WHERE idx = 1', (bytes(w),))\n\
+        c.commit()\n";
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(&ledger)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = Daemon::start(&dir.path);
+    let mut c = d.connect();
+    let st = call(&s, &mut c, "lock.status", json!({}));
+    assert_eq!(st["quarantined"], true, "{st}");
+    assert!(st.get("tip").is_none(), "{st}");
+    d.wait_log("the stored trust log is not used");
+    assert_eq!(
+        refused(&s, &mut c, "lock.sign", json!({"device": b64(&ed_key(7))})),
+        "lock-no-log"
+    );
+    call(&s, &mut c, "lock.pin", json!({"genesis": genesis}));
+    let st = call(&s, &mut c, "lock.status", json!({}));
+    assert_eq!(st["quarantined"], false, "{st}");
+    assert_eq!(st["enabled"], true, "{st}");
+    // The pin dropped the entries that did not verify: the next start is
+    // pinned, holds no log, and is not quarantined again.
+    drop(c);
+    d.stop();
+    let d = Daemon::start(&dir.path);
+    let st = d.connect().call("lock.status", json!({}));
+    assert_eq!(st["quarantined"], false, "{st}");
+    assert_eq!(st["pin_genesis"], genesis, "{st}");
+    assert!(st.get("tip").is_none(), "{st}");
+    d.stop();
+}

@@ -33,7 +33,9 @@
 //!   refused and nothing changes.
 //! - A stored log that no longer verifies (the ledger edited or damaged)
 //!   is not used: the node starts quarantined, refusing every channel,
-//!   until the operator pins a genesis or disables locally.
+//!   until the operator pins a genesis or disables locally. The error log
+//!   names the entry that failed; `lock.pin` (or `lock.init`) then deletes
+//!   the stored entries, so the next start is not quarantined again.
 //! - `lock.log` entries carry `target` for the four key operations; a
 //!   disable entry's Key (the revealed secret) is not shown as a target.
 //!
@@ -72,6 +74,9 @@ pub struct Lock {
     signer: Result<SigningKey, String>,
     /// This node's E2EE identity public key, when it could be read.
     identity: Option<[u8; 32]>,
+    /// The ledger holds entries that did not verify at start; the change
+    /// that ends the quarantine deletes them.
+    unusable_rows: bool,
 }
 
 impl Default for Lock {
@@ -84,6 +89,7 @@ impl Default for Lock {
             seen_genesis: None,
             signer: Err("the signer key is not loaded yet".into()),
             identity: None,
+            unusable_rows: false,
         }
     }
 }
@@ -298,6 +304,7 @@ impl Lock {
                 );
                 self.chain = None;
                 self.quarantined = true;
+                self.unusable_rows = true;
             }
         }
     }
@@ -317,6 +324,10 @@ impl Lock {
     }
     pub fn seen_genesis(&self) -> Option<Hash> {
         self.seen_genesis
+    }
+    /// Whether the ledger holds entries that did not verify at start.
+    pub fn unusable_rows(&self) -> bool {
+        self.unusable_rows
     }
     /// Locked mode is on: the node holds a log or pinned a genesis.
     pub fn locked(&self) -> bool {
@@ -547,6 +558,7 @@ impl Lock {
         if c.clear_quarantine {
             self.quarantined = false;
             self.seen_genesis = None;
+            self.unusable_rows = false;
         }
     }
 }

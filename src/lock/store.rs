@@ -48,6 +48,12 @@ fn unset(key: &str) -> Op {
 /// held and rewrites the rest.
 pub fn writes(lock: &Lock, c: &Change) -> Vec<Op> {
     let mut ops = Vec::new();
+    if c.clear_quarantine && lock.unusable_rows() {
+        ops.push(Op::Exec {
+            sql: DELETE_FROM,
+            params: vec![Value::Integer(0)],
+        });
+    }
     let held = lock.chain().map_or(&[][..], |h| h.entries());
     match &c.log {
         Some(NewLog::Append(entries)) => {
