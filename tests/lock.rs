@@ -469,3 +469,84 @@ fn a_stored_log_that_does_not_verify_quarantines_the_node() {
     assert!(st.get("tip").is_none(), "{st}");
     d.stop();
 }
+
+/// The revoke-signer ceremony across two nodes: node A starts it, node B
+/// (which holds the same log, copied into its ledger as a sync would
+/// bring it) co-signs, A finishes, and the revoked key is no signer.
+#[test]
+fn two_nodes_revoke_a_lost_signer_together() {
+    let (dir_a, dir_b) = (TestDir::new("lock-cer-a"), TestDir::new("lock-cer-b"));
+    let s = schemas();
+    let a = Daemon::start(&dir_a.path);
+    let b = Daemon::start(&dir_b.path);
+    let mut ca = a.connect();
+    let key_a = call(&s, &mut ca, "lock.status", json!({}))["signer_pubkey"].clone();
+    let key_b = call(&s, &mut b.connect(), "lock.status", json!({}))["signer_pubkey"].clone();
+    let lost = b64(&ed_key(8));
+    call(
+        &s,
+        &mut ca,
+        "lock.init",
+        json!({"signers": [key_a, key_b, lost]}),
+    );
+    call(&s, &mut ca, "lock.sign", json!({"device": b64(&ed_key(9))}));
+    let tip = call(&s, &mut ca, "lock.status", json!({}))["tip"].clone();
+    b.stop();
+    let py = "import sqlite3, sys\n\
+        a = sqlite3.connect(sys.argv[1]); b = sqlite3.connect(sys.argv[2])\n\
+        b.executemany('INSERT INTO trustlog_entries (idx, hash, wire) VALUES (?, ?, ?)',\n\
+            a.execute('SELECT idx, hash, wire FROM trustlog_entries ORDER BY idx').fetchall())\n\
+        b.commit()\n";
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(dir_a.join("state/ledger.sqlite3"))
+        .arg(dir_b.join("state/ledger.sqlite3"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = Daemon::start(&dir_b.path);
+    let mut cb = b.connect();
+    assert_eq!(call(&s, &mut cb, "lock.status", json!({}))["tip"], tip);
+
+    let start = call(
+        &s,
+        &mut ca,
+        "lock.revokeSignerStart",
+        json!({"revoked": [lost]}),
+    );
+    let cosigned = call(
+        &s,
+        &mut cb,
+        "lock.revokeSignerCosign",
+        json!({"blob": start["blob"]}),
+    );
+    let done = call(
+        &s,
+        &mut ca,
+        "lock.revokeSignerFinish",
+        json!({"blob": cosigned["blob"]}),
+    );
+    let st = call(&s, &mut ca, "lock.status", json!({}));
+    assert_eq!(st["tip"], done["tip"], "{st}");
+    let signers = strings(&st["signers"]);
+    assert_eq!(signers.len(), 2, "{st}");
+    assert!(!signers.contains(&lost), "{st}");
+    let log = call(&s, &mut ca, "lock.log", json!({}));
+    let last = log["entries"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["kind"], "revoke-signer", "{log}");
+    assert_eq!(last["cosign_count"], 2, "{log}");
+    assert_eq!(strings(&last["revoked"]), vec![lost], "{log}");
+    // The same blob cannot be appended twice.
+    let again = ca.request("lock.revokeSignerFinish", json!({"blob": cosigned["blob"]}));
+    assert_eq!(again["error"]["data"]["code"], "lock-refused", "{again}");
+    assert_eq!(
+        again["error"]["message"], "the revoke-signer entry is in the log already",
+        "{again}"
+    );
+    a.stop();
+    b.stop();
+}

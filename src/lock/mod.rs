@@ -513,10 +513,19 @@ impl Lock {
             Op::RevokeFinish(blob) => {
                 let chain = self.held()?;
                 let forked = author::revoke_finish(chain, &blob)?;
-                if compare(&forked, chain) != Some(std::cmp::Ordering::Greater) {
-                    return Err(Error::Refused(
-                        "the revocation loses fork choice against the log this node holds".into(),
-                    ));
+                match compare(&forked, chain) {
+                    Some(std::cmp::Ordering::Greater) => {}
+                    Some(std::cmp::Ordering::Equal) => {
+                        return Err(Error::Refused(
+                            "the revoke-signer entry is in the log already".into(),
+                        ));
+                    }
+                    _ => {
+                        return Err(Error::Refused(
+                            "the revocation loses fork choice against the log this node holds"
+                                .into(),
+                        ));
+                    }
                 }
                 let tip = forked.state().tip();
                 Plan::Commit(
