@@ -483,6 +483,9 @@ fn two_nodes_revoke_a_lost_signer_together() {
     let key_a = call(&s, &mut ca, "lock.status", json!({}))["signer_pubkey"].clone();
     let key_b = call(&s, &mut b.connect(), "lock.status", json!({}))["signer_pubkey"].clone();
     let lost = b64(&ed_key(8));
+    // lock.init needs this node's own key among the signers.
+    let r = ca.request("lock.init", json!({"signers": [key_b, lost]}));
+    assert_eq!(r["error"]["data"]["code"], "invalid-params", "{r}");
     call(
         &s,
         &mut ca,
@@ -541,6 +544,12 @@ fn two_nodes_revoke_a_lost_signer_together() {
     assert_eq!(last["cosign_count"], 2, "{log}");
     assert_eq!(strings(&last["revoked"]), vec![lost], "{log}");
     // The same blob cannot be appended twice.
+    // The fork is what the ledger keeps: a restart reads the same log.
+    drop(ca);
+    a.stop();
+    let a = Daemon::start(&dir_a.path);
+    let mut ca = a.connect();
+    assert_eq!(call(&s, &mut ca, "lock.log", json!({})), log);
     let again = ca.request("lock.revokeSignerFinish", json!({"blob": cosigned["blob"]}));
     assert_eq!(again["error"]["data"]["code"], "lock-refused", "{again}");
     assert_eq!(
