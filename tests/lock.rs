@@ -559,3 +559,32 @@ fn two_nodes_revoke_a_lost_signer_together() {
     a.stop();
     b.stop();
 }
+
+/// Operations sent together run one at a time, each against the tip the
+/// one before it committed: twenty pipelined signatures make twenty
+/// entries in a row, none refused for extending a stale tip.
+#[test]
+fn pipelined_operations_each_extend_the_tip_before_them() {
+    let dir = TestDir::new("lock-pipe");
+    let d = Daemon::start(&dir.path);
+    let mut c = d.connect();
+    c.call("lock.init", json!({}));
+    let mut batch = String::new();
+    for i in 0..20u8 {
+        let req = json!({"jsonrpc": "2.0", "id": 100 + u32::from(i), "method": "lock.sign",
+            "params": {"device": b64(&ed_key(20 + i))}});
+        batch.push_str(&format!("{req}\n"));
+    }
+    c.send_raw(batch.as_bytes());
+    let mut tips = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let r = c.read_line().expect("an answer");
+        assert_eq!(r["result"]["changed"], true, "{r}");
+        tips.insert(r["result"]["tip"].as_str().unwrap().to_string());
+    }
+    assert_eq!(tips.len(), 20);
+    let st = c.call("lock.status", json!({}));
+    assert_eq!(st["length"], 21, "{st}");
+    assert_eq!(st["device_count"], 20, "{st}");
+    d.stop();
+}

@@ -8,7 +8,9 @@
 //! on the `lock-worker` thread; the start-up verification of the stored
 //! chain does too. A change is answered only after the ledger committed
 //! it, and only then made true in memory: a write the ledger refuses
-//! changes nothing.
+//! changes nothing. `commit` is the one place a change becomes true, so
+//! it is where the uplink, once it exists, asks [`Lock::to_close`] which
+//! of its channels to close.
 
 use std::collections::VecDeque;
 
