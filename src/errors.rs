@@ -84,6 +84,15 @@ pub enum Code {
     LaneNotFound,
     /// The lane is not at a stage that takes this request.
     LaneNotWaiting,
+    /// lock.*: this node holds no trust log.
+    LockNoLog,
+    /// lock.init: this node holds a trust log already.
+    LockExists,
+    /// lock.*: this node has no signer key; `message` says why.
+    LockNoSignerKey,
+    /// lock.*: the entry breaks a rule of the trust log or of the
+    /// revoke-signer ceremony; `message` names the rule.
+    LockRefused,
 }
 
 impl Code {
@@ -127,6 +136,10 @@ impl Code {
             Code::IsolationMissing => "isolation-missing",
             Code::LaneNotFound => "lane-not-found",
             Code::LaneNotWaiting => "lane-not-waiting",
+            Code::LockNoLog => "lock-no-log",
+            Code::LockExists => "lock-exists",
+            Code::LockNoSignerKey => "lock-no-signer-key",
+            Code::LockRefused => "lock-refused",
         }
     }
 
@@ -156,6 +169,10 @@ impl Code {
             Code::IsolationMissing => -32024,
             Code::LaneNotFound => -32025,
             Code::LaneNotWaiting => -32026,
+            // Seed 004: "-32600 ... A refused operation".
+            Code::LockNoLog | Code::LockExists | Code::LockNoSignerKey | Code::LockRefused => {
+                -32600
+            }
             _ => -32000,
         }
     }

@@ -20,6 +20,7 @@ pub mod isolation;
 pub mod lanes;
 pub mod ledger;
 pub mod limits;
+pub mod lock;
 pub mod notify;
 pub mod plugins;
 pub mod procs;

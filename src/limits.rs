@@ -895,3 +895,22 @@ pub const TRUSTLOG_ARGON2_MEMORY_KIB: u32 = 64 * 1024;
 pub const TRUSTLOG_ARGON2_LANES: u32 = 4;
 pub const TRUSTLOG_ARGON2_OUTPUT: usize = 32;
 pub const TRUSTLOG_SECRET_LEN: usize = 32;
+
+// ---- locked mode on the node (seed 004, "Locked mode control"; issue 14) ----
+
+/// `lock.*` calls waiting while one changes the log (DESIGN.md: "Every
+/// queue is bounded"). They run one at a time, in order, so that each
+/// signs against the tip the one before it committed; past this many the
+/// call is refused with `busy`.
+pub const LOCK_QUEUE: usize = 64;
+/// Jobs queued to the lock worker thread: the start-up load and the one
+/// change in flight (Argon2id commitments, chain verification).
+pub const LOCK_WORKER_QUEUE: usize = 4;
+/// `gen_disablements` of `lock.init` ("the count of disablement secrets to
+/// create"; the seed gives no bound). Each is one Argon2id evaluation at
+/// 64 MiB on the worker; Tailscale's tailnet lock makes about ten.
+pub const LOCK_MAX_DISABLEMENTS: u32 = 16;
+/// Keys in `signers` and `devices` of `lock.init`, and in `revoked` and
+/// `replaces` of `lock.revokeSignerStart`: the decoder's list bound
+/// ("4096 items per list", seed 004, Entry encoding).
+pub const LOCK_MAX_KEYS: usize = TRUSTLOG_MAX_LIST;

@@ -7,7 +7,7 @@
 _omniconfluxd() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     local prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local commands="serve status call events seats sessions approvals lanes repos stop config plugin version help"
+    local commands="serve status call events seats sessions approvals lanes repos lock stop config plugin version help"
     local options="--config --state-dir --socket --json --help --version"
     COMPREPLY=()
 
@@ -77,6 +77,13 @@ _omniconfluxd() {
             COMPREPLY=($(compgen -d -- "$cur"))
             return
             ;;
+        esac
+        ;;
+    lock)
+        case $sub in
+        "") words="status log init sign revoke add-signer remove-signer disable pin unpin local-disable revoke-signer-start revoke-signer-cosign revoke-signer-finish" ;;
+        init) words="--signer --device --disablements" ;;
+        revoke-signer-start) words="--replace --fork-from" ;;
         esac
         ;;
     config)

@@ -35,6 +35,7 @@ macro_rules! outln {
 mod args;
 pub mod client;
 pub mod lanes;
+pub mod lock;
 pub mod plugin;
 pub mod sessions;
 
@@ -122,6 +123,7 @@ commands:
   approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]
                               the approvals inbox; answering is the operator's
   {LANES}
+  {LOCK}
   stop                        ask the daemon to stop
   config check [PATH]         validate a config file and print it in full
   plugin ...                  manage plugins; see below
@@ -137,6 +139,7 @@ fn usage_text() -> String {
     USAGE_TEMPLATE
         .replace("{PLUGIN}", plugin::USAGE)
         .replace("{LANES}", lanes::USAGE)
+        .replace("{LOCK}", lock::USAGE.trim_start())
 }
 
 /// One command's usage: its entries in the commands list (and, for
@@ -345,6 +348,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "approvals" => sessions::approvals(|| connect(&args), args.json, rest),
         "lanes" => lanes::lanes(|| connect(&args), args.json, rest),
         "repos" => lanes::repos(|| connect(&args), args.json, rest),
+        "lock" => lock::lock(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "stop" => {
             no_more(rest)?;

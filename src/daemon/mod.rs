@@ -136,6 +136,8 @@ pub struct Daemon {
     pub lanes: crate::lanes::controller::Lanes,
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
+    /// Locked mode: the trust log, pin and flags, and `lock.*` (issue 14).
+    pub lock: crate::lock::node::Node,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -215,6 +217,7 @@ impl Daemon {
             core: crate::core::Core::new(&core_cfg),
             lanes: Default::default(),
             http,
+            lock: Default::default(),
             router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,
@@ -246,6 +249,7 @@ impl Daemon {
         }
         router::seats(&mut d, crate::core::seats::Seats::probe);
         d.read_lanes_at_start();
+        crate::lock::node::start(&mut d);
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.

@@ -177,6 +177,23 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE approvals SET plugin = (SELECT plugin FROM plugin_requests WHERE request_id = approvals.id)
         WHERE subject = 'plugin-task';
     CREATE INDEX approvals_by_state ON approvals (state, answered_at);",
+    // 8: locked mode on the node (issue 14; seed 004, Locked mode). The
+    // trust log the node holds, one row per entry in chain order (idx 0 is
+    // the genesis), each its wire form and hash; a fork the node adopts
+    // deletes the rows after the fork point and writes its own. `lock_state`
+    // holds the pinned genesis (`pin_genesis`), the local disable
+    // (`local_disabled`) and the quarantine (`quarantined`, the genesis
+    // that caused it, empty when unknown). The signer key is not here: it
+    // is a 0600 file of the state directory (src/lock/key.rs says why).
+    "CREATE TABLE trustlog_entries (
+        idx  INTEGER PRIMARY KEY CHECK (idx >= 0),
+        hash BLOB NOT NULL,
+        wire BLOB NOT NULL
+    );
+    CREATE TABLE lock_state (
+        key   TEXT PRIMARY KEY,
+        value BLOB NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.

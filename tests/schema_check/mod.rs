@@ -304,7 +304,13 @@ fn normalise(base: &str, rel: &str) -> String {
 
 impl Schemas {
     pub fn load() -> Schemas {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("vendor-schemas/plugin-api-1.x");
+        Schemas::load_dir("vendor-schemas/plugin-api-1.x")
+    }
+
+    /// The schemas of another folder of vendor-schemas/ (`dir` from the
+    /// crate root), for another wire.
+    pub fn load_dir(dir: &str) -> Schemas {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
         let mut docs = HashMap::new();
         fn walk(root: &Path, dir: &Path, docs: &mut HashMap<String, Value>) {
             for e in std::fs::read_dir(dir).unwrap() {
