@@ -137,7 +137,7 @@ pub struct Daemon {
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
     /// Locked mode: the trust log, pin and flags, and `lock.*` (issue 14).
-    pub lock: crate::lock::node::Node,
+    pub lock: crate::daemon::router::lock::Node,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -249,7 +249,7 @@ impl Daemon {
         }
         router::seats(&mut d, crate::core::seats::Seats::probe);
         d.read_lanes_at_start();
-        crate::lock::node::start(&mut d);
+        crate::daemon::router::lock::start(&mut d);
         d.run();
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.

@@ -3,7 +3,7 @@
 //! node holds, its pinned genesis, its signer key, the quarantine and the
 //! local disable, and what each `lock.*` call does to them. The rules of
 //! the log itself are the pure core's (src/trustlog/); this module decides
-//! which entry an operation writes and what the node keeps, and [`node`]
+//! which entry an operation writes and what the node keeps, and the router
 //! runs it on the daemon: one operation at a time, Argon2id and chain
 //! verification on the lock worker thread, every change committed to the
 //! ledger before it is answered or acted on.
@@ -43,11 +43,10 @@
 //! "may this client key open a channel now?" at the end of each Noise
 //! handshake (`None` for a plaintext channel), and [`Lock::to_close`]
 //! answers "which open channels must close?" after every change this node
-//! commits or adopts; [`node`] calls the uplink's side of it once it
+//! commits or adopts; router/lock.rs calls the uplink's side of it once it
 //! exists. Both read only what is committed.
 
 pub mod key;
-pub mod node;
 pub mod store;
 
 use ed25519_dalek::SigningKey;

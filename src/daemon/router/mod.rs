@@ -21,7 +21,8 @@
 //! once the reopened sessions are in place. The sessions and the approvals
 //! inbox are converted too: their routes are in [`sessions`]; the lane
 //! controller's effects and its workers' reports are carried out in
-//! [`lanes`]. Plugins still take the daemon and are called from here as
+//! [`lanes`]; locked mode's operations run one at a time in [`lock`].
+//! Plugins still take the daemon and are called from here as
 //! they are.
 //!
 //! Where answers go: `ReplyTo` stays in the daemon, beside the surfaces it
@@ -38,6 +39,7 @@
 use std::collections::VecDeque;
 
 pub mod lanes;
+pub mod lock;
 pub mod sessions;
 
 use super::Daemon;

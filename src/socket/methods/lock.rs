@@ -30,7 +30,7 @@ use super::{params, require_operator};
 use crate::daemon::{Daemon, Req};
 use crate::e2ee::base64;
 use crate::errors::{Code, RpcError};
-use crate::lock::{self, Answer, Error, Lock, Op};
+use crate::lock::{Answer, Error, Lock, Op};
 use crate::trustlog::{Entry, Hash, KeyText, Kind};
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
@@ -39,11 +39,11 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         Err(e) => return d.answer(req, Err(e)),
     };
     let to = req.clone();
-    let then: lock::node::Then = Box::new(move |d: &mut Daemon, r| {
+    let then: crate::daemon::router::lock::Then = Box::new(move |d: &mut Daemon, r| {
         let v = r.map(|a| view(&d.lock.lock, a)).map_err(error);
         d.answer(to, v);
     });
-    if let Err(e) = lock::node::submit(d, op, then) {
+    if let Err(e) = crate::daemon::router::lock::submit(d, op, then) {
         d.answer(req, Err(e));
     }
 }

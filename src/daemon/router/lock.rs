@@ -14,10 +14,10 @@
 
 use std::collections::VecDeque;
 
-use super::{Answer, Change, Error, Lock, Op, Plan, Stored, store};
 use crate::daemon::Daemon;
 use crate::errors::{Code, RpcError};
 use crate::limits;
+use crate::lock::{Answer, Change, Error, Lock, Op, Plan, Stored, store};
 use crate::plugins::store::Worker;
 
 /// Who hears an operation's outcome, on the reactor.
@@ -79,7 +79,7 @@ fn verify(d: &mut Daemon, stored: Result<Stored, String>) {
     let dir = d.paths.state_dir.clone();
     let inbox = d.inbox.clone();
     let job = Box::new(move || {
-        let loaded = super::load(stored, &dir);
+        let loaded = crate::lock::load(stored, &dir);
         inbox.run(move |d| {
             d.lock.lock.install(loaded);
             d.lock.loaded = true;
