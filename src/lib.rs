@@ -13,6 +13,7 @@ pub mod config;
 pub mod core;
 pub mod daemon;
 pub mod errors;
+pub mod gateway;
 pub mod http;
 pub mod ids;
 pub mod isolation;
