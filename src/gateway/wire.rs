@@ -53,6 +53,16 @@ struct Env<'a> {
 
 /// Classifies `line` (without its `\n`).
 pub fn classify(line: &[u8]) -> Frame {
+    // serde would read an array as the struct's fields in order.
+    if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => Frame::Refused(error(
+                &Value::Null,
+                &GwError::invalid_request("a frame must be a JSON-RPC object"),
+            )),
+            Err(_) => Frame::Refused(parse_error()),
+        };
+    }
     let env: Env = match serde_json::from_slice(line) {
         Ok(e) => e,
         Err(e) if e.is_syntax() || e.is_eof() => return Frame::Refused(parse_error()),
