@@ -559,3 +559,178 @@ fn a_client_that_does_not_read_is_closed_and_others_keep_going() {
     assert!(slow.closed());
     assert_eq!(fast.call("ping", json!(null))["result"], Value::Null);
 }
+
+fn sha256_hex(s: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, s.as_bytes());
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn pairing_stores_a_token_id_and_admin_methods_need_the_master_token() {
+    let dir = TestDir::new("gw-pair");
+    let (d, addr) = gateway(&dir, "[gateway]\npublic_url = \"wss://gw.example\"\n");
+    let mut admin = client(addr, MASTER);
+    let started = admin.call("clients.pairStart", json!({}))["result"].clone();
+    let token = started["token"].as_str().unwrap().to_string();
+    assert_eq!(token.len(), 64);
+    assert!(
+        token
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert_eq!(started["url"], "wss://gw.example");
+    let wait = admin.request("clients.pairAwait", json!({"token": token}));
+    // A pending token is no node token; a guessed one is nothing.
+    assert_eq!(dial(addr, "/node", Some(&token)).err().unwrap().0, 401);
+    assert_eq!(
+        dial(addr, "/client", Some(&"a".repeat(64)))
+            .err()
+            .unwrap()
+            .0,
+        401
+    );
+    // The device connects: the await wakes.
+    let mut device = client(addr, &token);
+    assert_eq!(admin.answer(wait)["result"], json!({"connected": true}));
+    // A second await, and one for an unknown token: false, no error.
+    assert_eq!(
+        admin.call("clients.pairAwait", json!({"token": token}))["result"],
+        json!({"connected": false})
+    );
+    assert_eq!(
+        admin.call("clients.pairAwait", json!({"token": "nope"}))["result"],
+        json!({"connected": false})
+    );
+    // The device is no admin.
+    for m in [
+        "clients.list",
+        "clients.pairStart",
+        "clients.remove",
+        "pushport.setToken",
+    ] {
+        let r = device.call(m, json!({}));
+        assert_eq!(r["error"]["code"], -32600, "{m}: {r}");
+        assert_eq!(r["error"]["message"], "unauthorized: admin token required");
+    }
+    assert_eq!(
+        device.call("nodes.list", json!({}))["result"]["nodes"],
+        json!([])
+    );
+    // Stored by its SHA-256, never raw.
+    let id = sha256_hex(&token);
+    let list = admin.call("clients.list", json!({}))["result"].clone();
+    assert_eq!(list[0]["token"], json!(id));
+    assert!(list[0]["created_at"].is_string());
+    let db = std::fs::read(d.state.join("gateway.sqlite3")).unwrap();
+    let raw = String::from_utf8_lossy(&db);
+    assert!(!raw.contains(&token), "the raw token is never stored");
+    // It persists across a restart.
+    drop((device, admin));
+    assert!(d.stop().success());
+    let (_d, addr) = gateway(&dir, "");
+    let mut device = client(addr, &token);
+    assert_eq!(device.call("ping", json!(null))["result"], Value::Null);
+    // Removing it closes its connection and refuses it from then on.
+    let mut admin = client(addr, MASTER);
+    let r = admin.call("clients.remove", json!({"token": id}));
+    assert_eq!(r["result"], Value::Null, "{r}");
+    assert!(device.closed());
+    assert_eq!(dial(addr, "/client", Some(&token)).err().unwrap().0, 401);
+    assert_eq!(admin.call("clients.list", json!({}))["result"], json!([]));
+}
+
+#[test]
+fn a_pairing_no_device_takes_ends_after_60_seconds() {
+    let dir = TestDir::new("gw-pairto");
+    let (_d, addr) = gateway(&dir, "");
+    let mut admin = client(addr, MASTER);
+    admin
+        .ws
+        .get_mut()
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let token = admin.call("clients.pairStart", json!({}))["result"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t0 = Instant::now();
+    let r = admin.call("clients.pairAwait", json!({"token": token}));
+    assert_eq!(r["result"], json!({"connected": false}));
+    assert!(
+        t0.elapsed() >= Duration::from_secs(55),
+        "answered before the 60 s"
+    );
+    // Expired: the token no longer pairs.
+    assert_eq!(dial(addr, "/client", Some(&token)).err().unwrap().0, 401);
+}
+
+#[test]
+fn pair_on_the_gateway_socket_prints_the_uri_and_waits_for_the_device() {
+    use std::io::BufRead;
+    let dir = TestDir::new("gw-paircli");
+    let (d, addr) = gateway(&dir, "");
+    let mut child = std::process::Command::new(util::bin())
+        .args([
+            "--socket",
+            d.socket.to_str().unwrap(),
+            "pair",
+            "--url",
+            "ws://h:1",
+            "--e2e",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let uri = first.trim();
+    assert!(
+        uri.starts_with("argus://pair?url=ws%3A%2F%2Fh%3A1&token="),
+        "{uri}"
+    );
+    assert!(uri.ends_with("&e2e=true"), "{uri}");
+    let token = uri
+        .split("token=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    let mut rest = String::new();
+    // The QR code and the waiting line come before the device connects.
+    loop {
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        rest.push_str(&l);
+        if l.starts_with("waiting") {
+            break;
+        }
+    }
+    assert!(
+        rest.contains('\u{2588}') || rest.contains('\u{2580}'),
+        "a QR code: {rest}"
+    );
+    let _device = client(addr, token);
+    let mut tail = String::new();
+    out.read_to_string(&mut tail).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(tail.contains("paired: the device connected"), "{tail}");
+    // The gateway socket answers server.info with no nodes, and clients.
+    let (code, text, _) =
+        util::run_cli(&["--socket", d.socket.to_str().unwrap(), "--json", "clients"]);
+    assert_eq!(code, 0);
+    let list: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(list[0]["token"], json!(sha256_hex(token)));
+    let mut s = util::Client::new(
+        std::os::unix::net::UnixStream::connect(
+            d.socket.with_file_name("omniconfluxd-gateway.sock"),
+        )
+        .unwrap(),
+    );
+    let info = s.call("server.info", json!({}));
+    assert_eq!(info["nodes"], json!([]));
+    let err = s.request("server.restart", json!({}));
+    assert_eq!(err["error"]["code"], -32601);
+}

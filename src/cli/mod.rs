@@ -36,6 +36,7 @@ mod args;
 pub mod client;
 pub mod gateway;
 pub mod lanes;
+pub mod pair;
 pub mod plugin;
 pub mod sessions;
 
@@ -116,6 +117,7 @@ commands:
                               the port chosen is logged and shown by status);
                               --gateway also runs the gateway role on ADDR
   {GATEWAY}
+  {PAIR}
   status [--json]             whether a daemon answers, and what it holds
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
@@ -142,6 +144,7 @@ fn usage_text() -> String {
         .replace("{PLUGIN}", plugin::USAGE)
         .replace("{LANES}", lanes::USAGE)
         .replace("{GATEWAY}", gateway::USAGE)
+        .replace("{PAIR}", pair::USAGE.trim_start())
 }
 
 /// One command's usage: its entries in the commands list (and, for
@@ -362,6 +365,8 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "repos" => lanes::repos(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
         "gateway" => gateway::run(&args.flags, rest),
+        "pair" => pair::pair(|| connect_operator(&args), args.json, rest),
+        "clients" => pair::clients(|| connect_operator(&args), args.json, rest),
         "stop" => {
             no_more(rest)?;
             connect(&args)?.call("server.stop", json!({}))?;
@@ -387,6 +392,21 @@ fn connect(args: &Args) -> Result<Client, Failure> {
     let (_, paths) = config::load_effective(&args.flags, &env)
         .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
     Ok(Client::connect(&paths.socket)?)
+}
+
+/// The node socket when a daemon answers there, else the standalone
+/// gateway's socket beside it (`pair`, `clients`).
+fn connect_operator(args: &Args) -> Result<Client, Failure> {
+    let env = config::Env::from_process();
+    let (_, paths) = config::load_effective(&args.flags, &env)
+        .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
+    match Client::connect(&paths.socket) {
+        Ok(c) => Ok(c),
+        Err(first) => {
+            let gw = crate::gateway::standalone::socket_path(&paths.socket);
+            Client::connect(&gw).map_err(|_| Failure::from(first))
+        }
+    }
 }
 
 fn config_cmd(args: &Args, rest: &[String]) -> Result<(), Failure> {
