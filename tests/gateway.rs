@@ -15,6 +15,26 @@ use util::{Daemon, Opts, PATIENCE, TestDir};
 
 const MASTER: &str = "master-token-of-the-tests";
 
+/// vendor-schemas/gateway/gateway.schema.json, read once.
+fn schema() -> &'static Value {
+    static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/vendor-schemas/gateway/gateway.schema.json"
+        );
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    })
+}
+
+/// Checks `v` against `$defs/<def>` of the gateway's schema.
+fn check(def: &str, v: &Value) {
+    let s = json!({"$ref": format!("#/$defs/{def}")});
+    if let Err(e) = util::http::validate(schema(), &s, v, def) {
+        panic!("not a valid {def}: {e}");
+    }
+}
+
 /// Starts `omniconfluxd gateway --listen 127.0.0.1:0` with the master token
 /// in the environment; returns it and the address it bound.
 fn gateway(dir: &TestDir, config: &str) -> (Daemon, SocketAddr) {
@@ -77,6 +97,18 @@ fn client(addr: SocketAddr, token: &str) -> Peer {
     dial(addr, "/client", Some(token)).expect("client connects")
 }
 
+/// A client that has seen `node` online in the roster, so that a channel
+/// to it can be opened.
+fn client_of(addr: SocketAddr, node: &str) -> Peer {
+    let mut c = client(addr, MASTER);
+    c.expect(&format!("{node} online"), |v| {
+        v["method"] == "node.event"
+            && v["params"]["node"]["id"] == node
+            && v["params"]["node"]["online"] == true
+    });
+    c
+}
+
 impl Peer {
     fn send_text(&mut self, text: &str) {
         self.ws.send(Message::text(text)).unwrap();
@@ -112,8 +144,10 @@ impl Peer {
                 if line.iter().all(|b| b.is_ascii_whitespace()) {
                     continue;
                 }
-                self.lines
-                    .push_back(serde_json::from_slice(&line).expect("a JSON line"));
+                let v: Value = serde_json::from_slice(&line).expect("a JSON line");
+                // Every line the gateway writes is one its schema allows.
+                check("line", &v);
+                self.lines.push_back(v);
             }
         }
     }
@@ -308,6 +342,7 @@ fn framing_is_a_byte_stream_of_lines() {
         assert_eq!(r["error"]["message"], "method not found");
     }
     let info = c.call("server.info", json!(null))["result"].clone();
+    check("ServerInfo", &info);
     assert_eq!(info["nodes"], json!([]));
     assert_eq!(info["pushPortConfigured"], false);
     // A line past 16 MiB closes the connection; another one is untouched.
@@ -338,10 +373,13 @@ fn the_roster_follows_uplinks() {
     // A late client gets the snapshot.
     let mut late = client(addr, MASTER);
     assert_eq!(late.node_event("added", "home")["online"], true);
-    let list = late.call("nodes.list", json!({}))["result"]["nodes"].clone();
+    let list = late.call("nodes.list", json!({}))["result"].clone();
+    check("NodesList", &list);
+    let list = list["nodes"].clone();
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert_eq!(list[0]["id"], "home");
     let info = late.call("server.info", json!({}))["result"].clone();
+    check("ServerInfo", &info);
     assert_eq!(info["nodes"][0]["id"], "home");
     // Disconnect: offline; a client that joins now sees it with online false.
     drop(n1);
@@ -392,8 +430,8 @@ fn relay_channels_forward_both_ways_to_their_owners_only() {
     let dir = TestDir::new("gw-relay");
     let (_d, addr) = gateway(&dir, "");
     let mut n = node(addr, ident("home"));
-    let mut a = client(addr, MASTER);
-    let mut b = client(addr, MASTER);
+    let mut a = client_of(addr, "home");
+    let mut b = client_of(addr, "home");
     for (m, p, want) in [
         ("relay.open", json!({}), "invalid params: "),
         (
@@ -483,7 +521,7 @@ fn a_full_channel_queue_closes_the_channel_without_dropping_a_frame() {
     // may end it first.
     let (_d, addr) = gateway(&dir, "[gateway]\nwrite_timeout_ms = 600000\n");
     let mut n = node(addr, ident("home"));
-    let mut a = client(addr, MASTER);
+    let mut a = client_of(addr, "home");
     let chan = a.call("relay.open", json!({"node_id": "home"}))["result"]["chan_id"]
         .as_str()
         .unwrap()
@@ -527,8 +565,8 @@ fn a_client_that_does_not_read_is_closed_and_others_keep_going() {
     let dir = TestDir::new("gw-slow");
     let (_d, addr) = gateway(&dir, "[gateway]\nwrite_timeout_ms = 1000\n");
     let mut n = node(addr, ident("home"));
-    let mut slow = client(addr, MASTER);
-    let mut fast = client(addr, MASTER);
+    let mut slow = client_of(addr, "home");
+    let mut fast = client_of(addr, "home");
     let cs = slow.call("relay.open", json!({"node_id":"home"}))["result"]["chan_id"]
         .as_str()
         .unwrap()
@@ -571,6 +609,7 @@ fn pairing_stores_a_token_id_and_admin_methods_need_the_master_token() {
     let (d, addr) = gateway(&dir, "[gateway]\npublic_url = \"wss://gw.example\"\n");
     let mut admin = client(addr, MASTER);
     let started = admin.call("clients.pairStart", json!({}))["result"].clone();
+    check("PairStart", &started);
     let token = started["token"].as_str().unwrap().to_string();
     assert_eq!(token.len(), 64);
     assert!(
@@ -619,6 +658,7 @@ fn pairing_stores_a_token_id_and_admin_methods_need_the_master_token() {
     // Stored by its SHA-256, never raw.
     let id = sha256_hex(&token);
     let list = admin.call("clients.list", json!({}))["result"].clone();
+    check("ClientsList", &list);
     assert_eq!(list[0]["token"], json!(id));
     assert!(list[0]["created_at"].is_string());
     let db = std::fs::read(d.state.join("gateway.sqlite3")).unwrap();
@@ -733,4 +773,80 @@ fn pair_on_the_gateway_socket_prints_the_uri_and_waits_for_the_device() {
     assert_eq!(info["nodes"], json!([]));
     let err = s.request("server.restart", json!({}));
     assert_eq!(err["error"]["code"], -32601);
+}
+
+#[test]
+fn the_node_runs_the_gateway_with_serve_gateway() {
+    let dir = TestDir::new("gw-innode");
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            extra_args: vec!["--gateway".into(), "127.0.0.1:0".into()],
+            ..Opts::default()
+        },
+    );
+    let addr = listen_addr(&d);
+    // The master token was made at first start: 0600, 64 lowercase hex.
+    let path = d.state.join("gateway.token");
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    let master = std::fs::read_to_string(&path)
+        .unwrap()
+        .trim_end()
+        .to_string();
+    assert_eq!(master.len(), 64);
+    assert!(
+        master
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    );
+    let mut n = dial(addr, "/node", Some(&master)).expect("node");
+    let req = n.expect("identify", |v| v["method"] == "node.identify");
+    n.send(&json!({"jsonrpc":"2.0","id":req["id"],"result":ident("far")}));
+    // The operator pairs a device on the node socket.
+    let mut s = d.connect();
+    let started = s.call("clients.pairStart", json!({}));
+    check("PairStart", &started);
+    let token = started["token"].as_str().unwrap().to_string();
+    let wait =
+        json!({"jsonrpc":"2.0","id":"await","method":"clients.pairAwait","params":{"token":token}});
+    s.send_raw(format!("{wait}\n").as_bytes());
+    let mut device = dial(addr, "/client", Some(&token)).expect("device");
+    let answer = s.read_line().unwrap();
+    assert_eq!(answer["id"], "await");
+    assert_eq!(answer["result"], json!({"connected": true}));
+    assert_eq!(device.node_event("added", "far")["online"], true);
+    let list = s.call("clients.list", json!({}));
+    check("ClientsList", &list);
+    assert_eq!(list[0]["token"], json!(sha256_hex(&token)));
+    // Kept in the ledger, by id only.
+    let db = std::fs::read(d.state.join("ledger.sqlite3")).unwrap();
+    assert!(!String::from_utf8_lossy(&db).contains(&token));
+    // Relay through the node's gateway.
+    let chan = device.call("relay.open", json!({"node_id":"far"}))["result"]["chan_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let f = relay_req(&chan, "far", 1, "node.identify", "");
+    device.send(&f);
+    assert_eq!(n.next().unwrap(), f);
+    assert_eq!(
+        s.error_code("clients.remove", json!({"token": "0".repeat(64)})),
+        "not-found"
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn clients_methods_need_the_gateway_role() {
+    let dir = TestDir::new("gw-off");
+    let d = Daemon::start(&dir.path);
+    let mut s = d.connect();
+    assert_eq!(s.error_code("clients.list", json!({})), "unavailable");
+    let (code, _, err) = util::run_cli(&["--socket", d.socket.to_str().unwrap(), "clients"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("gateway role is not running"), "{err}");
 }

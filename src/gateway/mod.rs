@@ -28,6 +28,7 @@
 //! uplink with the node's id replaces it) makes `recv` end.
 
 pub mod conn;
+pub mod in_node;
 pub mod standalone;
 pub mod state;
 pub mod tokens;
@@ -137,8 +138,11 @@ impl Gateway {
         })
     }
 
-    /// Stops accepting, closes every connection and joins the threads.
-    pub fn stop(mut self) {
+    /// Stops accepting and closes every connection. With `wait`, returns
+    /// once the gateway thread is done; without, it finishes on its own
+    /// (the node's reactor calls this, and the gateway thread may be
+    /// handing it a last answer through the reactor's queue).
+    pub fn stop(mut self, wait: bool) {
         self.shared.stopping.store(true, Ordering::Release);
         let _ = self.shared.to_state.send(ToState::Stop);
         // Wake the blocking accept with a connection of our own.
@@ -155,7 +159,9 @@ impl Gateway {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
-        if let Some(t) = self.state.take() {
+        if let Some(t) = self.state.take()
+            && wait
+        {
             let _ = t.join();
         }
     }

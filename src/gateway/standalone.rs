@@ -82,8 +82,8 @@ pub fn run(flags: &PathFlags) -> Result<(), RunError> {
         paths.state_dir.join("gateway.token").display().to_string()
     };
     let master = tokens::master(&paths.state_dir, from_env).map_err(RunError::Startup)?;
-    let store =
-        tokens::Store::open(&paths.state_dir.join("gateway.sqlite3")).map_err(RunError::Startup)?;
+    let store = tokens::Store::open(&paths.state_dir.join("gateway.sqlite3"), true)
+        .map_err(RunError::Startup)?;
     let sock_path = socket_path(&paths.socket);
     let listener = bind_socket(&sock_path).map_err(RunError::Startup)?;
     let gw = Gateway::start(&cfg.gateway, addr, master, store).map_err(RunError::Startup)?;
@@ -115,7 +115,7 @@ pub fn run(flags: &PathFlags) -> Result<(), RunError> {
     let why = stop_rx.recv().unwrap_or("the stop channel closed");
     crate::info!("stopping ({why})");
     crate::notify::notify("STOPPING=1");
-    gw.stop();
+    gw.stop(true);
     let _ = std::fs::remove_file(&sock_path);
     crate::info!("stopped");
     Ok(())

@@ -154,9 +154,10 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the file holding `gateway_clients`; creates the table for the
-    /// standalone file (the ledger's migration made it in the node).
-    pub fn open(path: &Path) -> Result<Store, String> {
+    /// Opens the file holding `gateway_clients`. `create`: make the table
+    /// (the standalone file); in the node the ledger's migration made it,
+    /// and the gateway writes nothing else into the ledger.
+    pub fn open(path: &Path, create: bool) -> Result<Store, String> {
         let fail = |e: rusqlite::Error| {
             format!(
                 "unable to open the gateway's client tokens in {}: {}",
@@ -169,9 +170,13 @@ impl Store {
             limits::LEDGER_BUSY_TIMEOUT_MS,
         ))
         .map_err(fail)?;
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+        if create {
+            conn.execute_batch("PRAGMA journal_mode = WAL;")
+                .map_err(fail)?;
+            conn.execute_batch(CLIENTS_TABLE).map_err(fail)?;
+        }
+        conn.execute_batch("PRAGMA synchronous = FULL;")
             .map_err(fail)?;
-        conn.execute_batch(CLIENTS_TABLE).map_err(fail)?;
         Ok(Store { conn })
     }
 
@@ -251,7 +256,7 @@ mod tests {
     #[test]
     fn store_keeps_ids_only() {
         let dir = crate::testutil::TempDir::new("gw-store");
-        let s = Store::open(&dir.path().join("g.sqlite3")).unwrap();
+        let s = Store::open(&dir.path().join("g.sqlite3"), true).unwrap();
         let id = crate::ids::hex(&sha256(b"tok"));
         s.insert(&Paired {
             id: id.clone(),
