@@ -942,6 +942,9 @@ pub const GATEWAY_INBOX: usize = 4096;
 /// queued ("A WebSocket message does not always hold exactly one frame",
 /// seed 004, Framing), so that a burst of small frames costs one write.
 pub const GATEWAY_WRITE_BATCH: usize = 256 * 1024;
+/// Frames in one such message: each is one or two `writev` slices, and a
+/// `writev` takes at most 1024 (IOV_MAX).
+pub const GATEWAY_WRITE_BATCH_FRAMES: usize = 500;
 
 /// Connections to the standalone gateway's unix socket at once, each served
 /// by its own thread (`server.info`, `server.stop`, `clients.*` for

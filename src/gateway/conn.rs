@@ -35,7 +35,7 @@
 //! seed's 64-frame queue of a channel is full.
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -54,8 +54,31 @@ use crate::socket::framing::LineBuffer;
 pub enum Out {
     /// One JSON line, `\n` included, and what to lower once it is written.
     Line(Vec<u8>, Option<Arc<Queued>>),
+    /// A relay frame as it arrived, without its `\n` (the writer adds it),
+    /// and its channel direction's queue.
+    Relay(Vec<u8>, Arc<Queued>),
     /// Bytes tungstenite formatted itself (a pong, the close reply).
     Raw(Vec<u8>),
+}
+
+impl Out {
+    /// Bytes it adds to a text message.
+    fn wire_len(&self) -> usize {
+        match self {
+            Out::Line(b, _) | Out::Raw(b) => b.len(),
+            Out::Relay(b, _) => b.len() + 1,
+        }
+    }
+
+    /// Lowers the queue it was counted in, once written (or dropped).
+    pub fn written(&self) {
+        let (q, n) = match self {
+            Out::Line(b, Some(q)) | Out::Relay(b, q) => (q, b.len()),
+            _ => return,
+        };
+        q.frames.fetch_sub(1, Ordering::AcqRel);
+        q.bytes.fetch_sub(n, Ordering::AcqRel);
+    }
 }
 
 /// Frames and bytes queued, not yet written: one direction of a channel,
@@ -362,7 +385,7 @@ pub fn take_lines(
     lines.extend(bytes);
     loop {
         match lines.next_line() {
-            Ok(Some(line)) => match wire::classify(&line) {
+            Ok(Some(line)) => match wire::classify(line) {
                 // "The peer answers it directly, before any dispatch
                 // rule" (seed 004, Keepalive).
                 Frame::Ping { id } => outbox
@@ -439,89 +462,91 @@ fn text_header(len: usize) -> ([u8; 10], usize) {
     }
 }
 
-/// Writes every part before `deadline`, or fails.
-fn write_parts(tcp: &mut TcpStream, parts: &[&[u8]], deadline: Instant) -> io::Result<()> {
-    for part in parts {
-        let mut p = *part;
-        while !p.is_empty() {
-            if Instant::now() > deadline {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-            match tcp.write(p) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => p = &p[n..],
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+/// Writes every slice before `deadline`, or fails.
+fn write_all_before(
+    tcp: &mut TcpStream,
+    mut bufs: &mut [IoSlice<'_>],
+    deadline: Instant,
+) -> io::Result<()> {
+    while !bufs.is_empty() {
+        if Instant::now() > deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        match tcp.write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
 }
 
-/// The writer: batches what is queued into text messages, in order.
+/// The writer: what is queued goes out in order, runs of lines as one
+/// text message each (written with one `writev`, no copy), tungstenite's
+/// own frames between them as they are.
 pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, limit: Duration) {
-    let mut batch: Vec<u8> = Vec::new();
-    let mut done: Vec<(Arc<Queued>, usize)> = Vec::new();
-    let mut pending = rx.recv().ok();
-    while let Some(first) = pending.take() {
+    let mut run: Vec<Out> = Vec::new();
+    while let Ok(first) = rx.recv() {
         let mut next = Some(first);
+        let mut bytes = 0;
         let mut failed = false;
-        // Gather lines until a raw frame, the batch limit or an empty queue.
         while let Some(out) = next.take() {
             len.fetch_sub(1, Ordering::AcqRel);
-            match out {
-                Out::Line(line, q) => {
-                    if let Some(q) = q {
-                        done.push((q, line.len()));
-                    }
-                    if batch.is_empty() && line.len() >= limits::GATEWAY_WRITE_BATCH {
-                        let (h, n) = text_header(line.len());
-                        let deadline = Instant::now() + limit;
-                        failed = write_parts(&mut tcp, &[&h[..n], &line], deadline).is_err();
-                    } else {
-                        batch.extend_from_slice(&line);
-                    }
-                }
-                Out::Raw(raw) => {
-                    failed = flush(&mut tcp, &mut batch, limit).is_err()
-                        || write_parts(&mut tcp, &[&raw], Instant::now() + limit).is_err();
-                }
+            if let Out::Raw(raw) = &out {
+                failed = write_run(&mut tcp, &mut run, limit).is_err()
+                    || write_all_before(&mut tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
+                        .is_err();
+            } else {
+                bytes += out.wire_len();
+                run.push(out);
             }
-            if failed || batch.len() >= limits::GATEWAY_WRITE_BATCH {
+            if failed
+                || bytes >= limits::GATEWAY_WRITE_BATCH
+                || run.len() >= limits::GATEWAY_WRITE_BATCH_FRAMES
+            {
                 break;
             }
             next = rx.try_recv().ok();
         }
         if !failed {
-            failed = flush(&mut tcp, &mut batch, limit).is_err();
-        }
-        for (q, n) in done.drain(..) {
-            q.frames.fetch_sub(1, Ordering::AcqRel);
-            q.bytes.fetch_sub(n, Ordering::AcqRel);
+            failed = write_run(&mut tcp, &mut run, limit).is_err();
         }
         if failed {
             crate::debug!("gateway: closed a connection that did not take a frame in time");
             let _ = tcp.shutdown(Shutdown::Both);
             return;
         }
-        if batch.capacity() > limits::GATEWAY_WRITE_BATCH * 2 {
-            batch = Vec::new();
-        }
-        pending = match rx.try_recv() {
-            Ok(o) => Some(o),
-            Err(_) => rx.recv().ok(),
-        };
     }
 }
 
-/// Writes the gathered lines as one text message.
-fn flush(tcp: &mut TcpStream, batch: &mut Vec<u8>, limit: Duration) -> io::Result<()> {
-    if batch.is_empty() {
+/// Writes `run` as one text message and empties it.
+fn write_run(tcp: &mut TcpStream, run: &mut Vec<Out>, limit: Duration) -> io::Result<()> {
+    if run.is_empty() {
         return Ok(());
     }
-    let (h, n) = text_header(batch.len());
-    let r = write_parts(tcp, &[&h[..n], batch], Instant::now() + limit);
-    batch.clear();
+    let total = run.iter().map(Out::wire_len).sum();
+    let (h, n) = text_header(total);
+    let mut slices = Vec::with_capacity(1 + 2 * run.len());
+    slices.push(IoSlice::new(&h[..n]));
+    for o in run.iter() {
+        match o {
+            Out::Line(b, _) => slices.push(IoSlice::new(b)),
+            Out::Relay(b, _) => {
+                slices.push(IoSlice::new(b));
+                slices.push(IoSlice::new(b"\n"));
+            }
+            Out::Raw(_) => {}
+        }
+    }
+    let r = write_all_before(tcp, &mut slices, Instant::now() + limit);
+    drop(slices);
+    for o in run.drain(..) {
+        o.written();
+    }
+    if run.capacity() > limits::GATEWAY_WRITE_BATCH_FRAMES {
+        *run = Vec::new();
+    }
     r
 }
 

@@ -232,15 +232,13 @@ impl NodeLink {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
+        out.written();
         match out {
-            Out::Line(line, q) => {
-                if let Some(q) = q {
-                    q.frames.fetch_sub(1, Ordering::AcqRel);
-                    q.bytes.fetch_sub(line.len(), Ordering::AcqRel);
-                }
+            Out::Line(line, _) | Out::Raw(line) => Some(line),
+            Out::Relay(mut line, _) => {
+                line.push(b'\n');
                 Some(line)
             }
-            Out::Raw(raw) => Some(raw),
         }
     }
 }
@@ -248,5 +246,82 @@ impl NodeLink {
 impl Drop for NodeLink {
     fn drop(&mut self) {
         let _ = self.to_state.send(ToState::Closed { conn: self.conn });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::net::TcpStream;
+    use tungstenite::client::IntoClientRequest;
+
+    fn line(v: &Value) -> Vec<u8> {
+        let mut l = serde_json::to_vec(v).unwrap();
+        l.push(b'\n');
+        l
+    }
+
+    fn next_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> Value {
+        loop {
+            if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+                return serde_json::from_str(t.as_str().trim_end()).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_link_joins_the_roster_without_dialing() {
+        let dir = crate::testutil::TempDir::new("gw-link");
+        let store = tokens::Store::open(&dir.path().join("g.sqlite3"), true).unwrap();
+        let cfg = GatewaySection::default();
+        let gw = Gateway::start(
+            &cfg,
+            "127.0.0.1:0".parse().unwrap(),
+            tokens::sha256(b"m"),
+            store,
+        )
+        .unwrap();
+        let wait = Duration::from_secs(30);
+        let mut link = gw.attach_node().unwrap();
+        let ask: Value = serde_json::from_slice(&link.recv(wait).unwrap()).unwrap();
+        assert_eq!(ask["method"], "node.identify");
+        let ident = json!({"id": "local", "label": "l", "version": "1", "capabilities": {}});
+        link.send(&line(
+            &json!({"jsonrpc": "2.0", "id": ask["id"], "result": ident}),
+        ))
+        .unwrap();
+        // `ping` on the link is answered on the link.
+        link.send(b"{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"method\":\"ping\"}\n")
+            .unwrap();
+        let pong: Value = serde_json::from_slice(&link.recv(wait).unwrap()).unwrap();
+        assert_eq!(pong["id"], "p");
+
+        let mut req = format!("ws://{}/client", gw.addr())
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("authorization", "Bearer m".parse().unwrap());
+        let tcp = TcpStream::connect(gw.addr()).unwrap();
+        tcp.set_read_timeout(Some(wait)).unwrap();
+        let (mut ws, _) = tungstenite::client::client(req, tcp).unwrap();
+        let added = next_json(&mut ws);
+        assert_eq!(added["params"]["node"]["id"], "local");
+        ws.send(tungstenite::Message::text(
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"relay.open\",\"params\":{\"node_id\":\"local\"}}\n",
+        ))
+        .unwrap();
+        let chan = next_json(&mut ws)["result"]["chan_id"].clone();
+        let frame = json!({"jsonrpc":"2.0","id":5,"method":"m","route":{"chan_id":chan},"body":""});
+        ws.send(tungstenite::Message::text(format!("{frame}\n")))
+            .unwrap();
+        let got: Value = serde_json::from_slice(&link.recv(wait).unwrap()).unwrap();
+        assert_eq!(got, frame);
+        let back = json!({"jsonrpc":"2.0","id":5,"route":{"chan_id":chan},"body":"e30="});
+        link.send(&line(&back)).unwrap();
+        assert_eq!(next_json(&mut ws), back);
+        // The gateway stopping ends the link.
+        gw.stop(true);
+        assert!(link.recv(wait).is_none());
     }
 }

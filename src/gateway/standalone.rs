@@ -197,7 +197,7 @@ fn serve_socket(mut stream: UnixStream, caller: &Caller, stop: &Sender<&'static 
                 Ok(None) => break,
                 Err(_) => return,
             };
-            let answer = match wire::classify(&line) {
+            let answer = match wire::classify(line) {
                 Frame::Ping { id } => wire::reply(&id, &Value::Null),
                 Frame::Refused(a) => a,
                 Frame::Request { id, method, .. } if method == "server.stop" => {

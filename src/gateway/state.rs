@@ -888,7 +888,7 @@ impl State {
         let n = line.len();
         q.frames.fetch_add(1, Ordering::AcqRel);
         q.bytes.fetch_add(n, Ordering::AcqRel);
-        if d.out.push(Out::Line(line, Some(q.clone()))).is_err() {
+        if d.out.push(Out::Relay(line, q.clone())).is_err() {
             q.frames.fetch_sub(1, Ordering::AcqRel);
             q.bytes.fetch_sub(n, Ordering::AcqRel);
             self.drop_conn(dest);

@@ -27,7 +27,8 @@ pub enum Frame {
     Notification,
     /// An answer to a request of the gateway's (`node.identify`).
     Response { id: Value, result: Option<Value> },
-    /// A relay frame: its channel id and the whole line, `\n` included.
+    /// A relay frame: its channel id and the line as it came, without its
+    /// `\n`.
     Relay { chan: String, line: Vec<u8> },
     /// A relay frame without a usable `chan_id`: dropped without a reply.
     Unroutable,
@@ -51,11 +52,11 @@ struct Env<'a> {
     result: Option<Value>,
 }
 
-/// Classifies `line` (without its `\n`).
-pub fn classify(line: &[u8]) -> Frame {
+/// Classifies `line` (without its `\n`); a relay frame keeps it.
+pub fn classify(line: Vec<u8>) -> Frame {
     // serde would read an array as the struct's fields in order.
     if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
             Ok(_) => Frame::Refused(error(
                 &Value::Null,
                 &GwError::invalid_request("a frame must be a JSON-RPC object"),
@@ -63,7 +64,7 @@ pub fn classify(line: &[u8]) -> Frame {
             Err(_) => Frame::Refused(parse_error()),
         };
     }
-    let env: Env = match serde_json::from_slice(line) {
+    let env: Env = match serde_json::from_slice(&line) {
         Ok(e) => e,
         Err(e) if e.is_syntax() || e.is_eof() => return Frame::Refused(parse_error()),
         Err(_) => {
@@ -76,15 +77,10 @@ pub fn classify(line: &[u8]) -> Frame {
     // "relay frame: has route, of any shape" (seed 004, Envelope).
     if let Some(route) = env.route {
         return match route.get("chan_id").and_then(Value::as_str) {
-            Some(chan) => {
-                let mut l = Vec::with_capacity(line.len() + 1);
-                l.extend_from_slice(line);
-                l.push(b'\n');
-                Frame::Relay {
-                    chan: chan.to_string(),
-                    line: l,
-                }
-            }
+            Some(chan) => Frame::Relay {
+                chan: chan.to_string(),
+                line,
+            },
             None => Frame::Unroutable,
         };
     }
@@ -233,33 +229,33 @@ mod tests {
     fn lines_are_classified_without_reading_body() {
         let l = br#"{"jsonrpc":"2.0","id":4,"method":"x","route":{"chan_id":"c3","node_id":"h"},"body":"AAAA"}"#;
         assert_eq!(
-            classify(l),
+            classify(l.to_vec()),
             Frame::Relay {
                 chan: "c3".into(),
-                line: [&l[..], b"\n"].concat()
+                line: l.to_vec()
             }
         );
         assert_eq!(
-            classify(br#"{"jsonrpc":"2.0","route":{"x":1}}"#),
+            classify(br#"{"jsonrpc":"2.0","route":{"x":1}}"#.to_vec()),
             Frame::Unroutable
         );
         assert_eq!(
-            classify(br#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#),
+            classify(br#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#.to_vec()),
             Frame::Ping { id: json!("a") }
         );
-        assert!(matches!(classify(b"{nope"), Frame::Refused(l) if l == parse_error()));
+        assert!(matches!(classify(b"{nope".to_vec()), Frame::Refused(l) if l == parse_error()));
         assert!(
-            matches!(classify(b"[1]"), Frame::Refused(l) if String::from_utf8_lossy(&l).contains("-32600"))
+            matches!(classify(b"[1]".to_vec()), Frame::Refused(l) if String::from_utf8_lossy(&l).contains("-32600"))
         );
         assert_eq!(
-            classify(br#"{"jsonrpc":"2.0","id":1,"result":{"id":"h"}}"#),
+            classify(br#"{"jsonrpc":"2.0","id":1,"result":{"id":"h"}}"#.to_vec()),
             Frame::Response {
                 id: json!(1),
                 result: Some(json!({"id":"h"}))
             }
         );
         assert_eq!(
-            classify(br#"{"jsonrpc":"2.0","method":"n"}"#),
+            classify(br#"{"jsonrpc":"2.0","method":"n"}"#.to_vec()),
             Frame::Notification
         );
         let pe: Value = serde_json::from_slice(&parse_error()).unwrap();

@@ -14,6 +14,7 @@ mod append;
 mod callgrind;
 mod contain_bench;
 mod fanout;
+mod gateway_bench;
 mod http_bench;
 mod idle;
 mod lanes_bench;
@@ -48,6 +49,7 @@ fn main() {
     lanes_bench::run();
     http_bench::run();
     contain_bench::run();
+    gateway_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
