@@ -884,6 +884,13 @@ pub const GATEWAY_THREAD_STACK: usize = 256 * 1024;
 /// How long a new connection may take to send its whole handshake before it
 /// is closed, so that a silent socket does not hold its slot.
 pub const GATEWAY_HANDSHAKE_MS: u64 = 10_000;
+/// Handshakes one peer address may have under way at once; past it a new
+/// connection from that address is closed. Without it, silent sockets
+/// from one address could hold every slot of `gateway.max_connections`
+/// for `GATEWAY_HANDSHAKE_MS` at a time. Behind a reverse proxy every
+/// client shares its address; a handshake takes milliseconds, so this
+/// many at once still admits bursts of reconnecting clients.
+pub const GATEWAY_HANDSHAKES_PER_PEER: usize = 64;
 
 /// "If the gateway cannot write a frame to a client in time, it closes the
 /// whole connection" (seed 004, Slow readers). The default of

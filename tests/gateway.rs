@@ -850,3 +850,32 @@ fn clients_methods_need_the_gateway_role() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("gateway role is not running"), "{err}");
 }
+
+#[test]
+fn silent_sockets_of_one_peer_cannot_hold_every_slot() {
+    let dir = TestDir::new("gw-silent");
+    let (_d, addr) = gateway(&dir, "");
+    let mut client_ok = client(addr, MASTER);
+    // 64 sockets that never send a handshake: the peer's share.
+    let silent: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // Once all 64 are being handshaken, the next one from this address is
+    // closed at once, without an answer.
+    let refused = (0..1000).find_map(|_| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut b = [0u8; 1];
+        match s.read(&mut b) {
+            Ok(0) => Some(()),
+            _ => None,
+        }
+    });
+    assert!(refused.is_some(), "a 65th handshake was closed");
+    // A connection already made is unaffected; after the silent ones go,
+    // new handshakes succeed.
+    assert_eq!(client_ok.call("ping", json!(null))["result"], Value::Null);
+    drop(silent);
+    let mut again = (0..1000)
+        .find_map(|_| dial(addr, "/client", Some(MASTER)).ok())
+        .expect("handshakes are admitted again");
+    assert_eq!(again.call("ping", json!(null))["result"], Value::Null);
+}

@@ -6,8 +6,8 @@ use super::Failure;
 use crate::config::PathFlags;
 use crate::gateway::standalone::{self, RunError};
 
-pub const USAGE: &str =
-    "gateway [--listen ADDR]      run the gateway role alone, in the foreground;
+pub const USAGE: &str = "\
+gateway [--listen ADDR]     run the gateway role alone, in the foreground;
                               ADDR is IP:PORT or an IP (port 8443); default
                               [gateway] listen, else 127.0.0.1:8443";
 
@@ -20,6 +20,11 @@ pub fn run(flags: &PathFlags, rest: &[String]) -> Result<(), Failure> {
                 let v = it
                     .next()
                     .ok_or_else(|| Failure::usage("--listen needs an address, IP:PORT or IP"))?;
+                if crate::config::gateway_addr(v).is_none() {
+                    return Err(Failure::usage(format!(
+                        "--listen needs IP:PORT or an IP, found {v}"
+                    )));
+                }
                 flags.gateway_listen = Some(v.clone());
             }
             other => return Err(Failure::usage(format!("unexpected argument {other}"))),

@@ -7,7 +7,8 @@
 //! - `gw-accept` accepts, and closes at once any connection past
 //!   `gateway.max_connections` (every connection holds a slot until both
 //!   its threads have ended), so threads are bounded: two per connection.
-//! - `gw-conn` does the handshake (at most `GATEWAY_HANDSHAKE_MS`): exactly
+//! - `gw-conn` does the handshake (at most `GATEWAY_HANDSHAKE_MS`, and at
+//!   most `GATEWAY_HANDSHAKES_PER_PEER` at once from one address): exactly
 //!   two routes, `/node` and `/client` (others: 404 `not found`); the token
 //!   from `Authorization: Bearer <token>`, or when that header is absent or
 //!   does not start with exactly `Bearer `, from the `token` query
@@ -35,9 +36,11 @@
 //! seed's 64-frame queue of a channel is full.
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tungstenite::Message;
@@ -135,6 +138,36 @@ pub struct Shared {
     pub write_timeout: Duration,
     pub next_conn: Arc<AtomicU64>,
     pub stopping: AtomicBool,
+    /// Handshakes under way per peer address (`GATEWAY_HANDSHAKES_PER_PEER`).
+    pub handshaking: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A peer's place among the handshakes under way, given back when the
+/// handshake ends either way.
+struct Handshaking(Arc<Shared>, IpAddr);
+
+impl Handshaking {
+    fn take(shared: &Arc<Shared>, ip: IpAddr) -> Option<Handshaking> {
+        let mut m = shared.handshaking.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= limits::GATEWAY_HANDSHAKES_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(Handshaking(shared.clone(), ip))
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        let mut m = self.0.handshaking.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
 }
 
 /// A connection's place in `gateway.max_connections`, given back when both
@@ -270,6 +303,12 @@ fn refusal(status: StatusCode, body: &str) -> ErrorResponse {
 fn serve(tcp: TcpStream, slot: Arc<Slot>) {
     let shared = slot.0.clone();
     let peer = tcp.peer_addr().ok();
+    // A peer gets at most so many handshakes at once, so that silent
+    // sockets from one address cannot hold every slot.
+    let Some(handshaking) = peer.and_then(|p| Handshaking::take(&shared, p.ip())) else {
+        crate::debug!("gateway: refused a connection: its peer has too many handshakes open");
+        return;
+    };
     let _ = tcp.set_nodelay(true);
     let _ = tcp.set_read_timeout(Some(Duration::from_millis(limits::GATEWAY_HANDSHAKE_MS)));
     let Ok(closer) = tcp.try_clone() else { return };
@@ -303,6 +342,7 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
             return;
         }
     };
+    drop(handshaking);
     let Some(role) = granted else { return };
     let _ = ws.get_ref().tcp.set_read_timeout(None);
     let Ok(wtcp) = closer.try_clone() else { return };

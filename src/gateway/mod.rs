@@ -78,6 +78,7 @@ impl Gateway {
             write_timeout: Duration::from_millis(cfg.write_timeout_ms),
             next_conn: Arc::new(AtomicU64::new(1)),
             stopping: AtomicBool::new(false),
+            handshaking: Default::default(),
         });
         let setup = state::Setup {
             master,
