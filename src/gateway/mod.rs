@@ -145,8 +145,16 @@ impl Gateway {
     /// handing it a last answer through the reactor's queue).
     pub fn stop(mut self, wait: bool) {
         self.shared.stopping.store(true, Ordering::Release);
-        let _ = self.shared.to_state.send(ToState::Stop);
-        // Wake the blocking accept with a connection of our own.
+        if wait {
+            let _ = self.shared.to_state.send(ToState::Stop);
+        } else if self.shared.to_state.try_send(ToState::Stop).is_err() {
+            // Its queue is full: the gateway thread may itself be waiting
+            // for the caller's queue, so do not wait here; the process
+            // is about to exit, which closes every connection anyway.
+            crate::warn!("gateway: its queue is full at stop; leaving it to the exit");
+        }
+        // Wake the blocking accept with a connection of our own; join it
+        // only if that worked.
         let wake = match self.addr {
             SocketAddr::V4(a) if a.ip().is_unspecified() => {
                 SocketAddr::from(([127, 0, 0, 1], a.port()))
@@ -156,8 +164,10 @@ impl Gateway {
             }
             a => a,
         };
-        let _ = std::net::TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        if let Some(t) = self.accept.take() {
+        let woken = std::net::TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok();
+        if let Some(t) = self.accept.take()
+            && woken
+        {
             let _ = t.join();
         }
         if let Some(t) = self.state.take()
