@@ -1775,6 +1775,41 @@ mod tests {
     }
 
     #[test]
+    fn gateway_section_is_checked() {
+        let text = "[gateway]\nlisten = \"0.0.0.0\"\npublic_url = \"wss://gw.example/base\"\n";
+        let cfg = parse(text).unwrap();
+        cfg.check(text).unwrap();
+        assert_eq!(cfg.gateway.addr(), Some("0.0.0.0:8443".parse().unwrap()));
+        assert_eq!(gateway_addr("[::1]"), Some("[::1]:8443".parse().unwrap()));
+        assert_eq!(
+            gateway_addr("127.0.0.1:0"),
+            Some("127.0.0.1:0".parse().unwrap())
+        );
+        for (text, key) in [
+            ("[gateway]\nlisten = \"localhost\"\n", "gateway.listen"),
+            (
+                "[gateway]\npublic_url = \"https://x\"\n",
+                "gateway.public_url",
+            ),
+            (
+                "[gateway]\npublic_url = \"ws://x?token=1\"\n",
+                "gateway.public_url",
+            ),
+            (
+                "[gateway]\nmax_connections = 0\n",
+                "gateway.max_connections",
+            ),
+            (
+                "[gateway]\nwrite_timeout_ms = 5\n",
+                "gateway.write_timeout_ms",
+            ),
+        ] {
+            let e = parse(text).unwrap().check(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{text}");
+        }
+    }
+
+    #[test]
     fn effective_config_prints_and_parses_back() {
         let cfg = FileConfig::default();
         assert_eq!(parse(&cfg.to_toml()).unwrap(), cfg);
