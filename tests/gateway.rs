@@ -66,7 +66,8 @@ struct Peer {
     next_id: u64,
 }
 
-/// The refusal of a handshake: status and body.
+/// The refusal of a handshake: status and body (status 0: the
+/// connection was closed without an answer).
 #[derive(Debug)]
 struct Refused(u16, String);
 
@@ -89,7 +90,8 @@ fn dial(addr: SocketAddr, path: &str, bearer: Option<&str>) -> Result<Peer, Refu
             r.status().as_u16(),
             String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into(),
         )),
-        Err(e) => panic!("handshake: {e}"),
+        // Closed without an answer (status 0): refused before any HTTP.
+        Err(e) => Err(Refused(0, e.to_string())),
     }
 }
 
