@@ -34,8 +34,10 @@ macro_rules! outln {
 
 mod args;
 pub mod client;
+pub mod gateway;
 pub mod lanes;
 pub mod lock;
+pub mod pair;
 pub mod plugin;
 pub mod sessions;
 
@@ -110,9 +112,13 @@ options (anywhere on the line):
   --                          every argument after it is not an option
 
 commands:
-  serve [--http ADDR]         run the daemon in the foreground; --http also
+  serve [--http ADDR] [--gateway ADDR]
+                              run the daemon in the foreground; --http also
                               serves the HTTP API on ADDR (IP:PORT; with port 0
-                              the port chosen is logged and shown by status)
+                              the port chosen is logged and shown by status);
+                              --gateway also runs the gateway role on ADDR
+  {GATEWAY}
+  {PAIR}
   status [--json]             whether a daemon answers, and what it holds
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
@@ -140,6 +146,8 @@ fn usage_text() -> String {
         .replace("{PLUGIN}", plugin::USAGE)
         .replace("{LANES}", lanes::USAGE)
         .replace("{LOCK}", lock::USAGE.trim_start())
+        .replace("{GATEWAY}", gateway::USAGE)
+        .replace("{PAIR}", pair::USAGE.trim_start())
 }
 
 /// One command's usage: its entries in the commands list (and, for
@@ -317,13 +325,23 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "serve" => {
             let mut flags = args.flags.clone();
-            match rest {
-                [] => {}
-                [flag, addr] if flag == "--http" => flags.http_listen = Some(addr.clone()),
-                [flag] if flag == "--http" => {
-                    return Err(Failure::usage("--http needs an address, IP:PORT"));
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--http" => {
+                        let v = it
+                            .next()
+                            .ok_or_else(|| Failure::usage("--http needs an address, IP:PORT"))?;
+                        flags.http_listen = Some(v.clone());
+                    }
+                    "--gateway" => {
+                        let v = it.next().ok_or_else(|| {
+                            Failure::usage("--gateway needs an address, IP:PORT or IP")
+                        })?;
+                        flags.gateway_listen = Some(v.clone());
+                    }
+                    other => return Err(Failure::usage(format!("unexpected argument {other}"))),
                 }
-                [other, ..] => return Err(Failure::usage(format!("unexpected argument {other}"))),
             }
             crate::daemon::Daemon::serve(&flags).map_err(|e| match e {
                 crate::daemon::ServeError::Config(_) => Failure {
@@ -350,6 +368,9 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "repos" => lanes::repos(|| connect(&args), args.json, rest),
         "lock" => lock::lock(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
+        "gateway" => gateway::run(&args.flags, rest),
+        "pair" => pair::pair(|| connect_operator(&args), args.json, rest),
+        "clients" => pair::clients(|| connect_operator(&args), args.json, rest),
         "stop" => {
             no_more(rest)?;
             connect(&args)?.call("server.stop", json!({}))?;
@@ -375,6 +396,21 @@ fn connect(args: &Args) -> Result<Client, Failure> {
     let (_, paths) = config::load_effective(&args.flags, &env)
         .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
     Ok(Client::connect(&paths.socket)?)
+}
+
+/// The node socket when a daemon answers there, else the standalone
+/// gateway's socket beside it (`pair`, `clients`).
+fn connect_operator(args: &Args) -> Result<Client, Failure> {
+    let env = config::Env::from_process();
+    let (_, paths) = config::load_effective(&args.flags, &env)
+        .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
+    match Client::connect(&paths.socket) {
+        Ok(c) => Ok(c),
+        Err(first) => {
+            let gw = crate::gateway::standalone::socket_path(&paths.socket);
+            Client::connect(&gw).map_err(|_| Failure::from(first))
+        }
+    }
 }
 
 fn config_cmd(args: &Args, rest: &[String]) -> Result<(), Failure> {

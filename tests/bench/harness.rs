@@ -15,6 +15,7 @@ mod callgrind;
 mod contain_bench;
 mod e2ee_bench;
 mod fanout;
+mod gateway_bench;
 mod http_bench;
 mod idle;
 mod lanes_bench;
@@ -52,6 +53,7 @@ fn main() {
     contain_bench::run();
     e2ee_bench::run();
     trustlog_bench::run();
+    gateway_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());

@@ -1,0 +1,415 @@
+//! The gateway's figures (issue 12, "Figures"), on `serve --gateway` with a
+//! fake node and clients speaking WebSocket (tungstenite) from the harness:
+//!
+//! - `gateway_relay_{64b,1k,64k}`: relayed round trips a second, a client
+//!   sending relay requests on one channel (at most 32 in flight, under
+//!   the channel's 64-frame queue) and the node answering each with a frame
+//!   of the same size. Baseline: websocat is not installed here, so the
+//!   baseline is a bare tungstenite relay run by the harness (one thread a
+//!   direction, each message forwarded as received, no routing, no
+//!   parsing): what a WebSocket relay costs at the least, so a ratio near
+//!   1 is the goal's "as fast as a plain relay".
+//! - `gateway_idle_conn_rss`: the daemon's VmRSS with 1,000 idle `/client`
+//!   connections minus without, per connection (goal <= 64 KiB), and its
+//!   CPU ticks over 3 s while they idle (goal 0).
+//! - `gateway_added_delay`: a relayed request's round trip (client ->
+//!   gateway -> node -> gateway -> client, one at a time) minus a `ping`
+//!   round trip on the node's unix socket, median and p99.
+
+use serde_json::{Value, json};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+use crate::util::{self, DaemonDirs, Figure, LineClient, PING, Proc, TempDir};
+
+const MASTER: &str = "bench-master-token";
+
+pub fn run() {
+    let figures = [
+        "gateway_relay_64b",
+        "gateway_relay_1k",
+        "gateway_relay_64k",
+        "gateway_idle_conn_rss",
+        "gateway_idle_conn_cpu",
+        "gateway_added_delay",
+    ];
+    if !figures.iter().any(|f| util::selected(f)) {
+        return;
+    }
+    if let Err(e) = measure() {
+        util::skipped("gateway", None, &format!("error: {e}"));
+    }
+}
+
+fn start(tmp: &TempDir) -> Result<(Proc, DaemonDirs, SocketAddr), String> {
+    let dirs = DaemonDirs::under(tmp.path());
+    let mut cmd = util::serve_with_config(
+        &dirs,
+        tmp.path(),
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n",
+    );
+    cmd.env("OMNICONFLUX_GATEWAY_TOKEN", MASTER);
+    let mut p = Proc::spawn("omniconfluxd", cmd, Some(0), Some(&dirs.log))
+        .map_err(|e| format!("unable to start the daemon: {e}"))?;
+    util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(20))
+        .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
+    let log = std::fs::read_to_string(&dirs.log).unwrap_or_default();
+    let addr = log
+        .lines()
+        .find_map(|l| l.split("gateway listening on ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .ok_or("no gateway address in the log")?;
+    Ok((p, dirs, addr))
+}
+
+fn dial(addr: SocketAddr, path: &str) -> Result<WebSocket<TcpStream>, String> {
+    let mut req = format!("ws://{addr}{path}")
+        .into_client_request()
+        .map_err(|e| e.to_string())?;
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {MASTER}").parse().expect("header"),
+    );
+    let tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    tungstenite::client::client(req, tcp)
+        .map(|(ws, _)| ws)
+        .map_err(|e| format!("handshake: {e}"))
+}
+
+/// Reads lines off a WebSocket peer.
+struct Lines {
+    ws: WebSocket<TcpStream>,
+    pending: Vec<u8>,
+    ready: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl Lines {
+    fn new(ws: WebSocket<TcpStream>) -> Lines {
+        Lines {
+            ws,
+            pending: Vec::new(),
+            ready: Default::default(),
+        }
+    }
+
+    fn next(&mut self) -> Result<Vec<u8>, String> {
+        loop {
+            if let Some(l) = self.ready.pop_front() {
+                return Ok(l);
+            }
+            match self.ws.read().map_err(|e| e.to_string())? {
+                Message::Text(t) => self.pending.extend_from_slice(t.as_bytes()),
+                Message::Binary(b) => self.pending.extend_from_slice(&b),
+                Message::Close(_) => return Err("closed".into()),
+                _ => continue,
+            }
+            while let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let l: Vec<u8> = self.pending.drain(..=i).collect();
+                if l.len() > 1 {
+                    self.ready.push_back(l);
+                }
+            }
+        }
+    }
+
+    fn json(&mut self) -> Result<Value, String> {
+        serde_json::from_slice(&self.next()?).map_err(|e| e.to_string())
+    }
+
+    fn send(&mut self, line: &str) -> Result<(), String> {
+        self.ws
+            .send(Message::text(line.to_string()))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A fake node on its own thread: answers `node.identify`, then answers
+/// every relay request with a frame of the same body on the same route.
+fn fake_node(ws: WebSocket<TcpStream>, id: &str) -> std::thread::JoinHandle<()> {
+    let id = id.to_string();
+    std::thread::spawn(move || {
+        let mut n = Lines::new(ws);
+        let Ok(req) = n.json() else { return };
+        let ident = json!({"jsonrpc":"2.0","id":req["id"],"result":{"id":id,"label":id,"version":"0","capabilities":{}}});
+        if n.send(&format!("{ident}\n")).is_err() {
+            return;
+        }
+        while let Ok(line) = n.next() {
+            // The answer: the request without its method, as a response.
+            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            if v.get("route").is_none() {
+                continue;
+            }
+            let out = json!({"jsonrpc":"2.0","id":v["id"],"route":{"chan_id":v["route"]["chan_id"]},"body":v["body"]});
+            if n.send(&format!("{out}\n")).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Round trips a second over `dur`, at most `window` in flight.
+fn pump(
+    c: &mut Lines,
+    chan: &str,
+    body: &str,
+    window: usize,
+    dur: Duration,
+) -> Result<f64, String> {
+    let mut sent = 0u64;
+    let mut done = 0u64;
+    let t0 = Instant::now();
+    let frame = |id: u64| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"echo\",\"route\":{{\"chan_id\":\"{chan}\",\"node_id\":\"n\"}},\"body\":\"{body}\"}}\n"
+        )
+    };
+    while t0.elapsed() < dur {
+        while sent - done < window as u64 {
+            sent += 1;
+            c.send(&frame(sent))?;
+        }
+        c.next()?;
+        done += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    while done < sent {
+        c.next()?;
+        done += 1;
+    }
+    Ok(done as f64 / secs)
+}
+
+/// The baseline: a bare tungstenite relay between one client and one node
+/// connection, a thread per direction forwarding each message as is.
+fn bare_relay() -> Result<SocketAddr, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?;
+    // On core 0, as the daemon is: its threads inherit the CPU.
+    util::on_cpu(0, || {
+        std::thread::spawn(move || {
+            let accept = || -> Option<(WebSocket<TcpStream>, WebSocket<TcpStream>)> {
+                let (s, _) = l.accept().ok()?;
+                s.set_nodelay(true).ok()?;
+                let w = s.try_clone().ok()?;
+                let r = tungstenite::accept(s).ok()?;
+                let w = WebSocket::from_raw_socket(w, tungstenite::protocol::Role::Server, None);
+                Some((r, w))
+            };
+            let Some((mut node_r, mut node_w)) = accept() else {
+                return;
+            };
+            // The node expects node.identify first; the relay sends it as the
+            // gateway would, and swallows the answer.
+            let _ = node_w.send(Message::text(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"node.identify\"}\n",
+            ));
+            let _ = node_r.read();
+            let Some((mut client_r, mut client_w)) = accept() else {
+                return;
+            };
+            std::thread::spawn(move || {
+                while let Ok(m) = node_r.read() {
+                    if m.is_text() && client_w.send(m).is_err() {
+                        return;
+                    }
+                }
+            });
+            while let Ok(m) = client_r.read() {
+                if m.is_text() && node_w.send(m).is_err() {
+                    return;
+                }
+            }
+        })
+    });
+    Ok(addr)
+}
+
+fn b64_of(n: usize) -> String {
+    // Any standard base64 text of the encoded size of n bytes.
+    "A".repeat(n.div_ceil(3) * 4)
+}
+
+fn measure() -> Result<(), String> {
+    let tmp = TempDir::new("gateway");
+    let (daemon, dirs, addr) = start(&tmp)?;
+    let node = fake_node(dial(addr, "/node")?, "n");
+    let mut c = Lines::new(dial(addr, "/client")?);
+    // Wait until the node is in the roster.
+    loop {
+        let v = c.json()?;
+        if v["method"] == "node.event" && v["params"]["node"]["online"] == true {
+            break;
+        }
+    }
+    c.send(
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"relay.open\",\"params\":{\"node_id\":\"n\"}}\n",
+    )?;
+    let chan = c.json()?["result"]["chan_id"]
+        .as_str()
+        .ok_or("relay.open failed")?
+        .to_string();
+
+    let rounds = util::rounds(5, 2);
+    let dur = Duration::from_millis(if util::quick() { 500 } else { 1500 });
+    for (figure, size, goal) in [
+        ("gateway_relay_64b", 64usize, 1.0),
+        ("gateway_relay_1k", 1024, 1.0),
+        ("gateway_relay_64k", 64 * 1024, 2.0),
+    ] {
+        if !util::selected(figure) {
+            continue;
+        }
+        let body = b64_of(size);
+        let base_addr = bare_relay()?;
+        let _base_node = fake_node(dial(base_addr, "/node")?, "n");
+        let mut b = Lines::new(dial(base_addr, "/client")?);
+        let (mut v, mut bv) = (Vec::new(), Vec::new());
+        util::on_cpu(1, || -> Result<(), String> {
+            pump(&mut c, &chan, &body, 32, dur / 3)?;
+            pump(&mut b, &chan, &body, 32, dur / 3)?;
+            for _ in 0..rounds {
+                v.push(pump(&mut c, &chan, &body, 32, dur)?);
+                bv.push(pump(&mut b, &chan, &body, 32, dur)?);
+            }
+            Ok(())
+        })?;
+        let (value, base) = (util::median(&v), util::median(&bv));
+        Figure {
+            name: figure,
+            placement: Some("spread"),
+            value,
+            baseline: Some(base),
+            baseline_of: "a bare tungstenite relay in the harness (websocat is not installed)",
+            ratio: Some(value / base),
+            better: "higher",
+            goal: json!(format!("ratio >= {goal}")),
+            unit: "relayed round trips/s (32 in flight)",
+            pass: value / base >= goal,
+            rounds,
+            extra: vec![
+                ("frame_bytes", json!(size)),
+                ("value_spread", util::round3(util::spread(&v))),
+                ("baseline_spread", util::round3(util::spread(&bv))),
+            ],
+        }
+        .emit();
+    }
+
+    if util::selected("gateway_added_delay") {
+        let n = if util::quick() { 300 } else { 2000 };
+        let mut direct = LineClient::connect(&dirs.socket).map_err(|e| e.to_string())?;
+        let body = b64_of(64);
+        let (mut relayed, mut unix) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        util::on_cpu(1, || -> Result<(), String> {
+            for i in 0..n {
+                let t0 = Instant::now();
+                c.send(&format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"echo\",\"route\":{{\"chan_id\":\"{chan}\",\"node_id\":\"n\"}},\"body\":\"{body}\"}}\n"
+                ))?;
+                c.next()?;
+                relayed.push(t0.elapsed().as_secs_f64() * 1e6);
+                let t0 = Instant::now();
+                direct.exchange(PING).map_err(|e| e.to_string())?;
+                unix.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            Ok(())
+        })?;
+        let (rm, um) = (util::median(&relayed), util::median(&unix));
+        let (r99, u99) = (util::quantile(&relayed, 0.99), util::quantile(&unix, 0.99));
+        Figure {
+            name: "gateway_added_delay",
+            placement: Some("spread"),
+            value: rm - um,
+            baseline: Some(um),
+            baseline_of: "ping round trip on the node's unix socket",
+            ratio: Some(rm / um),
+            better: "lower",
+            goal: json!("report"),
+            unit: "us added (median)",
+            pass: true,
+            rounds: n,
+            extra: vec![
+                ("relayed_median_us", util::round3(rm)),
+                ("relayed_p99_us", util::round3(r99)),
+                ("unix_p99_us", util::round3(u99)),
+                ("added_p99_us", util::round3(r99 - u99)),
+            ],
+        }
+        .emit();
+    }
+
+    if util::selected("gateway_idle_conn") {
+        let before = util::vm_rss_kib(daemon.pid()).ok_or("no VmRSS")?;
+        let mut held = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            let mut ws = dial(addr, "/client")?;
+            // Its snapshot (the node added) is read, so nothing is queued.
+            let _ = ws.read();
+            held.push(ws);
+        }
+        // Until the last one is registered: a ping on it is answered.
+        let mut last = Lines::new(held.pop().ok_or("no connection")?);
+        last.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")?;
+        last.next()?;
+        let after = util::vm_rss_kib(daemon.pid()).ok_or("no VmRSS")?;
+        let per = (after - before) / 1000.0;
+        Figure {
+            name: "gateway_idle_conn_rss",
+            placement: None,
+            value: per,
+            baseline: None,
+            baseline_of: "",
+            ratio: Some(per / 64.0),
+            better: "lower",
+            goal: json!("<= 64 KiB"),
+            unit: "KiB VmRSS per idle /client connection (1,000 held)",
+            pass: per <= 64.0,
+            rounds: 1,
+            extra: vec![
+                ("rss_before_kib", json!(before)),
+                ("rss_after_kib", json!(after)),
+            ],
+        }
+        .emit();
+        let t0 = cpu_ticks(daemon.pid()).ok_or("no stat")?;
+        std::thread::sleep(Duration::from_secs(3));
+        let ticks = cpu_ticks(daemon.pid()).ok_or("no stat")? - t0;
+        Figure {
+            name: "gateway_idle_conn_cpu",
+            placement: None,
+            value: ticks as f64,
+            baseline: None,
+            baseline_of: "",
+            ratio: None,
+            better: "lower",
+            goal: json!("0 ticks in 3 s"),
+            unit: "clock ticks (utime+stime) in 3 s, 1,000 idle connections",
+            pass: ticks == 0,
+            rounds: 1,
+            extra: vec![],
+        }
+        .emit();
+        drop(held);
+    }
+    drop(c);
+    daemon.stop(Duration::from_secs(10));
+    let _ = node.join();
+    Ok(())
+}
+
+/// utime + stime of the whole process, in clock ticks.
+fn cpu_ticks(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
