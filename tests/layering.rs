@@ -32,8 +32,6 @@ const DAEMON_ALLOWED: &[&str] = &[
     "src/core/approvals.rs",
     "src/core/sessions.rs",
     "src/lanes/controller.rs",
-    "src/plugins/host.rs",
-    "src/plugins/tasks.rs",
 ];
 
 fn root() -> PathBuf {

@@ -299,7 +299,9 @@ fn deliver(
     fx: &mut Effects,
 ) -> Result<bool, RpcError> {
     match &item.subject {
-        Subject::PluginTask(_) => Ok(crate::plugins::tasks::on_answer(d, &item.id, verdict, by)),
+        Subject::PluginTask(_) => Ok(crate::daemon::router::plugins::task_answered(
+            d, &item.id, verdict, by,
+        )),
         Subject::LaneMerge(m) => Ok(crate::lanes::controller::on_merge_answer(
             d, &m.lane, &m.commit, verdict,
         )),

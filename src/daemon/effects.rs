@@ -15,6 +15,7 @@
 //! the subsystem that asked.
 
 use crate::core::seats;
+use crate::plugins::host;
 
 /// One thing the router does, in order, to completion.
 #[derive(Debug, PartialEq)]
@@ -24,6 +25,10 @@ pub enum Effect {
     Job(Job),
     /// Deliver a domain event to whoever waits for it.
     Event(DomainEvent),
+    /// What the plugin host asks (`router::plugins` applies it): child
+    /// operations, timers, ledger batches, replies, its jobs, and requests
+    /// to the lanes and the approvals inbox.
+    Plugins(Box<host::Effect>),
 }
 
 /// Blocking work for a worker thread (DESIGN.md, "Threads and ownership":
@@ -52,6 +57,8 @@ pub enum DomainEvent {
 pub enum Report {
     /// The seat probe's worker, in the order it learns things.
     Seats(seats::Report),
+    /// A plugin host's worker, or the ledger reader for it.
+    Plugins(Box<host::Report>),
 }
 
 impl From<seats::Effect> for Effect {
@@ -61,5 +68,11 @@ impl From<seats::Effect> for Effect {
             seats::Effect::Known => Effect::Event(DomainEvent::SeatsKnown),
             seats::Effect::Probed => Effect::Event(DomainEvent::SeatsProbed),
         }
+    }
+}
+
+impl From<host::Effect> for Effect {
+    fn from(e: host::Effect) -> Effect {
+        Effect::Plugins(Box::new(e))
     }
 }

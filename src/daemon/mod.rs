@@ -230,7 +230,7 @@ impl Daemon {
         crate::notify::notify("READY=1");
         d.start_integrity_check();
         let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
-            crate::plugins::host::isolation_known(d, &probe);
+            router::plugins::isolation_known(d, &probe);
             crate::lanes::controller::isolation_known(d, &probe);
             crate::core::sessions::isolation_known(d, &probe);
         });
@@ -239,13 +239,14 @@ impl Daemon {
                 "unable to start the isolation probe: {e}; plugins run without isolation"
             );
             let none: crate::isolation::Probe = Err("the probe could not run".into());
-            crate::plugins::host::isolation_known(&mut d, &none);
+            router::plugins::isolation_known(&mut d, &none);
             crate::lanes::controller::isolation_known(&mut d, &none);
             crate::core::sessions::isolation_known(&mut d, &none);
         }
         router::seats(&mut d, crate::core::seats::Seats::probe);
         d.read_lanes_at_start();
         d.run();
+        router::plugins::finish(&mut d);
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
         for id in d.children.ids() {
@@ -337,7 +338,7 @@ impl Daemon {
         self.pending.is_empty()
             && self.socket.in_flight() == 0
             && self.socket.queued_bytes() == 0
-            && crate::plugins::host::all_stopped(self)
+            && self.plugins.all_stopped()
             && !SURFACES.iter().any(|s| (s.busy)(self))
     }
 
@@ -416,7 +417,7 @@ impl Daemon {
     fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
         match self.children.owner(id) {
             // Also with nothing read: a drained stdin queue matters to it.
-            Some(Owner::Plugin(_)) => crate::plugins::host::on_output(self, id, out),
+            Some(Owner::Plugin(_)) => router::plugins::on_output(self, id, out),
             Some(Owner::Session(_)) if !out.is_empty() => {
                 crate::core::sessions::on_output(self, id, out)
             }
@@ -427,7 +428,7 @@ impl Daemon {
     /// Routes a reaped child's exit to its owner.
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
-            Some(Owner::Plugin(_)) => crate::plugins::host::on_exit(self, id, status),
+            Some(Owner::Plugin(_)) => router::plugins::on_exit(self, id, status),
             Some(Owner::Session(_)) => crate::core::sessions::on_exit(self, id, status),
             None => {}
         }
@@ -489,7 +490,7 @@ impl Daemon {
         self.socket.stop_listening(self.reactor.poll.registry());
         // Plugins get their shutdown and the page's 2 + 3 seconds before the
         // last step of the stop kills what is left.
-        crate::plugins::host::stop_all(self);
+        router::plugins::with(self, |h, _| h.stop_all());
         // Agents are asked to exit, and their exits are not recorded as
         // session ends, so that resumable sessions are reopened at the
         // next start.
@@ -640,7 +641,7 @@ impl Daemon {
     /// Hands committed events to whoever follows them: the plugins, the
     /// lanes, the surfaces of [`SURFACES`], then the socket's subscribers.
     fn publish(&mut self, events: &[Appended]) {
-        crate::plugins::host::offer_events(self, events);
+        router::plugins::with(self, |h, cx| h.offer_events(events, cx));
         crate::lanes::controller::on_events(self, events);
         for s in SURFACES {
             (s.events)(self, events);

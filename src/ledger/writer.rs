@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use crate::limits;
 
 /// One write.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     /// Appends an event to a stream; the writer assigns its seq.
     Event {

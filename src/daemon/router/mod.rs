@@ -28,6 +28,8 @@ use super::effects::{DomainEvent, Effect, Job, Report};
 use crate::core::seats::{self, Seats};
 use crate::reactor::Msg;
 
+pub mod plugins;
+
 /// The router's state: its queue, and what it waits for before the
 /// sessions of the last run are reopened.
 #[derive(Default)]
@@ -37,6 +39,7 @@ pub struct Router {
     lanes_read: bool,
     seats_known: bool,
     restored: bool,
+    plugins: plugins::State,
 }
 
 impl Router {
@@ -72,6 +75,7 @@ pub fn apply<E: Into<Effect>>(d: &mut Daemon, effects: impl IntoIterator<Item = 
         match e {
             Effect::Job(job) => start(d, job),
             Effect::Event(ev) => deliver(d, ev),
+            Effect::Plugins(e) => plugins::apply(d, *e),
         }
     }
 }
@@ -89,6 +93,7 @@ pub fn report(d: &mut Daemon, report: Report) {
             let now = crate::clock::now_ms();
             seats(d, |s| s.on_report(r, now));
         }
+        Report::Plugins(r) => plugins::report(d, *r),
     }
 }
 
