@@ -2897,3 +2897,524 @@ mod tests {
         assert!(map_event(&ev(sid, "approval.request", task)).is_none());
     }
 }
+
+/// The host's glue, in memory: no thread, no process, no socket. A plugin
+/// "runs" as child 7; what it writes is fed to [`Host::on_output`], and
+/// what the host asks of the daemon is read from its effects.
+#[cfg(test)]
+mod glue_tests {
+    use super::*;
+    use crate::config::FileConfig;
+    use crate::core::inbox::{Answerer, Verdict};
+    use crate::lanes::controller::Dispatched;
+    use serde_json::json;
+
+    const CHILD: ChildId = 7;
+
+    struct NoPipes;
+
+    impl Pipes for NoPipes {
+        fn queued(&self, _: ChildId) -> usize {
+            0
+        }
+        fn stdout_open(&self, _: ChildId) -> bool {
+            false
+        }
+    }
+
+    /// Lanes at work: `t-...` ones only.
+    struct FewViews;
+
+    impl Views for FewViews {
+        fn session_items(&self) -> Vec<Value> {
+            Vec::new()
+        }
+        fn session_item(&self, _: &str) -> Option<Value> {
+            None
+        }
+        fn seat_items(&self) -> Vec<Value> {
+            Vec::new()
+        }
+        fn lane_items(&self) -> Vec<LaneItem> {
+            Vec::new()
+        }
+        fn lane_at_work(&self, lane: &str) -> Option<i64> {
+            lane.starts_with("t-").then_some(1)
+        }
+    }
+
+    fn cfg() -> PluginsSection {
+        FileConfig::default().plugins
+    }
+
+    fn cx(cfg: &PluginsSection) -> Cx<'_> {
+        Cx {
+            cfg,
+            stopping: false,
+            started: Instant::now(),
+            now: Instant::now(),
+            pipes: &NoPipes,
+            views: &FewViews,
+        }
+    }
+
+    /// The lines the effects write to the plugin, parsed.
+    fn written(fx: &[Effect]) -> Vec<Value> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Write { child, bytes } if *child == CHILD => {
+                    Some(serde_json::from_slice(bytes).expect("a JSON line"))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn feed(h: &mut Host, c: &PluginsSection, line: Value) -> Vec<Effect> {
+        let bytes = serde_json::to_vec(&line).unwrap();
+        h.on_output(CHILD, vec![Output::Line(bytes)], &cx(c));
+        h.take_effects()
+    }
+
+    /// A host whose plugin `pal` (with `permissions`) runs and answered
+    /// initialize.
+    fn running(c: &PluginsSection, permissions: &[&str]) -> Host {
+        let mut json = json!({
+            "manifestVersion": 1, "api": "1.1", "id": "pal", "name": "P",
+            "version": "1.0.0", "description": "d", "main": "main.py",
+            "permissions": permissions,
+        });
+        if permissions.contains(&"commands.add") {
+            json["commands"] = json!([{"id": "hold", "title": "Hold"}]);
+        }
+        let manifest = Manifest::parse(&serde_json::to_vec(&json).unwrap()).unwrap();
+        let mut p = Plugin::new(Record::new("pal"));
+        p.approved = Some(Loaded {
+            manifest,
+            json,
+            hash: "0".repeat(64),
+            files_count: 1,
+            files_bytes: 1,
+        });
+        let mut h = Host::new(None);
+        h.plugins.insert("pal".into(), p);
+        h.spawned("pal", Ok((CHILD, 100)), &cx(c));
+        let fx = h.take_effects();
+        let init = written(&fx);
+        assert_eq!(init[0]["method"], "initialize", "{fx:?}");
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Initialize {
+                plugin: "pal".into(),
+                run_no: 1
+            },
+            after: Duration::from_millis(c.initialize_timeout_ms),
+        }));
+        let fx = feed(&mut h, c, json!({"id": "h-1", "result": {"api": "1.1"}}));
+        assert!(
+            fx.iter().any(|e| matches!(
+                e,
+                Effect::Timer {
+                    key: TimerKey::Ping { .. },
+                    ..
+                }
+            )),
+            "{fx:?}"
+        );
+        assert_eq!(h.plugins["pal"].state().0, "running");
+        h
+    }
+
+    fn ledger(fx: Vec<Effect>) -> (Vec<Op>, Vec<Withdraw>, Ack) {
+        let mut found = fx.into_iter().filter_map(|e| match e {
+            Effect::Ledger { ops, withdraw, ack } => Some((ops, withdraw, ack)),
+            _ => None,
+        });
+        let one = found.next().expect("a ledger batch");
+        assert!(found.next().is_none());
+        one
+    }
+
+    #[test]
+    fn storage_set_is_answered_only_once_committed_and_undone_when_not() {
+        let c = cfg();
+        let mut h = running(&c, &["storage.own"]);
+        let set =
+            json!({"id": "1", "method": "storage.set", "params": {"key": "k", "value": "v1"}});
+        let fx = feed(&mut h, &c, set);
+        assert!(
+            written(&fx).is_empty(),
+            "nothing is answered before the commit"
+        );
+        let (ops, withdraw, ack) = ledger(fx);
+        assert_eq!(ops.len(), 1);
+        assert!(withdraw.is_empty());
+        // A read sees the value at once (the host's copy is the truth the
+        // next commit makes durable).
+        let get = json!({"id": "2", "method": "storage.get", "params": {"key": "k"}});
+        let fx = feed(&mut h, &c, get);
+        assert_eq!(
+            written(&fx),
+            [json!({"id": "2", "result": {"key": "k", "value": "v1"}})]
+        );
+        h.committed(ack, Ok(()));
+        assert_eq!(
+            written(&h.take_effects()),
+            [json!({"id": "1", "result": {"key": "k", "bytes": 2}})]
+        );
+
+        // A batch the ledger refuses: unavailable, and the value is undone.
+        let set =
+            json!({"id": "3", "method": "storage.set", "params": {"key": "k", "value": "v2"}});
+        let (_, _, ack) = ledger(feed(&mut h, &c, set));
+        assert_eq!(h.plugins["pal"].storage["k"], "v2");
+        h.committed(ack, Err("the ledger is read-only".into()));
+        let out = written(&h.take_effects());
+        assert_eq!(out[0]["id"], "3");
+        assert_eq!(out[0]["error"]["code"], "unavailable", "{out:?}");
+        assert_eq!(h.plugins["pal"].storage["k"], "v1");
+    }
+
+    #[test]
+    fn a_command_not_answered_in_time_is_a_timeout_and_its_late_answer_is_ignored() {
+        let c = cfg();
+        let mut h = running(&c, &["commands.add"]);
+        let to = ReplyKey(9);
+        h.run_command("pal", to, "hold".into(), None, &cx(&c));
+        let fx = h.take_effects();
+        let sent = written(&fx);
+        assert_eq!(sent[0]["method"], "command.run");
+        let hid = sent[0]["id"].as_str().unwrap().to_string();
+        let key = TimerKey::Command {
+            plugin: "pal".into(),
+            run_no: 1,
+            hid: hid.clone(),
+        };
+        assert!(fx.contains(&Effect::Timer {
+            key: key.clone(),
+            after: Duration::from_millis(c.command_timeout_ms),
+        }));
+        assert_eq!(h.plugins["pal"].run.as_ref().unwrap().commands, 1);
+        h.on_timer(key, &cx(&c));
+        let fx = h.take_effects();
+        let [
+            Effect::Reply {
+                to: t,
+                result: Err(e),
+            },
+        ] = fx.as_slice()
+        else {
+            panic!("{fx:?}");
+        };
+        assert_eq!((*t, e.code), (to, Code::PluginTimeout));
+        assert_eq!(h.plugins["pal"].run.as_ref().unwrap().commands, 0);
+        // The plugin answers after all: nobody waits for it any more.
+        let fx = feed(&mut h, &c, json!({"id": hid, "result": {"text": "late"}}));
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Reply { .. })),
+            "{fx:?}"
+        );
+    }
+
+    #[test]
+    fn a_command_answered_in_time_cancels_its_timer_and_answers_the_operator() {
+        let c = cfg();
+        let mut h = running(&c, &["commands.add"]);
+        h.run_command("pal", ReplyKey(1), "hold".into(), None, &cx(&c));
+        let hid = written(&h.take_effects())[0]["id"].clone();
+        let fx = feed(&mut h, &c, json!({"id": hid, "result": {"text": "held"}}));
+        assert!(fx.contains(&Effect::CancelTimer(TimerKey::Command {
+            plugin: "pal".into(),
+            run_no: 1,
+            hid: hid.as_str().unwrap().into(),
+        })));
+        assert!(fx.contains(&Effect::Reply {
+            to: ReplyKey(1),
+            result: Ok(json!({"command": "pal.hold", "text": "held"})),
+        }));
+    }
+
+    fn task(id: &str) -> Value {
+        json!({"id": id, "method": "tasks.create", "params": {
+            "repo": "/srv/work/shop", "task": "Fix the login.", "builder": "claude",
+            "verifier": "codex", "acceptance": {"name": "unit tests", "command": "npm test"},
+        }})
+    }
+
+    /// A task request stored and in the inbox: its request id.
+    fn pending_task(h: &mut Host, c: &PluginsSection, wid: &str) -> String {
+        let fx = feed(h, c, task(wid));
+        assert!(written(&fx).is_empty());
+        let (ops, _, ack) = ledger(fx);
+        assert_eq!(ops.len(), 1);
+        h.committed(ack, Ok(()));
+        let fx = h.take_effects();
+        let [Effect::AddApproval { rid, task, .. }] = fx.as_slice() else {
+            panic!("{fx:?}");
+        };
+        assert_eq!(task.summary, "P: Fix the login. in /srv/work/shop");
+        assert_eq!(task.plugin, "pal");
+        rid.clone()
+    }
+
+    #[test]
+    fn a_task_request_goes_through_the_inbox_to_a_lane_and_answers_the_plugin() {
+        let c = cfg();
+        let mut h = running(&c, &["tasks.create"]);
+        let rid = pending_task(&mut h, &c, "t1");
+        assert_eq!(h.tasks.by_id[&rid].state, tasks::State::Pending);
+
+        // The operator allows it: answered at once, dispatched, bounded.
+        let by = Answerer::Operator { pid: 1 };
+        assert!(h.on_task_answer(&rid, Verdict::Allow, &by, &cx(&c)));
+        let fx = h.take_effects();
+        assert_eq!(h.tasks.by_id[&rid].state, tasks::State::Answered);
+        assert!(h.tasks.dispatching(&rid));
+        assert_eq!(h.plugins["pal"].rec.starting, std::slice::from_ref(&rid));
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Dispatch { rid: rid.clone() },
+            after: Duration::from_millis(c.task_dispatch_timeout_ms),
+        }));
+        let request = fx
+            .iter()
+            .find_map(|e| match e {
+                Effect::Dispatch { rid: r, request } if *r == rid => Some(request.clone()),
+                _ => None,
+            })
+            .expect("a dispatch");
+        assert_eq!(
+            (request.repo.as_path(), request.builder.as_str()),
+            (std::path::Path::new("/srv/work/shop"), "claude")
+        );
+        assert!(written(&fx).is_empty(), "the call waits for the lane");
+        // tasks.cancel now says it is answered.
+        let fx = feed(
+            &mut h,
+            &c,
+            json!({"id": "c1", "method": "tasks.cancel", "params": {"id": "t1"}}),
+        );
+        assert_eq!(written(&fx)[0]["error"]["data"]["state"], "answered");
+
+        // The lane starts: the plugin's call gets it, the record lists it.
+        let lane = Dispatched {
+            lane: "t-0c1d2e3f4a5b".into(),
+            session: "s-4f9a1c2b7d3e".into(),
+            branch: "b".into(),
+            worktree: "/w".into(),
+        };
+        h.landed(&rid, tasks::Landing::Answered(Ok(lane)), &cx(&c));
+        let fx = h.take_effects();
+        assert!(fx.contains(&Effect::CancelTimer(TimerKey::Dispatch {
+            rid: rid.clone()
+        })));
+        assert_eq!(
+            written(&fx),
+            [json!({"id": "t1", "result": {
+                "requestId": rid, "lane": "t-0c1d2e3f4a5b", "session": "s-4f9a1c2b7d3e"
+            }})]
+        );
+        assert!(!h.tasks.dispatching(&rid));
+        assert!(h.plugins["pal"].rec.starting.is_empty());
+        assert_eq!(h.plugins["pal"].rec.lanes, ["t-0c1d2e3f4a5b"]);
+
+        // The timeout that was cancelled cannot answer twice; a lane that
+        // lands after its request ended is closed.
+        h.on_timer(TimerKey::Dispatch { rid: rid.clone() }, &cx(&c));
+        assert!(written(&h.take_effects()).is_empty());
+        let late = Dispatched {
+            lane: "t-111111111111".into(),
+            session: "s-222222222222".into(),
+            branch: "b".into(),
+            worktree: "/w".into(),
+        };
+        h.landed(&rid, tasks::Landing::Answered(Ok(late)), &cx(&c));
+        assert_eq!(
+            h.take_effects(),
+            [Effect::CloseLane {
+                lane: "t-111111111111".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_denied_expired_or_refused_task_request_answers_the_plugin_typed() {
+        let c = cfg();
+        let mut h = running(&c, &["tasks.create"]);
+        let by = Answerer::Operator { pid: 1 };
+        for (wid, verdict, by, code) in [
+            ("d1", Verdict::Deny, by.clone(), "approval-denied"),
+            ("e1", Verdict::Deny, Answerer::Timeout, "approval-expired"),
+        ] {
+            let rid = pending_task(&mut h, &c, wid);
+            assert!(h.on_task_answer(&rid, verdict, &by, &cx(&c)));
+            let (ops, _, ack) = ledger(h.take_effects());
+            assert_eq!(ops.len(), 1);
+            h.committed(ack, Ok(()));
+            let out = written(&h.take_effects());
+            assert_eq!(
+                (&out[0]["id"], &out[0]["error"]["code"]),
+                (&json!(wid), &json!(code))
+            );
+        }
+        // The lanes refuse the dispatch: task-refused with the daemon's code.
+        let rid = pending_task(&mut h, &c, "r1");
+        assert!(h.on_task_answer(&rid, Verdict::Allow, &by, &cx(&c)));
+        h.take_effects();
+        let refused = RpcError::new(Code::RepoUnknown, "no such repository");
+        h.landed(&rid, tasks::Landing::Answered(Err(refused)), &cx(&c));
+        let out = written(&h.take_effects());
+        assert_eq!(out[0]["error"]["code"], "task-refused", "{out:?}");
+    }
+
+    #[test]
+    fn a_run_that_ends_orphans_its_pending_requests_in_one_batch_with_their_inbox_items() {
+        let c = cfg();
+        let mut h = running(&c, &["tasks.create"]);
+        let rid = pending_task(&mut h, &c, "t1");
+        h.on_exit(
+            CHILD,
+            ExitStatus {
+                code: Some(1),
+                signal: None,
+            },
+            &cx(&c),
+        );
+        let fx = h.take_effects();
+        assert_eq!(
+            fx,
+            [Effect::Reap {
+                plugin: "pal".into(),
+                child: CHILD,
+                status: ExitStatus {
+                    code: Some(1),
+                    signal: None
+                },
+            }]
+        );
+        h.reaped(
+            "pal",
+            ExitStatus {
+                code: Some(1),
+                signal: None,
+            },
+            b"boom\n",
+            &cx(&c),
+        );
+        let fx = h.take_effects();
+        let (ops, withdraw, ack) = fx
+            .iter()
+            .find_map(|e| match e {
+                Effect::Ledger { ops, withdraw, ack } => Some((ops, withdraw, ack)),
+                _ => None,
+            })
+            .expect("a ledger batch");
+        assert_eq!(ops.len(), 1);
+        assert_eq!(
+            withdraw.as_slice(),
+            [Withdraw {
+                rid: rid.clone(),
+                why: "the plugin's run ended".into(),
+                surface: "daemon",
+            }]
+        );
+        assert_eq!(ack, &Ack::Task(tasks::Ack::Orphaned));
+        assert_eq!(h.tasks.by_id[&rid].state, tasks::State::Orphaned);
+        // The exit is a crash: a restart after the backoff.
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Restart {
+                plugin: "pal".into()
+            },
+            after: Duration::from_millis(c.restart_backoff_ms),
+        }));
+        assert_eq!(h.plugins["pal"].state(), ("restarting", Some("exit")));
+        // What it wrote last, after the note that it ran unisolated.
+        let tail = &h.plugins["pal"].stderr_tail;
+        assert!(tail.starts_with("[omniconfluxd] this plugin ran without isolation"));
+        assert!(tail.ends_with("\nboom\n"), "{tail}");
+    }
+
+    #[test]
+    fn a_plugin_that_reads_nothing_is_killed_for_flood_and_a_stop_escalates() {
+        let c = cfg();
+        let mut h = running(&c, &["storage.own"]);
+        h.write_refused(CHILD);
+        assert_eq!(
+            h.take_effects(),
+            [Effect::Signal {
+                child: CHILD,
+                signal: libc::SIGKILL
+            }]
+        );
+        // A second host: the stop sequence, shutdown then TERM then KILL.
+        let mut h = running(&c, &["storage.own"]);
+        h.stop("pal", ShutdownReason::Disabled);
+        let fx = h.take_effects();
+        assert_eq!(written(&fx)[0]["method"], "shutdown");
+        assert!(fx.contains(&Effect::CloseStdin(CHILD)));
+        let term = TimerKey::Term {
+            plugin: "pal".into(),
+            run_no: 1,
+        };
+        assert!(fx.contains(&Effect::Timer {
+            key: term.clone(),
+            after: Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS),
+        }));
+        h.on_timer(term, &cx(&c));
+        let fx = h.take_effects();
+        assert_eq!(
+            fx[0],
+            Effect::Signal {
+                child: CHILD,
+                signal: libc::SIGTERM
+            }
+        );
+        assert!(matches!(
+            &fx[1],
+            Effect::Timer {
+                key: TimerKey::Kill { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn records_are_written_one_at_a_time_and_answers_wait_for_the_write_that_holds_them() {
+        let dir = std::env::temp_dir().join(format!("host-glue-{}", std::process::id()));
+        let store = Store::open(&dir).expect("a store");
+        let mut h = Host::new(Some(store));
+        h.plugins
+            .insert("pal".into(), Plugin::new(Record::new("pal")));
+        h.persist();
+        let fx = h.take_effects();
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::Job(Job::WriteRecords { .. })]
+        ));
+        // Changed again while it runs: one more write, after this one.
+        h.plugins.get_mut("pal").unwrap().rec.enabled = false;
+        h.persist_then(Saved::Answer {
+            to: ReplyKey(1),
+            value: json!({"ok": true}),
+        });
+        assert!(h.take_effects().is_empty());
+        assert!(!h.all_stopped());
+        let c = cfg();
+        h.on_report(Report::RecordsWritten(Ok(())), &cx(&c));
+        let fx = h.take_effects();
+        let [Effect::Job(Job::WriteRecords { records, .. })] = fx.as_slice() else {
+            panic!("{fx:?}");
+        };
+        assert!(
+            !records[0].enabled,
+            "the second write takes the records as they are now"
+        );
+        // It fails: the answer that waited for it says so.
+        h.on_report(Report::RecordsWritten(Err("disk full".into())), &cx(&c));
+        let fx = h.take_effects();
+        let [Effect::Reply { to, result: Err(e) }] = fx.as_slice() else {
+            panic!("{fx:?}");
+        };
+        assert_eq!((*to, e.code), (ReplyKey(1), Code::Unavailable));
+        assert!(h.all_stopped());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
