@@ -542,6 +542,9 @@ pub enum Job {
     /// The approved copy's hash before a start, on the `plugin-check`
     /// worker.
     Hash { plugin: String, dir: PathBuf },
+    /// plugin.approve's check of the waiting copy (its hash included), on
+    /// the `plugin-install` worker.
+    CheckWaiting { ticket: u64, dir: PathBuf },
 }
 
 impl Job {
@@ -575,6 +578,10 @@ impl Job {
                 plugin,
                 hash: store::raw_hash(&dir),
             }),
+            Job::CheckWaiting { ticket, dir } => Some(Report::Checked {
+                ticket,
+                checked: super::manifest::check_folder(&dir),
+            }),
         }
     }
 }
@@ -591,11 +598,27 @@ pub enum Report {
         plugin: String,
         hash: String,
     },
+    /// plugin.approve's check of the waiting copy.
+    Checked {
+        ticket: u64,
+        checked: Result<Snapshot, Problem>,
+    },
     /// An old task request as the ledger has it (plugin.request.get).
     RequestRead {
         to: ReplyKey,
         row: Option<tasks::Request>,
     },
+}
+
+/// plugin.approve's params, checked for their form, while its copy is
+/// checked ([`Host::check_waiting`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApproveRequest {
+    pub plugin: String,
+    pub snapshot_hash: String,
+    pub permissions: Vec<String>,
+    pub commands: Vec<String>,
+    pub operator: String,
 }
 
 /// What the approved copy's start needs (the command is built by
@@ -729,6 +752,8 @@ pub struct Host {
     records: RecordWrites,
     /// plugin.install's copies in the making, by ticket: who asked.
     installs: HashMap<u64, (ReplyKey, &'static str)>,
+    /// plugin.approve's checks of the waiting copy, by ticket.
+    approving: HashMap<u64, (ReplyKey, ApproveRequest)>,
     next_ticket: u64,
     out: Vec<Effect>,
 }
@@ -872,6 +897,7 @@ impl Host {
             watching: false,
             records: RecordWrites::default(),
             installs: HashMap::new(),
+            approving: HashMap::new(),
             next_ticket: 0,
             out: Vec::new(),
         }
@@ -1041,6 +1067,40 @@ impl Host {
         Ok(())
     }
 
+    /// Has a job check the waiting copy plugin.approve names (its folder
+    /// and hash: a tree of up to 32 MiB is not read on the reactor); the
+    /// router hands the result to the socket method with
+    /// [`Self::checked_waiting`]. Refused (`unavailable`) as
+    /// [`Self::stage`] is.
+    pub fn check_waiting(&mut self, to: ReplyKey, a: ApproveRequest) -> Result<(), RpcError> {
+        let Some(store) = &self.store else {
+            return Err(RpcError::new(
+                Code::Unavailable,
+                "the plugin store cannot be used; the log says why",
+            ));
+        };
+        if self.approving.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
+            return Err(RpcError::new(
+                Code::Unavailable,
+                format!(
+                    "{} plugin approvals are being checked; try again",
+                    limits::PLUGIN_INSTALLS_IN_FLIGHT
+                ),
+            ));
+        }
+        let dir = store.copy_dir(&a.plugin, Copy::Waiting);
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.approving.insert(ticket, (to, a));
+        self.emit(Effect::Job(Job::CheckWaiting { ticket, dir }));
+        Ok(())
+    }
+
+    /// The check of approval `ticket` is done: who asked, and for what.
+    pub fn checked_waiting(&mut self, ticket: u64) -> Option<(ReplyKey, ApproveRequest)> {
+        self.approving.remove(&ticket)
+    }
+
     /// The copy of install `ticket` is made: who asked for it.
     pub fn staged(&mut self, ticket: u64) -> Option<(ReplyKey, &'static str)> {
         self.installs.remove(&ticket)
@@ -1059,8 +1119,9 @@ impl Host {
     pub fn on_report(&mut self, report: Report, cx: &Cx) {
         match report {
             Report::RecordsWritten(r) => self.records_written(r),
-            // The router takes staged copies to the socket method itself.
-            Report::Staged { .. } => {}
+            // The router takes staged and checked copies to the socket
+            // method itself.
+            Report::Staged { .. } | Report::Checked { .. } => {}
             Report::Hashed { plugin, hash } => self.hashed(&plugin, &hash, cx),
             Report::RequestRead { to, row } => self.request_read(to, row),
         }
@@ -1081,6 +1142,18 @@ impl Host {
                         Err(RpcError::new(
                             Code::Unavailable,
                             "the plugin install thread cannot take the copy; the log says why",
+                        )),
+                    );
+                }
+            }
+            Job::CheckWaiting { ticket, .. } => {
+                crate::error!("unable to check a plugin's waiting copy: {why}");
+                if let Some((to, _)) = self.approving.remove(&ticket) {
+                    self.reply_to(
+                        to,
+                        Err(RpcError::new(
+                            Code::Unavailable,
+                            "the plugin install thread cannot take the check; the log says why",
                         )),
                     );
                 }

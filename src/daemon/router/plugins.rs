@@ -19,7 +19,7 @@
 //! - replies: a [`ReplyKey`] maps to the [`Req`] a socket method handed
 //!   over ([`reply_key`]), so the host never names a surface;
 //! - jobs on the host's three worker threads (`plugin-records`: plugins.json;
-//!   `plugin-install`: copies and deletions; `plugin-check`: the approved
+//!   `plugin-install`: copies, deletions and plugin.approve's checks; `plugin-check`: the approved
 //!   copy's hash before a start), each started on its first job and again
 //!   after a job killed it; their reports come back through the reactor
 //!   inbox to [`Host::on_report`], but a staged install, which goes to the
@@ -154,6 +154,14 @@ pub fn report(d: &mut Daemon, report: Report) {
             };
             if let Some(req) = take_reply(d, to) {
                 crate::socket::methods::plugins::staged(d, req, installed_by, staged);
+            }
+        }
+        Report::Checked { ticket, checked } => {
+            let Some((to, a)) = d.plugins.checked_waiting(ticket) else {
+                return;
+            };
+            if let Some(req) = take_reply(d, to) {
+                crate::socket::methods::plugins::approve_checked(d, req, a, checked);
             }
         }
         other => with(d, |h, cx| h.on_report(other, cx)),
@@ -340,12 +348,13 @@ fn start_job(d: &mut Daemon, job: Job) {
             "plugin-records",
             limits::PLUGIN_RECORD_WRITES,
         ),
-        // Room for every copy in flight and the deletion each may ask for;
-        // deletions queued beyond that wait for the next start's sweep.
-        Job::Stage { .. } | Job::Discard { .. } => (
+        // Room for every copy in flight and the deletion each may ask for,
+        // and for as many approvals' checks; deletions queued beyond that
+        // wait for the next start's sweep.
+        Job::Stage { .. } | Job::Discard { .. } | Job::CheckWaiting { .. } => (
             &mut st.install,
             "plugin-install",
-            2 * limits::PLUGIN_INSTALLS_IN_FLIGHT,
+            3 * limits::PLUGIN_INSTALLS_IN_FLIGHT,
         ),
         // At most one check per installed plugin is in flight.
         Job::Hash { .. } => (&mut st.check, "plugin-check", limits::PLUGIN_MAX_INSTALLED),

@@ -33,7 +33,7 @@ use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
-use crate::plugins::host::{self, AfterStop, Phase, Plugin, Saved};
+use crate::plugins::host::{self, AfterStop, ApproveRequest, Phase, Plugin, Saved};
 use crate::plugins::manifest::{
     self, CommandInput, Manifest, Snapshot, is_command_id, is_plugin_id,
 };
@@ -477,9 +477,56 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         return Err(stale("another snapshot hash"));
     }
     ledger_ok(d)?;
+    let to = route::reply_key(d, req.clone());
+    let a = ApproveRequest {
+        plugin: a.plugin,
+        snapshot_hash: a.snapshot_hash,
+        permissions: a.permissions,
+        commands: a.commands,
+        operator: a.operator,
+    };
+    if let Err(e) = route::with(d, |h, _| h.check_waiting(to, a)) {
+        route::take_reply(d, to);
+        return Err(e);
+    }
+    Ok(None)
+}
+
+/// plugin.approve's waiting copy is checked (on the install thread):
+/// approved and answered, unless the plugin changed meanwhile.
+pub fn approve_checked(
+    d: &mut Daemon,
+    req: Req,
+    a: ApproveRequest,
+    checked: Result<Snapshot, manifest::Problem>,
+) {
+    let asked = d.plugins.records_asked();
+    let result = approve_place(d, a, checked);
+    answer_saved(d, req, asked, result);
+}
+
+/// The rest of plugin.approve once the copy is checked: the plugin is
+/// looked at again (it may have been removed, or another copy installed,
+/// while the copy was checked), then the copy is put in force.
+fn approve_place(
+    d: &mut Daemon,
+    a: ApproveRequest,
+    checked: Result<Snapshot, manifest::Problem>,
+) -> Handled {
+    let id = a.plugin.clone();
+    let p = plugin_of(d, &id)?;
+    not_removing(p)?;
+    let w = p
+        .rec
+        .waiting
+        .clone()
+        .ok_or_else(|| stale("no copy waits for approval"))?;
+    if w.snapshot_hash != a.snapshot_hash {
+        return Err(stale("another snapshot hash"));
+    }
+    ledger_ok(d)?;
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
-    let snap = manifest::check_folder(&store.copy_dir(&id, Copy::Waiting))
-        .map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
+    let snap = checked.map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
     if snap.hash != w.snapshot_hash {
         return Err(stale("the copy changed on disk after it was installed"));
     }
