@@ -15,7 +15,7 @@
 //! the subsystem that asked.
 
 use crate::core::seats;
-use crate::plugins::host;
+use crate::plugins::effects as host;
 
 /// One thing the router does, in order, to completion.
 #[derive(Debug, PartialEq)]

@@ -67,7 +67,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::calls::{self, TaskCancelled, TaskRequest};
-use super::host::{Aborted, Ack as HostAck, Cx, Effect, Host, ReplyKey, Saved, TimerKey, Withdraw};
+use super::effects::{Aborted, Ack as HostAck, Cx, Effect, ReplyKey, Saved, TimerKey, Withdraw};
+use super::host::Host;
 use super::wire::{self, EventKind, HostError, HostErrorKind, PendingState};
 use crate::core::inbox::{Answerer, PluginTask, Verdict};
 use crate::errors::{Code, RpcError};

@@ -18,7 +18,7 @@
 use serde_json::{Value, json};
 
 use super::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
-use super::host::Views;
+use super::effects::Views;
 use crate::agents::EndReason;
 use crate::core::Core;
 use crate::core::sessions::{State, Summary};

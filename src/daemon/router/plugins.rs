@@ -40,9 +40,8 @@ use crate::children::{ChildId, Children, ExitStatus, Output, WriteRefused};
 use crate::core::inbox::{Answerer, Verdict};
 use crate::errors::{Code, RpcError};
 use crate::limits;
-use crate::plugins::host::{
-    self, Aborted, Cx, Effect, Host, Job, Pipes, ReplyKey, Report, TimerKey,
-};
+use crate::plugins::effects::{Aborted, Cx, Effect, Job, Pipes, ReplyKey, Report, TimerKey};
+use crate::plugins::host::{self, Host};
 use crate::plugins::{process, store, tasks, views};
 use crate::procs::Owner;
 use crate::reactor::{Msg, TimerId};

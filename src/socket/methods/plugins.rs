@@ -33,7 +33,8 @@ use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
-use crate::plugins::host::{self, AfterStop, ApproveRequest, Phase, Plugin, Saved};
+use crate::plugins::effects::{ApproveRequest, Saved};
+use crate::plugins::host::{self, AfterStop, Phase, Plugin};
 use crate::plugins::manifest::{
     self, CommandInput, Manifest, Snapshot, is_command_id, is_plugin_id,
 };
