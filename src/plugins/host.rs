@@ -2385,7 +2385,10 @@ impl Host {
         self.write_line(id, line);
     }
 
-    /// Sends command.run and answers `to` when the plugin does.
+    /// Sends command.run and answers `to` when the plugin does. The socket
+    /// method checked that the plugin runs; a plugin that does not (it
+    /// cannot happen in the same reactor step) is answered
+    /// `plugin-not-running` rather than never.
     pub fn run_command(
         &mut self,
         id: &str,
@@ -2395,7 +2398,11 @@ impl Host {
         cx: &Cx,
     ) {
         let Some(run) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
-            return;
+            let gone = RpcError::new(
+                Code::PluginNotRunning,
+                "the command's plugin is not running",
+            );
+            return self.reply_to(to, Err(gone));
         };
         run.commands += 1;
         let run_no = run.run_no;

@@ -414,3 +414,35 @@ impl Drop for DropGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Router;
+    use crate::daemon::effects::Effect as DaemonEffect;
+    use crate::plugins::effects::{Effect, TimerKey};
+    use std::time::Duration;
+
+    #[test]
+    fn the_host_s_effects_join_the_router_s_one_queue_in_order() {
+        let mut r = Router::default();
+        let timer = || Effect::Timer {
+            key: TimerKey::Watch,
+            after: Duration::from_millis(5),
+        };
+        assert!(r.enqueue([Effect::CloseStdin(3), timer()].map(DaemonEffect::from)));
+        // Applying the first made the host return more: they wait.
+        assert_eq!(
+            r.next(),
+            Some(DaemonEffect::Plugins(Box::new(Effect::CloseStdin(3))))
+        );
+        assert!(!r.enqueue([DaemonEffect::from(Effect::CancelTimer(TimerKey::Watch))]));
+        assert_eq!(r.next(), Some(DaemonEffect::Plugins(Box::new(timer()))));
+        assert_eq!(
+            r.next(),
+            Some(DaemonEffect::Plugins(Box::new(Effect::CancelTimer(
+                TimerKey::Watch
+            ))))
+        );
+        assert_eq!(r.next(), None);
+    }
+}
