@@ -11,6 +11,7 @@
 //! nothing here holds a continuation or names the daemon or a surface.
 
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -180,6 +181,9 @@ pub enum Job {
     /// plugin.approve's check of the waiting copy (its hash included), on
     /// the `plugin-install` worker.
     CheckWaiting { ticket: u64, dir: PathBuf },
+    /// The watch's count of each running plugin's tree, by root pid, on
+    /// the `plugin-check` worker.
+    Sample { roots: Vec<i32> },
 }
 
 impl Job {
@@ -213,6 +217,7 @@ impl Job {
                 plugin,
                 hash: store::raw_hash(&dir),
             }),
+            Job::Sample { roots } => Some(Report::Sampled(super::process::sample(&roots))),
             Job::CheckWaiting { ticket, dir } => Some(Report::Checked {
                 ticket,
                 checked: super::manifest::check_folder(&dir),
@@ -233,6 +238,8 @@ pub enum Report {
         plugin: String,
         hash: String,
     },
+    /// The watch's count, by root pid.
+    Sampled(HashMap<i32, super::process::Usage>),
     /// plugin.approve's check of the waiting copy.
     Checked {
         ticket: u64,

@@ -794,6 +794,7 @@ impl Host {
             // method itself.
             Report::Staged { .. } | Report::Checked { .. } => {}
             Report::Hashed { plugin, hash } => self.hashed(&plugin, &hash, cx),
+            Report::Sampled(usage) => self.watched(&usage, cx),
             Report::RequestRead { to, row } => self.request_read(to, row),
         }
     }
@@ -834,6 +835,12 @@ impl Host {
                     "{} is left for the next start to delete: {why}",
                     dir.display()
                 )
+            }
+            Job::Sample { .. } => {
+                // Counted again at the next interval.
+                crate::warn!("unable to count the plugins' processes: {why}");
+                self.watching = false;
+                self.ensure_watch(cx);
             }
             Job::Hash { plugin, .. } => {
                 crate::error!("plugin {plugin}: unable to check its approved copy: {why}");
@@ -1917,9 +1924,7 @@ impl Host {
             }
             TimerKey::RemoveAbort { plugin } => self.abort_timed_out(&plugin, cx),
             TimerKey::Dispatch { rid } => self.landed(&rid, tasks::Landing::TimedOut, cx),
-            TimerKey::Watch => {
-                // The router samples the processes and calls `watched`.
-            }
+            TimerKey::Watch => self.watch_due(),
         }
     }
 
@@ -2421,7 +2426,8 @@ impl Host {
     }
 
     /// Counts each running plugin's processes and memory (module comment of
-    /// [`super::process`]); runs while any plugin runs.
+    /// [`super::process`]); runs while any plugin runs. `watching` holds
+    /// while the watch's timer is set or its count runs: one at a time.
     fn ensure_watch(&mut self, cx: &Cx) {
         if std::mem::replace(&mut self.watching, true) {
             return;
@@ -2432,10 +2438,16 @@ impl Host {
         );
     }
 
-    /// The processes the watch counts: each running plugin's root pid.
-    pub fn watch_pids(&mut self) -> Vec<i32> {
-        self.watching = false;
-        self.watched_runs().map(|r| r.2).collect()
+    /// The watch is due: a job walks /proc (every process of the machine,
+    /// which is file work the reactor does not wait for) and counts each
+    /// running plugin's tree; [`Self::watched`] judges the count.
+    fn watch_due(&mut self) {
+        let roots: Vec<i32> = self.watched_runs().map(|r| r.2).collect();
+        if roots.is_empty() {
+            self.watching = false;
+            return;
+        }
+        self.emit(Effect::Job(Job::Sample { roots }));
     }
 
     fn watched_runs(&self) -> impl Iterator<Item = (String, u64, i32)> + '_ {
@@ -2449,7 +2461,8 @@ impl Host {
 
     /// What the watch counted, by root pid: a tree over its bounds is a
     /// fault. The watch goes on while a plugin runs.
-    pub fn watched(&mut self, usage: &HashMap<i32, process::Usage>, cx: &Cx) {
+    fn watched(&mut self, usage: &HashMap<i32, process::Usage>, cx: &Cx) {
+        self.watching = false;
         let runs: Vec<(String, u64, i32)> = self.watched_runs().collect();
         if runs.is_empty() {
             return;
@@ -3126,6 +3139,42 @@ mod glue_tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_watch_counts_on_a_worker_and_a_tree_over_its_bound_is_killed() {
+        let c = cfg();
+        let mut h = running(&c, &["storage.own"]);
+        h.on_timer(TimerKey::Watch, &cx(&c));
+        assert_eq!(
+            h.take_effects(),
+            [Effect::Job(Job::Sample { roots: vec![100] })]
+        );
+        let over = process::Usage {
+            processes: c.max_processes + 1,
+            rss_bytes: 0,
+        };
+        let usage = HashMap::from([(100, over)]);
+        h.on_report(Report::Sampled(usage), &cx(&c));
+        let fx = h.take_effects();
+        assert_eq!(
+            fx[0],
+            Effect::Signal {
+                child: CHILD,
+                signal: libc::SIGKILL
+            }
+        );
+        // The watch goes on while a plugin runs: one timer at a time.
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Watch,
+            after: Duration::from_millis(c.watch_interval_ms),
+        }));
+        h.on_output(CHILD, Vec::new(), &cx(&c));
+        assert!(
+            !h.take_effects()
+                .iter()
+                .any(|e| matches!(e, Effect::Timer { .. }))
+        );
     }
 
     #[test]

@@ -11,19 +11,19 @@
 //!   read before the child is forgotten);
 //! - timers: a typed [`TimerKey`] maps to the reactor's timer, so that a
 //!   key set again replaces the one set before and a cancel finds it; a
-//!   timer that fires goes back to [`Host::on_timer`] (the watch samples
-//!   `/proc` here first);
+//!   timer that fires goes back to [`Host::on_timer`];
 //! - ledger batches: a task request's withdrawn inbox items are closed by
 //!   the approvals inbox into the same batch, and the commit's result goes
 //!   back to [`Host::committed`] with the batch's typed acknowledgement;
 //! - replies: a [`ReplyKey`] maps to the [`Req`] a socket method handed
 //!   over ([`reply_key`]), so the host never names a surface;
-//! - jobs on the host's three worker threads (`plugin-records`: plugins.json;
-//!   `plugin-install`: copies, deletions and plugin.approve's checks; `plugin-check`: the approved
-//!   copy's hash before a start), each started on its first job and again
+//! - jobs on the host's three worker threads (`plugin-records`:
+//!   plugins.json; `plugin-install`: copies, deletions and plugin.approve's
+//!   checks; `plugin-check`: the approved copy's hash before a start, and
+//!   the watch's walk of /proc), each started on its first job and again
 //!   after a job killed it; their reports come back through the reactor
-//!   inbox to [`Host::on_report`], but a staged install, which goes to the
-//!   socket method that places it;
+//!   inbox to [`Host::on_report`], but a staged install and a checked
+//!   approval, which go to the socket method that asked;
 //! - the other subsystems: a task request into the approvals inbox
 //!   (`core::approvals::add_plugin_task`), an allowed request dispatched as
 //!   a lane (`lanes::controller::dispatch`, whose answer, or its loss, goes
@@ -42,7 +42,7 @@ use crate::errors::{Code, RpcError};
 use crate::limits;
 use crate::plugins::effects::{Aborted, Cx, Effect, Job, Pipes, ReplyKey, Report, TimerKey};
 use crate::plugins::host::{self, Host};
-use crate::plugins::{process, store, tasks, views};
+use crate::plugins::{store, tasks, views};
 use crate::procs::Owner;
 use crate::reactor::{Msg, TimerId};
 
@@ -324,16 +324,6 @@ pub(super) fn apply(d: &mut Daemon, e: Effect) {
 
 fn timer_fired(d: &mut Daemon, key: TimerKey) {
     d.router.plugins.timers.remove(&key);
-    if key == TimerKey::Watch {
-        // The watch reads /proc: a handful of small files per plugin.
-        let pids = d.plugins.watch_pids();
-        if pids.is_empty() {
-            return;
-        }
-        let usage = process::sample(&pids);
-        with(d, |h, cx| h.watched(&usage, cx));
-        return;
-    }
     with(d, |h, cx| h.on_timer(key, cx));
 }
 
@@ -355,8 +345,13 @@ fn start_job(d: &mut Daemon, job: Job) {
             "plugin-install",
             3 * limits::PLUGIN_INSTALLS_IN_FLIGHT,
         ),
-        // At most one check per installed plugin is in flight.
-        Job::Hash { .. } => (&mut st.check, "plugin-check", limits::PLUGIN_MAX_INSTALLED),
+        // At most one check per installed plugin is in flight, and one
+        // count of the watch.
+        Job::Hash { .. } | Job::Sample { .. } => (
+            &mut st.check,
+            "plugin-check",
+            limits::PLUGIN_MAX_INSTALLED + 1,
+        ),
     };
     if slot.as_ref().is_some_and(store::Worker::stopped) {
         *slot = None;
