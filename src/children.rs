@@ -17,6 +17,12 @@
 //! its namespace (`crate::isolation`): its signals go to the process group
 //! inside the namespace, so that the agent, not bwrap, gets the SIGTERM of
 //! a stop and can end cleanly; SIGKILL also reaches bwrap.
+//!
+//! A child's stdin is watched for room only while bytes wait in its queue:
+//! a write the pipe takes at once needs no readiness, and a pipe watched
+//! for room all the time wakes the reactor each time the child reads a
+//! line the daemon wrote, in the middle of the child's answer (issue 11,
+//! the `storage.get` round trip).
 
 use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
@@ -76,6 +82,9 @@ struct Child {
     out: Vec<u8>,
     out_pos: usize,
     close_stdin_when_flushed: bool,
+    /// Whether stdin is registered for writable readiness: only while its
+    /// queue holds bytes (module comment).
+    stdin_watched: bool,
     limits: PipeLimits,
     exited: bool,
     sandboxed: bool,
@@ -194,7 +203,6 @@ impl Children {
         drop(child);
         if let Some(s) = &mut stdin {
             s.set_nonblocking(true)?;
-            registry.register(s, t_in, Interest::WRITABLE)?;
             self.by_token.insert(t_in, (id, Pipe::Stdin));
         }
         for (r, t, p) in [
@@ -222,6 +230,7 @@ impl Children {
                 out: Vec::new(),
                 out_pos: 0,
                 close_stdin_when_flushed: false,
+                stdin_watched: false,
                 limits,
                 exited: false,
                 sandboxed: false,
@@ -276,7 +285,8 @@ impl Children {
         let mut out = Vec::new();
         match pipe {
             Pipe::Stdin => {
-                if Self::flush_child(child).is_err() {
+                if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err()
+                {
                     Self::drop_stdin(&mut self.by_token, registry, child);
                     out.push(Output::StdinClosed);
                 }
@@ -376,11 +386,31 @@ impl Children {
         child: &mut Child,
     ) {
         if let Some((mut s, t)) = child.stdin.take() {
-            let _ = registry.deregister(&mut s);
+            if std::mem::take(&mut child.stdin_watched) {
+                let _ = registry.deregister(&mut s);
+            }
             by_token.remove(&t);
         }
         child.out.clear();
         child.out_pos = 0;
+    }
+
+    /// Watches stdin for room while its queue holds bytes, and stops
+    /// watching once it is empty (module comment). Registering a pipe that
+    /// has room already reports it at once, so no edge is missed.
+    fn watch_stdin(registry: &Registry, child: &mut Child) -> std::io::Result<()> {
+        let waiting = child.out_pos < child.out.len();
+        let Some((s, t)) = &mut child.stdin else {
+            return Ok(());
+        };
+        if waiting && !child.stdin_watched {
+            registry.register(s, *t, Interest::WRITABLE)?;
+            child.stdin_watched = true;
+        } else if !waiting && child.stdin_watched {
+            registry.deregister(s)?;
+            child.stdin_watched = false;
+        }
+        Ok(())
     }
 
     fn flush_child(child: &mut Child) -> Result<(), ()> {
@@ -418,7 +448,7 @@ impl Children {
             return Err(WriteRefused::Full);
         }
         child.out.extend_from_slice(bytes);
-        if Self::flush_child(child).is_err() {
+        if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err() {
             Self::drop_stdin(&mut self.by_token, registry, child);
             return Err(WriteRefused::Closed);
         }

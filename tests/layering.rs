@@ -7,12 +7,9 @@
 //! when its text holds `crate::MODULE`, or `crate::{` with MODULE in the
 //! braces, comments included: a doc link to a surface is a dependency too.
 //!
-//! `crate::socket` and `crate::http` are refused everywhere in the domain.
-//! `crate::daemon` is refused too but for the files of [`DAEMON_ALLOWED`],
-//! whose functions still take `&mut Daemon` until the effects step of
-//! issue 11 turns them into subsystems that return effects; that step
-//! empties the list. The list only shrinks: a file on it that no longer
-//! names the daemon fails the test until it is taken off.
+//! `crate::daemon`, `crate::socket` and `crate::http` are refused in every
+//! domain file: a subsystem takes `&mut self` and a read-only context and
+//! returns effects, which the router in src/daemon/ applies (issue 11).
 
 use std::path::{Path, PathBuf};
 
@@ -28,11 +25,8 @@ const DOMAIN: &[&str] = &[
     "src/lock",
 ];
 
-/// Modules no domain file may name.
-const SURFACES: &[&str] = &["socket", "http"];
-
-/// Domain files that still name `crate::daemon` (see the module comment).
-const DAEMON_ALLOWED: &[&str] = &["src/plugins/host.rs", "src/plugins/tasks.rs"];
+/// Modules no domain file may name: the state owner and the surfaces.
+const OUTSIDE: &[&str] = &["daemon", "socket", "http"];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -124,11 +118,11 @@ fn read(path: &str) -> String {
 }
 
 #[test]
-fn no_domain_file_names_a_surface() {
+fn no_domain_file_names_the_daemon_or_a_surface() {
     let mut found = Vec::new();
     for f in domain_files() {
         let text = read(&f);
-        for m in SURFACES {
+        for m in OUTSIDE {
             if names(&text, m) {
                 found.push(format!("{f} names crate::{m}"));
             }
@@ -136,36 +130,11 @@ fn no_domain_file_names_a_surface() {
     }
     assert!(
         found.is_empty(),
-        "the domain must not reach into a surface; return a typed value \
-         and let the surface build its wire:\n{}",
+        "the domain must not reach into the daemon or a surface; return \
+         effects for the router, or a typed value and let the surface \
+         build its wire:\n{}",
         found.join("\n")
     );
-}
-
-#[test]
-fn only_the_listed_domain_files_name_the_daemon_and_the_list_only_shrinks() {
-    let files = domain_files();
-    let mut found = Vec::new();
-    for f in &files {
-        let named = names(&read(f), "daemon");
-        let allowed = DAEMON_ALLOWED.contains(&f.as_str());
-        if named && !allowed {
-            found.push(format!(
-                "{f} names crate::daemon and is not on DAEMON_ALLOWED"
-            ));
-        }
-        if !named && allowed {
-            found.push(format!(
-                "{f} no longer names crate::daemon: take it off DAEMON_ALLOWED"
-            ));
-        }
-    }
-    for f in DAEMON_ALLOWED {
-        if !files.iter().any(|g| g == f) {
-            found.push(format!("{f} is on DAEMON_ALLOWED but is not a domain file"));
-        }
-    }
-    assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
 #[test]

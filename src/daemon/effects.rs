@@ -21,6 +21,7 @@
 
 use crate::core::seats;
 use crate::lanes::controller as lanes;
+use crate::plugins::effects as host;
 
 /// One thing the router does, in order, to completion.
 #[derive(Debug, PartialEq)]
@@ -34,6 +35,10 @@ pub enum Effect {
     /// router/lanes.rs (boxed: the queue's slots are as large as its
     /// largest kind, and a lane job is large).
     Lanes(Box<lanes::Effect>),
+    /// What the plugin host asks (`router::plugins` applies it): child
+    /// operations, timers, ledger batches, replies, its jobs, and requests
+    /// to the lanes and the approvals inbox.
+    Plugins(Box<host::Effect>),
 }
 
 /// Blocking work for a worker thread (DESIGN.md, "Threads and ownership":
@@ -70,6 +75,8 @@ pub enum Report {
     /// A lane worker or the heads thread (boxed: reports queue on the
     /// reactor's inbox, whose slots are as large as its largest).
     Lanes(Box<crate::lanes::work::Report>),
+    /// A plugin host's worker, or the ledger reader for it.
+    Plugins(Box<host::Report>),
 }
 
 impl From<seats::Effect> for Effect {
@@ -85,5 +92,11 @@ impl From<seats::Effect> for Effect {
 impl From<lanes::Effect> for Effect {
     fn from(e: lanes::Effect) -> Effect {
         Effect::Lanes(Box::new(e))
+    }
+}
+
+impl From<host::Effect> for Effect {
+    fn from(e: host::Effect) -> Effect {
+        Effect::Plugins(Box::new(e))
     }
 }

@@ -239,7 +239,7 @@ impl Daemon {
         crate::notify::notify("READY=1");
         d.start_integrity_check();
         let probed = crate::isolation::probe_later(d.inbox.clone(), |d, probe| {
-            crate::plugins::host::isolation_known(d, &probe);
+            router::plugins::isolation_known(d, &probe);
             router::lanes::isolation_known(d, &probe);
             router::sessions::isolation_known(d, &probe);
         });
@@ -248,7 +248,7 @@ impl Daemon {
                 "unable to start the isolation probe: {e}; plugins run without isolation"
             );
             let none: crate::isolation::Probe = Err("the probe could not run".into());
-            crate::plugins::host::isolation_known(&mut d, &none);
+            router::plugins::isolation_known(&mut d, &none);
             router::lanes::isolation_known(&mut d, &none);
             router::sessions::isolation_known(&mut d, &none);
         }
@@ -256,6 +256,7 @@ impl Daemon {
         d.read_lanes_at_start();
         crate::daemon::router::lock::start(&mut d);
         d.run();
+        router::plugins::finish(&mut d);
         // No child outlives the daemon: whatever the owners' own stop
         // sequences left running is killed with its process group.
         for id in d.children.ids() {
@@ -347,7 +348,7 @@ impl Daemon {
         self.pending.is_empty()
             && self.socket.in_flight() == 0
             && self.socket.queued_bytes() == 0
-            && crate::plugins::host::all_stopped(self)
+            && self.plugins.all_stopped()
             && !SURFACES.iter().any(|s| (s.busy)(self))
     }
 
@@ -426,7 +427,7 @@ impl Daemon {
     fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
         match self.children.owner(id) {
             // Also with nothing read: a drained stdin queue matters to it.
-            Some(Owner::Plugin(_)) => crate::plugins::host::on_output(self, id, out),
+            Some(Owner::Plugin(_)) => router::plugins::on_output(self, id, out),
             Some(Owner::Session(_)) if !out.is_empty() => {
                 router::sessions::on_output(self, id, out)
             }
@@ -437,7 +438,7 @@ impl Daemon {
     /// Routes a reaped child's exit to its owner.
     fn on_child_exit(&mut self, id: ChildId, status: ExitStatus) {
         match self.children.owner(id).cloned() {
-            Some(Owner::Plugin(_)) => crate::plugins::host::on_exit(self, id, status),
+            Some(Owner::Plugin(_)) => router::plugins::on_exit(self, id, status),
             Some(Owner::Session(_)) => router::sessions::on_exit(self, id, status),
             None => {}
         }
@@ -500,7 +501,7 @@ impl Daemon {
         self.socket.stop_listening(self.reactor.poll.registry());
         // Plugins get their shutdown and the page's 2 + 3 seconds before the
         // last step of the stop kills what is left.
-        crate::plugins::host::stop_all(self);
+        router::plugins::with(self, |h, _| h.stop_all());
         // Agents are asked to exit, and their exits are not recorded as
         // session ends, so that resumable sessions are reopened at the
         // next start.
@@ -651,7 +652,7 @@ impl Daemon {
     /// Hands committed events to whoever follows them: the plugins, the
     /// lanes, the surfaces of [`SURFACES`], then the socket's subscribers.
     fn publish(&mut self, events: &[Appended]) {
-        crate::plugins::host::offer_events(self, events);
+        router::plugins::with(self, |h, cx| h.offer_events(events, cx));
         router::lanes::on_events(self, events);
         for s in SURFACES {
             (s.events)(self, events);

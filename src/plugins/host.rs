@@ -52,18 +52,36 @@
 //!   record, a task request three (the request, its answer, its dispatch);
 //!   only a task request is refused for it.
 //!
-//! The records in plugins.json are written off the reactor, on the store's
-//! `plugin-records` thread ([`persist`]): at most one write runs; changes
-//! made while it runs are written by the next one, which takes the records
-//! as they are when it starts, so the last state is the one on disk. An
-//! answer that follows a change of the records ([`when_saved`]) goes out
-//! only once a write that holds the change has returned from its fsyncs;
-//! when that write fails the answer is `unavailable`, and the change stands
-//! in the running daemon (it is not rolled back) until the next write that
-//! succeeds. plugin.install copies and hashes the folder on the store's
-//! `plugin-install` thread ([`stage`]); deciding what to do with the copy
-//! and moving it into place stays here, in one step, so that no other
-//! request sees half of an install.
+//! The records in plugins.json are written off the reactor, by a job for
+//! the `plugin-records` worker ([`Host::persist`]): at most one write
+//! runs; changes made while it runs are written by the next one, which
+//! takes the records as they are when it starts, so the last state is the
+//! one on disk. An answer that follows a change of the records
+//! ([`Host::when_saved`]) goes out only once a write that holds the change
+//! has returned from its fsyncs; when that write fails the answer is
+//! `unavailable`, and the change stands in the running daemon (it is not
+//! rolled back) until the next write that succeeds. plugin.install copies
+//! and hashes the folder in a job for the `plugin-install` worker
+//! ([`Host::stage`]); deciding what to do with the copy and moving it into
+//! place stays on the reactor, in one step, so that no other request sees
+//! half of an install. The approved copy's hash before each start is a job
+//! too (`plugin-check` worker): the start goes on when the hash is back,
+//! after checking again that the plugin is still to run.
+//!
+//! Shape (DESIGN.md, "How subsystems talk"; issue 11): [`Host`] changes
+//! only through its methods, which take `&mut self` and a read-only
+//! [`Cx`] (the `[plugins]` config, the time, whether the daemon stops, a
+//! view of the plugins' stdin pipes and typed views of sessions, seats and
+//! lanes) and queue [`Effect`]s, which the caller takes with
+//! [`Host::take_effects`] after each call: writes and signals to a plugin
+//! process, spawns, timers with a typed [`TimerKey`], ledger batches with a
+//! typed [`Ack`] handed back to [`Host::committed`] after the commit,
+//! replies to an opaque [`ReplyKey`] the router maps to where the answer
+//! goes, jobs for worker threads (their [`Report`]s come back through
+//! [`Host::on_report`]), and requests to other subsystems (a task's
+//! dispatch as a lane, a lane closed for a removal, a task request into
+//! the approvals inbox). Nothing here knows the daemon or a surface; the
+//! router in `daemon/router/plugins.rs` applies the effects and calls back.
 
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -71,25 +89,29 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::calls::{
-    self, Call, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten, Subscribed,
+    self, Call, LaneItem, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten,
+    Subscribed,
 };
-use super::manifest::{Manifest, Problem, Snapshot};
+use super::effects::{
+    Aborted, Ack, ApproveRequest, Cx, Effect, Job, ReplyKey, Report, Saved, SpawnSpec, TimerKey,
+    Views, Withdraw,
+};
+use super::manifest::Manifest;
 use super::process::{self, Isolation};
 use super::store::{self, Copy, Record, Store, Waiting};
 use super::tasks;
 use super::text;
-use super::views;
 use super::wire::{
     self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method,
     Permission, ShutdownReason,
 };
-use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
-use crate::daemon::{Daemon, Req};
+use crate::children::{ChildId, ExitStatus, Output, PipeLimits};
+use crate::config::PluginsSection;
 use crate::errors::{Code, RpcError};
+use crate::isolation::Hidden;
 use crate::ledger::{Appended, Op};
 use crate::limits;
-use crate::procs::{Owner, signal_name};
-use crate::reactor::TimerId;
+use crate::procs::signal_name;
 
 /// Why a run ended against the host's will.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,17 +193,13 @@ pub struct LastExit {
 pub enum AfterStop {
     Nothing,
     Start,
-    Remove { req: Req },
+    Remove { to: ReplyKey },
 }
 
 enum HostCall {
     Initialize,
     Ping,
-    Command {
-        req: Req,
-        command: String,
-        timer: TimerId,
-    },
+    Command { to: ReplyKey, command: String },
     Shutdown,
 }
 
@@ -203,7 +221,7 @@ pub struct Run {
     refusals: VecDeque<Instant>,
     fault: Option<Fault>,
     stopping: Option<ShutdownReason>,
-    timers: Vec<TimerId>,
+    timers: Vec<TimerKey>,
     ping_due: Option<String>,
     pub last_event: Option<(EventKind, String)>,
     pub commands: usize,
@@ -223,7 +241,11 @@ pub struct Plugin {
     pub storage: BTreeMap<String, String>,
     ledger_records: VecDeque<Instant>,
     task_times: VecDeque<Instant>,
-    restart_timer: Option<TimerId>,
+    restart_timer: bool,
+    /// The approved copy is being hashed before a start.
+    checking: bool,
+    /// Answers that wait for the check ([`Host::start_and_answer`]).
+    check_waiters: Vec<(ReplyKey, Value)>,
     pub after_stop: AfterStop,
     /// Sessions plugin.remove stopped with the plugin's lanes (its reply's
     /// `stopped`).
@@ -245,13 +267,8 @@ pub struct Removal {
     pub worktrees: Vec<(String, String)>,
     /// The process is gone and the removal waits only for `aborting`; the
     /// request to answer then.
-    parked: Option<Option<Req>>,
-    timer: Option<TimerId>,
-}
-
-/// A plugin that was just installed.
-pub fn new_plugin(rec: Record) -> Plugin {
-    Plugin::new(rec)
+    parked: Option<Option<ReplyKey>>,
+    timer: bool,
 }
 
 /// Clears the crash count (plugin.enable) and a failure.
@@ -263,7 +280,8 @@ pub fn clear_crashes(p: &mut Plugin) {
 }
 
 impl Plugin {
-    fn new(rec: Record) -> Plugin {
+    /// A plugin that was just installed.
+    pub fn new(rec: Record) -> Plugin {
         Plugin {
             rec,
             approved: None,
@@ -275,7 +293,9 @@ impl Plugin {
             storage: BTreeMap::new(),
             ledger_records: VecDeque::new(),
             task_times: VecDeque::new(),
-            restart_timer: None,
+            restart_timer: false,
+            checking: false,
+            check_waiters: Vec::new(),
             stopped_sessions: 0,
             removal: Removal::default(),
             after_stop: AfterStop::Nothing,
@@ -358,12 +378,12 @@ impl Plugin {
         limits::PLUGIN_LEDGER_RECORDS_PER_HOUR.saturating_sub(self.ledger_records.len())
     }
 
-    /// Counts `n` ledger records written now against the hour's budget.
-    /// Storage writes are not refused when the budget is spent (only task
-    /// requests are), so the deque keeps at most the budget's newest
-    /// entries: more would not change what [`Self::records_left`] answers.
-    fn note_records(&mut self, n: usize) {
-        let now = Instant::now();
+    /// Counts `n` ledger records written at `now` against the hour's
+    /// budget. Storage writes are not refused when the budget is spent
+    /// (only task requests are), so the deque keeps at most the budget's
+    /// newest entries: more would not change what [`Self::records_left`]
+    /// answers.
+    fn note_records(&mut self, n: usize, now: Instant) {
         for _ in 0..n {
             self.ledger_records.push_back(now);
         }
@@ -373,75 +393,44 @@ impl Plugin {
     }
 }
 
+/// The records' writes (module comment). What waits for a write is an
+/// answer to a request (a socket method, a plugin's task request, a
+/// removal), so the lists are bounded by the requests that can be in
+/// flight, not by how often the records change.
+#[derive(Default)]
+struct RecordWrites {
+    /// A write runs; what waits for it.
+    running: Option<Vec<Saved>>,
+    /// The records changed since the running write copied them; what waits
+    /// for the write after it.
+    next: Option<Vec<Saved>>,
+    /// How many changes were asked for, ever ([`Host::records_asked`]).
+    asked: u64,
+}
+
 /// The host's state.
 pub struct Host {
     pub store: Option<Store>,
     pub plugins: BTreeMap<String, Plugin>,
     pub isolation: Isolation,
+    /// What the daemon hides from every sandbox, known with the isolation.
+    hidden: Hidden,
     pub tasks: tasks::Table,
     by_child: HashMap<ChildId, String>,
-    lanes_copy: Option<(Instant, Vec<calls::LaneItem>)>,
+    lanes_copy: Option<(Instant, Vec<LaneItem>)>,
     next_run_no: u64,
     watching: bool,
     records: RecordWrites,
-    installs: Installs,
-}
-
-/// What runs after a write of the records: `Ok` once it is durable.
-pub type AfterSave = Box<dyn FnOnce(&mut Daemon, Result<(), String>)>;
-
-/// The writes of plugins.json (module comment). What waits for a write
-/// is an answer to a request (a socket method, a plugin's task request, a
-/// removal), so the lists are bounded by the requests that can be in
-/// flight, not by how often the records change.
-#[derive(Default)]
-struct RecordWrites {
-    /// The `plugin-records` thread, started on the first write.
-    worker: Option<store::Worker>,
-    /// A write runs; what waits for it.
-    running: Option<Vec<AfterSave>>,
-    /// The records changed since the running write copied them; what waits
-    /// for the write after it.
-    next: Option<Vec<AfterSave>>,
-    /// How many changes were asked for, ever ([`records_asked`]).
-    asked: u64,
-}
-
-/// What runs once plugin.install's copy is made (or failed).
-type AfterStage = Box<dyn FnOnce(&mut Daemon, Result<(PathBuf, Snapshot), Problem>)>;
-
-/// plugin.install's copies in the making (module comment).
-#[derive(Default)]
-struct Installs {
-    /// The `plugin-install` thread, started on the first install.
-    worker: Option<store::Worker>,
-    /// Copies queued or in the making, by ticket.
-    waiting: HashMap<u64, AfterStage>,
+    /// plugin.install's copies in the making, by ticket: who asked.
+    installs: HashMap<u64, (ReplyKey, &'static str)>,
+    /// plugin.approve's checks of the waiting copy, by ticket.
+    approving: HashMap<u64, (ReplyKey, ApproveRequest)>,
     next_ticket: u64,
-}
-
-impl Drop for Host {
-    /// The last step of a stop, after the reactor is gone: a write that
-    /// runs is finished, and changes no write has taken yet are written
-    /// here, so that a stop that ran out of time loses no record.
-    fn drop(&mut self) {
-        if let Some(w) = &mut self.records.worker {
-            w.finish();
-        }
-        if self.records.next.is_some() || self.records.running.is_some() {
-            if let Some(store) = &self.store {
-                let recs = self.plugins.values().map(|p| p.rec.clone()).collect();
-                if let Err(e) = store.save(recs) {
-                    crate::error!("{e}");
-                }
-            }
-        }
-    }
+    out: Vec<Effect>,
 }
 
 /// Loads the store's records and each plugin's storage from the ledger.
 pub fn load(paths: &crate::config::Paths) -> Host {
-    let isolation = Isolation::pending();
     let store = match Store::open(&paths.state_dir) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -449,23 +438,12 @@ pub fn load(paths: &crate::config::Paths) -> Host {
             None
         }
     };
-    let mut host = Host {
-        store: None,
-        plugins: BTreeMap::new(),
-        isolation,
-        tasks: tasks::Table::default(),
-        by_child: HashMap::new(),
-        lanes_copy: None,
-        next_run_no: 0,
-        watching: false,
-        records: RecordWrites::default(),
-        installs: Installs::default(),
-    };
+    let mut host = Host::new(None);
     let Some(store) = store else { return host };
     store.sweep();
     let mut changed = false;
     for mut rec in store.load() {
-        verify_record(&store, &mut rec, &mut changed);
+        verify_record(&store, &mut rec, None, &mut changed);
         let mut p = Plugin::new(rec);
         p.approved = p
             .rec
@@ -507,16 +485,18 @@ pub fn load(paths: &crate::config::Paths) -> Host {
     host
 }
 
-/// Checks an approval's integrity and the approved copy's files; a failure
-/// makes the copy wait again (store-changed, files-changed).
-fn verify_record(store: &Store, rec: &mut Record, changed: &mut bool) {
+/// Checks an approval's integrity and the approved copy's files (`hash`:
+/// the copy's, when a job hashed it already); a failure makes the copy
+/// wait again (store-changed, files-changed).
+fn verify_record(store: &Store, rec: &mut Record, hash: Option<&str>, changed: &mut bool) {
     let Some(a) = rec.approval.clone() else {
         return;
     };
     let dir = store.copy_dir(&rec.plugin, Copy::Approved);
+    let hash = hash.map_or_else(|| store::raw_hash(&dir), str::to_string);
     let kind = if !store.verify(&rec.plugin, &a) {
         "store-changed"
-    } else if store::raw_hash(&dir) != a.snapshot_hash {
+    } else if hash != a.snapshot_hash {
         "files-changed"
     } else {
         return;
@@ -527,10 +507,11 @@ fn verify_record(store: &Store, rec: &mut Record, changed: &mut bool) {
     );
     rec.approval = None;
     if dir.is_dir() && rec.waiting.is_none() {
+        // The copy moves as it is: its hash is the one just taken.
         if store.demote_approved(&rec.plugin).is_ok() {
             rec.waiting = Some(Waiting {
                 kind: kind.into(),
-                snapshot_hash: store::raw_hash(&store.copy_dir(&rec.plugin, Copy::Waiting)),
+                snapshot_hash: hash,
                 installed_by: None,
                 installed_at: crate::clock::now_ts(),
             });
@@ -564,821 +545,1981 @@ pub fn loaded_of(store: &Store, id: &str, a: &store::Approval) -> Option<Loaded>
     })
 }
 
-/// The records changed: they are written on the `plugin-records` thread
-/// (module comment). A failed write is logged.
-pub fn persist(d: &mut Daemon) {
-    d.plugins.records.asked += 1;
-    if d.plugins.store.is_none() {
-        return;
-    }
-    if d.plugins.records.running.is_some() {
-        d.plugins.records.next.get_or_insert_with(Vec::new);
-    } else {
-        start_write(d, Vec::new());
-    }
+/// The unsaved answer of [`Saved::Answer`].
+fn unsaved() -> RpcError {
+    RpcError::new(
+        Code::Unavailable,
+        "the plugin record could not be written; the log says why",
+    )
 }
 
-/// How many changes of the records were asked for so far: a caller that
-/// sees it move knows the records changed under it.
-pub fn records_asked(d: &Daemon) -> u64 {
-    d.plugins.records.asked
-}
-
-/// Runs `then` once every change of the records asked for so far is on
-/// disk, or with the error of the write that was to hold it. With no
-/// store, at once with an error; with nothing to write, at once.
-pub fn when_saved(d: &mut Daemon, then: impl FnOnce(&mut Daemon, Result<(), String>) + 'static) {
-    if d.plugins.store.is_none() {
-        return then(d, Err("the plugin store cannot be used".into()));
-    }
-    let w = &mut d.plugins.records;
-    if let Some(v) = w.next.as_mut().or(w.running.as_mut()) {
-        v.push(Box::new(then));
-    } else {
-        then(d, Ok(()));
-    }
-}
-
-/// [`persist`], then `then` as in [`when_saved`].
-pub fn persist_then(d: &mut Daemon, then: impl FnOnce(&mut Daemon, Result<(), String>) + 'static) {
-    persist(d);
-    when_saved(d, then);
-}
-
-/// Starts a write of the records as they are now; `waiters` wait for it.
-fn start_write(d: &mut Daemon, waiters: Vec<AfterSave>) {
-    let Some(store) = &d.plugins.store else {
-        return;
-    };
-    let root = store.root.clone();
-    let recs: Vec<Record> = d.plugins.plugins.values().map(|p| p.rec.clone()).collect();
-    let inbox = d.inbox.clone();
-    let job: store::Job = Box::new(move || {
-        let written = store::write_records(&root, recs);
-        inbox.run(move |d| records_written(d, written));
-    });
-    let w = &mut d.plugins.records;
-    if w.worker.is_none() {
-        match store::Worker::spawn("plugin-records", limits::PLUGIN_RECORD_WRITES) {
-            Ok(t) => w.worker = Some(t),
-            Err(e) => crate::error!("unable to start the plugin-records thread: {e}"),
+impl Host {
+    /// A host with `store` and no plugin, isolation not known yet.
+    pub fn new(store: Option<Store>) -> Host {
+        Host {
+            store,
+            plugins: BTreeMap::new(),
+            isolation: Isolation::pending(),
+            hidden: Hidden::default(),
+            tasks: tasks::Table::default(),
+            by_child: HashMap::new(),
+            lanes_copy: None,
+            next_run_no: 0,
+            watching: false,
+            records: RecordWrites::default(),
+            installs: HashMap::new(),
+            approving: HashMap::new(),
+            next_ticket: 0,
+            out: Vec::new(),
         }
     }
-    // At most one write runs, so the queue has room unless the thread is
-    // gone; then the write fails, reported on the next turn of the loop
-    // rather than into the middle of the change that asked for it.
-    let queued = match &w.worker {
-        Some(t) => t.queue(job),
-        None => Err("the plugin-records thread is not running".into()),
-    };
-    w.running = Some(waiters);
-    if let Err(e) = queued {
-        w.worker = None;
-        let why = format!("unable to write the plugin records: {e}");
-        d.reactor
-            .schedule(Duration::ZERO, move |d| records_written(d, Err(why)));
-    }
-}
 
-/// A write of the records returned: the next one starts, if the records
-/// changed meanwhile, then what waited for this one runs.
-fn records_written(d: &mut Daemon, result: Result<(), String>) {
-    let waiters = d.plugins.records.running.take().unwrap_or_default();
-    if let Err(e) = &result {
-        crate::error!("{e}");
+    /// The effects the last calls queued, in order; the caller applies
+    /// them (module comment).
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.out)
     }
-    if let Some(next) = d.plugins.records.next.take() {
-        start_write(d, next);
-    }
-    for then in waiters {
-        then(d, result.clone());
-    }
-}
 
-/// Whether no write of the records runs or waits.
-fn records_idle(d: &Daemon) -> bool {
-    d.plugins.records.running.is_none() && d.plugins.records.next.is_none()
-}
+    pub(super) fn emit(&mut self, e: Effect) {
+        self.out.push(e);
+    }
 
-/// Copies the folder at `src` into the store and checks the copy, on the
-/// `plugin-install` thread; `then` runs here with the staging folder and
-/// its snapshot. Refused (`unavailable`) when the thread cannot take it.
-pub fn stage(
-    d: &mut Daemon,
-    src: PathBuf,
-    then: impl FnOnce(&mut Daemon, Result<(PathBuf, Snapshot), Problem>) + 'static,
-) -> Result<(), RpcError> {
-    let Some(store) = &d.plugins.store else {
-        return Err(RpcError::new(
-            Code::Unavailable,
-            "the plugin store cannot be used; the log says why",
-        ));
-    };
-    let i = &mut d.plugins.installs;
-    if i.waiting.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
-        return Err(RpcError::new(
-            Code::Unavailable,
-            format!(
-                "{} plugin installs are being copied; try again",
-                limits::PLUGIN_INSTALLS_IN_FLIGHT
-            ),
-        ));
+    fn timer(&mut self, key: TimerKey, after: Duration) {
+        self.emit(Effect::Timer { key, after });
     }
-    if let Err(e) = install_worker(i) {
-        crate::error!("{e}");
-        return Err(RpcError::new(
-            Code::Unavailable,
-            "the plugin install thread cannot be started; the log says why",
-        ));
-    }
-    i.next_ticket += 1;
-    let ticket = i.next_ticket;
-    let root = store.root.clone();
-    let inbox = d.inbox.clone();
-    let job: store::Job = Box::new(move || {
-        let staged = store::stage(&root, &src);
-        inbox.run(move |d| {
-            if let Some(then) = d.plugins.installs.waiting.remove(&ticket) {
-                then(d, staged);
-            }
-        });
-    });
-    let queued = match &i.worker {
-        Some(t) => t.queue(job),
-        None => Err("the plugin-install thread is not running".into()),
-    };
-    match queued {
-        Ok(()) => {
-            i.waiting.insert(ticket, Box::new(then));
-            Ok(())
+
+    /// A timer of the run `run_no` of `id`: cancelled when the run ends.
+    fn run_timer(&mut self, id: &str, key: TimerKey, after: Duration) {
+        if let Some(r) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) {
+            r.timers.push(key.clone());
         }
-        Err(e) => {
-            crate::error!("unable to copy a plugin folder: {e}");
-            Err(RpcError::new(
-                Code::Unavailable,
-                "the plugin install thread cannot take the copy; the log says why",
-            ))
+        self.timer(key, after);
+    }
+
+    pub(super) fn reply_to(&mut self, to: ReplyKey, result: Result<Value, RpcError>) {
+        self.emit(Effect::Reply { to, result });
+    }
+
+    fn ledger(&mut self, ops: Vec<Op>, withdraw: Vec<Withdraw>, ack: Ack) {
+        self.emit(Effect::Ledger { ops, withdraw, ack });
+    }
+
+    /// The records changed: a job writes them (module comment).
+    pub fn persist(&mut self) {
+        self.records.asked += 1;
+        if self.store.is_none() {
+            return;
         }
-    }
-}
-
-/// Deletes a copy the store no longer needs (a staging folder an install
-/// did not keep, a copy an install or an approval replaced, a copy
-/// discarded, a plugin removed) on the `plugin-install` thread. One
-/// that cannot be queued is left to the sweep at the next start, which
-/// deletes every `.staging-` and `.retired-` folder.
-pub fn discard_copy(d: &mut Daemon, dir: PathBuf) {
-    let name = dir.display().to_string();
-    let job: store::Job = Box::new(move || {
-        let gone = std::fs::remove_dir_all(&dir);
-        if let Some(e) = gone
-            .as_ref()
-            .err()
-            .filter(|e| e.kind() != std::io::ErrorKind::NotFound)
-        {
-            crate::warn!(
-                "unable to delete {}: {}",
-                dir.display(),
-                crate::errors::io_cause(e)
-            );
-        }
-    });
-    let i = &mut d.plugins.installs;
-    let queued = install_worker(i).and_then(|()| match &i.worker {
-        Some(t) => t.queue(job),
-        None => Err("the plugin-install thread is not running".into()),
-    });
-    if let Err(e) = queued {
-        crate::warn!("{name} is left for the next start to delete: {e}");
-    }
-}
-
-/// Starts the `plugin-install` thread unless it runs.
-fn install_worker(i: &mut Installs) -> Result<(), String> {
-    if i.worker.as_ref().is_some_and(store::Worker::stopped) {
-        i.worker = None;
-    }
-    if i.worker.is_none() {
-        // Room for every copy in flight and the deletion each may ask for;
-        // deletions queued beyond that wait for the next start's sweep.
-        let t = store::Worker::spawn("plugin-install", 2 * limits::PLUGIN_INSTALLS_IN_FLIGHT)
-            .map_err(|e| format!("unable to start the plugin-install thread: {e}"))?;
-        i.worker = Some(t);
-    }
-    Ok(())
-}
-
-/// Starts every approved, enabled plugin and the watch, and finishes
-/// removals a stop cut off. Called once the daemon is ready.
-/// The machine's isolation probe answered: decide how plugins run and
-/// start them.
-pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
-    d.plugins.isolation = Isolation::decide(&d.cfg.plugins, probe);
-    match &d.plugins.isolation.missing {
-        None => crate::info!("plugins run isolated with bubblewrap"),
-        Some(why) => crate::warn!("plugins run without isolation: {why}"),
-    }
-    start_all(d);
-}
-
-pub fn start_all(d: &mut Daemon) {
-    let ids: Vec<String> = d.plugins.plugins.keys().cloned().collect();
-    for id in ids {
-        if d.plugins
-            .plugins
-            .get(&id)
-            .is_some_and(|p| p.rec.removal.is_some())
-        {
-            finish_removal(d, &id, None);
+        if self.records.running.is_some() {
+            self.records.next.get_or_insert_with(Vec::new);
         } else {
-            start(d, &id);
+            self.start_write(Vec::new());
         }
     }
-}
 
-/// Starts the plugin when it can run and does not.
-pub fn start(d: &mut Daemon, id: &str) {
-    // Before the isolation probe answers, nothing starts; `isolation_known`
-    // starts every plugin then.
-    if d.is_stopping() || !d.plugins.isolation.probed {
-        return;
+    /// How many changes of the records were asked for so far: a caller that
+    /// sees it move knows the records changed under it.
+    pub fn records_asked(&self) -> u64 {
+        self.records.asked
     }
-    let running = d
-        .plugins
-        .plugins
-        .values()
-        .filter(|p| p.run.is_some())
-        .count();
-    let max_running = d.cfg.plugins.max_running;
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    if p.run.is_some() || p.rec.removal.is_some() || !p.rec.enabled {
-        return;
+
+    /// Runs `then` once every change of the records asked for so far is on
+    /// disk, or with the error of the write that was to hold it. With no
+    /// store, at once as failed; with nothing to write, at once.
+    pub fn when_saved(&mut self, then: Saved) {
+        if self.store.is_none() {
+            return self.saved(then, false);
+        }
+        let w = &mut self.records;
+        if let Some(v) = w.next.as_mut().or(w.running.as_mut()) {
+            v.push(then);
+        } else {
+            self.saved(then, true);
+        }
     }
-    let Some(loaded) = &p.approved else { return };
-    if !loaded.manifest.is_runnable() {
-        return;
+
+    /// [`Self::persist`], then [`Self::when_saved`].
+    pub fn persist_then(&mut self, then: Saved) {
+        self.persist();
+        self.when_saved(then);
     }
-    if let Some(t) = p.restart_timer.take() {
-        d.reactor.cancel(t);
+
+    fn saved(&mut self, then: Saved, ok: bool) {
+        match then {
+            Saved::Answer { to, value } => {
+                self.reply_to(to, if ok { Ok(value) } else { Err(unsaved()) })
+            }
+            Saved::Reply { to, result } => self.reply_to(to, result),
+            Saved::Plugin {
+                plugin,
+                run_no,
+                wid,
+                line,
+            } => self.reply(&plugin, run_no, &wid, line),
+        }
     }
-    // A copy that changed on disk since its approval waits again.
-    let Some(store) = &d.plugins.store else {
-        return;
-    };
-    let copy = store.copy_dir(id, Copy::Approved);
-    if store::raw_hash(&copy) != loaded.hash {
-        let mut changed = false;
-        verify_record(store, &mut p.rec, &mut changed);
-        p.approved = None;
-        p.phase = Phase::Idle;
-        persist(d);
-        return;
+
+    /// Starts a write of the records as they are now; `waiters` wait for it.
+    fn start_write(&mut self, waiters: Vec<Saved>) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let root = store.root.clone();
+        let records: Vec<Record> = self.plugins.values().map(|p| p.rec.clone()).collect();
+        self.records.running = Some(waiters);
+        self.emit(Effect::Job(Job::WriteRecords { root, records }));
     }
-    if running >= max_running {
-        crate::warn!("plugin {id} not started: {max_running} plugins run already");
-        p.phase = Phase::Failed("run-limit");
-        return;
+
+    /// A write of the records returned: the next one starts, if the records
+    /// changed meanwhile, then what waited for this one runs.
+    fn records_written(&mut self, result: Result<(), String>) {
+        let waiters = self.records.running.take().unwrap_or_default();
+        if let Err(e) = &result {
+            crate::error!("{e}");
+        }
+        if let Some(next) = self.records.next.take() {
+            self.start_write(next);
+        }
+        for then in waiters {
+            self.saved(then, result.is_ok());
+        }
     }
-    let main = loaded.manifest.main.clone();
-    let init = wire::Initialize {
-        platform: wire::Platform::current(),
-        plugin_id: id.to_string(),
-        plugin_version: loaded.manifest.version.clone(),
-        permissions: loaded.manifest.permissions.clone(),
-    };
-    let work = match store.work_dir(id) {
-        Ok(w) => w,
-        Err(e) => {
-            crate::error!(
-                "plugin {id}: unable to make its working directory: {}",
-                crate::errors::io_cause(&e)
+
+    /// Whether no write of the records runs or waits.
+    fn records_idle(&self) -> bool {
+        self.records.running.is_none() && self.records.next.is_none()
+    }
+
+    /// Writes the records here and now when a change has not been written:
+    /// the last step of a stop, once the reactor and the records' worker
+    /// are gone.
+    pub fn save_at_exit(&self) {
+        if self.records_idle() {
+            return;
+        }
+        if let Some(store) = &self.store {
+            let recs = self.plugins.values().map(|p| p.rec.clone()).collect();
+            if let Err(e) = store.save(recs) {
+                crate::error!("{e}");
+            }
+        }
+    }
+
+    /// Has a job copy the folder at `src` into the store and check the
+    /// copy (plugin.install); the router hands the result to the socket
+    /// method with [`Self::staged`]. Refused (`unavailable`) when no store
+    /// is usable or too many copies are in the making.
+    pub fn stage(
+        &mut self,
+        to: ReplyKey,
+        installed_by: &'static str,
+        src: PathBuf,
+    ) -> Result<(), RpcError> {
+        let Some(store) = &self.store else {
+            return Err(RpcError::new(
+                Code::Unavailable,
+                "the plugin store cannot be used; the log says why",
+            ));
+        };
+        if self.installs.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
+            return Err(RpcError::new(
+                Code::Unavailable,
+                format!(
+                    "{} plugin installs are being copied; try again",
+                    limits::PLUGIN_INSTALLS_IN_FLIGHT
+                ),
+            ));
+        }
+        let root = store.root.clone();
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.installs.insert(ticket, (to, installed_by));
+        self.emit(Effect::Job(Job::Stage { ticket, root, src }));
+        Ok(())
+    }
+
+    /// Has a job check the waiting copy plugin.approve names (its folder
+    /// and hash: a tree of up to 32 MiB is not read on the reactor); the
+    /// router hands the result to the socket method with
+    /// [`Self::checked_waiting`]. Refused (`unavailable`) as
+    /// [`Self::stage`] is.
+    pub fn check_waiting(&mut self, to: ReplyKey, a: ApproveRequest) -> Result<(), RpcError> {
+        let Some(store) = &self.store else {
+            return Err(RpcError::new(
+                Code::Unavailable,
+                "the plugin store cannot be used; the log says why",
+            ));
+        };
+        if self.approving.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
+            return Err(RpcError::new(
+                Code::Unavailable,
+                format!(
+                    "{} plugin approvals are being checked; try again",
+                    limits::PLUGIN_INSTALLS_IN_FLIGHT
+                ),
+            ));
+        }
+        let dir = store.copy_dir(&a.plugin, Copy::Waiting);
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.approving.insert(ticket, (to, a));
+        self.emit(Effect::Job(Job::CheckWaiting { ticket, dir }));
+        Ok(())
+    }
+
+    /// The check of approval `ticket` is done: who asked, and for what.
+    pub fn checked_waiting(&mut self, ticket: u64) -> Option<(ReplyKey, ApproveRequest)> {
+        self.approving.remove(&ticket)
+    }
+
+    /// The copy of install `ticket` is made: who asked for it.
+    pub fn staged(&mut self, ticket: u64) -> Option<(ReplyKey, &'static str)> {
+        self.installs.remove(&ticket)
+    }
+
+    /// Deletes a copy the store no longer needs (a staging folder an
+    /// install did not keep, a copy an install or an approval replaced, a
+    /// copy discarded, a plugin removed) in a job. One that cannot be
+    /// queued is left to the sweep at the next start, which deletes every
+    /// `.staging-` and `.retired-` folder.
+    pub fn discard_copy(&mut self, dir: PathBuf) {
+        self.emit(Effect::Job(Job::Discard { dir }));
+    }
+
+    /// A worker's report.
+    pub fn on_report(&mut self, report: Report, cx: &Cx) {
+        match report {
+            Report::RecordsWritten(r) => self.records_written(r),
+            // The router takes staged and checked copies to the socket
+            // method itself.
+            Report::Staged { .. } | Report::Checked { .. } => {}
+            Report::Hashed { plugin, hash } => self.hashed(&plugin, &hash, cx),
+            Report::Sampled(usage) => self.watched(&usage, cx),
+            Report::RequestRead { to, row } => self.request_read(to, row),
+        }
+    }
+
+    /// A job could not be queued (its worker could not be started, or is
+    /// busy or gone): `why`.
+    pub fn job_refused(&mut self, job: Job, why: String, cx: &Cx) {
+        match job {
+            Job::WriteRecords { .. } => {
+                self.records_written(Err(format!("unable to write the plugin records: {why}")))
+            }
+            Job::Stage { ticket, .. } => {
+                crate::error!("unable to copy a plugin folder: {why}");
+                if let Some((to, _)) = self.installs.remove(&ticket) {
+                    self.reply_to(
+                        to,
+                        Err(RpcError::new(
+                            Code::Unavailable,
+                            "the plugin install thread cannot take the copy; the log says why",
+                        )),
+                    );
+                }
+            }
+            Job::CheckWaiting { ticket, .. } => {
+                crate::error!("unable to check a plugin's waiting copy: {why}");
+                if let Some((to, _)) = self.approving.remove(&ticket) {
+                    self.reply_to(
+                        to,
+                        Err(RpcError::new(
+                            Code::Unavailable,
+                            "the plugin install thread cannot take the check; the log says why",
+                        )),
+                    );
+                }
+            }
+            Job::Discard { dir } => {
+                crate::warn!(
+                    "{} is left for the next start to delete: {why}",
+                    dir.display()
+                )
+            }
+            Job::Sample { .. } => {
+                // Counted again at the next interval.
+                crate::warn!("unable to count the plugins' processes: {why}");
+                self.watching = false;
+                self.ensure_watch(cx);
+            }
+            Job::Hash { plugin, .. } => {
+                crate::error!("plugin {plugin}: unable to check its approved copy: {why}");
+                if self.plugins.get(&plugin).is_some_and(|p| p.checking) {
+                    let waiters = self.end_check(&plugin);
+                    self.spawn_failed(&plugin, cx);
+                    for (to, value) in waiters {
+                        self.answer_state(&plugin, to, value);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The machine's isolation probe answered: decide how plugins run
+    /// (with what `hidden` hides from each sandbox) and start them.
+    pub fn isolation_known(&mut self, probe: &crate::isolation::Probe, hidden: Hidden, cx: &Cx) {
+        self.isolation = Isolation::decide(cx.cfg, probe);
+        self.hidden = hidden;
+        match &self.isolation.missing {
+            None => crate::info!("plugins run isolated with bubblewrap"),
+            Some(why) => crate::warn!("plugins run without isolation: {why}"),
+        }
+        self.start_all(cx);
+    }
+
+    /// Starts every approved, enabled plugin, and finishes removals a stop
+    /// cut off.
+    fn start_all(&mut self, cx: &Cx) {
+        let ids: Vec<String> = self.plugins.keys().cloned().collect();
+        for id in ids {
+            if self
+                .plugins
+                .get(&id)
+                .is_some_and(|p| p.rec.removal.is_some())
+            {
+                self.finish_removal(&id, None, cx);
+            } else {
+                self.start(&id, cx);
+            }
+        }
+    }
+
+    /// Whether the plugin is to start now: it can run and does not.
+    fn startable(&self, id: &str, cx: &Cx) -> bool {
+        // Before the isolation probe answers, nothing starts;
+        // `isolation_known` starts every plugin then.
+        if cx.stopping || !self.isolation.probed {
+            return false;
+        }
+        let Some(p) = self.plugins.get(id) else {
+            return false;
+        };
+        p.run.is_none()
+            && p.rec.removal.is_none()
+            && p.rec.enabled
+            && p.approved
+                .as_ref()
+                .is_some_and(|l| l.manifest.is_runnable())
+            && self.store.is_some()
+    }
+
+    /// Starts the plugin when it can run and does not: its approved copy
+    /// is hashed first, by a job ([`Self::hashed`] goes on).
+    pub fn start(&mut self, id: &str, cx: &Cx) {
+        if !self.startable(id, cx) {
+            return;
+        }
+        let Some(store) = &self.store else { return };
+        let dir = store.copy_dir(id, Copy::Approved);
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        if std::mem::take(&mut p.restart_timer) {
+            self.emit(Effect::CancelTimer(TimerKey::Restart {
+                plugin: id.to_string(),
+            }));
+        }
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        if std::mem::replace(&mut p.checking, true) {
+            return;
+        }
+        self.emit(Effect::Job(Job::Hash {
+            plugin: id.to_string(),
+            dir,
+        }));
+    }
+
+    /// Starts the plugin as [`Self::start`] does, and answers `to` with
+    /// `value` and the plugin's `state` once the start is decided (once the
+    /// approved copy's hash is back, when it is checked) and the records
+    /// are written: plugin.enable's answer says `pending-approval` for a
+    /// copy that changed on disk, as it did when the hash was taken on the
+    /// reactor.
+    pub fn start_and_answer(&mut self, id: &str, to: ReplyKey, value: Value, cx: &Cx) {
+        self.start(id, cx);
+        match self.plugins.get_mut(id) {
+            Some(p) if p.checking => p.check_waiters.push((to, value)),
+            _ => self.answer_state(id, to, value),
+        }
+    }
+
+    fn answer_state(&mut self, id: &str, to: ReplyKey, mut value: Value) {
+        let state = self.plugins.get(id).map_or("disabled", |p| p.state().0);
+        if let Value::Object(m) = &mut value {
+            m.insert("state".into(), state.into());
+        }
+        self.when_saved(Saved::Answer { to, value });
+    }
+
+    /// The check of `id` is over: what waited for it, to answer once the
+    /// start is decided.
+    fn end_check(&mut self, id: &str) -> Vec<(ReplyKey, Value)> {
+        match self.plugins.get_mut(id) {
+            Some(p) => {
+                p.checking = false;
+                std::mem::take(&mut p.check_waiters)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The approved copy's hash is known: a copy that changed on disk since
+    /// its approval waits again; else the plugin starts, if it is still to.
+    fn hashed(&mut self, id: &str, hash: &str, cx: &Cx) {
+        if !self.plugins.get(id).is_some_and(|p| p.checking) {
+            return;
+        }
+        let waiters = self.end_check(id);
+        self.start_checked(id, hash, cx);
+        for (to, value) in waiters {
+            self.answer_state(id, to, value);
+        }
+    }
+
+    fn start_checked(&mut self, id: &str, hash: &str, cx: &Cx) {
+        if !self.startable(id, cx) {
+            return;
+        }
+        let running = self.plugins.values().filter(|p| p.run.is_some()).count();
+        let (Some(store), Some(p)) = (&self.store, self.plugins.get_mut(id)) else {
+            return;
+        };
+        let Some(loaded) = &p.approved else { return };
+        if hash != loaded.hash {
+            let mut changed = false;
+            verify_record(store, &mut p.rec, Some(hash), &mut changed);
+            p.approved = None;
+            p.phase = Phase::Idle;
+            self.persist();
+            return;
+        }
+        if running >= cx.cfg.max_running {
+            crate::warn!(
+                "plugin {id} not started: {} plugins run already",
+                cx.cfg.max_running
             );
-            spawn_failed(d, id);
+            p.phase = Phase::Failed("run-limit");
             return;
         }
-    };
-    let hidden = match d.plugins.isolation.bwrap {
-        Some(_) => crate::isolation::hidden_for(d),
-        None => crate::isolation::Hidden::default(),
-    };
-    let cmd = process::command(
-        &d.cfg.plugins,
-        &d.plugins.isolation,
-        &process::Spec {
-            copy: &copy,
-            work: &work,
-            main: &main,
-            hidden: &hidden,
-        },
-    );
-    let cmd = match cmd {
-        Ok(c) => c,
-        Err(why) => {
-            crate::error!("plugin {id}: {why}");
-            spawn_failed(d, id);
-            return;
-        }
-    };
-    let pipe_limits = PipeLimits {
-        max_line: limits::PLUGIN_MAX_LINE + 1,
-        max_queued: limits::PLUGIN_STDIN_QUEUE_BYTES,
-        stderr_tail: limits::PLUGIN_STDERR_TAIL_MAX * 4,
-    };
-    let spawned = d.children.spawn(
-        d.reactor.poll.registry(),
-        &mut d.roots,
-        cmd,
-        Owner::Plugin(id.to_string()),
-        pipe_limits,
-    );
-    let (child, pid) = match spawned {
-        Ok(x) => x,
-        Err(e) => {
-            crate::error!("plugin {id}: {}", crate::children::spawn_error(&main, &e));
-            spawn_failed(d, id);
-            return;
-        }
-    };
-    d.plugins.next_run_no += 1;
-    let run_no = d.plugins.next_run_no;
-    d.plugins.by_child.insert(child, id.to_string());
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    p.stderr_tail.clear();
-    p.phase = Phase::Starting;
-    p.run = Some(Run {
-        child,
-        pid,
-        run_no,
-        initialized: false,
-        next_id: 0,
-        host_pending: HashMap::new(),
-        inflight: HashSet::new(),
-        kinds: Vec::new(),
-        dropped: 0,
-        tokens: limits::PLUGIN_RATE_BURST as f64,
-        refilled: Instant::now(),
-        list_second: (0, 0),
-        rate_refusals: VecDeque::new(),
-        refusals: VecDeque::new(),
-        fault: None,
-        stopping: None,
-        timers: Vec::new(),
-        ping_due: None,
-        last_event: None,
-        commands: 0,
-        stdout_closed: false,
-        exited: None,
-    });
-    crate::info!("plugin {id} started (pid {pid})");
-    send_request(d, id, HostRequest::Initialize(init), HostCall::Initialize);
-    let timeout = Duration::from_millis(d.cfg.plugins.initialize_timeout_ms);
-    let owner = id.to_string();
-    let t = d.reactor.schedule(timeout, move |d| {
-        if run_mut(d, &owner, run_no).is_some_and(|r| !r.initialized) {
-            fault(d, &owner, run_no, Fault::InitializeTimeout);
-        }
-    });
-    add_timer(d, id, t);
-    ensure_watch(d);
-}
-
-fn spawn_failed(d: &mut Daemon, id: &str) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    p.last_exit = Some(LastExit {
-        at: crate::clock::now_ts(),
-        code: None,
-        signal: None,
-        fault: Some(Fault::SpawnFailed),
-    });
-    crashed(d, id, Fault::SpawnFailed);
-}
-
-fn add_timer(d: &mut Daemon, id: &str, t: TimerId) {
-    if let Some(r) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) {
-        r.timers.push(t);
+        let main = loaded.manifest.main.clone();
+        let copy = store.copy_dir(id, Copy::Approved);
+        let work = match store.work_dir(id) {
+            Ok(w) => w,
+            Err(e) => {
+                crate::error!(
+                    "plugin {id}: unable to make its working directory: {}",
+                    crate::errors::io_cause(&e)
+                );
+                self.spawn_failed(id, cx);
+                return;
+            }
+        };
+        p.phase = Phase::Starting;
+        self.emit(Effect::Spawn {
+            plugin: id.to_string(),
+            spec: SpawnSpec { copy, work, main },
+        });
     }
-}
 
-/// The plugin's current run, when it is run `run_no`.
-fn run_mut<'a>(d: &'a mut Daemon, id: &str, run_no: u64) -> Option<&'a mut Run> {
-    d.plugins
-        .plugins
-        .get_mut(id)?
-        .run
-        .as_mut()
-        .filter(|r| r.run_no == run_no)
-}
-
-/// Writes one line to the plugin; a queue that is full means the plugin
-/// reads nothing: the fault flood.
-fn write_line(d: &mut Daemon, id: &str, line: &str) {
-    let Some(run) = d.plugins.plugins.get(id).and_then(|p| p.run.as_ref()) else {
-        return;
-    };
-    let (child, run_no) = (run.child, run.run_no);
-    let mut bytes = Vec::with_capacity(line.len() + 1);
-    bytes.extend_from_slice(line.as_bytes());
-    bytes.push(b'\n');
-    if let Err(WriteRefused::Full) = d.children.write(d.reactor.poll.registry(), child, &bytes) {
-        fault(d, id, run_no, Fault::Flood);
+    /// The command that starts a plugin (`Err`: why it cannot start), and
+    /// the bounds of its pipes.
+    pub fn command(
+        &self,
+        cfg: &PluginsSection,
+        spec: &SpawnSpec,
+    ) -> Result<(std::process::Command, PipeLimits), String> {
+        let none = Hidden::default();
+        let hidden = match self.isolation.bwrap {
+            Some(_) => &self.hidden,
+            None => &none,
+        };
+        let cmd = process::command(
+            cfg,
+            &self.isolation,
+            &process::Spec {
+                copy: &spec.copy,
+                work: &spec.work,
+                main: &spec.main,
+                hidden,
+            },
+        )?;
+        let limits = PipeLimits {
+            max_line: limits::PLUGIN_MAX_LINE + 1,
+            max_queued: limits::PLUGIN_STDIN_QUEUE_BYTES,
+            stderr_tail: limits::PLUGIN_STDERR_TAIL_MAX * 4,
+        };
+        Ok((cmd, limits))
     }
-}
 
-fn send_request(d: &mut Daemon, id: &str, req: HostRequest, call: HostCall) -> Option<String> {
-    let run = d.plugins.plugins.get_mut(id)?.run.as_mut()?;
-    run.next_id += 1;
-    let hid = wire::host_request_id(run.next_id);
-    run.host_pending.insert(hid.clone(), call);
-    let line = req.encode(&hid);
-    write_line(d, id, &line);
-    Some(hid)
-}
+    /// The plugin's process started as `child` (`pid`), or could not
+    /// (`Err`: the log line).
+    pub fn spawned(&mut self, id: &str, started: Result<(ChildId, i32), String>, cx: &Cx) {
+        let (child, pid) = match started {
+            Ok(x) => x,
+            Err(why) => {
+                crate::error!("plugin {id}: {why}");
+                self.spawn_failed(id, cx);
+                return;
+            }
+        };
+        self.next_run_no += 1;
+        let run_no = self.next_run_no;
+        self.by_child.insert(child, id.to_string());
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        let Some(loaded) = &p.approved else { return };
+        let init = wire::Initialize {
+            platform: wire::Platform::current(),
+            plugin_id: id.to_string(),
+            plugin_version: loaded.manifest.version.clone(),
+            permissions: loaded.manifest.permissions.clone(),
+        };
+        p.stderr_tail.clear();
+        p.phase = Phase::Starting;
+        p.run = Some(Run {
+            child,
+            pid,
+            run_no,
+            initialized: false,
+            next_id: 0,
+            host_pending: HashMap::new(),
+            inflight: HashSet::new(),
+            kinds: Vec::new(),
+            dropped: 0,
+            tokens: limits::PLUGIN_RATE_BURST as f64,
+            refilled: cx.now,
+            list_second: (0, 0),
+            rate_refusals: VecDeque::new(),
+            refusals: VecDeque::new(),
+            fault: None,
+            stopping: None,
+            timers: Vec::new(),
+            ping_due: None,
+            last_event: None,
+            commands: 0,
+            stdout_closed: false,
+            exited: None,
+        });
+        crate::info!("plugin {id} started (pid {pid})");
+        self.send_request(id, HostRequest::Initialize(init), HostCall::Initialize);
+        let timeout = Duration::from_millis(cx.cfg.initialize_timeout_ms);
+        self.run_timer(
+            id,
+            TimerKey::Initialize {
+                plugin: id.to_string(),
+                run_no,
+            },
+            timeout,
+        );
+        self.ensure_watch(cx);
+    }
 
-/// Routes a plugin child's output (called for every readiness, also with
-/// nothing read, so that a queue that drained can take the dropped notice).
-pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
-    let Some(id) = d.plugins.by_child.get(&child).cloned() else {
-        return;
-    };
-    d.children
-        .finish_pending_close(d.reactor.poll.registry(), child);
-    for o in out {
-        let Some(run_no) = d
-            .plugins
+    fn spawn_failed(&mut self, id: &str, cx: &Cx) {
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        p.last_exit = Some(LastExit {
+            at: crate::clock::now_ts(),
+            code: None,
+            signal: None,
+            fault: Some(Fault::SpawnFailed),
+        });
+        self.crashed(id, Fault::SpawnFailed, cx);
+    }
+
+    /// The plugin's current run, when it is run `run_no`.
+    fn run_mut(&mut self, id: &str, run_no: u64) -> Option<&mut Run> {
+        self.plugins
+            .get_mut(id)?
+            .run
+            .as_mut()
+            .filter(|r| r.run_no == run_no)
+    }
+
+    /// Bytes queued to `child`'s stdin, with those this call queued.
+    fn queued(&self, child: ChildId, cx: &Cx) -> usize {
+        let mine: usize = self
+            .out
+            .iter()
+            .map(|e| match e {
+                Effect::Write { child: c, bytes } if *c == child => bytes.len(),
+                _ => 0,
+            })
+            .sum();
+        cx.pipes.queued(child) + mine
+    }
+
+    /// Writes one line to the plugin; a queue that is full means the
+    /// plugin reads nothing: the fault flood ([`Self::write_refused`]).
+    fn write_line(&mut self, id: &str, line: &str) {
+        let Some(run) = self.plugins.get(id).and_then(|p| p.run.as_ref()) else {
+            return;
+        };
+        let child = run.child;
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.emit(Effect::Write { child, bytes });
+    }
+
+    /// A write to `child` found its stdin queue full: the fault flood.
+    pub fn write_refused(&mut self, child: ChildId) {
+        let Some(id) = self.by_child.get(&child).cloned() else {
+            return;
+        };
+        let Some(run_no) = self
             .plugins
             .get(&id)
             .and_then(|p| p.run.as_ref())
-            .filter(|r| r.child == child && r.fault.is_none())
+            .filter(|r| r.child == child)
             .map(|r| r.run_no)
         else {
-            break;
+            return;
         };
-        match o {
-            Output::Line(line) => on_line(d, &id, run_no, &line),
-            Output::LineTooLong => fault(d, &id, run_no, Fault::OversizedLine),
-            Output::StdoutClosed => {
-                let exited = d
-                    .plugins
-                    .plugins
-                    .get_mut(&id)
-                    .and_then(|p| p.run.as_mut())
-                    .and_then(|r| {
-                        r.stdout_closed = true;
-                        r.exited
-                    });
-                if let Some(status) = exited {
-                    finish_exit(d, child, status);
+        self.fault(&id, run_no, Fault::Flood);
+    }
+
+    fn send_request(&mut self, id: &str, req: HostRequest, call: HostCall) -> Option<String> {
+        let run = self.plugins.get_mut(id)?.run.as_mut()?;
+        run.next_id += 1;
+        let hid = wire::host_request_id(run.next_id);
+        run.host_pending.insert(hid.clone(), call);
+        let line = req.encode(&hid);
+        self.write_line(id, &line);
+        Some(hid)
+    }
+
+    /// Routes a plugin child's output (called for every readiness, also
+    /// with nothing read, so that a queue that drained can take the
+    /// dropped notice).
+    pub fn on_output(&mut self, child: ChildId, out: Vec<Output>, cx: &Cx) {
+        let Some(id) = self.by_child.get(&child).cloned() else {
+            return;
+        };
+        for o in out {
+            let Some(run_no) = self
+                .plugins
+                .get(&id)
+                .and_then(|p| p.run.as_ref())
+                .filter(|r| r.child == child && r.fault.is_none())
+                .map(|r| r.run_no)
+            else {
+                break;
+            };
+            match o {
+                Output::Line(line) => self.on_line(&id, run_no, &line, cx),
+                Output::LineTooLong => self.fault(&id, run_no, Fault::OversizedLine),
+                Output::StdoutClosed => {
+                    let exited = self
+                        .plugins
+                        .get_mut(&id)
+                        .and_then(|p| p.run.as_mut())
+                        .and_then(|r| {
+                            r.stdout_closed = true;
+                            r.exited
+                        });
+                    if let Some(status) = exited {
+                        self.finish_exit(child, status);
+                        return;
+                    }
+                    self.run_timer(
+                        &id,
+                        TimerKey::StdoutClosed {
+                            plugin: id.clone(),
+                            run_no,
+                        },
+                        Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
+                    );
+                }
+                Output::StdinClosed => {}
+            }
+        }
+        self.flush_dropped(&id, cx);
+    }
+
+    /// Sends the pending events.dropped notice when the queue has room.
+    fn flush_dropped(&mut self, id: &str, cx: &Cx) {
+        let Some(run) = self.plugins.get(id).and_then(|p| p.run.as_ref()) else {
+            return;
+        };
+        if run.dropped == 0 {
+            return;
+        }
+        let line = wire::encode_events_dropped(run.dropped);
+        if self.queued(run.child, cx) + line.len() < limits::PLUGIN_EVENT_QUEUE_BYTES {
+            if let Some(r) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) {
+                r.dropped = 0;
+            }
+            self.write_line(id, &line);
+        }
+    }
+
+    fn on_line(&mut self, id: &str, run_no: u64, line: &[u8], cx: &Cx) {
+        match wire::parse_line(line) {
+            Ok(Incoming::Request {
+                id: wid,
+                method,
+                params,
+            }) => self.on_request(id, run_no, wid, method, params, cx),
+            Ok(Incoming::Response { id: hid, result }) => {
+                self.on_answer(id, run_no, &hid, Ok(result), cx)
+            }
+            Ok(Incoming::Failure { id: hid, error }) => {
+                self.on_answer(id, run_no, &hid, Err(error), cx)
+            }
+            Err(LineError::Answer { id: wid, error }) => {
+                if self
+                    .run_mut(id, run_no)
+                    .is_some_and(|r| r.inflight.contains(&wid))
+                {
+                    self.refuse(id, run_no, &wid, HostError::id_in_use(), false, cx.now);
+                } else {
+                    self.refuse(id, run_no, &wid, error, false, cx.now);
+                }
+            }
+            Err(LineError::Fault { fault: f, detail }) => {
+                crate::warn!("plugin {id}: {detail}");
+                self.fault(id, run_no, Fault::of_wire(f));
+            }
+        }
+    }
+
+    /// Answers a plugin request with a failure that is not counted as in
+    /// flight.
+    fn refuse(
+        &mut self,
+        id: &str,
+        run_no: u64,
+        wid: &str,
+        error: HostError,
+        was_inflight: bool,
+        now: Instant,
+    ) {
+        let counts = matches!(
+            error.kind(),
+            HostErrorKind::InvalidRequest
+                | HostErrorKind::MethodNotFound
+                | HostErrorKind::InvalidParams
+                | HostErrorKind::PermissionDenied(_)
+                | HostErrorKind::NotInitialized
+                | HostErrorKind::Busy
+        );
+        let rate = matches!(error.kind(), HostErrorKind::RateLimited);
+        let line = wire::encode_failure(wid, &error);
+        let Some(run) = self.run_mut(id, run_no) else {
+            return;
+        };
+        if was_inflight {
+            run.inflight.remove(wid);
+        }
+        let mut verdict = None;
+        if counts {
+            run.refusals.push_back(now);
+            while run.refusals.front().is_some_and(|t| {
+                now - *t > Duration::from_millis(limits::PLUGIN_REFUSALS_WINDOW_MS)
+            }) {
+                run.refusals.pop_front();
+            }
+            if run.refusals.len() >= limits::PLUGIN_MAX_REFUSALS as usize {
+                verdict = Some(Fault::Refusals);
+            }
+        }
+        if rate {
+            run.rate_refusals.push_back(now);
+            while run
+                .rate_refusals
+                .front()
+                .is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_FLOOD_WINDOW_MS))
+            {
+                run.rate_refusals.pop_front();
+            }
+            if run.rate_refusals.len() >= limits::PLUGIN_FLOOD_REFUSALS as usize {
+                verdict = Some(Fault::Flood);
+            }
+        }
+        self.write_line(id, &line);
+        if let Some(f) = verdict {
+            self.fault(id, run_no, f);
+        }
+    }
+
+    /// Answers a request the plugin made (success or failure) and frees
+    /// its id.
+    pub fn reply(&mut self, id: &str, run_no: u64, wid: &str, answer: Result<String, HostError>) {
+        match answer {
+            Ok(line) => {
+                let Some(run) = self.run_mut(id, run_no) else {
+                    return;
+                };
+                if !run.inflight.remove(wid) {
                     return;
                 }
-                let owner = id.clone();
-                let t = d.reactor.schedule(
-                    Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
-                    move |d| {
-                        if run_mut(d, &owner, run_no).is_some() {
-                            fault(d, &owner, run_no, Fault::StdoutClosed);
-                        }
-                    },
-                );
-                add_timer(d, &id, t);
+                self.write_line(id, &line);
             }
-            Output::StdinClosed => {}
-        }
-    }
-    flush_dropped(d, &id);
-}
-
-/// Sends the pending events.dropped notice when the queue has room.
-fn flush_dropped(d: &mut Daemon, id: &str) {
-    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
-        return;
-    };
-    if run.dropped == 0 {
-        return;
-    }
-    let line = wire::encode_events_dropped(run.dropped);
-    if d.children.queued(run.child) + line.len() < limits::PLUGIN_EVENT_QUEUE_BYTES {
-        run.dropped = 0;
-        write_line(d, id, &line);
-    }
-}
-
-fn on_line(d: &mut Daemon, id: &str, run_no: u64, line: &[u8]) {
-    match wire::parse_line(line) {
-        Ok(Incoming::Request {
-            id: wid,
-            method,
-            params,
-        }) => on_request(d, id, run_no, wid, method, params),
-        Ok(Incoming::Response { id: hid, result }) => on_answer(d, id, run_no, &hid, Ok(result)),
-        Ok(Incoming::Failure { id: hid, error }) => on_answer(d, id, run_no, &hid, Err(error)),
-        Err(LineError::Answer { id: wid, error }) => {
-            if run_mut(d, id, run_no).is_some_and(|r| r.inflight.contains(&wid)) {
-                refuse(d, id, run_no, &wid, HostError::id_in_use(), false);
-            } else {
-                refuse(d, id, run_no, &wid, error, false);
-            }
-        }
-        Err(LineError::Fault { fault: f, detail }) => {
-            crate::warn!("plugin {id}: {detail}");
-            fault(d, id, run_no, Fault::of_wire(f));
-        }
-    }
-}
-
-/// Answers a plugin request with a failure that is not counted as in flight.
-fn refuse(d: &mut Daemon, id: &str, run_no: u64, wid: &str, error: HostError, was_inflight: bool) {
-    let counts = matches!(
-        error.kind(),
-        HostErrorKind::InvalidRequest
-            | HostErrorKind::MethodNotFound
-            | HostErrorKind::InvalidParams
-            | HostErrorKind::PermissionDenied(_)
-            | HostErrorKind::NotInitialized
-            | HostErrorKind::Busy
-    );
-    let rate = matches!(error.kind(), HostErrorKind::RateLimited);
-    let line = wire::encode_failure(wid, &error);
-    let Some(run) = run_mut(d, id, run_no) else {
-        return;
-    };
-    if was_inflight {
-        run.inflight.remove(wid);
-    }
-    let now = Instant::now();
-    let mut verdict = None;
-    if counts {
-        run.refusals.push_back(now);
-        while run
-            .refusals
-            .front()
-            .is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_REFUSALS_WINDOW_MS))
-        {
-            run.refusals.pop_front();
-        }
-        if run.refusals.len() >= limits::PLUGIN_MAX_REFUSALS as usize {
-            verdict = Some(Fault::Refusals);
-        }
-    }
-    if rate {
-        run.rate_refusals.push_back(now);
-        while run
-            .rate_refusals
-            .front()
-            .is_some_and(|t| now - *t > Duration::from_millis(limits::PLUGIN_FLOOD_WINDOW_MS))
-        {
-            run.rate_refusals.pop_front();
-        }
-        if run.rate_refusals.len() >= limits::PLUGIN_FLOOD_REFUSALS as usize {
-            verdict = Some(Fault::Flood);
-        }
-    }
-    write_line(d, id, &line);
-    if let Some(f) = verdict {
-        fault(d, id, run_no, f);
-    }
-}
-
-/// Answers a request the plugin made (success or failure) and frees its id.
-pub fn reply(d: &mut Daemon, id: &str, run_no: u64, wid: &str, answer: Result<String, HostError>) {
-    match answer {
-        Ok(line) => {
-            let Some(run) = run_mut(d, id, run_no) else {
-                return;
-            };
-            if !run.inflight.remove(wid) {
-                return;
-            }
-            write_line(d, id, &line);
-        }
-        Err(e) => {
-            if run_mut(d, id, run_no).is_some_and(|r| r.inflight.contains(wid)) {
-                refuse(d, id, run_no, wid, e, true);
+            Err(e) => {
+                if self
+                    .run_mut(id, run_no)
+                    .is_some_and(|r| r.inflight.contains(wid))
+                {
+                    self.refuse(id, run_no, wid, e, true, Instant::now());
+                }
             }
         }
     }
-}
 
-fn respond<T: serde::Serialize>(d: &mut Daemon, id: &str, run_no: u64, wid: &str, result: &T) {
-    let line = wire::encode_response(wid, result);
-    reply(d, id, run_no, wid, line);
-}
+    fn respond<T: serde::Serialize>(&mut self, id: &str, run_no: u64, wid: &str, result: &T) {
+        let line = wire::encode_response(wid, result);
+        self.reply(id, run_no, wid, line);
+    }
 
-fn on_request(
-    d: &mut Daemon,
-    id: &str,
-    run_no: u64,
-    wid: String,
-    method: Method,
-    params: Map<String, Value>,
-) {
-    let Some(run) = run_mut(d, id, run_no) else {
-        return;
-    };
-    if run.inflight.contains(&wid) {
-        refuse(d, id, run_no, &wid, HostError::id_in_use(), false);
-        return;
-    }
-    if run.stopping.is_some() {
-        refuse(
-            d,
-            id,
-            run_no,
-            &wid,
-            HostError::of(HostErrorKind::ShuttingDown),
-            false,
-        );
-        return;
-    }
-    if !run.initialized {
-        refuse(
-            d,
-            id,
-            run_no,
-            &wid,
-            HostError::of(HostErrorKind::NotInitialized),
-            false,
-        );
-        return;
-    }
-    if run.inflight.len() >= limits::PLUGIN_MAX_UNANSWERED {
-        refuse(
-            d,
-            id,
-            run_no,
-            &wid,
-            HostError::of(HostErrorKind::Busy),
-            false,
-        );
-        return;
-    }
-    let now = Instant::now();
-    let refill = (now - run.refilled).as_secs_f64() * limits::PLUGIN_RATE_PER_SECOND as f64;
-    run.tokens = (run.tokens + refill).min(limits::PLUGIN_RATE_BURST as f64);
-    run.refilled = now;
-    if run.tokens < 1.0 {
-        refuse(
-            d,
-            id,
-            run_no,
-            &wid,
-            HostError::new(
-                HostErrorKind::RateLimited,
-                "More than 50 requests a second for too long",
-            ),
-            false,
-        );
-        return;
-    }
-    run.tokens -= 1.0;
-    run.inflight.insert(wid.clone());
-    let has = d
-        .plugins
-        .plugins
-        .get(id)
-        .is_some_and(|p| p.has(method.permission()));
-    if !has {
-        reply(
-            d,
-            id,
-            run_no,
-            &wid,
-            Err(HostError::permission_denied(method.permission())),
-        );
-        return;
-    }
-    let call = match Call::parse(method, &params) {
-        Ok(c) => c,
-        Err(e) => {
-            reply(d, id, run_no, &wid, Err(e));
-            return;
-        }
-    };
-    if method.is_list() {
-        let second = d.started.elapsed().as_secs();
-        let Some(run) = run_mut(d, id, run_no) else {
+    fn on_request(
+        &mut self,
+        id: &str,
+        run_no: u64,
+        wid: String,
+        method: Method,
+        params: Map<String, Value>,
+        cx: &Cx,
+    ) {
+        let now = cx.now;
+        let Some(run) = self.run_mut(id, run_no) else {
             return;
         };
-        if run.list_second.0 != second {
-            run.list_second = (second, 0);
+        let refusal = if run.inflight.contains(&wid) {
+            Some(HostError::id_in_use())
+        } else if run.stopping.is_some() {
+            Some(HostError::of(HostErrorKind::ShuttingDown))
+        } else if !run.initialized {
+            Some(HostError::of(HostErrorKind::NotInitialized))
+        } else if run.inflight.len() >= limits::PLUGIN_MAX_UNANSWERED {
+            Some(HostError::of(HostErrorKind::Busy))
+        } else {
+            let refill = (now - run.refilled).as_secs_f64() * limits::PLUGIN_RATE_PER_SECOND as f64;
+            run.tokens = (run.tokens + refill).min(limits::PLUGIN_RATE_BURST as f64);
+            run.refilled = now;
+            (run.tokens < 1.0).then(|| {
+                HostError::new(
+                    HostErrorKind::RateLimited,
+                    "More than 50 requests a second for too long",
+                )
+            })
+        };
+        if let Some(e) = refusal {
+            self.refuse(id, run_no, &wid, e, false, now);
+            return;
         }
-        run.list_second.1 += 1;
-        if run.list_second.1 > limits::PLUGIN_LIST_CALLS_PER_SECOND {
-            reply(
-                d,
+        run.tokens -= 1.0;
+        run.inflight.insert(wid.clone());
+        let has = self
+            .plugins
+            .get(id)
+            .is_some_and(|p| p.has(method.permission()));
+        if !has {
+            self.reply(
                 id,
                 run_no,
                 &wid,
-                Err(HostError::new(
-                    HostErrorKind::RateLimited,
-                    "more than 10 list calls in this second",
-                )),
+                Err(HostError::permission_denied(method.permission())),
             );
             return;
         }
-    }
-    serve_call(d, id, run_no, &wid, call);
-}
-
-fn serve_call(d: &mut Daemon, id: &str, run_no: u64, wid: &str, call: Call) {
-    match call {
-        Call::EventsSubscribe { kinds } => {
-            if let Some(r) = run_mut(d, id, run_no) {
-                r.kinds = kinds.clone();
+        let call = match Call::parse(method, &params) {
+            Ok(c) => c,
+            Err(e) => {
+                self.reply(id, run_no, &wid, Err(e));
+                return;
             }
-            respond(d, id, run_no, wid, &Subscribed { kinds });
-        }
-        Call::EventsUnsubscribe => {
-            if let Some(r) = run_mut(d, id, run_no) {
-                r.kinds.clear();
-            }
-            respond(d, id, run_no, wid, &calls::Unsubscribed { kinds: [] });
-        }
-        Call::SessionsList { cursor, limit } => {
-            let items = views::session_items(d);
-            let page = page_after(items, cursor.as_deref(), views::session_cursor);
-            let answer = page.and_then(|(mut items, more)| {
-                let more = more || items.len() as u64 > limit;
-                items.truncate(limit as usize);
-                wire::encode_page(wid, "sessions", &items, more, views::session_cursor)
-                    .map(|(l, _)| l)
-            });
-            reply(d, id, run_no, wid, answer);
-        }
-        Call::SessionsGet { session } => {
-            let answer = match views::session_item(d, &session) {
-                Some(item) => wire::encode_response(wid, &item),
-                None => Err(HostError::new(
-                    HostErrorKind::NotFound,
-                    &format!("No session {session} on this daemon"),
-                )),
-            };
-            reply(d, id, run_no, wid, answer);
-        }
-        Call::SeatsList { cursor } => {
-            let items = views::seat_items(d);
-            let answer = page_after(items, cursor.as_deref(), views::seat_cursor).and_then(
-                |(items, more)| {
-                    wire::encode_page(wid, "seats", &items, more, views::seat_cursor)
-                        .map(|(l, _)| l)
-                },
-            );
-            reply(d, id, run_no, wid, answer);
-        }
-        Call::LanesList { cursor } => {
-            let fresh = d.plugins.lanes_copy.as_ref().is_some_and(|(t, _)| {
-                t.elapsed() < Duration::from_millis(limits::PLUGIN_LANES_COPY_MS)
-            });
-            if !fresh {
-                crate::daemon::router::lanes::keep_heads_fresh(d);
-                let items = views::lane_items(d);
-                d.plugins.lanes_copy = Some((Instant::now(), items));
-            }
-            let items = d
-                .plugins
-                .lanes_copy
-                .as_ref()
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
-            let answer =
-                page_after(items, cursor.as_deref(), |l| l.cursor()).and_then(|(items, more)| {
-                    wire::encode_page(wid, "lanes", &items, more, |l| l.cursor()).map(|(l, _)| l)
-                });
-            reply(d, id, run_no, wid, answer);
-        }
-        Call::StorageGet { key } => {
-            let value = d
-                .plugins
-                .plugins
-                .get(id)
-                .and_then(|p| p.storage.get(&key).cloned());
-            respond(d, id, run_no, wid, &StorageValue { key, value });
-        }
-        Call::StorageList => {
-            let Some(p) = d.plugins.plugins.get(id) else {
+        };
+        if method.is_list() {
+            let second = now.saturating_duration_since(cx.started).as_secs();
+            let Some(run) = self.run_mut(id, run_no) else {
                 return;
             };
-            let keys: Vec<StorageWritten> = p
-                .storage
-                .iter()
-                .map(|(k, v)| StorageWritten {
-                    key: k.clone(),
-                    bytes: v.len(),
-                })
-                .collect();
-            let bytes = keys.iter().map(|k| k.bytes).sum();
-            respond(d, id, run_no, wid, &StorageKeys { keys, bytes });
+            if run.list_second.0 != second {
+                run.list_second = (second, 0);
+            }
+            run.list_second.1 += 1;
+            if run.list_second.1 > limits::PLUGIN_LIST_CALLS_PER_SECOND {
+                self.reply(
+                    id,
+                    run_no,
+                    &wid,
+                    Err(HostError::new(
+                        HostErrorKind::RateLimited,
+                        "more than 10 list calls in this second",
+                    )),
+                );
+                return;
+            }
         }
-        Call::StorageSet { key, value } => storage_set(d, id, run_no, wid, key, value),
-        Call::StorageDelete { key } => storage_delete(d, id, run_no, wid, key),
-        Call::TasksCreate(request) => tasks::create(d, id, run_no, wid, request),
-        Call::TasksCancel { id: target } => tasks::cancel(d, id, run_no, wid, &target),
+        self.serve_call(id, run_no, &wid, call, cx);
     }
+
+    fn serve_call(&mut self, id: &str, run_no: u64, wid: &str, call: Call, cx: &Cx) {
+        match call {
+            Call::EventsSubscribe { kinds } => {
+                if let Some(r) = self.run_mut(id, run_no) {
+                    r.kinds = kinds.clone();
+                }
+                self.respond(id, run_no, wid, &Subscribed { kinds });
+            }
+            Call::EventsUnsubscribe => {
+                if let Some(r) = self.run_mut(id, run_no) {
+                    r.kinds.clear();
+                }
+                self.respond(id, run_no, wid, &calls::Unsubscribed { kinds: [] });
+            }
+            Call::SessionsList { cursor, limit } => {
+                let items = cx.views.session_items();
+                let page = page_after(items, cursor.as_deref(), session_cursor);
+                let answer = page.and_then(|(mut items, more)| {
+                    let more = more || items.len() as u64 > limit;
+                    items.truncate(limit as usize);
+                    wire::encode_page(wid, "sessions", &items, more, session_cursor).map(|(l, _)| l)
+                });
+                self.reply(id, run_no, wid, answer);
+            }
+            Call::SessionsGet { session } => {
+                let answer = match cx.views.session_item(&session) {
+                    Some(item) => wire::encode_response(wid, &item),
+                    None => Err(HostError::new(
+                        HostErrorKind::NotFound,
+                        &format!("No session {session} on this daemon"),
+                    )),
+                };
+                self.reply(id, run_no, wid, answer);
+            }
+            Call::SeatsList { cursor } => {
+                let items = cx.views.seat_items();
+                let answer =
+                    page_after(items, cursor.as_deref(), seat_cursor).and_then(|(items, more)| {
+                        wire::encode_page(wid, "seats", &items, more, seat_cursor).map(|(l, _)| l)
+                    });
+                self.reply(id, run_no, wid, answer);
+            }
+            Call::LanesList { cursor } => {
+                let fresh = self.lanes_copy.as_ref().is_some_and(|(t, _)| {
+                    cx.now.saturating_duration_since(*t)
+                        < Duration::from_millis(limits::PLUGIN_LANES_COPY_MS)
+                });
+                if !fresh {
+                    self.lanes_copy = Some((cx.now, cx.views.lane_items()));
+                    self.emit(Effect::FreshenLaneHeads);
+                }
+                let items = self
+                    .lanes_copy
+                    .as_ref()
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                let answer = page_after(items, cursor.as_deref(), |l| l.cursor()).and_then(
+                    |(items, more)| {
+                        wire::encode_page(wid, "lanes", &items, more, |l| l.cursor())
+                            .map(|(l, _)| l)
+                    },
+                );
+                self.reply(id, run_no, wid, answer);
+            }
+            Call::StorageGet { key } => {
+                let value = self
+                    .plugins
+                    .get(id)
+                    .and_then(|p| p.storage.get(&key).cloned());
+                self.respond(id, run_no, wid, &StorageValue { key, value });
+            }
+            Call::StorageList => {
+                let Some(p) = self.plugins.get(id) else {
+                    return;
+                };
+                let keys: Vec<StorageWritten> = p
+                    .storage
+                    .iter()
+                    .map(|(k, v)| StorageWritten {
+                        key: k.clone(),
+                        bytes: v.len(),
+                    })
+                    .collect();
+                let bytes = keys.iter().map(|k| k.bytes).sum();
+                self.respond(id, run_no, wid, &StorageKeys { keys, bytes });
+            }
+            Call::StorageSet { key, value } => {
+                self.storage_set(id, run_no, wid, key, value, cx.now)
+            }
+            Call::StorageDelete { key } => self.storage_delete(id, run_no, wid, key, cx.now),
+            Call::TasksCreate(request) => self.task_create(id, run_no, wid, request, cx),
+            Call::TasksCancel { id: target } => self.task_cancel(id, run_no, wid, &target),
+        }
+    }
+
+    fn storage_set(
+        &mut self,
+        id: &str,
+        run_no: u64,
+        wid: &str,
+        key: String,
+        value: String,
+        now: Instant,
+    ) {
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        let old = p.storage.get(&key).map(String::len);
+        if let Err(e) = p.storage_usage().after_set(old, value.len()) {
+            self.reply(id, run_no, wid, Err(e));
+            return;
+        }
+        p.note_records(1, now);
+        let previous = p.storage.insert(key.clone(), value.clone());
+        let op = Op::Exec {
+            sql: "INSERT OR REPLACE INTO plugin_storage (plugin, key, value) VALUES (?1, ?2, ?3)",
+            params: vec![
+                id.to_string().into(),
+                key.clone().into(),
+                value.clone().into(),
+            ],
+        };
+        let ack = Ack::StorageSet {
+            plugin: id.to_string(),
+            run_no,
+            wid: wid.to_string(),
+            key,
+            value,
+            previous,
+        };
+        self.ledger(vec![op], Vec::new(), ack);
+    }
+
+    fn storage_delete(&mut self, id: &str, run_no: u64, wid: &str, key: String, now: Instant) {
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        let Some(previous) = p.storage.remove(&key) else {
+            self.respond(
+                id,
+                run_no,
+                wid,
+                &StorageDeleted {
+                    key,
+                    deleted: false,
+                },
+            );
+            return;
+        };
+        p.note_records(1, now);
+        let op = Op::Exec {
+            sql: "DELETE FROM plugin_storage WHERE plugin = ?1 AND key = ?2",
+            params: vec![id.to_string().into(), key.clone().into()],
+        };
+        let ack = Ack::StorageDelete {
+            plugin: id.to_string(),
+            run_no,
+            wid: wid.to_string(),
+            key,
+            previous,
+        };
+        self.ledger(vec![op], Vec::new(), ack);
+    }
+
+    /// A batch of the host committed (`Ok`), or the ledger refused it.
+    pub fn committed(&mut self, ack: Ack, result: Result<(), String>) {
+        match ack {
+            Ack::StorageSet {
+                plugin,
+                run_no,
+                wid,
+                key,
+                value,
+                previous,
+            } => match result {
+                Ok(()) => {
+                    let bytes = value.len();
+                    self.respond(&plugin, run_no, &wid, &StorageWritten { key, bytes })
+                }
+                Err(e) => {
+                    crate::error!("plugin {plugin}: storage.set was not committed: {e}");
+                    if let Some(p) = self.plugins.get_mut(&plugin) {
+                        if p.storage.get(&key) == Some(&value) {
+                            match previous {
+                                Some(v) => p.storage.insert(key, v),
+                                None => p.storage.remove(&key),
+                            };
+                        }
+                    }
+                    let e = HostError::of(HostErrorKind::Unavailable);
+                    self.reply(&plugin, run_no, &wid, Err(e));
+                }
+            },
+            Ack::StorageDelete {
+                plugin,
+                run_no,
+                wid,
+                key,
+                previous,
+            } => match result {
+                Ok(()) => self.respond(
+                    &plugin,
+                    run_no,
+                    &wid,
+                    &StorageDeleted { key, deleted: true },
+                ),
+                Err(e) => {
+                    crate::error!("plugin {plugin}: storage.delete was not committed: {e}");
+                    if let Some(p) = self.plugins.get_mut(&plugin) {
+                        p.storage.entry(key).or_insert(previous);
+                    }
+                    let e = HostError::of(HostErrorKind::Unavailable);
+                    self.reply(&plugin, run_no, &wid, Err(e));
+                }
+            },
+            Ack::Removed { plugin, to } => self.removal_committed(plugin, to, result),
+            Ack::Task(ack) => self.task_committed(ack, result),
+        }
+    }
+
+    /// Takes a task request's share of the plugin's limits: 20 a day and 3
+    /// of the hour's ledger records. `Err` is the rate-limited answer.
+    pub(super) fn take_task_budget(&mut self, id: &str, now: Instant) -> Result<(), HostError> {
+        let Some(p) = self.plugins.get_mut(id) else {
+            return Err(HostError::internal());
+        };
+        let day = Duration::from_millis(limits::PLUGIN_TASK_WINDOW_MS);
+        while p.task_times.front().is_some_and(|t| t.elapsed() > day) {
+            p.task_times.pop_front();
+        }
+        if p.task_times.len() >= limits::PLUGIN_TASKS_PER_DAY {
+            return Err(HostError::new(
+                HostErrorKind::RateLimited,
+                "20 task requests in 24 hours",
+            ));
+        }
+        if p.records_left() < limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
+            return Err(HostError::new(
+                HostErrorKind::RateLimited,
+                "too few of the hour's 60 ledger records are left for a task request",
+            ));
+        }
+        p.task_times.push_back(now);
+        p.note_records(limits::PLUGIN_LEDGER_RECORDS_PER_TASK, now);
+        Ok(())
+    }
+
+    /// The last event delivered to the plugin in this run.
+    pub fn last_event(&self, id: &str) -> Option<(EventKind, String)> {
+        self.plugins.get(id)?.run.as_ref()?.last_event.clone()
+    }
+
+    fn on_answer(
+        &mut self,
+        id: &str,
+        run_no: u64,
+        hid: &str,
+        answer: Result<Map<String, Value>, wire::PluginError>,
+        cx: &Cx,
+    ) {
+        let Some(run) = self.run_mut(id, run_no) else {
+            return;
+        };
+        let Some(call) = run.host_pending.remove(hid) else {
+            return;
+        };
+        match call {
+            HostCall::Initialize => {
+                let api = answer
+                    .map_err(|_| ())
+                    .and_then(|r| wire::parse_initialize_result(&r).map_err(|_| ()));
+                let want = self
+                    .plugins
+                    .get(id)
+                    .and_then(|p| p.approved.as_ref())
+                    .map(|l| l.manifest.api.clone());
+                match api {
+                    Err(()) => self.fault(id, run_no, Fault::InitializeFailed),
+                    Ok(api) if Some(&api) != want.as_ref() => {
+                        self.fault(id, run_no, Fault::ApiMismatch)
+                    }
+                    Ok(_) => {
+                        let Some(p) = self.plugins.get_mut(id) else {
+                            return;
+                        };
+                        p.phase = Phase::Running;
+                        if let Some(r) = p.run.as_mut() {
+                            r.initialized = true;
+                        }
+                        crate::info!("plugin {id} is running");
+                        let every = Duration::from_millis(cx.cfg.ping_interval_ms);
+                        self.schedule_ping(id, run_no, every);
+                    }
+                }
+            }
+            HostCall::Ping => {
+                if let Some(r) = self.run_mut(id, run_no) {
+                    if r.ping_due.as_deref() == Some(hid) {
+                        r.ping_due = None;
+                    }
+                }
+            }
+            HostCall::Command { to, command } => {
+                self.emit(Effect::CancelTimer(TimerKey::Command {
+                    plugin: id.to_string(),
+                    run_no,
+                    hid: hid.to_string(),
+                }));
+                if let Some(r) = self.run_mut(id, run_no) {
+                    r.commands = r.commands.saturating_sub(1);
+                }
+                let result = match answer {
+                    Ok(r) => match wire::parse_command_result(&r) {
+                        Ok(t) => Ok(
+                            serde_json::json!({"command": command, "text": text::clean_command_text(&t)}),
+                        ),
+                        Err(_) => Err(RpcError::new(
+                            Code::PluginError,
+                            "the plugin answered command.run with a result that is not valid",
+                        )),
+                    },
+                    Err(e) => Err(RpcError::new(
+                        Code::PluginError,
+                        format!("the plugin failed: {}: {}", e.code, e.client_message()),
+                    )),
+                };
+                self.reply_to(to, result);
+            }
+            HostCall::Shutdown => {}
+        }
+    }
+
+    fn schedule_ping(&mut self, id: &str, run_no: u64, after: Duration) {
+        let key = TimerKey::Ping {
+            plugin: id.to_string(),
+            run_no,
+        };
+        self.run_timer(id, key, after);
+    }
+
+    fn ping(&mut self, id: &str, run_no: u64, cx: &Cx) {
+        let Some(run) = self.run_mut(id, run_no) else {
+            return;
+        };
+        if run.stopping.is_some() || run.fault.is_some() || run.stdout_closed {
+            return;
+        }
+        let Some(hid) = self.send_request(id, HostRequest::Ping, HostCall::Ping) else {
+            return;
+        };
+        if let Some(r) = self.run_mut(id, run_no) {
+            r.ping_due = Some(hid.clone());
+        }
+        let timeout = Duration::from_millis(cx.cfg.ping_timeout_ms);
+        let key = TimerKey::PingTimeout {
+            plugin: id.to_string(),
+            run_no,
+            hid,
+        };
+        self.run_timer(id, key, timeout);
+    }
+
+    /// A timer of the host fired.
+    pub fn on_timer(&mut self, key: TimerKey, cx: &Cx) {
+        match key {
+            TimerKey::Initialize { plugin, run_no } => {
+                if self
+                    .run_mut(&plugin, run_no)
+                    .is_some_and(|r| !r.initialized)
+                {
+                    self.fault(&plugin, run_no, Fault::InitializeTimeout);
+                }
+            }
+            TimerKey::StdoutClosed { plugin, run_no } => {
+                if self.run_mut(&plugin, run_no).is_some() {
+                    self.fault(&plugin, run_no, Fault::StdoutClosed);
+                }
+            }
+            TimerKey::ExitGrace { plugin, child } => {
+                let status = self
+                    .plugins
+                    .get(&plugin)
+                    .and_then(|p| p.run.as_ref())
+                    .filter(|r| r.child == child)
+                    .and_then(|r| r.exited);
+                if let (true, Some(status)) = (self.by_child.contains_key(&child), status) {
+                    self.finish_exit(child, status);
+                }
+            }
+            TimerKey::Ping { plugin, run_no } => self.ping(&plugin, run_no, cx),
+            TimerKey::PingTimeout {
+                plugin,
+                run_no,
+                hid,
+            } => {
+                if self
+                    .run_mut(&plugin, run_no)
+                    .is_some_and(|r| r.ping_due.as_deref() == Some(hid.as_str()))
+                {
+                    self.fault(&plugin, run_no, Fault::Unresponsive);
+                } else if self.run_mut(&plugin, run_no).is_some() {
+                    // "ping every 30 seconds" (seed 000): the next one is
+                    // due an interval after this one was sent, and its
+                    // answer window has already used part of that interval.
+                    let every = Duration::from_millis(cx.cfg.ping_interval_ms);
+                    let timeout = Duration::from_millis(cx.cfg.ping_timeout_ms);
+                    self.schedule_ping(&plugin, run_no, every.saturating_sub(timeout));
+                }
+            }
+            TimerKey::Term { plugin, run_no } => {
+                let Some(r) = self.run_mut(&plugin, run_no) else {
+                    return;
+                };
+                let child = r.child;
+                self.emit(Effect::Signal {
+                    child,
+                    signal: libc::SIGTERM,
+                });
+                self.run_timer(
+                    &plugin,
+                    TimerKey::Kill {
+                        plugin: plugin.clone(),
+                        run_no,
+                    },
+                    Duration::from_millis(limits::PLUGIN_SHUTDOWN_KILL_MS),
+                );
+            }
+            TimerKey::Kill { plugin, run_no } => {
+                if let Some(r) = self.run_mut(&plugin, run_no) {
+                    let child = r.child;
+                    self.emit(Effect::Signal {
+                        child,
+                        signal: libc::SIGKILL,
+                    });
+                }
+            }
+            TimerKey::Command {
+                plugin,
+                run_no,
+                hid,
+            } => {
+                let Some(r) = self.run_mut(&plugin, run_no) else {
+                    return;
+                };
+                if let Some(HostCall::Command { to, .. }) = r.host_pending.remove(&hid) {
+                    r.commands = r.commands.saturating_sub(1);
+                    let bound = cx.cfg.command_timeout_ms;
+                    self.reply_to(
+                        to,
+                        Err(RpcError::new(
+                            Code::PluginTimeout,
+                            format!("the plugin did not answer command.run in {bound} ms"),
+                        )),
+                    );
+                }
+            }
+            TimerKey::Restart { plugin } => {
+                if let Some(p) = self.plugins.get_mut(&plugin) {
+                    p.restart_timer = false;
+                    if matches!(p.phase, Phase::Restarting(_)) {
+                        p.phase = Phase::Idle;
+                        self.start(&plugin, cx);
+                    }
+                }
+            }
+            TimerKey::RemoveAbort { plugin } => self.abort_timed_out(&plugin, cx),
+            TimerKey::Dispatch { rid } => self.landed(&rid, tasks::Landing::TimedOut, cx),
+            TimerKey::Watch => self.watch_due(),
+        }
+    }
+
+    /// Ends a run for a fault: the process group is killed now.
+    pub fn fault(&mut self, id: &str, run_no: u64, f: Fault) {
+        let Some(run) = self.run_mut(id, run_no) else {
+            return;
+        };
+        if run.fault.is_some() || run.stopping.is_some() {
+            return;
+        }
+        run.fault = Some(f);
+        let child = run.child;
+        crate::warn!("plugin {id}: fault {}; stopping it", f.name());
+        self.emit(Effect::Signal {
+            child,
+            signal: libc::SIGKILL,
+        });
+    }
+
+    /// Asks a running plugin to stop (seed 000, shutdown).
+    pub fn stop(&mut self, id: &str, reason: ShutdownReason) {
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        if std::mem::take(&mut p.restart_timer) {
+            self.emit(Effect::CancelTimer(TimerKey::Restart {
+                plugin: id.to_string(),
+            }));
+        }
+        let Some(run) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
+            return;
+        };
+        if run.stopping.is_some() {
+            return;
+        }
+        let (run_no, child) = (run.run_no, run.child);
+        if run.fault.is_some() {
+            run.stopping = Some(reason);
+            return;
+        }
+        if let Some(p) = self.plugins.get_mut(id) {
+            p.phase = Phase::Stopping;
+        }
+        self.send_request(id, HostRequest::Shutdown(reason), HostCall::Shutdown);
+        if let Some(r) = self.run_mut(id, run_no) {
+            r.stopping = Some(reason);
+        }
+        self.emit(Effect::CloseStdin(child));
+        self.run_timer(
+            id,
+            TimerKey::Term {
+                plugin: id.to_string(),
+                run_no,
+            },
+            Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS),
+        );
+    }
+
+    /// A plugin process was reaped. What it wrote before it exited is read
+    /// first: the run ends when its stdout has closed too (or 1 s later,
+    /// when a descendant holds it open).
+    pub fn on_exit(&mut self, child: ChildId, status: ExitStatus, cx: &Cx) {
+        let Some(id) = self.by_child.get(&child).cloned() else {
+            return;
+        };
+        if cx.pipes.stdout_open(child) {
+            let Some(run) = self.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else {
+                return;
+            };
+            run.exited = Some(status);
+            let key = TimerKey::ExitGrace {
+                plugin: id.clone(),
+                child,
+            };
+            self.run_timer(
+                &id,
+                key,
+                Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
+            );
+            return;
+        }
+        self.finish_exit(child, status);
+    }
+
+    /// The run of `child` is over: the router reads its error output and
+    /// forgets it ([`Effect::Reap`]), then [`Self::reaped`] goes on.
+    fn finish_exit(&mut self, child: ChildId, status: ExitStatus) {
+        let Some(plugin) = self.by_child.remove(&child) else {
+            return;
+        };
+        self.emit(Effect::Reap {
+            plugin,
+            child,
+            status,
+        });
+    }
+
+    /// What is left of a run once its child is forgotten: `raw_tail` is
+    /// the end of its error output.
+    pub fn reaped(&mut self, id: &str, status: ExitStatus, raw_tail: &[u8], cx: &Cx) {
+        let note = self.isolation.missing.clone();
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        let Some(run) = p.run.take() else { return };
+        let mut tail = text::stderr_tail(raw_tail);
+        if let Some(why) = note {
+            tail = format!("[omniconfluxd] this plugin ran without isolation: {why}\n{tail}");
+            tail = text::tail_bytes(&tail, limits::PLUGIN_STDERR_TAIL_MAX).to_string();
+        }
+        let fault = match (run.fault, run.stopping) {
+            (Some(f), _) => Some(f),
+            (None, Some(_)) => None,
+            (None, None) if process::looks_out_of_memory(&tail) => Some(Fault::Memory),
+            (None, None) if !run.initialized => Some(Fault::LoadRefused),
+            (None, None) => Some(Fault::Exit),
+        };
+        let fault = match fault {
+            Some(Fault::Exit | Fault::LoadRefused) if process::looks_out_of_memory(&tail) => {
+                Some(Fault::Memory)
+            }
+            f => f,
+        };
+        p.stderr_tail = tail;
+        p.last_exit = Some(LastExit {
+            at: crate::clock::now_ts(),
+            code: status.code,
+            signal: status.signal.map(signal_name),
+            fault,
+        });
+        crate::info!(
+            "plugin {id} exited ({}){}",
+            status
+                .code
+                .map(|c| format!("code {c}"))
+                .or_else(|| status.signal.map(signal_name))
+                .unwrap_or_default(),
+            fault
+                .map(|f| format!(" with fault {}", f.name()))
+                .unwrap_or_default()
+        );
+        for key in run.timers {
+            self.emit(Effect::CancelTimer(key));
+        }
+        let run_no = run.run_no;
+        for (hid, call) in run.host_pending {
+            if let HostCall::Command { to, .. } = call {
+                self.emit(Effect::CancelTimer(TimerKey::Command {
+                    plugin: id.to_string(),
+                    run_no,
+                    hid,
+                }));
+                self.reply_to(
+                    to,
+                    Err(RpcError::new(
+                        Code::PluginNotRunning,
+                        "the plugin stopped before it answered",
+                    )),
+                );
+            }
+        }
+        self.orphan_run(id, run_no);
+        match fault {
+            Some(f) => self.crashed(id, f, cx),
+            None => {
+                let Some(p) = self.plugins.get_mut(id) else {
+                    return;
+                };
+                p.phase = Phase::Idle;
+                match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
+                    AfterStop::Nothing => {}
+                    AfterStop::Start => self.start(id, cx),
+                    AfterStop::Remove { to } => self.finish_removal(id, Some(to), cx),
+                }
+            }
+        }
+    }
+
+    /// Counts a crash and schedules the restart, or gives up.
+    fn crashed(&mut self, id: &str, f: Fault, cx: &Cx) {
+        let limit = cx.cfg.crash_limit as usize;
+        let base = cx.cfg.restart_backoff_ms;
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        p.crashes.push_back(Instant::now());
+        let n = p.crashes();
+        match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
+            AfterStop::Remove { to } => {
+                self.finish_removal(id, Some(to), cx);
+                return;
+            }
+            AfterStop::Start => {
+                p.phase = Phase::Idle;
+                self.start(id, cx);
+                return;
+            }
+            AfterStop::Nothing => {}
+        }
+        if !p.rec.enabled || cx.stopping {
+            p.phase = Phase::Idle;
+            return;
+        }
+        if n >= limit {
+            crate::warn!("plugin {id}: {n} crashes in 10 minutes; giving up (crash-limit)");
+            p.phase = Phase::Failed("crash-limit");
+            return;
+        }
+        p.phase = Phase::Restarting(f);
+        p.restart_timer = true;
+        let delay = base
+            .saturating_mul(1u64 << (n.saturating_sub(1)).min(16))
+            .min(limits::PLUGIN_RESTART_BACKOFF_MAX_MS);
+        self.timer(
+            TimerKey::Restart {
+                plugin: id.to_string(),
+            },
+            Duration::from_millis(delay),
+        );
+    }
+
+    /// A dispatch a removal aborts has ended: `stopped` sessions stopped
+    /// with its lane, and the worktree it left, if any. The last one lets a
+    /// removal that waited for it finish.
+    pub fn abort_landed(
+        &mut self,
+        id: &str,
+        rid: &str,
+        stopped: usize,
+        worktree: Option<PathBuf>,
+        cx: &Cx,
+    ) {
+        let created = self
+            .tasks
+            .by_id
+            .get(rid)
+            .map(|r| r.created_at.clone())
+            .unwrap_or_default();
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        p.stopped_sessions += stopped;
+        if let Some(w) = worktree.filter(|w| w.exists()) {
+            p.removal.worktrees.push((created, w.display().to_string()));
+        }
+        p.removal.aborting.remove(rid);
+        if p.removal.aborting.is_empty() {
+            if std::mem::take(&mut p.removal.timer) {
+                self.emit(Effect::CancelTimer(TimerKey::RemoveAbort {
+                    plugin: id.to_string(),
+                }));
+            }
+            let Some(p) = self.plugins.get_mut(id) else {
+                return;
+            };
+            if let Some(to) = p.removal.parked.take() {
+                self.finish_removal(id, to, cx);
+            }
+        }
+    }
+
+    /// A dispatch cut off by a daemon stop, aborted by plugin.remove:
+    /// nothing runs any more, but its lane may have started and its
+    /// worktree may be there. Read from the request as the host stored it.
+    pub fn abort_cut_off(&mut self, id: &str, rid: &str) {
+        let Some(request) = self.tasks.stored_request(rid) else {
+            return;
+        };
+        self.emit(Effect::Abort {
+            plugin: id.to_string(),
+            rid: rid.to_string(),
+            how: Aborted::CutOff(request),
+        });
+    }
+
+    /// Removes what is left of a plugin once its process is gone, and
+    /// answers plugin.remove. A step that fails leaves it remove-pending;
+    /// so does a dispatch it aborts that does not end within
+    /// `plugins.remove_abort_timeout_ms`: the reply is then
+    /// `plugin-remove-pending`, and the removal finishes by itself once the
+    /// dispatch ends (it is bounded by `plugins.task_dispatch_timeout_ms`).
+    pub fn finish_removal(&mut self, id: &str, to: Option<ReplyKey>, cx: &Cx) {
+        if let Some(p) = self.plugins.get_mut(id)
+            && !p.removal.aborting.is_empty()
+        {
+            p.removal.parked = Some(to);
+            if !std::mem::replace(&mut p.removal.timer, true) {
+                self.timer(
+                    TimerKey::RemoveAbort {
+                        plugin: id.to_string(),
+                    },
+                    Duration::from_millis(cx.cfg.remove_abort_timeout_ms),
+                );
+            }
+            return;
+        }
+        let Some(store) = &self.store else {
+            return;
+        };
+        match store.retire_plugin(id) {
+            Ok(retired) => {
+                if let Some(old) = retired {
+                    self.discard_copy(old);
+                }
+                let op = Op::Exec {
+                    sql: "DELETE FROM plugin_storage WHERE plugin = ?1",
+                    params: vec![id.to_string().into()],
+                };
+                let ack = Ack::Removed {
+                    plugin: id.to_string(),
+                    to,
+                };
+                self.ledger(vec![op], Vec::new(), ack);
+            }
+            Err(e) => {
+                crate::error!(
+                    "plugin {id}: unable to delete its folder: {}; it stays remove-pending",
+                    crate::errors::io_cause(&e)
+                );
+                if let Some(p) = self.plugins.get_mut(id) {
+                    p.rec.removal = Some("remove-failed".into());
+                }
+                self.persist();
+                if let Some(to) = to {
+                    self.when_saved(Saved::Reply {
+                        to,
+                        result: Err(RpcError::new(
+                            Code::Unavailable,
+                            "the plugin's folder could not be deleted; it stays remove-pending",
+                        )),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The removal's deletion of the plugin's storage committed, or not.
+    fn removal_committed(&mut self, owner: String, to: Option<ReplyKey>, r: Result<(), String>) {
+        if let Err(e) = r {
+            crate::error!(
+                "plugin {owner}: its storage was not deleted: {e}; it stays remove-pending"
+            );
+            if let Some(p) = self.plugins.get_mut(&owner) {
+                p.rec.removal = Some("remove-failed".into());
+            }
+            self.persist();
+            if let Some(to) = to {
+                self.when_saved(Saved::Reply {
+                    to,
+                    result: Err(RpcError::new(
+                        Code::Unavailable,
+                        "the plugin's data could not be deleted; it stays remove-pending",
+                    )),
+                });
+            }
+            return;
+        }
+        let (stopped, mut worktrees) = self.plugins.remove(&owner).map_or((0, Vec::new()), |p| {
+            (p.stopped_sessions, p.removal.worktrees)
+        });
+        crate::info!("plugin {owner} removed");
+        // Newest requests first, each worktree once, at most 50.
+        worktrees.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut listed: Vec<String> = Vec::new();
+        for (_, w) in worktrees {
+            if !listed.contains(&w) && listed.len() < limits::PLUGIN_REMOVE_WORKTREES_MAX {
+                listed.push(w);
+            }
+        }
+        // The folder and the storage are gone whatever the record says, so
+        // the answer is the removal's even when the record could not be
+        // written (the log says so; the record left on disk says
+        // remove-pending, and the next start finishes the removal).
+        self.persist();
+        if let Some(to) = to {
+            let stopped = stopped.min(limits::PLUGIN_REMOVE_STOPPED_MAX);
+            self.when_saved(Saved::Reply {
+                to,
+                result: Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped, "worktrees": listed})),
+            });
+        }
+    }
+
+    /// A dispatch the removal aborts did not end in time: the plugin stays
+    /// remove-pending (reason `remove-failed`) and the removal finishes by
+    /// itself once it ends.
+    fn abort_timed_out(&mut self, id: &str, cx: &Cx) {
+        let Some(p) = self.plugins.get_mut(id) else {
+            return;
+        };
+        if !std::mem::take(&mut p.removal.timer) {
+            return;
+        }
+        p.rec.removal = Some("remove-failed".into());
+        let n = p.removal.aborting.len();
+        let to = p.removal.parked.as_mut().and_then(Option::take);
+        crate::warn!(
+            "plugin {id}: {n} aborted dispatch(es) did not end in {} ms; it stays remove-pending",
+            cx.cfg.remove_abort_timeout_ms
+        );
+        self.persist();
+        if let Some(to) = to {
+            self.when_saved(Saved::Reply {
+                to,
+                result: Err(RpcError::new(
+                    Code::PluginRemovePending,
+                    format!("{n} dispatch(es) of the plugin did not end when aborted; it stays remove-pending and the daemon finishes the removal when they end"),
+                )),
+            });
+        }
+    }
+
+    /// Offers committed events to the running plugins (module comment).
+    pub fn offer_events(&mut self, events: &[Appended], cx: &Cx) {
+        if !self.plugins.values().any(|p| {
+            p.run
+                .as_ref()
+                .is_some_and(|r| r.initialized && !r.kinds.is_empty())
+        }) {
+            return;
+        }
+        for ev in events {
+            let Some(event) = map_event(ev) else { continue };
+            let Some(line) = wire::encode_event(&event) else {
+                continue;
+            };
+            let ids: Vec<String> = self
+                .plugins
+                .iter()
+                .filter(|(_, p)| {
+                    p.has(Permission::EventsRead)
+                        && p.run.as_ref().is_some_and(|r| {
+                            r.initialized
+                                && r.stopping.is_none()
+                                && r.fault.is_none()
+                                && r.kinds.contains(&event.kind)
+                        })
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for id in ids {
+                self.deliver(&id, &line, event.kind, &event.subject, cx);
+            }
+        }
+    }
+
+    fn deliver(&mut self, id: &str, line: &str, kind: EventKind, subject: &str, cx: &Cx) {
+        self.flush_dropped(id, cx);
+        let Some(run) = self.plugins.get(id).and_then(|p| p.run.as_ref()) else {
+            return;
+        };
+        let full = run.dropped > 0
+            || self.queued(run.child, cx) + line.len() + 1 > limits::PLUGIN_EVENT_QUEUE_BYTES;
+        let Some(run) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
+            return;
+        };
+        if full {
+            run.dropped += 1;
+            return;
+        }
+        run.last_event = Some((kind, subject.to_string()));
+        self.write_line(id, line);
+    }
+
+    /// Sends command.run and answers `to` when the plugin does. The socket
+    /// method checked that the plugin runs; a plugin that does not (it
+    /// cannot happen in the same reactor step) is answered
+    /// `plugin-not-running` rather than never.
+    pub fn run_command(
+        &mut self,
+        id: &str,
+        to: ReplyKey,
+        command: String,
+        input: Option<String>,
+        cx: &Cx,
+    ) {
+        let Some(run) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
+            let gone = RpcError::new(
+                Code::PluginNotRunning,
+                "the command's plugin is not running",
+            );
+            return self.reply_to(to, Err(gone));
+        };
+        run.commands += 1;
+        let run_no = run.run_no;
+        let full = format!("{id}.{command}");
+        let call = HostCall::Command { to, command: full };
+        let Some(hid) = self.send_request(id, HostRequest::CommandRun { command, input }, call)
+        else {
+            return;
+        };
+        let key = TimerKey::Command {
+            plugin: id.to_string(),
+            run_no,
+            hid,
+        };
+        self.timer(key, Duration::from_millis(cx.cfg.command_timeout_ms));
+    }
+
+    /// Counts each running plugin's processes and memory (module comment of
+    /// [`super::process`]); runs while any plugin runs. `watching` holds
+    /// while the watch's timer is set or its count runs: one at a time.
+    fn ensure_watch(&mut self, cx: &Cx) {
+        if std::mem::replace(&mut self.watching, true) {
+            return;
+        }
+        self.timer(
+            TimerKey::Watch,
+            Duration::from_millis(cx.cfg.watch_interval_ms),
+        );
+    }
+
+    /// The watch is due: a job walks /proc (every process of the machine,
+    /// which is file work the reactor does not wait for) and counts each
+    /// running plugin's tree; [`Self::watched`] judges the count.
+    fn watch_due(&mut self) {
+        let roots: Vec<i32> = self.watched_runs().map(|r| r.2).collect();
+        if roots.is_empty() {
+            self.watching = false;
+            return;
+        }
+        self.emit(Effect::Job(Job::Sample { roots }));
+    }
+
+    fn watched_runs(&self) -> impl Iterator<Item = (String, u64, i32)> + '_ {
+        self.plugins.iter().filter_map(|(k, p)| {
+            p.run
+                .as_ref()
+                .filter(|r| r.fault.is_none())
+                .map(|r| (k.clone(), r.run_no, r.pid))
+        })
+    }
+
+    /// What the watch counted, by root pid: a tree over its bounds is a
+    /// fault. The watch goes on while a plugin runs.
+    fn watched(&mut self, usage: &HashMap<i32, process::Usage>, cx: &Cx) {
+        self.watching = false;
+        let runs: Vec<(String, u64, i32)> = self.watched_runs().collect();
+        if runs.is_empty() {
+            return;
+        }
+        let max_procs = cx.cfg.max_processes;
+        let max_mem = cx.cfg.memory_mb.saturating_mul(1024 * 1024);
+        for (id, run_no, pid) in runs {
+            let Some(u) = usage.get(&pid) else { continue };
+            if u.processes > max_procs {
+                self.fault(&id, run_no, Fault::Processes);
+            } else if u.rss_bytes > max_mem {
+                self.fault(&id, run_no, Fault::Memory);
+            }
+        }
+        self.ensure_watch(cx);
+    }
+
+    /// Begins the daemon's stop for the plugins: `shutdown {reason:
+    /// daemon-stop}` to each.
+    pub fn stop_all(&mut self) {
+        let ids: Vec<String> = self.plugins.keys().cloned().collect();
+        for id in ids {
+            self.stop(&id, ShutdownReason::DaemonStop);
+        }
+    }
+
+    /// True when no plugin process is left and no write of the records
+    /// runs or waits.
+    pub fn all_stopped(&self) -> bool {
+        self.by_child.is_empty() && self.records_idle()
+    }
+}
+
+/// plugin.get's `lanes`, computed when it is read: the lanes of the
+/// plugin's record at work, newest first, at most 50.
+pub fn lanes_at_work(views: &dyn Views, rec: &Record) -> Vec<String> {
+    let mut live: Vec<(i64, &String)> = rec
+        .lanes
+        .iter()
+        .filter_map(|l| views.lane_at_work(l).map(|created| (created, l)))
+        .collect();
+    live.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(a.1)));
+    live.into_iter()
+        .take(limits::PLUGIN_GET_LIST_MAX)
+        .map(|(_, l)| l.clone())
+        .collect()
+}
+
+/// A sessions.list item's cursor: its session id.
+fn session_cursor(item: &Value) -> String {
+    item["session"].as_str().unwrap_or_default().to_string()
+}
+
+/// A seats.list item's cursor: its harness id.
+fn seat_cursor(item: &Value) -> String {
+    item["harness"].as_str().unwrap_or_default().to_string()
 }
 
 /// The items after `cursor` (an item's cursor), and whether any are left
@@ -1399,718 +2540,6 @@ fn page_after<T>(
             )),
         },
     }
-}
-
-fn storage_set(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String, value: String) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    let old = p.storage.get(&key).map(String::len);
-    if let Err(e) = p.storage_usage().after_set(old, value.len()) {
-        reply(d, id, run_no, wid, Err(e));
-        return;
-    }
-    p.note_records(1);
-    let previous = p.storage.insert(key.clone(), value.clone());
-    let bytes = value.len();
-    let op = Op::Exec {
-        sql: "INSERT OR REPLACE INTO plugin_storage (plugin, key, value) VALUES (?1, ?2, ?3)",
-        params: vec![
-            id.to_string().into(),
-            key.clone().into(),
-            value.clone().into(),
-        ],
-    };
-    let (owner, wid) = (id.to_string(), wid.to_string());
-    d.write(vec![op], move |d, r| match r {
-        Ok(_) => respond(d, &owner, run_no, &wid, &StorageWritten { key, bytes }),
-        Err(e) => {
-            crate::error!("plugin {owner}: storage.set was not committed: {e}");
-            if let Some(p) = d.plugins.plugins.get_mut(&owner) {
-                if p.storage.get(&key) == Some(&value) {
-                    match previous {
-                        Some(v) => p.storage.insert(key, v),
-                        None => p.storage.remove(&key),
-                    };
-                }
-            }
-            reply(
-                d,
-                &owner,
-                run_no,
-                &wid,
-                Err(HostError::of(HostErrorKind::Unavailable)),
-            );
-        }
-    });
-}
-
-fn storage_delete(d: &mut Daemon, id: &str, run_no: u64, wid: &str, key: String) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    let Some(previous) = p.storage.remove(&key) else {
-        respond(
-            d,
-            id,
-            run_no,
-            wid,
-            &StorageDeleted {
-                key,
-                deleted: false,
-            },
-        );
-        return;
-    };
-    p.note_records(1);
-    let op = Op::Exec {
-        sql: "DELETE FROM plugin_storage WHERE plugin = ?1 AND key = ?2",
-        params: vec![id.to_string().into(), key.clone().into()],
-    };
-    let (owner, wid) = (id.to_string(), wid.to_string());
-    d.write(vec![op], move |d, r| match r {
-        Ok(_) => respond(
-            d,
-            &owner,
-            run_no,
-            &wid,
-            &StorageDeleted { key, deleted: true },
-        ),
-        Err(e) => {
-            crate::error!("plugin {owner}: storage.delete was not committed: {e}");
-            if let Some(p) = d.plugins.plugins.get_mut(&owner) {
-                p.storage.entry(key).or_insert(previous);
-            }
-            reply(
-                d,
-                &owner,
-                run_no,
-                &wid,
-                Err(HostError::of(HostErrorKind::Unavailable)),
-            );
-        }
-    });
-}
-
-/// Takes a task request's share of the plugin's limits: 20 a day and 3 of
-/// the hour's ledger records. `Err` is the rate-limited answer.
-pub fn take_task_budget(d: &mut Daemon, id: &str) -> Result<(), HostError> {
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return Err(HostError::internal());
-    };
-    let day = Duration::from_millis(limits::PLUGIN_TASK_WINDOW_MS);
-    while p.task_times.front().is_some_and(|t| t.elapsed() > day) {
-        p.task_times.pop_front();
-    }
-    if p.task_times.len() >= limits::PLUGIN_TASKS_PER_DAY {
-        return Err(HostError::new(
-            HostErrorKind::RateLimited,
-            "20 task requests in 24 hours",
-        ));
-    }
-    if p.records_left() < limits::PLUGIN_LEDGER_RECORDS_PER_TASK {
-        return Err(HostError::new(
-            HostErrorKind::RateLimited,
-            "too few of the hour's 60 ledger records are left for a task request",
-        ));
-    }
-    let now = Instant::now();
-    p.task_times.push_back(now);
-    p.note_records(limits::PLUGIN_LEDGER_RECORDS_PER_TASK);
-    Ok(())
-}
-
-/// The last event delivered to the plugin in this run.
-pub fn last_event(d: &Daemon, id: &str) -> Option<(EventKind, String)> {
-    d.plugins.plugins.get(id)?.run.as_ref()?.last_event.clone()
-}
-
-fn on_answer(
-    d: &mut Daemon,
-    id: &str,
-    run_no: u64,
-    hid: &str,
-    answer: Result<Map<String, Value>, wire::PluginError>,
-) {
-    let Some(run) = run_mut(d, id, run_no) else {
-        return;
-    };
-    let Some(call) = run.host_pending.remove(hid) else {
-        return;
-    };
-    match call {
-        HostCall::Initialize => {
-            let api = answer
-                .map_err(|_| ())
-                .and_then(|r| wire::parse_initialize_result(&r).map_err(|_| ()));
-            let want = d
-                .plugins
-                .plugins
-                .get(id)
-                .and_then(|p| p.approved.as_ref())
-                .map(|l| l.manifest.api.clone());
-            match api {
-                Err(()) => fault(d, id, run_no, Fault::InitializeFailed),
-                Ok(api) if Some(&api) != want.as_ref() => fault(d, id, run_no, Fault::ApiMismatch),
-                Ok(_) => {
-                    let Some(p) = d.plugins.plugins.get_mut(id) else {
-                        return;
-                    };
-                    p.phase = Phase::Running;
-                    if let Some(r) = p.run.as_mut() {
-                        r.initialized = true;
-                    }
-                    crate::info!("plugin {id} is running");
-                    schedule_ping(d, id, run_no);
-                }
-            }
-        }
-        HostCall::Ping => {
-            if let Some(r) = run_mut(d, id, run_no) {
-                if r.ping_due.as_deref() == Some(hid) {
-                    r.ping_due = None;
-                }
-            }
-        }
-        HostCall::Command {
-            req,
-            command,
-            timer,
-        } => {
-            d.reactor.cancel(timer);
-            if let Some(r) = run_mut(d, id, run_no) {
-                r.commands = r.commands.saturating_sub(1);
-            }
-            let result = match answer {
-                Ok(r) => match wire::parse_command_result(&r) {
-                    Ok(t) => Ok(
-                        serde_json::json!({"command": command, "text": text::clean_command_text(&t)}),
-                    ),
-                    Err(_) => Err(RpcError::new(
-                        Code::PluginError,
-                        "the plugin answered command.run with a result that is not valid",
-                    )),
-                },
-                Err(e) => Err(RpcError::new(
-                    Code::PluginError,
-                    format!("the plugin failed: {}: {}", e.code, e.client_message()),
-                )),
-            };
-            d.answer(req, result);
-        }
-        HostCall::Shutdown => {}
-    }
-}
-
-fn schedule_ping(d: &mut Daemon, id: &str, run_no: u64) {
-    let every = Duration::from_millis(d.cfg.plugins.ping_interval_ms);
-    schedule_ping_in(d, id, run_no, every);
-}
-
-fn schedule_ping_in(d: &mut Daemon, id: &str, run_no: u64, after: Duration) {
-    let owner = id.to_string();
-    let t = d.reactor.schedule(after, move |d| ping(d, &owner, run_no));
-    add_timer(d, id, t);
-}
-
-fn ping(d: &mut Daemon, id: &str, run_no: u64) {
-    let Some(run) = run_mut(d, id, run_no) else {
-        return;
-    };
-    if run.stopping.is_some() || run.fault.is_some() || run.stdout_closed {
-        return;
-    }
-    let Some(hid) = send_request(d, id, HostRequest::Ping, HostCall::Ping) else {
-        return;
-    };
-    if let Some(r) = run_mut(d, id, run_no) {
-        r.ping_due = Some(hid.clone());
-    }
-    let owner = id.to_string();
-    let timeout = Duration::from_millis(d.cfg.plugins.ping_timeout_ms);
-    let t = d.reactor.schedule(timeout, move |d| {
-        if run_mut(d, &owner, run_no).is_some_and(|r| r.ping_due.as_deref() == Some(hid.as_str())) {
-            fault(d, &owner, run_no, Fault::Unresponsive);
-        } else {
-            // "ping every 30 seconds" (seed 000): the next one is due an
-            // interval after this one was sent, and its answer window has
-            // already used part of that interval.
-            let every = Duration::from_millis(d.cfg.plugins.ping_interval_ms);
-            schedule_ping_in(d, &owner, run_no, every.saturating_sub(timeout));
-        }
-    });
-    add_timer(d, id, t);
-}
-
-/// Ends a run for a fault: the process group is killed now.
-pub fn fault(d: &mut Daemon, id: &str, run_no: u64, f: Fault) {
-    let Some(run) = run_mut(d, id, run_no) else {
-        return;
-    };
-    if run.fault.is_some() || run.stopping.is_some() {
-        return;
-    }
-    run.fault = Some(f);
-    let child = run.child;
-    crate::warn!("plugin {id}: fault {}; stopping it", f.name());
-    d.children.signal(child, libc::SIGKILL);
-}
-
-/// Asks a running plugin to stop (seed 000, shutdown).
-pub fn stop(d: &mut Daemon, id: &str, reason: ShutdownReason) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    if let Some(t) = p.restart_timer.take() {
-        d.reactor.cancel(t);
-    }
-    let Some(run) = p.run.as_mut() else { return };
-    if run.stopping.is_some() {
-        return;
-    }
-    let (run_no, child) = (run.run_no, run.child);
-    if run.fault.is_some() {
-        run.stopping = Some(reason);
-        return;
-    }
-    p.phase = Phase::Stopping;
-    send_request(d, id, HostRequest::Shutdown(reason), HostCall::Shutdown);
-    if let Some(r) = run_mut(d, id, run_no) {
-        r.stopping = Some(reason);
-    }
-    d.children.close_stdin(d.reactor.poll.registry(), child);
-    let owner = id.to_string();
-    let t = d.reactor.schedule(
-        Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS),
-        move |d| {
-            let Some(r) = run_mut(d, &owner, run_no) else {
-                return;
-            };
-            let child = r.child;
-            d.children.signal(child, libc::SIGTERM);
-            let again = owner.clone();
-            let t = d.reactor.schedule(
-                Duration::from_millis(limits::PLUGIN_SHUTDOWN_KILL_MS),
-                move |d| {
-                    if let Some(r) = run_mut(d, &again, run_no) {
-                        let child = r.child;
-                        d.children.signal(child, libc::SIGKILL);
-                    }
-                },
-            );
-            add_timer(d, &owner, t);
-        },
-    );
-    add_timer(d, id, t);
-}
-
-/// A plugin process was reaped. What it wrote before it exited is read
-/// first: the run ends when its stdout has closed too (or 1 s later, when
-/// a descendant holds it open).
-pub fn on_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
-    let Some(id) = d.plugins.by_child.get(&child).cloned() else {
-        return;
-    };
-    if d.children.stdout_open(child) {
-        let Some(run) = d.plugins.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else {
-            return;
-        };
-        run.exited = Some(status);
-        let t = d.reactor.schedule(
-            Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
-            move |d| {
-                if d.plugins.by_child.contains_key(&child) {
-                    finish_exit(d, child, status);
-                }
-            },
-        );
-        add_timer(d, &id, t);
-        return;
-    }
-    finish_exit(d, child, status);
-}
-
-fn finish_exit(d: &mut Daemon, child: ChildId, status: ExitStatus) {
-    let Some(id) = d.plugins.by_child.remove(&child) else {
-        return;
-    };
-    d.children.drain_stderr(d.reactor.poll.registry(), child);
-    let raw_tail = d.children.stderr_tail(child);
-    d.children.remove(d.reactor.poll.registry(), child);
-    let note = d.plugins.isolation.missing.clone();
-    let Some(p) = d.plugins.plugins.get_mut(&id) else {
-        return;
-    };
-    let Some(run) = p.run.take() else { return };
-    for t in &run.timers {
-        d.reactor.cancel(*t);
-    }
-    let mut tail = text::stderr_tail(&raw_tail);
-    if let Some(why) = note {
-        tail = format!("[omniconfluxd] this plugin ran without isolation: {why}\n{tail}");
-        tail = text::tail_bytes(&tail, limits::PLUGIN_STDERR_TAIL_MAX).to_string();
-    }
-    let fault = match (run.fault, run.stopping) {
-        (Some(f), _) => Some(f),
-        (None, Some(_)) => None,
-        (None, None) if process::looks_out_of_memory(&tail) => Some(Fault::Memory),
-        (None, None) if !run.initialized => Some(Fault::LoadRefused),
-        (None, None) => Some(Fault::Exit),
-    };
-    let fault = match fault {
-        Some(Fault::Exit | Fault::LoadRefused) if process::looks_out_of_memory(&tail) => {
-            Some(Fault::Memory)
-        }
-        f => f,
-    };
-    p.stderr_tail = tail;
-    p.last_exit = Some(LastExit {
-        at: crate::clock::now_ts(),
-        code: status.code,
-        signal: status.signal.map(signal_name),
-        fault,
-    });
-    crate::info!(
-        "plugin {id} exited ({}){}",
-        status
-            .code
-            .map(|c| format!("code {c}"))
-            .or_else(|| status.signal.map(signal_name))
-            .unwrap_or_default(),
-        fault
-            .map(|f| format!(" with fault {}", f.name()))
-            .unwrap_or_default()
-    );
-    let run_no = run.run_no;
-    for (_, call) in run.host_pending {
-        if let HostCall::Command { req, timer, .. } = call {
-            d.reactor.cancel(timer);
-            d.answer(
-                req,
-                Err(RpcError::new(
-                    Code::PluginNotRunning,
-                    "the plugin stopped before it answered",
-                )),
-            );
-        }
-    }
-    tasks::orphan_run(d, &id, run_no);
-    match fault {
-        Some(f) => crashed(d, &id, f),
-        None => {
-            let Some(p) = d.plugins.plugins.get_mut(&id) else {
-                return;
-            };
-            p.phase = Phase::Idle;
-            match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
-                AfterStop::Nothing => {}
-                AfterStop::Start => start(d, &id),
-                AfterStop::Remove { req } => finish_removal(d, &id, Some(req)),
-            }
-        }
-    }
-}
-
-/// Counts a crash and schedules the restart, or gives up.
-fn crashed(d: &mut Daemon, id: &str, f: Fault) {
-    let limit = d.cfg.plugins.crash_limit as usize;
-    let base = d.cfg.plugins.restart_backoff_ms;
-    let stopping = d.is_stopping();
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    p.crashes.push_back(Instant::now());
-    let n = p.crashes();
-    match std::mem::replace(&mut p.after_stop, AfterStop::Nothing) {
-        AfterStop::Remove { req } => {
-            finish_removal(d, id, Some(req));
-            return;
-        }
-        AfterStop::Start => {
-            p.phase = Phase::Idle;
-            start(d, id);
-            return;
-        }
-        AfterStop::Nothing => {}
-    }
-    if !p.rec.enabled || stopping {
-        p.phase = Phase::Idle;
-        return;
-    }
-    if n >= limit {
-        crate::warn!("plugin {id}: {n} crashes in 10 minutes; giving up (crash-limit)");
-        p.phase = Phase::Failed("crash-limit");
-        return;
-    }
-    p.phase = Phase::Restarting(f);
-    let delay = base
-        .saturating_mul(1u64 << (n.saturating_sub(1)).min(16))
-        .min(limits::PLUGIN_RESTART_BACKOFF_MAX_MS);
-    let owner = id.to_string();
-    let t = d.reactor.schedule(Duration::from_millis(delay), move |d| {
-        if let Some(p) = d.plugins.plugins.get_mut(&owner) {
-            p.restart_timer = None;
-            if matches!(p.phase, Phase::Restarting(_)) {
-                p.phase = Phase::Idle;
-                start(d, &owner);
-            }
-        }
-    });
-    if let Some(p) = d.plugins.plugins.get_mut(id) {
-        p.restart_timer = Some(t);
-    }
-}
-
-/// A lane neither merged nor closed (seed 000, plugin.get lanes).
-pub fn lane_at_work(l: &crate::lanes::controller::Lane) -> bool {
-    use crate::lanes::machine::Stage;
-    !l.archived && !matches!(l.machine.stage, Stage::Merged | Stage::Closed)
-}
-
-/// plugin.get's `lanes`, computed when it is read: the lanes of the
-/// plugin's record at work, newest first, at most 50.
-pub fn lanes_at_work(d: &Daemon, rec: &Record) -> Vec<String> {
-    let mut live: Vec<&crate::lanes::controller::Lane> = rec
-        .lanes
-        .iter()
-        .filter_map(|l| d.lanes.map.get(l))
-        .filter(|l| lane_at_work(l))
-        .collect();
-    live.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
-    live.into_iter()
-        .take(limits::PLUGIN_GET_LIST_MAX)
-        .map(|l| l.id.clone())
-        .collect()
-}
-
-/// A dispatch plugin.remove aborts has landed with `lane`, or ended
-/// without one: the lane is closed and its sessions counted in `stopped`,
-/// and the worktree it left is listed. The last one lets a removal that
-/// waited for it finish.
-pub fn dispatch_aborted(d: &mut Daemon, id: &str, rid: &str, lane: Option<&str>) {
-    let mut stopped = 0;
-    let worktree = match lane {
-        Some(lane) => {
-            let wt = d.lanes.map.get(lane).map(|l| l.worktree.clone());
-            stopped = crate::daemon::router::lanes::stop_for_removal(d, lane);
-            wt
-        }
-        None => tasks::stored_request(d, rid)
-            .map(|(t, _)| crate::lanes::controller::planned_worktree(&d.cfg.lanes, &t)),
-    };
-    let created = tasks::stored_request(d, rid)
-        .map(|(_, c)| c)
-        .unwrap_or_default();
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    p.stopped_sessions += stopped;
-    if let Some(w) = worktree.filter(|w| w.exists()) {
-        p.removal.worktrees.push((created, w.display().to_string()));
-    }
-    p.removal.aborting.remove(rid);
-    if p.removal.aborting.is_empty() {
-        if let Some(t) = p.removal.timer.take() {
-            d.reactor.cancel(t);
-        }
-        if let Some(req) = p.removal.parked.take() {
-            finish_removal(d, id, req);
-        }
-    }
-}
-
-/// A dispatch cut off by a daemon stop, aborted by plugin.remove: nothing
-/// runs any more, but its lane may have started and its worktree may be
-/// there. Read from the request as the host stored it.
-pub fn abort_cut_off(d: &mut Daemon, id: &str, rid: &str) {
-    let Some((task, _)) = tasks::stored_request(d, rid) else {
-        return;
-    };
-    let wt = crate::lanes::controller::planned_worktree(&d.cfg.lanes, &task);
-    let lane = d
-        .lanes
-        .map
-        .values()
-        .find(|l| !l.archived && l.worktree == wt)
-        .map(|l| l.id.clone());
-    dispatch_aborted(d, id, rid, lane.as_deref());
-}
-
-/// Removes what is left of a plugin once its process is gone, and answers
-/// plugin.remove. A step that fails leaves it remove-pending; so does a
-/// dispatch it aborts that does not end within
-/// `plugins.remove_abort_timeout_ms`:
-/// the reply is then `plugin-remove-pending`, and the removal finishes by
-/// itself once the dispatch ends (it is bounded by
-/// `plugins.task_dispatch_timeout_ms`).
-pub fn finish_removal(d: &mut Daemon, id: &str, req: Option<Req>) {
-    if let Some(p) = d.plugins.plugins.get_mut(id)
-        && !p.removal.aborting.is_empty()
-    {
-        p.removal.parked = Some(req);
-        if p.removal.timer.is_none() {
-            let owner = id.to_string();
-            let t = d.reactor.schedule(
-                Duration::from_millis(d.cfg.plugins.remove_abort_timeout_ms),
-                move |d| abort_timed_out(d, &owner),
-            );
-            if let Some(p) = d.plugins.plugins.get_mut(id) {
-                p.removal.timer = Some(t);
-            }
-        }
-        return;
-    }
-    let Some(store) = &d.plugins.store else {
-        return;
-    };
-    match store.retire_plugin(id) {
-        Ok(retired) => {
-            if let Some(old) = retired {
-                discard_copy(d, old);
-            }
-            let op = Op::Exec {
-                sql: "DELETE FROM plugin_storage WHERE plugin = ?1",
-                params: vec![id.to_string().into()],
-            };
-            let owner = id.to_string();
-            d.write(vec![op], move |d, r| {
-                if let Err(e) = r {
-                    crate::error!("plugin {owner}: its storage was not deleted: {e}; it stays remove-pending");
-                    if let Some(p) = d.plugins.plugins.get_mut(&owner) {
-                        p.rec.removal = Some("remove-failed".into());
-                    }
-                    persist_then(d, move |d, _| {
-                        if let Some(req) = req {
-                            d.answer(req, Err(RpcError::new(Code::Unavailable, "the plugin's data could not be deleted; it stays remove-pending")));
-                        }
-                    });
-                    return;
-                }
-                let (stopped, mut worktrees) = d
-                    .plugins
-                    .plugins
-                    .remove(&owner)
-                    .map_or((0, Vec::new()), |p| (p.stopped_sessions, p.removal.worktrees));
-                crate::info!("plugin {owner} removed");
-                // Newest requests first, each worktree once, at most 50.
-                worktrees.sort_by(|a, b| b.0.cmp(&a.0));
-                let mut listed: Vec<String> = Vec::new();
-                for (_, w) in worktrees {
-                    if !listed.contains(&w) && listed.len() < limits::PLUGIN_REMOVE_WORKTREES_MAX {
-                        listed.push(w);
-                    }
-                }
-                // The folder and the storage are gone whatever the record
-                // says, so the answer is the removal's even when the record
-                // could not be written (the log says so; the record left
-                // on disk says remove-pending, and the next start finishes
-                // the removal).
-                persist_then(d, move |d, _| {
-                    if let Some(req) = req {
-                        d.answer(req, Ok(serde_json::json!({"plugin": owner, "removed": true, "stopped": stopped.min(limits::PLUGIN_REMOVE_STOPPED_MAX), "worktrees": listed})));
-                    }
-                });
-            });
-        }
-        Err(e) => {
-            crate::error!(
-                "plugin {id}: unable to delete its folder: {}; it stays remove-pending",
-                crate::errors::io_cause(&e)
-            );
-            if let Some(p) = d.plugins.plugins.get_mut(id) {
-                p.rec.removal = Some("remove-failed".into());
-            }
-            persist_then(d, move |d, _| {
-                if let Some(req) = req {
-                    d.answer(
-                        req,
-                        Err(RpcError::new(
-                            Code::Unavailable,
-                            "the plugin's folder could not be deleted; it stays remove-pending",
-                        )),
-                    );
-                }
-            });
-        }
-    }
-}
-
-/// A dispatch the removal aborts did not end in time: the plugin stays
-/// remove-pending (reason `remove-failed`) and the removal finishes by
-/// itself once it ends.
-fn abort_timed_out(d: &mut Daemon, id: &str) {
-    let Some(p) = d.plugins.plugins.get_mut(id) else {
-        return;
-    };
-    p.removal.timer = None;
-    p.rec.removal = Some("remove-failed".into());
-    let n = p.removal.aborting.len();
-    let req = p.removal.parked.as_mut().and_then(Option::take);
-    crate::warn!(
-        "plugin {id}: {n} aborted dispatch(es) did not end in {} ms; it stays remove-pending",
-        d.cfg.plugins.remove_abort_timeout_ms
-    );
-    persist_then(d, move |d, _| {
-        if let Some(req) = req {
-            d.answer(
-                req,
-                Err(RpcError::new(
-                    Code::PluginRemovePending,
-                    format!("{n} dispatch(es) of the plugin did not end when aborted; it stays remove-pending and the daemon finishes the removal when they end"),
-                )),
-            );
-        }
-    });
-}
-
-/// Offers committed events to the running plugins (module comment).
-pub fn offer_events(d: &mut Daemon, events: &[Appended]) {
-    if !d.plugins.plugins.values().any(|p| {
-        p.run
-            .as_ref()
-            .is_some_and(|r| r.initialized && !r.kinds.is_empty())
-    }) {
-        return;
-    }
-    for ev in events {
-        let Some(event) = map_event(ev) else { continue };
-        let Some(line) = wire::encode_event(&event) else {
-            continue;
-        };
-        let ids: Vec<String> = d
-            .plugins
-            .plugins
-            .iter()
-            .filter(|(_, p)| {
-                p.has(Permission::EventsRead)
-                    && p.run.as_ref().is_some_and(|r| {
-                        r.initialized
-                            && r.stopping.is_none()
-                            && r.fault.is_none()
-                            && r.kinds.contains(&event.kind)
-                    })
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for id in ids {
-            deliver(d, &id, &line, event.kind, &event.subject);
-        }
-    }
-}
-
-fn deliver(d: &mut Daemon, id: &str, line: &str, kind: EventKind, subject: &str) {
-    flush_dropped(d, id);
-    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
-        return;
-    };
-    if run.dropped > 0
-        || d.children.queued(run.child) + line.len() + 1 > limits::PLUGIN_EVENT_QUEUE_BYTES
-    {
-        run.dropped += 1;
-        return;
-    }
-    run.last_event = Some((kind, subject.to_string()));
-    write_line(d, id, line);
 }
 
 /// The members each kind's data carries (seed 000, Event kinds).
@@ -2174,120 +2603,6 @@ pub fn map_event(ev: &Appended) -> Option<wire::Event> {
     })
 }
 
-/// Sends command.run and answers `req` when the plugin does.
-pub fn run_command(d: &mut Daemon, id: &str, req: Req, command: String, input: Option<String>) {
-    let Some(run) = d.plugins.plugins.get_mut(id).and_then(|p| p.run.as_mut()) else {
-        return;
-    };
-    run.commands += 1;
-    let run_no = run.run_no;
-    let owner = id.to_string();
-    let full = format!("{id}.{command}");
-    // The timer needs the host id, which the send makes: send first with a
-    // placeholder timer, then put the real one in.
-    let placeholder = d.reactor.schedule(Duration::ZERO, |_| {});
-    d.reactor.cancel(placeholder);
-    let Some(hid) = send_request(
-        d,
-        id,
-        HostRequest::CommandRun { command, input },
-        HostCall::Command {
-            req,
-            command: full,
-            timer: placeholder,
-        },
-    ) else {
-        return;
-    };
-    let h = hid.clone();
-    let bound = d.cfg.plugins.command_timeout_ms;
-    let t = d.reactor.schedule(Duration::from_millis(bound), move |d| {
-        let Some(r) = run_mut(d, &owner, run_no) else {
-            return;
-        };
-        if let Some(HostCall::Command { req, .. }) = r.host_pending.remove(&h) {
-            r.commands = r.commands.saturating_sub(1);
-            d.answer(
-                req,
-                Err(RpcError::new(
-                    Code::PluginTimeout,
-                    format!("the plugin did not answer command.run in {bound} ms"),
-                )),
-            );
-        }
-    });
-    if let Some(HostCall::Command { timer, .. }) =
-        run_mut(d, id, run_no).and_then(|r| r.host_pending.get_mut(&hid))
-    {
-        *timer = t;
-    }
-}
-
-/// Counts each running plugin's processes and memory (module comment of
-/// [`super::process`]); runs while any plugin runs.
-fn ensure_watch(d: &mut Daemon) {
-    if d.plugins.watching {
-        return;
-    }
-    d.plugins.watching = true;
-    let every = Duration::from_millis(d.cfg.plugins.watch_interval_ms);
-    d.reactor.schedule(every, watch);
-}
-
-fn watch(d: &mut Daemon) {
-    d.plugins.watching = false;
-    let runs: Vec<(String, u64, i32)> = d
-        .plugins
-        .plugins
-        .iter()
-        .filter_map(|(k, p)| {
-            p.run
-                .as_ref()
-                .filter(|r| r.fault.is_none())
-                .map(|r| (k.clone(), r.run_no, r.pid))
-        })
-        .collect();
-    if runs.is_empty() {
-        return;
-    }
-    let pids: Vec<i32> = runs.iter().map(|r| r.2).collect();
-    let usage = process::sample(&pids);
-    let max_procs = d.cfg.plugins.max_processes;
-    let max_mem = d.cfg.plugins.memory_mb.saturating_mul(1024 * 1024);
-    for (id, run_no, pid) in runs {
-        let Some(u) = usage.get(&pid) else { continue };
-        if u.processes > max_procs {
-            fault(d, &id, run_no, Fault::Processes);
-        } else if u.rss_bytes > max_mem {
-            fault(d, &id, run_no, Fault::Memory);
-        }
-    }
-    ensure_watch(d);
-}
-
-/// Begins the daemon's stop for the plugins: `shutdown {reason:
-/// daemon-stop}` to each.
-pub fn stop_all(d: &mut Daemon) {
-    let ids: Vec<String> = d.plugins.plugins.keys().cloned().collect();
-    for id in ids {
-        stop(d, &id, ShutdownReason::DaemonStop);
-    }
-}
-
-/// True when no plugin process is left and no write of the records runs
-/// or waits.
-pub fn all_stopped(d: &Daemon) -> bool {
-    d.plugins.by_child.is_empty() && records_idle(d)
-}
-
-/// Kills what is left of every plugin: the last step of a daemon stop.
-pub fn kill_all(d: &mut Daemon) {
-    let children: Vec<ChildId> = d.plugins.by_child.keys().copied().collect();
-    for c in children {
-        d.children.signal(c, libc::SIGKILL);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::map_event;
@@ -2316,7 +2631,7 @@ mod tests {
         };
         let mut p = super::Plugin::new(rec);
         for _ in 0..1000 {
-            p.note_records(1);
+            p.note_records(1, std::time::Instant::now());
         }
         assert_eq!(
             p.ledger_records.len(),
@@ -2345,5 +2660,563 @@ mod tests {
         assert!(map_event(&ev("s-000000000000", "approval.request", &own)).is_none());
         let task = r#"{"requestId":"plugin_3b0c5a52-6d0f-4f0e-9d5c-1f2a3b4c5d6e","action":"task","risk":"high"}"#;
         assert!(map_event(&ev(sid, "approval.request", task)).is_none());
+    }
+}
+
+/// The host's glue, in memory: no thread, no process, no socket. A plugin
+/// "runs" as child 7; what it writes is fed to [`Host::on_output`], and
+/// what the host asks of the daemon is read from its effects.
+#[cfg(test)]
+mod glue_tests {
+    use super::*;
+    use crate::config::FileConfig;
+    use crate::core::inbox::{Answerer, Verdict};
+    use crate::lanes::controller::Dispatched;
+    use crate::plugins::effects::Pipes;
+    use serde_json::json;
+
+    const CHILD: ChildId = 7;
+
+    struct NoPipes;
+
+    impl Pipes for NoPipes {
+        fn queued(&self, _: ChildId) -> usize {
+            0
+        }
+        fn stdout_open(&self, _: ChildId) -> bool {
+            false
+        }
+    }
+
+    /// Lanes at work: `t-...` ones only.
+    struct FewViews;
+
+    impl Views for FewViews {
+        fn session_items(&self) -> Vec<Value> {
+            Vec::new()
+        }
+        fn session_item(&self, _: &str) -> Option<Value> {
+            None
+        }
+        fn seat_items(&self) -> Vec<Value> {
+            Vec::new()
+        }
+        fn lane_items(&self) -> Vec<LaneItem> {
+            Vec::new()
+        }
+        fn lane_at_work(&self, lane: &str) -> Option<i64> {
+            lane.starts_with("t-").then_some(1)
+        }
+    }
+
+    fn cfg() -> PluginsSection {
+        FileConfig::default().plugins
+    }
+
+    fn cx(cfg: &PluginsSection) -> Cx<'_> {
+        Cx {
+            cfg,
+            stopping: false,
+            started: Instant::now(),
+            now: Instant::now(),
+            pipes: &NoPipes,
+            views: &FewViews,
+        }
+    }
+
+    /// The lines the effects write to the plugin, parsed.
+    fn written(fx: &[Effect]) -> Vec<Value> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Write { child, bytes } if *child == CHILD => {
+                    Some(serde_json::from_slice(bytes).expect("a JSON line"))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn feed(h: &mut Host, c: &PluginsSection, line: Value) -> Vec<Effect> {
+        let bytes = serde_json::to_vec(&line).unwrap();
+        h.on_output(CHILD, vec![Output::Line(bytes)], &cx(c));
+        h.take_effects()
+    }
+
+    /// A host whose plugin `pal` (with `permissions`) runs and answered
+    /// initialize.
+    fn running(c: &PluginsSection, permissions: &[&str]) -> Host {
+        let mut json = json!({
+            "manifestVersion": 1, "api": "1.1", "id": "pal", "name": "P",
+            "version": "1.0.0", "description": "d", "main": "main.py",
+            "permissions": permissions,
+        });
+        if permissions.contains(&"commands.add") {
+            json["commands"] = json!([{"id": "hold", "title": "Hold"}]);
+        }
+        let manifest = Manifest::parse(&serde_json::to_vec(&json).unwrap()).unwrap();
+        let mut p = Plugin::new(Record::new("pal"));
+        p.approved = Some(Loaded {
+            manifest,
+            json,
+            hash: "0".repeat(64),
+            files_count: 1,
+            files_bytes: 1,
+        });
+        let mut h = Host::new(None);
+        h.plugins.insert("pal".into(), p);
+        h.spawned("pal", Ok((CHILD, 100)), &cx(c));
+        let fx = h.take_effects();
+        let init = written(&fx);
+        assert_eq!(init[0]["method"], "initialize", "{fx:?}");
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Initialize {
+                plugin: "pal".into(),
+                run_no: 1
+            },
+            after: Duration::from_millis(c.initialize_timeout_ms),
+        }));
+        let fx = feed(&mut h, c, json!({"id": "h-1", "result": {"api": "1.1"}}));
+        assert!(
+            fx.iter().any(|e| matches!(
+                e,
+                Effect::Timer {
+                    key: TimerKey::Ping { .. },
+                    ..
+                }
+            )),
+            "{fx:?}"
+        );
+        assert_eq!(h.plugins["pal"].state().0, "running");
+        h
+    }
+
+    fn ledger(fx: Vec<Effect>) -> (Vec<Op>, Vec<Withdraw>, Ack) {
+        let mut found = fx.into_iter().filter_map(|e| match e {
+            Effect::Ledger { ops, withdraw, ack } => Some((ops, withdraw, ack)),
+            _ => None,
+        });
+        let one = found.next().expect("a ledger batch");
+        assert!(found.next().is_none());
+        one
+    }
+
+    #[test]
+    fn storage_set_is_answered_only_once_committed_and_undone_when_not() {
+        let c = cfg();
+        let mut h = running(&c, &["storage.own"]);
+        let set =
+            json!({"id": "1", "method": "storage.set", "params": {"key": "k", "value": "v1"}});
+        let fx = feed(&mut h, &c, set);
+        assert!(
+            written(&fx).is_empty(),
+            "nothing is answered before the commit"
+        );
+        let (ops, withdraw, ack) = ledger(fx);
+        assert_eq!(ops.len(), 1);
+        assert!(withdraw.is_empty());
+        // A read sees the value at once (the host's copy is the truth the
+        // next commit makes durable).
+        let get = json!({"id": "2", "method": "storage.get", "params": {"key": "k"}});
+        let fx = feed(&mut h, &c, get);
+        assert_eq!(
+            written(&fx),
+            [json!({"id": "2", "result": {"key": "k", "value": "v1"}})]
+        );
+        h.committed(ack, Ok(()));
+        assert_eq!(
+            written(&h.take_effects()),
+            [json!({"id": "1", "result": {"key": "k", "bytes": 2}})]
+        );
+
+        // A batch the ledger refuses: unavailable, and the value is undone.
+        let set =
+            json!({"id": "3", "method": "storage.set", "params": {"key": "k", "value": "v2"}});
+        let (_, _, ack) = ledger(feed(&mut h, &c, set));
+        assert_eq!(h.plugins["pal"].storage["k"], "v2");
+        h.committed(ack, Err("the ledger is read-only".into()));
+        let out = written(&h.take_effects());
+        assert_eq!(out[0]["id"], "3");
+        assert_eq!(out[0]["error"]["code"], "unavailable", "{out:?}");
+        assert_eq!(h.plugins["pal"].storage["k"], "v1");
+    }
+
+    #[test]
+    fn a_command_not_answered_in_time_is_a_timeout_and_its_late_answer_is_ignored() {
+        let c = cfg();
+        let mut h = running(&c, &["commands.add"]);
+        let to = ReplyKey(9);
+        h.run_command("pal", to, "hold".into(), None, &cx(&c));
+        let fx = h.take_effects();
+        let sent = written(&fx);
+        assert_eq!(sent[0]["method"], "command.run");
+        let hid = sent[0]["id"].as_str().unwrap().to_string();
+        let key = TimerKey::Command {
+            plugin: "pal".into(),
+            run_no: 1,
+            hid: hid.clone(),
+        };
+        assert!(fx.contains(&Effect::Timer {
+            key: key.clone(),
+            after: Duration::from_millis(c.command_timeout_ms),
+        }));
+        assert_eq!(h.plugins["pal"].run.as_ref().unwrap().commands, 1);
+        h.on_timer(key, &cx(&c));
+        let fx = h.take_effects();
+        let [
+            Effect::Reply {
+                to: t,
+                result: Err(e),
+            },
+        ] = fx.as_slice()
+        else {
+            panic!("{fx:?}");
+        };
+        assert_eq!((*t, e.code), (to, Code::PluginTimeout));
+        assert_eq!(h.plugins["pal"].run.as_ref().unwrap().commands, 0);
+        // The plugin answers after all: nobody waits for it any more.
+        let fx = feed(&mut h, &c, json!({"id": hid, "result": {"text": "late"}}));
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Reply { .. })),
+            "{fx:?}"
+        );
+    }
+
+    #[test]
+    fn a_command_answered_in_time_cancels_its_timer_and_answers_the_operator() {
+        let c = cfg();
+        let mut h = running(&c, &["commands.add"]);
+        h.run_command("pal", ReplyKey(1), "hold".into(), None, &cx(&c));
+        let hid = written(&h.take_effects())[0]["id"].clone();
+        let fx = feed(&mut h, &c, json!({"id": hid, "result": {"text": "held"}}));
+        assert!(fx.contains(&Effect::CancelTimer(TimerKey::Command {
+            plugin: "pal".into(),
+            run_no: 1,
+            hid: hid.as_str().unwrap().into(),
+        })));
+        assert!(fx.contains(&Effect::Reply {
+            to: ReplyKey(1),
+            result: Ok(json!({"command": "pal.hold", "text": "held"})),
+        }));
+    }
+
+    fn task(id: &str) -> Value {
+        json!({"id": id, "method": "tasks.create", "params": {
+            "repo": "/srv/work/shop", "task": "Fix the login.", "builder": "claude",
+            "verifier": "codex", "acceptance": {"name": "unit tests", "command": "npm test"},
+        }})
+    }
+
+    /// A task request stored and in the inbox: its request id.
+    fn pending_task(h: &mut Host, c: &PluginsSection, wid: &str) -> String {
+        let fx = feed(h, c, task(wid));
+        assert!(written(&fx).is_empty());
+        let (ops, _, ack) = ledger(fx);
+        assert_eq!(ops.len(), 1);
+        h.committed(ack, Ok(()));
+        let fx = h.take_effects();
+        let [Effect::AddApproval { rid, task, .. }] = fx.as_slice() else {
+            panic!("{fx:?}");
+        };
+        assert_eq!(task.summary, "P: Fix the login. in /srv/work/shop");
+        assert_eq!(task.plugin, "pal");
+        rid.clone()
+    }
+
+    #[test]
+    fn a_task_request_goes_through_the_inbox_to_a_lane_and_answers_the_plugin() {
+        let c = cfg();
+        let mut h = running(&c, &["tasks.create"]);
+        let rid = pending_task(&mut h, &c, "t1");
+        assert_eq!(h.tasks.by_id[&rid].state, tasks::State::Pending);
+
+        // The operator allows it: answered at once, dispatched, bounded.
+        let by = Answerer::Operator { pid: 1 };
+        assert!(h.on_task_answer(&rid, Verdict::Allow, &by, &cx(&c)));
+        let fx = h.take_effects();
+        assert_eq!(h.tasks.by_id[&rid].state, tasks::State::Answered);
+        assert!(h.tasks.dispatching(&rid));
+        assert_eq!(h.plugins["pal"].rec.starting, std::slice::from_ref(&rid));
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Dispatch { rid: rid.clone() },
+            after: Duration::from_millis(c.task_dispatch_timeout_ms),
+        }));
+        let request = fx
+            .iter()
+            .find_map(|e| match e {
+                Effect::Dispatch { rid: r, request } if *r == rid => Some(request.clone()),
+                _ => None,
+            })
+            .expect("a dispatch");
+        assert_eq!(
+            (request.repo.as_path(), request.builder.as_str()),
+            (std::path::Path::new("/srv/work/shop"), "claude")
+        );
+        assert!(written(&fx).is_empty(), "the call waits for the lane");
+        // tasks.cancel now says it is answered.
+        let fx = feed(
+            &mut h,
+            &c,
+            json!({"id": "c1", "method": "tasks.cancel", "params": {"id": "t1"}}),
+        );
+        assert_eq!(written(&fx)[0]["error"]["data"]["state"], "answered");
+
+        // The lane starts: the plugin's call gets it, the record lists it.
+        let lane = Dispatched {
+            lane: "t-0c1d2e3f4a5b".into(),
+            session: "s-4f9a1c2b7d3e".into(),
+            branch: "b".into(),
+            worktree: "/w".into(),
+        };
+        h.landed(&rid, tasks::Landing::Answered(Ok(lane)), &cx(&c));
+        let fx = h.take_effects();
+        assert!(fx.contains(&Effect::CancelTimer(TimerKey::Dispatch {
+            rid: rid.clone()
+        })));
+        assert_eq!(
+            written(&fx),
+            [json!({"id": "t1", "result": {
+                "requestId": rid, "lane": "t-0c1d2e3f4a5b", "session": "s-4f9a1c2b7d3e"
+            }})]
+        );
+        assert!(!h.tasks.dispatching(&rid));
+        assert!(h.plugins["pal"].rec.starting.is_empty());
+        assert_eq!(h.plugins["pal"].rec.lanes, ["t-0c1d2e3f4a5b"]);
+
+        // The timeout that was cancelled cannot answer twice; a lane that
+        // lands after its request ended is closed.
+        h.on_timer(TimerKey::Dispatch { rid: rid.clone() }, &cx(&c));
+        assert!(written(&h.take_effects()).is_empty());
+        let late = Dispatched {
+            lane: "t-111111111111".into(),
+            session: "s-222222222222".into(),
+            branch: "b".into(),
+            worktree: "/w".into(),
+        };
+        h.landed(&rid, tasks::Landing::Answered(Ok(late)), &cx(&c));
+        assert_eq!(
+            h.take_effects(),
+            [Effect::CloseLane {
+                lane: "t-111111111111".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_denied_expired_or_refused_task_request_answers_the_plugin_typed() {
+        let c = cfg();
+        let mut h = running(&c, &["tasks.create"]);
+        let by = Answerer::Operator { pid: 1 };
+        for (wid, verdict, by, code) in [
+            ("d1", Verdict::Deny, by.clone(), "approval-denied"),
+            ("e1", Verdict::Deny, Answerer::Timeout, "approval-expired"),
+        ] {
+            let rid = pending_task(&mut h, &c, wid);
+            assert!(h.on_task_answer(&rid, verdict, &by, &cx(&c)));
+            let (ops, _, ack) = ledger(h.take_effects());
+            assert_eq!(ops.len(), 1);
+            h.committed(ack, Ok(()));
+            let out = written(&h.take_effects());
+            assert_eq!(
+                (&out[0]["id"], &out[0]["error"]["code"]),
+                (&json!(wid), &json!(code))
+            );
+        }
+        // The lanes refuse the dispatch: task-refused with the daemon's code.
+        let rid = pending_task(&mut h, &c, "r1");
+        assert!(h.on_task_answer(&rid, Verdict::Allow, &by, &cx(&c)));
+        h.take_effects();
+        let refused = RpcError::new(Code::RepoUnknown, "no such repository");
+        h.landed(&rid, tasks::Landing::Answered(Err(refused)), &cx(&c));
+        let out = written(&h.take_effects());
+        assert_eq!(out[0]["error"]["code"], "task-refused", "{out:?}");
+    }
+
+    #[test]
+    fn a_run_that_ends_orphans_its_pending_requests_in_one_batch_with_their_inbox_items() {
+        let c = cfg();
+        let mut h = running(&c, &["tasks.create"]);
+        let rid = pending_task(&mut h, &c, "t1");
+        h.on_exit(
+            CHILD,
+            ExitStatus {
+                code: Some(1),
+                signal: None,
+            },
+            &cx(&c),
+        );
+        let fx = h.take_effects();
+        assert_eq!(
+            fx,
+            [Effect::Reap {
+                plugin: "pal".into(),
+                child: CHILD,
+                status: ExitStatus {
+                    code: Some(1),
+                    signal: None
+                },
+            }]
+        );
+        h.reaped(
+            "pal",
+            ExitStatus {
+                code: Some(1),
+                signal: None,
+            },
+            b"boom\n",
+            &cx(&c),
+        );
+        let fx = h.take_effects();
+        let (ops, withdraw, ack) = fx
+            .iter()
+            .find_map(|e| match e {
+                Effect::Ledger { ops, withdraw, ack } => Some((ops, withdraw, ack)),
+                _ => None,
+            })
+            .expect("a ledger batch");
+        assert_eq!(ops.len(), 1);
+        assert_eq!(
+            withdraw.as_slice(),
+            [Withdraw {
+                rid: rid.clone(),
+                why: "the plugin's run ended".into(),
+                surface: "daemon",
+            }]
+        );
+        assert_eq!(ack, &Ack::Task(tasks::Ack::Orphaned));
+        assert_eq!(h.tasks.by_id[&rid].state, tasks::State::Orphaned);
+        // The exit is a crash: a restart after the backoff.
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Restart {
+                plugin: "pal".into()
+            },
+            after: Duration::from_millis(c.restart_backoff_ms),
+        }));
+        assert_eq!(h.plugins["pal"].state(), ("restarting", Some("exit")));
+        // What it wrote last, after the note that it ran unisolated.
+        let tail = &h.plugins["pal"].stderr_tail;
+        assert!(tail.starts_with("[omniconfluxd] this plugin ran without isolation"));
+        assert!(tail.ends_with("\nboom\n"), "{tail}");
+    }
+
+    #[test]
+    fn a_plugin_that_reads_nothing_is_killed_for_flood_and_a_stop_escalates() {
+        let c = cfg();
+        let mut h = running(&c, &["storage.own"]);
+        h.write_refused(CHILD);
+        assert_eq!(
+            h.take_effects(),
+            [Effect::Signal {
+                child: CHILD,
+                signal: libc::SIGKILL
+            }]
+        );
+        // A second host: the stop sequence, shutdown then TERM then KILL.
+        let mut h = running(&c, &["storage.own"]);
+        h.stop("pal", ShutdownReason::Disabled);
+        let fx = h.take_effects();
+        assert_eq!(written(&fx)[0]["method"], "shutdown");
+        assert!(fx.contains(&Effect::CloseStdin(CHILD)));
+        let term = TimerKey::Term {
+            plugin: "pal".into(),
+            run_no: 1,
+        };
+        assert!(fx.contains(&Effect::Timer {
+            key: term.clone(),
+            after: Duration::from_millis(limits::PLUGIN_SHUTDOWN_TERM_MS),
+        }));
+        h.on_timer(term, &cx(&c));
+        let fx = h.take_effects();
+        assert_eq!(
+            fx[0],
+            Effect::Signal {
+                child: CHILD,
+                signal: libc::SIGTERM
+            }
+        );
+        assert!(matches!(
+            &fx[1],
+            Effect::Timer {
+                key: TimerKey::Kill { .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn the_watch_counts_on_a_worker_and_a_tree_over_its_bound_is_killed() {
+        let c = cfg();
+        let mut h = running(&c, &["storage.own"]);
+        h.on_timer(TimerKey::Watch, &cx(&c));
+        assert_eq!(
+            h.take_effects(),
+            [Effect::Job(Job::Sample { roots: vec![100] })]
+        );
+        let over = process::Usage {
+            processes: c.max_processes + 1,
+            rss_bytes: 0,
+        };
+        let usage = HashMap::from([(100, over)]);
+        h.on_report(Report::Sampled(usage), &cx(&c));
+        let fx = h.take_effects();
+        assert_eq!(
+            fx[0],
+            Effect::Signal {
+                child: CHILD,
+                signal: libc::SIGKILL
+            }
+        );
+        // The watch goes on while a plugin runs: one timer at a time.
+        assert!(fx.contains(&Effect::Timer {
+            key: TimerKey::Watch,
+            after: Duration::from_millis(c.watch_interval_ms),
+        }));
+        h.on_output(CHILD, Vec::new(), &cx(&c));
+        assert!(
+            !h.take_effects()
+                .iter()
+                .any(|e| matches!(e, Effect::Timer { .. }))
+        );
+    }
+
+    #[test]
+    fn records_are_written_one_at_a_time_and_answers_wait_for_the_write_that_holds_them() {
+        let dir = std::env::temp_dir().join(format!("host-glue-{}", std::process::id()));
+        let store = Store::open(&dir).expect("a store");
+        let mut h = Host::new(Some(store));
+        h.plugins
+            .insert("pal".into(), Plugin::new(Record::new("pal")));
+        h.persist();
+        let fx = h.take_effects();
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::Job(Job::WriteRecords { .. })]
+        ));
+        // Changed again while it runs: one more write, after this one.
+        h.plugins.get_mut("pal").unwrap().rec.enabled = false;
+        h.persist_then(Saved::Answer {
+            to: ReplyKey(1),
+            value: json!({"ok": true}),
+        });
+        assert!(h.take_effects().is_empty());
+        assert!(!h.all_stopped());
+        let c = cfg();
+        h.on_report(Report::RecordsWritten(Ok(())), &cx(&c));
+        let fx = h.take_effects();
+        let [Effect::Job(Job::WriteRecords { records, .. })] = fx.as_slice() else {
+            panic!("{fx:?}");
+        };
+        assert!(
+            !records[0].enabled,
+            "the second write takes the records as they are now"
+        );
+        // It fails: the answer that waited for it says so.
+        h.on_report(Report::RecordsWritten(Err("disk full".into())), &cx(&c));
+        let fx = h.take_effects();
+        let [Effect::Reply { to, result: Err(e) }] = fx.as_slice() else {
+            panic!("{fx:?}");
+        };
+        assert_eq!((*to, e.code), (ReplyKey(1), Code::Unavailable));
+        assert!(h.all_stopped());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -12,11 +12,13 @@
 //!   directory.
 //! - [`process`]: how a plugin process is started, isolated and watched.
 //! - [`host`]: every plugin's run, the wire exchange, limits and faults.
+//! - [`effects`]: what the host asks of the daemon and reads of it.
 //! - [`tasks`]: tasks.create, tasks.cancel and plugin.request.get, and
 //!   their requests' place in the daemon's approvals inbox.
 //! - [`views`]: what the host reads of sessions, seats and lanes.
 
 pub mod calls;
+pub mod effects;
 pub mod host;
 pub mod manifest;
 pub mod process;

@@ -18,22 +18,74 @@
 use serde_json::{Value, json};
 
 use super::calls::{LaneBuilder, LaneItem, LaneSeat, LaneVerdict};
+use super::effects::Views;
 use crate::agents::EndReason;
+use crate::core::Core;
 use crate::core::sessions::{State, Summary};
-use crate::daemon::Daemon;
-use crate::lanes::controller::{Lane, SeatRef, head_and_stale};
+use crate::lanes::controller::{Lane, Lanes, SeatRef, head_and_stale};
+use crate::lanes::machine::Stage;
 
-/// The daemon's sessions in creation order: this machine's first, then the
-/// sessions it follows on other nodes (this daemon follows none).
-pub fn session_items(d: &Daemon) -> Vec<Value> {
-    d.core
-        .sessions
-        .iter()
-        .map(|s| {
-            let s = s.summary();
-            session_item_of(&s, s.state, &d.node_name)
-        })
-        .collect()
+/// The host's view of the daemon's sessions, seats and lanes, read at the
+/// moment of the answer.
+pub struct Of<'a> {
+    pub core: &'a Core,
+    pub lanes: &'a Lanes,
+    pub node: &'a str,
+}
+
+impl Views for Of<'_> {
+    /// The daemon's sessions in creation order: this machine's first, then
+    /// the sessions it follows on other nodes (this daemon follows none).
+    fn session_items(&self) -> Vec<Value> {
+        self.core
+            .sessions
+            .iter()
+            .map(|s| {
+                let s = s.summary();
+                session_item_of(&s, s.state, self.node)
+            })
+            .collect()
+    }
+
+    /// One session's item, read now, for the busy query (sessions.get, API
+    /// 1.1): as sessions.list gives it, except that a session the daemon
+    /// counts as busy although no turn runs is `running`: input is queued
+    /// for it (the next turn is about to start), or its agent is being
+    /// stopped (seed 001: "including interruption cleanup"). `turnActive`
+    /// stays what it is.
+    fn session_item(&self, session: &str) -> Option<Value> {
+        let s = self.core.sessions.summary(session)?;
+        let state = match s.state {
+            State::Idle if s.busy => State::Running,
+            st => st,
+        };
+        Some(session_item_of(&s, state, self.node))
+    }
+
+    /// The seats of the registry, in registry order.
+    fn seat_items(&self) -> Vec<Value> {
+        self.core
+            .seats
+            .list
+            .iter()
+            .map(|s| s.plugin_item())
+            .collect()
+    }
+
+    /// The lanes verify.list gives, newest first, archived lanes left out.
+    /// The host keeps a copy of this for 5 seconds.
+    fn lane_items(&self) -> Vec<LaneItem> {
+        self.lanes.listed().into_iter().map(lane_item).collect()
+    }
+
+    /// A lane neither merged nor closed (seed 000, plugin.get lanes).
+    fn lane_at_work(&self, lane: &str) -> Option<i64> {
+        self.lanes
+            .map
+            .get(lane)
+            .filter(|l| !l.archived && !matches!(l.machine.stage, Stage::Merged | Stage::Closed))
+            .map(|l| l.created_ms)
+    }
 }
 
 /// The plugin wire's sessions.list item (seed 000, exactly), in `state`.
@@ -53,41 +105,6 @@ fn session_item_of(s: &Summary, state: State, node: &str) -> Value {
         "worktree": s.cwd.display().to_string(),
         "createdAt": s.created_at,
     })
-}
-
-/// One session's item, read now, for the busy query (sessions.get, API
-/// 1.1): as sessions.list gives it, except that a session the daemon counts
-/// as busy although no turn runs is `running`: input is queued for it (the
-/// next turn is about to start), or its agent is being stopped (seed 001:
-/// "including interruption cleanup"). `turnActive` stays what it is.
-pub fn session_item(d: &Daemon, session: &str) -> Option<Value> {
-    let s = d.core.sessions.summary(session)?;
-    let state = match s.state {
-        State::Idle if s.busy => State::Running,
-        st => st,
-    };
-    Some(session_item_of(&s, state, &d.node_name))
-}
-
-/// A sessions.list item's cursor: its session id.
-pub fn session_cursor(item: &Value) -> String {
-    item["session"].as_str().unwrap_or_default().to_string()
-}
-
-/// The seats of the registry, in registry order.
-pub fn seat_items(d: &Daemon) -> Vec<Value> {
-    d.core.seats.list.iter().map(|s| s.plugin_item()).collect()
-}
-
-/// A seats.list item's cursor: its harness id.
-pub fn seat_cursor(item: &Value) -> String {
-    item["harness"].as_str().unwrap_or_default().to_string()
-}
-
-/// The lanes verify.list gives, newest first, archived lanes left out. The
-/// host keeps a copy of this for 5 seconds.
-pub fn lane_items(d: &Daemon) -> Vec<LaneItem> {
-    d.lanes.listed().into_iter().map(lane_item).collect()
 }
 
 /// The lane as lanes.list gives it to plugins (seed 000).

@@ -21,9 +21,11 @@
 //! once the reopened sessions are in place. The sessions and the approvals
 //! inbox are converted too: their routes are in [`sessions`]; the lane
 //! controller's effects and its workers' reports are carried out in
-//! [`lanes`]; locked mode's operations run one at a time in [`lock`].
-//! Plugins still take the daemon and are called from here as
-//! they are.
+//! [`lanes`]; the plugin host's in [`plugins`]; locked mode's operations
+//! run one at a time in [`lock`]. Each of those files is the one place its
+//! subsystem meets the others: what one asks of another comes back to the
+//! router as an effect, which calls the other and hands the typed result
+//! back.
 //!
 //! Where answers go: `ReplyTo` stays in the daemon, beside the surfaces it
 //! names (a socket connection, an HTTP handler's channel, later a relay
@@ -34,7 +36,8 @@
 //! subsystem; an answer a subsystem gives at once is its method's return
 //! value, and one given after a commit is the router's to send when the
 //! commit comes back. Lanes and plugins take the same `core::ReplyKey`
-//! for their own requests.
+//! for their own requests; each route file keeps its own key-to-caller
+//! map.
 
 use std::collections::VecDeque;
 
@@ -46,6 +49,8 @@ use super::Daemon;
 use super::effects::{DomainEvent, Effect, Job, Report};
 use crate::core::seats::{self, Seats};
 use crate::reactor::Msg;
+
+pub mod plugins;
 
 /// The router's state: its queue, and what it waits for before the
 /// sessions of the last run are reopened.
@@ -59,6 +64,7 @@ pub struct Router {
     sessions: sessions::Routes,
     /// The lane workers and who waits for the lanes' answers.
     lanes: lanes::Route,
+    plugins: plugins::State,
 }
 
 impl Router {
@@ -95,6 +101,7 @@ pub fn apply<E: Into<Effect>>(d: &mut Daemon, effects: impl IntoIterator<Item = 
             Effect::Job(job) => start(d, job),
             Effect::Event(ev) => deliver(d, ev),
             Effect::Lanes(e) => lanes::run(d, *e),
+            Effect::Plugins(e) => plugins::apply(d, *e),
         }
     }
 }
@@ -113,6 +120,7 @@ pub fn report(d: &mut Daemon, report: Report) {
             seats(d, |s| s.on_report(r, now));
         }
         Report::Lanes(r) => lanes::report(d, *r),
+        Report::Plugins(r) => plugins::report(d, *r),
     }
 }
 

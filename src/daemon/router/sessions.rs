@@ -621,9 +621,7 @@ fn settle(d: &mut Daemon, s: &Settle, round: &mut Round) -> Result<Item, RpcErro
 /// call no longer waits).
 fn deliver(d: &mut Daemon, item: &Item, s: &Settle, round: &mut Round) -> Result<bool, RpcError> {
     match approvals::owner(item) {
-        Owner::PluginRequest { id } => {
-            Ok(crate::plugins::tasks::on_answer(d, id, s.verdict, &s.by))
-        }
+        Owner::PluginRequest { id } => Ok(super::plugins::task_answered(d, id, s.verdict, &s.by)),
         Owner::Lane { lane, commit } => {
             Ok(super::lanes::merge_answered(d, lane, commit, s.verdict))
         }

@@ -7,9 +7,9 @@
 use super::*;
 
 /// Whoever waits for an answer of the lanes (a socket request, a plugin's
-/// task request), as an opaque key the router hands in and maps back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ReplyKey(pub u64);
+/// task request): the domain's one opaque key, which the router hands in
+/// and maps back.
+pub use crate::core::ReplyKey;
 
 /// What a change of the lanes asks of the rest of the daemon, applied by
 /// the router in the order given.

@@ -16,25 +16,29 @@
 //! `plugin-remove-pending`.
 //!
 //! A method that changed the plugin records answers once they are on disk
-//! (`host::when_saved`), `unavailable` when they could not be written.
+//! (`Host::when_saved`), `unavailable` when they could not be written.
 //! plugin.install answers once its copy is made on the install thread
-//! (`host::stage`), checked, put in place and recorded.
+//! (`Host::stage`; the router hands the copy to [`staged`]), checked, put
+//! in place and recorded. Every call that changes the host goes through
+//! `router::plugins::with`, which applies the effects the host returns; a
+//! request the host answers later is handed to it as a `ReplyKey`.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
 use super::{params, require_operator};
+use crate::daemon::router::plugins as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::ledger::Op;
 use crate::limits;
+use crate::plugins::effects::{ApproveRequest, Saved};
 use crate::plugins::host::{self, AfterStop, Phase, Plugin};
 use crate::plugins::manifest::{
     self, CommandInput, Manifest, Snapshot, is_command_id, is_plugin_id,
 };
 use crate::plugins::store::{self, Approval, Copy, Record, Waiting};
-use crate::plugins::tasks;
 use crate::plugins::text;
 use crate::plugins::wire::{Permission, RUNNABLE_APIS, ShutdownReason};
 use crate::procs::CallerClass;
@@ -43,7 +47,7 @@ use super::Handled;
 
 /// Serves one `plugin.*` method.
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
-    let asked = host::records_asked(d);
+    let asked = d.plugins.records_asked();
     let result = match method {
         "plugin.install" => install(d, &req, p),
         "plugin.list" => list(d, p),
@@ -68,21 +72,12 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 /// on disk.
 fn answer_saved(d: &mut Daemon, req: Req, asked: u64, result: Handled) {
     match result {
-        Ok(Some(v)) if host::records_asked(d) != asked => {
-            host::when_saved(d, move |d, saved| {
-                d.answer(req, saved.map(|()| v).map_err(unsaved))
-            });
+        Ok(Some(value)) if d.plugins.records_asked() != asked => {
+            let to = route::reply_key(d, req);
+            route::with(d, |h, _| h.when_saved(Saved::Answer { to, value }));
         }
         other => super::finish(d, req, other),
     }
-}
-
-/// The answer when the records a method changed could not be written.
-fn unsaved(_: String) -> RpcError {
-    RpcError::new(
-        Code::Unavailable,
-        "the plugin record could not be written; the log says why",
-    )
 }
 
 fn not_found(id: &str) -> RpcError {
@@ -164,13 +159,25 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         CallerClass::Plugin(_) => "plugin",
         CallerClass::AgentSession(_) | CallerClass::Unverified => "agent-session",
     };
-    let req = req.clone();
-    host::stage(d, PathBuf::from(path), move |d, staged| {
-        let asked = host::records_asked(d);
-        let result = place(d, installed_by, staged);
-        answer_saved(d, req, asked, result);
-    })?;
+    let to = route::reply_key(d, req.clone());
+    let staged = route::with(d, |h, _| h.stage(to, installed_by, PathBuf::from(path)));
+    if let Err(e) = staged {
+        route::take_reply(d, to);
+        return Err(e);
+    }
     Ok(None)
+}
+
+/// plugin.install's copy is made (or failed): placed and answered.
+pub fn staged(
+    d: &mut Daemon,
+    req: Req,
+    installed_by: &'static str,
+    staged: Result<(PathBuf, Snapshot), manifest::Problem>,
+) {
+    let asked = d.plugins.records_asked();
+    let result = place(d, installed_by, staged);
+    answer_saved(d, req, asked, result);
 }
 
 /// The rest of plugin.install once the copy is made: checked against the
@@ -197,7 +204,7 @@ fn place(
         }
     };
     if let Some(e) = refused {
-        host::discard_copy(d, staging);
+        route::with(d, |h, _| h.discard_copy(staging));
         return Err(e);
     }
     let same_approved = existing
@@ -217,7 +224,7 @@ fn place(
             "plugin": id, "version": m.version, "snapshotHash": snap.hash, "state": p.state().0,
             "replaced": false, "unchanged": true, "installedBy": installed.unwrap_or_else(|| installed_by.to_string()),
         });
-        host::discard_copy(d, staging);
+        route::with(d, |h, _| h.discard_copy(staging));
         return Ok(Some(answer));
     }
     let replaced = existing.is_some_and(|p| p.rec.waiting.is_some());
@@ -225,11 +232,11 @@ fn place(
     match store.place_waiting(&id, &staging) {
         Ok(retired) => {
             if let Some(old) = retired {
-                host::discard_copy(d, old);
+                route::with(d, |h, _| h.discard_copy(old));
             }
         }
         Err(e) => {
-            host::discard_copy(d, staging);
+            route::with(d, |h, _| h.discard_copy(staging));
             crate::error!(
                 "plugin {id}: unable to place the installed copy: {}",
                 crate::errors::io_cause(&e)
@@ -251,10 +258,10 @@ fn place(
         None => {
             let mut rec = Record::new(&id);
             rec.waiting = Some(waiting);
-            d.plugins.plugins.insert(id.clone(), host::new_plugin(rec));
+            d.plugins.plugins.insert(id.clone(), Plugin::new(rec));
         }
     }
-    host::persist(d);
+    route::with(d, |h, _| h.persist());
     crate::info!(
         "plugin {id} {} installed by the {installed_by}; it waits for approval",
         snap.manifest.version
@@ -386,7 +393,7 @@ fn get(d: &mut Daemon, p: Map<String, Value>) -> Handled {
         "waiting": waiting,
         "files": {"count": p.approved.as_ref().map_or(0, |l| l.files_count), "bytes": p.approved.as_ref().map_or(0, |l| l.files_bytes)},
         "storage": {"keys": usage.keys, "bytes": usage.bytes},
-        "lanes": host::lanes_at_work(d, &p.rec),
+        "lanes": route::lanes_at_work(d, &p.rec),
         "starting": p.rec.starting.iter().take(limits::PLUGIN_GET_LIST_MAX).collect::<Vec<_>>(),
         "crashes": crashes,
         "lastExit": p.last_exit.as_ref().map(|e| json!({"at": e.at, "code": e.code, "signal": e.signal, "fault": e.fault.map(|f| f.name())})),
@@ -471,9 +478,56 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         return Err(stale("another snapshot hash"));
     }
     ledger_ok(d)?;
+    let to = route::reply_key(d, req.clone());
+    let a = ApproveRequest {
+        plugin: a.plugin,
+        snapshot_hash: a.snapshot_hash,
+        permissions: a.permissions,
+        commands: a.commands,
+        operator: a.operator,
+    };
+    if let Err(e) = route::with(d, |h, _| h.check_waiting(to, a)) {
+        route::take_reply(d, to);
+        return Err(e);
+    }
+    Ok(None)
+}
+
+/// plugin.approve's waiting copy is checked (on the install thread):
+/// approved and answered, unless the plugin changed meanwhile.
+pub fn approve_checked(
+    d: &mut Daemon,
+    req: Req,
+    a: ApproveRequest,
+    checked: Result<Snapshot, manifest::Problem>,
+) {
+    let asked = d.plugins.records_asked();
+    let result = approve_place(d, a, checked);
+    answer_saved(d, req, asked, result);
+}
+
+/// The rest of plugin.approve once the copy is checked: the plugin is
+/// looked at again (it may have been removed, or another copy installed,
+/// while the copy was checked), then the copy is put in force.
+fn approve_place(
+    d: &mut Daemon,
+    a: ApproveRequest,
+    checked: Result<Snapshot, manifest::Problem>,
+) -> Handled {
+    let id = a.plugin.clone();
+    let p = plugin_of(d, &id)?;
+    not_removing(p)?;
+    let w = p
+        .rec
+        .waiting
+        .clone()
+        .ok_or_else(|| stale("no copy waits for approval"))?;
+    if w.snapshot_hash != a.snapshot_hash {
+        return Err(stale("another snapshot hash"));
+    }
+    ledger_ok(d)?;
     let store = d.plugins.store.as_ref().ok_or_else(RpcError::internal)?;
-    let snap = manifest::check_folder(&store.copy_dir(&id, Copy::Waiting))
-        .map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
+    let snap = checked.map_err(|e| RpcError::new(Code::PluginInvalid, e.message()))?;
     if snap.hash != w.snapshot_hash {
         return Err(stale("the copy changed on disk after it was installed"));
     }
@@ -525,7 +579,7 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     })?;
     let loaded = host::loaded_of(store, &id, &approval);
     if let Some(old) = retired {
-        host::discard_copy(d, old);
+        route::with(d, |h, _| h.discard_copy(old));
     }
     let p = d
         .plugins
@@ -539,15 +593,15 @@ fn approve(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         p.phase = Phase::Idle;
     }
     let running = p.run.is_some();
-    host::persist(d);
+    route::with(d, |h, _| h.persist());
     crate::info!("plugin {id}: {} approved by {}", snap.hash, a.operator);
     if running {
         if let Some(p) = d.plugins.plugins.get_mut(&id) {
             p.after_stop = AfterStop::Start;
         }
-        host::stop(d, &id, ShutdownReason::Updated);
+        route::with(d, |h, _| h.stop(&id, ShutdownReason::Updated));
     } else {
-        host::start(d, &id);
+        route::with(d, |h, cx| h.start(&id, cx));
     }
     let state = d
         .plugins
@@ -582,7 +636,7 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     match res {
         Ok(retired) => {
             if let Some(old) = retired {
-                host::discard_copy(d, old);
+                route::with(d, |h, _| h.discard_copy(old));
             }
         }
         Err(e) => {
@@ -610,7 +664,7 @@ fn discard(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     } else if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
         p.rec.waiting = None;
     }
-    host::persist(d);
+    route::with(d, |h, _| h.persist());
     Ok(Some(
         json!({"plugin": plugin, "discarded": true, "removed": never}),
     ))
@@ -626,17 +680,13 @@ fn enable(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let p = plugin_of(d, &plugin)?;
     p.rec.enabled = true;
     host::clear_crashes(p);
-    host::persist(d);
-    host::start(d, &plugin);
-    let state = d
-        .plugins
-        .plugins
-        .get(&plugin)
-        .map(|p| p.state().0)
-        .unwrap_or("disabled");
-    Ok(Some(
-        json!({"plugin": plugin, "enabled": true, "state": state}),
-    ))
+    let to = route::reply_key(d, req.clone());
+    let value = json!({"plugin": plugin, "enabled": true});
+    route::with(d, |h, cx| {
+        h.persist();
+        h.start_and_answer(&plugin, to, value, cx);
+    });
+    Ok(None)
 }
 
 fn disable(d: &mut Daemon, p: Map<String, Value>) -> Handled {
@@ -646,8 +696,10 @@ fn disable(d: &mut Daemon, p: Map<String, Value>) -> Handled {
     if matches!(p.phase, Phase::Failed(_) | Phase::Restarting(_)) {
         p.phase = Phase::Idle;
     }
-    host::persist(d);
-    host::stop(d, &plugin, ShutdownReason::Disabled);
+    route::with(d, |h, _| {
+        h.persist();
+        h.stop(&plugin, ShutdownReason::Disabled);
+    });
     let state = d
         .plugins
         .plugins
@@ -707,12 +759,12 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             p.stopped_sessions = stopped;
         }
         for rid in starting {
-            if tasks::dispatching(d, &rid) {
+            if d.plugins.tasks.dispatching(&rid) {
                 if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
                     p.removal.aborting.insert(rid);
                 }
             } else {
-                host::abort_cut_off(d, &plugin, &rid);
+                route::with(d, |h, _| h.abort_cut_off(&plugin, &rid));
             }
         }
     }
@@ -724,14 +776,15 @@ fn remove(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     crate::info!(
         "plugin {plugin}: removing (stopTasks {stop}); {waits} dispatch(es) in flight to abort"
     );
-    host::persist(d);
+    route::with(d, |h, _| h.persist());
+    let to = route::reply_key(d, req.clone());
     if running {
         if let Some(p) = d.plugins.plugins.get_mut(&plugin) {
-            p.after_stop = AfterStop::Remove { req: req.clone() };
+            p.after_stop = AfterStop::Remove { to };
         }
-        host::stop(d, &plugin, ShutdownReason::Removed);
+        route::with(d, |h, _| h.stop(&plugin, ShutdownReason::Removed));
     } else {
-        host::finish_removal(d, &plugin, Some(req.clone()));
+        route::with(d, |h, cx| h.finish_removal(&plugin, Some(to), cx));
     }
     Ok(None)
 }
@@ -851,7 +904,10 @@ fn command_run(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "4 commands of the plugin are unanswered",
         ));
     }
-    host::run_command(d, plugin, req.clone(), cid.to_string(), input);
+    let to = route::reply_key(d, req.clone());
+    route::with(d, |h, cx| {
+        h.run_command(plugin, to, cid.to_string(), input, cx)
+    });
     Ok(None)
 }
 
@@ -878,6 +934,7 @@ fn request_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "requestId must be plugin_ and a lowercase UUID",
         ));
     }
-    tasks::get(d, req.clone(), request_id);
+    let to = route::reply_key(d, req.clone());
+    route::with(d, |h, _| h.task_get(to, request_id));
     Ok(None)
 }
