@@ -27,3 +27,4 @@ pub mod signals;
 pub mod socket;
 #[cfg(test)]
 mod testutil;
+pub mod tmux;

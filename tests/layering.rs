@@ -2,7 +2,7 @@
 //! issue 11, Acceptance): no domain module names the daemon or a surface.
 //! The domain is every file under src/core/, src/lanes/, src/plugins/ (but
 //! the plugin wire's own files, whose names hold `wire` or `view`: they are
-//! the plugin surface), src/agents/ and src/ledger/. A file names a module
+//! the plugin surface), src/agents/, src/ledger/ and src/tmux/. A file names a module
 //! when its text holds `crate::MODULE`, or `crate::{` with MODULE in the
 //! braces, comments included: a doc link to a surface is a dependency too.
 //!
@@ -22,6 +22,7 @@ const DOMAIN: &[&str] = &[
     "src/plugins",
     "src/agents",
     "src/ledger",
+    "src/tmux",
 ];
 
 /// Modules no domain file may name.
