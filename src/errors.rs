@@ -84,6 +84,10 @@ pub enum Code {
     LaneNotFound,
     /// The lane is not at a stage that takes this request.
     LaneNotWaiting,
+    /// Seed 004: the session has no tmux pane (or the text is empty).
+    NoTerminalControl,
+    /// Seed 004: the session takes no input now (a prompt is pending).
+    SessionBusy,
 }
 
 impl Code {
@@ -127,6 +131,8 @@ impl Code {
             Code::IsolationMissing => "isolation-missing",
             Code::LaneNotFound => "lane-not-found",
             Code::LaneNotWaiting => "lane-not-waiting",
+            Code::NoTerminalControl => "no-terminal-control",
+            Code::SessionBusy => "session-busy",
         }
     }
 
@@ -156,6 +162,8 @@ impl Code {
             Code::IsolationMissing => -32024,
             Code::LaneNotFound => -32025,
             Code::LaneNotWaiting => -32026,
+            Code::NoTerminalControl => -32040,
+            Code::SessionBusy => -32041,
             _ => -32000,
         }
     }

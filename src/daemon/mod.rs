@@ -135,6 +135,8 @@ pub struct Daemon {
     pub lanes: crate::lanes::controller::Lanes,
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
+    /// Sessions in tmux panes (issue 15).
+    pub tmux: router::tmux::Host,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -197,6 +199,7 @@ impl Daemon {
         let instance_id = crate::ids::uuid_v4();
         let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id)
             .map_err(ServeError::Startup)?;
+        let tmux = router::tmux::Host::start(inbox.clone());
         let mut d = Daemon {
             cfg,
             paths,
@@ -214,6 +217,7 @@ impl Daemon {
             core: crate::core::Core::new(&core_cfg),
             lanes: Default::default(),
             http,
+            tmux,
             router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,

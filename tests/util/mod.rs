@@ -188,6 +188,9 @@ impl Daemon {
             // protects (and creates) it, and as root it would otherwise be
             // /etc/omniconflux on the machine running the tests.
             .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
+            // The tmux servers the daemon looks at (its sessions in tmux,
+            // issue 15) are the test's own, never the machine's.
+            .env("TMUX_TMPDIR", dir.join("tmx"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

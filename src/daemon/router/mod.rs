@@ -21,6 +21,8 @@
 //! Sessions, approvals, lanes and plugins still take the daemon and are
 //! called from here as they are.
 
+pub mod tmux;
+
 use std::collections::VecDeque;
 
 use super::Daemon;

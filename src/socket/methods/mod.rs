@@ -14,6 +14,7 @@
 //! | events.unsubscribe| anyone         | stops them                               |
 //! | seats.*           | see [`seats`]                              |
 //! | sessions.*, session.*, transcript.* | see [`sessions`]         |
+//! | sessions.list, .refresh, pane methods | see [`tmux`]           |
 //! | approvals.*       | see [`approvals`]                          |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
@@ -23,6 +24,7 @@ pub mod lanes;
 pub mod plugins;
 pub mod seats;
 pub mod sessions;
+pub mod tmux;
 
 use mio::Token;
 use serde::Deserialize;
@@ -109,6 +111,15 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         }
         m if m.starts_with("seats.") => return seats::dispatch(d, req, m, p),
         m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
+        m if tmux::serves(d, m, &p) => return tmux::dispatch(d, req, m, p),
+        "sessions.subscribe" => {
+            let conn = req.conn();
+            sessions::dispatch(d, req, method, p);
+            if let Some(conn) = conn {
+                crate::daemon::router::tmux::watched(d, conn);
+            }
+            return;
+        }
         m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
