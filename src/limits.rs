@@ -896,3 +896,7 @@ pub const GIT_WALK_MAX: usize = 64;
 /// names, `C-M-S-BSpace` and the like, are far shorter).
 pub const TMUX_KEYS_MAX: usize = 64;
 pub const TMUX_KEY_NAME_MAX: usize = 32;
+/// "paths holds [...] at most 200" (seed 004, host.completeDir); entries
+/// of the directory read to find them.
+pub const COMPLETE_DIR_MAX: usize = 200;
+pub const COMPLETE_DIR_SCAN_MAX: usize = 16_384;

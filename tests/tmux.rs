@@ -475,3 +475,46 @@ fn spawn_starts_a_command_in_the_daemon_s_own_server() {
         );
     }
 }
+
+#[test]
+fn host_methods_answer_and_the_capabilities_say_what_the_node_serves() {
+    let dir = TestDir::new("tmux-host");
+    let home = dir.join("home");
+    for d in ["src", "scripts", ".cache", "docs"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    std::fs::write(home.join("setup.py"), "").unwrap();
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            env: vec![("HOME".into(), home.display().to_string())],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let info = c.call("host.info", json!({}));
+    assert!(info["uptime_seconds"].as_u64().unwrap() > 0, "{info}");
+    assert_eq!(info["wakelock"], json!({}));
+    assert!(
+        info["os"].as_str().is_some_and(|o| o.ends_with(')')),
+        "{info}"
+    );
+    let v = c.call("host.completeDir", json!({"path": "~/s"}));
+    assert_eq!(
+        v,
+        json!({"home": home.display().to_string(), "paths": ["~/scripts/", "~/src/"]})
+    );
+    let v = c.call("host.completeDir", json!({"path": "~/."}));
+    assert_eq!(v["paths"], json!(["~/.cache/"]));
+    let v = c.call("host.completeDir", json!({"path": "relative"}));
+    assert_eq!(v["paths"], json!([]));
+    let e = c.request("host.setWakelock", json!({"until": "9999-12-31T23:59:59Z"}));
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(e["error"]["message"], "wakelock not supported on this node");
+    let caps = &c.call("server.info", json!({}))["nodes"][0]["capabilities"];
+    assert_eq!(
+        caps,
+        &json!({"spawn_session": util::need::program("tmux").is_ok(),
+                "terminal": false, "host_wakelock": false})
+    );
+}

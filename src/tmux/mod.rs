@@ -32,9 +32,11 @@
 
 pub mod discover;
 pub mod driver;
+pub mod host;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 pub use discover::{Found, Status};
 pub use driver::{Server, Socket, TmuxError};
@@ -67,9 +69,9 @@ impl Session {
     }
 }
 
-/// What is done to a pane.
+/// What a worker does for one request: to a pane, or on the host.
 #[derive(Clone, Debug, PartialEq)]
-pub enum PaneOp {
+pub enum Op {
     Capture,
     Keys(Vec<String>),
     Focus,
@@ -85,6 +87,13 @@ pub enum PaneOp {
         cwd: String,
         argv: Vec<String>,
     },
+    /// `host.info`.
+    HostInfo,
+    /// `host.completeDir` of `path`, `~` being `home`.
+    CompleteDir {
+        home: PathBuf,
+        path: String,
+    },
 }
 
 /// Blocking work for a tmux worker.
@@ -92,12 +101,13 @@ pub enum PaneOp {
 pub enum Job {
     /// List the panes of `servers` and find the agents in them.
     Scan { servers: Vec<Server> },
-    /// One pane call; `ticket` names the request it answers.
-    Pane {
+    /// One call for one request, which `ticket` names; `pane` is empty
+    /// for a call on no pane.
+    Call {
         ticket: u64,
         server: Server,
         pane: String,
-        op: PaneOp,
+        op: Op,
     },
 }
 
@@ -121,6 +131,8 @@ pub enum Done {
     Screen(String),
     /// The new pane's id.
     Spawned(String),
+    Host(host::Info),
+    Dirs(Vec<String>),
 }
 
 /// What a request is answered with.
@@ -130,6 +142,8 @@ pub enum Answer {
     Screen(String),
     Null,
     Spawned { session_id: String, pane_id: String },
+    Host(host::Info),
+    Dirs(Vec<String>),
 }
 
 /// Why a request failed; the texts are seed 004's.
@@ -173,7 +187,7 @@ pub enum Effect<R> {
 struct Waiting<R> {
     reply: R,
     id: String,
-    op: PaneOp,
+    op: Op,
 }
 
 /// The tmux subsystem (module comment).
@@ -190,7 +204,7 @@ pub struct Tmux<R> {
     lists: Vec<R>,
     lists_next: Vec<R>,
     pane_calls: Vec<Waiting<R>>,
-    calls: HashMap<u64, (R, String, PaneOp)>,
+    calls: HashMap<u64, (R, String, Op)>,
     next_ticket: u64,
     armed: bool,
 }
@@ -303,7 +317,7 @@ impl<R> Tmux<R> {
     }
 
     /// A pane method on session `id`: run once the list is fresh.
-    pub fn pane(&mut self, reply: R, id: String, op: PaneOp, now_ms: i64) -> Vec<Effect<R>> {
+    pub fn pane(&mut self, reply: R, id: String, op: Op, now_ms: i64) -> Vec<Effect<R>> {
         if !self.owns_id(&id) {
             return vec![Effect::Reply(reply, Err(Error::UnknownSession(id)))];
         }
@@ -332,10 +346,10 @@ impl<R> Tmux<R> {
             return vec![Effect::Reply(reply, Err(Error::Overloaded))];
         }
         self.next_ticket += 1;
-        let op = PaneOp::Spawn { session, cwd, argv };
+        let op = Op::Spawn { session, cwd, argv };
         self.calls
             .insert(self.next_ticket, (reply, String::new(), op.clone()));
-        vec![Effect::Job(Job::Pane {
+        vec![Effect::Job(Job::Call {
             ticket: self.next_ticket,
             server,
             pane: String::new(),
@@ -343,11 +357,31 @@ impl<R> Tmux<R> {
         })]
     }
 
-    fn run_pane(&mut self, reply: R, id: String, op: PaneOp) -> Vec<Effect<R>> {
+    /// A host method (`host.info`, `host.completeDir`), on a worker.
+    pub fn host(&mut self, reply: R, op: Op) -> Vec<Effect<R>> {
+        if self.waiting() >= limits::TMUX_WAITERS_MAX {
+            return vec![Effect::Reply(reply, Err(Error::Overloaded))];
+        }
+        self.next_ticket += 1;
+        self.calls
+            .insert(self.next_ticket, (reply, String::new(), op.clone()));
+        let server = self.servers.first().cloned().unwrap_or(Server {
+            name: DEFAULT_SERVER.into(),
+            socket: Socket::Name(DEFAULT_SERVER.into()),
+        });
+        vec![Effect::Job(Job::Call {
+            ticket: self.next_ticket,
+            server,
+            pane: String::new(),
+            op,
+        })]
+    }
+
+    fn run_pane(&mut self, reply: R, id: String, op: Op) -> Vec<Effect<R>> {
         let Some(s) = self.sessions.get(&id) else {
             return vec![Effect::Reply(reply, Err(Error::UnknownSession(id)))];
         };
-        if let PaneOp::Input { text, .. } = &op {
+        if let Op::Input { text, .. } = &op {
             if text.is_empty() {
                 return vec![Effect::Reply(reply, Err(Error::NoTerminalControl))];
             }
@@ -366,7 +400,7 @@ impl<R> Tmux<R> {
         let pane = s.found.pane.pane_id.clone();
         self.next_ticket += 1;
         self.calls.insert(self.next_ticket, (reply, id, op.clone()));
-        vec![Effect::Job(Job::Pane {
+        vec![Effect::Job(Job::Call {
             ticket: self.next_ticket,
             server,
             pane,
@@ -389,7 +423,7 @@ impl<R> Tmux<R> {
                 }
                 fx
             }
-            Job::Pane { ticket, .. } => match self.calls.remove(&ticket) {
+            Job::Call { ticket, .. } => match self.calls.remove(&ticket) {
                 Some((r, ..)) => vec![Effect::Reply(r, Err(Error::Overloaded))],
                 None => Vec::new(),
             },
@@ -413,8 +447,10 @@ impl<R> Tmux<R> {
                         session_id: format!("{OWN_SERVER}:{pane_id}"),
                         pane_id,
                     }),
+                    Ok(Done::Host(i)) => Ok(Answer::Host(i)),
+                    Ok(Done::Dirs(d)) => Ok(Answer::Dirs(d)),
                 };
-                let gone = matches!(op, PaneOp::Kill) && answer.is_ok();
+                let gone = matches!(op, Op::Kill) && answer.is_ok();
                 if gone {
                     if let Some(s) = self.sessions.remove(&id) {
                         fx.push(Effect::Changed(vec![Change::Removed(s)]));
@@ -661,7 +697,7 @@ mod tests {
             ]),
             0,
         );
-        let input = |text: &str| PaneOp::Input {
+        let input = |text: &str| Op::Input {
             text: text.into(),
             submit: true,
             prepare: false,
@@ -675,12 +711,12 @@ mod tests {
         }
         let fx = t.pane(4, "default:%1".into(), input(""), 1);
         assert_eq!(replies(&fx), [(4, Err(Error::NoTerminalControl))]);
-        let fx = t.pane(5, "default:%9".into(), PaneOp::Capture, 1);
+        let fx = t.pane(5, "default:%9".into(), Op::Capture, 1);
         assert_eq!(
             replies(&fx),
             [(5, Err(Error::UnknownSession("default:%9".into())))]
         );
-        let fx = t.pane(6, "other:%1".into(), PaneOp::Capture, 1);
+        let fx = t.pane(6, "other:%1".into(), Op::Capture, 1);
         assert_eq!(
             replies(&fx),
             [(6, Err(Error::UnknownSession("other:%1".into())))]
@@ -692,8 +728,8 @@ mod tests {
         let mut t: Tmux<u32> = Tmux::new(servers());
         t.refresh(0);
         t.on_report(scanned(vec![found("%1", "claude", Status::Idle)]), 0);
-        let fx = t.pane(1, "default:%1".into(), PaneOp::Kill, 1);
-        let [Job::Pane { ticket, .. }] = jobs(&fx)[..] else {
+        let fx = t.pane(1, "default:%1".into(), Op::Kill, 1);
+        let [Job::Call { ticket, .. }] = jobs(&fx)[..] else {
             panic!("{fx:?}")
         };
         let fx = t.on_report(

@@ -95,7 +95,7 @@ pub fn run(ctx: &Ctx, job: Job) -> Report {
             }
             Report::Scanned { found, failed }
         }
-        Job::Pane {
+        Job::Call {
             ticket,
             server,
             pane,
@@ -107,14 +107,14 @@ pub fn run(ctx: &Ctx, job: Job) -> Report {
     }
 }
 
-fn pane_op(server: &Server, pane: &str, op: super::PaneOp) -> Result<super::Done, TmuxError> {
-    use super::{Done, PaneOp};
+fn pane_op(server: &Server, pane: &str, op: super::Op) -> Result<super::Done, TmuxError> {
+    use super::{Done, Op};
     match op {
-        PaneOp::Capture => driver::capture(server, pane).map(Done::Screen),
-        PaneOp::Keys(keys) => driver::send_keys(server, pane, &keys).map(|()| Done::Ok),
-        PaneOp::Focus => driver::focus(server, pane).map(|()| Done::Ok),
-        PaneOp::Kill => driver::kill_pane(server, pane).map(|()| Done::Ok),
-        PaneOp::Input {
+        Op::Capture => driver::capture(server, pane).map(Done::Screen),
+        Op::Keys(keys) => driver::send_keys(server, pane, &keys).map(|()| Done::Ok),
+        Op::Focus => driver::focus(server, pane).map(|()| Done::Ok),
+        Op::Kill => driver::kill_pane(server, pane).map(|()| Done::Ok),
+        Op::Input {
             text,
             submit,
             prepare,
@@ -137,8 +137,10 @@ fn pane_op(server: &Server, pane: &str, op: super::PaneOp) -> Result<super::Done
             }
             Ok(Done::Ok)
         }
-        PaneOp::Spawn { session, cwd, argv } => {
+        Op::Spawn { session, cwd, argv } => {
             driver::new_pane(server, &session, &cwd, &argv).map(Done::Spawned)
         }
+        Op::HostInfo => Ok(Done::Host(super::host::info())),
+        Op::CompleteDir { home, path } => Ok(Done::Dirs(super::host::complete_dir(&home, &path))),
     }
 }

@@ -22,9 +22,7 @@ use crate::daemon::{Daemon, Req};
 use crate::limits;
 use crate::reactor::Msg;
 use crate::tmux::worker::{Ctx, Pool};
-use crate::tmux::{
-    Change, DEFAULT_SERVER, Effect, OWN_SERVER, PaneOp, Report, Server, Socket, Tmux,
-};
+use crate::tmux::{Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server, Socket, Tmux};
 
 /// The tmux subsystem and its workers: the daemon's `tmux` field.
 pub struct Host {
@@ -77,7 +75,7 @@ pub fn list(d: &mut Daemon, req: Req, refresh: bool) -> Option<serde_json::Value
 }
 
 /// A pane method on a tmux session.
-pub fn pane(d: &mut Daemon, req: Req, id: String, op: PaneOp) {
+pub fn pane(d: &mut Daemon, req: Req, id: String, op: Op) {
     let fx = d.tmux.state.pane(req, id, op, crate::clock::now_ms());
     apply(d, fx);
 }
@@ -85,6 +83,12 @@ pub fn pane(d: &mut Daemon, req: Req, id: String, op: PaneOp) {
 /// `sessions.spawn` into the daemon's own server.
 pub fn spawn(d: &mut Daemon, req: Req, name: String, cwd: String, argv: Vec<String>) {
     let fx = d.tmux.state.spawn(req, name, cwd, argv);
+    apply(d, fx);
+}
+
+/// A host method, run on a tmux worker.
+pub fn host(d: &mut Daemon, req: Req, op: Op) {
+    let fx = d.tmux.state.host(req, op);
     apply(d, fx);
 }
 

@@ -15,11 +15,13 @@
 //! | seats.*           | see [`seats`]                              |
 //! | sessions.*, session.*, transcript.* | see [`sessions`]         |
 //! | sessions.list, .refresh, pane methods | see [`tmux`]           |
+//! | host.*            | see [`host`]                               |
 //! | approvals.*       | see [`approvals`]                          |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
 
 pub mod approvals;
+pub mod host;
 pub mod lanes;
 pub mod plugins;
 pub mod seats;
@@ -112,6 +114,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         m if m.starts_with("seats.") => return seats::dispatch(d, req, m, p),
         m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
         m if tmux::serves(d, m, &p) => return tmux::dispatch(d, req, m, p),
+        m if m.starts_with("host.") => return host::dispatch(d, req, m, p),
         "sessions.subscribe" => {
             let conn = req.conn();
             sessions::dispatch(d, req, method, p);
@@ -164,7 +167,12 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "id": "",
             "label": d.node_name,
             "version": env!("CARGO_PKG_VERSION"),
-            "capabilities": {"spawn_session": false, "terminal": false, "host_wakelock": false},
+            // spawn_session: sessions.spawn into tmux needs tmux (issue 15).
+            "capabilities": {
+                "spawn_session": crate::isolation::which("tmux").is_some(),
+                "terminal": false,
+                "host_wakelock": false,
+            },
         }],
         "pushPortConfigured": false,
         "caller": caller,

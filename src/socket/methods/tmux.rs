@@ -37,7 +37,7 @@ use crate::daemon::router::tmux as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::limits;
-use crate::tmux::{self, Answer, Error, PaneOp, Session};
+use crate::tmux::{self, Answer, Error, Op, Session};
 
 /// Whether this module serves `method` with params `p` (module comment).
 pub fn serves(d: &Daemon, method: &str, p: &Map<String, Value>) -> bool {
@@ -57,16 +57,14 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "sessions.list" => no_params(p).map(|()| route::list(d, req.clone(), false)),
         "sessions.refresh" => no_params(p).map(|()| route::list(d, req.clone(), true)),
-        "sessions.capture" => pane_call(d, &req, p, |p: SessionRef| {
-            Ok((p.session_id, PaneOp::Capture))
-        }),
-        "sessions.focus" => pane_call(d, &req, p, |p: SessionRef| {
-            Ok((p.session_id, PaneOp::Focus))
-        }),
-        "sessions.kill" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, PaneOp::Kill))),
+        "sessions.capture" => {
+            pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Capture)))
+        }
+        "sessions.focus" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Focus))),
+        "sessions.kill" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Kill))),
         "sessions.key" => pane_call(d, &req, p, |p: KeyParams| {
             check_keys(&p.keys)?;
-            Ok((p.session_id, PaneOp::Keys(p.keys)))
+            Ok((p.session_id, Op::Keys(p.keys)))
         }),
         "sessions.input" => pane_call(d, &req, p, |p: InputParams| {
             if p.text.len() > limits::PROMPT_MAX_BYTES {
@@ -77,7 +75,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             }
             Ok((
                 p.session_id,
-                PaneOp::Input {
+                Op::Input {
                     text: p.text,
                     submit: p.submit,
                     prepare: p.prepare,
@@ -131,7 +129,7 @@ fn pane_call<T: serde::de::DeserializeOwned>(
     d: &mut Daemon,
     req: &Req,
     p: Map<String, Value>,
-    op: impl FnOnce(T) -> Result<(String, PaneOp), RpcError>,
+    op: impl FnOnce(T) -> Result<(String, Op), RpcError>,
 ) -> Handled {
     let (id, op) = op(params(p)?)?;
     require_operator(req)?;
@@ -323,6 +321,10 @@ pub fn reply(d: &mut Daemon, req: Req, result: Result<Answer, Error>) {
             }
             Ok(Value::Array(all))
         }
+        Ok(Answer::Dirs(paths)) => Ok(json!({
+            "home": route::home(d).display().to_string(),
+            "paths": paths,
+        })),
         Ok(a) => Ok(answer(a)),
         Err(e) => Err(error(&e)),
     };
@@ -339,6 +341,20 @@ fn answer(a: Answer) -> Value {
             session_id,
             pane_id,
         } => json!({"session_id": session_id, "pane_id": pane_id}),
+        Answer::Host(i) => {
+            // The daemon holds no wakelock (capabilities.host_wakelock is
+            // false): an empty HostWakelock, "off". os and battery are
+            // absent when unknown (seed 004).
+            let mut v = json!({"uptime_seconds": i.uptime_seconds, "wakelock": {}});
+            if let Some(os) = i.os {
+                v["os"] = json!(os);
+            }
+            if let Some(b) = i.battery {
+                v["battery"] = json!({"percent": b.percent, "state": b.state});
+            }
+            v
+        }
+        Answer::Dirs(_) => Value::Null,
     }
 }
 
