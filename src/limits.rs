@@ -900,3 +900,18 @@ pub const TMUX_KEY_NAME_MAX: usize = 32;
 /// of the directory read to find them.
 pub const COMPLETE_DIR_MAX: usize = 200;
 pub const COMPLETE_DIR_SCAN_MAX: usize = 16_384;
+/// "One output chunk holds at most 32 KiB" (seed 004, Terminals).
+pub const TERMINAL_CHUNK_BYTES: usize = 32 * 1024;
+/// "The default size is 80×24. The maximum is 1000 in each direction."
+/// (seed 004, Terminals)
+pub const TERMINAL_DEFAULT_COLS: u16 = 80;
+pub const TERMINAL_DEFAULT_ROWS: u16 = 24;
+pub const TERMINAL_MAX_SIZE: u16 = 1000;
+/// Terminals open at once across all connections: each holds two threads,
+/// a pseudo-terminal and a tmux client.
+pub const TERMINALS_MAX: usize = 16;
+/// Input chunks queued to a terminal's writer; a full queue refuses
+/// terminal.input rather than grow.
+pub const TERMINAL_INPUT_QUEUE: usize = 64;
+/// The largest `data` of one terminal.input, decoded.
+pub const TERMINAL_INPUT_MAX_BYTES: usize = 64 * 1024;

@@ -213,6 +213,7 @@ fn a_fake_claude_code_in_a_pane_is_discovered_with_the_seed_s_fields() {
     assert_eq!(s["status"], "idle");
     assert_eq!(s["status_label"], "idle");
     assert_eq!(s["can_prompt"], true);
+    assert_eq!(s["can_open_terminal"], true);
     assert_eq!(
         s["agent_session_id"],
         "0b6f0d8e-1111-4222-8333-944455556666"
@@ -516,5 +517,118 @@ fn host_methods_answer_and_the_capabilities_say_what_the_node_serves() {
         caps,
         &json!({"spawn_session": util::need::program("tmux").is_ok(),
                 "terminal": false, "host_wakelock": false})
+    );
+}
+
+/// The text of `terminal.output`s for `term_id` on `c` until it holds
+/// `needle`.
+fn output_until(c: &mut util::Client, term_id: &str, needle: &str) -> String {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let n = c.next_note("terminal.output");
+        assert_eq!(n["params"]["term_id"], term_id, "{n}");
+        let data = n["params"]["data"].as_str().unwrap();
+        seen.extend(omniconfluxd::tmux::terminal::b64_decode(data).expect("standard base64"));
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "no {needle:?} in {text:?}");
+    }
+}
+
+fn b64(s: &str) -> String {
+    omniconfluxd::tmux::terminal::b64_encode(s.as_bytes())
+}
+
+#[test]
+fn a_live_terminal_redraws_echoes_resizes_and_is_evicted_by_a_second_opener() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-term");
+    r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    let id = "default:%0";
+    let open = json!({"term_id": "t1", "session_id": id, "cols": 90, "rows": 20});
+    assert_eq!(r.c.call("terminal.open", open), Value::Null);
+    // The first output is a full redraw: the screen as it is.
+    output_until(&mut r.c, "t1", "fake claude ready");
+    r.c.call(
+        "terminal.input",
+        json!({"term_id": "t1", "data": b64("typed\r")}),
+    );
+    output_until(&mut r.c, "t1", "got: typed");
+    // The size reaches the real window.
+    r.c.call(
+        "terminal.resize",
+        json!({"term_id": "t1", "cols": 0, "rows": 5}),
+    );
+    r.c.call(
+        "terminal.resize",
+        json!({"term_id": "t1", "cols": 70, "rows": 15}),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let size = r.servers.tmux(
+            "default",
+            &[
+                "display",
+                "-p",
+                "-t",
+                "%0",
+                "#{window_width}x#{window_height}",
+            ],
+        );
+        if size.trim() == "70x15" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the window stayed {size}");
+        // Wait for the daemon to be done with what it was sent.
+        r.c.call("ping", json!({}));
+    }
+    // Errors.
+    let e =
+        r.c.request("terminal.input", json!({"term_id": "t1", "data": "%%%"}));
+    assert_eq!(e["error"]["message"], "bad base64", "{e}");
+    let e =
+        r.c.request("terminal.input", json!({"term_id": "nope", "data": ""}));
+    assert_eq!(e["error"]["message"], "unknown term_id: nope", "{e}");
+    let e = r.c.request("terminal.open", json!({"session_id": id}));
+    assert_eq!(e["error"]["message"], "term_id required", "{e}");
+    let e = r.c.request(
+        "terminal.open",
+        json!({"term_id": "x", "session_id": id, "terminal_id": "y"}),
+    );
+    assert_eq!(
+        e["error"]["message"],
+        "set session_id or terminal_id, not both"
+    );
+    let e = r.c.request("terminal.open", json!({"term_id": "x"}));
+    assert_eq!(e["error"]["message"], "session_id or terminal_id required");
+    let e = r.c.request(
+        "terminal.open",
+        json!({"term_id": "x", "session_id": "default:%42"}),
+    );
+    assert_eq!(e["error"]["message"], "unknown session: default:%42");
+    // A second opener, on another connection, evicts the first.
+    let mut c2 = r.d.connect();
+    c2.call("terminal.open", json!({"term_id": "t2", "session_id": id}));
+    let ev = r.c.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "t1", "reason": "evicted"}));
+    output_until(&mut c2, "t2", "got: typed");
+    // The pane goes: the terminal exits.
+    r.servers.tmux("default", &["kill-pane", "-t", "%0"]);
+    let ev = c2.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "t2", "reason": "exited"}));
+    // No viewer session is left behind.
+    let left = Command::new("tmux")
+        .args(["-L", "default", "list-sessions", "-F", "#{session_name}"])
+        .env("TMUX_TMPDIR", &r.servers.tmpdir)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains("omniconflux-view"),
+        "{left:?}"
     );
 }

@@ -600,6 +600,7 @@ impl Daemon {
     }
 
     fn close_conn(&mut self, t: Token, reason: CloseReason) {
+        router::tmux::conn_closed(self, t);
         if let Some(c) = self.socket.close(self.reactor.poll.registry(), t) {
             match reason {
                 CloseReason::Eof => {}

@@ -163,6 +163,13 @@ pub fn scan(
 ) -> Vec<Found> {
     let mut found = Vec::new();
     for pane in panes {
+        // A live terminal's viewer session shows a pane already listed.
+        if pane
+            .session_name
+            .starts_with(super::terminal::VIEWER_PREFIX)
+        {
+            continue;
+        }
         let (agent_pid, agent) = match procs.agent_in(pane.pid) {
             Some((pid, a)) => (pid, a.to_string()),
             None if every_pane => (pane.pid, pane.command.clone()),

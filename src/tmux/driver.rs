@@ -71,11 +71,9 @@ pub struct Pane {
 /// (0x1f): no session name, command or path a person types holds it.
 const PANE_FORMAT: &str = "#{pane_id}\x1f#{session_name}\x1f#{window_index}\x1f#{window_id}\x1f#{pane_pid}\x1f#{pane_current_command}\x1f#{pane_current_path}\x1f#{pane_in_mode}";
 
-/// Runs `tmux` on `server` with `args`; its stdout when it exits 0, read
-/// up to `max` bytes. More output, a run longer than the timeout, or a
-/// failure is an error naming the subcommand and tmux's first line.
-pub fn run(server: &Server, args: &[&str], max: usize) -> Result<String> {
-    let what = args.first().copied().unwrap_or("tmux");
+/// `tmux` on `server` with `args`, its environment cleaned and its signal
+/// mask emptied (module comment); stdio is the caller's to set.
+pub fn command(server: &Server, args: &[&str]) -> Command {
     let mut cmd = Command::new("tmux");
     match &server.socket {
         Socket::Name(n) => cmd.arg("-L").arg(n),
@@ -96,9 +94,6 @@ pub fn run(server: &Server, args: &[&str], max: usize) -> Result<String> {
     ] {
         cmd.env_remove(k);
     }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     // A server this call starts, and every pane of it, would otherwise keep
     // the signals the daemon blocks for its signal thread (src/signals.rs):
     // panes that ignore SIGHUP and SIGTERM, a kill-server that never ends.
@@ -107,6 +102,18 @@ pub fn run(server: &Server, args: &[&str], max: usize) -> Result<String> {
     unsafe {
         cmd.pre_exec(crate::signals::unblock_in_child);
     }
+    cmd
+}
+
+/// Runs `tmux` on `server` with `args`; its stdout when it exits 0, read
+/// up to `max` bytes. More output, a run longer than the timeout, or a
+/// failure is an error naming the subcommand and tmux's first line.
+pub fn run(server: &Server, args: &[&str], max: usize) -> Result<String> {
+    let what = args.first().copied().unwrap_or("tmux");
+    let mut cmd = command(server, args);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         TmuxError(format!(
             "unable to run tmux {what}: {}",

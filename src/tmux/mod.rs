@@ -33,6 +33,7 @@
 pub mod discover;
 pub mod driver;
 pub mod host;
+pub mod terminal;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -226,6 +227,11 @@ impl<R> Tmux<R> {
             next_ticket: 0,
             armed: false,
         }
+    }
+
+    /// The servers it looks at.
+    pub fn servers(&self) -> impl Iterator<Item = &Server> {
+        self.servers.iter()
     }
 
     /// The daemon's own server.

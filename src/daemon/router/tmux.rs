@@ -11,7 +11,10 @@
 //! snapshot holds the daemon's own sessions only, then a rescan tells it
 //! what changed since.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -19,16 +22,48 @@ use mio::Token;
 use serde_json::json;
 
 use crate::daemon::{Daemon, Req};
+use crate::errors::{Code, RpcError};
 use crate::limits;
 use crate::reactor::Msg;
+use crate::tmux::terminal::{self, Event, Input, Spec};
 use crate::tmux::worker::{Ctx, Pool};
 use crate::tmux::{Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server, Socket, Tmux};
 
-/// The tmux subsystem and its workers: the daemon's `tmux` field.
+/// The tmux subsystem and its workers, and the live terminals: the
+/// daemon's `tmux` field.
 pub struct Host {
     pub state: Tmux<Req>,
     pool: Pool,
     home: PathBuf,
+    inbox: crate::reactor::Inbox,
+    terms: Terms,
+}
+
+/// The live terminals (seed 004, Terminals), by connection and term_id.
+#[derive(Default)]
+struct Terms {
+    open: HashMap<(Token, String), Term>,
+    by_num: HashMap<u64, (Token, String)>,
+    next: u64,
+}
+
+struct Term {
+    num: u64,
+    session: String,
+    input: Sender<Input>,
+    /// The terminal.open not answered yet: answered once the client is
+    /// attached, before any output.
+    opening: Option<Req>,
+}
+
+impl Terms {
+    /// Forgets terminal `key` and tells its threads to close it.
+    fn close(&mut self, key: &(Token, String)) -> Option<Term> {
+        let t = self.open.remove(key)?;
+        self.by_num.remove(&t.num);
+        let _ = t.input.try_send(Input::Close);
+        Some(t)
+    }
 }
 
 impl Host {
@@ -47,13 +82,16 @@ impl Host {
                 socket: Socket::Name(n.to_string()),
             })
             .collect();
+        let reports = inbox.clone();
         let pool = Pool::new(Ctx { home: home.clone() }, move |r: Report| {
-            inbox.send(Msg::Run(Box::new(move |d: &mut Daemon| report(d, r))));
+            reports.send(Msg::Run(Box::new(move |d: &mut Daemon| report(d, r))));
         });
         Host {
             state: Tmux::new(servers),
             pool,
             home,
+            inbox,
+            terms: Terms::default(),
         }
     }
 }
@@ -185,6 +223,246 @@ fn event_line(kind: &str, session: &serde_json::Value) -> Vec<u8> {
     })
     .to_string()
     .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// What terminal.open asks for, checked by the socket's method.
+pub struct OpenTerminal {
+    pub term_id: String,
+    pub session_id: String,
+    pub cols: u16,
+    pub rows: u16,
+    pub client_pane: Option<String>,
+}
+
+/// terminal.open on connection `conn`: answered once attached. A second
+/// open of the same term_id replaces the first; an open of a session that
+/// another terminal shows evicts that one (the last opener wins).
+pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
+    let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == o.session_id) else {
+        let e = if d.core.sessions.get(&o.session_id).is_some() {
+            RpcError::new(
+                Code::NoTerminalControl,
+                "terminal not available for this session",
+            )
+        } else {
+            RpcError::new(
+                Code::SessionNotFound,
+                format!("unknown session: {}", o.session_id),
+            )
+        };
+        d.answer(req, Err(e));
+        return;
+    };
+    let Some(server) = d
+        .tmux
+        .state
+        .servers()
+        .find(|x| x.name == s.found.server)
+        .cloned()
+    else {
+        d.answer(
+            req,
+            Err(RpcError::new(
+                Code::NoTerminalControl,
+                "terminal not available for this session",
+            )),
+        );
+        return;
+    };
+    let spec = Spec {
+        server,
+        session_name: s.found.pane.session_name.clone(),
+        window_index: s.found.pane.window_index,
+        pane: s.found.pane.pane_id.clone(),
+        cols: o.cols,
+        rows: o.rows,
+        client_pane: o.client_pane,
+    };
+    let key = (conn, o.term_id.clone());
+    d.tmux.terms.close(&key);
+    let evicted: Vec<(Token, String)> = d
+        .tmux
+        .terms
+        .open
+        .iter()
+        .filter(|(_, t)| t.session == o.session_id)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in evicted {
+        if let Some(t) = d.tmux.terms.close(&k) {
+            if let Some(r) = t.opening {
+                d.answer(
+                    r,
+                    Err(RpcError::new(
+                        Code::NoTerminalControl,
+                        "terminal not available for this session: a newer terminal.open took it",
+                    )),
+                );
+            }
+            let line = note(
+                "terminal.exited",
+                json!({"term_id": k.1, "reason": "evicted"}),
+            );
+            d.send(k.0, &line);
+        }
+    }
+    if d.tmux.terms.open.len() >= limits::TERMINALS_MAX {
+        d.answer(
+            req,
+            Err(RpcError::new(
+                Code::Unavailable,
+                format!(
+                    "at most {} terminals are open at once",
+                    limits::TERMINALS_MAX
+                ),
+            )),
+        );
+        return;
+    }
+    d.tmux.terms.next += 1;
+    let num = d.tmux.terms.next;
+    let inbox = d.tmux.inbox.clone();
+    let sink: terminal::Sink = Arc::new(move |ev: Event| {
+        inbox.send(Msg::Run(Box::new(move |d: &mut Daemon| {
+            terminal_event(d, ev)
+        })));
+    });
+    match terminal::open(num, spec, sink) {
+        Ok(input) => {
+            d.tmux.terms.by_num.insert(num, key.clone());
+            d.tmux.terms.open.insert(
+                key,
+                Term {
+                    num,
+                    session: o.session_id,
+                    input,
+                    opening: Some(req),
+                },
+            );
+        }
+        Err(why) => d.answer(req, Err(RpcError::new(Code::Unavailable, why))),
+    }
+}
+
+/// The terminal `term_id` of `conn`, or the seed's error.
+fn term<'a>(d: &'a Daemon, conn: Token, term_id: &str) -> Result<&'a Term, RpcError> {
+    d.tmux
+        .terms
+        .open
+        .get(&(conn, term_id.to_string()))
+        .ok_or_else(|| RpcError::new(Code::NotFound, format!("unknown term_id: {term_id}")))
+}
+
+/// Whether `conn` has terminal `term_id`, as the seed's error.
+pub fn terminal_known(d: &Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
+    term(d, conn, term_id).map(drop)
+}
+
+/// terminal.input and terminal.resize: queued to the terminal's writer.
+pub fn terminal_input(
+    d: &mut Daemon,
+    conn: Token,
+    term_id: &str,
+    input: Input,
+) -> Result<(), RpcError> {
+    term(d, conn, term_id)?.input.try_send(input).map_err(|_| {
+        RpcError::new(
+            Code::Unavailable,
+            format!("terminal {term_id} takes no more input now; try again"),
+        )
+    })
+}
+
+/// terminal.close: no terminal.exited follows.
+pub fn terminal_close(d: &mut Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
+    term(d, conn, term_id)?;
+    d.tmux.terms.close(&(conn, term_id.to_string()));
+    Ok(())
+}
+
+/// A connection closed: its terminals close with it.
+pub fn conn_closed(d: &mut Daemon, conn: Token) {
+    let keys: Vec<(Token, String)> = d
+        .tmux
+        .terms
+        .open
+        .keys()
+        .filter(|k| k.0 == conn)
+        .cloned()
+        .collect();
+    for k in keys {
+        d.tmux.terms.close(&k);
+    }
+}
+
+fn terminal_event(d: &mut Daemon, ev: Event) {
+    let num = match &ev {
+        Event::Opened { term }
+        | Event::Failed { term, .. }
+        | Event::Output { term, .. }
+        | Event::Exited { term } => *term,
+    };
+    let Some(key) = d.tmux.terms.by_num.get(&num).cloned() else {
+        return;
+    };
+    match ev {
+        Event::Failed { why, .. } => {
+            if let Some(t) = d.tmux.terms.close(&key) {
+                if let Some(r) = t.opening {
+                    d.answer(r, Err(RpcError::new(Code::NoTerminalControl, why)));
+                }
+            }
+        }
+        Event::Opened { .. } => answer_open(d, &key),
+        Event::Output { data, .. } => {
+            answer_open(d, &key);
+            let line = note(
+                "terminal.output",
+                json!({"term_id": key.1, "data": terminal::b64_encode(&data)}),
+            );
+            d.send(key.0, &line);
+        }
+        Event::Exited { .. } => {
+            if let Some(t) = d.tmux.terms.close(&key) {
+                if let Some(r) = t.opening {
+                    d.answer(
+                        r,
+                        Err(RpcError::new(
+                            Code::NoTerminalControl,
+                            "terminal not available for this session",
+                        )),
+                    );
+                    return;
+                }
+            }
+            let line = note(
+                "terminal.exited",
+                json!({"term_id": key.1, "reason": "exited"}),
+            );
+            d.send(key.0, &line);
+        }
+    }
+}
+
+/// Answers terminal.open once, before the terminal's first output.
+fn answer_open(d: &mut Daemon, key: &(Token, String)) {
+    if let Some(r) = d
+        .tmux
+        .terms
+        .open
+        .get_mut(key)
+        .and_then(|t| t.opening.take())
+    {
+        d.answer(r, Ok(serde_json::Value::Null));
+    }
+}
+
+fn note(method: &str, params: serde_json::Value) -> Vec<u8> {
+    let mut line = json!({"jsonrpc": "2.0", "method": method, "params": params})
+        .to_string()
+        .into_bytes();
     line.push(b'\n');
     line
 }

@@ -16,6 +16,7 @@
 //! | sessions.*, session.*, transcript.* | see [`sessions`]         |
 //! | sessions.list, .refresh, pane methods | see [`tmux`]           |
 //! | host.*            | see [`host`]                               |
+//! | terminal.*        | see [`terminal`]                           |
 //! | approvals.*       | see [`approvals`]                          |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
@@ -26,6 +27,7 @@ pub mod lanes;
 pub mod plugins;
 pub mod seats;
 pub mod sessions;
+pub mod terminal;
 pub mod tmux;
 
 use mio::Token;
@@ -115,6 +117,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
         m if tmux::serves(d, m, &p) => return tmux::dispatch(d, req, m, p),
         m if m.starts_with("host.") => return host::dispatch(d, req, m, p),
+        m if m.starts_with("terminal.") => return terminal::dispatch(d, req, m, p),
         "sessions.subscribe" => {
             let conn = req.conn();
             sessions::dispatch(d, req, method, p);

@@ -381,7 +381,7 @@ pub fn session(s: &Session, node: &str) -> Value {
         "source": if s.spawned() { "spawned" } else { "discovered" },
         "frontend": "tmux",
         "input_mode": "pane",
-        "can_open_terminal": false,
+        "can_open_terminal": true,
         "can_prompt": s.can_prompt(),
         "repo": f.repo,
         "branch": f.branch,
