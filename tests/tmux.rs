@@ -516,7 +516,7 @@ fn host_methods_answer_and_the_capabilities_say_what_the_node_serves() {
     assert_eq!(
         caps,
         &json!({"spawn_session": util::need::program("tmux").is_ok(),
-                "terminal": false, "host_wakelock": false})
+                "terminal": util::need::program("tmux").is_ok(), "host_wakelock": false})
     );
 }
 
@@ -631,4 +631,111 @@ fn a_live_terminal_redraws_echoes_resizes_and_is_evicted_by_a_second_opener() {
         !String::from_utf8_lossy(&left.stdout).contains("omniconflux-view"),
         "{left:?}"
     );
+}
+
+#[test]
+fn a_persistent_shell_survives_close_and_a_daemon_restart_until_killed() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-pterm");
+    let mut w = r.d.connect();
+    w.call("sessions.subscribe", json!({}));
+    assert_eq!(
+        r.c.call("terminal.list", json!({})),
+        json!({"terminals": []})
+    );
+    let t = r.c.call("terminal.create", json!({}));
+    let id = t["id"].as_str().unwrap().to_string();
+    assert_eq!(t["cwd"], "~", "{t}");
+    assert_eq!(t["name"], "");
+    assert_eq!(t["attached"], false);
+    w.next_note("terminal.changed");
+    let t2 = r.c.call("terminal.create", json!({}));
+    w.next_note("terminal.changed");
+    r.c.call(
+        "terminal.rename",
+        json!({"terminal_id": id, "name": "  builds "}),
+    );
+    w.next_note("terminal.changed");
+    let list = r.c.call("terminal.list", json!({}));
+    let ids: Vec<&str> = list["terminals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [id.as_str(), t2["id"].as_str().unwrap()],
+        "creation order"
+    );
+    assert_eq!(list["terminals"][0]["name"], "builds");
+    // Terminals are no sessions.
+    let sessions = r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    // Attach, type, detach: the shell stays.
+    r.c.call("terminal.open", json!({"term_id": "p", "terminal_id": id}));
+    w.next_note("terminal.changed");
+    let listed = r.c.call("terminal.list", json!({}));
+    assert_eq!(listed["terminals"][0]["attached"], true, "{listed}");
+    r.c.call(
+        "terminal.input",
+        json!({"term_id": "p", "data": b64("echo marker-$((40+2))\r")}),
+    );
+    output_until(&mut r.c, "p", "marker-42");
+    r.c.call("terminal.close", json!({"term_id": "p"}));
+    w.next_note("terminal.changed");
+    drop(w);
+    // A restart: the shell is still there, with its name and history.
+    let Rig {
+        c,
+        d,
+        servers,
+        proj,
+        home,
+        _dir,
+    } = r;
+    drop(c);
+    d.stop();
+    let d = Daemon::start_with(
+        &_dir.path,
+        Opts {
+            env: vec![
+                ("HOME".into(), home.display().to_string()),
+                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
+            ],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let list = c.call("terminal.list", json!({}));
+    assert_eq!(list["terminals"][0]["id"], json!(id), "{list}");
+    assert_eq!(list["terminals"][0]["name"], "builds");
+    c.call("terminal.open", json!({"term_id": "q", "terminal_id": id}));
+    output_until(&mut c, "q", "marker-42");
+    // The errors of the seed.
+    let e = c.request("terminal.rename", json!({"terminal_id": id, "name": " "}));
+    assert_eq!(e["error"]["message"], "name required", "{e}");
+    let e = c.request(
+        "terminal.open",
+        json!({"term_id": "z", "terminal_id": "abc123"}),
+    );
+    assert_eq!(e["error"]["message"], "unknown terminal: abc123", "{e}");
+    // Kill: the attach exits, the list forgets it.
+    c.call("terminal.kill", json!({"terminal_id": id}));
+    let ev = c.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "q", "reason": "exited"}));
+    let list = c.call("terminal.list", json!({}));
+    assert_eq!(list["terminals"].as_array().unwrap().len(), 1, "{list}");
+    let e = c.request("terminal.kill", json!({"terminal_id": id}));
+    assert_eq!(
+        e["error"]["message"],
+        format!("unknown terminal: {id}"),
+        "{e}"
+    );
+    let _ = proj;
+    drop(c);
+    drop(d);
+    drop(servers);
 }

@@ -163,10 +163,12 @@ pub fn scan(
 ) -> Vec<Found> {
     let mut found = Vec::new();
     for pane in panes {
-        // A live terminal's viewer session shows a pane already listed.
+        // A live terminal's viewer session shows a pane already listed; a
+        // persistent terminal is no agent session.
         if pane
             .session_name
             .starts_with(super::terminal::VIEWER_PREFIX)
+            || pane.session_name.starts_with(super::persistent::PREFIX)
         {
             continue;
         }

@@ -33,6 +33,7 @@
 pub mod discover;
 pub mod driver;
 pub mod host;
+pub mod persistent;
 pub mod terminal;
 pub mod worker;
 
@@ -95,6 +96,20 @@ pub enum Op {
         home: PathBuf,
         path: String,
     },
+    /// terminal.create: a shell in `cwd` in a session of the daemon's
+    /// server ([`persistent`]).
+    TermCreate {
+        id: String,
+        cwd: String,
+    },
+    TermList,
+    TermKill {
+        id: String,
+    },
+    TermRename {
+        id: String,
+        name: String,
+    },
 }
 
 /// Blocking work for a tmux worker.
@@ -134,6 +149,10 @@ pub enum Done {
     Spawned(String),
     Host(host::Info),
     Dirs(Vec<String>),
+    Terminals(Vec<persistent::Terminal>),
+    Terminal(persistent::Terminal),
+    /// The persistent terminal named does not exist.
+    NoTerminal(String),
 }
 
 /// What a request is answered with.
@@ -145,6 +164,8 @@ pub enum Answer {
     Spawned { session_id: String, pane_id: String },
     Host(host::Info),
     Dirs(Vec<String>),
+    Terminals(Vec<persistent::Terminal>),
+    Terminal(persistent::Terminal),
 }
 
 /// Why a request failed; the texts are seed 004's.
@@ -160,6 +181,8 @@ pub enum Error {
     Tmux(TmuxError),
     /// Too many tmux calls wait already.
     Overloaded,
+    /// `unknown terminal: <id>`.
+    UnknownTerminal(String),
 }
 
 /// A session of the list appeared, changed or went.
@@ -181,6 +204,9 @@ pub enum Effect<R> {
     Changed(Vec<Change>),
     /// Call [`Tmux::tick`] after `TMUX_RESCAN_MS`.
     ArmRescan,
+    /// A persistent terminal was created, killed or renamed
+    /// (`terminal.changed`).
+    TerminalsChanged,
 }
 
 /// A pane call waiting for a scan before it runs.
@@ -363,17 +389,18 @@ impl<R> Tmux<R> {
         })]
     }
 
-    /// A host method (`host.info`, `host.completeDir`), on a worker.
-    pub fn host(&mut self, reply: R, op: Op) -> Vec<Effect<R>> {
+    /// A call on no pane (the host methods, persistent terminals), on a
+    /// worker.
+    pub fn call(&mut self, reply: R, op: Op) -> Vec<Effect<R>> {
         if self.waiting() >= limits::TMUX_WAITERS_MAX {
             return vec![Effect::Reply(reply, Err(Error::Overloaded))];
         }
         self.next_ticket += 1;
         self.calls
             .insert(self.next_ticket, (reply, String::new(), op.clone()));
-        let server = self.servers.first().cloned().unwrap_or(Server {
-            name: DEFAULT_SERVER.into(),
-            socket: Socket::Name(DEFAULT_SERVER.into()),
+        let server = self.own_server().cloned().unwrap_or(Server {
+            name: OWN_SERVER.into(),
+            socket: Socket::Name(OWN_SERVER.into()),
         });
         vec![Effect::Job(Job::Call {
             ticket: self.next_ticket,
@@ -455,6 +482,9 @@ impl<R> Tmux<R> {
                     }),
                     Ok(Done::Host(i)) => Ok(Answer::Host(i)),
                     Ok(Done::Dirs(d)) => Ok(Answer::Dirs(d)),
+                    Ok(Done::Terminals(t)) => Ok(Answer::Terminals(t)),
+                    Ok(Done::Terminal(t)) => Ok(Answer::Terminal(t)),
+                    Ok(Done::NoTerminal(id)) => Err(Error::UnknownTerminal(id)),
                 };
                 let gone = matches!(op, Op::Kill) && answer.is_ok();
                 if gone {
@@ -463,6 +493,14 @@ impl<R> Tmux<R> {
                     }
                 }
                 let spawned = matches!(answer, Ok(Answer::Spawned { .. }));
+                if answer.is_ok()
+                    && matches!(
+                        op,
+                        Op::TermCreate { .. } | Op::TermKill { .. } | Op::TermRename { .. }
+                    )
+                {
+                    fx.push(Effect::TerminalsChanged);
+                }
                 fx.push(Effect::Reply(reply, answer));
                 if spawned {
                     // The new session shows in the list, and to watchers,

@@ -38,13 +38,19 @@ pub const VIEWER_PREFIX: &str = "omniconflux-view-";
 pub struct Spec {
     pub server: Server,
     pub session_name: String,
-    pub window_index: u32,
+    /// The window to show; `None`: the session's current one.
+    pub window_index: Option<u32>,
+    /// A tmux target in the window shown, for the `client_pane` check.
     pub pane: String,
     pub cols: u16,
     pub rows: u16,
     /// The client's own pane (seed 004's `client_pane`): the open is
-    /// refused when it is in the session's window.
+    /// refused when it is in the window shown.
     pub client_pane: Option<String>,
+    /// The error when the session is gone, and when `client_pane` is in
+    /// its window (seed 004's texts for a session and for a terminal).
+    pub gone: String,
+    pub refusal: String,
 }
 
 /// What the daemon sends a terminal.
@@ -100,18 +106,21 @@ pub fn open(term: u64, spec: Spec, sink: Sink) -> Result<Sender<Input>, String> 
 fn attach(term: u64, spec: &Spec, sink: Sink) -> Result<(OwnedFd, i32, String), String> {
     let s = &spec.server;
     if let Some(cp) = &spec.client_pane {
-        let theirs = driver::run(s, &["display", "-p", "-t", cp, "#{window_id}"], 256);
-        let ours = driver::run(s, &["display", "-p", "-t", &spec.pane, "#{window_id}"], 256)
-            .map_err(|e| e.0)?;
-        if theirs.is_ok_and(|t| t.trim() == ours.trim()) {
-            return Err(
-                "terminal not available for this session: client_pane is in its window".into(),
-            );
+        let window = |t: &str| driver::run(s, &["display", "-p", "-t", t, "#{window_id}"], 256);
+        let ours = window(&spec.pane).map_err(|_| spec.gone.clone())?;
+        if window(cp).is_ok_and(|t| t.trim() == ours.trim()) {
+            return Err(spec.refusal.clone());
         }
+    }
+    // `new-session -t` of a session that does not exist would make a new
+    // group of that name rather than fail.
+    let group = format!("={}", spec.session_name);
+    if driver::run(s, &["has-session", "-t", &group], 0).is_err() {
+        return Err(spec.gone.clone());
     }
     let viewer = format!("{VIEWER_PREFIX}{term}-{}", std::process::id());
     let (cols, rows) = (spec.cols.to_string(), spec.rows.to_string());
-    driver::run(
+    let made = driver::run(
         s,
         &[
             "new-session",
@@ -119,17 +128,22 @@ fn attach(term: u64, spec: &Spec, sink: Sink) -> Result<(OwnedFd, i32, String), 
             "-s",
             &viewer,
             "-t",
-            &format!("={}", spec.session_name),
+            &group,
             "-x",
             &cols,
             "-y",
             &rows,
         ],
         0,
-    )
-    .map_err(|e| e.0)?;
-    let target = format!("={viewer}:{}", spec.window_index);
-    for args in [
+    );
+    if let Err(e) = made {
+        return Err(if e.0.contains("can't find session") {
+            spec.gone.clone()
+        } else {
+            e.0
+        });
+    }
+    let mut steps = vec![
         vec!["set-option", "-t", &viewer, "status", "off"],
         // On now it would end the session before the client attaches.
         vec![
@@ -139,8 +153,15 @@ fn attach(term: u64, spec: &Spec, sink: Sink) -> Result<(OwnedFd, i32, String), 
             "client-attached",
             "set-option destroy-unattached on",
         ],
-        vec!["select-window", "-t", &target],
-    ] {
+    ];
+    let target = spec
+        .window_index
+        .map(|w| format!("={viewer}:{w}"))
+        .unwrap_or_default();
+    if !target.is_empty() {
+        steps.push(vec!["select-window", "-t", &target]);
+    }
+    for args in steps {
         if let Err(e) = driver::run(s, &args, 0) {
             let _ = driver::run(s, &["kill-session", "-t", &format!("={viewer}")], 0);
             return Err(e.0);

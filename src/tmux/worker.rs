@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::driver::{self, Server, TmuxError};
-use super::{Job, Report, discover};
+use super::{Job, Report, discover, persistent};
 use crate::limits;
 
 /// What a worker needs besides the job: the home directory whose
@@ -141,6 +141,22 @@ fn pane_op(server: &Server, pane: &str, op: super::Op) -> Result<super::Done, Tm
             driver::new_pane(server, &session, &cwd, &argv).map(Done::Spawned)
         }
         Op::HostInfo => Ok(Done::Host(super::host::info())),
+        Op::TermCreate { id, cwd } => persistent::create(server, &id, &cwd).map(Done::Terminal),
+        Op::TermList => persistent::list(server).map(Done::Terminals),
+        Op::TermKill { id } => persistent::kill(server, &id).map(|found| {
+            if found {
+                Done::Ok
+            } else {
+                Done::NoTerminal(id)
+            }
+        }),
+        Op::TermRename { id, name } => persistent::rename(server, &id, &name).map(|found| {
+            if found {
+                Done::Ok
+            } else {
+                Done::NoTerminal(id)
+            }
+        }),
         Op::CompleteDir { home, path } => Ok(Done::Dirs(super::host::complete_dir(&home, &path))),
     }
 }

@@ -49,7 +49,7 @@ struct Terms {
 
 struct Term {
     num: u64,
-    session: String,
+    target: Target,
     input: Sender<Input>,
     /// The terminal.open not answered yet: answered once the client is
     /// attached, before any output.
@@ -124,9 +124,10 @@ pub fn spawn(d: &mut Daemon, req: Req, name: String, cwd: String, argv: Vec<Stri
     apply(d, fx);
 }
 
-/// A host method, run on a tmux worker.
-pub fn host(d: &mut Daemon, req: Req, op: Op) {
-    let fx = d.tmux.state.host(req, op);
+/// A call on no pane (host methods, persistent terminals), on a tmux
+/// worker.
+pub fn call(d: &mut Daemon, req: Req, op: Op) {
+    let fx = d.tmux.state.call(req, op);
     apply(d, fx);
 }
 
@@ -191,6 +192,7 @@ fn apply(d: &mut Daemon, fx: Vec<Effect<Req>>) {
                 d.reactor
                     .schedule(Duration::from_millis(limits::TMUX_RESCAN_MS), tick);
             }
+            Effect::TerminalsChanged => terminals_changed(d),
         }
     }
 }
@@ -227,10 +229,18 @@ fn event_line(kind: &str, session: &serde_json::Value) -> Vec<u8> {
     line
 }
 
+/// What a live terminal shows: a tmux session's pane, or a persistent
+/// terminal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Session(String),
+    Terminal(String),
+}
+
 /// What terminal.open asks for, checked by the socket's method.
 pub struct OpenTerminal {
     pub term_id: String,
-    pub session_id: String,
+    pub target: Target,
     pub cols: u16,
     pub rows: u16,
     pub client_pane: Option<String>,
@@ -240,58 +250,22 @@ pub struct OpenTerminal {
 /// open of the same term_id replaces the first; an open of a session that
 /// another terminal shows evicts that one (the last opener wins).
 pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
-    let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == o.session_id) else {
-        let e = if d.core.sessions.get(&o.session_id).is_some() {
-            RpcError::new(
-                Code::NoTerminalControl,
-                "terminal not available for this session",
-            )
-        } else {
-            RpcError::new(
-                Code::SessionNotFound,
-                format!("unknown session: {}", o.session_id),
-            )
-        };
-        d.answer(req, Err(e));
-        return;
-    };
-    let Some(server) = d
-        .tmux
-        .state
-        .servers()
-        .find(|x| x.name == s.found.server)
-        .cloned()
-    else {
-        d.answer(
-            req,
-            Err(RpcError::new(
-                Code::NoTerminalControl,
-                "terminal not available for this session",
-            )),
-        );
-        return;
-    };
-    let spec = Spec {
-        server,
-        session_name: s.found.pane.session_name.clone(),
-        window_index: s.found.pane.window_index,
-        pane: s.found.pane.pane_id.clone(),
-        cols: o.cols,
-        rows: o.rows,
-        client_pane: o.client_pane,
+    let spec = match spec_of(d, &o) {
+        Ok(s) => s,
+        Err(e) => return d.answer(req, Err(e)),
     };
     let key = (conn, o.term_id.clone());
-    d.tmux.terms.close(&key);
+    close_term(d, &key);
     let evicted: Vec<(Token, String)> = d
         .tmux
         .terms
         .open
         .iter()
-        .filter(|(_, t)| t.session == o.session_id)
+        .filter(|(_, t)| t.target == o.target)
         .map(|(k, _)| k.clone())
         .collect();
     for k in evicted {
-        if let Some(t) = d.tmux.terms.close(&k) {
+        if let Some(t) = close_term(d, &k) {
             if let Some(r) = t.opening {
                 d.answer(
                     r,
@@ -336,7 +310,7 @@ pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
                 key,
                 Term {
                     num,
-                    session: o.session_id,
+                    target: o.target.clone(),
                     input,
                     opening: Some(req),
                 },
@@ -378,7 +352,7 @@ pub fn terminal_input(
 /// terminal.close: no terminal.exited follows.
 pub fn terminal_close(d: &mut Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
     term(d, conn, term_id)?;
-    d.tmux.terms.close(&(conn, term_id.to_string()));
+    close_term(d, &(conn, term_id.to_string()));
     Ok(())
 }
 
@@ -393,7 +367,7 @@ pub fn conn_closed(d: &mut Daemon, conn: Token) {
         .cloned()
         .collect();
     for k in keys {
-        d.tmux.terms.close(&k);
+        close_term(d, &k);
     }
 }
 
@@ -409,7 +383,7 @@ fn terminal_event(d: &mut Daemon, ev: Event) {
     };
     match ev {
         Event::Failed { why, .. } => {
-            if let Some(t) = d.tmux.terms.close(&key) {
+            if let Some(t) = close_term(d, &key) {
                 if let Some(r) = t.opening {
                     d.answer(r, Err(RpcError::new(Code::NoTerminalControl, why)));
                 }
@@ -425,7 +399,7 @@ fn terminal_event(d: &mut Daemon, ev: Event) {
             d.send(key.0, &line);
         }
         Event::Exited { .. } => {
-            if let Some(t) = d.tmux.terms.close(&key) {
+            if let Some(t) = close_term(d, &key) {
                 if let Some(r) = t.opening {
                     d.answer(
                         r,
@@ -446,16 +420,19 @@ fn terminal_event(d: &mut Daemon, ev: Event) {
     }
 }
 
-/// Answers terminal.open once, before the terminal's first output.
+/// Answers terminal.open once, before the terminal's first output; an
+/// attach to a persistent terminal that begins is a `terminal.changed`.
 fn answer_open(d: &mut Daemon, key: &(Token, String)) {
-    if let Some(r) = d
-        .tmux
-        .terms
-        .open
-        .get_mut(key)
-        .and_then(|t| t.opening.take())
-    {
-        d.answer(r, Ok(serde_json::Value::Null));
+    let Some(t) = d.tmux.terms.open.get_mut(key) else {
+        return;
+    };
+    let Some(r) = t.opening.take() else {
+        return;
+    };
+    let persistent = matches!(t.target, Target::Terminal(_));
+    d.answer(r, Ok(serde_json::Value::Null));
+    if persistent {
+        terminals_changed(d);
     }
 }
 
@@ -465,4 +442,95 @@ fn note(method: &str, params: serde_json::Value) -> Vec<u8> {
         .into_bytes();
     line.push(b'\n');
     line
+}
+
+/// How to attach to what `o` names, or the seed's error.
+fn spec_of(d: &Daemon, o: &OpenTerminal) -> Result<Spec, RpcError> {
+    let not_available = || {
+        RpcError::new(
+            Code::NoTerminalControl,
+            "terminal not available for this session",
+        )
+    };
+    match &o.target {
+        Target::Session(id) => {
+            let Some(s) = d.tmux.state.sessions().find(|s| &s.found.id == id) else {
+                return Err(if d.core.sessions.get(id).is_some() {
+                    not_available()
+                } else {
+                    RpcError::new(Code::SessionNotFound, format!("unknown session: {id}"))
+                });
+            };
+            let server = d
+                .tmux
+                .state
+                .servers()
+                .find(|x| x.name == s.found.server)
+                .cloned()
+                .ok_or_else(not_available)?;
+            Ok(Spec {
+                server,
+                session_name: s.found.pane.session_name.clone(),
+                window_index: Some(s.found.pane.window_index),
+                pane: s.found.pane.pane_id.clone(),
+                cols: o.cols,
+                rows: o.rows,
+                client_pane: o.client_pane.clone(),
+                gone: format!("unknown session: {id}"),
+                refusal: "terminal not available for this session: client_pane is in its window"
+                    .into(),
+            })
+        }
+        Target::Terminal(id) => {
+            let server = d.tmux.state.own_server().cloned().ok_or_else(|| {
+                RpcError::new(Code::InvalidRequest, "terminals not supported on this node")
+            })?;
+            let session_name = format!("{}{id}", crate::tmux::persistent::PREFIX);
+            Ok(Spec {
+                server,
+                pane: format!("={session_name}:"),
+                session_name,
+                window_index: None,
+                cols: o.cols,
+                rows: o.rows,
+                client_pane: o.client_pane.clone(),
+                gone: format!("unknown terminal: {id}"),
+                refusal: "this terminal holds your client; use it directly".into(),
+            })
+        }
+    }
+}
+
+/// The persistent terminals a live terminal shows now (their `attached`).
+pub fn attached_terminals(d: &Daemon) -> Vec<String> {
+    d.tmux
+        .terms
+        .open
+        .values()
+        .filter_map(|t| match &t.target {
+            Target::Terminal(id) => Some(id.clone()),
+            Target::Session(_) => None,
+        })
+        .collect()
+}
+
+/// `terminal.changed` to every operator connection that watches the
+/// sessions: a persistent terminal was created, killed or renamed, or an
+/// attach to one began or ended.
+pub fn terminals_changed(d: &mut Daemon) {
+    let targets: Vec<Token> = operator_watchers(d).collect();
+    let line = note("terminal.changed", json!({}));
+    for t in targets {
+        d.send(t, &line);
+    }
+}
+
+/// Closes terminal `key`; an attach to a persistent terminal that ends is
+/// a `terminal.changed`.
+fn close_term(d: &mut Daemon, key: &(Token, String)) -> Option<Term> {
+    let t = d.tmux.terms.close(key)?;
+    if matches!(t.target, Target::Terminal(_)) && t.opening.is_none() {
+        terminals_changed(d);
+    }
+    Some(t)
 }

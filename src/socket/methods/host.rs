@@ -61,7 +61,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 fn info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let InfoParams { .. } = params(p)?;
     require_operator(req)?;
-    route::host(d, req.clone(), Op::HostInfo);
+    route::call(d, req.clone(), Op::HostInfo);
     Ok(None)
 }
 
@@ -72,7 +72,7 @@ fn complete_dir(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         return Err(RpcError::invalid_params("path must be at most 4096 bytes"));
     }
     let home = route::home(d);
-    route::host(d, req.clone(), Op::CompleteDir { home, path });
+    route::call(d, req.clone(), Op::CompleteDir { home, path });
     Ok(None)
 }
 

@@ -170,10 +170,12 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "id": "",
             "label": d.node_name,
             "version": env!("CARGO_PKG_VERSION"),
-            // spawn_session: sessions.spawn into tmux needs tmux (issue 15).
+            // sessions.spawn into tmux and persistent terminals need tmux
+            // (issue 15).
             "capabilities": {
                 "spawn_session": crate::isolation::which("tmux").is_some(),
-                "terminal": false,
+                // Persistent terminals live in the daemon's tmux server.
+                "terminal": crate::isolation::which("tmux").is_some(),
                 "host_wakelock": false,
             },
         }],

@@ -300,6 +300,9 @@ pub fn error(e: &Error) -> RpcError {
         }
         Error::Busy => RpcError::new(Code::SessionBusy, "session is busy"),
         Error::Tmux(t) => RpcError::new(Code::Unavailable, t.0.clone()),
+        Error::UnknownTerminal(id) => {
+            RpcError::new(Code::NotFound, format!("unknown terminal: {id}"))
+        }
         Error::Overloaded => RpcError::new(
             Code::Unavailable,
             "too many tmux calls are waiting; try again",
@@ -320,6 +323,18 @@ pub fn reply(d: &mut Daemon, req: Req, result: Result<Answer, Error>) {
                 all.extend(list.iter().map(|s| session(s, &d.node_name)));
             }
             Ok(Value::Array(all))
+        }
+        Ok(Answer::Terminals(list)) => {
+            let (home, attached) = (route::home(d), route::attached_terminals(d));
+            let views: Vec<Value> = list
+                .iter()
+                .map(|t| terminal(t, &home, attached.contains(&t.id)))
+                .collect();
+            Ok(json!({"terminals": views}))
+        }
+        Ok(Answer::Terminal(t)) => {
+            let attached = route::attached_terminals(d).contains(&t.id);
+            Ok(terminal(&t, &route::home(d), attached))
         }
         Ok(Answer::Dirs(paths)) => Ok(json!({
             "home": route::home(d).display().to_string(),
@@ -354,7 +369,7 @@ fn answer(a: Answer) -> Value {
             }
             v
         }
-        Answer::Dirs(_) => Value::Null,
+        Answer::Dirs(_) | Answer::Terminals(_) | Answer::Terminal(_) => Value::Null,
     }
 }
 
@@ -386,5 +401,21 @@ pub fn session(s: &Session, node: &str) -> Value {
         "repo": f.repo,
         "branch": f.branch,
         "node": node,
+    })
+}
+
+/// seed 004's Terminal: the home directory in `cwd` shown as `~`.
+pub fn terminal(t: &tmux::persistent::Terminal, home: &std::path::Path, attached: bool) -> Value {
+    let cwd = match std::path::Path::new(&t.cwd).strip_prefix(home) {
+        Ok(rest) if rest.as_os_str().is_empty() => "~".to_string(),
+        Ok(rest) => format!("~/{}", rest.display()),
+        Err(_) => t.cwd.clone(),
+    };
+    json!({
+        "id": t.id,
+        "name": t.name,
+        "cwd": cwd,
+        "command": t.command,
+        "attached": attached,
     })
 }
