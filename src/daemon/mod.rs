@@ -136,7 +136,7 @@ pub struct Daemon {
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
     /// Sessions in tmux panes (issue 15).
-    pub tmux: router::tmux::Host,
+    pub tmux: router::tmux::Routes,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -199,7 +199,7 @@ impl Daemon {
         let instance_id = crate::ids::uuid_v4();
         let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id)
             .map_err(ServeError::Startup)?;
-        let tmux = router::tmux::Host::start(inbox.clone());
+        let tmux = router::tmux::Routes::start(inbox.clone());
         let mut d = Daemon {
             cfg,
             paths,

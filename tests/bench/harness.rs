@@ -21,6 +21,7 @@ mod ping;
 mod plugins_bench;
 mod sessions_mem;
 mod start;
+mod tmux_bench;
 mod util;
 
 fn main() {
@@ -48,6 +49,7 @@ fn main() {
     lanes_bench::run();
     http_bench::run();
     contain_bench::run();
+    tmux_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());

@@ -6,18 +6,24 @@
 //! watch the sessions as `session.event`s; the rescan timer runs on the
 //! reactor and asks the socket whether anyone still watches.
 //!
-//! A new watcher (`sessions.subscribe`) is sent an `added` event for each
-//! tmux session of the last scan right after its snapshot, since the
-//! snapshot holds the daemon's own sessions only, then a rescan tells it
-//! what changed since.
+//! A new operator watcher (`sessions.subscribe`) is sent an `added` event
+//! for each tmux session of the last scan right after its snapshot, since
+//! the snapshot holds the daemon's own sessions only, then a rescan tells
+//! it what changed since.
+//!
+//! The live terminals (seed 004, Terminals) are kept here too, by
+//! connection and term_id, because their owner is a socket connection:
+//! each has its threads (src/tmux/terminal.rs), whose events come back
+//! through the reactor inbox to [`terminal_event`] and go out as
+//! `terminal.output` and `terminal.exited` to the connection that opened
+//! it; a closed connection closes its terminals ([`conn_closed`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-
-use crossbeam_channel::Sender;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::Sender;
 use mio::Token;
 use serde_json::json;
 
@@ -31,7 +37,7 @@ use crate::tmux::{Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server
 
 /// The tmux subsystem and its workers, and the live terminals: the
 /// daemon's `tmux` field.
-pub struct Host {
+pub struct Routes {
     pub state: Tmux<Req>,
     pool: Pool,
     home: PathBuf,
@@ -66,11 +72,11 @@ impl Terms {
     }
 }
 
-impl Host {
+impl Routes {
     /// The subsystem for the operator's `default` server and the daemon's
     /// own; its workers report to the reactor through `inbox`, and start
     /// with the first job.
-    pub fn start(inbox: crate::reactor::Inbox) -> Host {
+    pub fn start(inbox: crate::reactor::Inbox) -> Routes {
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .filter(|h| h.is_absolute())
@@ -86,7 +92,7 @@ impl Host {
         let pool = Pool::new(Ctx { home: home.clone() }, move |r: Report| {
             reports.send(Msg::Run(Box::new(move |d: &mut Daemon| report(d, r))));
         });
-        Host {
+        Routes {
             state: Tmux::new(servers),
             pool,
             home,
@@ -133,24 +139,25 @@ pub fn call(d: &mut Daemon, req: Req, op: Op) {
 
 /// A connection began to watch the sessions (`sessions.subscribe`).
 pub fn watched(d: &mut Daemon, conn: Token) {
-    if !d.socket.watches.watchers().any(|t| t == conn) {
-        return;
-    }
-    if d.socket
+    // Only the operator reads tmux sessions, so only an operator's watch
+    // makes the daemon scan.
+    let operator = d
+        .socket
         .conns
         .get(&conn)
-        .is_some_and(|c| c.class.is_operator())
-    {
-        let node = d.node_name.clone();
-        let lines: Vec<Vec<u8>> = d
-            .tmux
-            .state
-            .sessions()
-            .map(|s| event_line("added", &crate::socket::methods::tmux::session(s, &node)))
-            .collect();
-        for l in lines {
-            d.send(conn, &l);
-        }
+        .is_some_and(|c| c.class.is_operator());
+    if !operator || !d.socket.watches.watchers().any(|t| t == conn) {
+        return;
+    }
+    let node = d.node_name.clone();
+    let lines: Vec<Vec<u8>> = d
+        .tmux
+        .state
+        .sessions()
+        .map(|s| event_line("added", &crate::socket::methods::tmux::session(s, &node)))
+        .collect();
+    for l in lines {
+        d.send(conn, &l);
     }
     let fx = d.tmux.state.watch();
     apply(d, fx);
