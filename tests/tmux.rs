@@ -462,6 +462,26 @@ fn spawn_starts_a_command_in_the_daemon_s_own_server() {
     let s = find(&list, &sid).unwrap();
     assert_eq!(s["tmux"]["session_name"], "claude");
     assert_eq!(s["cwd"], json!(r.home.display().to_string()));
+    // A past Claude Code session, resumed in a pane.
+    let v = r.c.call(
+        "sessions.resume",
+        json!({"agent": "claude", "agent_session_id": "0b6f0d8e", "cwd": proj}),
+    );
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    r.screen_until(&sid, "fake claude ready --resume 0b6f0d8e");
+    let e = r.c.request(
+        "sessions.resume",
+        json!({"agent": "claude", "agent_session_id": "0b6f0d8e", "cwd": ""}),
+    );
+    assert_eq!(
+        e["error"]["message"], "cannot resume: session working directory is unknown",
+        "{e}"
+    );
+    let e = r.c.request(
+        "sessions.resume",
+        json!({"agent": "codex", "agent_session_id": "x", "cwd": proj}),
+    );
+    assert_eq!(e["error"]["code"], -32600, "{e}");
     // The seed's refusals (-32600, invalid-request here).
     for params in [
         json!({"command": "true", "cwd": "relative/dir"}),

@@ -17,6 +17,7 @@
 //! | sessions.input   | operator | null; the text typed into the pane              |
 //! | sessions.kill    | operator | null; the pane killed                           |
 //! | sessions.spawn   | operator | {session_id, pane_id}                           |
+//! | sessions.resume  | operator | {session_id, pane_id}: `claude --resume ID`     |
 //!
 //! †This is the one place where the two lists meet: `sessions.list` and
 //! `sessions.refresh` answer the daemon's own sessions (those its caller
@@ -49,6 +50,7 @@ pub fn serves(d: &Daemon, method: &str, p: &Map<String, Value>) -> bool {
             .and_then(Value::as_str)
             .is_some_and(|id| d.tmux.state.owns_id(id)),
         "sessions.spawn" => p.contains_key("agent") || p.contains_key("command"),
+        "sessions.resume" => true,
         _ => false,
     }
 }
@@ -83,6 +85,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             ))
         }),
         "sessions.spawn" => spawn(d, &req, p),
+        "sessions.resume" => resume(d, &req, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
@@ -195,37 +198,7 @@ fn spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     require_operator(req)?;
     let _ = sp.node_id; // routing only (seed 004)
     let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
-    let home = route::home(d);
-    let cwd = match sp.cwd.as_deref().unwrap_or("~") {
-        "~" => home.clone(),
-        c if c.starts_with("~/") => home.join(&c[2..]),
-        c => std::path::PathBuf::from(c),
-    };
-    if !cwd.is_absolute() {
-        return Err(invalid(format!(
-            "cwd must be absolute or start with ~: {}",
-            cwd.display()
-        )));
-    }
-    match std::fs::metadata(&cwd) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(invalid(format!(
-                "cwd is not a directory: {}",
-                cwd.display()
-            )));
-        }
-        Err(e) => {
-            return Err(invalid(format!(
-                "cwd cannot be entered: {}: {}",
-                cwd.display(),
-                crate::errors::io_cause(&e)
-            )));
-        }
-    }
-    if std::fs::read_dir(&cwd).is_err() {
-        return Err(invalid(format!("cwd cannot be entered: {}", cwd.display())));
-    }
+    let cwd = enterable(d, sp.cwd.as_deref().unwrap_or("~"))?;
     let (argv, default_name) = match (&sp.command, &sp.agent) {
         (Some(c), _) => {
             if sp.model.is_some() {
@@ -269,6 +242,97 @@ fn spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         ));
     }
     route::spawn(d, req.clone(), name, cwd.display().to_string(), argv);
+    Ok(None)
+}
+
+/// `cwd` with a leading `~` resolved against the home directory, when it
+/// is an absolute directory that can be entered (seed 004: "reject
+/// (-32600) a cwd that is relative, does not exist, is not a directory, or
+/// cannot be entered").
+fn enterable(d: &Daemon, cwd: &str) -> Result<std::path::PathBuf, RpcError> {
+    let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
+    let home = route::home(d);
+    let cwd = match cwd {
+        "~" => home,
+        c if c.starts_with("~/") => home.join(&c[2..]),
+        c => std::path::PathBuf::from(c),
+    };
+    if !cwd.is_absolute() {
+        return Err(invalid(format!(
+            "cwd must be absolute or start with ~: {}",
+            cwd.display()
+        )));
+    }
+    match std::fs::metadata(&cwd) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(invalid(format!(
+                "cwd is not a directory: {}",
+                cwd.display()
+            )));
+        }
+        Err(e) => {
+            return Err(invalid(format!(
+                "cwd cannot be entered: {}: {}",
+                cwd.display(),
+                crate::errors::io_cause(&e)
+            )));
+        }
+    }
+    if std::fs::read_dir(&cwd).is_err() {
+        return Err(invalid(format!("cwd cannot be entered: {}", cwd.display())));
+    }
+    Ok(cwd)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeParams {
+    #[serde(default, rename = "node_id")]
+    _node_id: Option<String>,
+    agent: String,
+    agent_session_id: String,
+    #[serde(default)]
+    cwd: String,
+}
+
+/// `sessions.resume`: a past Claude Code session (`claude --resume ID`)
+/// in a new window of the daemon's server, in tmux session `claude`.
+/// Other agents are refused: only Claude Code's resume is known here.
+fn resume(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let rp: ResumeParams = params(p)?;
+    require_operator(req)?;
+    let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
+    if rp.agent != "claude" {
+        return Err(invalid(format!("cannot resume {} sessions", rp.agent)));
+    }
+    let id = &rp.agent_session_id;
+    if id.is_empty()
+        || id.len() > 128
+        || id.chars().any(|c| c.is_control() || c.is_whitespace())
+        || id.starts_with('-')
+    {
+        return Err(invalid(format!("cannot resume: not a session id: {id:?}")));
+    }
+    if rp.cwd.is_empty() {
+        return Err(invalid(
+            "cannot resume: session working directory is unknown".into(),
+        ));
+    }
+    let cwd = enterable(d, &rp.cwd)?;
+    let Some(program) = crate::isolation::which("claude") else {
+        return Err(invalid(
+            "agent claude is not installed: no claude on PATH".into(),
+        ));
+    };
+    let argv = vec![program.display().to_string(), "--resume".into(), id.clone()];
+    route::spawn(
+        d,
+        req.clone(),
+        "claude".into(),
+        cwd.display().to_string(),
+        argv,
+    );
     Ok(None)
 }
 
