@@ -170,11 +170,10 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "id": "",
             "label": d.node_name,
             "version": env!("CARGO_PKG_VERSION"),
-            // sessions.spawn into tmux and persistent terminals need tmux
-            // (issue 15).
+            // Spawning into tmux and persistent terminals (which live in
+            // the daemon's tmux server) need tmux (issue 15).
             "capabilities": {
                 "spawn_session": crate::isolation::which("tmux").is_some(),
-                // Persistent terminals live in the daemon's tmux server.
                 "terminal": crate::isolation::which("tmux").is_some(),
                 "host_wakelock": false,
             },
