@@ -93,6 +93,10 @@ pub enum Code {
     /// lock.*: the entry breaks a rule of the trust log or of the
     /// revoke-signer ceremony; `message` names the rule.
     LockRefused,
+    /// Seed 004: the session has no tmux pane (or the text is empty).
+    NoTerminalControl,
+    /// Seed 004: the session takes no input now (a prompt is pending).
+    SessionBusy,
 }
 
 impl Code {
@@ -140,6 +144,8 @@ impl Code {
             Code::LockExists => "lock-exists",
             Code::LockNoSignerKey => "lock-no-signer-key",
             Code::LockRefused => "lock-refused",
+            Code::NoTerminalControl => "no-terminal-control",
+            Code::SessionBusy => "session-busy",
         }
     }
 
@@ -173,6 +179,8 @@ impl Code {
             Code::LockNoLog | Code::LockExists | Code::LockNoSignerKey | Code::LockRefused => {
                 -32600
             }
+            Code::NoTerminalControl => -32040,
+            Code::SessionBusy => -32041,
             _ => -32000,
         }
     }

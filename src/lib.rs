@@ -30,4 +30,5 @@ pub mod signals;
 pub mod socket;
 #[cfg(test)]
 mod testutil;
+pub mod tmux;
 pub mod trustlog;

@@ -1026,3 +1026,69 @@ pub const GATEWAY_SOCKET_CONNECTIONS: usize = 16;
 /// How long the accept thread waits after a failed accept (out of file
 /// descriptors, say) before it tries again, instead of spinning.
 pub const GATEWAY_ACCEPT_BACKOFF_MS: u64 = 100;
+
+// ---- tmux panes (issue 15; seed 004, Features › Sessions) ----
+
+/// "Bound every output you read" (issue 15): `list-panes -a` of a server,
+/// about 200 bytes a pane, so room for thousands of panes.
+pub const TMUX_LIST_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// A pane's captured screen: the seed's largest terminal is 1000 × 1000
+/// cells; as UTF-8 of up to 4 bytes a cell, with the line ends.
+pub const TMUX_CAPTURE_MAX_BYTES: usize = 4 * 1000 * 1000 + 1000;
+/// What of a tmux call's stderr is kept: its first line names the error.
+pub const TMUX_STDERR_MAX_BYTES: usize = 4096;
+/// A tmux call that has not answered in this long is killed and fails: a
+/// wedged server must not hold a worker for ever.
+pub const TMUX_CALL_TIMEOUT_MS: u64 = 5_000;
+/// Panes of one server looked at per scan ("Discovery of 100 panes",
+/// issue 15, with room to spare); the rest are not listed.
+pub const TMUX_PANES_MAX: usize = 1024;
+/// "blocking tmux calls run on worker threads (bounded)" (issue 15).
+pub const TMUX_WORKERS: usize = 2;
+/// Jobs queued to the tmux workers; a full queue refuses the request
+/// with `unavailable` rather than queueing without bound.
+pub const TMUX_JOBS_QUEUED: usize = 64;
+/// Requests waiting on a scan or a pane call at once; past it a request is
+/// refused with `unavailable`.
+pub const TMUX_WAITERS_MAX: usize = 256;
+/// "rescans are driven by [...] a bounded, idle-free interval" (issue 15):
+/// while someone watches the sessions, a scan every 2 s; a scan younger
+/// than this answers `sessions.list` and the pane methods.
+pub const TMUX_RESCAN_MS: u64 = 2_000;
+/// Processes read from /proc per scan, and looked at in one pane's tree.
+pub const PROC_SCAN_MAX: usize = 65_536;
+pub const PROC_TREE_MAX: usize = 4096;
+/// Bytes of /proc/PID/cmdline read to name a process: its first two
+/// arguments are all discovery needs.
+pub const PROC_CMDLINE_MAX_BYTES: usize = 4096;
+/// Entries of a Claude Code project directory looked at for the newest
+/// transcript.
+pub const TRANSCRIPT_DIR_SCAN_MAX: usize = 4096;
+/// The end of a transcript file read for the session's status: its last
+/// records, which say whether a turn runs.
+pub const TRANSCRIPT_TAIL_BYTES: usize = 64 * 1024;
+/// Directories walked up from a session's cwd to find its `.git`.
+pub const GIT_WALK_MAX: usize = 64;
+/// `sessions.key`: keys per call, and the longest key name (tmux's longest
+/// names, `C-M-S-BSpace` and the like, are far shorter).
+pub const TMUX_KEYS_MAX: usize = 64;
+pub const TMUX_KEY_NAME_MAX: usize = 32;
+/// "paths holds [...] at most 200" (seed 004, host.completeDir); entries
+/// of the directory read to find them.
+pub const COMPLETE_DIR_MAX: usize = 200;
+pub const COMPLETE_DIR_SCAN_MAX: usize = 16_384;
+/// "One output chunk holds at most 32 KiB" (seed 004, Terminals).
+pub const TERMINAL_CHUNK_BYTES: usize = 32 * 1024;
+/// "The default size is 80×24. The maximum is 1000 in each direction."
+/// (seed 004, Terminals)
+pub const TERMINAL_DEFAULT_COLS: u16 = 80;
+pub const TERMINAL_DEFAULT_ROWS: u16 = 24;
+pub const TERMINAL_MAX_SIZE: u16 = 1000;
+/// Terminals open at once across all connections: each holds two threads,
+/// a pseudo-terminal and a tmux client.
+pub const TERMINALS_MAX: usize = 16;
+/// Input chunks queued to a terminal's writer; a full queue refuses
+/// terminal.input rather than grow.
+pub const TERMINAL_INPUT_QUEUE: usize = 64;
+/// The largest `data` of one terminal.input, decoded.
+pub const TERMINAL_INPUT_MAX_BYTES: usize = 64 * 1024;

@@ -2,8 +2,8 @@
 //! issue 11, Acceptance): no domain module names the daemon or a surface.
 //! The domain is every file under src/core/, src/lanes/, src/plugins/ (but
 //! the plugin wire's own files, whose names hold `wire` or `view`: they are
-//! the plugin surface), src/agents/, src/ledger/, src/lock/, and the
-//! protocol cores src/e2ee/ and src/trustlog/. A file names a module
+//! the plugin surface), src/agents/, src/ledger/, src/lock/, src/tmux/,
+//! and the protocol cores src/e2ee/ and src/trustlog/. A file names a module
 //! when its text holds `crate::MODULE`, or `crate::{` with MODULE in the
 //! braces, comments included: a doc link to a surface is a dependency too.
 //!
@@ -23,6 +23,7 @@ const DOMAIN: &[&str] = &[
     "src/e2ee",
     "src/trustlog",
     "src/lock",
+    "src/tmux",
 ];
 
 /// Modules no domain file may name: the state owner and the surfaces.

@@ -141,6 +141,8 @@ pub struct Daemon {
     /// The gateway role when `[gateway] listen` or `serve --gateway` turns
     /// it on (issue 12); its own threads, not the reactor's.
     pub gateway: Option<crate::gateway::Gateway>,
+    /// Sessions in tmux panes (issue 15).
+    pub tmux: router::tmux::Routes,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -204,6 +206,7 @@ impl Daemon {
         let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id)
             .map_err(ServeError::Startup)?;
         let gateway = crate::gateway::in_node::start(&cfg, &paths).map_err(ServeError::Startup)?;
+        let tmux = router::tmux::Routes::start(inbox.clone());
         let mut d = Daemon {
             cfg,
             paths,
@@ -223,6 +226,7 @@ impl Daemon {
             http,
             lock: Default::default(),
             gateway,
+            tmux,
             router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,
@@ -608,6 +612,7 @@ impl Daemon {
     }
 
     fn close_conn(&mut self, t: Token, reason: CloseReason) {
+        router::tmux::conn_closed(self, t);
         if let Some(c) = self.socket.close(self.reactor.poll.registry(), t) {
             match reason {
                 CloseReason::Eof => {}

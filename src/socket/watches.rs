@@ -60,6 +60,12 @@ impl Watches {
         self.watchers.remove(&conn)
     }
 
+    /// The connections that watch the sessions (the tmux routes send them
+    /// the tmux sessions' `session.event`s).
+    pub fn watchers(&self) -> impl Iterator<Item = Token> + '_ {
+        self.watchers.iter().copied()
+    }
+
     pub fn forget_conn(&mut self, conn: Token) {
         self.events.remove(&conn);
         self.watchers.remove(&conn);

@@ -23,6 +23,7 @@ mod ping;
 mod plugins_bench;
 mod sessions_mem;
 mod start;
+mod tmux_bench;
 mod trustlog_bench;
 mod util;
 
@@ -54,6 +55,7 @@ fn main() {
     e2ee_bench::run();
     trustlog_bench::run();
     gateway_bench::run();
+    tmux_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());

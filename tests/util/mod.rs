@@ -190,6 +190,8 @@ impl Daemon {
         }
         args.push(command.into());
         args.extend(opts.extra_args.iter().cloned());
+        let tmux_dir = dir.join("tmx");
+        std::fs::create_dir_all(&tmux_dir).expect("create the tmux directory");
         let mut cmd = Command::new(bin());
         cmd.args(&args)
             .env("NOTIFY_SOCKET", &notify_path)
@@ -198,6 +200,10 @@ impl Daemon {
             // protects (and creates) it, and as root it would otherwise be
             // /etc/omniconflux on the machine running the tests.
             .env("XDG_CONFIG_HOME", dir.join("xdg-config"))
+            // The tmux servers the daemon looks at (its sessions in tmux,
+            // issue 15) are the test's own, never the machine's: tmux
+            // falls back to /tmp when this directory does not exist.
+            .env("TMUX_TMPDIR", &tmux_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

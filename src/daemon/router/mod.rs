@@ -39,6 +39,8 @@
 //! for their own requests; each route file keeps its own key-to-caller
 //! map.
 
+pub mod tmux;
+
 use std::collections::VecDeque;
 
 pub mod lanes;

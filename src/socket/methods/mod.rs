@@ -14,6 +14,9 @@
 //! | events.unsubscribe| anyone         | stops them                               |
 //! | seats.*           | see [`seats`]                              |
 //! | sessions.*, session.*, transcript.* | see [`sessions`]         |
+//! | sessions.list, .refresh, pane methods | see [`tmux`]           |
+//! | host.*            | see [`host`]                               |
+//! | terminal.*        | see [`terminal`]                           |
 //! | approvals.*       | see [`approvals`]                          |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
@@ -22,11 +25,14 @@
 
 pub mod approvals;
 pub mod gateway;
+pub mod host;
 pub mod lanes;
 pub mod lock;
 pub mod plugins;
 pub mod seats;
 pub mod sessions;
+pub mod terminal;
+pub mod tmux;
 
 use mio::Token;
 use serde::Deserialize;
@@ -115,6 +121,17 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
         m if m.starts_with("lock.") => return lock::dispatch(d, req, m, p),
         m if m.starts_with("clients.") => return gateway::dispatch(d, req, m, p),
+        m if tmux::serves(d, m, &p) => return tmux::dispatch(d, req, m, p),
+        m if m.starts_with("host.") => return host::dispatch(d, req, m, p),
+        m if m.starts_with("terminal.") => return terminal::dispatch(d, req, m, p),
+        "sessions.subscribe" => {
+            let conn = req.conn();
+            sessions::dispatch(d, req, method, p);
+            if let Some(conn) = conn {
+                crate::daemon::router::tmux::watched(d, conn);
+            }
+            return;
+        }
         m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
@@ -159,7 +176,13 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "id": "",
             "label": d.node_name,
             "version": env!("CARGO_PKG_VERSION"),
-            "capabilities": {"spawn_session": false, "terminal": false, "host_wakelock": false},
+            // Spawning into tmux and persistent terminals (which live in
+            // the daemon's tmux server) need tmux (issue 15).
+            "capabilities": {
+                "spawn_session": crate::isolation::which("tmux").is_some(),
+                "terminal": crate::isolation::which("tmux").is_some(),
+                "host_wakelock": false,
+            },
         }],
         "pushPortConfigured": false,
         "caller": caller,

@@ -5,7 +5,7 @@
 //!
 //! | method                  | who      | answers                                      |
 //! |-------------------------|----------|----------------------------------------------|
-//! | sessions.list           | anyone†  | Session[] in creation order                  |
+//! | sessions.list           | anyone†  | Session[] in creation order, then tmux's (src/socket/methods/tmux.rs) |
 //! | sessions.get            | anyone†  | Session                                      |
 //! | sessions.subscribe      | anyone†  | Session[]; then `session.event` notes        |
 //! | sessions.unsubscribe    | anyone   | {was_subscribed}                             |
@@ -60,7 +60,6 @@ pub fn serves(method: &str) -> bool {
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
-        "sessions.list" => sessions_list(d, &req, p),
         "sessions.get" => sessions_get(d, &req, p),
         "sessions.subscribe" => sessions_subscribe(d, &req, p),
         "sessions.unsubscribe" => params::<NoParams>(p).and_then(|_| {
@@ -91,8 +90,9 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     super::finish(d, req, result);
 }
 
-/// Every session `req`'s caller may read, in creation order.
-fn readable(d: &Daemon, req: &Req) -> Value {
+/// Every session `req`'s caller may read, in creation order; also the
+/// first part of `sessions.list`, which src/socket/methods/tmux.rs answers.
+pub(super) fn readable(d: &Daemon, req: &Req) -> Value {
     let node = &d.node_name;
     Value::Array(
         d.core
@@ -115,11 +115,6 @@ fn readable_session<'a>(
         .get(sid)
         .filter(|_| sessions::may_read(&req.class, sid))
         .ok_or_else(|| sessions::not_found(sid))
-}
-
-fn sessions_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
-    let NoParams {} = params(p)?;
-    Ok(Some(readable(d, req)))
 }
 
 fn sessions_get(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {

@@ -1,0 +1,543 @@
+//! The routes of the tmux subsystem (issue 15; src/tmux/): where its
+//! effects are applied. Jobs go to the tmux workers, whose reports come
+//! back through the reactor inbox to [`report`]; replies are answered by
+//! the socket's tmux methods (src/socket/methods/tmux.rs, which owns their
+//! wire); changes of the session list go to the operator connections that
+//! watch the sessions as `session.event`s; the rescan timer runs on the
+//! reactor and asks the socket whether anyone still watches.
+//!
+//! A new operator watcher (`sessions.subscribe`) is sent an `added` event
+//! for each tmux session of the last scan right after its snapshot, since
+//! the snapshot holds the daemon's own sessions only, then a rescan tells
+//! it what changed since.
+//!
+//! The live terminals (seed 004, Terminals) are kept here too, by
+//! connection and term_id, because their owner is a socket connection:
+//! each has its threads (src/tmux/terminal.rs), whose events come back
+//! through the reactor inbox to [`terminal_event`] and go out as
+//! `terminal.output` and `terminal.exited` to the connection that opened
+//! it; a closed connection closes its terminals ([`conn_closed`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use mio::Token;
+use serde_json::json;
+
+use crate::daemon::{Daemon, Req};
+use crate::errors::{Code, RpcError};
+use crate::limits;
+use crate::reactor::Msg;
+use crate::tmux::terminal::{self, Event, Input, Spec};
+use crate::tmux::worker::{Ctx, Pool};
+use crate::tmux::{Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server, Socket, Tmux};
+
+/// The tmux subsystem and its workers, and the live terminals: the
+/// daemon's `tmux` field.
+pub struct Routes {
+    pub state: Tmux<Req>,
+    pool: Pool,
+    home: PathBuf,
+    inbox: crate::reactor::Inbox,
+    terms: Terms,
+}
+
+/// The live terminals (seed 004, Terminals), by connection and term_id.
+#[derive(Default)]
+struct Terms {
+    open: HashMap<(Token, String), Term>,
+    by_num: HashMap<u64, (Token, String)>,
+    next: u64,
+}
+
+struct Term {
+    num: u64,
+    target: Target,
+    input: Sender<Input>,
+    /// The terminal.open not answered yet: answered once the client is
+    /// attached, before any output.
+    opening: Option<Req>,
+}
+
+impl Terms {
+    /// Forgets terminal `key` and tells its threads to close it.
+    fn close(&mut self, key: &(Token, String)) -> Option<Term> {
+        let t = self.open.remove(key)?;
+        self.by_num.remove(&t.num);
+        let _ = t.input.try_send(Input::Close);
+        Some(t)
+    }
+}
+
+impl Routes {
+    /// The subsystem for the operator's `default` server and the daemon's
+    /// own; its workers report to the reactor through `inbox`, and start
+    /// with the first job.
+    pub fn start(inbox: crate::reactor::Inbox) -> Routes {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let servers = [DEFAULT_SERVER, OWN_SERVER]
+            .into_iter()
+            .map(|n| Server {
+                name: n.to_string(),
+                socket: Socket::Name(n.to_string()),
+            })
+            .collect();
+        let reports = inbox.clone();
+        let pool = Pool::new(Ctx { home: home.clone() }, move |r: Report| {
+            reports.send(Msg::Run(Box::new(move |d: &mut Daemon| report(d, r))));
+        });
+        Routes {
+            state: Tmux::new(servers),
+            pool,
+            home,
+            inbox,
+            terms: Terms::default(),
+        }
+    }
+}
+
+/// The daemon user's home directory (`~` in the seed's paths).
+pub fn home(d: &Daemon) -> PathBuf {
+    d.tmux.home.clone()
+}
+
+/// `sessions.list` (`refresh`: after a new scan).
+pub fn list(d: &mut Daemon, req: Req, refresh: bool) -> Option<serde_json::Value> {
+    let fx = if refresh {
+        d.tmux.state.refresh(req)
+    } else {
+        d.tmux.state.list(req, crate::clock::now_ms())
+    };
+    apply(d, fx);
+    None
+}
+
+/// A pane method on a tmux session.
+pub fn pane(d: &mut Daemon, req: Req, id: String, op: Op) {
+    let fx = d.tmux.state.pane(req, id, op, crate::clock::now_ms());
+    apply(d, fx);
+}
+
+/// `sessions.spawn` into the daemon's own server.
+pub fn spawn(d: &mut Daemon, req: Req, name: String, cwd: String, argv: Vec<String>) {
+    let fx = d.tmux.state.spawn(req, name, cwd, argv);
+    apply(d, fx);
+}
+
+/// A call on no pane (host methods, persistent terminals), on a tmux
+/// worker.
+pub fn call(d: &mut Daemon, req: Req, op: Op) {
+    let fx = d.tmux.state.call(req, op);
+    apply(d, fx);
+}
+
+/// A connection began to watch the sessions (`sessions.subscribe`).
+pub fn watched(d: &mut Daemon, conn: Token) {
+    // Only the operator reads tmux sessions, so only an operator's watch
+    // makes the daemon scan.
+    let operator = d
+        .socket
+        .conns
+        .get(&conn)
+        .is_some_and(|c| c.class.is_operator());
+    if !operator || !d.socket.watches.watchers().any(|t| t == conn) {
+        return;
+    }
+    let node = d.node_name.clone();
+    let lines: Vec<Vec<u8>> = d
+        .tmux
+        .state
+        .sessions()
+        .map(|s| event_line("added", &crate::socket::methods::tmux::session(s, &node)))
+        .collect();
+    for l in lines {
+        d.send(conn, &l);
+    }
+    let fx = d.tmux.state.watch();
+    apply(d, fx);
+}
+
+/// A worker's report.
+fn report(d: &mut Daemon, r: Report) {
+    let fx = d.tmux.state.on_report(r, crate::clock::now_ms());
+    apply(d, fx);
+}
+
+fn tick(d: &mut Daemon) {
+    let watched = operator_watchers(d).next().is_some();
+    let fx = d.tmux.state.tick(watched);
+    apply(d, fx);
+}
+
+fn operator_watchers(d: &Daemon) -> impl Iterator<Item = Token> + '_ {
+    d.socket
+        .watches
+        .watchers()
+        .filter(|t| d.socket.conns.get(t).is_some_and(|c| c.class.is_operator()))
+}
+
+/// Applies the subsystem's effects in order; those an effect leads to run
+/// after it, from the same queue.
+fn apply(d: &mut Daemon, fx: Vec<Effect<Req>>) {
+    let mut queue = VecDeque::from(fx);
+    while let Some(e) = queue.pop_front() {
+        match e {
+            Effect::Job(job) => {
+                if let Err(job) = d.tmux.pool.submit(job) {
+                    queue.extend(d.tmux.state.refused(*job));
+                }
+            }
+            Effect::Reply(req, result) => crate::socket::methods::tmux::reply(d, req, result),
+            Effect::Changed(changes) => notify(d, &changes),
+            Effect::ArmRescan => {
+                d.reactor
+                    .schedule(Duration::from_millis(limits::TMUX_RESCAN_MS), tick);
+            }
+            Effect::TerminalsChanged => terminals_changed(d),
+        }
+    }
+}
+
+/// Sends each change to the operator connections that watch the sessions.
+fn notify(d: &mut Daemon, changes: &[Change]) {
+    let targets: Vec<Token> = operator_watchers(d).collect();
+    if targets.is_empty() {
+        return;
+    }
+    let node = d.node_name.clone();
+    for c in changes {
+        let (kind, s) = match c {
+            Change::Added(s) => ("added", s),
+            Change::Updated(s) => ("updated", s),
+            Change::Removed(s) => ("removed", s),
+        };
+        let line = event_line(kind, &crate::socket::methods::tmux::session(s, &node));
+        for t in &targets {
+            d.send(*t, &line);
+        }
+    }
+}
+
+fn event_line(kind: &str, session: &serde_json::Value) -> Vec<u8> {
+    let mut line = json!({
+        "jsonrpc": "2.0",
+        "method": "session.event",
+        "params": {"type": kind, "session": session},
+    })
+    .to_string()
+    .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// What a live terminal shows: a tmux session's pane, or a persistent
+/// terminal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Session(String),
+    Terminal(String),
+}
+
+/// What terminal.open asks for, checked by the socket's method.
+pub struct OpenTerminal {
+    pub term_id: String,
+    pub target: Target,
+    pub cols: u16,
+    pub rows: u16,
+    pub client_pane: Option<String>,
+}
+
+/// terminal.open on connection `conn`: answered once attached. A second
+/// open of the same term_id replaces the first; an open of a session that
+/// another terminal shows evicts that one (the last opener wins).
+pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
+    let spec = match spec_of(d, &o) {
+        Ok(s) => s,
+        Err(e) => return d.answer(req, Err(e)),
+    };
+    let key = (conn, o.term_id.clone());
+    close_term(d, &key);
+    let evicted: Vec<(Token, String)> = d
+        .tmux
+        .terms
+        .open
+        .iter()
+        .filter(|(_, t)| t.target == o.target)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in evicted {
+        if let Some(t) = close_term(d, &k) {
+            if let Some(r) = t.opening {
+                d.answer(
+                    r,
+                    Err(RpcError::new(
+                        Code::NoTerminalControl,
+                        "terminal not available for this session: a newer terminal.open took it",
+                    )),
+                );
+            }
+            let line = note(
+                "terminal.exited",
+                json!({"term_id": k.1, "reason": "evicted"}),
+            );
+            d.send(k.0, &line);
+        }
+    }
+    if d.tmux.terms.open.len() >= limits::TERMINALS_MAX {
+        d.answer(
+            req,
+            Err(RpcError::new(
+                Code::Unavailable,
+                format!(
+                    "at most {} terminals are open at once",
+                    limits::TERMINALS_MAX
+                ),
+            )),
+        );
+        return;
+    }
+    d.tmux.terms.next += 1;
+    let num = d.tmux.terms.next;
+    let inbox = d.tmux.inbox.clone();
+    let sink: terminal::Sink = Arc::new(move |ev: Event| {
+        inbox.send(Msg::Run(Box::new(move |d: &mut Daemon| {
+            terminal_event(d, ev)
+        })));
+    });
+    match terminal::open(num, spec, sink) {
+        Ok(input) => {
+            d.tmux.terms.by_num.insert(num, key.clone());
+            d.tmux.terms.open.insert(
+                key,
+                Term {
+                    num,
+                    target: o.target.clone(),
+                    input,
+                    opening: Some(req),
+                },
+            );
+        }
+        Err(why) => d.answer(req, Err(RpcError::new(Code::Unavailable, why))),
+    }
+}
+
+/// The terminal `term_id` of `conn`, or the seed's error.
+fn term<'a>(d: &'a Daemon, conn: Token, term_id: &str) -> Result<&'a Term, RpcError> {
+    d.tmux
+        .terms
+        .open
+        .get(&(conn, term_id.to_string()))
+        .ok_or_else(|| RpcError::new(Code::NotFound, format!("unknown term_id: {term_id}")))
+}
+
+/// Whether `conn` has terminal `term_id`, as the seed's error.
+pub fn terminal_known(d: &Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
+    term(d, conn, term_id).map(drop)
+}
+
+/// terminal.input and terminal.resize: queued to the terminal's writer.
+pub fn terminal_input(
+    d: &mut Daemon,
+    conn: Token,
+    term_id: &str,
+    input: Input,
+) -> Result<(), RpcError> {
+    term(d, conn, term_id)?.input.try_send(input).map_err(|_| {
+        RpcError::new(
+            Code::Unavailable,
+            format!("terminal {term_id} takes no more input now; try again"),
+        )
+    })
+}
+
+/// terminal.close: no terminal.exited follows.
+pub fn terminal_close(d: &mut Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
+    term(d, conn, term_id)?;
+    close_term(d, &(conn, term_id.to_string()));
+    Ok(())
+}
+
+/// A connection closed: its terminals close with it.
+pub fn conn_closed(d: &mut Daemon, conn: Token) {
+    let keys: Vec<(Token, String)> = d
+        .tmux
+        .terms
+        .open
+        .keys()
+        .filter(|k| k.0 == conn)
+        .cloned()
+        .collect();
+    for k in keys {
+        close_term(d, &k);
+    }
+}
+
+fn terminal_event(d: &mut Daemon, ev: Event) {
+    let num = match &ev {
+        Event::Opened { term }
+        | Event::Failed { term, .. }
+        | Event::Output { term, .. }
+        | Event::Exited { term } => *term,
+    };
+    let Some(key) = d.tmux.terms.by_num.get(&num).cloned() else {
+        return;
+    };
+    match ev {
+        Event::Failed { why, .. } => {
+            if let Some(t) = close_term(d, &key) {
+                if let Some(r) = t.opening {
+                    d.answer(r, Err(RpcError::new(Code::NoTerminalControl, why)));
+                }
+            }
+        }
+        Event::Opened { .. } => answer_open(d, &key),
+        Event::Output { data, .. } => {
+            answer_open(d, &key);
+            let line = note(
+                "terminal.output",
+                json!({"term_id": key.1, "data": terminal::b64_encode(&data)}),
+            );
+            d.send(key.0, &line);
+        }
+        Event::Exited { .. } => {
+            if let Some(t) = close_term(d, &key) {
+                if let Some(r) = t.opening {
+                    d.answer(
+                        r,
+                        Err(RpcError::new(
+                            Code::NoTerminalControl,
+                            "terminal not available for this session",
+                        )),
+                    );
+                    return;
+                }
+            }
+            let line = note(
+                "terminal.exited",
+                json!({"term_id": key.1, "reason": "exited"}),
+            );
+            d.send(key.0, &line);
+        }
+    }
+}
+
+/// Answers terminal.open once, before the terminal's first output; an
+/// attach to a persistent terminal that begins is a `terminal.changed`.
+fn answer_open(d: &mut Daemon, key: &(Token, String)) {
+    let Some(t) = d.tmux.terms.open.get_mut(key) else {
+        return;
+    };
+    let Some(r) = t.opening.take() else {
+        return;
+    };
+    let persistent = matches!(t.target, Target::Terminal(_));
+    d.answer(r, Ok(serde_json::Value::Null));
+    if persistent {
+        terminals_changed(d);
+    }
+}
+
+fn note(method: &str, params: serde_json::Value) -> Vec<u8> {
+    let mut line = json!({"jsonrpc": "2.0", "method": method, "params": params})
+        .to_string()
+        .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// How to attach to what `o` names, or the seed's error.
+fn spec_of(d: &Daemon, o: &OpenTerminal) -> Result<Spec, RpcError> {
+    let not_available = || {
+        RpcError::new(
+            Code::NoTerminalControl,
+            "terminal not available for this session",
+        )
+    };
+    match &o.target {
+        Target::Session(id) => {
+            let Some(s) = d.tmux.state.sessions().find(|s| &s.found.id == id) else {
+                return Err(if d.core.sessions.get(id).is_some() {
+                    not_available()
+                } else {
+                    RpcError::new(Code::SessionNotFound, format!("unknown session: {id}"))
+                });
+            };
+            let server = d
+                .tmux
+                .state
+                .servers()
+                .find(|x| x.name == s.found.server)
+                .cloned()
+                .ok_or_else(not_available)?;
+            Ok(Spec {
+                server,
+                session_name: s.found.pane.session_name.clone(),
+                window_index: Some(s.found.pane.window_index),
+                pane: s.found.pane.pane_id.clone(),
+                cols: o.cols,
+                rows: o.rows,
+                client_pane: o.client_pane.clone(),
+                gone: format!("unknown session: {id}"),
+                refusal: "terminal not available for this session: client_pane is in its window"
+                    .into(),
+            })
+        }
+        Target::Terminal(id) => {
+            let server = d.tmux.state.own_server().cloned().ok_or_else(|| {
+                RpcError::new(Code::InvalidRequest, "terminals not supported on this node")
+            })?;
+            let session_name = format!("{}{id}", crate::tmux::persistent::PREFIX);
+            Ok(Spec {
+                server,
+                pane: format!("={session_name}:"),
+                session_name,
+                window_index: None,
+                cols: o.cols,
+                rows: o.rows,
+                client_pane: o.client_pane.clone(),
+                gone: format!("unknown terminal: {id}"),
+                refusal: "this terminal holds your client; use it directly".into(),
+            })
+        }
+    }
+}
+
+/// The persistent terminals a live terminal shows now (their `attached`).
+pub fn attached_terminals(d: &Daemon) -> Vec<String> {
+    d.tmux
+        .terms
+        .open
+        .values()
+        .filter_map(|t| match &t.target {
+            Target::Terminal(id) => Some(id.clone()),
+            Target::Session(_) => None,
+        })
+        .collect()
+}
+
+/// `terminal.changed` to every operator connection that watches the
+/// sessions: a persistent terminal was created, killed or renamed, or an
+/// attach to one began or ended.
+pub fn terminals_changed(d: &mut Daemon) {
+    let targets: Vec<Token> = operator_watchers(d).collect();
+    let line = note("terminal.changed", json!({}));
+    for t in targets {
+        d.send(t, &line);
+    }
+}
+
+/// Closes terminal `key`; an attach to a persistent terminal that ends is
+/// a `terminal.changed`.
+fn close_term(d: &mut Daemon, key: &(Token, String)) -> Option<Term> {
+    let t = d.tmux.terms.close(key)?;
+    if matches!(t.target, Target::Terminal(_)) && t.opening.is_none() {
+        terminals_changed(d);
+    }
+    Some(t)
+}

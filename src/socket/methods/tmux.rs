@@ -1,0 +1,485 @@
+//! The daemon socket's methods for sessions in tmux panes (issue 15; seed
+//! 004, Features › Sessions and its method table) and the socket's view of
+//! them. [`super::dispatch`] hands a call here when [`serves`] says so:
+//! the list, the refresh and the pane methods always, `sessions.input`
+//! and `sessions.kill` when their `session_id` is a tmux session's
+//! (`<server>:%<n>`), and `sessions.spawn` when it names an `agent` or a
+//! `command` (the seed's SpawnParams; a `harness` is a seat's session,
+//! src/socket/methods/sessions.rs).
+//!
+//! | method           | who      | answers                                         |
+//! |------------------|----------|-------------------------------------------------|
+//! | sessions.list    | anyone†  | the daemon's sessions, then the tmux sessions   |
+//! | sessions.refresh | anyone†  | the same, after a rescan of the tmux servers    |
+//! | sessions.capture | operator | {screen}                                        |
+//! | sessions.key     | operator | null; `keys` sent to the pane in order          |
+//! | sessions.focus   | operator | null; the pane becomes its window's active one  |
+//! | sessions.input   | operator | null; the text typed into the pane              |
+//! | sessions.kill    | operator | null; the pane killed                           |
+//! | sessions.spawn   | operator | {session_id, pane_id}                           |
+//! | sessions.resume  | operator | {session_id, pane_id}: `claude --resume ID`     |
+//!
+//! †This is the one place where the two lists meet: `sessions.list` and
+//! `sessions.refresh` answer the daemon's own sessions (those its caller
+//! may read, src/socket/methods/sessions.rs) followed by the tmux
+//! sessions, which only the operator reads: a pane may be anything the
+//! operator runs.
+//!
+//! A pane method on a session of the daemon (which has no pane) fails with
+//! `no-terminal-control` ("session has no terminal control"); on an id no
+//! one knows, with `session-not-found` ("unknown session: <id>"), as seed
+//! 004 words them.
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{Handled, params, require_operator};
+use crate::daemon::router::tmux as route;
+use crate::daemon::{Daemon, Req};
+use crate::errors::{Code, RpcError};
+use crate::limits;
+use crate::tmux::{self, Answer, Error, Op, Session};
+
+/// Whether this module serves `method` with params `p` (module comment).
+pub fn serves(d: &Daemon, method: &str, p: &Map<String, Value>) -> bool {
+    match method {
+        "sessions.list" | "sessions.refresh" | "sessions.capture" | "sessions.key"
+        | "sessions.focus" => true,
+        "sessions.input" | "sessions.kill" => p
+            .get("session_id")
+            .and_then(Value::as_str)
+            .is_some_and(|id| d.tmux.state.owns_id(id)),
+        "sessions.spawn" => p.contains_key("agent") || p.contains_key("command"),
+        "sessions.resume" => true,
+        _ => false,
+    }
+}
+
+pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let result = match method {
+        "sessions.list" => no_params(p).map(|()| route::list(d, req.clone(), false)),
+        "sessions.refresh" => no_params(p).map(|()| route::list(d, req.clone(), true)),
+        "sessions.capture" => {
+            pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Capture)))
+        }
+        "sessions.focus" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Focus))),
+        "sessions.kill" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Kill))),
+        "sessions.key" => pane_call(d, &req, p, |p: KeyParams| {
+            check_keys(&p.keys)?;
+            Ok((p.session_id, Op::Keys(p.keys)))
+        }),
+        "sessions.input" => pane_call(d, &req, p, |p: InputParams| {
+            if p.text.len() > limits::PROMPT_MAX_BYTES {
+                return Err(RpcError::invalid_params(format!(
+                    "text must be at most {} bytes",
+                    limits::PROMPT_MAX_BYTES
+                )));
+            }
+            Ok((
+                p.session_id,
+                Op::Input {
+                    text: p.text,
+                    submit: p.submit,
+                    prepare: p.prepare,
+                },
+            ))
+        }),
+        "sessions.spawn" => spawn(d, &req, p),
+        "sessions.resume" => resume(d, &req, p),
+        other => Err(RpcError::new(
+            Code::MethodNotFound,
+            format!("unknown method {other}"),
+        )),
+    };
+    super::finish(d, req, result);
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+fn no_params(p: Map<String, Value>) -> Result<(), RpcError> {
+    params::<NoParams>(p).map(|NoParams {}| ())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionRef {
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyParams {
+    session_id: String,
+    keys: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputParams {
+    session_id: String,
+    text: String,
+    #[serde(default)]
+    submit: bool,
+    #[serde(default)]
+    prepare: bool,
+}
+
+/// Decodes a pane method's params, checks the caller and the session, and
+/// hands the call to the tmux subsystem.
+fn pane_call<T: serde::de::DeserializeOwned>(
+    d: &mut Daemon,
+    req: &Req,
+    p: Map<String, Value>,
+    op: impl FnOnce(T) -> Result<(String, Op), RpcError>,
+) -> Handled {
+    let (id, op) = op(params(p)?)?;
+    require_operator(req)?;
+    if !d.tmux.state.owns_id(&id) {
+        // A session of the daemon's own has no pane.
+        return Err(if d.core.sessions.get(&id).is_some() {
+            error(&Error::NoTerminalControl)
+        } else {
+            error(&Error::UnknownSession(id))
+        });
+    }
+    route::pane(d, req.clone(), id, op);
+    Ok(None)
+}
+
+/// `sessions.key`'s keys: 1 to `TMUX_KEYS_MAX` names of printable
+/// characters without spaces, each at most `TMUX_KEY_NAME_MAX` bytes.
+fn check_keys(keys: &[String]) -> Result<(), RpcError> {
+    let bad = keys.is_empty()
+        || keys.len() > limits::TMUX_KEYS_MAX
+        || keys.iter().any(|k| {
+            k.is_empty()
+                || k.len() > limits::TMUX_KEY_NAME_MAX
+                || k.chars().any(|c| c.is_control() || c.is_whitespace())
+        });
+    if bad {
+        return Err(RpcError::invalid_params(format!(
+            "keys must be 1 to {} key names of at most {} bytes without spaces or control characters",
+            limits::TMUX_KEYS_MAX,
+            limits::TMUX_KEY_NAME_MAX
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnParams {
+    #[serde(default)]
+    node_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// The agents `sessions.spawn` starts in a pane, by name: their own
+/// interactive programs, found on the daemon's PATH. A `command` runs
+/// with `$SHELL -c` (`/bin/sh` when SHELL is unset or relative), as the
+/// operator's own tmux would run it.
+const SPAWNABLE: &[&str] = tmux::discover::AGENTS;
+
+fn spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let sp: SpawnParams = params(p)?;
+    require_operator(req)?;
+    let _ = sp.node_id; // routing only (seed 004)
+    let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
+    let cwd = enterable(d, sp.cwd.as_deref().unwrap_or("~"))?;
+    let (argv, default_name) = match (&sp.command, &sp.agent) {
+        (Some(c), _) => {
+            if sp.model.is_some() {
+                return Err(invalid("model is not taken with a command".into()));
+            }
+            if c.trim().is_empty() {
+                return Err(invalid("command must not be empty".into()));
+            }
+            let shell = std::env::var("SHELL")
+                .ok()
+                .filter(|s| s.starts_with('/'))
+                .unwrap_or_else(|| "/bin/sh".into());
+            (vec![shell, "-c".into(), c.clone()], "shell".to_string())
+        }
+        (None, Some(a)) => {
+            let Some(agent) = SPAWNABLE.iter().find(|x| **x == a.as_str()) else {
+                return Err(invalid(format!("unknown agent: {a}")));
+            };
+            let Some(program) = crate::isolation::which(agent) else {
+                return Err(invalid(format!(
+                    "agent {agent} is not installed: no {agent} on PATH"
+                )));
+            };
+            let mut argv = agent_argv(agent, sp.model.as_deref(), sp.prompt.as_deref());
+            argv[0] = program.display().to_string();
+            (argv, agent.to_string())
+        }
+        (None, None) => return Err(invalid("set agent or command".into())),
+    };
+    if sp.command.is_some() && sp.prompt.is_some() {
+        return Err(invalid("prompt is not taken with a command".into()));
+    }
+    let name = sp
+        .name
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty());
+    let name = name.unwrap_or(default_name);
+    if name.len() > 64 || name.chars().any(|c| c == ':' || c == '.' || c.is_control()) {
+        return Err(RpcError::invalid_params(
+            "name must be at most 64 bytes without ':', '.' or control characters",
+        ));
+    }
+    route::spawn(d, req.clone(), name, cwd.display().to_string(), argv);
+    Ok(None)
+}
+
+/// `cwd` with a leading `~` resolved against the home directory, when it
+/// is an absolute directory that can be entered (seed 004: "reject
+/// (-32600) a cwd that is relative, does not exist, is not a directory, or
+/// cannot be entered").
+fn enterable(d: &Daemon, cwd: &str) -> Result<std::path::PathBuf, RpcError> {
+    let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
+    let home = route::home(d);
+    let cwd = match cwd {
+        "~" => home,
+        c if c.starts_with("~/") => home.join(&c[2..]),
+        c => std::path::PathBuf::from(c),
+    };
+    if !cwd.is_absolute() {
+        return Err(invalid(format!(
+            "cwd must be absolute or start with ~: {}",
+            cwd.display()
+        )));
+    }
+    match std::fs::metadata(&cwd) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(invalid(format!(
+                "cwd is not a directory: {}",
+                cwd.display()
+            )));
+        }
+        Err(e) => {
+            return Err(invalid(format!(
+                "cwd cannot be entered: {}: {}",
+                cwd.display(),
+                crate::errors::io_cause(&e)
+            )));
+        }
+    }
+    if std::fs::read_dir(&cwd).is_err() {
+        return Err(invalid(format!("cwd cannot be entered: {}", cwd.display())));
+    }
+    Ok(cwd)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeParams {
+    #[serde(default, rename = "node_id")]
+    _node_id: Option<String>,
+    agent: String,
+    agent_session_id: String,
+    #[serde(default)]
+    cwd: String,
+}
+
+/// `sessions.resume`: a past Claude Code session (`claude --resume ID`)
+/// in a new window of the daemon's server, in tmux session `claude`.
+/// Other agents are refused: only Claude Code's resume is known here.
+fn resume(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let rp: ResumeParams = params(p)?;
+    require_operator(req)?;
+    let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
+    if rp.agent != "claude" {
+        return Err(invalid(format!("cannot resume {} sessions", rp.agent)));
+    }
+    let id = &rp.agent_session_id;
+    if id.is_empty()
+        || id.len() > 128
+        || id.chars().any(|c| c.is_control() || c.is_whitespace())
+        || id.starts_with('-')
+    {
+        return Err(invalid(format!("cannot resume: not a session id: {id:?}")));
+    }
+    if rp.cwd.is_empty() {
+        return Err(invalid(
+            "cannot resume: session working directory is unknown".into(),
+        ));
+    }
+    let cwd = enterable(d, &rp.cwd)?;
+    let Some(program) = crate::isolation::which("claude") else {
+        return Err(invalid(
+            "agent claude is not installed: no claude on PATH".into(),
+        ));
+    };
+    let argv = vec![program.display().to_string(), "--resume".into(), id.clone()];
+    route::spawn(
+        d,
+        req.clone(),
+        "claude".into(),
+        cwd.display().to_string(),
+        argv,
+    );
+    Ok(None)
+}
+
+/// The command line of an interactive agent with a model and a first
+/// prompt, in each agent's own flags.
+fn agent_argv(agent: &str, model: Option<&str>, prompt: Option<&str>) -> Vec<String> {
+    let mut v = vec![agent.to_string()];
+    if let Some(m) = model {
+        v.extend(["--model".to_string(), m.to_string()]);
+    }
+    if let Some(p) = prompt.filter(|p| !p.is_empty()) {
+        match agent {
+            "gemini" => v.extend(["--prompt-interactive".to_string(), p.to_string()]),
+            "opencode" => v.extend(["--prompt".to_string(), p.to_string()]),
+            _ => v.push(p.to_string()),
+        }
+    }
+    v
+}
+
+/// The socket's error for a tmux failure (seed 004's texts).
+pub fn error(e: &Error) -> RpcError {
+    match e {
+        Error::UnknownSession(id) => {
+            RpcError::new(Code::SessionNotFound, format!("unknown session: {id}"))
+        }
+        Error::NoTerminalControl => {
+            RpcError::new(Code::NoTerminalControl, "session has no terminal control")
+        }
+        Error::Busy => RpcError::new(Code::SessionBusy, "session is busy"),
+        Error::Tmux(t) => RpcError::new(Code::Unavailable, t.0.clone()),
+        Error::UnknownTerminal(id) => {
+            RpcError::new(Code::NotFound, format!("unknown terminal: {id}"))
+        }
+        Error::Overloaded => RpcError::new(
+            Code::Unavailable,
+            "too many tmux calls are waiting; try again",
+        ),
+    }
+}
+
+/// Answers a tmux request: the one place the two session lists merge
+/// (module comment).
+pub fn reply(d: &mut Daemon, req: Req, result: Result<Answer, Error>) {
+    let out = match result {
+        Ok(Answer::Sessions(list)) => {
+            let mut all = match super::sessions::readable(d, &req) {
+                Value::Array(a) => a,
+                _ => Vec::new(),
+            };
+            if req.class.is_operator() {
+                all.extend(list.iter().map(|s| session(s, &d.node_name)));
+            }
+            Ok(Value::Array(all))
+        }
+        Ok(Answer::Terminals(list)) => {
+            let (home, attached) = (route::home(d), route::attached_terminals(d));
+            let views: Vec<Value> = list
+                .iter()
+                .map(|t| terminal(t, &home, attached.contains(&t.id)))
+                .collect();
+            Ok(json!({"terminals": views}))
+        }
+        Ok(Answer::Terminal(t)) => {
+            let attached = route::attached_terminals(d).contains(&t.id);
+            Ok(terminal(&t, &route::home(d), attached))
+        }
+        Ok(Answer::Dirs(paths)) => Ok(json!({
+            "home": route::home(d).display().to_string(),
+            "paths": paths,
+        })),
+        Ok(a) => Ok(answer(a)),
+        Err(e) => Err(error(&e)),
+    };
+    d.answer(req, out);
+}
+
+/// The socket's answer for a tmux request other than a list.
+fn answer(a: Answer) -> Value {
+    match a {
+        Answer::Sessions(_) => Value::Null,
+        Answer::Screen(screen) => json!({"screen": screen}),
+        Answer::Null => Value::Null,
+        Answer::Spawned {
+            session_id,
+            pane_id,
+        } => json!({"session_id": session_id, "pane_id": pane_id}),
+        Answer::Host(i) => {
+            // The daemon holds no wakelock (capabilities.host_wakelock is
+            // false): an empty HostWakelock, "off". os and battery are
+            // absent when unknown (seed 004).
+            let mut v = json!({"uptime_seconds": i.uptime_seconds, "wakelock": {}});
+            if let Some(os) = i.os {
+                v["os"] = json!(os);
+            }
+            if let Some(b) = i.battery {
+                v["battery"] = json!({"percent": b.percent, "state": b.state});
+            }
+            v
+        }
+        Answer::Dirs(_) | Answer::Terminals(_) | Answer::Terminal(_) => Value::Null,
+    }
+}
+
+/// The daemon socket's Session of a tmux pane (seed 004, Session).
+pub fn session(s: &Session, node: &str) -> Value {
+    let f = &s.found;
+    let status = f.status.wire_name();
+    json!({
+        "id": f.id,
+        "agent": f.agent,
+        "agent_session_id": f.agent_session_id,
+        "tmux": {
+            "server": f.server,
+            "pane_id": f.pane.pane_id,
+            "session_name": f.pane.session_name,
+            "window_index": f.pane.window_index,
+            "current_path": f.pane.current_path,
+        },
+        "cwd": f.cwd,
+        "transcript_path": f.transcript_path,
+        "status": status,
+        "status_label": if status == "awaiting_input" { "awaiting" } else { status },
+        "status_since": crate::clock::format_ts(s.status_since_ms),
+        "source": if s.spawned() { "spawned" } else { "discovered" },
+        "frontend": "tmux",
+        "input_mode": "pane",
+        "can_open_terminal": true,
+        "can_prompt": s.can_prompt(),
+        "repo": f.repo,
+        "branch": f.branch,
+        "node": node,
+    })
+}
+
+/// seed 004's Terminal: the home directory in `cwd` shown as `~`.
+pub fn terminal(t: &tmux::persistent::Terminal, home: &std::path::Path, attached: bool) -> Value {
+    let cwd = match std::path::Path::new(&t.cwd).strip_prefix(home) {
+        Ok(rest) if rest.as_os_str().is_empty() => "~".to_string(),
+        Ok(rest) => format!("~/{}", rest.display()),
+        Err(_) => t.cwd.clone(),
+    };
+    json!({
+        "id": t.id,
+        "name": t.name,
+        "cwd": cwd,
+        "command": t.command,
+        "attached": attached,
+    })
+}

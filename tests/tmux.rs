@@ -1,0 +1,761 @@
+//! Sessions in tmux panes through the real daemon (issue 15, "Tests"): a
+//! real tmux server on the test's own socket directory (`TMUX_TMPDIR`), a
+//! fake Claude Code in a pane (tests/fixtures/tmux/claude, with a
+//! transcript file under the daemon's HOME), discovered with the seed's
+//! fields; capture, keys and input reaching it; the busy rule; kill; the
+//! error texts; `session.event`s to a watcher; a spawn into the daemon's
+//! own server.
+
+mod util;
+
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+use util::{Daemon, Opts, PATIENCE, TestDir, fixture};
+
+/// The tmux servers of one test, killed when it ends.
+struct Servers {
+    tmpdir: PathBuf,
+}
+
+impl Servers {
+    fn tmux(&self, server: &str, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(server)
+            .args(args)
+            .env("TMUX_TMPDIR", &self.tmpdir)
+            .env_remove("TMUX")
+            .output()
+            .expect("run tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for s in ["default", "omniconflux"] {
+            let _ = Command::new("tmux")
+                .args(["-L", s, "kill-server"])
+                .env("TMUX_TMPDIR", &self.tmpdir)
+                .env_remove("TMUX")
+                .output();
+        }
+    }
+}
+
+/// Dropped in this order: the client, the daemon, the tmux servers (whose
+/// sockets live in the test's directory), then the directory.
+struct Rig {
+    c: util::Client,
+    d: Daemon,
+    servers: Servers,
+    proj: PathBuf,
+    home: PathBuf,
+    _dir: TestDir,
+}
+
+fn have_tmux() -> bool {
+    util::need::have(util::need::program("tmux"), "the Debian package tmux").is_some()
+}
+
+/// A git repository on branch `trunk` with a fake Claude Code running in
+/// a pane of the `default` server, its transcript ending a turn, and a
+/// daemon whose HOME and tmux directory are the test's.
+fn rig(name: &str) -> Rig {
+    let dir = TestDir::new(name);
+    let tmpdir = dir.join("x");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let servers = Servers { tmpdir };
+    let proj = dir.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    util::git(&proj, &["init", "-q", "-b", "trunk"]);
+    let home = dir.join("home");
+    let project = home.join(".claude/projects").join(
+        proj.display()
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>(),
+    );
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("0b6f0d8e-1111-4222-8333-944455556666.jsonl"),
+        concat!(
+            r#"{"type":"user","message":{"role":"user","content":"hi"},"sessionId":"0b6f0d8e-1111-4222-8333-944455556666"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"hello"}],"stop_reason":"end_turn"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    servers.tmux(
+        "default",
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "work",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "-c",
+            &proj.display().to_string(),
+            "--",
+            &fixture("tmux/claude"),
+        ],
+    );
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            env: vec![
+                ("HOME".into(), home.display().to_string()),
+                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
+                // The fake Claude Code is `claude` on the daemon's PATH.
+                (
+                    "PATH".into(),
+                    format!(
+                        "{}:{}",
+                        fixture("tmux"),
+                        std::env::var("PATH").unwrap_or_default()
+                    ),
+                ),
+            ],
+            ..Default::default()
+        },
+    );
+    let c = d.connect();
+    Rig {
+        _dir: dir,
+        servers,
+        d,
+        c,
+        proj,
+        home,
+    }
+}
+
+impl Rig {
+    /// The tmux sessions of `sessions.refresh` until `ok` holds for them.
+    fn refresh_until(&mut self, what: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let list = self.c.call("sessions.refresh", json!({}));
+            let tmux: Vec<Value> = list
+                .as_array()
+                .expect("a list")
+                .iter()
+                .filter(|s| s.get("tmux").is_some())
+                .cloned()
+                .collect();
+            if ok(&tmux) {
+                return tmux;
+            }
+            if Instant::now() > deadline {
+                self.d.fail(&format!("no refresh with {what}: {tmux:?}"));
+            }
+        }
+    }
+
+    /// The pane's screen once it shows `needle`.
+    fn screen_until(&mut self, id: &str, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let screen = self.c.call("sessions.capture", json!({"session_id": id}))["screen"]
+                .as_str()
+                .expect("a screen")
+                .to_string();
+            if screen.contains(needle) {
+                return screen;
+            }
+            if Instant::now() > deadline {
+                self.d
+                    .fail(&format!("the screen never showed {needle:?}: {screen}"));
+            }
+        }
+    }
+}
+
+fn find<'a>(list: &'a [Value], id: &str) -> Option<&'a Value> {
+    list.iter().find(|s| s["id"] == id)
+}
+
+#[test]
+fn a_fake_claude_code_in_a_pane_is_discovered_with_the_seed_s_fields() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-disc");
+    let list = r.refresh_until("the fake agent", |l| {
+        find(l, "default:%0").is_some_and(|s| s["agent"] == "claude")
+    });
+    let s = find(&list, "default:%0").unwrap();
+    let proj = r.proj.display().to_string();
+    assert_eq!(s["source"], "discovered");
+    assert_eq!(s["input_mode"], "pane");
+    assert_eq!(s["frontend"], "tmux");
+    assert_eq!(
+        s["tmux"],
+        json!({"server": "default", "pane_id": "%0", "session_name": "work",
+               "window_index": 0, "current_path": proj})
+    );
+    assert_eq!(s["cwd"], json!(proj));
+    assert_eq!(s["repo"], "proj");
+    assert_eq!(s["branch"], "trunk");
+    // The transcript's last record ended a turn.
+    assert_eq!(s["status"], "idle");
+    assert_eq!(s["status_label"], "idle");
+    assert_eq!(s["can_prompt"], true);
+    assert_eq!(s["can_open_terminal"], true);
+    assert_eq!(
+        s["agent_session_id"],
+        "0b6f0d8e-1111-4222-8333-944455556666"
+    );
+    assert!(
+        s["transcript_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/0b6f0d8e-1111-4222-8333-944455556666.jsonl"),
+        "{s}"
+    );
+    // sessions.list holds it too, from the scan just made.
+    let listed = r.c.call("sessions.list", json!({}));
+    assert!(
+        find(listed.as_array().unwrap(), "default:%0").is_some(),
+        "{listed}"
+    );
+    // A pane with no agent in it is no session.
+    r.servers.tmux(
+        "default",
+        &["new-window", "-d", "-t", "work:", "--", "sleep", "600"],
+    );
+    let list = r.refresh_until("two panes looked at", |l| l.len() == 1);
+    assert_eq!(list.len(), 1, "{list:?}");
+}
+
+#[test]
+fn capture_keys_and_input_reach_the_pane_and_kill_ends_it() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-drive");
+    r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    let id = "default:%0";
+    r.screen_until(id, "fake claude ready");
+    // Input: the text, then Enter (submit).
+    let v = r.c.call(
+        "sessions.input",
+        json!({"session_id": id, "text": "hello there", "submit": true, "prepare": true}),
+    );
+    assert_eq!(v, Value::Null);
+    r.screen_until(id, "got: hello there");
+    // Keys: named keys and single characters, in order.
+    r.c.call(
+        "sessions.key",
+        json!({"session_id": id, "keys": ["x", "y", "Enter"]}),
+    );
+    r.screen_until(id, "got: xy");
+    // Copy mode is left before the text is typed (prepare).
+    r.servers.tmux("default", &["copy-mode", "-t", "%0"]);
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": id, "text": "after copy mode", "submit": true, "prepare": true}),
+    );
+    r.screen_until(id, "got: after copy mode");
+    assert_eq!(
+        r.c.call("sessions.focus", json!({"session_id": id})),
+        Value::Null
+    );
+    // A permission prompt on the screen: the session is busy.
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": id, "text": "ask", "submit": true}),
+    );
+    r.screen_until(id, "Do you want to proceed?");
+    let list = r.refresh_until("awaiting input", |l| {
+        find(l, id).is_some_and(|s| s["status"] == "awaiting_input")
+    });
+    let s = find(&list, id).unwrap();
+    assert_eq!(s["status_label"], "awaiting");
+    assert_eq!(s["can_prompt"], false);
+    let e = r.c.request(
+        "sessions.input",
+        json!({"session_id": id, "text": "more", "submit": true}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "session-busy", "{e}");
+    assert_eq!(e["error"]["message"], "session is busy");
+    // Keys still reach it: they answer the prompt.
+    r.c.call(
+        "sessions.key",
+        json!({"session_id": id, "keys": ["1", "Enter"]}),
+    );
+    r.screen_until(id, "got: 1");
+    // Kill: the pane is gone, and so is the session.
+    assert_eq!(
+        r.c.call("sessions.kill", json!({"session_id": id})),
+        Value::Null
+    );
+    let panes = Command::new("tmux")
+        .args(["-L", "default", "list-panes", "-a", "-F", "#{pane_id}"])
+        .env("TMUX_TMPDIR", &r.servers.tmpdir)
+        .output()
+        .expect("tmux");
+    assert!(
+        !String::from_utf8_lossy(&panes.stdout).contains("%0"),
+        "the pane is still there"
+    );
+    let list = r.c.call("sessions.list", json!({}));
+    assert!(find(list.as_array().unwrap(), id).is_none(), "{list}");
+}
+
+#[test]
+fn pane_methods_fail_with_the_seed_s_texts() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-errs");
+    r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    for (method, params) in [
+        ("sessions.capture", json!({"session_id": "default:%77"})),
+        ("sessions.focus", json!({"session_id": "nope"})),
+        (
+            "sessions.key",
+            json!({"session_id": "omniconflux:%3", "keys": ["a"]}),
+        ),
+    ] {
+        let id = params["session_id"].as_str().unwrap().to_string();
+        let e = r.c.request(method, params);
+        assert_eq!(
+            e["error"]["data"]["code"], "session-not-found",
+            "{method}: {e}"
+        );
+        assert_eq!(
+            e["error"]["message"],
+            format!("unknown session: {id}"),
+            "{e}"
+        );
+    }
+    // Empty text: no terminal control (seed 004).
+    let e = r.c.request(
+        "sessions.input",
+        json!({"session_id": "default:%0", "text": "", "submit": true}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "no-terminal-control", "{e}");
+    assert_eq!(e["error"]["message"], "session has no terminal control");
+    // Keys that are not key names.
+    for keys in [json!([]), json!(["a b"]), json!(["\u{1b}"])] {
+        let e = r.c.request(
+            "sessions.key",
+            json!({"session_id": "default:%0", "keys": keys}),
+        );
+        assert_eq!(e["error"]["data"]["code"], "invalid-params", "{e}");
+    }
+    let e = r.c.request(
+        "sessions.capture",
+        json!({"session_id": "default:%0", "extra": 1}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "invalid-params", "{e}");
+}
+
+#[test]
+fn a_watcher_hears_tmux_sessions_come_and_go() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-watch");
+    r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    let mut w = r.d.connect();
+    w.call("sessions.subscribe", json!({}));
+    let added = w.next_note("session.event");
+    assert_eq!(added["params"]["type"], "added", "{added}");
+    assert_eq!(added["params"]["session"]["id"], "default:%0");
+    // A second agent pane appears without anyone asking: the watch rescans.
+    r.servers.tmux(
+        "default",
+        &[
+            "new-window",
+            "-d",
+            "-t",
+            "work:",
+            "-c",
+            &r.proj.display().to_string(),
+            "--",
+            &fixture("tmux/claude"),
+        ],
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let second = loop {
+        let ev = w.next_note("session.event");
+        if ev["params"]["type"] == "added" && ev["params"]["session"]["id"] != "default:%0" {
+            break ev;
+        }
+        assert!(Instant::now() < deadline, "no added event for the new pane");
+    };
+    let id = second["params"]["session"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    r.servers
+        .tmux("default", &["kill-pane", "-t", &id["default:".len()..]]);
+    loop {
+        let ev = w.next_note("session.event");
+        if ev["params"]["type"] == "removed" && ev["params"]["session"]["id"] == id.as_str() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no removed event for {id}");
+    }
+}
+
+#[test]
+fn spawn_starts_a_command_in_the_daemon_s_own_server() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-spawn");
+    let proj = r.proj.display().to_string();
+    let v = r.c.call(
+        "sessions.spawn",
+        json!({"command": fixture("tmux/claude"), "cwd": proj, "name": "builds"}),
+    );
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    let pane = v["pane_id"].as_str().unwrap().to_string();
+    assert_eq!(sid, format!("omniconflux:{pane}"), "{v}");
+    let names = r
+        .servers
+        .tmux("omniconflux", &["list-sessions", "-F", "#{session_name}"]);
+    assert_eq!(names.trim(), "builds");
+    let list = r.refresh_until("the spawned session", |l| {
+        find(l, &sid).is_some_and(|s| s["agent"] == "claude")
+    });
+    let s = find(&list, &sid).unwrap();
+    assert_eq!(s["source"], "spawned");
+    assert_eq!(s["tmux"]["server"], "omniconflux");
+    assert_eq!(s["cwd"], json!(proj));
+    r.screen_until(&sid, "fake claude ready");
+    // The daemon blocks signals for its signal thread; the server it
+    // started, and the panes, must not inherit that mask.
+    let pid = r.servers.tmux(
+        "omniconflux",
+        &["display", "-p", "-t", &pane, "#{pane_pid}"],
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap();
+    assert!(
+        status.lines().any(|l| l == "SigBlk:\t0000000000000000"),
+        "the pane's program has signals blocked:\n{status}"
+    );
+    // An agent by name: its program on the daemon's PATH, with the model
+    // and the first prompt in its own flags.
+    let v = r.c.call(
+        "sessions.spawn",
+        json!({"agent": "claude", "cwd": "~", "model": "m1", "prompt": "fix it"}),
+    );
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    r.screen_until(&sid, "fake claude ready --model m1 fix it");
+    let list = r.refresh_until("the agent's session", |l| find(l, &sid).is_some());
+    let s = find(&list, &sid).unwrap();
+    assert_eq!(s["tmux"]["session_name"], "claude");
+    assert_eq!(s["cwd"], json!(r.home.display().to_string()));
+    // A past Claude Code session, resumed in a pane.
+    let v = r.c.call(
+        "sessions.resume",
+        json!({"agent": "claude", "agent_session_id": "0b6f0d8e", "cwd": proj}),
+    );
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    r.screen_until(&sid, "fake claude ready --resume 0b6f0d8e");
+    let e = r.c.request(
+        "sessions.resume",
+        json!({"agent": "claude", "agent_session_id": "0b6f0d8e", "cwd": ""}),
+    );
+    assert_eq!(
+        e["error"]["message"], "cannot resume: session working directory is unknown",
+        "{e}"
+    );
+    let e = r.c.request(
+        "sessions.resume",
+        json!({"agent": "codex", "agent_session_id": "x", "cwd": proj}),
+    );
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    // The seed's refusals (-32600, invalid-request here).
+    for params in [
+        json!({"command": "true", "cwd": "relative/dir"}),
+        json!({"command": "true", "cwd": "/does/not/exist"}),
+        json!({"command": "true", "model": "m"}),
+        json!({"agent": "vim"}),
+    ] {
+        let e = r.c.request("sessions.spawn", params.clone());
+        assert_eq!(
+            e["error"]["data"]["code"], "invalid-request",
+            "{params}: {e}"
+        );
+    }
+}
+
+#[test]
+fn host_methods_answer_and_the_capabilities_say_what_the_node_serves() {
+    let dir = TestDir::new("tmux-host");
+    let home = dir.join("home");
+    for d in ["src", "scripts", ".cache", "docs"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    std::fs::write(home.join("setup.py"), "").unwrap();
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            env: vec![("HOME".into(), home.display().to_string())],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let info = c.call("host.info", json!({}));
+    assert!(info["uptime_seconds"].as_u64().unwrap() > 0, "{info}");
+    assert_eq!(info["wakelock"], json!({}));
+    assert!(
+        info["os"].as_str().is_some_and(|o| o.ends_with(')')),
+        "{info}"
+    );
+    let v = c.call("host.completeDir", json!({"path": "~/s"}));
+    assert_eq!(
+        v,
+        json!({"home": home.display().to_string(), "paths": ["~/scripts/", "~/src/"]})
+    );
+    let v = c.call("host.completeDir", json!({"path": "~/."}));
+    assert_eq!(v["paths"], json!(["~/.cache/"]));
+    let v = c.call("host.completeDir", json!({"path": "relative"}));
+    assert_eq!(v["paths"], json!([]));
+    let e = c.request("host.setWakelock", json!({"until": "9999-12-31T23:59:59Z"}));
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(e["error"]["message"], "wakelock not supported on this node");
+    let caps = &c.call("server.info", json!({}))["nodes"][0]["capabilities"];
+    assert_eq!(
+        caps,
+        &json!({"spawn_session": util::need::program("tmux").is_ok(),
+                "terminal": util::need::program("tmux").is_ok(), "host_wakelock": false})
+    );
+}
+
+/// The text of `terminal.output`s for `term_id` on `c` until it holds
+/// `needle`.
+fn output_until(c: &mut util::Client, term_id: &str, needle: &str) -> String {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let n = c.next_note("terminal.output");
+        assert_eq!(n["params"]["term_id"], term_id, "{n}");
+        let data = n["params"]["data"].as_str().unwrap();
+        seen.extend(omniconfluxd::tmux::terminal::b64_decode(data).expect("standard base64"));
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "no {needle:?} in {text:?}");
+    }
+}
+
+fn b64(s: &str) -> String {
+    omniconfluxd::tmux::terminal::b64_encode(s.as_bytes())
+}
+
+#[test]
+fn a_live_terminal_redraws_echoes_resizes_and_is_evicted_by_a_second_opener() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-term");
+    r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    let id = "default:%0";
+    let open = json!({"term_id": "t1", "session_id": id, "cols": 90, "rows": 20});
+    assert_eq!(r.c.call("terminal.open", open), Value::Null);
+    // The first output is a full redraw: the screen as it is.
+    output_until(&mut r.c, "t1", "fake claude ready");
+    r.c.call(
+        "terminal.input",
+        json!({"term_id": "t1", "data": b64("typed\r")}),
+    );
+    output_until(&mut r.c, "t1", "got: typed");
+    // The size reaches the real window.
+    r.c.call(
+        "terminal.resize",
+        json!({"term_id": "t1", "cols": 0, "rows": 5}),
+    );
+    r.c.call(
+        "terminal.resize",
+        json!({"term_id": "t1", "cols": 70, "rows": 15}),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let size = r.servers.tmux(
+            "default",
+            &[
+                "display",
+                "-p",
+                "-t",
+                "%0",
+                "#{window_width}x#{window_height}",
+            ],
+        );
+        if size.trim() == "70x15" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the window stayed {size}");
+        // Wait for the daemon to be done with what it was sent.
+        r.c.call("ping", json!({}));
+    }
+    // Errors.
+    let e =
+        r.c.request("terminal.input", json!({"term_id": "t1", "data": "%%%"}));
+    assert_eq!(e["error"]["message"], "bad base64", "{e}");
+    let e =
+        r.c.request("terminal.input", json!({"term_id": "nope", "data": ""}));
+    assert_eq!(e["error"]["message"], "unknown term_id: nope", "{e}");
+    let e = r.c.request("terminal.open", json!({"session_id": id}));
+    assert_eq!(e["error"]["message"], "term_id required", "{e}");
+    let e = r.c.request(
+        "terminal.open",
+        json!({"term_id": "x", "session_id": id, "terminal_id": "y"}),
+    );
+    assert_eq!(
+        e["error"]["message"],
+        "set session_id or terminal_id, not both"
+    );
+    let e = r.c.request("terminal.open", json!({"term_id": "x"}));
+    assert_eq!(e["error"]["message"], "session_id or terminal_id required");
+    let e = r.c.request(
+        "terminal.open",
+        json!({"term_id": "x", "session_id": "default:%42"}),
+    );
+    assert_eq!(e["error"]["message"], "unknown session: default:%42");
+    // A second opener, on another connection, evicts the first.
+    let mut c2 = r.d.connect();
+    c2.call("terminal.open", json!({"term_id": "t2", "session_id": id}));
+    let ev = r.c.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "t1", "reason": "evicted"}));
+    output_until(&mut c2, "t2", "got: typed");
+    // The pane goes: the terminal exits.
+    r.servers.tmux("default", &["kill-pane", "-t", "%0"]);
+    let ev = c2.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "t2", "reason": "exited"}));
+    // No viewer session is left behind.
+    let left = Command::new("tmux")
+        .args(["-L", "default", "list-sessions", "-F", "#{session_name}"])
+        .env("TMUX_TMPDIR", &r.servers.tmpdir)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains("omniconflux-view"),
+        "{left:?}"
+    );
+}
+
+#[test]
+fn a_persistent_shell_survives_close_and_a_daemon_restart_until_killed() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-pterm");
+    let mut w = r.d.connect();
+    w.call("sessions.subscribe", json!({}));
+    assert_eq!(
+        r.c.call("terminal.list", json!({})),
+        json!({"terminals": []})
+    );
+    let t = r.c.call("terminal.create", json!({}));
+    let id = t["id"].as_str().unwrap().to_string();
+    assert_eq!(t["cwd"], "~", "{t}");
+    assert_eq!(t["name"], "");
+    assert_eq!(t["attached"], false);
+    w.next_note("terminal.changed");
+    let t2 = r.c.call("terminal.create", json!({}));
+    w.next_note("terminal.changed");
+    r.c.call(
+        "terminal.rename",
+        json!({"terminal_id": id, "name": "  builds "}),
+    );
+    w.next_note("terminal.changed");
+    let list = r.c.call("terminal.list", json!({}));
+    let ids: Vec<&str> = list["terminals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [id.as_str(), t2["id"].as_str().unwrap()],
+        "creation order"
+    );
+    assert_eq!(list["terminals"][0]["name"], "builds");
+    // Terminals are no sessions.
+    let sessions = r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    // Attach, type, detach: the shell stays.
+    r.c.call("terminal.open", json!({"term_id": "p", "terminal_id": id}));
+    w.next_note("terminal.changed");
+    let listed = r.c.call("terminal.list", json!({}));
+    assert_eq!(listed["terminals"][0]["attached"], true, "{listed}");
+    r.c.call(
+        "terminal.input",
+        json!({"term_id": "p", "data": b64("echo marker-$((40+2))\r")}),
+    );
+    output_until(&mut r.c, "p", "marker-42");
+    r.c.call("terminal.close", json!({"term_id": "p"}));
+    w.next_note("terminal.changed");
+    drop(w);
+    // A restart: the shell is still there, with its name and history.
+    let Rig {
+        c,
+        d,
+        servers,
+        proj,
+        home,
+        _dir,
+    } = r;
+    drop(c);
+    d.stop();
+    let d = Daemon::start_with(
+        &_dir.path,
+        Opts {
+            env: vec![
+                ("HOME".into(), home.display().to_string()),
+                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
+            ],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let list = c.call("terminal.list", json!({}));
+    assert_eq!(list["terminals"][0]["id"], json!(id), "{list}");
+    assert_eq!(list["terminals"][0]["name"], "builds");
+    c.call("terminal.open", json!({"term_id": "q", "terminal_id": id}));
+    output_until(&mut c, "q", "marker-42");
+    // The errors of the seed.
+    let e = c.request("terminal.rename", json!({"terminal_id": id, "name": " "}));
+    assert_eq!(e["error"]["message"], "name required", "{e}");
+    let e = c.request(
+        "terminal.open",
+        json!({"term_id": "z", "terminal_id": "abc123"}),
+    );
+    assert_eq!(e["error"]["message"], "unknown terminal: abc123", "{e}");
+    // Kill: the attach exits, the list forgets it.
+    c.call("terminal.kill", json!({"terminal_id": id}));
+    let ev = c.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "q", "reason": "exited"}));
+    let list = c.call("terminal.list", json!({}));
+    assert_eq!(list["terminals"].as_array().unwrap().len(), 1, "{list}");
+    let e = c.request("terminal.kill", json!({"terminal_id": id}));
+    assert_eq!(
+        e["error"]["message"],
+        format!("unknown terminal: {id}"),
+        "{e}"
+    );
+    let _ = proj;
+    drop(c);
+    drop(d);
+    drop(servers);
+}
