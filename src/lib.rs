@@ -26,6 +26,7 @@ pub mod notify;
 pub mod plugins;
 pub mod procs;
 pub mod reactor;
+pub mod secret_file;
 pub mod signals;
 pub mod socket;
 #[cfg(test)]
