@@ -149,6 +149,8 @@ pub struct FileConfig {
     pub plugins: PluginsSection,
     pub approvals: ApprovalsSection,
     pub http: HttpSection,
+    /// `[gateway]`: the gateway role in the node (issue 12, seed 004).
+    pub gateway: GatewaySection,
     pub lanes: LanesSection,
     /// `[seats]`: whether agents found on PATH become seats when no
     /// `[[seat]]` is configured (issue 9, "Seats on defaults").
@@ -163,6 +165,102 @@ pub struct FileConfig {
     /// added with repos.add (issue 5, "Dispatch").
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repo: Vec<RepoEntry>,
+}
+
+/// `[gateway]`: the gateway role (seed 004; issue 12). Off unless `listen`
+/// is set here or by `serve --gateway ADDR`; `omniconfluxd gateway` reads
+/// the same section.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewaySection {
+    /// `IP:PORT`, or an IP alone for port 8443. Empty: no gateway in the
+    /// node.
+    pub listen: String,
+    /// The base URL devices reach the gateway at (`wss://gw.example`),
+    /// returned by `clients.pairStart` and put in the pairing URI. Empty:
+    /// the gateway has no public URL.
+    pub public_url: String,
+    /// WebSocket connections held at once.
+    pub max_connections: usize,
+    /// How long one frame may take to be written to a peer before its
+    /// connection is closed (seed 004, Slow readers).
+    pub write_timeout_ms: u64,
+}
+
+impl Default for GatewaySection {
+    fn default() -> Self {
+        GatewaySection {
+            listen: String::new(),
+            public_url: String::new(),
+            max_connections: limits::GATEWAY_MAX_CONNECTIONS,
+            write_timeout_ms: limits::GATEWAY_WRITE_TIMEOUT_MS,
+        }
+    }
+}
+
+impl GatewaySection {
+    /// The address to bind: `listen` with port 8443 when it names none.
+    /// `None` when `listen` is empty or not an address.
+    pub fn addr(&self) -> Option<std::net::SocketAddr> {
+        gateway_addr(&self.listen)
+    }
+
+    /// Checks the section's values; `Err` holds the key and what was expected.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !self.listen.is_empty() && self.addr().is_none() {
+            return Err((
+                "listen",
+                format!(
+                    "expected IP:PORT or an IP such as 0.0.0.0, found {:?}",
+                    self.listen
+                ),
+            ));
+        }
+        let url = &self.public_url;
+        let scheme_ok = url
+            .strip_prefix("ws://")
+            .or_else(|| url.strip_prefix("wss://"));
+        if !url.is_empty()
+            && (scheme_ok.is_none_or(str::is_empty)
+                || url.contains(|c: char| c.is_whitespace() || c == '?' || c == '#'))
+        {
+            return Err((
+                "public_url",
+                format!("expected a ws:// or wss:// base URL without a query, found {url:?}"),
+            ));
+        }
+        if !(1..=limits::GATEWAY_MAX_CONNECTIONS_CEILING).contains(&self.max_connections) {
+            return Err((
+                "max_connections",
+                format!(
+                    "expected 1 to {}, found {}",
+                    limits::GATEWAY_MAX_CONNECTIONS_CEILING,
+                    self.max_connections
+                ),
+            ));
+        }
+        if !(100..=600_000).contains(&self.write_timeout_ms) {
+            return Err((
+                "write_timeout_ms",
+                format!("expected 100 to 600000, found {}", self.write_timeout_ms),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `IP:PORT`, or an IP (IPv6 bare or in brackets) with port 8443.
+pub fn gateway_addr(s: &str) -> Option<std::net::SocketAddr> {
+    if let Ok(a) = s.parse::<std::net::SocketAddr>() {
+        return Some(a);
+    }
+    let ip = s
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .unwrap_or(s);
+    ip.parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| std::net::SocketAddr::new(ip, limits::GATEWAY_PORT))
 }
 
 /// `[lanes]`: how lanes build, check, verify and merge (issue 5).
@@ -874,6 +972,9 @@ impl FileConfig {
         if let Err((key, message)) = self.http.check() {
             return Err(bad("http", key, message));
         }
+        if let Err((key, message)) = self.gateway.check() {
+            return Err(bad("gateway", key, message));
+        }
         self.check_lanes(text)?;
         self.check_approvals(text)?;
         self.check_seats(text)
@@ -1145,6 +1246,9 @@ pub struct PathFlags {
     pub socket: Option<PathBuf>,
     /// `serve --http ADDR`: turns the HTTP listener on for this run.
     pub http_listen: Option<String>,
+    /// `serve --gateway ADDR` or `gateway --listen ADDR`: the gateway's
+    /// address for this run.
+    pub gateway_listen: Option<String>,
 }
 
 /// The environment the path defaults come from, read once so that tests can
@@ -1302,6 +1406,15 @@ pub fn load_effective(flags: &PathFlags, env: &Env) -> Result<(FileConfig, Paths
             message,
         })?;
     }
+    if let Some(listen) = &flags.gateway_listen {
+        cfg.gateway.listen = listen.clone();
+        cfg.gateway.check().map_err(|(key, message)| ConfigError {
+            path: None,
+            key: Some(format!("--gateway ({key})")),
+            line: None,
+            message,
+        })?;
+    }
     let mut paths = Paths::resolve(flags, &cfg, env);
     paths.config = path;
     Ok((cfg, paths))
@@ -1326,8 +1439,8 @@ pub const RESTART_KEYS: &[&str] = &[
 ];
 
 /// Sections whose every key needs a restart: the HTTP listener, its token
-/// and its checks are fixed when it starts.
-pub const RESTART_SECTIONS: &[&str] = &["http"];
+/// and its checks, and the gateway's listener, are fixed when they start.
+pub const RESTART_SECTIONS: &[&str] = &["http", "gateway"];
 
 /// Compares the running config with a newly read one, key by key, so that
 /// the reload log names exactly what changed. Sections are compared through

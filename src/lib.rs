@@ -14,6 +14,7 @@ pub mod core;
 pub mod daemon;
 pub mod e2ee;
 pub mod errors;
+pub mod gateway;
 pub mod http;
 pub mod ids;
 pub mod isolation;

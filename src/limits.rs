@@ -895,3 +895,105 @@ pub const TRUSTLOG_ARGON2_MEMORY_KIB: u32 = 64 * 1024;
 pub const TRUSTLOG_ARGON2_LANES: u32 = 4;
 pub const TRUSTLOG_ARGON2_OUTPUT: usize = 32;
 pub const TRUSTLOG_SECRET_LEN: usize = 32;
+
+// ---- gateway role (seed 004, "Wire format", "Connecting a client",
+// ---- "Pairing a new device", "Relay channels"; issue 12) ----
+
+/// "The gateway serves plain HTTP on :8443 by default" (seed 004,
+/// Transports): the port of a `[gateway] listen` address given without one.
+pub const GATEWAY_PORT: u16 = 8443;
+
+/// "The read limit is 16 MiB per WebSocket message" and "The maximum line
+/// length is 16 MiB" (seed 004, Transports and Framing).
+pub const GATEWAY_MAX_MESSAGE: usize = 16 * 1024 * 1024;
+pub const GATEWAY_MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// WebSocket connections held at once, `/node` and `/client` together (the
+/// default of `gateway.max_connections`). Each holds one reader thread and
+/// one writer thread ("no thread per connection without a cap", issue 12);
+/// past the cap a new connection is closed at accept. The issue's figure
+/// holds 1,000 idle clients.
+pub const GATEWAY_MAX_CONNECTIONS: usize = 2048;
+/// The ceiling a config file may raise it to: two threads a connection.
+pub const GATEWAY_MAX_CONNECTIONS_CEILING: usize = 16_384;
+
+/// tungstenite's read buffer per connection ("the read buffer sized for many
+/// idle connections", issue 12; its default is 128 KiB). A message longer
+/// than this is read in several calls, at no other cost.
+pub const GATEWAY_READ_BUFFER: usize = 4 * 1024;
+
+/// Stack of each connection thread. A reader parses envelopes (serde_json
+/// recurses at most 128 levels) and a writer only copies bytes; only the
+/// pages a thread touches count against memory.
+pub const GATEWAY_THREAD_STACK: usize = 256 * 1024;
+
+/// How long a new connection may take to send its whole handshake before it
+/// is closed, so that a silent socket does not hold its slot.
+pub const GATEWAY_HANDSHAKE_MS: u64 = 10_000;
+
+/// "If the gateway cannot write a frame to a client in time, it closes the
+/// whole connection" (seed 004, Slow readers). The default of
+/// `gateway.write_timeout_ms`: one frame (at most 16 MiB) must be written
+/// within it, or the connection is closed.
+pub const GATEWAY_WRITE_TIMEOUT_MS: u64 = 10_000;
+
+/// Frames queued to one connection's writer. Relay frames are bounded per
+/// channel (below) and node events per client, so this is reached only by a
+/// peer that sends requests and never reads their answers, or a node that
+/// falls behind all its clients: the connection is closed (Slow readers).
+pub const GATEWAY_OUTBOX_FRAMES: usize = 8192;
+
+/// "The gateway keeps a queue of 64 frames per channel and direction. If a
+/// queue is full, the gateway closes the channel. It never drops one frame"
+/// (seed 004, Limits and teardown).
+pub const GATEWAY_CHANNEL_QUEUE: usize = 64;
+/// Bytes of one channel's frames queued in one direction: 64 frames of up
+/// to 16 MiB would be 1 GiB, so a channel past this is closed as on a full
+/// queue.
+pub const GATEWAY_CHANNEL_QUEUE_BYTES: usize = 32 * 1024 * 1024;
+
+/// "The client already holds 64 channels" (seed 004, Opening a channel).
+pub const GATEWAY_CHANNELS_PER_CLIENT: usize = 64;
+
+/// "If the event buffer of a client (64 events) is full, the gateway drops
+/// the event for that client" (seed 004, Roster events).
+pub const GATEWAY_CLIENT_EVENTS: usize = 64;
+
+/// "A node that reconnects within 30 seconds of a disconnect produces
+/// online [...] After 30 seconds, the gateway removes it" (seed 004, Roster
+/// events). Fixed by the protocol, not configurable.
+pub const GATEWAY_ROSTER_GRACE_MS: u64 = 30_000;
+
+/// How long a new uplink has to answer `node.identify` before it is closed.
+pub const GATEWAY_IDENTIFY_MS: u64 = 10_000;
+
+/// "The token stays pending in memory for 60 seconds" and "The call blocks
+/// until a device connects with the token, or until 60 seconds pass" (seed
+/// 004, Pairing a new device).
+pub const GATEWAY_PAIR_PENDING_MS: u64 = 60_000;
+/// Pairings pending at once; past it `clients.pairStart` is refused.
+pub const GATEWAY_PAIRS_PENDING: usize = 16;
+/// "A client token is 32 random bytes" (seed 004, Pairing a new device);
+/// the master token generated at first start is as long.
+pub const GATEWAY_TOKEN_BYTES: usize = 32;
+/// Paired devices the gateway stores; past it `clients.pairStart` is
+/// refused until one is removed.
+pub const GATEWAY_CLIENTS_MAX: usize = 1024;
+
+/// Messages from connection threads to the gateway thread. A full queue
+/// makes the sending reader wait, which slows only its own peer.
+pub const GATEWAY_INBOX: usize = 4096;
+
+/// Bytes a writer gathers into one WebSocket message from frames already
+/// queued ("A WebSocket message does not always hold exactly one frame",
+/// seed 004, Framing), so that a burst of small frames costs one write.
+pub const GATEWAY_WRITE_BATCH: usize = 256 * 1024;
+
+/// Connections to the standalone gateway's unix socket at once, each served
+/// by its own thread (`server.info`, `server.stop`, `clients.*` for
+/// `omniconfluxd pair`).
+pub const GATEWAY_SOCKET_CONNECTIONS: usize = 16;
+
+/// How long the accept thread waits after a failed accept (out of file
+/// descriptors, say) before it tries again, instead of spinning.
+pub const GATEWAY_ACCEPT_BACKOFF_MS: u64 = 100;

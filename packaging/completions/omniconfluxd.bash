@@ -7,7 +7,7 @@
 _omniconfluxd() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     local prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local commands="serve status call events seats sessions approvals lanes repos stop config plugin version help"
+    local commands="serve gateway pair clients status call events seats sessions approvals lanes repos stop config plugin version help"
     local options="--config --state-dir --socket --json --help --version"
     COMPREPLY=()
 
@@ -45,7 +45,10 @@ _omniconfluxd() {
     case $cmd in
     "") words=$commands ;;
     help) ((${#args[@]} == 0)) && words=$commands ;;
-    serve) words="--http" ;;
+    serve) words="--http --gateway" ;;
+    gateway) words="--listen" ;;
+    pair) words="--url --e2e" ;;
+    clients) ((${#args[@]} == 0)) && words="list remove" ;;
     events) words="--stream --after --follow" ;;
     seats) ((${#args[@]} == 0)) && words="list probe" ;;
     sessions) ((${#args[@]} == 0)) && words="list get spawn input interrupt kill" ;;

@@ -34,7 +34,9 @@ macro_rules! outln {
 
 mod args;
 pub mod client;
+pub mod gateway;
 pub mod lanes;
+pub mod pair;
 pub mod plugin;
 pub mod sessions;
 
@@ -109,9 +111,13 @@ options (anywhere on the line):
   --                          every argument after it is not an option
 
 commands:
-  serve [--http ADDR]         run the daemon in the foreground; --http also
+  serve [--http ADDR] [--gateway ADDR]
+                              run the daemon in the foreground; --http also
                               serves the HTTP API on ADDR (IP:PORT; with port 0
-                              the port chosen is logged and shown by status)
+                              the port chosen is logged and shown by status);
+                              --gateway also runs the gateway role on ADDR
+  {GATEWAY}
+  {PAIR}
   status [--json]             whether a daemon answers, and what it holds
   call METHOD [PARAMS-JSON]   send any method and print the result
   events [--stream S] [--after N] [--follow] [--json]
@@ -137,6 +143,8 @@ fn usage_text() -> String {
     USAGE_TEMPLATE
         .replace("{PLUGIN}", plugin::USAGE)
         .replace("{LANES}", lanes::USAGE)
+        .replace("{GATEWAY}", gateway::USAGE)
+        .replace("{PAIR}", pair::USAGE.trim_start())
 }
 
 /// One command's usage: its entries in the commands list (and, for
@@ -314,13 +322,23 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         }
         "serve" => {
             let mut flags = args.flags.clone();
-            match rest {
-                [] => {}
-                [flag, addr] if flag == "--http" => flags.http_listen = Some(addr.clone()),
-                [flag] if flag == "--http" => {
-                    return Err(Failure::usage("--http needs an address, IP:PORT"));
+            let mut it = rest.iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--http" => {
+                        let v = it
+                            .next()
+                            .ok_or_else(|| Failure::usage("--http needs an address, IP:PORT"))?;
+                        flags.http_listen = Some(v.clone());
+                    }
+                    "--gateway" => {
+                        let v = it.next().ok_or_else(|| {
+                            Failure::usage("--gateway needs an address, IP:PORT or IP")
+                        })?;
+                        flags.gateway_listen = Some(v.clone());
+                    }
+                    other => return Err(Failure::usage(format!("unexpected argument {other}"))),
                 }
-                [other, ..] => return Err(Failure::usage(format!("unexpected argument {other}"))),
             }
             crate::daemon::Daemon::serve(&flags).map_err(|e| match e {
                 crate::daemon::ServeError::Config(_) => Failure {
@@ -346,6 +364,9 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "lanes" => lanes::lanes(|| connect(&args), args.json, rest),
         "repos" => lanes::repos(|| connect(&args), args.json, rest),
         "events" => events(&args, rest),
+        "gateway" => gateway::run(&args.flags, rest),
+        "pair" => pair::pair(|| connect_operator(&args), args.json, rest),
+        "clients" => pair::clients(|| connect_operator(&args), args.json, rest),
         "stop" => {
             no_more(rest)?;
             connect(&args)?.call("server.stop", json!({}))?;
@@ -371,6 +392,21 @@ fn connect(args: &Args) -> Result<Client, Failure> {
     let (_, paths) = config::load_effective(&args.flags, &env)
         .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
     Ok(Client::connect(&paths.socket)?)
+}
+
+/// The node socket when a daemon answers there, else the standalone
+/// gateway's socket beside it (`pair`, `clients`).
+fn connect_operator(args: &Args) -> Result<Client, Failure> {
+    let env = config::Env::from_process();
+    let (_, paths) = config::load_effective(&args.flags, &env)
+        .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
+    match Client::connect(&paths.socket) {
+        Ok(c) => Ok(c),
+        Err(first) => {
+            let gw = crate::gateway::standalone::socket_path(&paths.socket);
+            Client::connect(&gw).map_err(|_| Failure::from(first))
+        }
+    }
 }
 
 fn config_cmd(args: &Args, rest: &[String]) -> Result<(), Failure> {

@@ -76,7 +76,7 @@ pub struct Hooks {
 /// The surfaces beside the socket. Adding one is a module under src/, its
 /// state in a field of [`Daemon`] started in [`Daemon::serve`], a
 /// [`ReplyTo`] variant with its arm in [`Daemon::answer`], and a row here.
-const SURFACES: &[Hooks] = &[crate::http::HOOKS];
+const SURFACES: &[Hooks] = &[crate::http::HOOKS, crate::gateway::in_node::HOOKS];
 
 /// Who sent a request and where its answer goes.
 #[derive(Clone, Debug)]
@@ -136,6 +136,9 @@ pub struct Daemon {
     pub lanes: crate::lanes::controller::Lanes,
     /// The HTTP API when `[http] listen` or `serve --http` turns it on.
     pub http: Option<crate::http::Http>,
+    /// The gateway role when `[gateway] listen` or `serve --gateway` turns
+    /// it on (issue 12); its own threads, not the reactor's.
+    pub gateway: Option<crate::gateway::Gateway>,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -198,6 +201,7 @@ impl Daemon {
         let instance_id = crate::ids::uuid_v4();
         let http = crate::http::Http::start(&cfg.http, &paths, inbox.clone(), &instance_id)
             .map_err(ServeError::Startup)?;
+        let gateway = crate::gateway::in_node::start(&cfg, &paths).map_err(ServeError::Startup)?;
         let mut d = Daemon {
             cfg,
             paths,
@@ -215,6 +219,7 @@ impl Daemon {
             core: crate::core::Core::new(&core_cfg),
             lanes: Default::default(),
             http,
+            gateway,
             router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,
@@ -459,6 +464,7 @@ impl Daemon {
         applied.daemon.socket = self.cfg.daemon.socket.clone();
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
         applied.http = self.cfg.http.clone();
+        applied.gateway = self.cfg.gateway.clone();
         self.cfg = applied;
         // SIGHUP: the new seats (or a new detection), probed.
         self.core.seats.reconfigure(&self.cfg);

@@ -177,6 +177,14 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE approvals SET plugin = (SELECT plugin FROM plugin_requests WHERE request_id = approvals.id)
         WHERE subject = 'plugin-task';
     CREATE INDEX approvals_by_state ON approvals (state, answered_at);",
+    // 8: the gateway's paired devices (issue 12; seed 004, "Pairing a new
+    // device"): each by the SHA-256 of its client token, never the token,
+    // and when it first connected. Written by the gateway thread's own
+    // connection (src/gateway/tokens.rs).
+    "CREATE TABLE gateway_clients (
+        id         TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The schema version this binary writes.

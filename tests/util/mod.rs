@@ -154,6 +154,16 @@ impl Daemon {
 
     /// Starts a daemon without waiting for it to become ready.
     pub fn spawn(dir: &Path, opts: Opts) -> Daemon {
+        Daemon::spawn_command(dir, opts, "serve")
+    }
+
+    /// Runs `command` (`gateway` for the standalone gateway) instead of
+    /// `serve`, and waits for READY=1; `opts.extra_args` follow it.
+    pub fn start_command(dir: &Path, opts: Opts, command: &str) -> Daemon {
+        Daemon::spawn_command(dir, opts, command).expect_notify("READY=1")
+    }
+
+    fn spawn_command(dir: &Path, opts: Opts, command: &str) -> Daemon {
         let socket = dir.join("run/d.sock");
         let state = dir.join("state");
         let notify_path = dir.join(format!("notify-{}", std::process::id()));
@@ -178,7 +188,7 @@ impl Daemon {
             args.push("--config".into());
             args.push(p.display().to_string());
         }
-        args.push("serve".into());
+        args.push(command.into());
         args.extend(opts.extra_args.iter().cloned());
         let mut cmd = Command::new(bin());
         cmd.args(&args)

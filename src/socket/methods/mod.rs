@@ -17,8 +17,10 @@
 //! | approvals.*       | see [`approvals`]                          |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
+//! | clients.*         | see [`gateway`]                            |
 
 pub mod approvals;
+pub mod gateway;
 pub mod lanes;
 pub mod plugins;
 pub mod seats;
@@ -109,6 +111,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         }
         m if m.starts_with("seats.") => return seats::dispatch(d, req, m, p),
         m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
+        m if m.starts_with("clients.") => return gateway::dispatch(d, req, m, p),
         m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,

@@ -1,0 +1,549 @@
+//! The gateway's WebSocket connections (seed 004, "Transports",
+//! "Authentication", "Framing", "Keepalive", "Slow readers"; issue 12):
+//! the accept thread, and per connection one reader thread and one writer
+//! thread, all blocking. The gateway thread ([`super::state`]) owns every
+//! decision; these threads only move bytes.
+//!
+//! - `gw-accept` accepts, and closes at once any connection past
+//!   `gateway.max_connections` (every connection holds a slot until both
+//!   its threads have ended), so threads are bounded: two per connection.
+//! - `gw-conn` does the handshake (at most `GATEWAY_HANDSHAKE_MS`): exactly
+//!   two routes, `/node` and `/client` (others: 404 `not found`); the token
+//!   from `Authorization: Bearer <token>`, or when that header is absent or
+//!   does not start with exactly `Bearer `, from the `token` query
+//!   parameter; the gateway thread says whether it is good. A bad token is
+//!   answered 401 with the body `unauthorized` and no upgrade. Then the
+//!   thread becomes the connection's reader: it splits the text messages,
+//!   taken as one byte stream, on `\n`, skips empty lines, closes the
+//!   connection when a line passes 16 MiB, answers `ping` and lines that
+//!   are no frame itself, and hands every other frame of a message to the
+//!   gateway thread in one batch.
+//! - `gw-write` is the only thread that writes to the socket. It gathers
+//!   the lines already queued (up to `GATEWAY_WRITE_BATCH`) into one text
+//!   message, which the seed allows, and writes it with a deadline of
+//!   `gateway.write_timeout_ms`; past it the connection is closed ("a
+//!   partial frame corrupts the stream"). Pongs and the close reply that
+//!   tungstenite makes while reading reach the socket through the same
+//!   queue, so no two threads ever write to one socket.
+//!
+//! Queues. A connection's outbox is bounded by a count
+//! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
+//! allocates as it fills: an idle connection holds no preallocated slots.
+//! Relay frames and node events carry a [`Queued`] counter of their
+//! channel's direction or their client's events, which the writer lowers
+//! once the frame is written: that is how the gateway thread knows the
+//! seed's 64-frame queue of a channel is full.
+
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tungstenite::Message;
+use tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tungstenite::http::StatusCode;
+use tungstenite::protocol::WebSocketConfig;
+
+use super::state::{Role, RouteKind, ToState};
+use super::wire::{self, Frame};
+use crate::limits;
+use crate::socket::framing::LineBuffer;
+
+/// A frame or bytes for a connection's writer.
+pub enum Out {
+    /// One JSON line, `\n` included, and what to lower once it is written.
+    Line(Vec<u8>, Option<Arc<Queued>>),
+    /// Bytes tungstenite formatted itself (a pong, the close reply).
+    Raw(Vec<u8>),
+}
+
+/// Frames and bytes queued, not yet written: one direction of a channel,
+/// or a client's node events.
+#[derive(Default)]
+pub struct Queued {
+    pub frames: AtomicUsize,
+    pub bytes: AtomicUsize,
+}
+
+/// The queue into one connection's writer, bounded by a count.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: Sender<Out>,
+    len: Arc<AtomicUsize>,
+}
+
+/// The outbox is full or its writer is gone: close the connection.
+#[derive(Debug)]
+pub struct Full;
+
+impl Outbox {
+    pub fn new() -> (Outbox, Receiver<Out>, Arc<AtomicUsize>) {
+        let (tx, rx) = unbounded();
+        let len = Arc::new(AtomicUsize::new(0));
+        (
+            Outbox {
+                tx,
+                len: len.clone(),
+            },
+            rx,
+            len,
+        )
+    }
+
+    pub fn push(&self, out: Out) -> Result<(), Full> {
+        if self.len.fetch_add(1, Ordering::AcqRel) >= limits::GATEWAY_OUTBOX_FRAMES {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+            return Err(Full);
+        }
+        self.tx.send(out).map_err(|_| Full)
+    }
+
+    pub fn line(&self, bytes: Vec<u8>) -> Result<(), Full> {
+        self.push(Out::Line(bytes, None))
+    }
+}
+
+/// What the accept and connection threads share.
+pub struct Shared {
+    pub to_state: Sender<ToState>,
+    pub live: AtomicUsize,
+    pub max: usize,
+    pub write_timeout: Duration,
+    pub next_conn: Arc<AtomicU64>,
+    pub stopping: AtomicBool,
+}
+
+/// A connection's place in `gateway.max_connections`, given back when both
+/// its threads are done with it.
+struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Accepts until the gateway stops (the stop wakes it with one connection
+/// of its own).
+pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        if shared.stopping.load(Ordering::Acquire) {
+            break;
+        }
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                crate::warn!("gateway: accept failed: {}", crate::errors::io_cause(&e));
+                // Out of descriptors, say: wait a little instead of spinning.
+                std::thread::sleep(Duration::from_millis(limits::GATEWAY_ACCEPT_BACKOFF_MS));
+                continue;
+            }
+        };
+        if shared.live.fetch_add(1, Ordering::AcqRel) >= shared.max {
+            shared.live.fetch_sub(1, Ordering::AcqRel);
+            crate::debug!("gateway: refused a connection: {} held", shared.max);
+            continue;
+        }
+        let slot = Arc::new(Slot(shared.clone()));
+        let spawned = std::thread::Builder::new()
+            .name("gw-conn".into())
+            .stack_size(limits::GATEWAY_THREAD_STACK)
+            .spawn(move || serve(stream, slot));
+        if let Err(e) = spawned {
+            crate::warn!("gateway: unable to start a connection thread: {e}");
+        }
+    }
+}
+
+/// The stream tungstenite reads from: reads come from the socket; writes
+/// (the handshake's answer, then pongs and the close reply) go to the
+/// socket during the handshake and through the writer's queue after it.
+struct Side {
+    tcp: TcpStream,
+    out: Option<Outbox>,
+}
+
+impl Read for Side {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Side {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &self.out {
+            None => self.tcp.write(buf),
+            Some(out) => match out.push(Out::Raw(buf.to_vec())) {
+                Ok(()) => Ok(buf.len()),
+                Err(Full) => Err(io::ErrorKind::BrokenPipe.into()),
+            },
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(limits::GATEWAY_READ_BUFFER)
+        .write_buffer_size(0)
+        .max_message_size(Some(limits::GATEWAY_MAX_MESSAGE))
+        .max_frame_size(Some(limits::GATEWAY_MAX_MESSAGE))
+}
+
+/// The token a handshake offers: the Bearer header, else `?token=`.
+fn offered_token(req: &Request) -> String {
+    if let Some(h) = req.headers().get("authorization")
+        && let Some(t) = h.as_bytes().strip_prefix(b"Bearer ")
+    {
+        return String::from_utf8_lossy(t).into_owned();
+    }
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("token="))
+        .map(percent_decode)
+        .unwrap_or_default()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn refusal(status: StatusCode, body: &str) -> ErrorResponse {
+    let mut r = ErrorResponse::new(Some(body.to_string()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert("content-type", "text/plain".parse().expect("static header"));
+    h.insert("content-length", body.len().into());
+    h.insert("connection", "close".parse().expect("static header"));
+    r
+}
+
+/// One connection: the handshake, then its reader; its writer on a thread
+/// of its own.
+// The handshake callback's error type is tungstenite's `ErrorResponse`.
+#[allow(clippy::result_large_err)]
+fn serve(tcp: TcpStream, slot: Arc<Slot>) {
+    let shared = slot.0.clone();
+    let peer = tcp.peer_addr().ok();
+    let _ = tcp.set_nodelay(true);
+    let _ = tcp.set_read_timeout(Some(Duration::from_millis(limits::GATEWAY_HANDSHAKE_MS)));
+    let Ok(closer) = tcp.try_clone() else { return };
+    let mut granted: Option<Role> = None;
+    let to_state = shared.to_state.clone();
+    let callback = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        let route = match req.uri().path() {
+            "/node" => RouteKind::Node,
+            "/client" => RouteKind::Client,
+            _ => return Err(refusal(StatusCode::NOT_FOUND, "not found")),
+        };
+        let (tx, rx) = bounded(1);
+        let asked = to_state.send(ToState::Auth {
+            route,
+            token: offered_token(req),
+            reply: tx,
+        });
+        match asked.ok().and_then(|()| rx.recv().ok()).flatten() {
+            Some(role) => {
+                granted = Some(role);
+                Ok(resp)
+            }
+            None => Err(refusal(StatusCode::UNAUTHORIZED, "unauthorized")),
+        }
+    };
+    let side = Side { tcp, out: None };
+    let mut ws = match tungstenite::accept_hdr_with_config(side, callback, Some(ws_config())) {
+        Ok(ws) => ws,
+        Err(_) => {
+            let _ = closer.shutdown(Shutdown::Both);
+            return;
+        }
+    };
+    let Some(role) = granted else { return };
+    let _ = ws.get_ref().tcp.set_read_timeout(None);
+    let Ok(wtcp) = closer.try_clone() else { return };
+    let _ = wtcp.set_write_timeout(Some(shared.write_timeout));
+    let (outbox, rx, len) = Outbox::new();
+    let conn = shared.next_conn.fetch_add(1, Ordering::AcqRel);
+    let wslot = slot.clone();
+    let timeout = shared.write_timeout;
+    let spawned = std::thread::Builder::new()
+        .name("gw-write".into())
+        .stack_size(limits::GATEWAY_THREAD_STACK)
+        .spawn(move || {
+            write_loop(wtcp, rx, len, timeout);
+            drop(wslot);
+        });
+    if spawned.is_err() {
+        let _ = closer.shutdown(Shutdown::Both);
+        return;
+    }
+    ws.get_mut().out = Some(outbox.clone());
+    let Ok(state_closer) = closer.try_clone() else {
+        let _ = closer.shutdown(Shutdown::Both);
+        return;
+    };
+    if shared
+        .to_state
+        .send(ToState::Open {
+            conn,
+            role,
+            out: outbox.clone(),
+            closer: Closer::Tcp(state_closer),
+            peer,
+        })
+        .is_err()
+    {
+        let _ = closer.shutdown(Shutdown::Both);
+        return;
+    }
+    read_loop(&mut ws, conn, &outbox, &shared.to_state);
+    let _ = closer.shutdown(Shutdown::Both);
+    let _ = shared.to_state.send(ToState::Closed { conn });
+}
+
+/// How the gateway thread ends a connection.
+pub enum Closer {
+    /// A WebSocket: shutting the socket down ends its reader and writer.
+    Tcp(TcpStream),
+    /// An in-process node link: the flag ends it, the empty frame wakes
+    /// its reader.
+    Link(Arc<AtomicBool>, Outbox),
+}
+
+impl Closer {
+    pub fn close(&self) {
+        match self {
+            Closer::Tcp(t) => {
+                let _ = t.shutdown(Shutdown::Both);
+            }
+            Closer::Link(closed, wake) => {
+                closed.store(true, Ordering::Release);
+                let _ = wake.push(Out::Raw(Vec::new()));
+            }
+        }
+    }
+}
+
+/// The connection must be closed: a line passed 16 MiB, or its outbox is
+/// full.
+#[derive(Debug)]
+pub struct MustClose;
+
+/// Splits lines out of `bytes` and sorts them: what is answered here goes
+/// to `outbox`, the rest into `batch`.
+pub fn take_lines(
+    lines: &mut LineBuffer,
+    bytes: &[u8],
+    outbox: &Outbox,
+    batch: &mut Vec<Frame>,
+) -> Result<(), MustClose> {
+    lines.extend(bytes);
+    loop {
+        match lines.next_line() {
+            Ok(Some(line)) => match wire::classify(&line) {
+                // "The peer answers it directly, before any dispatch
+                // rule" (seed 004, Keepalive).
+                Frame::Ping { id } => outbox
+                    .line(wire::reply(&id, &serde_json::Value::Null))
+                    .map_err(|_| MustClose)?,
+                Frame::Refused(answer) => outbox.line(answer).map_err(|_| MustClose)?,
+                Frame::Notification | Frame::Unroutable => {}
+                f => batch.push(f),
+            },
+            Ok(None) => return Ok(()),
+            Err(_) => {
+                crate::debug!("gateway: closed a connection: a line passed 16 MiB");
+                return Err(MustClose);
+            }
+        }
+    }
+}
+
+fn read_loop(
+    ws: &mut tungstenite::WebSocket<Side>,
+    conn: u64,
+    outbox: &Outbox,
+    to_state: &Sender<ToState>,
+) {
+    let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
+    loop {
+        let msg = match ws.read() {
+            Ok(m) => m,
+            Err(_) => return,
+        };
+        let bytes: &[u8] = match &msg {
+            Message::Text(t) => t.as_bytes(),
+            Message::Binary(b) => b,
+            Message::Close(_) => {
+                let _ = ws.flush();
+                return;
+            }
+            _ => continue,
+        };
+        let mut batch = Vec::new();
+        let ok = take_lines(&mut lines, bytes, outbox, &mut batch);
+        if !batch.is_empty()
+            && to_state
+                .send(ToState::Frames {
+                    conn,
+                    frames: batch,
+                })
+                .is_err()
+        {
+            return;
+        }
+        if ok.is_err() {
+            return;
+        }
+    }
+}
+
+/// The header of an unmasked, final text frame of `len` bytes (RFC 6455,
+/// 5.2): a server's frames are never masked.
+fn text_header(len: usize) -> ([u8; 10], usize) {
+    let mut h = [0u8; 10];
+    h[0] = 0x81;
+    if len < 126 {
+        h[1] = len as u8;
+        (h, 2)
+    } else if len <= 0xFFFF {
+        h[1] = 126;
+        h[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        (h, 4)
+    } else {
+        h[1] = 127;
+        h[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        (h, 10)
+    }
+}
+
+/// Writes every part before `deadline`, or fails.
+fn write_parts(tcp: &mut TcpStream, parts: &[&[u8]], deadline: Instant) -> io::Result<()> {
+    for part in parts {
+        let mut p = *part;
+        while !p.is_empty() {
+            if Instant::now() > deadline {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            match tcp.write(p) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => p = &p[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The writer: batches what is queued into text messages, in order.
+pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, limit: Duration) {
+    let mut batch: Vec<u8> = Vec::new();
+    let mut done: Vec<(Arc<Queued>, usize)> = Vec::new();
+    let mut pending = rx.recv().ok();
+    while let Some(first) = pending.take() {
+        let mut next = Some(first);
+        let mut failed = false;
+        // Gather lines until a raw frame, the batch limit or an empty queue.
+        while let Some(out) = next.take() {
+            len.fetch_sub(1, Ordering::AcqRel);
+            match out {
+                Out::Line(line, q) => {
+                    if let Some(q) = q {
+                        done.push((q, line.len()));
+                    }
+                    if batch.is_empty() && line.len() >= limits::GATEWAY_WRITE_BATCH {
+                        let (h, n) = text_header(line.len());
+                        let deadline = Instant::now() + limit;
+                        failed = write_parts(&mut tcp, &[&h[..n], &line], deadline).is_err();
+                    } else {
+                        batch.extend_from_slice(&line);
+                    }
+                }
+                Out::Raw(raw) => {
+                    failed = flush(&mut tcp, &mut batch, limit).is_err()
+                        || write_parts(&mut tcp, &[&raw], Instant::now() + limit).is_err();
+                }
+            }
+            if failed || batch.len() >= limits::GATEWAY_WRITE_BATCH {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        if !failed {
+            failed = flush(&mut tcp, &mut batch, limit).is_err();
+        }
+        for (q, n) in done.drain(..) {
+            q.frames.fetch_sub(1, Ordering::AcqRel);
+            q.bytes.fetch_sub(n, Ordering::AcqRel);
+        }
+        if failed {
+            crate::debug!("gateway: closed a connection that did not take a frame in time");
+            let _ = tcp.shutdown(Shutdown::Both);
+            return;
+        }
+        if batch.capacity() > limits::GATEWAY_WRITE_BATCH * 2 {
+            batch = Vec::new();
+        }
+        pending = match rx.try_recv() {
+            Ok(o) => Some(o),
+            Err(_) => rx.recv().ok(),
+        };
+    }
+}
+
+/// Writes the gathered lines as one text message.
+fn flush(tcp: &mut TcpStream, batch: &mut Vec<u8>, limit: Duration) -> io::Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let (h, n) = text_header(batch.len());
+    let r = write_parts(tcp, &[&h[..n], batch], Instant::now() + limit);
+    batch.clear();
+    r
+}
+
+/// Binds the gateway's listening socket.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr).map_err(|e| {
+        format!(
+            "unable to listen for the gateway on {addr}: {}",
+            crate::errors::io_cause(&e)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_follow_rfc6455_lengths() {
+        assert_eq!(&text_header(5).0[..2], &[0x81, 5]);
+        assert_eq!(&text_header(126).0[..4], &[0x81, 126, 0, 126]);
+        assert_eq!(text_header(70_000).1, 10);
+        assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
+    }
+}

@@ -1,0 +1,252 @@
+//! The gateway role (seed 004, "Overview", "Wire format", "Connecting a
+//! client", "Pairing a new device", "Relay channels"; issue 12): WebSocket
+//! routes `/node` and `/client`, the roster, relay channels it forwards
+//! without reading them, pairing and client tokens.
+//!
+//! Where it runs: in the node (`[gateway] listen`, `serve --gateway ADDR`)
+//! or alone (`omniconfluxd gateway --listen ADDR`, [`standalone`]). Either
+//! way it is the same [`Gateway`]: its own threads, never the node's
+//! reactor, so relay traffic does not touch the node's state:
+//!
+//! - `gateway`, the one owner of the roster, channels, pairings and paired
+//!   devices ([`state`]);
+//! - `gw-accept`, and per WebSocket connection a reader and a writer
+//!   thread ([`conn`]), at most `gateway.max_connections` connections;
+//! - the operator's requests (`clients.*` for `omniconfluxd pair` and
+//!   `omniconfluxd clients`, `server.info`) enter through [`Caller::call`]
+//!   from the node's socket or the standalone gateway's own socket, as an
+//!   admin caller.
+//!
+//! The node link (for issue 13). A node that runs its own gateway joins its
+//! roster without dialing: [`Gateway::attach_node`] returns a [`NodeLink`],
+//! a typed in-process uplink. The gateway treats it exactly as a `/node`
+//! connection: it sends `node.identify` down the link, takes the answer as
+//! the node's descriptor, forwards relay frames both ways and sends
+//! `relay.closed`. The node side writes lines with [`NodeLink::send`] and
+//! reads lines with [`NodeLink::recv`]; dropping the link is the uplink
+//! closing, and the gateway closing the link (on stop, or when a second
+//! uplink with the node's id replaces it) makes `recv` end.
+
+pub mod conn;
+pub mod in_node;
+pub mod standalone;
+pub mod state;
+pub mod tokens;
+pub mod wire;
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::config::GatewaySection;
+use crate::limits;
+use conn::{Closer, Out, Outbox, Shared};
+use state::{LocalReply, Role, ToState};
+pub use wire::GwError;
+
+/// A running gateway.
+pub struct Gateway {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    state: Option<JoinHandle<()>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Binds `addr`, loads the paired devices from `store` and starts the
+    /// gateway's threads.
+    pub fn start(
+        cfg: &GatewaySection,
+        addr: SocketAddr,
+        master: tokens::Digest,
+        store: tokens::Store,
+    ) -> Result<Gateway, String> {
+        let paired = store.load()?;
+        let listener = conn::bind(addr)?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("unable to read the gateway's address: {e}"))?;
+        let (tx, rx) = bounded(limits::GATEWAY_INBOX);
+        let shared = Arc::new(Shared {
+            to_state: tx,
+            live: AtomicUsize::new(0),
+            max: cfg.max_connections,
+            write_timeout: Duration::from_millis(cfg.write_timeout_ms),
+            next_conn: Arc::new(AtomicU64::new(1)),
+            stopping: AtomicBool::new(false),
+        });
+        let setup = state::Setup {
+            master,
+            store,
+            public_url: cfg.public_url.clone(),
+            started_at: crate::clock::now_ts(),
+        };
+        let state = std::thread::Builder::new()
+            .name("gateway".into())
+            .spawn(move || state::run(setup, paired, rx))
+            .map_err(|e| format!("unable to start the gateway thread: {e}"))?;
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("gw-accept".into())
+            .spawn(move || conn::accept_loop(listener, s))
+            .map_err(|e| format!("unable to start the gateway's accept thread: {e}"))?;
+        Ok(Gateway {
+            addr,
+            shared,
+            state: Some(state),
+            accept: Some(accept),
+        })
+    }
+
+    /// The address bound (port 0 in the config picks a free one).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A handle for the operator's requests, for another thread.
+    pub fn caller(&self) -> Caller {
+        Caller(self.shared.to_state.clone())
+    }
+
+    /// Attaches an in-process node to the roster (module comment).
+    pub fn attach_node(&self) -> Result<NodeLink, String> {
+        let (out, rx, len) = Outbox::new();
+        let closed = Arc::new(AtomicBool::new(false));
+        let conn = self.shared.next_conn.fetch_add(1, Ordering::AcqRel);
+        self.shared
+            .to_state
+            .send(ToState::Open {
+                conn,
+                role: Role::Node,
+                out: out.clone(),
+                closer: Closer::Link(closed.clone(), out.clone()),
+                peer: None,
+            })
+            .map_err(|_| "the gateway has stopped".to_string())?;
+        Ok(NodeLink {
+            conn,
+            closed,
+            to_state: self.shared.to_state.clone(),
+            rx,
+            len,
+            out,
+            lines: crate::socket::framing::LineBuffer::new(limits::GATEWAY_MAX_LINE),
+        })
+    }
+
+    /// Stops accepting and closes every connection. With `wait`, returns
+    /// once the gateway thread is done; without, it finishes on its own
+    /// (the node's reactor calls this, and the gateway thread may be
+    /// handing it a last answer through the reactor's queue).
+    pub fn stop(mut self, wait: bool) {
+        self.shared.stopping.store(true, Ordering::Release);
+        let _ = self.shared.to_state.send(ToState::Stop);
+        // Wake the blocking accept with a connection of our own.
+        let wake = match self.addr {
+            SocketAddr::V4(a) if a.ip().is_unspecified() => {
+                SocketAddr::from(([127, 0, 0, 1], a.port()))
+            }
+            SocketAddr::V6(a) if a.ip().is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
+            }
+            a => a,
+        };
+        let _ = std::net::TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.state.take()
+            && wait
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sends the operator's requests (admin) to the gateway thread.
+#[derive(Clone)]
+pub struct Caller(Sender<ToState>);
+
+impl Caller {
+    /// `reply` runs on the gateway thread, at once or, for
+    /// `clients.pairAwait`, when the device connects or the wait ends.
+    pub fn call(&self, method: &str, params: Value, reply: LocalReply) {
+        let msg = ToState::Local {
+            method: method.to_string(),
+            params,
+            reply,
+        };
+        if let Err(e) = self.0.try_send(msg)
+            && let ToState::Local { reply, .. } = e.into_inner()
+        {
+            reply(Err(GwError::refused(
+                "busy",
+                "the gateway's queue is full; try again",
+            )));
+        }
+    }
+}
+
+/// A node attached in-process (module comment).
+pub struct NodeLink {
+    conn: u64,
+    closed: Arc<AtomicBool>,
+    to_state: Sender<ToState>,
+    rx: Receiver<Out>,
+    len: Arc<AtomicUsize>,
+    /// Where `ping` and lines that are no frame are answered, as a
+    /// reader thread does for a WebSocket.
+    out: Outbox,
+    lines: crate::socket::framing::LineBuffer,
+}
+
+impl NodeLink {
+    /// Sends bytes of the node's stream (lines ending in `\n`). `Err` when
+    /// the gateway closed the link.
+    pub fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut batch = Vec::new();
+        let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
+        if !batch.is_empty() {
+            self.to_state
+                .send(ToState::Frames {
+                    conn: self.conn,
+                    frames: batch,
+                })
+                .map_err(|_| "the gateway has stopped".to_string())?;
+        }
+        ok.map_err(|_| "the gateway closed the node link".to_string())
+    }
+
+    /// The next line from the gateway, `\n` included; `None` once the
+    /// gateway closed the link, or after `timeout`.
+    pub fn recv(&mut self, timeout: Duration) -> Option<Vec<u8>> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let out = self.rx.recv_timeout(timeout).ok()?;
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        match out {
+            Out::Line(line, q) => {
+                if let Some(q) = q {
+                    q.frames.fetch_sub(1, Ordering::AcqRel);
+                    q.bytes.fetch_sub(line.len(), Ordering::AcqRel);
+                }
+                Some(line)
+            }
+            Out::Raw(raw) => Some(raw),
+        }
+    }
+}
+
+impl Drop for NodeLink {
+    fn drop(&mut self) {
+        let _ = self.to_state.send(ToState::Closed { conn: self.conn });
+    }
+}

@@ -1,0 +1,269 @@
+//! The gateway's envelope (seed 004, "Envelope", "Errors", "Route header"):
+//! one line in, its class out, and the lines the gateway writes. Pure.
+//!
+//! A line is classified without decoding `body`: a relay frame is found by
+//! its `route.chan_id` and forwarded as the bytes it arrived as. Lines that
+//! are not JSON get `-32700 parse error` with no `id`; JSON that is not a
+//! frame (not an object, an `id` that is neither number nor string, a
+//! `method` that is no string) gets `-32600 invalid request`. Errors carry
+//! the seed's code and text, and the stable kebab-case code in `data.code`
+//! as every other reply of the daemon (DESIGN.md, "Surfaces").
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::borrow::Cow;
+
+/// One classified line.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// `ping`, answered where it is read (seed 004, Keepalive).
+    Ping { id: Value },
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// A notification; the gateway serves none and drops it.
+    Notification,
+    /// An answer to a request of the gateway's (`node.identify`).
+    Response { id: Value, result: Option<Value> },
+    /// A relay frame: its channel id and the whole line, `\n` included.
+    Relay { chan: String, line: Vec<u8> },
+    /// A relay frame without a usable `chan_id`: dropped without a reply.
+    Unroutable,
+    /// What to answer at once: an error line.
+    Refused(Vec<u8>),
+}
+
+/// The members the gateway reads; every other member (`body` above all) is
+/// skipped by the parser without being decoded or copied.
+#[derive(Deserialize)]
+struct Env<'a> {
+    #[serde(default)]
+    route: Option<Value>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Value>,
+}
+
+/// Classifies `line` (without its `\n`).
+pub fn classify(line: &[u8]) -> Frame {
+    // serde would read an array as the struct's fields in order.
+    if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => Frame::Refused(error(
+                &Value::Null,
+                &GwError::invalid_request("a frame must be a JSON-RPC object"),
+            )),
+            Err(_) => Frame::Refused(parse_error()),
+        };
+    }
+    let env: Env = match serde_json::from_slice(line) {
+        Ok(e) => e,
+        Err(e) if e.is_syntax() || e.is_eof() => return Frame::Refused(parse_error()),
+        Err(_) => {
+            return Frame::Refused(error(
+                &Value::Null,
+                &GwError::invalid_request("a frame must be a JSON-RPC object"),
+            ));
+        }
+    };
+    // "relay frame: has route, of any shape" (seed 004, Envelope).
+    if let Some(route) = env.route {
+        return match route.get("chan_id").and_then(Value::as_str) {
+            Some(chan) => {
+                let mut l = Vec::with_capacity(line.len() + 1);
+                l.extend_from_slice(line);
+                l.push(b'\n');
+                Frame::Relay {
+                    chan: chan.to_string(),
+                    line: l,
+                }
+            }
+            None => Frame::Unroutable,
+        };
+    }
+    let id = match env.id {
+        None => None,
+        Some(v @ (Value::Number(_) | Value::String(_))) => Some(v),
+        Some(_) => {
+            return Frame::Refused(error(
+                &Value::Null,
+                &GwError::invalid_request("id must be a number or a string"),
+            ));
+        }
+    };
+    match (id, env.method) {
+        (Some(id), Some(m)) if m == "ping" => Frame::Ping { id },
+        (Some(id), Some(m)) => Frame::Request {
+            id,
+            method: m.into_owned(),
+            params: env.params.unwrap_or(Value::Null),
+        },
+        (None, Some(_)) => Frame::Notification,
+        (Some(id), None) => Frame::Response {
+            id,
+            result: env.result,
+        },
+        (None, None) => Frame::Refused(error(
+            &Value::Null,
+            &GwError::invalid_request("a frame needs a method or an id"),
+        )),
+    }
+}
+
+/// A failure the gateway answers: the seed's integer and text, and a stable
+/// code for programs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GwError {
+    pub rpc: i64,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl GwError {
+    pub fn invalid_request(message: impl Into<String>) -> GwError {
+        GwError {
+            rpc: -32600,
+            code: "invalid-request",
+            message: message.into(),
+        }
+    }
+
+    /// "-32600 invalid params: ..." (seed 004, Opening a channel).
+    pub fn invalid_params(why: impl std::fmt::Display) -> GwError {
+        GwError {
+            rpc: -32600,
+            code: "invalid-params",
+            message: format!("invalid params: {why}"),
+        }
+    }
+
+    pub fn refused(code: &'static str, message: impl Into<String>) -> GwError {
+        GwError {
+            rpc: -32600,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// "-32601 method not found": the method is not served on this
+    /// connection (seed 004, Errors).
+    pub fn not_found() -> GwError {
+        GwError {
+            rpc: -32601,
+            code: "method-not-found",
+            message: "method not found".into(),
+        }
+    }
+
+    /// "Other connections get -32600 with the message unauthorized: admin
+    /// token required" (seed 004, Authentication).
+    pub fn admin_only() -> GwError {
+        GwError::refused("unauthorized", "unauthorized: admin token required")
+    }
+
+    pub fn internal(message: impl Into<String>) -> GwError {
+        GwError {
+            rpc: -32603,
+            code: "internal-error",
+            message: message.into(),
+        }
+    }
+}
+
+fn line(v: &Value) -> Vec<u8> {
+    // Serialising a Value built from maps and strings cannot fail.
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+pub fn reply(id: &Value, result: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+pub fn error(id: &Value, e: &GwError) -> Vec<u8> {
+    let err = json!({"code": e.rpc, "message": e.message, "data": {"code": e.code}});
+    if id.is_null() {
+        line(&json!({"jsonrpc": "2.0", "error": err}))
+    } else {
+        line(&json!({"jsonrpc": "2.0", "id": id, "error": err}))
+    }
+}
+
+/// "the receiver sends back an error response with code -32700, message
+/// "parse error", and no id" (seed 004, Framing).
+pub fn parse_error() -> Vec<u8> {
+    error(
+        &Value::Null,
+        &GwError {
+            rpc: -32700,
+            code: "parse-error",
+            message: "parse error".into(),
+        },
+    )
+}
+
+pub fn answer(id: &Value, r: &Result<Value, GwError>) -> Vec<u8> {
+    match r {
+        Ok(v) => reply(id, v),
+        Err(e) => error(id, e),
+    }
+}
+
+pub fn notification(method: &str, params: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+}
+
+pub fn request(id: u64, method: &str) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id, "method": method}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_classified_without_reading_body() {
+        let l = br#"{"jsonrpc":"2.0","id":4,"method":"x","route":{"chan_id":"c3","node_id":"h"},"body":"AAAA"}"#;
+        assert_eq!(
+            classify(l),
+            Frame::Relay {
+                chan: "c3".into(),
+                line: [&l[..], b"\n"].concat()
+            }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","route":{"x":1}}"#),
+            Frame::Unroutable
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#),
+            Frame::Ping { id: json!("a") }
+        );
+        assert!(matches!(classify(b"{nope"), Frame::Refused(l) if l == parse_error()));
+        assert!(
+            matches!(classify(b"[1]"), Frame::Refused(l) if String::from_utf8_lossy(&l).contains("-32600"))
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","id":1,"result":{"id":"h"}}"#),
+            Frame::Response {
+                id: json!(1),
+                result: Some(json!({"id":"h"}))
+            }
+        );
+        assert_eq!(
+            classify(br#"{"jsonrpc":"2.0","method":"n"}"#),
+            Frame::Notification
+        );
+        let pe: Value = serde_json::from_slice(&parse_error()).unwrap();
+        assert!(pe.get("id").is_none());
+        assert_eq!(pe["error"]["message"], "parse error");
+    }
+}
