@@ -151,6 +151,8 @@ pub struct FileConfig {
     pub http: HttpSection,
     /// `[gateway]`: the gateway role in the node (issue 12, seed 004).
     pub gateway: GatewaySection,
+    /// `[uplink]`: the node dialing a gateway (issue 13, seed 004).
+    pub uplink: UplinkSection,
     pub lanes: LanesSection,
     /// `[seats]`: whether agents found on PATH become seats when no
     /// `[[seat]]` is configured (issue 9, "Seats on defaults").
@@ -243,6 +245,114 @@ impl GatewaySection {
             return Err((
                 "write_timeout_ms",
                 format!("expected 100 to 600000, found {}", self.write_timeout_ms),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[uplink]`: the node's side of a gateway (seed 004, "Connecting a
+/// client", "Relay channels", "End-to-end encryption"; issue 13). Off
+/// unless `url` is set; a node that runs the gateway itself (`[gateway]
+/// listen`) is in that gateway's roster without it.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UplinkSection {
+    /// `ws://host[:port][/base]`: the gateway to dial; the node appends
+    /// `/node`. Empty: no uplink.
+    pub url: String,
+    /// A file holding the gateway's master token (mode 0600 or stricter).
+    /// `OMNICONFLUX_UPLINK_TOKEN` wins over it.
+    pub token_file: String,
+    /// E2EE mode: frames for an unknown channel that are not
+    /// `e2e.handshake` are dropped (seed 004, Mode mismatch). Off, the node
+    /// serves plaintext channels and accepts handshakes too.
+    pub e2ee: bool,
+    /// Which channels may do what only the operator may (answer approvals,
+    /// approve plugins, ...): `e2ee` (default: only end-to-end encrypted
+    /// channels), `never`, or `any` (plaintext channels too).
+    pub remote_operator: String,
+}
+
+impl Default for UplinkSection {
+    fn default() -> Self {
+        UplinkSection {
+            url: String::new(),
+            token_file: String::new(),
+            e2ee: false,
+            remote_operator: "e2ee".into(),
+        }
+    }
+}
+
+/// Where `[uplink] url` points, taken apart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UplinkUrl {
+    /// `host:port`, for the TCP connection.
+    pub authority: String,
+    /// The URL of the `/node` route.
+    pub node_url: String,
+}
+
+impl UplinkSection {
+    /// The gateway to dial, `None` when `url` is empty. `Err` says what
+    /// is wrong with it.
+    pub fn target(&self) -> Result<Option<UplinkUrl>, String> {
+        let url = self.url.trim_end_matches('/');
+        if url.is_empty() {
+            return Ok(None);
+        }
+        if url.starts_with("wss://") || url.starts_with("ssh://") {
+            return Err(format!(
+                "only ws:// is served so far (put a TLS tunnel or an SSH forward in front), found {url:?}"
+            ));
+        }
+        let Some(rest) = url.strip_prefix("ws://") else {
+            return Err(format!("expected ws://host[:port][/base], found {url:?}"));
+        };
+        let (host, base) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if host.is_empty()
+            || rest.contains(|c: char| c.is_whitespace() || c == '?' || c == '#' || c == '@')
+        {
+            return Err(format!("expected ws://host[:port][/base], found {url:?}"));
+        }
+        let has_port = match host.rfind(']') {
+            Some(close) => host[close..].contains(':'),
+            None => host.contains(':'),
+        };
+        let authority = if has_port {
+            host.to_string()
+        } else {
+            format!("{host}:80")
+        };
+        Ok(Some(UplinkUrl {
+            authority,
+            node_url: format!("ws://{host}{base}/node"),
+        }))
+    }
+
+    /// Whether a channel may do what only the operator may.
+    pub fn operator_on(&self, e2ee: bool) -> bool {
+        match self.remote_operator.as_str() {
+            "any" => true,
+            "never" => false,
+            _ => e2ee,
+        }
+    }
+
+    /// Checks the section's values; `Err` holds the key and what was expected.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        self.target().map_err(|m| ("url", m))?;
+        if !["e2ee", "never", "any"].contains(&self.remote_operator.as_str()) {
+            return Err((
+                "remote_operator",
+                format!(
+                    "expected e2ee, never or any, found {:?}",
+                    self.remote_operator
+                ),
             ));
         }
         Ok(())
@@ -975,6 +1085,9 @@ impl FileConfig {
         if let Err((key, message)) = self.gateway.check() {
             return Err(bad("gateway", key, message));
         }
+        if let Err((key, message)) = self.uplink.check() {
+            return Err(bad("uplink", key, message));
+        }
         self.check_lanes(text)?;
         self.check_approvals(text)?;
         self.check_seats(text)
@@ -1439,8 +1552,9 @@ pub const RESTART_KEYS: &[&str] = &[
 ];
 
 /// Sections whose every key needs a restart: the HTTP listener, its token
-/// and its checks, and the gateway's listener, are fixed when they start.
-pub const RESTART_SECTIONS: &[&str] = &["http", "gateway"];
+/// and its checks, the gateway's listener and the uplink, are fixed when
+/// they start.
+pub const RESTART_SECTIONS: &[&str] = &["http", "gateway", "uplink"];
 
 /// Compares the running config with a newly read one, key by key, so that
 /// the reload log names exactly what changed. Sections are compared through

@@ -30,3 +30,4 @@ pub mod socket;
 #[cfg(test)]
 mod testutil;
 pub mod trustlog;
+pub mod uplink;

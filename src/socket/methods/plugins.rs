@@ -162,7 +162,9 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let installed_by = match &req.class {
         CallerClass::Operator => "operator",
         CallerClass::Plugin(_) => "plugin",
-        CallerClass::AgentSession(_) | CallerClass::Unverified => "agent-session",
+        CallerClass::AgentSession(_)
+        | CallerClass::Unverified
+        | CallerClass::RemoteClient { .. } => "agent-session",
     };
     let req = req.clone();
     host::stage(d, PathBuf::from(path), move |d, staged| {

@@ -1,0 +1,425 @@
+//! The uplink through the real binaries (issue 13, "Uplink", "Channels as
+//! connections", "Noise IK"): `omniconfluxd gateway` standalone and a node
+//! (`omniconfluxd serve` with `[uplink] url`), or a node that runs the
+//! gateway itself (`serve --gateway`); a scripted client on `/client`
+//! speaks WebSocket with tungstenite and opens relay channels, plaintext
+//! and end-to-end encrypted (our own client end, e2ee::Initiator).
+
+mod util;
+
+use omniconfluxd::e2ee::{Channel, Initiator, PublicKey, StaticKey, base64};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+use util::{Daemon, Opts, PATIENCE, TestDir};
+
+const MASTER: &str = "master-token-of-the-uplink-tests";
+const NODE: &str = "home";
+
+/// vendor-schemas/gateway/gateway.schema.json, read once.
+fn schema() -> &'static Value {
+    static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/vendor-schemas/gateway/gateway.schema.json"
+        );
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    })
+}
+
+/// Checks `v` against `$defs/<def>` of the gateway's schema.
+fn check(def: &str, v: &Value) {
+    let s = json!({"$ref": format!("#/$defs/{def}")});
+    if let Err(e) = util::http::validate(schema(), &s, v, def) {
+        panic!("not a valid {def}: {e}");
+    }
+}
+
+/// `omniconfluxd gateway --listen LISTEN` with the master token.
+fn gateway(dir: &TestDir, listen: &str) -> (Daemon, SocketAddr) {
+    let d = Daemon::start_command(
+        &dir.path,
+        Opts {
+            config: Some(String::new()),
+            extra_args: vec!["--listen".into(), listen.into()],
+            env: vec![("OMNICONFLUX_GATEWAY_TOKEN".into(), MASTER.into())],
+            ..Opts::default()
+        },
+        "gateway",
+    );
+    let line = d.wait_log("gateway listening on ");
+    let rest = line.split("gateway listening on ").nth(1).unwrap();
+    let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+    (d, addr)
+}
+
+/// A node dialing `addr`, with `extra` config lines.
+fn node(dir: &TestDir, addr: SocketAddr, extra: &str) -> Daemon {
+    Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(format!(
+                "[daemon]\nnode_name = \"{NODE}\"\n[uplink]\nurl = \"ws://{addr}\"\n{extra}"
+            )),
+            env: vec![("OMNICONFLUX_UPLINK_TOKEN".into(), MASTER.into())],
+            ..Opts::default()
+        },
+    )
+}
+
+/// A client of the gateway that reads the stream as lines.
+struct Client {
+    ws: WebSocket<TcpStream>,
+    pending: Vec<u8>,
+    lines: VecDeque<Value>,
+    next_id: u64,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let mut req = format!("ws://{addr}/client").into_client_request().unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {MASTER}").parse().unwrap());
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+        let (ws, _) = tungstenite::client::client(req, tcp).expect("client connects");
+        Client {
+            ws,
+            pending: Vec::new(),
+            lines: VecDeque::new(),
+            next_id: 0,
+        }
+    }
+
+    fn send(&mut self, v: &Value) {
+        self.ws.send(Message::text(format!("{v}\n"))).unwrap();
+    }
+
+    fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(v) = self.lines.pop_front() {
+                return Some(v);
+            }
+            let bytes = match self.ws.read().ok()? {
+                Message::Text(t) => t.as_bytes().to_vec(),
+                Message::Binary(b) => b.to_vec(),
+                Message::Close(_) => return None,
+                _ => continue,
+            };
+            self.pending.extend_from_slice(&bytes);
+            while let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=i).collect();
+                if line.iter().all(|b| b.is_ascii_whitespace()) {
+                    continue;
+                }
+                let v: Value = serde_json::from_slice(&line).expect("a JSON line");
+                check("line", &v);
+                self.lines.push_back(v);
+            }
+        }
+    }
+
+    /// Waits for the line `pick` accepts, keeping the others for later.
+    fn expect(&mut self, what: &str, pick: impl Fn(&Value) -> bool) -> Value {
+        let mut skipped = VecDeque::new();
+        let found = loop {
+            match self.next() {
+                Some(v) if pick(&v) => break v,
+                Some(v) => skipped.push_back(v),
+                None => panic!("connection ended waiting for {what}; saw {skipped:?}"),
+            }
+        };
+        skipped.extend(self.lines.drain(..));
+        self.lines = skipped;
+        found
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+        self.expect(&format!("the answer to {method}"), |v| {
+            v["id"] == json!(id) && v.get("route").is_none()
+        })
+    }
+
+    /// Waits until `node` is online in the roster; its descriptor.
+    fn online(&mut self, node: &str) -> Value {
+        self.expect(&format!("{node} online"), |v| {
+            v["method"] == "node.event"
+                && v["params"]["node"]["id"] == node
+                && v["params"]["node"]["online"] == true
+        })["params"]["node"]
+            .clone()
+    }
+
+    fn open(&mut self, node: &str) -> String {
+        let r = self.call("relay.open", json!({"node_id": node}));
+        r["result"]["chan_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("relay.open failed: {r}"))
+            .to_string()
+    }
+
+    /// Sends a request on `chan` with `body`; returns its id.
+    fn relay(&mut self, chan: &str, method: &str, body: String) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":method,
+            "route":{"chan_id":chan,"node_id":NODE},"body":body}));
+        id
+    }
+
+    /// The body of the relay response to `id`.
+    fn relay_answer(&mut self, id: u64) -> String {
+        let v = self.expect(&format!("the relay answer to {id}"), |v| {
+            v["id"] == json!(id) && v.get("route").is_some()
+        });
+        v["body"].as_str().unwrap().to_string()
+    }
+
+    /// A plaintext call on `chan`: the inner `{"result"}` or `{"error"}`.
+    fn plain(&mut self, chan: &str, method: &str, params: Option<Value>) -> Value {
+        let body = params.map_or(String::new(), |p| base64::encode(p.to_string().as_bytes()));
+        let id = self.relay(chan, method, body);
+        let body = self.relay_answer(id);
+        serde_json::from_slice(&base64::decode(&body).expect("base64")).expect("JSON body")
+    }
+
+    /// Opens an E2EE channel to the node whose key is `node_key`.
+    fn handshake(&mut self, chan: &str, node_key: &PublicKey) -> Channel {
+        let me = StaticKey::generate().unwrap();
+        let (init, msg1) = Initiator::start(&me, node_key, NODE, chan).unwrap();
+        self.send(&json!({"jsonrpc":"2.0","method":"e2e.handshake",
+            "route":{"chan_id":chan},"body":base64::encode(&msg1)}));
+        let m2 = self.expect("message 2", |v| {
+            v["method"] == "e2e.handshake" && v["route"]["chan_id"] == chan
+        });
+        let msg2 = base64::decode(m2["body"].as_str().unwrap()).unwrap();
+        assert_eq!(msg2.len(), 48);
+        init.finish(&msg2)
+            .expect("the node's message 2 authenticates")
+    }
+
+    /// A sealed call on `chan`.
+    fn sealed(
+        &mut self,
+        ch: &mut Channel,
+        chan: &str,
+        method: &str,
+        params: Option<Value>,
+    ) -> Value {
+        let plain = params.map_or(Vec::new(), |p| p.to_string().into_bytes());
+        let body = ch.seal_body(&plain).unwrap();
+        let id = self.relay(chan, method, body);
+        let body = self.relay_answer(id);
+        let opened = ch.open_body(&body).expect("the node's answer opens");
+        serde_json::from_slice(&opened).expect("JSON body")
+    }
+}
+
+fn node_key(desc: &Value) -> PublicKey {
+    PublicKey::from_base64(desc["identity_pubkey"].as_str().expect("identity_pubkey")).unwrap()
+}
+
+#[test]
+fn a_node_serves_plaintext_and_e2ee_channels_through_the_gateway() {
+    let gdir = TestDir::new("up-gw");
+    let ndir = TestDir::new("up-node");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let n = node(&ndir, addr, "");
+    let mut c = Client::connect(addr);
+    let desc = c.online(NODE);
+    // The identity key is 0600 in the state directory, and the roster has
+    // its public half.
+    let key_file = n.state.join("e2ee-identity.key");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&key_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let key = node_key(&desc);
+    assert_eq!(desc["label"], NODE);
+    assert_eq!(desc["capabilities"]["terminal"], false);
+    let listed = c.call("nodes.list", json!({}));
+    assert_eq!(listed["result"]["nodes"][0]["id"], NODE, "{listed}");
+
+    // Plaintext: the first frame makes the channel.
+    let chan = c.open(NODE);
+    let ident = c.plain(&chan, "node.identify", None);
+    assert_eq!(ident["result"]["identity_pubkey"], desc["identity_pubkey"]);
+    let info = c.plain(&chan, "server.info", None);
+    assert_eq!(info["result"]["caller"]["class"], "remote-client");
+    assert_eq!(info["result"]["uplink"]["state"], "connected");
+    let list = c.plain(&chan, "sessions.list", Some(json!({})));
+    assert!(list["result"].is_array(), "{list}");
+    // Operator-only calls are for E2EE channels by default.
+    let refused = c.plain(
+        &chan,
+        "approvals.answer",
+        Some(json!({"request_id": "nope", "decision": "allow"})),
+    );
+    assert_eq!(
+        refused["error"]["data"]["code"], "operator-only",
+        "{refused}"
+    );
+    for m in ["lock.status", "server.stop"] {
+        let e = c.plain(&chan, m, None);
+        assert_eq!(e["error"]["code"], -32601, "{m}: {e}");
+    }
+    // A body that does not open is dropped without a reply: the next
+    // request's answer is the next frame on the channel.
+    let _dropped = c.relay(&chan, "server.info", "not base64!".into());
+    let after = c.plain(&chan, "ping", None);
+    assert_eq!(after, json!({"result": null}));
+    let skipped: Vec<&Value> = c
+        .lines
+        .iter()
+        .filter(|v| v["route"]["chan_id"] == chan)
+        .collect();
+    assert!(skipped.is_empty(), "{skipped:?}");
+
+    // E2EE: the handshake makes the channel; the bodies are sealed.
+    let chan2 = c.open(NODE);
+    let mut ch = c.handshake(&chan2, &key);
+    let info = c.sealed(&mut ch, &chan2, "server.info", None);
+    assert_eq!(info["result"]["caller"]["class"], "remote-client");
+    let answer = c.sealed(
+        &mut ch,
+        &chan2,
+        "approvals.answer",
+        Some(json!({"request_id": "nope", "decision": "allow"})),
+    );
+    // Past the gate: the inbox itself says the request is unknown.
+    assert_ne!(answer["error"]["data"]["code"], "operator-only", "{answer}");
+    assert!(answer.get("error").is_some(), "{answer}");
+    // A second handshake on an existing channel is dropped; the channel
+    // still serves.
+    let me = StaticKey::generate().unwrap();
+    let (_i, msg1) = Initiator::start(&me, &key, NODE, &chan2).unwrap();
+    c.send(&json!({"jsonrpc":"2.0","method":"e2e.handshake",
+        "route":{"chan_id":chan2},"body":base64::encode(&msg1)}));
+    let ping = c.sealed(&mut ch, &chan2, "ping", None);
+    assert_eq!(ping, json!({"result": null}));
+    assert!(
+        !c.lines.iter().any(|v| v["method"] == "e2e.handshake"),
+        "a second message 2: {:?}",
+        c.lines
+    );
+
+    // relay.close frees the channel on the node.
+    let info = c.plain(&chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["channels"], 2);
+    c.call("relay.close", json!({"chan_id": chan2}));
+    let mut waited = 0;
+    loop {
+        let info = c.plain(&chan, "server.info", None);
+        if info["result"]["uplink"]["channels"] == 1 {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 1000, "the node kept the closed channel: {info}");
+    }
+}
+
+#[test]
+fn a_node_in_e2ee_mode_drops_plaintext_channels() {
+    let gdir = TestDir::new("up-gw-e2ee");
+    let ndir = TestDir::new("up-node-e2ee");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let _n = node(&ndir, addr, "e2ee = true\nremote_operator = \"never\"\n");
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let plain = c.open(NODE);
+    let dropped = c.relay(&plain, "server.info", String::new());
+    let chan = c.open(NODE);
+    let mut ch = c.handshake(&chan, &key);
+    let info = c.sealed(&mut ch, &chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["e2ee_mode"], true);
+    assert_eq!(info["result"]["uplink"]["channels"], 1);
+    assert!(
+        !c.lines.iter().any(|v| v["id"] == json!(dropped)),
+        "a plaintext frame was answered"
+    );
+    // remote_operator = "never": not even an E2EE channel answers approvals.
+    let refused = c.sealed(
+        &mut ch,
+        &chan,
+        "approvals.answer",
+        Some(json!({"request_id": "nope", "decision": "allow"})),
+    );
+    assert_eq!(refused["error"]["data"]["code"], "operator-only");
+    // A wrong node key: the node cannot read message 1 and says nothing,
+    // which the next answer on another channel shows.
+    let other = c.open(NODE);
+    let wrong = StaticKey::generate().unwrap().public();
+    let me = StaticKey::generate().unwrap();
+    let (_i, msg1) = Initiator::start(&me, &wrong, NODE, &other).unwrap();
+    c.send(&json!({"jsonrpc":"2.0","method":"e2e.handshake",
+        "route":{"chan_id":other},"body":base64::encode(&msg1)}));
+    let info = c.sealed(&mut ch, &chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["channels"], 1);
+}
+
+#[test]
+fn the_uplink_dials_again_after_the_gateway_restarts() {
+    let gdir = TestDir::new("up-gw-re");
+    let ndir = TestDir::new("up-node-re");
+    let (gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let n = node(&ndir, addr, "");
+    let mut c = Client::connect(addr);
+    c.online(NODE);
+    let chan = c.open(NODE);
+    assert!(c.plain(&chan, "ping", None)["result"].is_null());
+    drop(c);
+    gw.stop();
+    n.wait_log(" closed: ");
+    // The same port again: the node dials until it is back.
+    let (_gw2, addr2) = gateway(&gdir, &addr.to_string());
+    assert_eq!(addr2, addr);
+    let mut c = Client::connect(addr);
+    c.online(NODE);
+    // Old channel ids mean nothing on the new connection; a new one serves.
+    let chan = c.open(NODE);
+    let info = c.plain(&chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["state"], "connected");
+    assert_eq!(info["result"]["uplink"]["connects"], 2);
+    assert_eq!(info["result"]["uplink"]["channels"], 1);
+    let mut sock = n.connect();
+    let status = sock.call("server.info", json!({}));
+    assert_eq!(status["uplink"]["via"], format!("ws://{addr}"));
+    assert!(status["uplink"]["last_error"].is_string(), "{status}");
+    // `omniconfluxd status` says it too.
+    let socket = n.socket.display().to_string();
+    let (code, out, err) = util::run_cli(&["--socket", &socket, "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("uplink      connected to ws://"), "{out}");
+}
+
+#[test]
+fn a_node_with_its_own_gateway_is_in_the_roster_without_dialing() {
+    let dir = TestDir::new("up-innode");
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(format!("[daemon]\nnode_name = \"{NODE}\"\n")),
+            extra_args: vec!["--gateway".into(), "127.0.0.1:0".into()],
+            env: vec![("OMNICONFLUX_GATEWAY_TOKEN".into(), MASTER.into())],
+            ..Opts::default()
+        },
+    );
+    let line = d.wait_log("gateway listening on ");
+    let rest = line.split("gateway listening on ").nth(1).unwrap();
+    let addr: SocketAddr = rest.split_whitespace().next().unwrap().parse().unwrap();
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    let info = c.plain(&chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["via"], "in-process");
+    let chan2 = c.open(NODE);
+    let mut ch = c.handshake(&chan2, &key);
+    let list = c.sealed(&mut ch, &chan2, "sessions.list", Some(json!({})));
+    assert!(list["result"].is_array(), "{list}");
+}
