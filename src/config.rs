@@ -1596,6 +1596,30 @@ pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn uplink_urls_are_ws_with_a_base_and_the_node_route() {
+        let t = |u: &str| {
+            UplinkSection {
+                url: u.into(),
+                ..UplinkSection::default()
+            }
+            .target()
+        };
+        assert_eq!(t("").unwrap(), None);
+        let u = t("ws://gw.example:9000/base/").unwrap().unwrap();
+        assert_eq!(u.authority, "gw.example:9000");
+        assert_eq!(u.node_url, "ws://gw.example:9000/base/node");
+        let u = t("ws://[::1]").unwrap().unwrap();
+        assert_eq!(u.authority, "[::1]:80");
+        assert_eq!(u.node_url, "ws://[::1]/node");
+        for bad in ["http://x", "ws://", "ws://h?x=1", "wss://h", "ssh://h"] {
+            assert!(t(bad).is_err(), "{bad}");
+        }
+        let s = UplinkSection::default();
+        assert!(s.operator_on(true) && !s.operator_on(false));
+    }
+
     use super::*;
 
     #[test]

@@ -21,19 +21,35 @@ const NODE: &str = "home";
 /// vendor-schemas/gateway/gateway.schema.json, read once.
 fn schema() -> &'static Value {
     static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
-    DOC.get_or_init(|| {
-        let p = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/vendor-schemas/gateway/gateway.schema.json"
-        );
-        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-    })
+    DOC.get_or_init(|| read_schema("gateway.schema.json"))
+}
+
+/// vendor-schemas/gateway/uplink.schema.json, read once.
+fn uplink_schema() -> &'static Value {
+    static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| read_schema("uplink.schema.json"))
+}
+
+fn read_schema(name: &str) -> Value {
+    let p = format!(
+        "{}/vendor-schemas/gateway/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
 /// Checks `v` against `$defs/<def>` of the gateway's schema.
 fn check(def: &str, v: &Value) {
     let s = json!({"$ref": format!("#/$defs/{def}")});
     if let Err(e) = util::http::validate(schema(), &s, v, def) {
+        panic!("not a valid {def}: {e}");
+    }
+}
+
+/// Checks `v` against `$defs/<def>` of the uplink's schema.
+fn check_uplink(def: &str, v: &Value) {
+    let s = json!({"$ref": format!("#/$defs/{def}")});
+    if let Err(e) = util::http::validate(uplink_schema(), &s, v, def) {
         panic!("not a valid {def}: {e}");
     }
 }
@@ -186,7 +202,9 @@ impl Client {
         let body = params.map_or(String::new(), |p| base64::encode(p.to_string().as_bytes()));
         let id = self.relay(chan, method, body);
         let body = self.relay_answer(id);
-        serde_json::from_slice(&base64::decode(&body).expect("base64")).expect("JSON body")
+        let v = serde_json::from_slice(&base64::decode(&body).expect("base64")).expect("JSON body");
+        check_uplink("responseBody", &v);
+        v
     }
 
     /// Opens an E2EE channel to the node whose key is `node_key`.
@@ -198,6 +216,7 @@ impl Client {
         let m2 = self.expect("message 2", |v| {
             v["method"] == "e2e.handshake" && v["route"]["chan_id"] == chan
         });
+        check_uplink("handshakeReply", &m2);
         let msg2 = base64::decode(m2["body"].as_str().unwrap()).unwrap();
         assert_eq!(msg2.len(), 48);
         init.finish(&msg2)
@@ -217,7 +236,9 @@ impl Client {
         let id = self.relay(chan, method, body);
         let body = self.relay_answer(id);
         let opened = ch.open_body(&body).expect("the node's answer opens");
-        serde_json::from_slice(&opened).expect("JSON body")
+        let v = serde_json::from_slice(&opened).expect("JSON body");
+        check_uplink("responseBody", &v);
+        v
     }
 }
 
@@ -249,6 +270,7 @@ fn a_node_serves_plaintext_and_e2ee_channels_through_the_gateway() {
     // Plaintext: the first frame makes the channel.
     let chan = c.open(NODE);
     let ident = c.plain(&chan, "node.identify", None);
+    check_uplink("identifyResult", &ident["result"]);
     assert_eq!(ident["result"]["identity_pubkey"], desc["identity_pubkey"]);
     let info = c.plain(&chan, "server.info", None);
     assert_eq!(info["result"]["caller"]["class"], "remote-client");
@@ -422,4 +444,142 @@ fn a_node_with_its_own_gateway_is_in_the_roster_without_dialing() {
     let mut ch = c.handshake(&chan2, &key);
     let list = c.sealed(&mut ch, &chan2, "sessions.list", Some(json!({})));
     assert!(list["result"].is_array(), "{list}");
+}
+
+/// The python3 of the venv tests/fixtures/install-noiseprotocol.sh makes.
+fn noise_python() -> Result<std::path::PathBuf, String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."));
+    let python = target.join("noiseprotocol/bin/python3");
+    if python.exists() {
+        Ok(python)
+    } else {
+        Err(format!(
+            "noiseprotocol's venv is not in {}",
+            python.display()
+        ))
+    }
+}
+
+/// tests/fixtures/noise_peer.py as the client, one line in, one line out.
+struct NoisePeer {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl NoisePeer {
+    fn say(&mut self, line: &str) -> Vec<String> {
+        use std::io::{BufRead, Write};
+        if !line.is_empty() {
+            writeln!(self.stdin, "{line}").unwrap();
+            self.stdin.flush().unwrap();
+        }
+        let mut out = String::new();
+        self.stdout.read_line(&mut out).unwrap();
+        out.split_whitespace().map(str::to_string).collect()
+    }
+}
+
+impl Drop for NoisePeer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Interop (issue 13): a client whose Noise and records no one on the team
+/// wrote (PyPI noiseprotocol, tests/fixtures/noise_peer.py) completes the
+/// handshake with the node through the real gateway and exchanges sealed
+/// requests and answers with it.
+#[test]
+fn a_noiseprotocol_client_talks_to_the_node_through_the_gateway() {
+    let Some(python) = util::need::have(
+        noise_python(),
+        "PyPI noiseprotocol: sh tests/fixtures/install-noiseprotocol.sh",
+    ) else {
+        return;
+    };
+    let gdir = TestDir::new("up-gw-py");
+    let ndir = TestDir::new("up-node-py");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let _n = node(&ndir, addr, "e2ee = true\n");
+    let mut c = Client::connect(addr);
+    let desc = c.online(NODE);
+    let chan = c.open(NODE);
+    let mut child = std::process::Command::new(&python)
+        .arg(util::fixture("noise_peer.py"))
+        .args(["initiator", NODE, &chan])
+        .arg(desc["identity_pubkey"].as_str().unwrap())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start noise_peer.py");
+    let mut peer = NoisePeer {
+        stdin: child.stdin.take().unwrap(),
+        stdout: std::io::BufReader::new(child.stdout.take().unwrap()),
+        child,
+    };
+    let words = peer.say("");
+    assert_eq!(words[0], "msg1", "{words:?}");
+    c.send(&json!({"jsonrpc":"2.0","method":"e2e.handshake",
+        "route":{"chan_id":chan},"body":words[1]}));
+    let m2 = c.expect("message 2", |v| v["method"] == "e2e.handshake");
+    let words = peer.say(&format!("msg2 {}", m2["body"].as_str().unwrap()));
+    assert_eq!(words, ["ready"]);
+    for (method, params) in [
+        ("server.info", String::new()),
+        ("sessions.list", "{}".to_string()),
+        ("node.identify", String::new()),
+    ] {
+        let sealed = peer.say(&format!("seal {}", base64::encode(params.as_bytes())));
+        assert_eq!(sealed[0], "sealed");
+        // An empty message seals to one empty record: still a body.
+        let id = c.relay(&chan, method, sealed[1].clone());
+        let body = c.relay_answer(id);
+        let opened = peer.say(&format!("open {body}"));
+        assert_eq!(opened[0], "opened", "{method}: {opened:?}");
+        let v: Value = serde_json::from_slice(&base64::decode(&opened[1]).unwrap()).unwrap();
+        assert!(v.get("result").is_some(), "{method}: {v}");
+        if method == "node.identify" {
+            assert_eq!(v["result"]["identity_pubkey"], desc["identity_pubkey"]);
+        }
+    }
+}
+
+#[test]
+fn the_token_file_must_be_private_and_a_wss_url_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let gdir = TestDir::new("up-gw-tok");
+    let ndir = TestDir::new("up-node-tok");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let token = ndir.path.join("uplink.token");
+    std::fs::write(&token, format!("{MASTER}\n")).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = format!(
+        "[daemon]\nnode_name = \"{NODE}\"\n[uplink]\nurl = \"ws://{addr}/\"\ntoken_file = \"{}\"\n",
+        token.display()
+    );
+    let opts = || Opts {
+        config: Some(config.clone()),
+        ..Opts::default()
+    };
+    let mut d = Daemon::spawn(&ndir.path, opts());
+    assert!(!d.wait().success());
+    assert!(d.log_text().contains("make it 0600"), "{}", d.log_text());
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let _n = Daemon::start_with(&ndir.path, opts());
+    let mut c = Client::connect(addr);
+    c.online(NODE);
+
+    let mut d = Daemon::spawn(
+        &ndir.path,
+        Opts {
+            config: Some("[uplink]\nurl = \"wss://gw.example\"\n".into()),
+            ..Opts::default()
+        },
+    );
+    assert_eq!(d.wait().code(), Some(2));
+    assert!(d.log_text().contains("uplink"), "{}", d.log_text());
 }
