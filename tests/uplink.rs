@@ -583,3 +583,74 @@ fn the_token_file_must_be_private_and_a_wss_url_is_refused() {
     assert_eq!(d.wait().code(), Some(2));
     assert!(d.log_text().contains("uplink"), "{}", d.log_text());
 }
+
+/// The params of a plaintext relay notification.
+fn plain_params(v: &Value) -> Value {
+    let body = base64::decode(v["body"].as_str().unwrap()).unwrap();
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[test]
+fn channels_get_the_session_stream() {
+    let gdir = TestDir::new("up-gw-ses");
+    let ndir = TestDir::new("up-node-ses");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let wt = ndir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let script = json!([[{"text": "hi"}]]);
+    let seat = format!(
+        "[[seat]]\nharness = \"fake\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\nenv = {{ FAKE_SCRIPT = '{script}' }}\n",
+        util::fixture("fake_acp_agent.py")
+    );
+    let _n = node(
+        &ndir,
+        addr,
+        &format!("[agents]\nisolation = \"none\"\n{seat}"),
+    );
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    // A plaintext channel controls sessions, and hears them.
+    let spawned = c.plain(
+        &chan,
+        "sessions.spawn",
+        Some(json!({"harness": "fake", "cwd": wt.display().to_string(), "prompt": "hello"})),
+    );
+    let sid = spawned["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{spawned}"))
+        .to_string();
+    let added = c.expect("session.event added", |v| {
+        v["method"] == "session.event" && v["route"]["chan_id"] == chan
+    });
+    let p = plain_params(&added);
+    assert_eq!(p["type"], "added");
+    assert_eq!(p["session"]["id"], json!(sid));
+    let updated = c.expect("session.event updated", |v| {
+        v["method"] == "session.event" && v["route"]["chan_id"] == chan
+    });
+    assert_eq!(plain_params(&updated)["type"], "updated");
+
+    // A new channel starts with the snapshot: one `added` per session,
+    // before the answer to its first request.
+    let chan2 = c.open(NODE);
+    let id = c.relay(&chan2, "ping", String::new());
+    let first = c.expect("the first frame on the new channel", |v| {
+        v["route"]["chan_id"] == chan2
+    });
+    assert_eq!(first["method"], "session.event", "{first}");
+    assert_eq!(plain_params(&first)["session"]["id"], json!(sid));
+    c.relay_answer(id);
+
+    // On an E2EE channel the snapshot follows message 2, sealed in order
+    // with the answers.
+    let chan3 = c.open(NODE);
+    let mut ch = c.handshake(&chan3, &key);
+    let ev = c.expect("the sealed snapshot", |v| {
+        v["method"] == "session.event" && v["route"]["chan_id"] == chan3
+    });
+    let opened = ch.open_body(ev["body"].as_str().unwrap()).unwrap();
+    let p: Value = serde_json::from_slice(&opened).unwrap();
+    assert_eq!(p["type"], "added");
+    assert_eq!(p["session"]["id"], json!(sid));
+}

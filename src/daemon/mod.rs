@@ -639,6 +639,9 @@ impl Daemon {
         for s in SURFACES {
             (s.session)(self, sid, delta.as_ref());
         }
+        // The uplink's channels hear the change kind, which the rows'
+        // hook does not carry.
+        crate::uplink::channels::on_session(self, sid, change);
         crate::socket::watches::on_committed(self, sid, delta, change);
     }
 

@@ -25,6 +25,17 @@
 //!   served concurrently, at most `UPLINK_CHANNEL_IN_FLIGHT` at once.
 //!
 //! `relay.closed` frees the channel; the uplink closing frees them all.
+//!
+//! Sessions (seed 004, "Connecting a client": "The session snapshot starts
+//! when the channel exists"): a new channel gets one `session.event`
+//! `added` per session (after message 2 on an E2EE channel, before the
+//! answer to the first request on a plaintext one), then every `added` and
+//! `updated` the socket's watchers get, as relay notifications sealed in
+//! order with the answers. Nothing sends `removed` yet: sessions are not
+//! forgotten while the daemon runs. The node holds no queue of its own per
+//! channel: an event goes straight to the link's outbox, and the
+//! gateway's 64-frame queue per channel is the bound (past it the gateway
+//! closes the channel).
 
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{Map, Value, json};
@@ -193,6 +204,7 @@ fn on_relay(
         }
         match e2ee::respond(identity, &node_id, &chan, &msg1, &Admit(&l.chans)) {
             Ok(acc) => {
+                let chan_name = chan.clone();
                 let reply = json!({
                     "jsonrpc": "2.0",
                     "method": "e2e.handshake",
@@ -207,6 +219,7 @@ fn on_relay(
                     },
                 );
                 send(d, id, line(&reply));
+                snapshot(d, id, &chan_name);
             }
             Err(e) => crate::debug!("uplink: dropped a handshake on {chan}: {}", e.code()),
         }
@@ -225,7 +238,9 @@ fn on_relay(
                 in_flight: 0,
             },
         );
+        snapshot(d, id, &chan);
     }
+    let Some(l) = link_mut(d, id) else { return };
     // "The node acts only on requests."
     let (Some(method), Some(rid)) = (method, rid) else {
         return;
@@ -353,6 +368,69 @@ fn write_answer(d: &mut Daemon, req: Req, result: Result<Value, RpcError>, count
         }
     };
     let frame = json!({"jsonrpc": "2.0", "id": id, "route": {"chan_id": chan}, "body": body});
+    send(d, link, line(&frame));
+}
+
+/// The start of a channel's session stream: `added` for every session.
+fn snapshot(d: &mut Daemon, link: u64, chan: &str) {
+    let node = d.node_name.clone();
+    let events: Vec<Value> = d
+        .core
+        .sessions
+        .iter()
+        .map(|s| json!({"type": "added", "session": crate::socket::views::session(s, &node)}))
+        .collect();
+    for ev in events {
+        notify(d, link, chan, "session.event", &ev);
+    }
+}
+
+/// A committed change of session `sid`, for every channel of the link.
+pub fn on_session(d: &mut Daemon, sid: &str, change: Option<crate::core::sessions::Change>) {
+    let kind = match change {
+        Some(crate::core::sessions::Change::Added) => "added",
+        Some(crate::core::sessions::Change::Updated) => "updated",
+        None => return,
+    };
+    let Some(l) = d.uplink.as_ref().and_then(|u| u.link.as_ref()) else {
+        return;
+    };
+    if l.chans.is_empty() {
+        return;
+    }
+    let (link, chans): (u64, Vec<String>) = (l.id, l.chans.keys().cloned().collect());
+    let Some(s) = d.core.sessions.get(sid) else {
+        return;
+    };
+    let ev = json!({"type": kind, "session": crate::socket::views::session(s, &d.node_name)});
+    for chan in chans {
+        notify(d, link, &chan, "session.event", &ev);
+    }
+}
+
+/// Sends a notification on a channel, sealed on an E2EE one.
+fn notify(d: &mut Daemon, link: u64, chan: &str, method: &str, params: &Value) {
+    let plain = serde_json::to_vec(params).unwrap_or_default();
+    let Some(l) = link_mut(d, link) else { return };
+    let Some(c) = l.chans.get_mut(chan) else {
+        return;
+    };
+    let body = match &mut c.seal {
+        None => e2ee::base64::encode(&plain),
+        Some(ch) => match ch.seal_body(&plain) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::warn!(
+                    "uplink: unable to seal a notification on {chan}: {}",
+                    e.code()
+                );
+                l.chans.remove(chan);
+                return;
+            }
+        },
+    };
+    let frame =
+        json!({"jsonrpc": "2.0", "method": method, "route": {"chan_id": chan}, "body": body});
     send(d, link, line(&frame));
 }
 
