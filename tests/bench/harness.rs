@@ -23,6 +23,7 @@ mod plugins_bench;
 mod sessions_mem;
 mod start;
 mod trustlog_bench;
+mod uplink_bench;
 mod util;
 
 fn main() {
@@ -52,6 +53,7 @@ fn main() {
     contain_bench::run();
     e2ee_bench::run();
     trustlog_bench::run();
+    uplink_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());
