@@ -17,17 +17,9 @@ use crate::gateway::Gateway;
 use crate::limits;
 use crate::reactor::Inbox;
 
-/// The attached link, for the stop.
-pub struct Attached;
-
-impl Attached {
-    /// Nothing to do: the gateway's own stop closes the link, which ends
-    /// both threads.
-    pub fn stop(self) {}
-}
-
-/// Attaches the node to `gw` and starts the link's threads.
-pub fn attach(gw: &Gateway, inbox: Inbox, links: Arc<AtomicU64>) -> Result<Attached, String> {
+/// Attaches the node to `gw` and starts the link's threads. They need no
+/// stop of their own: the gateway's stop closes the link, which ends both.
+pub fn attach(gw: &Gateway, inbox: Inbox, links: Arc<AtomicU64>) -> Result<(), String> {
     let mut node = gw.attach_node()?;
     let mut sender = node.sender();
     let link = links.fetch_add(1, Ordering::AcqRel);
@@ -76,5 +68,5 @@ pub fn attach(gw: &Gateway, inbox: Inbox, links: Arc<AtomicU64>) -> Result<Attac
             inbox.run(move |d| super::on_event(d, down));
         })
         .map_err(|e| format!("unable to start the uplink's link thread: {e}"))?;
-    Ok(Attached)
+    Ok(())
 }

@@ -78,7 +78,8 @@ pub enum Event {
 /// The running transport, for the stop.
 enum Transport {
     Dial(dial::Dialer),
-    Link(link::Attached),
+    /// The in-process link, which the gateway's own stop ends.
+    Link,
 }
 
 /// The uplink's state, owned by the reactor (module comment).
@@ -126,8 +127,8 @@ pub fn start(
                     "[uplink] url is not dialed: the node runs its own gateway and is in its roster"
                 );
             }
-            let attached = link::attach(gw, inbox.clone(), links)?;
-            ("in-process".to_string(), Transport::Link(attached))
+            link::attach(gw, inbox.clone(), links)?;
+            ("in-process".to_string(), Transport::Link)
         }
         (None, Some(target)) => {
             let token = master_token(cfg, paths)?;
@@ -226,8 +227,9 @@ pub fn on_event(d: &mut Daemon, ev: Event) {
                 // uplink closes").
                 u.link = None;
                 crate::warn!("uplink to {} closed: {error}", u.via);
-            } else if link == 0 {
-                crate::debug!("uplink to {}: {error}", u.via);
+            } else if link == 0 && u.last_error.as_ref() != Some(&error) {
+                // Once per new reason, not at every dial of the backoff.
+                crate::warn!("uplink to {}: {error}; dialing again", u.via);
             }
             u.state = match u.transport {
                 Some(Transport::Dial(_)) => "waiting",
@@ -286,10 +288,8 @@ pub const HOOKS: crate::daemon::Hooks = crate::daemon::Hooks {
         if let Some(u) = d.uplink.as_mut() {
             u.link = None;
             u.state = "closed";
-            match u.transport.take() {
-                Some(Transport::Dial(t)) => t.stop(),
-                Some(Transport::Link(t)) => t.stop(),
-                None => {}
+            if let Some(Transport::Dial(t)) = u.transport.take() {
+                t.stop();
             }
         }
     },
