@@ -51,6 +51,7 @@ use crate::procs::CallerClass;
 pub struct Link {
     pub id: u64,
     out: Sender<Out>,
+    closer: Option<std::net::TcpStream>,
     pub chans: Chans,
 }
 
@@ -62,10 +63,11 @@ pub struct Chan {
 }
 
 impl Link {
-    pub fn new(id: u64, out: Sender<Out>) -> Link {
+    pub fn new(id: u64, out: Sender<Out>, closer: Option<std::net::TcpStream>) -> Link {
         Link {
             id,
             out,
+            closer,
             chans: Chans::new(),
         }
     }
@@ -103,8 +105,11 @@ fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
     match l.out.try_send(Out::Line(bytes)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
-            // Dropping the sender ends the writer, which closes the socket;
-            // the transport then reports the link down and dials again.
+            // Shutting the socket down ends the reader and the writer; the
+            // transport then reports the link down and dials again.
+            if let Some(t) = &l.closer {
+                let _ = t.shutdown(std::net::Shutdown::Both);
+            }
             u.link = None;
             u.last_error = Some("the gateway did not read the node's frames".into());
             crate::warn!(

@@ -227,6 +227,7 @@ fn serve(
     let up = Event::Up {
         link,
         out: tx.clone(),
+        closer: closer.try_clone().ok(),
     };
     let why = if inbox.run(move |d| super::on_event(d, up)) {
         read_loop(&mut ws, link, &tx, inbox)

@@ -39,7 +39,11 @@ pub fn attach(gw: &Gateway, inbox: Inbox, links: Arc<AtomicU64>) -> Result<(), S
     std::thread::Builder::new()
         .name("uplink-link".into())
         .spawn(move || {
-            let up = Event::Up { link, out: tx };
+            let up = Event::Up {
+                link,
+                out: tx,
+                closer: None,
+            };
             if !inbox.run(move |d| super::on_event(d, up)) {
                 return;
             }

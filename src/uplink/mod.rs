@@ -22,7 +22,10 @@
 //! connection that made them ("Old channel ids are not valid on a new
 //! connection"). When the gateway's writer does not keep up (the outbox
 //! is full) the node closes the uplink and dials again: dropping one frame
-//! would break a channel's nonce order.
+//! would break a channel's nonce order. The in-process link's writer hands
+//! lines to the gateway thread's queue and so keeps up with it; should its
+//! outbox fill all the same, the node forgets the link (its channels go)
+//! but cannot close it, and stays silent in that roster until a restart.
 //!
 //! Decisions where the issue is silent, also in omniconfluxd(8), UPLINK:
 //! - a node that runs its own gateway attaches to it and does not dial
@@ -65,8 +68,13 @@ pub enum Out {
 
 /// What a transport tells the reactor.
 pub enum Event {
-    /// Connection `link` is up; `out` writes to it.
-    Up { link: u64, out: Sender<Out> },
+    /// Connection `link` is up; `out` writes to it; shutting `closer` down
+    /// ends it (an in-process link has none: its writer never lags).
+    Up {
+        link: u64,
+        out: Sender<Out>,
+        closer: Option<std::net::TcpStream>,
+    },
     /// Lines the gateway sent on `link`, in order.
     Lines { link: u64, lines: Vec<Vec<u8>> },
     /// `link` closed (`error` says why), or a dial failed (`link` 0).
@@ -208,8 +216,8 @@ pub fn on_event(d: &mut Daemon, ev: Event) {
         Event::Dialing => {
             u.state = "connecting";
         }
-        Event::Up { link, out } => {
-            u.link = Some(channels::Link::new(link, out));
+        Event::Up { link, out, closer } => {
+            u.link = Some(channels::Link::new(link, out, closer));
             u.state = "connected";
             u.since = crate::clock::now_ts();
             u.connects += 1;
