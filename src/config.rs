@@ -288,10 +288,24 @@ impl Default for UplinkSection {
 /// Where `[uplink] url` points, taken apart.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UplinkUrl {
-    /// `host:port`, for the TCP connection.
-    pub authority: String,
-    /// The URL of the `/node` route.
+    /// How the bytes travel.
+    pub via: UplinkVia,
+    /// The URL of the `/node` route, for the WebSocket handshake.
     pub node_url: String,
+}
+
+/// How the uplink reaches the gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UplinkVia {
+    /// TCP to `host:port`.
+    Tcp { authority: String },
+    /// `ssh [-p SSH_PORT] -W 127.0.0.1:PORT DEST`: the gateway listens on
+    /// the SSH server's loopback.
+    Ssh {
+        dest: String,
+        ssh_port: Option<u16>,
+        port: u16,
+    },
 }
 
 impl UplinkSection {
@@ -302,10 +316,15 @@ impl UplinkSection {
         if url.is_empty() {
             return Ok(None);
         }
-        if url.starts_with("wss://") || url.starts_with("ssh://") {
+        if url.starts_with("wss://") {
             return Err(format!(
-                "only ws:// is served so far (put a TLS tunnel or an SSH forward in front), found {url:?}"
+                "wss:// is not served yet (use ssh://, or a TLS tunnel to a local ws:// port), found {url:?}"
             ));
+        }
+        if let Some(rest) = self.url.strip_prefix("ssh://") {
+            return ssh_target(rest).map(Some).ok_or_else(|| {
+                format!("expected ssh://[user@]host[:sshport][?port=N], found {url:?}")
+            });
         }
         let Some(rest) = url.strip_prefix("ws://") else {
             return Err(format!("expected ws://host[:port][/base], found {url:?}"));
@@ -329,7 +348,7 @@ impl UplinkSection {
             format!("{host}:80")
         };
         Ok(Some(UplinkUrl {
-            authority,
+            via: UplinkVia::Tcp { authority },
             node_url: format!("ws://{host}{base}/node"),
         }))
     }
@@ -357,6 +376,46 @@ impl UplinkSection {
         }
         Ok(())
     }
+}
+
+/// `[user@]host[:sshport][?port=N]` of an `ssh://` uplink URL; the port
+/// on the SSH server's loopback defaults to the gateway's, 8443.
+fn ssh_target(rest: &str) -> Option<UplinkUrl> {
+    let (dest_port, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (rest.trim_end_matches('/'), None),
+    };
+    let port = match query {
+        None => limits::GATEWAY_PORT,
+        Some(q) => q
+            .strip_prefix("port=")?
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)?,
+    };
+    let (dest, ssh_port) = match dest_port.rsplit_once(':') {
+        Some((d, p)) => (d, Some(p.parse::<u16>().ok().filter(|p| *p > 0)?)),
+        None => (dest_port, None),
+    };
+    let host = dest.rsplit_once('@').map_or(dest, |(_, h)| h);
+    // What ssh would take for an option, or a path, is no destination.
+    let plain = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('-')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '@'))
+    };
+    if !plain(dest) || !plain(host) || dest.matches('@').count() > 1 {
+        return None;
+    }
+    Some(UplinkUrl {
+        via: UplinkVia::Ssh {
+            dest: dest.to_string(),
+            ssh_port,
+            port,
+        },
+        node_url: format!("ws://127.0.0.1:{port}/node"),
+    })
 }
 
 /// `IP:PORT`, or an IP (IPv6 bare or in brackets) with port 8443.
@@ -1607,13 +1666,45 @@ mod tests {
             .target()
         };
         assert_eq!(t("").unwrap(), None);
+        let tcp = |a: &str| UplinkVia::Tcp {
+            authority: a.into(),
+        };
         let u = t("ws://gw.example:9000/base/").unwrap().unwrap();
-        assert_eq!(u.authority, "gw.example:9000");
+        assert_eq!(u.via, tcp("gw.example:9000"));
         assert_eq!(u.node_url, "ws://gw.example:9000/base/node");
         let u = t("ws://[::1]").unwrap().unwrap();
-        assert_eq!(u.authority, "[::1]:80");
+        assert_eq!(u.via, tcp("[::1]:80"));
         assert_eq!(u.node_url, "ws://[::1]/node");
-        for bad in ["http://x", "ws://", "ws://h?x=1", "wss://h", "ssh://h"] {
+        let u = t("ssh://me@box.example:2222?port=9000").unwrap().unwrap();
+        assert_eq!(
+            u.via,
+            UplinkVia::Ssh {
+                dest: "me@box.example".into(),
+                ssh_port: Some(2222),
+                port: 9000
+            }
+        );
+        assert_eq!(u.node_url, "ws://127.0.0.1:9000/node");
+        let u = t("ssh://box").unwrap().unwrap();
+        assert_eq!(
+            u.via,
+            UplinkVia::Ssh {
+                dest: "box".into(),
+                ssh_port: None,
+                port: 8443
+            }
+        );
+        for bad in [
+            "http://x",
+            "ws://",
+            "ws://h?x=1",
+            "wss://h",
+            "ssh://-oProxyCommand=x",
+            "ssh://h?port=0",
+            "ssh://h?x=1",
+            "ssh://a@b@c",
+            "ssh://",
+        ] {
             assert!(t(bad).is_err(), "{bad}");
         }
         let s = UplinkSection::default();

@@ -654,3 +654,61 @@ fn channels_get_the_session_stream() {
     assert_eq!(p["type"], "added");
     assert_eq!(p["session"]["id"], json!(sid));
 }
+
+/// `ssh://` (issue 13): the node runs `ssh -W 127.0.0.1:PORT DEST` and
+/// speaks WebSocket through its stdin and stdout. A stand-in ssh on PATH
+/// (tests/fixtures/fake_ssh.sh) records its arguments and joins the pipes
+/// to the gateway with socat.
+#[test]
+fn the_uplink_goes_through_ssh() {
+    let Some(socat) = util::need::have(
+        which("socat").ok_or_else(|| "socat is not on PATH".to_string()),
+        "the Debian package socat",
+    ) else {
+        return;
+    };
+    let gdir = TestDir::new("up-gw-ssh");
+    let ndir = TestDir::new("up-node-ssh");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let bin = ndir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(util::fixture("fake_ssh.sh"), bin.join("ssh")).unwrap();
+    let args_file = ndir.join("ssh.args");
+    let path = format!("{}:{}", bin.display(), socat.parent().unwrap().display());
+    let _n = Daemon::start_with(
+        &ndir.path,
+        Opts {
+            config: Some(format!(
+                "[daemon]\nnode_name = \"{NODE}\"\n[uplink]\nurl = \"ssh://me@box.example:2222?port={}\"\n",
+                addr.port()
+            )),
+            env: vec![
+                ("OMNICONFLUX_UPLINK_TOKEN".into(), MASTER.into()),
+                ("PATH".into(), path),
+                ("FAKE_SSH_ARGS".into(), args_file.display().to_string()),
+            ],
+            ..Opts::default()
+        },
+    );
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let args = std::fs::read_to_string(&args_file).unwrap();
+    let args: Vec<&str> = args.lines().collect();
+    assert!(args.windows(2).any(|w| w == ["-p", "2222"]), "{args:?}");
+    let w = format!("127.0.0.1:{}", addr.port());
+    assert!(args.windows(2).any(|x| x == ["-W", w.as_str()]), "{args:?}");
+    assert!(args.contains(&"BatchMode=yes"), "{args:?}");
+    assert_eq!(args.last(), Some(&"me@box.example"));
+    let chan = c.open(NODE);
+    let mut ch = c.handshake(&chan, &key);
+    let info = c.sealed(&mut ch, &chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["state"], "connected");
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.is_file())
+}

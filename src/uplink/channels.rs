@@ -51,7 +51,7 @@ use crate::procs::CallerClass;
 pub struct Link {
     pub id: u64,
     out: Sender<Out>,
-    closer: Option<std::net::TcpStream>,
+    closer: Option<super::dial::Closer>,
     pub chans: Chans,
 }
 
@@ -63,7 +63,7 @@ pub struct Chan {
 }
 
 impl Link {
-    pub fn new(id: u64, out: Sender<Out>, closer: Option<std::net::TcpStream>) -> Link {
+    pub fn new(id: u64, out: Sender<Out>, closer: Option<super::dial::Closer>) -> Link {
         Link {
             id,
             out,
@@ -107,8 +107,8 @@ fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
         Err(TrySendError::Full(_)) => {
             // Shutting the socket down ends the reader and the writer; the
             // transport then reports the link down and dials again.
-            if let Some(t) = &l.closer {
-                let _ = t.shutdown(std::net::Shutdown::Both);
+            if let Some(c) = &l.closer {
+                c.close();
             }
             u.link = None;
             u.last_error = Some("the gateway did not read the node's frames".into());

@@ -1,6 +1,13 @@
 //! Dialing the gateway (`[uplink] url`; seed 004, "Transports",
 //! "Authentication", "Framing", "Keepalive", "Reconnect"; issue 13).
 //!
+//! The bytes travel over TCP (`ws://`), or through `ssh -W
+//! 127.0.0.1:PORT DEST` (`ssh://`, issue 13: the gateway listens on the
+//! SSH server's loopback), whose stdin and stdout are the stream. ssh runs
+//! with `BatchMode` (no prompt: keys or an agent only) and server alive
+//! checks; the `uplink` thread that started it kills and reaps it when the
+//! connection ends. `ssh` is looked up on the daemon's PATH.
+//!
 //! Threads, all blocking, none the reactor's:
 //! - `uplink` dials `ws://host[:port][/base]/node` with the master token in
 //!   `Authorization: Bearer`, then becomes the connection's reader: it
@@ -17,6 +24,7 @@
 use crossbeam_channel::{Receiver, Sender, bounded, select};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,7 +33,7 @@ use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
 use super::{Event, Out};
-use crate::config::UplinkUrl;
+use crate::config::{UplinkUrl, UplinkVia};
 use crate::limits;
 use crate::reactor::Inbox;
 use crate::socket::framing::LineBuffer;
@@ -33,7 +41,30 @@ use crate::socket::framing::LineBuffer;
 /// The dialing thread, for the stop.
 pub struct Dialer {
     stop: Option<Sender<()>>,
-    current: Arc<Mutex<Option<TcpStream>>>,
+    current: Arc<Mutex<Option<Closer>>>,
+}
+
+/// Ends a connection from another thread: shuts the socket down, or kills
+/// ssh.
+#[derive(Clone)]
+pub enum Closer {
+    Tcp(Arc<TcpStream>),
+    Ssh(Arc<Mutex<Child>>),
+}
+
+impl Closer {
+    pub fn close(&self) {
+        match self {
+            Closer::Tcp(t) => {
+                let _ = t.shutdown(Shutdown::Both);
+            }
+            Closer::Ssh(c) => {
+                if let Ok(mut c) = c.lock() {
+                    let _ = c.kill();
+                }
+            }
+        }
+    }
 }
 
 impl Dialer {
@@ -43,9 +74,9 @@ impl Dialer {
     pub fn stop(mut self) {
         self.stop.take();
         if let Ok(mut cur) = self.current.lock()
-            && let Some(t) = cur.take()
+            && let Some(c) = cur.take()
         {
-            let _ = t.shutdown(Shutdown::Both);
+            c.close();
         }
     }
 }
@@ -83,7 +114,7 @@ fn dial_loop(
     inbox: &Inbox,
     links: &AtomicU64,
     stop: &Receiver<()>,
-    current: &Mutex<Option<TcpStream>>,
+    current: &Mutex<Option<Closer>>,
 ) {
     let first = Duration::from_millis(limits::UPLINK_BACKOFF_FIRST_MS);
     let max = Duration::from_millis(limits::UPLINK_BACKOFF_MAX_MS);
@@ -97,10 +128,11 @@ fn dial_loop(
             return;
         }
         let (link, error) = match connect(target, token) {
-            Ok(ws) => {
+            Ok((ws, wire)) => {
                 wait = first;
                 let link = links.fetch_add(1, Ordering::AcqRel);
-                (link, serve(ws, link, inbox, current))
+                let why = serve(ws, &wire, link, inbox, current);
+                (link, wire.end(why))
             }
             Err(e) => (0, e),
         };
@@ -120,33 +152,97 @@ fn dial_loop(
 /// and close replies) go to the socket during the handshake and through
 /// the writer's queue after it.
 struct Side {
-    tcp: TcpStream,
+    read: Box<dyn Read + Send>,
+    /// The stream's writing half until the handshake is done; then the
+    /// writer thread has it.
+    direct: Option<Box<dyn Write + Send>>,
     out: Option<Sender<Out>>,
 }
 
 impl Read for Side {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.tcp.read(buf)
+        self.read.read(buf)
     }
 }
 
 impl Write for Side {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &self.out {
-            None => self.tcp.write(buf),
-            Some(out) => match out.try_send(Out::Raw(buf.to_vec())) {
+        if let Some(out) = &self.out {
+            return match out.try_send(Out::Raw(buf.to_vec())) {
                 Ok(()) => Ok(buf.len()),
                 Err(_) => Err(io::ErrorKind::BrokenPipe.into()),
-            },
+            };
+        }
+        match &mut self.direct {
+            Some(w) => w.write(buf),
+            None => Err(io::ErrorKind::BrokenPipe.into()),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &self.out {
-            None => self.tcp.flush(),
-            Some(_) => Ok(()),
+        match (&self.out, &mut self.direct) {
+            (None, Some(w)) => w.flush(),
+            _ => Ok(()),
         }
     }
+}
+
+/// The writing half for the writer thread's WebSocket, which never reads.
+pub struct WriteOnly(Box<dyn Write + Send>);
+
+impl Read for WriteOnly {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Ok(0)
+    }
+}
+
+impl Write for WriteOnly {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The stream of one connection, for its end.
+struct Wire {
+    closer: Closer,
+    /// ssh's stderr, read when it failed, for the reason.
+    stderr: Option<std::process::ChildStderr>,
+}
+
+impl Wire {
+    /// Ends the stream and reaps ssh; the reason the connection ended,
+    /// with ssh's own last words when it said any.
+    fn end(mut self, why: String) -> String {
+        self.closer.close();
+        let Closer::Ssh(child) = &self.closer else {
+            return why;
+        };
+        if let Ok(mut c) = child.lock() {
+            let _ = c.wait();
+        }
+        let said = self.stderr.take().map(last_words).unwrap_or_default();
+        if said.is_empty() {
+            why
+        } else {
+            format!("{why} (ssh: {said})")
+        }
+    }
+}
+
+/// The last line ssh wrote on stderr, at most 4 KiB of it read.
+fn last_words(err: std::process::ChildStderr) -> String {
+    let mut buf = Vec::new();
+    let _ = err.take(4096).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
 }
 
 fn ws_config() -> WebSocketConfig {
@@ -156,14 +252,50 @@ fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(limits::GATEWAY_MAX_MESSAGE))
 }
 
-/// Connects and does the WebSocket handshake, within `UPLINK_CONNECT_MS`.
-fn connect(target: &UplinkUrl, token: &str) -> Result<tungstenite::WebSocket<Side>, String> {
+/// Opens the stream and does the WebSocket handshake, within
+/// `UPLINK_CONNECT_MS`.
+fn connect(
+    target: &UplinkUrl,
+    token: &str,
+) -> Result<(tungstenite::WebSocket<Side>, Wire), String> {
+    let (side, wire) = match &target.via {
+        UplinkVia::Tcp { authority } => tcp(authority)?,
+        UplinkVia::Ssh {
+            dest,
+            ssh_port,
+            port,
+        } => ssh(dest, *ssh_port, *port)?,
+    };
+    let mut req = match target.node_url.as_str().into_client_request() {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("invalid uplink url {}: {e}", target.node_url);
+            return Err(wire.end(why));
+        }
+    };
+    let Ok(bearer) = format!("Bearer {token}").parse() else {
+        let why = "the uplink's master token is not a valid header value".to_string();
+        return Err(wire.end(why));
+    };
+    req.headers_mut().insert("authorization", bearer);
+    match tungstenite::client::client_with_config(req, side, Some(ws_config())) {
+        Ok((ws, _)) => Ok((ws, wire)),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => {
+            Err(wire.end(match r.status().as_u16() {
+                401 => "the gateway refused the master token (401 unauthorized)".to_string(),
+                s => format!("the gateway answered the handshake with HTTP {s}"),
+            }))
+        }
+        Err(e) => Err(wire.end(format!("the WebSocket handshake failed: {e}"))),
+    }
+}
+
+fn tcp(authority: &str) -> Result<(Side, Wire), String> {
     let limit = Duration::from_millis(limits::UPLINK_CONNECT_MS);
-    let addrs = target
-        .authority
+    let addrs = authority
         .to_socket_addrs()
-        .map_err(|e| format!("unable to resolve {}: {e}", target.authority))?;
-    let mut last = format!("{} resolves to no address", target.authority);
+        .map_err(|e| format!("unable to resolve {authority}: {e}"))?;
+    let mut last = format!("{authority} resolves to no address");
     let mut tcp = None;
     for a in addrs {
         match TcpStream::connect_timeout(&a, limit) {
@@ -178,63 +310,115 @@ fn connect(target: &UplinkUrl, token: &str) -> Result<tungstenite::WebSocket<Sid
     let _ = tcp.set_nodelay(true);
     let _ = tcp.set_read_timeout(Some(limit));
     let _ = tcp.set_write_timeout(Some(limit));
-    let mut req = target
-        .node_url
-        .as_str()
-        .into_client_request()
-        .map_err(|e| format!("invalid uplink url {}: {e}", target.node_url))?;
-    let bearer = format!("Bearer {token}")
-        .parse()
-        .map_err(|_| "the uplink's master token is not a valid header value".to_string())?;
-    req.headers_mut().insert("authorization", bearer);
-    let side = Side { tcp, out: None };
-    match tungstenite::client::client_with_config(req, side, Some(ws_config())) {
-        Ok((ws, _)) => Ok(ws),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => {
-            Err(match r.status().as_u16() {
-                401 => "the gateway refused the master token (401 unauthorized)".to_string(),
-                s => format!("the gateway answered the handshake with HTTP {s}"),
-            })
-        }
-        Err(e) => Err(format!("the WebSocket handshake failed: {e}")),
+    let clone = |t: &TcpStream| {
+        t.try_clone()
+            .map_err(|e| format!("unable to share the uplink's socket: {e}"))
+    };
+    let side = Side {
+        read: Box::new(clone(&tcp)?),
+        direct: Some(Box::new(clone(&tcp)?)),
+        out: None,
+    };
+    let wire = Wire {
+        closer: Closer::Tcp(Arc::new(tcp)),
+        stderr: None,
+    };
+    Ok((side, wire))
+}
+
+fn ssh(dest: &str, ssh_port: Option<u16>, port: u16) -> Result<(Side, Wire), String> {
+    let mut cmd = std::process::Command::new("ssh");
+    cmd.args([
+        "-T",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ExitOnForwardFailure=yes",
+    ])
+    .arg("-o")
+    .arg(format!(
+        "ConnectTimeout={}",
+        limits::UPLINK_CONNECT_MS / 1000
+    ))
+    .arg("-o")
+    .arg(format!(
+        "ServerAliveInterval={}",
+        limits::UPLINK_PING_MS / 1000
+    ))
+    .args(["-o", "ServerAliveCountMax=2"]);
+    if let Some(p) = ssh_port {
+        cmd.arg("-p").arg(p.to_string());
     }
+    cmd.arg("-W")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--")
+        .arg(dest)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("unable to run ssh: {}", crate::errors::io_cause(&e)))?;
+    let (Some(stdin), Some(stdout), stderr) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("unable to talk to ssh through its pipes".into());
+    };
+    let side = Side {
+        read: Box::new(stdout),
+        direct: Some(Box::new(stdin)),
+        out: None,
+    };
+    let wire = Wire {
+        closer: Closer::Ssh(Arc::new(Mutex::new(child))),
+        stderr,
+    };
+    Ok((side, wire))
 }
 
 /// Serves one connection until it ends; returns why it ended.
 fn serve(
     mut ws: tungstenite::WebSocket<Side>,
+    wire: &Wire,
     link: u64,
     inbox: &Inbox,
-    current: &Mutex<Option<TcpStream>>,
+    current: &Mutex<Option<Closer>>,
 ) -> String {
-    let (Ok(wtcp), Ok(closer)) = (ws.get_ref().tcp.try_clone(), ws.get_ref().tcp.try_clone())
-    else {
-        return "unable to share the uplink's socket between its threads".into();
+    let Some(direct) = ws.get_mut().direct.take() else {
+        return "the uplink's stream has no writing half".into();
     };
     let (tx, rx) = bounded::<Out>(limits::UPLINK_OUTBOX_FRAMES);
     let (quit_tx, quit_rx) = bounded::<()>(0);
-    let _ = wtcp.set_write_timeout(Some(Duration::from_millis(limits::UPLINK_WRITE_TIMEOUT_MS)));
+    if let Closer::Tcp(t) = &wire.closer {
+        let _ = t.set_write_timeout(Some(Duration::from_millis(limits::UPLINK_WRITE_TIMEOUT_MS)));
+        // Wakes the reader to notice a gateway that went silent; through
+        // ssh, its server alive checks do that.
+        let _ = t.set_read_timeout(Some(Duration::from_millis(limits::UPLINK_PING_TIMEOUT_MS)));
+    }
+    let closer = wire.closer.clone();
     let writer = std::thread::Builder::new()
         .name("uplink-write".into())
-        .spawn(move || write_loop(wtcp, rx, quit_rx));
+        .spawn(move || write_loop(direct, rx, quit_rx, closer));
     let Ok(writer) = writer else {
         return "unable to start the uplink's writer thread".into();
     };
     ws.get_mut().out = Some(tx.clone());
     if let Ok(mut cur) = current.lock() {
-        *cur = closer.try_clone().ok();
+        *cur = Some(wire.closer.clone());
     }
     let up = Event::Up {
         link,
         out: tx.clone(),
-        closer: closer.try_clone().ok(),
+        closer: Some(wire.closer.clone()),
     };
     let why = if inbox.run(move |d| super::on_event(d, up)) {
         read_loop(&mut ws, link, &tx, inbox)
     } else {
         "the daemon is stopping".into()
     };
-    let _ = closer.shutdown(Shutdown::Both);
+    wire.closer.close();
     drop(quit_tx);
     let _ = writer.join();
     if let Ok(mut cur) = current.lock() {
@@ -249,11 +433,6 @@ fn read_loop(
     out: &Sender<Out>,
     inbox: &Inbox,
 ) -> String {
-    // Wakes the reader to notice a gateway that went silent.
-    let _ = ws
-        .get_ref()
-        .tcp
-        .set_read_timeout(Some(Duration::from_millis(limits::UPLINK_PING_TIMEOUT_MS)));
     let silent = Duration::from_millis(2 * limits::UPLINK_PING_MS + limits::UPLINK_PING_TIMEOUT_MS);
     let mut heard = Instant::now();
     let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
@@ -333,9 +512,14 @@ fn answer_ping(line: &[u8]) -> Option<Vec<u8>> {
 
 /// The writer: the queued lines as text messages, raw bytes as they are,
 /// and a `ping` whenever the interval passes.
-fn write_loop(tcp: TcpStream, rx: Receiver<Out>, quit: Receiver<()>) {
-    let closer = tcp.try_clone().ok();
-    let mut ws = tungstenite::WebSocket::from_raw_socket(tcp, Role::Client, Some(ws_config()));
+fn write_loop(
+    direct: Box<dyn Write + Send>,
+    rx: Receiver<Out>,
+    quit: Receiver<()>,
+    closer: Closer,
+) {
+    let mut ws =
+        tungstenite::WebSocket::from_raw_socket(WriteOnly(direct), Role::Client, Some(ws_config()));
     let every = Duration::from_millis(limits::UPLINK_PING_MS);
     let mut next_ping = Instant::now() + every;
     let mut pings: u64 = 0;
@@ -383,7 +567,7 @@ fn write_loop(tcp: TcpStream, rx: Receiver<Out>, quit: Receiver<()>) {
     }
 }
 
-fn send_text(ws: &mut tungstenite::WebSocket<TcpStream>, text: Vec<u8>) -> bool {
+fn send_text(ws: &mut tungstenite::WebSocket<WriteOnly>, text: Vec<u8>) -> bool {
     let text = match String::from_utf8(text) {
         Ok(t) => t,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
@@ -391,11 +575,9 @@ fn send_text(ws: &mut tungstenite::WebSocket<TcpStream>, text: Vec<u8>) -> bool 
     ws.send(Message::text(text)).is_ok()
 }
 
-/// A failed write ends the connection: the reader sees the socket shut.
-fn break_out(closer: &Option<TcpStream>) {
-    if let Some(t) = closer {
-        let _ = t.shutdown(Shutdown::Both);
-    }
+/// A failed write ends the connection: the reader sees the stream end.
+fn break_out(closer: &Closer) {
+    closer.close();
 }
 
 #[cfg(test)]

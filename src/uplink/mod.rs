@@ -73,7 +73,7 @@ pub enum Event {
     Up {
         link: u64,
         out: Sender<Out>,
-        closer: Option<std::net::TcpStream>,
+        closer: Option<dial::Closer>,
     },
     /// Lines the gateway sent on `link`, in order.
     Lines { link: u64, lines: Vec<Vec<u8>> },
