@@ -712,3 +712,130 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
         .map(|d| std::path::Path::new(d).join(name))
         .find(|p| p.is_file())
 }
+
+impl Client {
+    /// The next frame on E2EE channel `chan`, opened: frames of a channel
+    /// must be opened in the order they came.
+    fn next_sealed(&mut self, ch: &mut Channel, chan: &str) -> Value {
+        let v = self.expect(&format!("a frame on {chan}"), |v| {
+            v["route"]["chan_id"] == chan
+        });
+        let opened = ch.open_body(v["body"].as_str().unwrap()).expect("opens");
+        let inner: Value = serde_json::from_slice(&opened).unwrap();
+        json!({"id": v["id"], "method": v["method"], "inner": inner})
+    }
+
+    /// A sealed call that opens every frame of the channel on the way:
+    /// (the answer, the notifications before it).
+    fn sealed_call(
+        &mut self,
+        ch: &mut Channel,
+        chan: &str,
+        method: &str,
+        params: Value,
+    ) -> (Value, Vec<Value>) {
+        let body = ch.seal_body(params.to_string().as_bytes()).unwrap();
+        let id = self.relay(chan, method, body);
+        let mut notes = Vec::new();
+        loop {
+            let f = self.next_sealed(ch, chan);
+            if f["id"] == json!(id) {
+                check_uplink("responseBody", &f["inner"]);
+                return (f["inner"].clone(), notes);
+            }
+            notes.push(f["inner"].clone());
+        }
+    }
+}
+
+/// Issue 13, "Answering from a phone": a seed client sees the session wait
+/// through its session.event (status awaiting_input, a permission
+/// interaction) and answers with sessions.respond, which goes through the
+/// approvals inbox: bound to the request, used once, recorded with the
+/// relay as its surface, and operator-only (so refused on a plaintext
+/// channel by default).
+#[test]
+fn a_remote_client_answers_a_permission_with_sessions_respond() {
+    let gdir = TestDir::new("up-gw-resp");
+    let ndir = TestDir::new("up-node-resp");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let wt = ndir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let script = json!([[
+        {"permission": {"id": "c1", "title": "execute it", "kind": "execute", "input": {"command": "ls"}}},
+        {"text": "done"}
+    ]]);
+    let seat = format!(
+        "[[seat]]\nharness = \"fake\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\nenv = {{ FAKE_SCRIPT = '{script}' }}\n",
+        util::fixture("fake_acp_agent.py")
+    );
+    let _n = node(
+        &ndir,
+        addr,
+        &format!("[agents]\nisolation = \"none\"\n{seat}"),
+    );
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    let mut ch = c.handshake(&chan, &key);
+    let (spawned, _) = c.sealed_call(
+        &mut ch,
+        &chan,
+        "sessions.spawn",
+        json!({"harness": "fake", "cwd": wt.display().to_string(), "prompt": "go"}),
+    );
+    let sid = spawned["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{spawned}"))
+        .to_string();
+    // The session's events until it waits for the answer.
+    let waiting = loop {
+        let f = c.next_sealed(&mut ch, &chan);
+        let s = &f["inner"]["session"];
+        if f["method"] == "session.event"
+            && s["id"] == json!(sid)
+            && s["status"] == "awaiting_input"
+        {
+            break s.clone();
+        }
+    };
+    let interaction = &waiting["interaction"];
+    assert_eq!(interaction["kind"], "permission", "{waiting}");
+    let request_id = interaction["request_id"].as_str().unwrap().to_string();
+
+    // Not from a plaintext channel (remote_operator = "e2ee").
+    let plain = c.open(NODE);
+    let refused = c.plain(
+        &plain,
+        "sessions.respond",
+        Some(json!({"session_id": sid, "behavior": "allow"})),
+    );
+    assert_eq!(
+        refused["error"]["data"]["code"], "operator-only",
+        "{refused}"
+    );
+
+    let (answer, _) = c.sealed_call(
+        &mut ch,
+        &chan,
+        "sessions.respond",
+        json!({"session_id": sid, "behavior": "allow", "request_id": request_id, "kind": "permission"}),
+    );
+    assert_eq!(answer, json!({"result": null}));
+    // Used once.
+    let (again, _) = c.sealed_call(
+        &mut ch,
+        &chan,
+        "sessions.respond",
+        json!({"session_id": sid, "option_value": "deny", "request_id": request_id}),
+    );
+    assert_eq!(again["error"]["data"]["code"], "not-pending", "{again}");
+    let (item, _) = c.sealed_call(
+        &mut ch,
+        &chan,
+        "approvals.get",
+        json!({"request_id": request_id}),
+    );
+    assert_eq!(item["result"]["decision"], "allow", "{item}");
+    assert_eq!(item["result"]["surface"], "relay", "{item}");
+}

@@ -15,6 +15,7 @@
 //! | seats.*           | see [`seats`]                              |
 //! | sessions.*, session.*, transcript.* | see [`sessions`]         |
 //! | approvals.*       | see [`approvals`]                          |
+//! | sessions.respond  | see [`respond`]                            |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
 //! | clients.*         | see [`gateway`]                            |
@@ -28,6 +29,7 @@ pub mod approvals;
 pub mod gateway;
 pub mod lanes;
 pub mod plugins;
+pub mod respond;
 pub mod seats;
 pub mod sessions;
 
@@ -181,6 +183,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         m if m.starts_with("seats.") => return seats::dispatch(d, req, m, p),
         m if m.starts_with("approvals.") => return approvals::dispatch(d, req, m, p),
         m if m.starts_with("clients.") => return gateway::dispatch(d, req, m, p),
+        "sessions.respond" => return respond::dispatch(d, req, p),
         m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
