@@ -264,6 +264,9 @@ pub struct UplinkSection {
     /// A file holding the gateway's master token (mode 0600 or stricter).
     /// `OMNICONFLUX_UPLINK_TOKEN` wins over it.
     pub token_file: String,
+    /// A PEM file of CA certificates trusted for a `wss://` gateway, besides
+    /// the system's roots. Empty: the system's only.
+    pub ca_file: String,
     /// E2EE mode: frames for an unknown channel that are not
     /// `e2e.handshake` are dropped (seed 004, Mode mismatch). Off, the node
     /// serves plaintext channels and accepts handshakes too.
@@ -279,6 +282,7 @@ impl Default for UplinkSection {
         UplinkSection {
             url: String::new(),
             token_file: String::new(),
+            ca_file: String::new(),
             e2ee: false,
             remote_operator: "e2ee".into(),
         }
@@ -299,6 +303,8 @@ pub struct UplinkUrl {
 pub enum UplinkVia {
     /// TCP to `host:port`.
     Tcp { authority: String },
+    /// TLS over TCP to `host:port`, checked against `host`.
+    Tls { authority: String, host: String },
     /// `ssh [-p SSH_PORT] -W 127.0.0.1:PORT DEST`: the gateway listens on
     /// the SSH server's loopback.
     Ssh {
@@ -316,18 +322,19 @@ impl UplinkSection {
         if url.is_empty() {
             return Ok(None);
         }
-        if url.starts_with("wss://") {
-            return Err(format!(
-                "wss:// is not served yet (use ssh://, or a TLS tunnel to a local ws:// port), found {url:?}"
-            ));
-        }
         if let Some(rest) = self.url.strip_prefix("ssh://") {
             return ssh_target(rest).map(Some).ok_or_else(|| {
                 format!("expected ssh://[user@]host[:sshport][?port=N], found {url:?}")
             });
         }
-        let Some(rest) = url.strip_prefix("ws://") else {
-            return Err(format!("expected ws://host[:port][/base], found {url:?}"));
+        let (tls, rest) = match (url.strip_prefix("ws://"), url.strip_prefix("wss://")) {
+            (Some(r), _) => (false, r),
+            (None, Some(r)) => (true, r),
+            _ => {
+                return Err(format!(
+                    "expected ws://, wss:// or ssh:// and a host, found {url:?}"
+                ));
+            }
         };
         let (host, base) = match rest.find('/') {
             Some(i) => rest.split_at(i),
@@ -342,13 +349,28 @@ impl UplinkSection {
             Some(close) => host[close..].contains(':'),
             None => host.contains(':'),
         };
-        let authority = if has_port {
-            host.to_string()
-        } else {
-            format!("{host}:80")
+        let authority = match (has_port, tls) {
+            (true, _) => host.to_string(),
+            (false, false) => format!("{host}:80"),
+            (false, true) => format!("{host}:443"),
         };
+        let via = if tls {
+            // The name the certificate must carry: the host without its
+            // port or an IPv6 address's brackets.
+            let name = match host.rfind(']') {
+                Some(close) => &host[1..close],
+                None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+            };
+            UplinkVia::Tls {
+                authority,
+                host: name.to_string(),
+            }
+        } else {
+            UplinkVia::Tcp { authority }
+        };
+        // The WebSocket handshake names the route the same either way.
         Ok(Some(UplinkUrl {
-            via: UplinkVia::Tcp { authority },
+            via,
             node_url: format!("ws://{host}{base}/node"),
         }))
     }
@@ -1675,6 +1697,15 @@ mod tests {
         let u = t("ws://[::1]").unwrap().unwrap();
         assert_eq!(u.via, tcp("[::1]:80"));
         assert_eq!(u.node_url, "ws://[::1]/node");
+        let u = t("wss://gw.example/base").unwrap().unwrap();
+        assert_eq!(
+            u.via,
+            UplinkVia::Tls {
+                authority: "gw.example:443".into(),
+                host: "gw.example".into()
+            }
+        );
+        assert_eq!(u.node_url, "ws://gw.example/base/node");
         let u = t("ssh://me@box.example:2222?port=9000").unwrap().unwrap();
         assert_eq!(
             u.via,
@@ -1698,7 +1729,7 @@ mod tests {
             "http://x",
             "ws://",
             "ws://h?x=1",
-            "wss://h",
+            "wss://",
             "ssh://-oProxyCommand=x",
             "ssh://h?port=0",
             "ssh://h?x=1",

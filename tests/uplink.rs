@@ -549,7 +549,7 @@ fn a_noiseprotocol_client_talks_to_the_node_through_the_gateway() {
 }
 
 #[test]
-fn the_token_file_must_be_private_and_a_wss_url_is_refused() {
+fn the_token_file_must_be_private_and_a_bad_url_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let gdir = TestDir::new("up-gw-tok");
     let ndir = TestDir::new("up-node-tok");
@@ -576,7 +576,7 @@ fn the_token_file_must_be_private_and_a_wss_url_is_refused() {
     let mut d = Daemon::spawn(
         &ndir.path,
         Opts {
-            config: Some("[uplink]\nurl = \"wss://gw.example\"\n".into()),
+            config: Some("[uplink]\nurl = \"https://gw.example\"\n".into()),
             ..Opts::default()
         },
     );
@@ -838,4 +838,161 @@ fn a_remote_client_answers_a_permission_with_sessions_respond() {
     );
     assert_eq!(item["result"]["decision"], "allow", "{item}");
     assert_eq!(item["result"]["surface"], "relay", "{item}");
+}
+
+/// Runs `program` with `args` in `dir`; fails the test when it fails.
+fn run_in(dir: &std::path::Path, program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Kills socat when the test ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `wss://` (issue 13): the node speaks TLS (rustls on ring) to a TLS
+/// front of the gateway (socat with a certificate of a test CA), trusting
+/// the CA through `[uplink] ca_file`.
+#[test]
+fn the_uplink_dials_a_wss_gateway_trusting_its_ca_file() {
+    use std::io::BufRead;
+    let tools = which("socat")
+        .zip(which("openssl"))
+        .ok_or_else(|| "socat or openssl is not on PATH".to_string());
+    let Some((socat, openssl)) = util::need::have(tools, "the Debian packages socat and openssl")
+    else {
+        return;
+    };
+    let (socat, openssl) = (socat.display().to_string(), openssl.display().to_string());
+    let gdir = TestDir::new("up-gw-tls");
+    let ndir = TestDir::new("up-node-tls");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let pki = ndir.join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=uplink test CA",
+    ]);
+    run_in(&pki, &openssl, &ca);
+    let mut leaf = vec!["req"];
+    leaf.extend(ec);
+    leaf.extend([
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    run_in(&pki, &openssl, &leaf);
+    std::fs::write(
+        pki.join("ext.cnf"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost\n",
+    )
+    .unwrap();
+    run_in(
+        &pki,
+        &openssl,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "leaf.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    // A free port for the TLS front.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut front = std::process::Command::new(&socat)
+        .args([
+            "-d",
+            "-d",
+            &format!(
+                "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+                pki.join("leaf.pem").display(),
+                pki.join("leaf.key").display()
+            ),
+            &format!("TCP:{addr}"),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = front.stderr.take().unwrap();
+    let _front = Killed(front);
+    let mut lines = std::io::BufReader::new(err).lines();
+    loop {
+        let l = lines
+            .next()
+            .expect("socat said nothing")
+            .expect("socat's stderr");
+        if l.contains("listening on") {
+            break;
+        }
+    }
+    // Keep reading, so that socat never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let _n = Daemon::start_with(
+        &ndir.path,
+        Opts {
+            config: Some(format!(
+                "[daemon]\nnode_name = \"{NODE}\"\n[uplink]\nurl = \"wss://localhost:{port}\"\nca_file = \"{}\"\n",
+                pki.join("ca.pem").display()
+            )),
+            env: vec![("OMNICONFLUX_UPLINK_TOKEN".into(), MASTER.into())],
+            ..Opts::default()
+        },
+    );
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    let mut ch = c.handshake(&chan, &key);
+    let info = c.sealed(&mut ch, &chan, "server.info", None);
+    assert_eq!(info["result"]["uplink"]["state"], "connected");
+    assert_eq!(
+        info["result"]["uplink"]["via"],
+        format!("wss://localhost:{port}")
+    );
 }

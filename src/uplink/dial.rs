@@ -1,7 +1,8 @@
 //! Dialing the gateway (`[uplink] url`; seed 004, "Transports",
 //! "Authentication", "Framing", "Keepalive", "Reconnect"; issue 13).
 //!
-//! The bytes travel over TCP (`ws://`), or through `ssh -W
+//! The bytes travel over TCP (`ws://`), TLS over TCP (`wss://`, [`super::tls`]),
+//! or through `ssh -W
 //! 127.0.0.1:PORT DEST` (`ssh://`, issue 13: the gateway listens on the
 //! SSH server's loopback), whose stdin and stdout are the stream. ssh runs
 //! with `BatchMode` (no prompt: keys or an agent only) and server alive
@@ -85,6 +86,7 @@ impl Dialer {
 pub fn start(
     target: UplinkUrl,
     token: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
     inbox: Inbox,
     links: Arc<AtomicU64>,
 ) -> Result<Dialer, String> {
@@ -93,7 +95,14 @@ pub fn start(
     let cur = current.clone();
     std::thread::Builder::new()
         .name("uplink".into())
-        .spawn(move || dial_loop(&target, &token, &inbox, &links, &stop_rx, &cur))
+        .spawn(move || {
+            let to = Target {
+                url: target,
+                token,
+                tls,
+            };
+            dial_loop(&to, &inbox, &links, &stop_rx, &cur)
+        })
         .map_err(|e| format!("unable to start the uplink thread: {e}"))?;
     Ok(Dialer {
         stop: Some(stop_tx),
@@ -108,9 +117,15 @@ fn stopped(stop: &Receiver<()>) -> bool {
     )
 }
 
+/// Where and how to dial.
+struct Target {
+    url: UplinkUrl,
+    token: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
 fn dial_loop(
-    target: &UplinkUrl,
-    token: &str,
+    target: &Target,
     inbox: &Inbox,
     links: &AtomicU64,
     stop: &Receiver<()>,
@@ -127,7 +142,7 @@ fn dial_loop(
         if !inbox.run(move |d| super::on_event(d, up)) {
             return;
         }
-        let (link, error) = match connect(target, token) {
+        let (link, error) = match connect(target) {
             Ok((ws, wire)) => {
                 wait = first;
                 let link = links.fetch_add(1, Ordering::AcqRel);
@@ -254,12 +269,14 @@ fn ws_config() -> WebSocketConfig {
 
 /// Opens the stream and does the WebSocket handshake, within
 /// `UPLINK_CONNECT_MS`.
-fn connect(
-    target: &UplinkUrl,
-    token: &str,
-) -> Result<(tungstenite::WebSocket<Side>, Wire), String> {
+fn connect(to: &Target) -> Result<(tungstenite::WebSocket<Side>, Wire), String> {
+    let (target, token) = (&to.url, &to.token);
     let (side, wire) = match &target.via {
-        UplinkVia::Tcp { authority } => tcp(authority)?,
+        UplinkVia::Tcp { authority } => tcp(authority, None)?,
+        UplinkVia::Tls { authority, host } => match &to.tls {
+            Some(cfg) => tcp(authority, Some((cfg.clone(), host)))?,
+            None => return Err("wss:// without a TLS configuration".into()),
+        },
         UplinkVia::Ssh {
             dest,
             ssh_port,
@@ -290,7 +307,10 @@ fn connect(
     }
 }
 
-fn tcp(authority: &str) -> Result<(Side, Wire), String> {
+fn tcp(
+    authority: &str,
+    tls: Option<(Arc<rustls::ClientConfig>, &String)>,
+) -> Result<(Side, Wire), String> {
     let limit = Duration::from_millis(limits::UPLINK_CONNECT_MS);
     let addrs = authority
         .to_socket_addrs()
@@ -314,13 +334,24 @@ fn tcp(authority: &str) -> Result<(Side, Wire), String> {
         t.try_clone()
             .map_err(|e| format!("unable to share the uplink's socket: {e}"))
     };
-    let side = Side {
-        read: Box::new(clone(&tcp)?),
-        direct: Some(Box::new(clone(&tcp)?)),
-        out: None,
+    let closer = Closer::Tcp(Arc::new(clone(&tcp)?));
+    let side = match tls {
+        None => Side {
+            read: Box::new(clone(&tcp)?),
+            direct: Some(Box::new(tcp)),
+            out: None,
+        },
+        Some((cfg, host)) => {
+            let (r, w) = super::tls::connect(cfg, host, tcp)?;
+            Side {
+                read: Box::new(r),
+                direct: Some(Box::new(w)),
+                out: None,
+            }
+        }
     };
     let wire = Wire {
-        closer: Closer::Tcp(Arc::new(tcp)),
+        closer,
         stderr: None,
     };
     Ok((side, wire))

@@ -43,6 +43,7 @@
 pub mod channels;
 pub mod dial;
 pub mod link;
+pub mod tls;
 
 use crossbeam_channel::Sender;
 use serde_json::{Value, json};
@@ -141,7 +142,15 @@ pub fn start(
         (None, Some(target)) => {
             let token = master_token(cfg, paths)?;
             let via = cfg.uplink.url.clone();
-            let dialer = dial::start(target, token, inbox.clone(), links)?;
+            let tls = match &target.via {
+                crate::config::UplinkVia::Tls { .. } => {
+                    let ca = (!cfg.uplink.ca_file.is_empty())
+                        .then(|| paths.state_dir.join(&cfg.uplink.ca_file));
+                    Some(tls::config(ca.as_deref())?)
+                }
+                _ => None,
+            };
+            let dialer = dial::start(target, token, tls, inbox.clone(), links)?;
             (via, Transport::Dial(dialer))
         }
         (None, None) => return Ok(None),
