@@ -365,6 +365,18 @@ fn a_node_in_e2ee_mode_drops_plaintext_channels() {
         !c.lines.iter().any(|v| v["id"] == json!(dropped)),
         "a plaintext frame was answered"
     );
+    // A sealed body that does not open (its first record fails) is dropped
+    // without a reply, and the channel's nonces do not move: the next
+    // request still opens.
+    let mut record = vec![0u8, 38];
+    record.extend([7u8; 38]);
+    let forged = c.relay(&chan, "server.info", base64::encode(&record));
+    let ping = c.sealed(&mut ch, &chan, "ping", None);
+    assert_eq!(ping, json!({"result": null}));
+    assert!(
+        !c.lines.iter().any(|v| v["id"] == json!(forged)),
+        "a forged body was answered"
+    );
     // remote_operator = "never": not even an E2EE channel answers approvals.
     let refused = c.sealed(
         &mut ch,
