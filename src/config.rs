@@ -151,6 +151,8 @@ pub struct FileConfig {
     pub http: HttpSection,
     /// `[gateway]`: the gateway role in the node (issue 12, seed 004).
     pub gateway: GatewaySection,
+    /// `[uplink]`: the node dialing a gateway (issue 13, seed 004).
+    pub uplink: UplinkSection,
     pub lanes: LanesSection,
     /// `[seats]`: whether agents found on PATH become seats when no
     /// `[[seat]]` is configured (issue 9, "Seats on defaults").
@@ -247,6 +249,195 @@ impl GatewaySection {
         }
         Ok(())
     }
+}
+
+/// `[uplink]`: the node's side of a gateway (seed 004, "Connecting a
+/// client", "Relay channels", "End-to-end encryption"; issue 13). Off
+/// unless `url` is set; a node that runs the gateway itself (`[gateway]
+/// listen`) is in that gateway's roster without it.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UplinkSection {
+    /// `ws://host[:port][/base]`: the gateway to dial; the node appends
+    /// `/node`. Empty: no uplink.
+    pub url: String,
+    /// A file holding the gateway's master token (mode 0600 or stricter).
+    /// `OMNICONFLUX_UPLINK_TOKEN` wins over it.
+    pub token_file: String,
+    /// A PEM file of CA certificates trusted for a `wss://` gateway, besides
+    /// the system's roots. Empty: the system's only.
+    pub ca_file: String,
+    /// E2EE mode: frames for an unknown channel that are not
+    /// `e2e.handshake` are dropped (seed 004, Mode mismatch). Off, the node
+    /// serves plaintext channels and accepts handshakes too.
+    pub e2ee: bool,
+    /// Which channels may do what only the operator may (answer approvals,
+    /// approve plugins, ...): `e2ee` (default: only end-to-end encrypted
+    /// channels), `never`, or `any` (plaintext channels too).
+    pub remote_operator: String,
+}
+
+impl Default for UplinkSection {
+    fn default() -> Self {
+        UplinkSection {
+            url: String::new(),
+            token_file: String::new(),
+            ca_file: String::new(),
+            e2ee: false,
+            remote_operator: "e2ee".into(),
+        }
+    }
+}
+
+/// Where `[uplink] url` points, taken apart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UplinkUrl {
+    /// How the bytes travel.
+    pub via: UplinkVia,
+    /// The URL of the `/node` route, for the WebSocket handshake.
+    pub node_url: String,
+}
+
+/// How the uplink reaches the gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UplinkVia {
+    /// TCP to `host:port`.
+    Tcp { authority: String },
+    /// TLS over TCP to `host:port`, checked against `host`.
+    Tls { authority: String, host: String },
+    /// `ssh [-p SSH_PORT] -W 127.0.0.1:PORT DEST`: the gateway listens on
+    /// the SSH server's loopback.
+    Ssh {
+        dest: String,
+        ssh_port: Option<u16>,
+        port: u16,
+    },
+}
+
+impl UplinkSection {
+    /// The gateway to dial, `None` when `url` is empty. `Err` says what
+    /// is wrong with it.
+    pub fn target(&self) -> Result<Option<UplinkUrl>, String> {
+        let url = self.url.trim_end_matches('/');
+        if url.is_empty() {
+            return Ok(None);
+        }
+        if let Some(rest) = self.url.strip_prefix("ssh://") {
+            return ssh_target(rest).map(Some).ok_or_else(|| {
+                format!("expected ssh://[user@]host[:sshport][?port=N], found {url:?}")
+            });
+        }
+        let (tls, rest) = match (url.strip_prefix("ws://"), url.strip_prefix("wss://")) {
+            (Some(r), _) => (false, r),
+            (None, Some(r)) => (true, r),
+            _ => {
+                return Err(format!(
+                    "expected ws://, wss:// or ssh:// and a host, found {url:?}"
+                ));
+            }
+        };
+        let (host, base) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if host.is_empty()
+            || rest.contains(|c: char| c.is_whitespace() || c == '?' || c == '#' || c == '@')
+        {
+            return Err(format!("expected ws://host[:port][/base], found {url:?}"));
+        }
+        let has_port = match host.rfind(']') {
+            Some(close) => host[close..].contains(':'),
+            None => host.contains(':'),
+        };
+        let authority = match (has_port, tls) {
+            (true, _) => host.to_string(),
+            (false, false) => format!("{host}:80"),
+            (false, true) => format!("{host}:443"),
+        };
+        let via = if tls {
+            // The name the certificate must carry: the host without its
+            // port or an IPv6 address's brackets.
+            let name = match host.rfind(']') {
+                Some(close) => &host[1..close],
+                None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+            };
+            UplinkVia::Tls {
+                authority,
+                host: name.to_string(),
+            }
+        } else {
+            UplinkVia::Tcp { authority }
+        };
+        // The WebSocket handshake names the route the same either way.
+        Ok(Some(UplinkUrl {
+            via,
+            node_url: format!("ws://{host}{base}/node"),
+        }))
+    }
+
+    /// Whether a channel may do what only the operator may.
+    pub fn operator_on(&self, e2ee: bool) -> bool {
+        match self.remote_operator.as_str() {
+            "any" => true,
+            "never" => false,
+            _ => e2ee,
+        }
+    }
+
+    /// Checks the section's values; `Err` holds the key and what was expected.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        self.target().map_err(|m| ("url", m))?;
+        if !["e2ee", "never", "any"].contains(&self.remote_operator.as_str()) {
+            return Err((
+                "remote_operator",
+                format!(
+                    "expected e2ee, never or any, found {:?}",
+                    self.remote_operator
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[user@]host[:sshport][?port=N]` of an `ssh://` uplink URL; the port
+/// on the SSH server's loopback defaults to the gateway's, 8443.
+fn ssh_target(rest: &str) -> Option<UplinkUrl> {
+    let (dest_port, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (rest.trim_end_matches('/'), None),
+    };
+    let port = match query {
+        None => limits::GATEWAY_PORT,
+        Some(q) => q
+            .strip_prefix("port=")?
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)?,
+    };
+    let (dest, ssh_port) = match dest_port.rsplit_once(':') {
+        Some((d, p)) => (d, Some(p.parse::<u16>().ok().filter(|p| *p > 0)?)),
+        None => (dest_port, None),
+    };
+    let host = dest.rsplit_once('@').map_or(dest, |(_, h)| h);
+    // What ssh would take for an option, or a path, is no destination.
+    let plain = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('-')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '@'))
+    };
+    if !plain(dest) || !plain(host) || dest.matches('@').count() > 1 {
+        return None;
+    }
+    Some(UplinkUrl {
+        via: UplinkVia::Ssh {
+            dest: dest.to_string(),
+            ssh_port,
+            port,
+        },
+        node_url: format!("ws://127.0.0.1:{port}/node"),
+    })
 }
 
 /// `IP:PORT`, or an IP (IPv6 bare or in brackets) with port 8443.
@@ -975,6 +1166,9 @@ impl FileConfig {
         if let Err((key, message)) = self.gateway.check() {
             return Err(bad("gateway", key, message));
         }
+        if let Err((key, message)) = self.uplink.check() {
+            return Err(bad("uplink", key, message));
+        }
         self.check_lanes(text)?;
         self.check_approvals(text)?;
         self.check_seats(text)
@@ -1439,8 +1633,9 @@ pub const RESTART_KEYS: &[&str] = &[
 ];
 
 /// Sections whose every key needs a restart: the HTTP listener, its token
-/// and its checks, and the gateway's listener, are fixed when they start.
-pub const RESTART_SECTIONS: &[&str] = &["http", "gateway"];
+/// and its checks, the gateway's listener and the uplink, are fixed when
+/// they start.
+pub const RESTART_SECTIONS: &[&str] = &["http", "gateway", "uplink"];
 
 /// Compares the running config with a newly read one, key by key, so that
 /// the reload log names exactly what changed. Sections are compared through
@@ -1482,6 +1677,71 @@ pub fn diff(old: &FileConfig, new: &FileConfig) -> ReloadReport {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn uplink_urls_are_ws_with_a_base_and_the_node_route() {
+        let t = |u: &str| {
+            UplinkSection {
+                url: u.into(),
+                ..UplinkSection::default()
+            }
+            .target()
+        };
+        assert_eq!(t("").unwrap(), None);
+        let tcp = |a: &str| UplinkVia::Tcp {
+            authority: a.into(),
+        };
+        let u = t("ws://gw.example:9000/base/").unwrap().unwrap();
+        assert_eq!(u.via, tcp("gw.example:9000"));
+        assert_eq!(u.node_url, "ws://gw.example:9000/base/node");
+        let u = t("ws://[::1]").unwrap().unwrap();
+        assert_eq!(u.via, tcp("[::1]:80"));
+        assert_eq!(u.node_url, "ws://[::1]/node");
+        let u = t("wss://gw.example/base").unwrap().unwrap();
+        assert_eq!(
+            u.via,
+            UplinkVia::Tls {
+                authority: "gw.example:443".into(),
+                host: "gw.example".into()
+            }
+        );
+        assert_eq!(u.node_url, "ws://gw.example/base/node");
+        let u = t("ssh://me@box.example:2222?port=9000").unwrap().unwrap();
+        assert_eq!(
+            u.via,
+            UplinkVia::Ssh {
+                dest: "me@box.example".into(),
+                ssh_port: Some(2222),
+                port: 9000
+            }
+        );
+        assert_eq!(u.node_url, "ws://127.0.0.1:9000/node");
+        let u = t("ssh://box").unwrap().unwrap();
+        assert_eq!(
+            u.via,
+            UplinkVia::Ssh {
+                dest: "box".into(),
+                ssh_port: None,
+                port: 8443
+            }
+        );
+        for bad in [
+            "http://x",
+            "ws://",
+            "ws://h?x=1",
+            "wss://",
+            "ssh://-oProxyCommand=x",
+            "ssh://h?port=0",
+            "ssh://h?x=1",
+            "ssh://a@b@c",
+            "ssh://",
+        ] {
+            assert!(t(bad).is_err(), "{bad}");
+        }
+        let s = UplinkSection::default();
+        assert!(s.operator_on(true) && !s.operator_on(false));
+    }
+
     use super::*;
 
     #[test]

@@ -33,3 +33,4 @@ pub mod socket;
 mod testutil;
 pub mod tmux;
 pub mod trustlog;
+pub mod uplink;

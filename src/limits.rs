@@ -1092,3 +1092,36 @@ pub const TERMINALS_MAX: usize = 16;
 pub const TERMINAL_INPUT_QUEUE: usize = 64;
 /// The largest `data` of one terminal.input, decoded.
 pub const TERMINAL_INPUT_MAX_BYTES: usize = 64 * 1024;
+
+// The uplink: the node's side of the gateway (issue 13; seed 004, "Connecting
+// a client", "Relay channels", "End-to-end encryption").
+
+/// "The wait starts at 500 ms and doubles up to 15 seconds. After a
+/// successful connection, the wait goes back to 500 ms" (seed 004,
+/// Reconnect: the client default, which the node's dialing follows).
+pub const UPLINK_BACKOFF_FIRST_MS: u64 = 500;
+pub const UPLINK_BACKOFF_MAX_MS: u64 = 15_000;
+/// "The client default is a ping every 15 seconds with a 5-second timeout,
+/// and a close after two failed pings in a row" (seed 004, Keepalive): the
+/// uplink pings the gateway as often, and closes after two intervals plus
+/// the timeout without hearing anything at all from it.
+pub const UPLINK_PING_MS: u64 = 15_000;
+pub const UPLINK_PING_TIMEOUT_MS: u64 = 5_000;
+/// Connecting and the WebSocket handshake, together.
+pub const UPLINK_CONNECT_MS: u64 = 10_000;
+/// How long one write to the gateway may take before the uplink is closed
+/// ("a partial frame corrupts the stream", seed 004, Slow readers).
+pub const UPLINK_WRITE_TIMEOUT_MS: u64 = 10_000;
+/// Lines queued for the uplink's writer. Full means the gateway does not
+/// read: the uplink is closed (a dropped frame would break a channel's
+/// Noise nonce order) and dialed again.
+pub const UPLINK_OUTBOX_FRAMES: usize = 4096;
+/// Channels one uplink holds at once; a frame that would open one more is
+/// dropped, as the seed drops every frame it cannot serve. The gateway
+/// allows 64 per client.
+pub const UPLINK_CHANNELS: usize = 1024;
+/// Requests of one channel being served at once; past it a request is
+/// answered `busy`. The gateway queues at most 64 frames per channel and
+/// direction (seed 004, Limits and teardown), so a client that waits for
+/// its answers never meets this.
+pub const UPLINK_CHANNEL_IN_FLIGHT: usize = 64;

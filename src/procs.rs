@@ -56,6 +56,13 @@ pub enum CallerClass {
     Plugin(Option<String>),
     /// Could not be verified; treated as untrusted.
     Unverified,
+    /// A client of a gateway on a relay channel of the uplink (issue 13):
+    /// the gateway checked its token. `e2ee` when the channel is end to
+    /// end encrypted. What it may call is decided in one place,
+    /// `socket::methods::remote_gate`.
+    RemoteClient {
+        e2ee: bool,
+    },
 }
 
 impl CallerClass {
@@ -65,6 +72,7 @@ impl CallerClass {
             CallerClass::AgentSession(_) => "agent-session",
             CallerClass::Plugin(_) => "plugin",
             CallerClass::Unverified => "unverified",
+            CallerClass::RemoteClient { .. } => "remote-client",
         }
     }
 

@@ -493,6 +493,19 @@ fn status(args: &Args) -> Result<(), Failure> {
         c["plugins_running"],
         c["seats"]
     )?;
+    if info["uplink"].is_object() {
+        let u = &info["uplink"];
+        outln!(
+            "uplink      {} to {} since {}, {} channels",
+            s(&u["state"]),
+            s(&u["via"]),
+            s(&u["since"]),
+            u["channels"]
+        )?;
+        if let Some(e) = u["last_error"].as_str() {
+            outln!("            last error: {e}")?;
+        }
+    }
     outln!("you are     {}", s(&info["caller"]["class"]))?;
     outln!("agents      {}", agent_isolation(&info["agent_isolation"]))?;
     Ok(())

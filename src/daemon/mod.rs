@@ -14,9 +14,9 @@
 //! its domain events, in order and without re-entrancy, and is where one
 //! subsystem's change reaches another.
 //!
-//! Surfaces: the daemon socket is driven here; every other surface (HTTP
-//! now) is a row of [`SURFACES`] that hears committed events, committed
-//! session rounds and the stop. A request from any surface is a [`Req`]
+//! Surfaces: the daemon socket is driven here; every other surface (HTTP,
+//! the gateway, the uplink's relay channels) is a row of [`SURFACES`] that
+//! hears committed events, committed session rounds and the stop. A request from any surface is a [`Req`]
 //! whose [`ReplyTo`] says where [`Daemon::answer`] sends the result, so the
 //! method tables and the subsystems behind them never know which surface
 //! asked.
@@ -57,6 +57,9 @@ pub enum ReplyTo {
     /// An HTTP handler thread blocked on its one-slot reply channel; it
     /// maps an error to its problem itself (`http::problem::from_rpc`).
     Http(crate::http::Answer<Result<Value, RpcError>>),
+    /// A relay channel of the uplink (issue 13): the link (one per
+    /// connection to the gateway), the channel and the request's id.
+    Relay { link: u64, chan: String, id: Value },
 }
 
 /// What the daemon tells a surface that runs beside the socket, one row
@@ -76,7 +79,11 @@ pub struct Hooks {
 /// The surfaces beside the socket. Adding one is a module under src/, its
 /// state in a field of [`Daemon`] started in [`Daemon::serve`], a
 /// [`ReplyTo`] variant with its arm in [`Daemon::answer`], and a row here.
-const SURFACES: &[Hooks] = &[crate::http::HOOKS, crate::gateway::in_node::HOOKS];
+const SURFACES: &[Hooks] = &[
+    crate::http::HOOKS,
+    crate::gateway::in_node::HOOKS,
+    crate::uplink::HOOKS,
+];
 
 /// Who sent a request and where its answer goes.
 #[derive(Clone, Debug)]
@@ -91,7 +98,7 @@ impl Req {
     pub fn conn(&self) -> Option<Token> {
         match &self.to {
             ReplyTo::Socket { conn, .. } => Some(*conn),
-            ReplyTo::Http(_) => None,
+            ReplyTo::Http(_) | ReplyTo::Relay { .. } => None,
         }
     }
 }
@@ -143,6 +150,9 @@ pub struct Daemon {
     pub gateway: Option<crate::gateway::Gateway>,
     /// Sessions in tmux panes (issue 15).
     pub tmux: router::tmux::Routes,
+    /// The uplink when `[uplink] url` or a gateway in the node turns it on
+    /// (issue 13): its threads move lines, its channels live here.
+    pub uplink: Option<crate::uplink::Uplink>,
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
@@ -207,6 +217,8 @@ impl Daemon {
             .map_err(ServeError::Startup)?;
         let gateway = crate::gateway::in_node::start(&cfg, &paths).map_err(ServeError::Startup)?;
         let tmux = router::tmux::Routes::start(inbox.clone());
+        let uplink = crate::uplink::start(&cfg, &paths, &inbox, gateway.as_ref())
+            .map_err(ServeError::Startup)?;
         let mut d = Daemon {
             cfg,
             paths,
@@ -227,6 +239,7 @@ impl Daemon {
             lock: Default::default(),
             gateway,
             tmux,
+            uplink,
             router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,
@@ -474,6 +487,7 @@ impl Daemon {
         applied.daemon.node_name = self.cfg.daemon.node_name.clone();
         applied.http = self.cfg.http.clone();
         applied.gateway = self.cfg.gateway.clone();
+        applied.uplink = self.cfg.uplink.clone();
         self.cfg = applied;
         // SIGHUP: the new seats (or a new detection), probed.
         self.core.seats.reconfigure(&self.cfg);
@@ -576,6 +590,7 @@ impl Daemon {
                 self.answer_socket(conn, &bytes);
             }
             ReplyTo::Http(answer) => answer.send(result),
+            ReplyTo::Relay { .. } => crate::uplink::channels::answer(self, req, result),
         }
     }
 
@@ -634,6 +649,9 @@ impl Daemon {
         for s in SURFACES {
             (s.session)(self, sid, delta.as_ref());
         }
+        // The uplink's channels hear the change kind, which the rows'
+        // hook does not carry.
+        crate::uplink::channels::on_session(self, sid, change);
         crate::socket::watches::on_committed(self, sid, delta, change);
     }
 

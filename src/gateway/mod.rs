@@ -254,6 +254,51 @@ impl NodeLink {
     }
 }
 
+impl NodeLink {
+    /// A second handle that sends on this link, for a writer thread of its
+    /// own while another thread waits in [`NodeLink::recv`] (the uplink,
+    /// issue 13): both ends of the link then work without polling.
+    pub fn sender(&self) -> LinkSender {
+        LinkSender {
+            conn: self.conn,
+            to_state: self.to_state.clone(),
+            out: self.out.clone(),
+            lines: crate::socket::framing::LineBuffer::new(limits::GATEWAY_MAX_LINE),
+        }
+    }
+
+    /// Whether the gateway closed the link: `recv` answering `None` for
+    /// this reason rather than its timeout.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// Sends on a [`NodeLink`] from another thread ([`NodeLink::sender`]).
+pub struct LinkSender {
+    conn: u64,
+    to_state: Sender<ToState>,
+    out: Outbox,
+    lines: crate::socket::framing::LineBuffer,
+}
+
+impl LinkSender {
+    /// As [`NodeLink::send`].
+    pub fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut batch = Vec::new();
+        let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
+        if !batch.is_empty() {
+            self.to_state
+                .send(ToState::Frames {
+                    conn: self.conn,
+                    frames: batch,
+                })
+                .map_err(|_| "the gateway has stopped".to_string())?;
+        }
+        ok.map_err(|_| "the gateway closed the node link".to_string())
+    }
+}
+
 impl Drop for NodeLink {
     fn drop(&mut self) {
         let _ = self.to_state.send(ToState::Closed { conn: self.conn });

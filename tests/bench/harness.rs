@@ -25,6 +25,7 @@ mod sessions_mem;
 mod start;
 mod tmux_bench;
 mod trustlog_bench;
+mod uplink_bench;
 mod util;
 
 fn main() {
@@ -56,6 +57,7 @@ fn main() {
     trustlog_bench::run();
     gateway_bench::run();
     tmux_bench::run();
+    uplink_bench::run();
     // Remove the parent of the per-run directories when nothing is left.
     let _ = std::fs::remove_dir(util::target_dir().join("bench-tmp"));
     eprintln!("bench: done in {:.0} s", t0.elapsed().as_secs_f64());

@@ -18,10 +18,16 @@
 //! | host.*            | see [`host`]                               |
 //! | terminal.*        | see [`terminal`]                           |
 //! | approvals.*       | see [`approvals`]                          |
+//! | sessions.respond  | see [`respond`]                            |
 //! | repos.*, task.dispatch, verify.list, lanes.* | see [`lanes`]   |
 //! | plugin.*          | see [`plugins`]                            |
 //! | lock.*            | operator, unix socket only; see [`lock`]   |
 //! | clients.*         | see [`gateway`]                            |
+//!
+//! A remote client (a relay channel of the uplink, issue 13) is held to
+//! [`remote_gate`] before the table: it reads and controls sessions; what
+//! only the operator may do it may do on the channels `[uplink]
+//! remote_operator` names (by default only end-to-end encrypted ones).
 
 pub mod approvals;
 pub mod gateway;
@@ -29,6 +35,7 @@ pub mod host;
 pub mod lanes;
 pub mod lock;
 pub mod plugins;
+pub mod respond;
 pub mod seats;
 pub mod sessions;
 pub mod terminal;
@@ -101,7 +108,71 @@ fn may_read_stream(req: &Req, stream: &str) -> Result<(), RpcError> {
     }
 }
 
+/// What a remote client may call on any channel: `server.info` and the
+/// reads and control of sessions and their approvals (issue 13: "Plaintext
+/// channels get read access and session control"). The subscriptions are
+/// here so that they are refused for the reason that holds (they are kept
+/// on a socket connection only), not as operator-only.
+const REMOTE_CLIENT_METHODS: &[&str] = &[
+    "ping",
+    "server.info",
+    "events.list",
+    "seats.list",
+    "sessions.list",
+    "sessions.get",
+    "sessions.subscribe",
+    "sessions.unsubscribe",
+    "sessions.spawn",
+    "sessions.input",
+    "sessions.interrupt",
+    "sessions.kill",
+    "session.rename",
+    "sessions.transcriptView",
+    "sessions.toolDetail",
+    "transcript.subscribe",
+    "transcript.unsubscribe",
+    "approvals.list",
+    "approvals.get",
+];
+
+/// Holds a remote client to what it may call (module comment). A call it
+/// may make runs as the operator's, since the gateway checked the
+/// client's token; `ping` and `server.info` keep the class, so that
+/// `server.info` says who is calling.
+#[allow(clippy::result_large_err)]
+pub fn remote_gate(d: &Daemon, req: Req, method: &str) -> Result<Req, (Req, RpcError)> {
+    let crate::procs::CallerClass::RemoteClient { e2ee } = req.class else {
+        return Ok(req);
+    };
+    if method == "ping" || method == "server.info" {
+        return Ok(req);
+    }
+    if REMOTE_CLIENT_METHODS.contains(&method) || d.cfg.uplink.operator_on(e2ee) {
+        return Ok(Req {
+            class: crate::procs::CallerClass::Operator,
+            ..req
+        });
+    }
+    let channel = if e2ee {
+        "an end-to-end encrypted"
+    } else {
+        "a plaintext"
+    };
+    let e = RpcError::new(
+        Code::OperatorOnly,
+        format!(
+            "only the operator may call {method}; a remote client on {channel} channel reads and controls sessions only ([uplink] remote_operator is {})",
+            d.cfg.uplink.remote_operator
+        ),
+    );
+    Err((req, e))
+}
+
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let req = match remote_gate(d, req, method) {
+        Ok(r) => r,
+        Err((req, e)) => return d.answer(req, Err(e)),
+    };
     let result = match method {
         "ping" => params::<NoParams>(p).map(|NoParams {}| Some(Value::Null)),
         "server.info" => server_info(d, &req, p),
@@ -132,6 +203,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             }
             return;
         }
+        "sessions.respond" => return respond::dispatch(d, req, p),
         m if sessions::serves(m) => return sessions::dispatch(d, req, m, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
@@ -172,18 +244,8 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         "started_at": crate::clock::format_ts(d.started_at_ms),
         "instance_id": d.instance_id,
         "uptime_ms": d.started.elapsed().as_millis() as u64,
-        "nodes": [{
-            "id": "",
-            "label": d.node_name,
-            "version": env!("CARGO_PKG_VERSION"),
-            // Spawning into tmux and persistent terminals (which live in
-            // the daemon's tmux server) need tmux (issue 15).
-            "capabilities": {
-                "spawn_session": crate::isolation::which("tmux").is_some(),
-                "terminal": crate::isolation::which("tmux").is_some(),
-                "host_wakelock": false,
-            },
-        }],
+        "nodes": [crate::uplink::identify(d)],
+        "uplink": crate::uplink::status(d),
         "pushPortConfigured": false,
         "caller": caller,
         "ledger": {

@@ -157,7 +157,9 @@ fn install(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let installed_by = match &req.class {
         CallerClass::Operator => "operator",
         CallerClass::Plugin(_) => "plugin",
-        CallerClass::AgentSession(_) | CallerClass::Unverified => "agent-session",
+        CallerClass::AgentSession(_)
+        | CallerClass::Unverified
+        | CallerClass::RemoteClient { .. } => "agent-session",
     };
     let to = route::reply_key(d, req.clone());
     let staged = route::with(d, |h, _| h.stage(to, installed_by, PathBuf::from(path)));

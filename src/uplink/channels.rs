@@ -1,0 +1,454 @@
+//! Relay channels served like connections (seed 004, "Relay channels":
+//! Plaintext mode, Order and delivery, Mode mismatch, Limits and teardown;
+//! "End-to-end encryption": Handshake, Sealed records, Methods on a
+//! channel; issue 13), on the reactor.
+//!
+//! A line from the gateway is either addressed to the node itself
+//! (`node.identify`, `ping`, `relay.closed`) or a relay frame, which has a
+//! `route`. On a relay frame:
+//! - an unknown `chan_id` makes a channel: `e2e.handshake` (a notification
+//!   whose body is Noise message 1) an E2EE channel, answered with
+//!   message 2 in the same frame shape; any other frame a plaintext one,
+//!   unless the node is in E2EE mode (`[uplink] e2ee`), which drops it.
+//!   A handshake on a channel that exists, or one that does not complete,
+//!   is dropped without a word;
+//! - only requests are served (notifications and responses from the client
+//!   are ignored); the body opens as the params (plaintext: base64 of the
+//!   JSON; E2EE: sealed records), an empty body meaning no params. A body
+//!   that does not open is dropped without a reply; a later record that
+//!   fails desynchronises the channel, which is then forgotten;
+//! - `lock.*` and `server.stop` answer -32601; every other method goes
+//!   through the socket's method table as a caller of class
+//!   `remote-client` (`socket::methods::remote_gate` says what it may do);
+//! - the answer goes back as `{"id","route":{"chan_id"},"body":
+//!   seal({"result"…})}` or `seal({"error"…})`. Requests of a channel are
+//!   served concurrently, at most `UPLINK_CHANNEL_IN_FLIGHT` at once.
+//!
+//! `relay.closed` frees the channel; the uplink closing frees them all.
+//!
+//! Sessions (seed 004, "Connecting a client": "The session snapshot starts
+//! when the channel exists"): a new channel gets one `session.event`
+//! `added` per session (after message 2 on an E2EE channel, before the
+//! answer to the first request on a plaintext one), then every `added` and
+//! `updated` the socket's watchers get, as relay notifications sealed in
+//! order with the answers. Nothing sends `removed` yet: sessions are not
+//! forgotten while the daemon runs. The node holds no queue of its own per
+//! channel: an event goes straight to the link's outbox, and the
+//! gateway's 64-frame queue per channel is the bound (past it the gateway
+//! closes the channel).
+
+use crossbeam_channel::{Sender, TrySendError};
+use serde_json::{Map, Value, json};
+
+use super::{Chans, Out};
+use crate::daemon::{Daemon, ReplyTo, Req};
+use crate::e2ee::{self, PublicKey};
+use crate::errors::{Code, RpcError};
+use crate::limits;
+use crate::procs::CallerClass;
+
+/// One connection to the gateway and its channels.
+pub struct Link {
+    pub id: u64,
+    out: Sender<Out>,
+    closer: Option<super::dial::Closer>,
+    pub chans: Chans,
+}
+
+/// One relay channel.
+pub struct Chan {
+    /// The Noise channel of an E2EE channel; `None` in plaintext mode.
+    seal: Option<e2ee::Channel>,
+    in_flight: usize,
+}
+
+impl Link {
+    pub fn new(id: u64, out: Sender<Out>, closer: Option<super::dial::Closer>) -> Link {
+        Link {
+            id,
+            out,
+            closer,
+            chans: Chans::new(),
+        }
+    }
+}
+
+/// What the node tells the handshake about its channels and trust.
+struct Admit<'a>(&'a Chans);
+
+impl e2ee::Admission for Admit<'_> {
+    fn channel_exists(&self, chan_id: &str) -> bool {
+        self.0.contains_key(chan_id)
+    }
+    // No trust log on the node yet: never quarantined, every key admitted.
+    fn quarantined(&self) -> bool {
+        false
+    }
+    fn authorizes(&self, _client: &PublicKey) -> bool {
+        true
+    }
+}
+
+fn line(v: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+/// Queues `bytes` on link `id`; a full outbox closes the link (module
+/// comment of [`super`]).
+fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
+    let Some(u) = d.uplink.as_mut() else { return };
+    let Some(l) = u.link.as_mut().filter(|l| l.id == id) else {
+        return;
+    };
+    match l.out.try_send(Out::Line(bytes)) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            // Shutting the socket down ends the reader and the writer; the
+            // transport then reports the link down and dials again.
+            if let Some(c) = &l.closer {
+                c.close();
+            }
+            u.link = None;
+            u.last_error = Some("the gateway did not read the node's frames".into());
+            crate::warn!(
+                "uplink to {}: closed, the gateway did not read the node's frames",
+                u.via
+            );
+        }
+        Err(TrySendError::Disconnected(_)) => u.link = None,
+    }
+}
+
+/// A line the gateway sent on link `id`.
+pub fn on_line(d: &mut Daemon, id: u64, bytes: &[u8]) {
+    let Ok(Value::Object(mut f)) = serde_json::from_slice::<Value>(bytes) else {
+        return;
+    };
+    let method = f.get("method").and_then(Value::as_str).map(str::to_string);
+    let rid = f.remove("id");
+    if let Some(route) = f.get("route") {
+        let Some(chan) = route.get("chan_id").and_then(Value::as_str) else {
+            return;
+        };
+        let chan = chan.to_string();
+        let body = f.get("body").and_then(Value::as_str).unwrap_or("");
+        on_relay(d, id, chan, method.as_deref(), rid, body);
+        return;
+    }
+    match (method.as_deref(), rid) {
+        (Some("node.identify"), Some(rid)) => {
+            let v = super::identify(d);
+            send(
+                d,
+                id,
+                line(&json!({"jsonrpc": "2.0", "id": rid, "result": v})),
+            );
+        }
+        (Some("ping"), Some(rid)) => {
+            send(
+                d,
+                id,
+                line(&json!({"jsonrpc": "2.0", "id": rid, "result": null})),
+            );
+        }
+        (Some(m), Some(rid)) => {
+            let e = RpcError::new(
+                Code::MethodNotFound,
+                format!("unknown method {m} on the uplink"),
+            );
+            let v = json!({"jsonrpc": "2.0", "id": rid, "error": error_value(&e)});
+            send(d, id, line(&v));
+        }
+        (Some("relay.closed"), None) => {
+            let chan = f
+                .get("params")
+                .and_then(|p| p.get("chan_id"))
+                .and_then(Value::as_str);
+            if let Some(chan) = chan
+                && let Some(l) = link_mut(d, id)
+            {
+                l.chans.remove(chan);
+            }
+        }
+        // Answers to the node's own pings, and notifications it does not
+        // act on.
+        _ => {}
+    }
+}
+
+fn link_mut(d: &mut Daemon, id: u64) -> Option<&mut Link> {
+    d.uplink
+        .as_mut()
+        .and_then(|u| u.link.as_mut())
+        .filter(|l| l.id == id)
+}
+
+fn on_relay(
+    d: &mut Daemon,
+    id: u64,
+    chan: String,
+    method: Option<&str>,
+    rid: Option<Value>,
+    body: &str,
+) {
+    let e2ee_mode = d.cfg.uplink.e2ee;
+    let node_id = d.node_name.clone();
+    let Some(u) = d.uplink.as_mut() else { return };
+    let identity = u.identity.as_ref();
+    let Some(l) = u.link.as_mut().filter(|l| l.id == id) else {
+        return;
+    };
+    if method == Some("e2e.handshake") && rid.is_none() {
+        let (Some(identity), Some(msg1)) = (identity, e2ee::base64::decode(body)) else {
+            return;
+        };
+        if l.chans.len() >= limits::UPLINK_CHANNELS {
+            return;
+        }
+        match e2ee::respond(identity, &node_id, &chan, &msg1, &Admit(&l.chans)) {
+            Ok(acc) => {
+                let chan_name = chan.clone();
+                let reply = json!({
+                    "jsonrpc": "2.0",
+                    "method": "e2e.handshake",
+                    "route": {"chan_id": chan},
+                    "body": e2ee::base64::encode(&acc.msg2),
+                });
+                l.chans.insert(
+                    chan,
+                    Chan {
+                        seal: Some(acc.channel),
+                        in_flight: 0,
+                    },
+                );
+                send(d, id, line(&reply));
+                snapshot(d, id, &chan_name);
+            }
+            Err(e) => crate::debug!("uplink: dropped a handshake on {chan}: {}", e.code()),
+        }
+        return;
+    }
+    if !l.chans.contains_key(&chan) {
+        // Seed 004, Mode mismatch: "A node in E2EE mode drops frames for an
+        // unknown chan_id that are not e2e.handshake."
+        if e2ee_mode || l.chans.len() >= limits::UPLINK_CHANNELS {
+            return;
+        }
+        l.chans.insert(
+            chan.clone(),
+            Chan {
+                seal: None,
+                in_flight: 0,
+            },
+        );
+        snapshot(d, id, &chan);
+    }
+    let Some(l) = link_mut(d, id) else { return };
+    // "The node acts only on requests."
+    let (Some(method), Some(rid)) = (method, rid) else {
+        return;
+    };
+    let Some(c) = l.chans.get_mut(&chan) else {
+        return;
+    };
+    let opened = match &mut c.seal {
+        None => e2ee::base64::decode(body).ok_or(None),
+        Some(ch) => ch.open_body(body).map_err(|e| Some(e.closes_channel())),
+    };
+    let plain = match opened {
+        Ok(p) => p,
+        Err(closes) => {
+            if closes == Some(true) {
+                crate::debug!("uplink: channel {chan} is out of sync; forgotten");
+                l.chans.remove(&chan);
+            }
+            return;
+        }
+    };
+    let e2ee_chan = c.seal.is_some();
+    let full = c.in_flight >= limits::UPLINK_CHANNEL_IN_FLIGHT;
+    if !full {
+        c.in_flight += 1;
+    }
+    let req = Req {
+        to: ReplyTo::Relay {
+            link: id,
+            chan,
+            id: rid,
+        },
+        class: CallerClass::RemoteClient { e2ee: e2ee_chan },
+    };
+    if full {
+        // Not counted, so its answer must not lower the count either.
+        let e = RpcError::new(
+            Code::Busy,
+            format!(
+                "more than {} requests of this channel are being served; wait for their answers",
+                limits::UPLINK_CHANNEL_IN_FLIGHT
+            ),
+        );
+        return write_answer(d, req, Err(e), false);
+    }
+    let params = match params_of(&plain) {
+        Ok(p) => p,
+        Err(e) => return d.answer(req, Err(e)),
+    };
+    if d.is_stopping() && method != "ping" {
+        return d.answer(
+            req,
+            Err(RpcError::new(Code::ShuttingDown, "the daemon is stopping")),
+        );
+    }
+    // Seed 004, Methods on a channel: "It returns -32601 for lock.*"; and
+    // a remote client cannot stop the node.
+    if method.starts_with("lock.") || method == "server.stop" {
+        let e = RpcError::new(
+            Code::MethodNotFound,
+            format!("{method} is not served on a relay channel"),
+        );
+        return d.answer(req, Err(e));
+    }
+    if method == "node.identify" {
+        let v = super::identify(d);
+        return d.answer(req, Ok(v));
+    }
+    crate::socket::methods::dispatch(d, req, method, params);
+}
+
+/// A request's params from its opened body: nothing, or a JSON object.
+fn params_of(plain: &[u8]) -> Result<Map<String, Value>, RpcError> {
+    if plain.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(plain) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(_) => Err(RpcError::invalid_params("params must be an object")),
+        Err(_) => Err(RpcError::new(
+            Code::ParseError,
+            "the request's body is not valid JSON",
+        )),
+    }
+}
+
+/// The JSON-RPC error object of `e`, as the socket writes it.
+fn error_value(e: &RpcError) -> Value {
+    json!({"code": e.code.rpc(), "message": e.message, "data": {"code": e.code.as_str()}})
+}
+
+/// Answers a request that came on a channel (`ReplyTo::Relay`).
+pub fn answer(d: &mut Daemon, req: Req, result: Result<Value, RpcError>) {
+    write_answer(d, req, result, true)
+}
+
+fn write_answer(d: &mut Daemon, req: Req, result: Result<Value, RpcError>, counted: bool) {
+    let ReplyTo::Relay { link, chan, id } = req.to else {
+        return;
+    };
+    let inner = match &result {
+        Ok(v) => json!({"result": v}),
+        Err(e) => json!({"error": error_value(e)}),
+    };
+    let plain = serde_json::to_vec(&inner).unwrap_or_default();
+    let Some(l) = link_mut(d, link) else { return };
+    let Some(c) = l.chans.get_mut(&chan) else {
+        return;
+    };
+    if counted {
+        c.in_flight = c.in_flight.saturating_sub(1);
+    }
+    let body = match &mut c.seal {
+        None => Ok(e2ee::base64::encode(&plain)),
+        Some(ch) => ch.seal_body(&plain),
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => {
+            // A record that fails midway leaves the channel unusable.
+            crate::warn!("uplink: unable to seal an answer on {chan}: {}", e.code());
+            l.chans.remove(&chan);
+            return;
+        }
+    };
+    let frame = json!({"jsonrpc": "2.0", "id": id, "route": {"chan_id": chan}, "body": body});
+    send(d, link, line(&frame));
+}
+
+/// The start of a channel's session stream: `added` for every session.
+fn snapshot(d: &mut Daemon, link: u64, chan: &str) {
+    let node = d.node_name.clone();
+    let events: Vec<Value> = d
+        .core
+        .sessions
+        .iter()
+        .map(|s| json!({"type": "added", "session": crate::socket::views::session(s, &node)}))
+        .collect();
+    for ev in events {
+        notify(d, link, chan, "session.event", &ev);
+    }
+}
+
+/// A committed change of session `sid`, for every channel of the link.
+pub fn on_session(d: &mut Daemon, sid: &str, change: Option<crate::core::sessions::Change>) {
+    let kind = match change {
+        Some(crate::core::sessions::Change::Added) => "added",
+        Some(crate::core::sessions::Change::Updated) => "updated",
+        None => return,
+    };
+    let Some(l) = d.uplink.as_ref().and_then(|u| u.link.as_ref()) else {
+        return;
+    };
+    if l.chans.is_empty() {
+        return;
+    }
+    let (link, chans): (u64, Vec<String>) = (l.id, l.chans.keys().cloned().collect());
+    let Some(s) = d.core.sessions.get(sid) else {
+        return;
+    };
+    let ev = json!({"type": kind, "session": crate::socket::views::session(s, &d.node_name)});
+    for chan in chans {
+        notify(d, link, &chan, "session.event", &ev);
+    }
+}
+
+/// Sends a notification on a channel, sealed on an E2EE one.
+fn notify(d: &mut Daemon, link: u64, chan: &str, method: &str, params: &Value) {
+    let plain = serde_json::to_vec(params).unwrap_or_default();
+    let Some(l) = link_mut(d, link) else { return };
+    let Some(c) = l.chans.get_mut(chan) else {
+        return;
+    };
+    let body = match &mut c.seal {
+        None => e2ee::base64::encode(&plain),
+        Some(ch) => match ch.seal_body(&plain) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::warn!(
+                    "uplink: unable to seal a notification on {chan}: {}",
+                    e.code()
+                );
+                l.chans.remove(chan);
+                return;
+            }
+        },
+    };
+    let frame =
+        json!({"jsonrpc": "2.0", "method": method, "route": {"chan_id": chan}, "body": body});
+    send(d, link, line(&frame));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_come_from_an_empty_body_or_an_object() {
+        assert!(params_of(b"").unwrap().is_empty());
+        assert!(params_of(b"null").unwrap().is_empty());
+        assert_eq!(params_of(br#"{"a":1}"#).unwrap()["a"], 1);
+        assert_eq!(params_of(b"[1]").unwrap_err().code, Code::InvalidParams);
+        assert_eq!(params_of(b"{").unwrap_err().code, Code::ParseError);
+    }
+}
