@@ -1012,3 +1012,105 @@ fn the_uplink_dials_a_wss_gateway_trusting_its_ca_file() {
         format!("wss://localhost:{port}")
     );
 }
+
+/// Sends message 1 of a handshake from `me` on `chan` and returns at once:
+/// for handshakes the node is to drop.
+fn send_msg1(c: &mut Client, me: &StaticKey, node_key: &PublicKey, chan: &str) {
+    let (_init, msg1) = Initiator::start(me, node_key, NODE, chan).unwrap();
+    c.send(&json!({"jsonrpc":"2.0","method":"e2e.handshake",
+        "route":{"chan_id":chan},"body":base64::encode(&msg1)}));
+}
+
+/// Opens an E2EE channel from the device whose static key is `me`.
+fn handshake_as(c: &mut Client, me: &StaticKey, node_key: &PublicKey, chan: &str) -> Channel {
+    let (init, msg1) = Initiator::start(me, node_key, NODE, chan).unwrap();
+    c.send(&json!({"jsonrpc":"2.0","method":"e2e.handshake",
+        "route":{"chan_id":chan},"body":base64::encode(&msg1)}));
+    let m2 = c.expect("message 2", |v| {
+        v["method"] == "e2e.handshake" && v["route"]["chan_id"] == chan
+    });
+    let msg2 = base64::decode(m2["body"].as_str().unwrap()).unwrap();
+    init.finish(&msg2)
+        .expect("the node's message 2 authenticates")
+}
+
+#[test]
+fn a_locked_node_admits_only_the_devices_its_trust_log_authorizes() {
+    let gdir = TestDir::new("up-gw-lock");
+    let ndir = TestDir::new("up-node-lock");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let n = node(&ndir, addr, "");
+    let mut op = n.connect();
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let channels =
+        |op: &mut util::Client| op.call("server.info", json!({}))["uplink"]["channels"].clone();
+
+    // Before the log: a plaintext channel is served.
+    let open = c.open(NODE);
+    assert_eq!(c.plain(&open, "ping", None), json!({"result": null}));
+    assert_eq!(channels(&mut op), 1);
+
+    // lock.init: locked mode. The open plaintext channel is closed, a new
+    // one is refused, and so is a device the log does not name.
+    op.call("lock.init", json!({}));
+    assert_eq!(channels(&mut op), 0);
+    let phone = StaticKey::generate().unwrap();
+    let stranger = StaticKey::generate().unwrap();
+    let plain = c.open(NODE);
+    let dropped = c.relay(&plain, "ping", String::new());
+    let refused = c.open(NODE);
+    send_msg1(&mut c, &stranger, &key, &refused);
+    let early = c.open(NODE);
+    send_msg1(&mut c, &phone, &key, &early);
+
+    // The operator authorizes the phone's key: its handshake completes and
+    // it is served; the frames before got no answer.
+    let phone_pub = base64::encode(phone.public().as_bytes());
+    op.call("lock.sign", json!({"device": phone_pub}));
+    let chan = c.open(NODE);
+    let mut ch = handshake_as(&mut c, &phone, &key, &chan);
+    let info = c.sealed(&mut ch, &chan, "ping", None);
+    assert_eq!(info, json!({"result": null}));
+    assert_eq!(channels(&mut op), 1);
+    assert!(
+        !c.lines.iter().any(|v| v["id"] == json!(dropped)
+            || v["route"]["chan_id"] == json!(refused)
+            || v["route"]["chan_id"] == json!(early)),
+        "a refused channel was answered: {:?}",
+        c.lines
+    );
+
+    // Revoked: the node closes its channel at once, and the phone's next
+    // handshake is dropped; a device signed after it gets through, which
+    // shows the node handled the phone's message 1 first (one link, in
+    // order).
+    op.call("lock.revoke", json!({"device": phone_pub}));
+    assert_eq!(channels(&mut op), 0);
+    op.call(
+        "lock.sign",
+        json!({"device": base64::encode(stranger.public().as_bytes())}),
+    );
+    let after = c.open(NODE);
+    send_msg1(&mut c, &phone, &key, &after);
+    let other = c.open(NODE);
+    let mut ch = handshake_as(&mut c, &stranger, &key, &other);
+    assert_eq!(
+        c.sealed(&mut ch, &other, "ping", None),
+        json!({"result": null})
+    );
+    assert!(
+        !c.lines
+            .iter()
+            .any(|v| v["route"]["chan_id"] == json!(after)),
+        "a revoked device was answered"
+    );
+    // A local disable admits any device again (seed 004, Enforcement).
+    op.call("lock.localDisable", json!({}));
+    let back = c.open(NODE);
+    let mut ch = handshake_as(&mut c, &phone, &key, &back);
+    assert_eq!(
+        c.sealed(&mut ch, &back, "ping", None),
+        json!({"result": null})
+    );
+}

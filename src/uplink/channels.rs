@@ -73,19 +73,75 @@ impl Link {
     }
 }
 
-/// What the node tells the handshake about its channels and trust.
-struct Admit<'a>(&'a Chans);
+/// What the node tells the handshake about its channels and trust: locked
+/// mode's admission (issue 14; seed 004, Enforcement), checked at the end of
+/// each Noise handshake. Until the trust log is read at start, no channel
+/// is admitted: a locked node must not serve anyone in that moment.
+struct Admit<'a> {
+    chans: &'a Chans,
+    lock: Option<&'a crate::lock::Lock>,
+}
 
 impl e2ee::Admission for Admit<'_> {
     fn channel_exists(&self, chan_id: &str) -> bool {
-        self.0.contains_key(chan_id)
+        self.chans.contains_key(chan_id)
     }
-    // No trust log on the node yet: never quarantined, every key admitted.
     fn quarantined(&self) -> bool {
-        false
+        self.lock.is_none_or(|l| {
+            matches!(
+                l.admit(None),
+                Err(crate::trustlog::enforce::Refusal::Quarantined)
+            )
+        })
     }
-    fn authorizes(&self, _client: &PublicKey) -> bool {
-        true
+    fn authorizes(&self, client: &PublicKey) -> bool {
+        self.lock
+            .is_some_and(|l| l.admit(Some(client.as_bytes())).is_ok())
+    }
+}
+
+/// Answers the gateway's `node.identify` on link `id`.
+fn identify(d: &mut Daemon, id: u64, rid: Value) {
+    let v = super::identify(d);
+    send(
+        d,
+        id,
+        line(&json!({"jsonrpc": "2.0", "id": rid, "result": v})),
+    );
+}
+
+/// Locked mode is read at start: the node answers the `node.identify` it
+/// held, so the gateway shows it online only once it can admit channels,
+/// and closes what the log does not admit.
+pub fn lock_loaded(d: &mut Daemon) {
+    if let Some((id, rid)) = d.uplink.as_mut().and_then(|u| u.identify_waiting.take()) {
+        identify(d, id, rid);
+    }
+    enforce(d);
+}
+
+/// Forgets the channels the trust log no longer admits (seed 004,
+/// Enforcement: "When the log changes, the node closes channels whose
+/// client is no longer authorized"). The seed gives the node no teardown
+/// frame: the channel's state goes, and its next frames are dropped as
+/// frames of an unknown channel. Called after every change of locked mode.
+pub fn enforce(d: &mut Daemon) {
+    let lock = &d.lock.lock;
+    let Some(l) = d.uplink.as_mut().and_then(|u| u.link.as_mut()) else {
+        return;
+    };
+    let keys: Vec<(String, Option<[u8; 32]>)> = l
+        .chans
+        .iter()
+        .map(|(k, c)| (k.clone(), c.seal.as_ref().map(|s| *s.peer().as_bytes())))
+        .collect();
+    let closing = lock.to_close(
+        keys.iter()
+            .map(|(k, c)| (k.clone(), c.as_ref().map(|c| &c[..]))),
+    );
+    for (chan, why) in closing {
+        l.chans.remove(&chan);
+        crate::info!("uplink: channel {chan} closed: {}", why.code());
     }
 }
 
@@ -139,12 +195,11 @@ pub fn on_line(d: &mut Daemon, id: u64, bytes: &[u8]) {
     }
     match (method.as_deref(), rid) {
         (Some("node.identify"), Some(rid)) => {
-            let v = super::identify(d);
-            send(
-                d,
-                id,
-                line(&json!({"jsonrpc": "2.0", "id": rid, "result": v})),
-            );
+            if d.lock.loaded() {
+                identify(d, id, rid);
+            } else if let Some(u) = d.uplink.as_mut() {
+                u.identify_waiting = Some((id, rid));
+            }
         }
         (Some("ping"), Some(rid)) => {
             send(
@@ -195,6 +250,7 @@ fn on_relay(
 ) {
     let e2ee_mode = d.cfg.uplink.e2ee;
     let node_id = d.node_name.clone();
+    let lock = d.lock.loaded().then_some(&d.lock.lock);
     let Some(u) = d.uplink.as_mut() else { return };
     let identity = u.identity.as_ref();
     let Some(l) = u.link.as_mut().filter(|l| l.id == id) else {
@@ -207,7 +263,16 @@ fn on_relay(
         if l.chans.len() >= limits::UPLINK_CHANNELS {
             return;
         }
-        match e2ee::respond(identity, &node_id, &chan, &msg1, &Admit(&l.chans)) {
+        match e2ee::respond(
+            identity,
+            &node_id,
+            &chan,
+            &msg1,
+            &Admit {
+                chans: &l.chans,
+                lock,
+            },
+        ) {
             Ok(acc) => {
                 let chan_name = chan.clone();
                 let reply = json!({
@@ -234,6 +299,13 @@ fn on_relay(
         // Seed 004, Mode mismatch: "A node in E2EE mode drops frames for an
         // unknown chan_id that are not e2e.handshake."
         if e2ee_mode || l.chans.len() >= limits::UPLINK_CHANNELS {
+            return;
+        }
+        // A locked node refuses plaintext channels (src/trustlog/enforce.rs).
+        if let Err(why) = lock.map_or(Err("the trust log is not read yet"), |l| {
+            l.admit(None).map_err(|r| r.code())
+        }) {
+            crate::debug!("uplink: dropped a plaintext channel {chan}: {why}");
             return;
         }
         l.chans.insert(

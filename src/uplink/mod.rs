@@ -103,6 +103,10 @@ pub struct Uplink {
     last_error: Option<String>,
     since: String,
     connects: u64,
+    /// The gateway's `node.identify` (link, request id), held until locked
+    /// mode is read: the node announces itself only once it can admit
+    /// channels ([`channels::lock_loaded`]). The latest link's only.
+    identify_waiting: Option<(u64, serde_json::Value)>,
 }
 
 /// Starts the uplink when the config or a gateway in the node asks for it.
@@ -165,6 +169,7 @@ pub fn start(
         last_error: None,
         since: crate::clock::now_ts(),
         connects: 0,
+        identify_waiting: None,
     }))
 }
 

@@ -47,6 +47,14 @@ impl Default for Node {
     }
 }
 
+impl Node {
+    /// Whether the trust log and flags of the ledger are read: until then
+    /// the uplink admits no channel.
+    pub fn loaded(&self) -> bool {
+        self.loaded
+    }
+}
+
 /// Starts the worker and the load: the ledger's rows on the reader
 /// thread, their verification and the keys on the worker, then
 /// [`Lock::install`] here and the operations that waited for it.
@@ -83,6 +91,7 @@ fn verify(d: &mut Daemon, stored: Result<Stored, String>) {
         inbox.run(move |d| {
             d.lock.lock.install(loaded);
             d.lock.loaded = true;
+            crate::uplink::channels::lock_loaded(d);
             pump(d);
         });
     });
@@ -166,6 +175,7 @@ fn commit(d: &mut Daemon, change: Box<Change>, answer: Answer, then: Then) {
     d.write(ops, move |d, r| match r {
         Ok(_) => {
             d.lock.lock.apply(*change);
+            crate::uplink::channels::enforce(d);
             done(d, then, Ok(answer));
         }
         Err(e) => done(d, then, Err(Error::Ledger(e))),
