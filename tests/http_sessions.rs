@@ -1020,21 +1020,26 @@ fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
     assert_eq!(try_watch(api.addr, &api.token, &sid).0, 503);
     // Attempts keep being refused while the first watcher waits for its
     // keepalive: each one used to restart every watcher's wait.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The hammer runs until told to stop; between attempts it waits for
+    // that word, at most 50 ms.
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let (first_tx, first_rx) = std::sync::mpsc::sync_channel(1);
     let hammer = {
-        let (addr, token, sid, stop) = (api.addr, api.token.clone(), sid.clone(), stop.clone());
+        let (addr, token, sid) = (api.addr, api.token.clone(), sid.clone());
         std::thread::spawn(move || {
             let mut refused = 0;
-            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            loop {
                 assert_eq!(try_watch(addr, &token, &sid).0, 503);
                 if refused == 0 {
                     first_tx.send(()).unwrap();
                 }
                 refused += 1;
                 // Simulated load: an attempt every 50 ms, far more often
-                // than the keepalive period.
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                // than the keepalive period, until the word to stop.
+                match stopped.recv_timeout(std::time::Duration::from_millis(50)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
             }
             refused
         })
@@ -1050,7 +1055,7 @@ fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
             keepalives += 1;
         }
     }
-    stop.store(true, std::sync::atomic::Ordering::Release);
+    let _ = stop.send(());
     assert!(hammer.join().unwrap() > 0);
     // Eight clients go away without a word; their slots come back.
     watchers.truncate(120);
