@@ -117,6 +117,10 @@ pub enum Op {
     },
     RevokeCosign(Vec<u8>),
     RevokeFinish(Vec<u8>),
+    /// The entries a `trustlog.sync` of the uplink brought, in wire form:
+    /// assembled with the log held and decided by fork choice (seed 004,
+    /// Distribution).
+    Sync(Vec<Vec<u8>>),
 }
 
 /// What an operation answers, read together with the state after it.
@@ -197,6 +201,9 @@ pub struct Change {
     pub pin: Option<Option<Hash>>,
     pub local_disabled: Option<bool>,
     pub clear_quarantine: bool,
+    /// A trust sync found a root other than this node's: quarantined,
+    /// naming that genesis (seed 004, Pinning and quarantine).
+    pub quarantine: Option<Hash>,
 }
 
 /// How the log held changes.
@@ -509,6 +516,11 @@ impl Lock {
                 let e = author::revoke_cosign(chain, &blob, &key)?;
                 Plan::Answer(Ok(Answer::Blob(e.wire().to_vec())))
             }
+            Op::Sync(wires) => {
+                let held = self.chain.clone();
+                let pin = self.pin;
+                Plan::Work(Box::new(move || Ok((sync(pin, held, wires), Answer::Done))))
+            }
             Op::RevokeFinish(blob) => {
                 let chain = self.held()?;
                 let forked = author::revoke_finish(chain, &blob)?;
@@ -568,7 +580,58 @@ impl Lock {
             self.seen_genesis = None;
             self.unusable_rows = false;
         }
+        if let Some(g) = c.quarantine {
+            self.quarantined = true;
+            self.seen_genesis = Some(g);
+        }
     }
+
+    /// `known` of a `trustlog.sync`: the hashes of the entries held, the
+    /// newest [`limits::TRUSTLOG_SYNC_KNOWN_MAX`], and whether it is cut.
+    pub fn known(&self) -> (Vec<Hash>, bool) {
+        let held = self.chain.as_ref().map_or(&[][..], |c| c.entries());
+        let skip = held.len().saturating_sub(limits::TRUSTLOG_SYNC_KNOWN_MAX);
+        (held[skip..].iter().map(Entry::hash).collect(), skip > 0)
+    }
+
+    /// The wire forms of the held entries among `want` (a gateway's
+    /// `want`, answered with `trustlog.push`).
+    pub fn wanted(&self, want: &[Hash]) -> Vec<Vec<u8>> {
+        let held = self.chain.as_ref().map_or(&[][..], |c| c.entries());
+        held.iter()
+            .filter(|e| want.contains(&e.hash()))
+            .map(|e| e.wire().to_vec())
+            .collect()
+    }
+}
+
+/// A trust sync on the worker: the gateway's entries that decode, with the
+/// log held, assembled into chains and decided (src/trustlog/enforce.rs,
+/// `after_sync`). Entries that do not decode are left out: the gateway does
+/// not verify what it relays, and one bad entry must not hide the others.
+fn sync(pin: Option<Hash>, held: Option<Chain>, wires: Vec<Vec<u8>>) -> Box<Change> {
+    let mut entries: Vec<Entry> = held
+        .as_ref()
+        .map_or_else(Vec::new, |c| c.entries().to_vec());
+    entries.extend(
+        wires
+            .iter()
+            .take(limits::TRUSTLOG_MAX_CHAIN)
+            .filter_map(|w| Entry::decode(w).ok()),
+    );
+    let found = crate::trustlog::fork::assemble(entries);
+    let change = match crate::trustlog::enforce::after_sync(pin, held.as_ref(), &found) {
+        crate::trustlog::enforce::Outcome::Adopt(chain) => Change {
+            log: Some(NewLog::Adopt(chain.clone())),
+            ..Change::default()
+        },
+        crate::trustlog::enforce::Outcome::Keep => Change::default(),
+        crate::trustlog::enforce::Outcome::Quarantine { seen_genesis } => Change {
+            quarantine: Some(seen_genesis),
+            ..Change::default()
+        },
+    };
+    Box::new(change)
 }
 
 /// `lock.init` on the worker: the secrets drawn, their commitments
@@ -603,6 +666,7 @@ fn init(
             pin: Some(Some(genesis)),
             local_disabled: Some(false),
             clear_quarantine: true,
+            quarantine: None,
         }),
         answer,
     ))
@@ -649,6 +713,54 @@ mod tests {
         };
         l.apply(*change);
         assert!(l.to_close(open).is_empty());
+    }
+
+    /// Runs a sync's work as the worker would and applies its change.
+    fn synced(l: &mut Lock, from: &Lock) -> Box<Change> {
+        let wires = from
+            .chain
+            .as_ref()
+            .unwrap()
+            .entries()
+            .iter()
+            .map(|e| e.wire().to_vec())
+            .collect();
+        let Plan::Work(work) = l.plan(Op::Sync(wires)) else {
+            panic!("a sync runs on the worker");
+        };
+        work().unwrap().0
+    }
+
+    #[test]
+    fn a_sync_adopts_the_pinned_log_quarantines_a_stranger_and_keeps_its_own() {
+        let a = node_with_device(&[1u8; 32]);
+        let genesis = a.chain.as_ref().unwrap().state().genesis_hash();
+        // Pinned to A's genesis, holding nothing: A's log is adopted, and
+        // with it A's device.
+        let mut pinned = Lock {
+            pin: Some(genesis),
+            ..Lock::default()
+        };
+        let change = synced(&mut pinned, &a);
+        assert!(matches!(change.log, Some(NewLog::Adopt(_))));
+        pinned.apply(*change);
+        assert_eq!(pinned.admit(Some(&[1u8; 32])), Ok(()));
+        // No pin and no log: a log on the gateway quarantines the node,
+        // naming its genesis.
+        let mut bare = Lock::default();
+        let change = synced(&mut bare, &a);
+        assert_eq!(change.quarantine, Some(genesis));
+        bare.apply(*change);
+        assert_eq!(bare.admit(None), Err(Refusal::Quarantined));
+        // Its own log back from the gateway changes nothing, and `known`
+        // names every entry it holds; `wanted` gives back their wire forms.
+        let mut same = node_with_device(&[1u8; 32]);
+        let change = synced(&mut same, &a);
+        assert!(change.log.is_none() && change.quarantine.is_none());
+        let (known, truncated) = same.known();
+        assert_eq!(known.len(), 2);
+        assert!(!truncated);
+        assert_eq!(same.wanted(&known[1..]).len(), 1);
     }
 
     #[test]

@@ -91,6 +91,9 @@ pub fn writes(lock: &Lock, c: &Change) -> Vec<Op> {
     if c.clear_quarantine {
         ops.push(unset(QUARANTINED));
     }
+    if let Some(g) = c.quarantine {
+        ops.push(set(QUARANTINED, g.0.to_vec()));
+    }
     ops
 }
 

@@ -100,7 +100,8 @@ impl e2ee::Admission for Admit<'_> {
     }
 }
 
-/// Answers the gateway's `node.identify` on link `id`.
+/// Answers the gateway's `node.identify` on link `id`; then the node is in
+/// the roster and syncs its trust log ("The node syncs on connect").
 fn identify(d: &mut Daemon, id: u64, rid: Value) {
     let v = super::identify(d);
     send(
@@ -108,6 +109,83 @@ fn identify(d: &mut Daemon, id: u64, rid: Value) {
         id,
         line(&json!({"jsonrpc": "2.0", "id": rid, "result": v})),
     );
+    sync_trust(d);
+}
+
+/// The id of the node's own `trustlog.sync` requests; their answers are
+/// told apart from other lines by it.
+const SYNC_ID: &str = "trustlog.sync";
+
+/// Asks the gateway for the trust-log entries this node lacks (seed 004,
+/// Distribution): on connect, when the gateway says the log changed, and
+/// after each change of the log here (the answer's `want` is how this
+/// node's new entries reach the gateway, by `trustlog.push`).
+pub fn sync_trust(d: &mut Daemon) {
+    if !d.lock.loaded() {
+        return;
+    }
+    let Some(id) = d
+        .uplink
+        .as_ref()
+        .and_then(|u| u.link.as_ref())
+        .map(|l| l.id)
+    else {
+        return;
+    };
+    let (known, truncated) = d.lock.lock.known();
+    let mut params = json!({
+        "known": known.iter().map(|h| e2ee::base64::encode(&h.0)).collect::<Vec<_>>(),
+    });
+    if truncated {
+        params["truncated"] = json!(true);
+    }
+    let v = json!({"jsonrpc": "2.0", "id": SYNC_ID, "method": "trustlog.sync", "params": params});
+    send(d, id, line(&v));
+}
+
+/// The gateway's answer to `trustlog.sync`: its entries go to locked mode,
+/// which decides by fork choice on the lock worker; the entries it wants
+/// go back by `trustlog.push` once the decision is committed.
+fn synced(d: &mut Daemon, id: u64, result: &Value) {
+    let strings = |k: &str| -> Vec<Vec<u8>> {
+        result
+            .get(k)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .take(limits::TRUSTLOG_MAX_CHAIN)
+                    .filter_map(|v| v.as_str().and_then(e2ee::base64::decode))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let entries = strings("entries");
+    let want: Vec<crate::trustlog::Hash> = strings("want")
+        .iter()
+        .filter_map(|h| crate::trustlog::Hash::from_slice(h))
+        .collect();
+    let push = move |d: &mut Daemon| {
+        let wanted = d.lock.lock.wanted(&want);
+        if !wanted.is_empty() && link_mut(d, id).is_some() {
+            let entries: Vec<String> = wanted.iter().map(|w| e2ee::base64::encode(w)).collect();
+            let v = json!({"jsonrpc": "2.0", "id": "trustlog.push", "method": "trustlog.push",
+                "params": {"entries": entries}});
+            send(d, id, line(&v));
+        }
+    };
+    if entries.is_empty() {
+        push(d);
+        return;
+    }
+    let then: crate::daemon::router::lock::Then = Box::new(move |d, r| {
+        if let Err(e) = r {
+            crate::warn!("uplink: the trust log from the gateway was not taken: {e}");
+        }
+        push(d);
+    });
+    if let Err(e) = crate::daemon::router::lock::submit(d, crate::lock::Op::Sync(entries), then) {
+        crate::warn!("uplink: a trust sync was not taken: {}", e.message);
+    }
 }
 
 /// Locked mode is read at start: the node answers the `node.identify` it
@@ -215,6 +293,12 @@ pub fn on_line(d: &mut Daemon, id: u64, bytes: &[u8]) {
             );
             let v = json!({"jsonrpc": "2.0", "id": rid, "error": error_value(&e)});
             send(d, id, line(&v));
+        }
+        (Some("trustlog.changed"), None) => sync_trust(d),
+        (None, Some(rid)) if rid == SYNC_ID => {
+            if let Some(result) = f.get("result") {
+                synced(d, id, result);
+            }
         }
         (Some("relay.closed"), None) => {
             let chan = f

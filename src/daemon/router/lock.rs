@@ -172,10 +172,19 @@ fn worked(d: &mut Daemon, r: Result<(Box<Change>, Answer), Error>) {
 /// Writes the change; once committed, makes it true and answers.
 fn commit(d: &mut Daemon, change: Box<Change>, answer: Answer, then: Then) {
     let ops = store::writes(&d.lock.lock, &change);
+    if ops.is_empty() {
+        // Nothing to keep (a sync that kept the log held): nothing changes.
+        done(d, then, Ok(answer));
+        return;
+    }
     d.write(ops, move |d, r| match r {
         Ok(_) => {
+            let log_changed = change.log.is_some();
             d.lock.lock.apply(*change);
             crate::uplink::channels::enforce(d);
+            if log_changed {
+                crate::uplink::channels::sync_trust(d);
+            }
             done(d, then, Ok(answer));
         }
         Err(e) => done(d, then, Err(Error::Ledger(e))),
