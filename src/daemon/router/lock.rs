@@ -179,10 +179,14 @@ fn commit(d: &mut Daemon, change: Box<Change>, answer: Answer, then: Then) {
     }
     d.write(ops, move |d, r| match r {
         Ok(_) => {
-            let log_changed = change.log.is_some();
+            // Any change may bring entries to push or a new root to sync
+            // against; a quarantine waits for the operator instead (a sync
+            // would only find the same stranger again). A sync that adopted
+            // syncs once more and then finds nothing new.
+            let resync = change.quarantine.is_none();
             d.lock.lock.apply(*change);
             crate::uplink::channels::enforce(d);
-            if log_changed {
+            if resync {
                 crate::uplink::channels::sync_trust(d);
             }
             done(d, then, Ok(answer));
