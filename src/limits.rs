@@ -1092,3 +1092,32 @@ pub const TERMINALS_MAX: usize = 16;
 pub const TERMINAL_INPUT_QUEUE: usize = 64;
 /// The largest `data` of one terminal.input, decoded.
 pub const TERMINAL_INPUT_MAX_BYTES: usize = 64 * 1024;
+
+// ---- transcripts of discovered Claude Code sessions (issue 15; seed 004, Transcripts) ----
+
+/// "The node reads the transcript every second" (seed 004, Transcripts),
+/// while someone subscribes to it; no timer runs otherwise.
+pub const TRANSCRIPT_POLL_MS: u64 = 1_000;
+/// Bytes of a transcript file read by one job: a larger file is read on
+/// by the next poll (or the next request), so no job holds a worker for
+/// long however big the file.
+pub const TRANSCRIPT_READ_PER_JOB: usize = 16 * 1024 * 1024;
+/// One record (line) of a transcript file; a longer one is skipped whole
+/// rather than buffered: the largest Claude Code writes are tool results
+/// it has already cut far below this.
+pub const TRANSCRIPT_LINE_MAX: usize = 4 * 1024 * 1024;
+/// Entries kept of one transcript file; past it new entries are not kept
+/// (a file that large is far beyond any one client's list).
+pub const TRANSCRIPT_FILE_ENTRIES_MAX: usize = 50_000;
+/// A tool call's input and result kept for `sessions.toolDetail`; longer
+/// ones are cut at a character boundary.
+pub const TRANSCRIPT_TOOL_DETAIL_MAX: usize = 64 * 1024;
+/// Parsed transcript files kept without a subscriber, so a second view
+/// reads only what was appended; a file with subscribers is always kept.
+pub const TRANSCRIPT_FILES_IDLE_MAX: usize = 8;
+/// Transcript files followed at once (with subscribers or waiting
+/// requests); past it a new one is refused with `unavailable`.
+pub const TRANSCRIPT_FILES_MAX: usize = 64;
+/// Prompts kept of one session's queue, and tasks of its task list.
+pub const TRANSCRIPT_QUEUE_MAX: usize = 256;
+pub const TRANSCRIPT_TASKS_MAX: usize = 1024;

@@ -759,3 +759,189 @@ fn a_persistent_shell_survives_close_and_a_daemon_restart_until_killed() {
     drop(d);
     drop(servers);
 }
+
+/// Claude Code's project directory of `proj` under `home`.
+fn project_dir(home: &std::path::Path, proj: &std::path::Path) -> PathBuf {
+    home.join(".claude/projects").join(
+        proj.display()
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>(),
+    )
+}
+
+fn append(path: &std::path::Path, records: &[Value]) {
+    use std::io::Write;
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    // One write: the daemon never sees half of it.
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn a_claude_code_transcript_file_is_viewed_followed_and_switched() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-transcript");
+    let project = project_dir(&r.home, &r.proj);
+    let file = project.join("0b6f0d8e-1111-4222-8333-944455556666.jsonl");
+    std::fs::copy(fixture("tmux/transcript.jsonl"), &file).unwrap();
+    let id = "default:%0";
+    r.refresh_until("the fake agent", |l| find(l, id).is_some());
+
+    let v =
+        r.c.call("sessions.transcriptView", json!({"session_id": id}));
+    let entries = v["entries"].as_array().expect("entries").clone();
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["user", "thinking", "tool", "tool", "text", "turn_end"],
+        "{v}"
+    );
+    assert_eq!(entries[0]["text"], "list the files");
+    assert_eq!(entries[0]["id"], "11111111-0000-4000-8000-000000000001.0");
+    assert_eq!(entries[1]["signature"], true);
+    let tool = &entries[2];
+    assert_eq!(tool["toolName"], "Bash");
+    assert_eq!(tool["toolId"], "toolu_01");
+    assert_eq!(tool["resultIsError"], false);
+    assert!(
+        tool["inputPreview"].as_str().unwrap().contains("ls"),
+        "{tool}"
+    );
+    assert!(tool.get("toolInput").is_none() && tool.get("result").is_none());
+    let end = &entries[5];
+    assert_eq!(end["stopReason"], "end_turn");
+    assert_eq!(end["interrupted"], false);
+    assert_eq!(end["modelName"], "claude-sonnet-4-5");
+    assert_eq!(end["toolCount"], 2);
+    assert_eq!(end["thinking"], 1);
+    assert_eq!(end["durationMs"], 4000);
+    // Output summed over the turn's API calls (msg_01 counted once), the
+    // rest from its last call.
+    assert_eq!(
+        end["usage"],
+        json!({"input": 60, "output": 59, "cacheRead": 100, "cacheCreation": 0})
+    );
+
+    let detail = r.c.call(
+        "sessions.toolDetail",
+        json!({"session_id": id, "tool_id": "toolu_01"}),
+    );
+    assert_eq!(
+        detail,
+        json!({"toolInput": r#"{"command":"ls","description":"List files"}"#,
+               "result": "README.md\nsrc", "resultIsError": false})
+    );
+    let e = r.c.request(
+        "sessions.toolDetail",
+        json!({"session_id": id, "tool_id": "toolu_99"}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "not-found", "{e}");
+    let tasks = r.c.call("sessions.tasks", json!({"session_id": id}));
+    assert_eq!(
+        tasks,
+        json!({"tasks": [{"id": "1", "subject": "Read the README", "status": "pending",
+                          "description": "Look at README.md", "active_form": "Reading the README"}]})
+    );
+
+    // The turn rule: a client holding all six entries (the last ends a
+    // turn) starts at that one; one holding three at the turn's start.
+    let mut w = r.d.connect();
+    let first = w.call(
+        "transcript.subscribe",
+        json!({"sub_id": "s2", "session_id": id, "have_entries": 3}),
+    );
+    assert_eq!(first["from_index"], 0, "{first}");
+    assert_eq!(
+        w.call("transcript.unsubscribe", json!({"sub_id": "s2"})),
+        Value::Null
+    );
+    let first = w.call(
+        "transcript.subscribe",
+        json!({"sub_id": "s1", "session_id": id, "have_entries": 6}),
+    );
+    assert_eq!(first["sub_id"], "s1");
+    assert_eq!(first["from_index"], 5, "{first}");
+    assert_eq!(first["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(first["queue"], json!([]));
+
+    // A prompt queued: a delta of the queue alone.
+    append(
+        &file,
+        &[
+            json!({"type":"queue-operation","operation":"enqueue","timestamp":"2026-03-01T10:01:00.000Z","content":"now run the tests","sessionId":"0b6f0d8e-1111-4222-8333-944455556666"}),
+        ],
+    );
+    let d = w.next_note("transcript.delta");
+    assert_eq!(
+        d["params"],
+        json!({"sub_id": "s1", "from_index": 6, "entries": [],
+               "queue": [{"text": "now run the tests"}]})
+    );
+    // It leaves the queue as it becomes the next prompt, which creates a
+    // task: entries from 6, then tasks.changed.
+    append(
+        &file,
+        &[
+            json!({"type":"queue-operation","operation":"dequeue","timestamp":"2026-03-01T10:01:01.000Z"}),
+            json!({"type":"user","uuid":"u-2","timestamp":"2026-03-01T10:01:01.100Z","message":{"role":"user","content":"now run the tests"}}),
+            json!({"type":"assistant","uuid":"a-2","timestamp":"2026-03-01T10:01:02.000Z","message":{"id":"msg_04","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_03","name":"TaskCreate","input":{"subject":"Run the tests"}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":5}}}),
+        ],
+    );
+    let d = w.next_note("transcript.delta");
+    assert_eq!(d["params"]["from_index"], 6, "{d}");
+    assert_eq!(d["params"]["queue"], json!([]), "{d}");
+    let kinds: Vec<&str> = d["params"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["user", "tool"], "{d}");
+    let t = w.next_note("tasks.changed");
+    assert_eq!(t["params"], json!({"sub_id": "s1", "session_id": id}));
+    let tasks = r.c.call("sessions.tasks", json!({"session_id": id}));
+    assert_eq!(tasks["tasks"].as_array().unwrap().len(), 2, "{tasks}");
+
+    // /clear: Claude Code goes on in a new file, which is followed from
+    // its start.
+    std::fs::write(
+        project.join("ffffffff-2222-4333-8444-955566667777.jsonl"),
+        concat!(
+            r#"{"type":"user","uuid":"n-1","timestamp":"2026-03-01T10:02:00.000Z","message":{"role":"user","content":"fresh start"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let d = w.next_note("transcript.delta");
+    assert_eq!(d["params"]["from_index"], 0, "{d}");
+    assert_eq!(d["params"]["entries"][0]["text"], "fresh start", "{d}");
+    assert_eq!(d["params"]["entries"].as_array().unwrap().len(), 1, "{d}");
+
+    // The seed's errors.
+    let e = w.request(
+        "transcript.subscribe",
+        json!({"sub_id": "", "session_id": id, "have_entries": 0}),
+    );
+    assert_eq!(e["error"]["message"], "sub_id required", "{e}");
+    let e = w.request(
+        "transcript.subscribe",
+        json!({"sub_id": "x", "session_id": id, "agent_id": "a7", "have_entries": 0}),
+    );
+    assert_eq!(e["error"]["message"], "unknown subagent: a7", "{e}");
+    let e = w.request(
+        "sessions.transcriptView",
+        json!({"session_id": "default:%55"}),
+    );
+    assert_eq!(e["error"]["message"], "unknown session: default:%55", "{e}");
+}

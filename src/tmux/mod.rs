@@ -35,6 +35,7 @@ pub mod driver;
 pub mod host;
 pub mod persistent;
 pub mod terminal;
+pub mod transcript;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -125,6 +126,14 @@ pub enum Job {
         pane: String,
         op: Op,
     },
+    /// Read on the transcript of session `sid` (src/tmux/transcript.rs):
+    /// `file` as far as it was read, or the file at `path` from its start.
+    Transcript {
+        sid: String,
+        cwd: String,
+        path: PathBuf,
+        file: Option<Box<transcript::File>>,
+    },
 }
 
 /// What a worker reports for a [`Job`].
@@ -137,6 +146,10 @@ pub enum Report {
     Done {
         ticket: u64,
         result: Result<Done, TmuxError>,
+    },
+    Transcript {
+        sid: String,
+        read: transcript::Followed,
     },
 }
 
@@ -460,6 +473,9 @@ impl<R> Tmux<R> {
                 Some((r, ..)) => vec![Effect::Reply(r, Err(Error::Overloaded))],
                 None => Vec::new(),
             },
+            // The daemon's transcript routes submit these and handle
+            // their refusal themselves.
+            Job::Transcript { .. } => Vec::new(),
         }
     }
 
@@ -467,6 +483,7 @@ impl<R> Tmux<R> {
     pub fn on_report(&mut self, report: Report, now_ms: i64) -> Vec<Effect<R>> {
         match report {
             Report::Scanned { found, failed } => self.scanned(found, failed, now_ms),
+            Report::Transcript { .. } => Vec::new(),
             Report::Done { ticket, result } => {
                 let Some((reply, id, op)) = self.calls.remove(&ticket) else {
                     return Vec::new();

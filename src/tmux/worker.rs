@@ -104,6 +104,15 @@ pub fn run(ctx: &Ctx, job: Job) -> Report {
             ticket,
             result: pane_op(&server, &pane, op),
         },
+        Job::Transcript {
+            sid,
+            cwd,
+            path,
+            file,
+        } => Report::Transcript {
+            sid,
+            read: super::transcript::follow(&ctx.home, &cwd, path, file),
+        },
     }
 }
 

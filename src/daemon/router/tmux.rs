@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::Token;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
@@ -43,6 +43,7 @@ pub struct Routes {
     home: PathBuf,
     inbox: crate::reactor::Inbox,
     terms: Terms,
+    files: Files,
 }
 
 /// The live terminals (seed 004, Terminals), by connection and term_id.
@@ -98,6 +99,7 @@ impl Routes {
             home,
             inbox,
             terms: Terms::default(),
+            files: Files::default(),
         }
     }
 }
@@ -165,6 +167,9 @@ pub fn watched(d: &mut Daemon, conn: Token) {
 
 /// A worker's report.
 fn report(d: &mut Daemon, r: Report) {
+    if let Report::Transcript { sid, read } = r {
+        return transcript_read(d, sid, read);
+    }
     let fx = d.tmux.state.on_report(r, crate::clock::now_ms());
     apply(d, fx);
 }
@@ -376,6 +381,7 @@ pub fn conn_closed(d: &mut Daemon, conn: Token) {
     for k in keys {
         close_term(d, &k);
     }
+    d.tmux.files.subs.retain(|k, _| k.0 != conn);
 }
 
 fn terminal_event(d: &mut Daemon, ev: Event) {
@@ -540,4 +546,303 @@ fn close_term(d: &mut Daemon, key: &(Token, String)) -> Option<Term> {
         terminals_changed(d);
     }
     Some(t)
+}
+
+// ---- transcripts of discovered Claude Code sessions (src/tmux/transcript.rs) ----
+//
+// Each session whose transcript someone reads has a slot: its parsed file
+// (absent while a worker reads on it), the requests waiting for that read,
+// and where the session works (to follow it to a new file). All the
+// subscriptions of one slot have been told the same state, so one read's
+// changes make the same delta for each. While any subscription exists the
+// daemon reads each subscribed file every `TRANSCRIPT_POLL_MS`; with none,
+// the timer is not re-armed. A slot with neither subscribers nor waiting
+// requests keeps its parse (so a second view reads only what was
+// appended), at most `TRANSCRIPT_FILES_IDLE_MAX` of them.
+
+/// What a request on a session's transcript wants once it is read.
+pub enum Want {
+    View,
+    Tool(String),
+    Tasks,
+    Subscribe {
+        conn: Token,
+        sub_id: String,
+        have: usize,
+    },
+}
+
+#[derive(Default)]
+struct Files {
+    slots: HashMap<String, Slot>,
+    /// (connection, sub_id) -> session id.
+    subs: HashMap<(Token, String), String>,
+    armed: bool,
+}
+
+struct Slot {
+    cwd: String,
+    path: PathBuf,
+    file: Option<Box<crate::tmux::transcript::File>>,
+    reading: bool,
+    waiting: Vec<(Req, Want)>,
+}
+
+/// A request on the transcript of tmux session `sid`: answered after a
+/// read of what was appended to its file.
+pub fn transcript_request(d: &mut Daemon, req: Req, sid: String, want: Want) {
+    let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == sid) else {
+        return d.answer(
+            req,
+            Err(RpcError::new(
+                Code::SessionNotFound,
+                format!("unknown session: {sid}"),
+            )),
+        );
+    };
+    let Some(path) = s.found.transcript_path.clone() else {
+        return d.answer(
+            req,
+            Err(RpcError::new(
+                Code::NotFound,
+                format!("session has no transcript: {sid}"),
+            )),
+        );
+    };
+    let cwd = s.found.cwd.clone();
+    let files = &mut d.tmux.files;
+    if !files.slots.contains_key(&sid) {
+        let busy = files
+            .slots
+            .values()
+            .filter(|x| x.reading || !x.waiting.is_empty())
+            .count();
+        if busy >= limits::TRANSCRIPT_FILES_MAX {
+            return d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::Unavailable,
+                    "too many transcripts are being read; try again",
+                )),
+            );
+        }
+        files.slots.insert(
+            sid.clone(),
+            Slot {
+                cwd,
+                path: PathBuf::from(path),
+                file: None,
+                reading: false,
+                waiting: Vec::new(),
+            },
+        );
+    }
+    if let Some(slot) = d.tmux.files.slots.get_mut(&sid) {
+        if slot.waiting.len() >= limits::TMUX_WAITERS_MAX {
+            return d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::Unavailable,
+                    "too many requests wait for this transcript; try again",
+                )),
+            );
+        }
+        slot.waiting.push((req, want));
+    }
+    read_transcript(d, &sid);
+}
+
+/// Hands slot `sid`'s file to a worker unless one reads it already.
+fn read_transcript(d: &mut Daemon, sid: &str) {
+    let Some(slot) = d.tmux.files.slots.get_mut(sid) else {
+        return;
+    };
+    if slot.reading {
+        return;
+    }
+    slot.reading = true;
+    let job = crate::tmux::Job::Transcript {
+        sid: sid.to_string(),
+        cwd: slot.cwd.clone(),
+        path: slot.path.clone(),
+        file: slot.file.take(),
+    };
+    if let Err(job) = d.tmux.pool.submit(job) {
+        // Refused: the parse comes back, the waiting requests fail.
+        let crate::tmux::Job::Transcript { file, .. } = *job else {
+            return;
+        };
+        let Some(slot) = d.tmux.files.slots.get_mut(sid) else {
+            return;
+        };
+        slot.reading = false;
+        slot.file = file;
+        let waiting = std::mem::take(&mut slot.waiting);
+        for (r, _) in waiting {
+            d.answer(
+                r,
+                Err(RpcError::new(
+                    Code::Unavailable,
+                    "too many tmux calls are waiting; try again",
+                )),
+            );
+        }
+    }
+}
+
+/// A worker read on slot `sid`: deltas to its subscribers, then the
+/// waiting requests answered.
+fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::Followed) {
+    let Some(slot) = d.tmux.files.slots.get_mut(&sid) else {
+        return;
+    };
+    slot.reading = false;
+    let mut file = read.file;
+    slot.path = file.path.clone();
+    let waiting = std::mem::take(&mut slot.waiting);
+    if let Some(e) = &read.error {
+        crate::debug!("transcript of {sid}: {e}");
+    }
+    let subs: Vec<(Token, String)> = d
+        .tmux
+        .files
+        .subs
+        .iter()
+        .filter(|(_, s)| **s == sid)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let from = if read.switched {
+        Some(0)
+    } else {
+        file.changed_from
+    };
+    if from.is_some() || file.queue_changed || read.switched {
+        let from = from.unwrap_or(file.entries.len());
+        let entries = file.wire_from(from);
+        for (conn, sub_id) in &subs {
+            let mut p = json!({"sub_id": sub_id, "from_index": from, "entries": entries});
+            if file.queue_changed || read.switched {
+                p["queue"] = file.queue_wire();
+            }
+            let line = note("transcript.delta", p);
+            d.send(*conn, &line);
+        }
+    }
+    if file.settle() {
+        for (conn, sub_id) in &subs {
+            let line = note(
+                "tasks.changed",
+                json!({"sub_id": sub_id, "session_id": sid}),
+            );
+            d.send(*conn, &line);
+        }
+    }
+    for (req, want) in waiting {
+        let out = match want {
+            Want::View => {
+                let start = file
+                    .entries
+                    .len()
+                    .saturating_sub(limits::TRANSCRIPT_PAGE_MAX);
+                Ok(json!({"entries": file.wire_from(start)}))
+            }
+            Want::Tool(tool_id) => file.tool_detail(&tool_id).ok_or_else(|| {
+                RpcError::new(
+                    Code::NotFound,
+                    format!("session {sid} has no tool call {tool_id}"),
+                )
+            }),
+            Want::Tasks => Ok(json!({
+                "tasks": file.tasks.iter().map(|t| t.wire()).collect::<Vec<_>>(),
+            })),
+            Want::Subscribe { conn, sub_id, have } => {
+                let start = file.subscribe_start(have).max(
+                    file.entries
+                        .len()
+                        .saturating_sub(limits::TRANSCRIPT_PAGE_MAX),
+                );
+                let per_conn = d.tmux.files.subs.keys().filter(|k| k.0 == conn).count();
+                let key = (conn, sub_id.clone());
+                if !d.tmux.files.subs.contains_key(&key)
+                    && per_conn >= limits::TRANSCRIPT_SUBS_PER_CONN
+                {
+                    Err(RpcError::new(
+                        Code::Unavailable,
+                        format!(
+                            "at most {} transcript subscriptions per connection",
+                            limits::TRANSCRIPT_SUBS_PER_CONN
+                        ),
+                    ))
+                } else if !d.socket.conns.contains_key(&conn) {
+                    Ok(Value::Null)
+                } else {
+                    d.tmux.files.subs.insert(key, sid.clone());
+                    Ok(json!({
+                        "sub_id": sub_id,
+                        "from_index": start,
+                        "entries": file.wire_from(start),
+                        "queue": file.queue_wire(),
+                    }))
+                }
+            }
+        };
+        d.answer(req, out);
+    }
+    if let Some(slot) = d.tmux.files.slots.get_mut(&sid) {
+        slot.file = Some(file);
+    }
+    forget_idle(d);
+    arm_transcripts(d);
+}
+
+/// Drops the parses no one subscribes to past `TRANSCRIPT_FILES_IDLE_MAX`.
+fn forget_idle(d: &mut Daemon) {
+    let files = &mut d.tmux.files;
+    let idle: Vec<String> = files
+        .slots
+        .iter()
+        .filter(|(sid, s)| {
+            !s.reading && s.waiting.is_empty() && !files.subs.values().any(|x| x == *sid)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for sid in idle
+        .iter()
+        .skip(limits::TRANSCRIPT_FILES_IDLE_MAX.min(idle.len()))
+    {
+        files.slots.remove(sid);
+    }
+}
+
+/// Starts the read timer while someone subscribes.
+fn arm_transcripts(d: &mut Daemon) {
+    if d.tmux.files.armed || d.tmux.files.subs.is_empty() {
+        return;
+    }
+    d.tmux.files.armed = true;
+    d.reactor.schedule(
+        Duration::from_millis(limits::TRANSCRIPT_POLL_MS),
+        transcripts_tick,
+    );
+}
+
+fn transcripts_tick(d: &mut Daemon) {
+    d.tmux.files.armed = false;
+    let mut sids: Vec<String> = d.tmux.files.subs.values().cloned().collect();
+    sids.sort();
+    sids.dedup();
+    for sid in sids {
+        read_transcript(d, &sid);
+    }
+    arm_transcripts(d);
+}
+
+/// transcript.unsubscribe of a transcript file subscription; false when
+/// `conn` has none named `sub_id`.
+pub fn transcript_unsubscribe(d: &mut Daemon, conn: Token, sub_id: &str) -> bool {
+    d.tmux
+        .files
+        .subs
+        .remove(&(conn, sub_id.to_string()))
+        .is_some()
 }

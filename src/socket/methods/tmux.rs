@@ -51,6 +51,13 @@ pub fn serves(d: &Daemon, method: &str, p: &Map<String, Value>) -> bool {
             .is_some_and(|id| d.tmux.state.owns_id(id)),
         "sessions.spawn" => p.contains_key("agent") || p.contains_key("command"),
         "sessions.resume" => true,
+        // A Claude Code transcript file of a tmux session; the rest go on
+        // to src/socket/methods/sessions.rs from here (module comment).
+        "sessions.transcriptView"
+        | "sessions.toolDetail"
+        | "sessions.tasks"
+        | "transcript.subscribe"
+        | "transcript.unsubscribe" => true,
         _ => false,
     }
 }
@@ -86,6 +93,13 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         }),
         "sessions.spawn" => spawn(d, &req, p),
         "sessions.resume" => resume(d, &req, p),
+        "sessions.transcriptView"
+        | "sessions.toolDetail"
+        | "sessions.tasks"
+        | "transcript.subscribe"
+        | "transcript.unsubscribe" => {
+            return transcript(d, req, method, p);
+        }
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
@@ -97,6 +111,131 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NoParams {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolDetailParams {
+    session_id: String,
+    tool_id: String,
+    #[serde(default)]
+    agent_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscribeParams {
+    sub_id: String,
+    session_id: String,
+    #[serde(default)]
+    have_entries: usize,
+    #[serde(default)]
+    agent_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnsubscribeParams {
+    #[serde(rename = "sub_id")]
+    _sub_id: String,
+}
+
+/// The transcript methods: a tmux session's are read from its Claude Code
+/// transcript file (src/tmux/transcript.rs); every other session's go on
+/// to src/socket/methods/sessions.rs, which reads the ledger. A
+/// subscription replaces one of the other kind with the same `sub_id`.
+/// `sessions.tasks` of a session of the daemon's own is an empty list:
+/// the agents it drives report no task list it keeps.
+fn transcript(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let id = p
+        .get("session_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let ours = d.tmux.state.owns_id(&id);
+    let result = match method {
+        "transcript.unsubscribe" => {
+            let sub_id = p.get("sub_id").and_then(Value::as_str).map(str::to_string);
+            let removed = match (sub_id, req.conn()) {
+                (Some(s), Some(conn)) => route::transcript_unsubscribe(d, conn, &s),
+                _ => false,
+            };
+            if !removed {
+                return super::sessions::dispatch(d, req, method, p);
+            }
+            params::<UnsubscribeParams>(p).map(|_| Some(Value::Null))
+        }
+        "transcript.subscribe" => {
+            if let (Some(s), Some(conn)) = (p.get("sub_id").and_then(Value::as_str), req.conn()) {
+                route::transcript_unsubscribe(d, conn, s);
+                if ours {
+                    d.socket.watches.unsubscribe_transcript(conn, s);
+                }
+            }
+            if !ours {
+                return super::sessions::dispatch(d, req, method, p);
+            }
+            subscribe(d, &req, p)
+        }
+        "sessions.tasks" if !ours => params::<SessionRef>(p).and_then(|r| {
+            if d.core.sessions.get(&r.session_id).is_some()
+                && crate::core::sessions::may_read(&req.class, &r.session_id)
+            {
+                Ok(Some(json!({"tasks": []})))
+            } else {
+                Err(error(&Error::UnknownSession(r.session_id)))
+            }
+        }),
+        _ if !ours => return super::sessions::dispatch(d, req, method, p),
+        "sessions.transcriptView" => params::<SessionRef>(p).and_then(|r| {
+            require_operator(&req)?;
+            route::transcript_request(d, req.clone(), r.session_id, route::Want::View);
+            Ok(None)
+        }),
+        "sessions.tasks" => params::<SessionRef>(p).and_then(|r| {
+            require_operator(&req)?;
+            route::transcript_request(d, req.clone(), r.session_id, route::Want::Tasks);
+            Ok(None)
+        }),
+        _ => params::<ToolDetailParams>(p).and_then(|t| {
+            require_operator(&req)?;
+            if let Some(a) = t.agent_id {
+                return Err(RpcError::new(
+                    Code::NotFound,
+                    format!("unknown subagent: {a}"),
+                ));
+            }
+            route::transcript_request(d, req.clone(), t.session_id, route::Want::Tool(t.tool_id));
+            Ok(None)
+        }),
+    };
+    super::finish(d, req, result);
+}
+
+fn subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let s: SubscribeParams = params(p)?;
+    if s.sub_id.is_empty() {
+        return Err(RpcError::invalid_params("sub_id required"));
+    }
+    require_operator(req)?;
+    if let Some(a) = s.agent_id {
+        return Err(RpcError::new(
+            Code::NotFound,
+            format!("unknown subagent: {a}"),
+        ));
+    }
+    let conn = super::connection(req)?;
+    route::transcript_request(
+        d,
+        req.clone(),
+        s.session_id,
+        route::Want::Subscribe {
+            conn,
+            sub_id: s.sub_id,
+            have: s.have_entries,
+        },
+    );
+    Ok(None)
+}
 
 fn no_params(p: Map<String, Value>) -> Result<(), RpcError> {
     params::<NoParams>(p).map(|NoParams {}| ())
