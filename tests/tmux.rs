@@ -945,3 +945,53 @@ fn a_claude_code_transcript_file_is_viewed_followed_and_switched() {
     );
     assert_eq!(e["error"]["message"], "unknown session: default:%55", "{e}");
 }
+
+#[test]
+fn attach_shows_the_pane_in_a_real_terminal_and_restores_it_on_detach() {
+    if !have_tmux() || util::need::have(util::need::program("python3"), "python3").is_none() {
+        return;
+    }
+    let mut r = rig("tmux-attach");
+    let id = "default:%0";
+    r.refresh_until("the fake agent", |l| find(l, id).is_some());
+    let socket = r.d.socket.display().to_string();
+    // `sessions` lists the tmux session, and `sessions input` submits.
+    let (code, out, err) = util::run_cli(&["--socket", &socket, "sessions"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(id))
+        .unwrap_or_else(|| panic!("no {id} in {out}"));
+    assert!(
+        line.contains("claude") && line.contains("tmux work:0"),
+        "{line}"
+    );
+    let (code, _, err) =
+        util::run_cli(&["--socket", &socket, "sessions", "input", id, "from the cli"]);
+    assert_eq!(code, 0, "{err}");
+    r.screen_until(id, "got: from the cli");
+    // No terminal: refused before anything is opened.
+    let (code, _, err) = util::run_cli(&["--socket", &socket, "attach", id]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs a terminal"), "{err}");
+    // Through a real pseudo-terminal (the script says what it checks).
+    let out = Command::new("python3")
+        .arg(fixture("tmux/pty_attach.py"))
+        .args([util::bin(), &socket, id, "%0", "got: from the cli"])
+        .env("TMUX_TMPDIR", &r.servers.tmpdir)
+        .env_remove("TMUX")
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Detached, the pane runs on.
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": id, "text": "still here", "submit": true}),
+    );
+    r.screen_until(id, "got: still here");
+}
