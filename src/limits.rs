@@ -1121,3 +1121,10 @@ pub const TRANSCRIPT_FILES_MAX: usize = 64;
 /// Prompts kept of one session's queue, and tasks of its task list.
 pub const TRANSCRIPT_QUEUE_MAX: usize = 256;
 pub const TRANSCRIPT_TASKS_MAX: usize = 1024;
+/// The wakelock's probe (`systemd-inhibit ... true` at start) is given this
+/// long before it counts as failed: logind answers in milliseconds, a bus
+/// that hangs must not leave the probe thread waiting for ever.
+pub const WAKELOCK_PROBE_MS: u64 = 5_000;
+/// A wakelock's until is checked at least this often, so that a far date
+/// costs one wake-up an hour (and 9999-12-31T23:59:59Z none).
+pub const WAKELOCK_RECHECK_MS: u64 = 3_600_000;

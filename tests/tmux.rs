@@ -529,15 +529,20 @@ fn host_methods_answer_and_the_capabilities_say_what_the_node_serves() {
     assert_eq!(v["paths"], json!(["~/.cache/"]));
     let v = c.call("host.completeDir", json!({"path": "relative"}));
     assert_eq!(v["paths"], json!([]));
-    let e = c.request("host.setWakelock", json!({"until": "9999-12-31T23:59:59Z"}));
-    assert_eq!(e["error"]["code"], -32600, "{e}");
-    assert_eq!(e["error"]["message"], "wakelock not supported on this node");
+    // Whether this machine's systemd-inhibit can take a lock is the
+    // probe's to say; the capability and the method agree with it.
+    let served = !d.wait_log("wakelock").contains("no wakelock");
     let caps = &c.call("server.info", json!({}))["nodes"][0]["capabilities"];
     assert_eq!(
         caps,
         &json!({"spawn_session": util::need::program("tmux").is_ok(),
-                "terminal": util::need::program("tmux").is_ok(), "host_wakelock": false})
+                "terminal": util::need::program("tmux").is_ok(), "host_wakelock": served})
     );
+    if !served {
+        let e = c.request("host.setWakelock", json!({"until": "9999-12-31T23:59:59Z"}));
+        assert_eq!(e["error"]["code"], -32600, "{e}");
+        assert_eq!(e["error"]["message"], "wakelock not supported on this node");
+    }
 }
 
 /// The text of `terminal.output`s for `term_id` on `c` until it holds
@@ -994,4 +999,129 @@ fn attach_shows_the_pane_in_a_real_terminal_and_restores_it_on_detach() {
         json!({"session_id": id, "text": "still here", "submit": true}),
     );
     r.screen_until(id, "got: still here");
+}
+
+/// Whether process `pid` is gone (or a zombie no one has reaped yet).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+fn wait_gone(d: &Daemon, pid: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while !gone(pid) {
+        if Instant::now() > deadline {
+            d.fail(&format!("systemd-inhibit {pid} still runs"));
+        }
+        // Polling /proc: there is no event to wait for.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The pids systemd-inhibit ran as, in order (the fixture's log).
+fn inhibitors(home: &std::path::Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(home.join("inhibit.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let (pid, args) = l.split_once(' ').unwrap();
+            (pid.to_string(), args.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
+    let dir = TestDir::new("tmux-wake");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let opts = || Opts {
+        env: vec![
+            ("HOME".into(), home.display().to_string()),
+            // systemd-inhibit is the fixture: there is no logind here.
+            (
+                "PATH".into(),
+                format!(
+                    "{}:{}",
+                    fixture("wakelock"),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            ),
+        ],
+        ..Default::default()
+    };
+    let d = Daemon::start_with(&dir.path, opts());
+    d.wait_log("the wakelock is served");
+    let mut c = d.connect();
+    let caps = &c.call("server.info", json!({}))["nodes"][0]["capabilities"];
+    assert_eq!(caps["host_wakelock"], true, "{caps}");
+    // The seed's refusals.
+    for (until, message) in [
+        (
+            "2000-01-01T00:00:00Z",
+            "until is in the past: 2000-01-01T00:00:00Z",
+        ),
+        ("tomorrow", "invalid until: tomorrow"),
+    ] {
+        let e = c.request("host.setWakelock", json!({"until": until}));
+        assert_eq!(e["error"]["code"], -32600, "{e}");
+        assert_eq!(e["error"]["message"], message);
+    }
+    // On until turned off: a systemd-inhibit child held meanwhile.
+    let forever = "9999-12-31T23:59:59Z";
+    assert_eq!(
+        c.call("host.setWakelock", json!({"until": forever})),
+        json!({"until": forever})
+    );
+    assert_eq!(
+        c.call("host.info", json!({}))["wakelock"],
+        json!({"until": forever})
+    );
+    let held = inhibitors(&home);
+    assert_eq!(held.len(), 2, "the probe, then the lock: {held:?}");
+    assert!(
+        held[1].1.contains("--what=idle:sleep") && held[1].1.contains("--mode=block"),
+        "{held:?}"
+    );
+    let first = held[1].0.clone();
+    assert!(!gone(&first), "systemd-inhibit {first} is not running");
+    assert!(d.state.join("wakelock").exists());
+    // A restart takes it again; the old child went with the old daemon.
+    drop(c);
+    d.stop();
+    let d = Daemon::start_with(&dir.path, opts());
+    wait_gone(&d, &first);
+    d.wait_log("the wakelock is served");
+    let mut c = d.connect();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let w = c.call("host.info", json!({}))["wakelock"].clone();
+        if w == json!({"until": forever}) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the wakelock was not taken again: {w}"
+        );
+    }
+    let second = inhibitors(&home).last().unwrap().0.clone();
+    assert!(!gone(&second));
+    // Off: the child ends and nothing is kept.
+    assert_eq!(c.call("host.setWakelock", json!({})), json!({}));
+    assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
+    wait_gone(&d, &second);
+    assert!(!d.state.join("wakelock").exists());
+    // A near until ends by itself.
+    let soon = omniconfluxd::clock::format_ts(omniconfluxd::clock::now_ms() + 1_000);
+    assert_eq!(
+        c.call("host.setWakelock", json!({"until": soon})),
+        json!({"until": soon})
+    );
+    let third = inhibitors(&home).last().unwrap().0.clone();
+    wait_gone(&d, &third);
+    assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
 }

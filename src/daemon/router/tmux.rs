@@ -44,6 +44,16 @@ pub struct Routes {
     inbox: crate::reactor::Inbox,
     terms: Terms,
     files: Files,
+    wake: Wake,
+}
+
+/// The host's wakelock (src/tmux/wakelock.rs): whether the probe said
+/// systemd-inhibit works, the lock held, and the generation of its timer.
+#[derive(Default)]
+struct Wake {
+    supported: bool,
+    held: Option<crate::tmux::wakelock::Held>,
+    generation: u64,
 }
 
 /// The live terminals (seed 004, Terminals), by connection and term_id.
@@ -89,6 +99,21 @@ impl Routes {
                 socket: Socket::Name(n.to_string()),
             })
             .collect();
+        let probed = inbox.clone();
+        let started = std::thread::Builder::new()
+            .name("wakelock-probe".into())
+            .spawn(move || {
+                let ok = crate::tmux::wakelock::probe();
+                probed.send(Msg::Run(Box::new(move |d: &mut Daemon| {
+                    wakelock_probed(d, ok)
+                })));
+            });
+        if let Err(e) = started {
+            crate::warn!(
+                "unable to start the wakelock probe: {}; no wakelock is served",
+                crate::errors::io_cause(&e)
+            );
+        }
         let reports = inbox.clone();
         let pool = Pool::new(Ctx { home: home.clone() }, move |r: Report| {
             reports.send(Msg::Run(Box::new(move |d: &mut Daemon| report(d, r))));
@@ -100,6 +125,7 @@ impl Routes {
             inbox,
             terms: Terms::default(),
             files: Files::default(),
+            wake: Wake::default(),
         }
     }
 }
@@ -845,4 +871,116 @@ pub fn transcript_unsubscribe(d: &mut Daemon, conn: Token, sub_id: &str) -> bool
         .subs
         .remove(&(conn, sub_id.to_string()))
         .is_some()
+}
+
+// ---- the host's wakelock (src/tmux/wakelock.rs) ----
+
+/// The probe's answer: the lock is served from now on if systemd-inhibit
+/// works, and a lock kept from before a restart is taken again.
+fn wakelock_probed(d: &mut Daemon, probe: Result<(), String>) {
+    use crate::tmux::wakelock;
+    d.tmux.wake.supported = probe.is_ok();
+    if let Err(why) = probe {
+        crate::info!("no wakelock is served (host.setWakelock): {why}");
+        return;
+    }
+    crate::info!("the wakelock is served with systemd-inhibit (host.setWakelock)");
+    let Some(until) = wakelock::saved(&d.paths.state_dir) else {
+        return;
+    };
+    if let Err(e) = set_wakelock(d, Some(until.clone())) {
+        crate::warn!(
+            "the wakelock until {until} was not taken again: {}",
+            e.message
+        );
+        let _ = wakelock::save(&d.paths.state_dir, None);
+    }
+}
+
+/// `capabilities.host_wakelock`.
+pub fn wakelock_supported(d: &Daemon) -> bool {
+    d.tmux.wake.supported
+}
+
+/// HostWakelock: `{until}` while the lock is held, `{}` otherwise.
+pub fn wakelock_view(d: &Daemon) -> Value {
+    match &d.tmux.wake.held {
+        Some(h) => json!({"until": h.until}),
+        None => json!({}),
+    }
+}
+
+/// `host.setWakelock` (seed 004; src/tmux/wakelock.rs).
+pub fn set_wakelock(d: &mut Daemon, until: Option<String>) -> Result<Value, RpcError> {
+    use crate::tmux::wakelock;
+    if !d.tmux.wake.supported {
+        return Err(RpcError::new(
+            Code::InvalidRequest,
+            "wakelock not supported on this node",
+        ));
+    }
+    let internal = |m: String| RpcError::new(Code::InternalError, m);
+    let until = until.filter(|u| !u.is_empty());
+    d.tmux.wake.generation += 1;
+    let Some(until) = until else {
+        d.tmux.wake.held = None;
+        wakelock::save(&d.paths.state_dir, None).map_err(internal)?;
+        return Ok(json!({}));
+    };
+    let Some(until_ms) = wakelock::parse_until(&until) else {
+        return Err(RpcError::new(
+            Code::InvalidRequest,
+            format!("invalid until: {until}"),
+        ));
+    };
+    if until_ms <= crate::clock::now_ms() {
+        return Err(RpcError::new(
+            Code::InvalidRequest,
+            format!("until is in the past: {until}"),
+        ));
+    }
+    // One lock at a time: the old child goes before the new one starts.
+    d.tmux.wake.held = None;
+    let held = wakelock::take(&until, until_ms).map_err(internal)?;
+    if let Err(e) = wakelock::save(&d.paths.state_dir, Some(&until)) {
+        return Err(internal(e));
+    }
+    d.tmux.wake.held = Some(held);
+    arm_wakelock(d);
+    Ok(json!({"until": until}))
+}
+
+/// Turns the lock off when its until passes (module comment of
+/// src/tmux/wakelock.rs); a later set makes this timer stale.
+fn arm_wakelock(d: &mut Daemon) {
+    let Some(h) = &d.tmux.wake.held else {
+        return;
+    };
+    if h.until == crate::tmux::wakelock::FOREVER {
+        return;
+    }
+    let left = (h.until_ms - crate::clock::now_ms()).max(0) as u64;
+    let generation = d.tmux.wake.generation;
+    d.reactor.schedule(
+        Duration::from_millis(left.min(limits::WAKELOCK_RECHECK_MS)),
+        move |d: &mut Daemon| {
+            if d.tmux.wake.generation != generation {
+                return;
+            }
+            let due = d
+                .tmux
+                .wake
+                .held
+                .as_ref()
+                .is_some_and(|h| h.until_ms <= crate::clock::now_ms());
+            if due {
+                d.tmux.wake.held = None;
+                if let Err(e) = crate::tmux::wakelock::save(&d.paths.state_dir, None) {
+                    crate::warn!("{e}");
+                }
+            } else {
+                arm_wakelock(d);
+            }
+        },
+    );
 }

@@ -181,7 +181,7 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             "capabilities": {
                 "spawn_session": crate::isolation::which("tmux").is_some(),
                 "terminal": crate::isolation::which("tmux").is_some(),
-                "host_wakelock": false,
+                "host_wakelock": crate::daemon::router::tmux::wakelock_supported(d),
             },
         }],
         "pushPortConfigured": false,

@@ -539,6 +539,11 @@ pub fn reply(d: &mut Daemon, req: Req, result: Result<Answer, Error>) {
             let attached = route::attached_terminals(d).contains(&t.id);
             Ok(terminal(&t, &route::home(d), attached))
         }
+        Ok(Answer::Host(i)) => {
+            let mut v = answer(Answer::Host(i));
+            v["wakelock"] = route::wakelock_view(d);
+            Ok(v)
+        }
         Ok(Answer::Dirs(paths)) => Ok(json!({
             "home": route::home(d).display().to_string(),
             "paths": paths,
@@ -560,9 +565,8 @@ fn answer(a: Answer) -> Value {
             pane_id,
         } => json!({"session_id": session_id, "pane_id": pane_id}),
         Answer::Host(i) => {
-            // The daemon holds no wakelock (capabilities.host_wakelock is
-            // false): an empty HostWakelock, "off". os and battery are
-            // absent when unknown (seed 004).
+            // The wakelock is the daemon's, filled in by `reply`. os and
+            // battery are absent when unknown (seed 004).
             let mut v = json!({"uptime_seconds": i.uptime_seconds, "wakelock": {}});
             if let Some(os) = i.os {
                 v["os"] = json!(os);
