@@ -18,6 +18,16 @@
 //! | sessions.kill    | operator | null; the pane killed                           |
 //! | sessions.spawn   | operator | {session_id, pane_id}                           |
 //! | sessions.resume  | operator | {session_id, pane_id}: `claude --resume ID`     |
+//! | sessions.transcriptView, .toolDetail, .tasks, transcript.subscribe | operator | from the Claude Code transcript file (src/tmux/transcript.rs) |
+//!
+//! The transcript methods and `transcript.unsubscribe` come here for every
+//! session: a tmux session's are read from its transcript file; any
+//! other's go on to src/socket/methods/sessions.rs (the ledger), and
+//! `sessions.tasks` of a session of the daemon's own is `{tasks: []}`, since
+//! the agents it drives report no task list the daemon keeps. A
+//! subscription replaces one of either kind with the same `sub_id` on the
+//! connection; `transcript.unsubscribe` ends the tmux one if there is one,
+//! and otherwise goes on to the ledger's.
 //!
 //! †This is the one place where the two lists meet: `sessions.list` and
 //! `sessions.refresh` answer the daemon's own sessions (those its caller
