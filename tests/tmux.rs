@@ -1034,6 +1034,25 @@ fn inhibitors(home: &std::path::Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The fixture's log once it has `n` lines (a child logs as it starts).
+fn inhibitors_until(d: &Daemon, home: &std::path::Path, n: usize) -> Vec<(String, String)> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let l = inhibitors(home);
+        if l.len() >= n {
+            return l;
+        }
+        if Instant::now() > deadline {
+            d.fail(&format!(
+                "systemd-inhibit ran {} times, not {n}: {l:?}",
+                l.len()
+            ));
+        }
+        // Polling a file: there is no event to wait for.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
     let dir = TestDir::new("tmux-wake");
@@ -1081,7 +1100,7 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
         c.call("host.info", json!({}))["wakelock"],
         json!({"until": forever})
     );
-    let held = inhibitors(&home);
+    let held = inhibitors_until(&d, &home, 2);
     assert_eq!(held.len(), 2, "the probe, then the lock: {held:?}");
     assert!(
         held[1].1.contains("--what=idle:sleep") && held[1].1.contains("--mode=block"),
@@ -1108,7 +1127,8 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
             "the wakelock was not taken again: {w}"
         );
     }
-    let second = inhibitors(&home).last().unwrap().0.clone();
+    // The second daemon's probe, then its lock.
+    let second = inhibitors_until(&d, &home, 4)[3].0.clone();
     assert!(!gone(&second));
     // Off: the child ends and nothing is kept.
     assert_eq!(c.call("host.setWakelock", json!({})), json!({}));
@@ -1121,7 +1141,7 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
         c.call("host.setWakelock", json!({"until": soon})),
         json!({"until": soon})
     );
-    let third = inhibitors(&home).last().unwrap().0.clone();
+    let third = inhibitors_until(&d, &home, 5)[4].0.clone();
     wait_gone(&d, &third);
     assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
 }
