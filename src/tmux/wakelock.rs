@@ -20,6 +20,9 @@
 //!   turns it off; an invalid or past until is refused (-32600). A timer
 //!   turns it off when until passes (re-armed at most every hour, so a far
 //!   date costs one wake-up an hour, and the forever date none).
+//! - Neither child inherits NOTIFY_SOCKET: systemd's tools report their
+//!   own failure there (`ERRNO=`), which the service manager would take
+//!   for the daemon's.
 //! - **Restart.** The until in force is kept in `STATE_DIR/wakelock`
 //!   (written whole through a temporary file and a rename, removed when
 //!   the lock goes off); a daemon that starts finds it and, once the probe
@@ -95,6 +98,7 @@ pub fn probe() -> Result<(), String> {
     let mut cmd = Command::new(program);
     cmd.args(args("omniconfluxd probe"))
         .arg("true")
+        .env_remove("NOTIFY_SOCKET")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -146,6 +150,7 @@ pub fn take(until: &str, until_ms: i64) -> Result<Held, String> {
     let mut cmd = Command::new(program);
     cmd.args(args(&format!("host.setWakelock until {until}")))
         .arg("cat")
+        .env_remove("NOTIFY_SOCKET")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

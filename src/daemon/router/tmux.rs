@@ -17,6 +17,11 @@
 //! through the reactor inbox to [`terminal_event`] and go out as
 //! `terminal.output` and `terminal.exited` to the connection that opened
 //! it; a closed connection closes its terminals ([`conn_closed`]).
+//!
+//! Also here: the transcripts of tmux Claude Code sessions, read from their
+//! files on the tmux workers (the section below says how they are kept and
+//! polled), and the host's wakelock, whose systemd-inhibit child the
+//! reactor holds (src/tmux/wakelock.rs).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
