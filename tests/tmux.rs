@@ -933,17 +933,48 @@ fn a_claude_code_transcript_file_is_viewed_followed_and_switched() {
     assert_eq!(d["params"]["entries"][0]["text"], "fresh start", "{d}");
     assert_eq!(d["params"]["entries"].as_array().unwrap().len(), 1, "{d}");
 
+    // A subagent's own file: followed with agent_id, never with a queue.
+    let subagents = project.join("ffffffff-2222-4333-8444-955566667777/subagents");
+    std::fs::create_dir_all(&subagents).unwrap();
+    std::fs::write(
+        subagents.join("agent-a7.jsonl"),
+        concat!(
+            r#"{"type":"user","isSidechain":true,"uuid":"s-1","message":{"role":"user","content":"look around"}}"#,
+            "\n",
+            r#"{"type":"assistant","isSidechain":true,"uuid":"s-2","message":{"id":"m9","content":[{"type":"tool_use","id":"toolu_s1","name":"Read","input":{"file_path":"README.md"}}],"stop_reason":"tool_use"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let first = w.call(
+        "transcript.subscribe",
+        json!({"sub_id": "sub", "session_id": id, "agent_id": "a7", "have_entries": 0}),
+    );
+    assert_eq!(first["from_index"], 0, "{first}");
+    assert!(first.get("queue").is_none(), "{first}");
+    assert_eq!(first["entries"][1]["toolId"], "toolu_s1", "{first}");
+    let detail = w.call(
+        "sessions.toolDetail",
+        json!({"session_id": id, "agent_id": "a7", "tool_id": "toolu_s1"}),
+    );
+    assert_eq!(detail["toolInput"], r#"{"file_path":"README.md"}"#);
     // The seed's errors.
     let e = w.request(
         "transcript.subscribe",
         json!({"sub_id": "", "session_id": id, "have_entries": 0}),
     );
     assert_eq!(e["error"]["message"], "sub_id required", "{e}");
-    let e = w.request(
-        "transcript.subscribe",
-        json!({"sub_id": "x", "session_id": id, "agent_id": "a7", "have_entries": 0}),
-    );
-    assert_eq!(e["error"]["message"], "unknown subagent: a7", "{e}");
+    for agent in ["a8", "../x"] {
+        let e = w.request(
+            "transcript.subscribe",
+            json!({"sub_id": "x", "session_id": id, "agent_id": agent, "have_entries": 0}),
+        );
+        assert_eq!(
+            e["error"]["message"],
+            format!("unknown subagent: {agent}"),
+            "{e}"
+        );
+    }
     let e = w.request(
         "sessions.transcriptView",
         json!({"session_id": "default:%55"}),

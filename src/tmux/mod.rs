@@ -127,13 +127,15 @@ pub enum Job {
         pane: String,
         op: Op,
     },
-    /// Read on the transcript of session `sid` (src/tmux/transcript.rs):
+    /// Read on transcript slot `sid` (src/tmux/transcript.rs):
     /// `file` as far as it was read, or the file at `path` from its start.
     Transcript {
         sid: String,
         cwd: String,
         path: PathBuf,
         file: Option<Box<transcript::File>>,
+        /// A subagent's file: read as it is, not followed.
+        subagent: bool,
     },
 }
 

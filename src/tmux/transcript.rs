@@ -134,6 +134,10 @@ pub struct File {
     pub queue_changed: bool,
     /// Tasks count when last settled: `tasks.changed` when it went up.
     settled_tasks: usize,
+    /// A subagent's own file, whose records are all its side chain; the
+    /// main file's side-chain records (older Claude Code wrote its
+    /// subagents' there) are no entries of the session.
+    subagent: bool,
 }
 
 impl File {
@@ -153,6 +157,15 @@ impl File {
             changed_from: None,
             queue_changed: false,
             settled_tasks: 0,
+            subagent: false,
+        }
+    }
+
+    /// A subagent's transcript file (module comment).
+    pub fn subagent(path: PathBuf) -> File {
+        File {
+            subagent: true,
+            ..File::new(path)
         }
     }
 
@@ -163,9 +176,10 @@ impl File {
         let mut f = std::fs::File::open(&self.path)?;
         let len = f.metadata()?.len();
         if len < self.offset {
-            let settled = self.settled_tasks;
+            let (settled, subagent) = (self.settled_tasks, self.subagent);
             *self = File::new(self.path.clone());
             self.settled_tasks = settled;
+            self.subagent = subagent;
             self.changed_from = Some(0);
             self.queue_changed = true;
         }
@@ -306,6 +320,9 @@ impl File {
     }
 
     fn record(&mut self, v: &Value) {
+        if !self.subagent && v.get("isSidechain").and_then(Value::as_bool) == Some(true) {
+            return;
+        }
         let base = v
             .get("uuid")
             .and_then(Value::as_str)
@@ -704,33 +721,63 @@ pub struct Followed {
     /// The session moved to a newer transcript file (seed 004: `/clear`,
     /// `/resume`): `file` is the new one, read from its start.
     pub switched: bool,
+    /// The file does not exist (for a subagent: no such subagent).
+    pub missing: bool,
     pub error: Option<String>,
 }
 
 /// Reads on `file` (a fresh one for `path` when `None`), first following
-/// the session to the newest transcript of its project directory.
-pub fn follow(home: &Path, cwd: &str, path: PathBuf, file: Option<Box<File>>) -> Followed {
-    let newest = super::discover::newest_transcript(home, cwd);
+/// the session to the newest transcript of its project directory; a
+/// subagent's file (`subagent`) is not followed anywhere.
+pub fn follow(
+    home: &Path,
+    cwd: &str,
+    path: PathBuf,
+    file: Option<Box<File>>,
+    subagent: bool,
+) -> Followed {
     let mut switched = false;
-    let mut file = match file {
-        Some(f) => match newest {
-            Some(n) if n != f.path => {
-                switched = true;
-                Box::new(File::new(n))
+    let mut file = match (file, subagent) {
+        (Some(f), true) => f,
+        (None, true) => Box::new(File::subagent(path)),
+        (f, false) => {
+            let newest = super::discover::newest_transcript(home, cwd);
+            match f {
+                Some(f) => match newest {
+                    Some(n) if n != f.path => {
+                        switched = true;
+                        Box::new(File::new(n))
+                    }
+                    _ => f,
+                },
+                None => Box::new(File::new(newest.unwrap_or(path))),
             }
-            _ => f,
-        },
-        None => Box::new(File::new(newest.unwrap_or(path))),
+        }
     };
-    let error = file
-        .read_on()
-        .err()
-        .map(|e| format!("cannot read {}: {}", file.path.display(), e));
+    let (mut missing, mut error) = (false, None);
+    if let Err(e) = file.read_on() {
+        missing = e.kind() == std::io::ErrorKind::NotFound;
+        error = Some(format!("cannot read {}: {}", file.path.display(), e));
+    }
     Followed {
         file,
         switched,
+        missing,
         error,
     }
+}
+
+/// Where Claude Code keeps subagent `agent_id`'s transcript for the
+/// session whose transcript is `main`: `<dir>/<session id>/subagents/
+/// agent-<agent_id>.jsonl`.
+pub fn subagent_path(main: &Path, agent_id: &str) -> Option<PathBuf> {
+    let stem = main.file_stem()?;
+    Some(
+        main.parent()?
+            .join(stem)
+            .join("subagents")
+            .join(format!("agent-{agent_id}.jsonl")),
+    )
 }
 
 #[cfg(test)]
@@ -802,6 +849,18 @@ mod tests {
         assert_eq!(f.entries[1].wire["interrupted"], true);
         assert_eq!(f.changed_from, Some(0));
         assert!(!f.settle());
+    }
+
+    #[test]
+    fn side_chain_records_belong_to_subagents_only() {
+        let side =
+            json!({"type":"user","isSidechain":true,"uuid":"s","message":{"content":"sub task"}});
+        let mut main = File::new("/x.jsonl".into());
+        lines(&mut main, std::slice::from_ref(&side));
+        assert!(main.entries.is_empty());
+        let mut sub = File::subagent("/x/subagents/agent-a.jsonl".into());
+        lines(&mut sub, &[side]);
+        assert_eq!(kinds(&sub), ["user"]);
     }
 
     #[test]

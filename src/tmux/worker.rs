@@ -109,9 +109,10 @@ pub fn run(ctx: &Ctx, job: Job) -> Report {
             cwd,
             path,
             file,
+            subagent,
         } => Report::Transcript {
             sid,
-            read: super::transcript::follow(&ctx.home, &cwd, path, file),
+            read: super::transcript::follow(&ctx.home, &cwd, path, file, subagent),
         },
     }
 }

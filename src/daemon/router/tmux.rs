@@ -611,7 +611,11 @@ struct Files {
     armed: bool,
 }
 
+/// One followed file: a session's transcript (keyed by the session id) or
+/// one of its subagents' (keyed `<session id>#<agent_id>`).
 struct Slot {
+    session: String,
+    agent: Option<String>,
     cwd: String,
     path: PathBuf,
     file: Option<Box<crate::tmux::transcript::File>>,
@@ -619,9 +623,15 @@ struct Slot {
     waiting: Vec<(Req, Want)>,
 }
 
-/// A request on the transcript of tmux session `sid`: answered after a
-/// read of what was appended to its file.
-pub fn transcript_request(d: &mut Daemon, req: Req, sid: String, want: Want) {
+/// A request on the transcript of tmux session `sid` (or of its subagent
+/// `agent`): answered after a read of what was appended to its file.
+pub fn transcript_request(
+    d: &mut Daemon,
+    req: Req,
+    sid: String,
+    agent: Option<String>,
+    want: Want,
+) {
     let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == sid) else {
         return d.answer(
             req,
@@ -641,8 +651,32 @@ pub fn transcript_request(d: &mut Daemon, req: Req, sid: String, want: Want) {
         );
     };
     let cwd = s.found.cwd.clone();
+    // The file the session's transcript was last followed to, if it is
+    // followed, is newer than the last scan's.
+    let path = d
+        .tmux
+        .files
+        .slots
+        .get(&sid)
+        .map(|x| x.path.clone())
+        .unwrap_or_else(|| PathBuf::from(path));
+    let (key, path) = match &agent {
+        None => (sid.clone(), path),
+        Some(a) => match crate::tmux::transcript::subagent_path(&path, a) {
+            Some(p) => (format!("{sid}#{a}"), p),
+            None => {
+                return d.answer(
+                    req,
+                    Err(RpcError::new(
+                        Code::NotFound,
+                        format!("unknown subagent: {a}"),
+                    )),
+                );
+            }
+        },
+    };
     let files = &mut d.tmux.files;
-    if !files.slots.contains_key(&sid) {
+    if !files.slots.contains_key(&key) {
         let busy = files
             .slots
             .values()
@@ -658,17 +692,19 @@ pub fn transcript_request(d: &mut Daemon, req: Req, sid: String, want: Want) {
             );
         }
         files.slots.insert(
-            sid.clone(),
+            key.clone(),
             Slot {
+                session: sid,
+                agent,
                 cwd,
-                path: PathBuf::from(path),
+                path,
                 file: None,
                 reading: false,
                 waiting: Vec::new(),
             },
         );
     }
-    if let Some(slot) = d.tmux.files.slots.get_mut(&sid) {
+    if let Some(slot) = d.tmux.files.slots.get_mut(&key) {
         if slot.waiting.len() >= limits::TMUX_WAITERS_MAX {
             return d.answer(
                 req,
@@ -680,7 +716,7 @@ pub fn transcript_request(d: &mut Daemon, req: Req, sid: String, want: Want) {
         }
         slot.waiting.push((req, want));
     }
-    read_transcript(d, &sid);
+    read_transcript(d, &key);
 }
 
 /// Hands slot `sid`'s file to a worker unless one reads it already.
@@ -697,6 +733,7 @@ fn read_transcript(d: &mut Daemon, sid: &str) {
         cwd: slot.cwd.clone(),
         path: slot.path.clone(),
         file: slot.file.take(),
+        subagent: slot.agent.is_some(),
     };
     if let Err(job) = d.tmux.pool.submit(job) {
         // Refused: the parse comes back, the waiting requests fail.
@@ -731,9 +768,27 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
     let mut file = read.file;
     slot.path = file.path.clone();
     let waiting = std::mem::take(&mut slot.waiting);
+    let (session, agent) = (slot.session.clone(), slot.agent.clone());
     if let Some(e) = &read.error {
-        crate::debug!("transcript of {sid}: {e}");
+        crate::debug!("transcript {sid}: {e}");
     }
+    if let (Some(a), true) = (&agent, read.missing) {
+        // No such subagent: its requests fail, its subscriptions end.
+        d.tmux.files.slots.remove(&sid);
+        d.tmux.files.subs.retain(|_, s| *s != sid);
+        for (req, _) in waiting {
+            d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::NotFound,
+                    format!("unknown subagent: {a}"),
+                )),
+            );
+        }
+        return;
+    }
+    // Subagent transcripts never carry queue (seed 004).
+    let main = agent.is_none();
     let subs: Vec<(Token, String)> = d
         .tmux
         .files
@@ -747,23 +802,23 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
     } else {
         file.changed_from
     };
-    if from.is_some() || file.queue_changed || read.switched {
+    if from.is_some() || (main && file.queue_changed) || read.switched {
         let from = from.unwrap_or(file.entries.len());
         let entries = file.wire_from(from);
         for (conn, sub_id) in &subs {
             let mut p = json!({"sub_id": sub_id, "from_index": from, "entries": entries});
-            if file.queue_changed || read.switched {
+            if main && (file.queue_changed || read.switched) {
                 p["queue"] = file.queue_wire();
             }
             let line = note("transcript.delta", p);
             d.send(*conn, &line);
         }
     }
-    if file.settle() {
+    if file.settle() && main {
         for (conn, sub_id) in &subs {
             let line = note(
                 "tasks.changed",
-                json!({"sub_id": sub_id, "session_id": sid}),
+                json!({"sub_id": sub_id, "session_id": session}),
             );
             d.send(*conn, &line);
         }
@@ -780,7 +835,7 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
             Want::Tool(tool_id) => file.tool_detail(&tool_id).ok_or_else(|| {
                 RpcError::new(
                     Code::NotFound,
-                    format!("session {sid} has no tool call {tool_id}"),
+                    format!("session {session} has no tool call {tool_id}"),
                 )
             }),
             Want::Tasks => Ok(json!({
@@ -808,12 +863,15 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
                     Ok(Value::Null)
                 } else {
                     d.tmux.files.subs.insert(key, sid.clone());
-                    Ok(json!({
+                    let mut first = json!({
                         "sub_id": sub_id,
                         "from_index": start,
                         "entries": file.wire_from(start),
-                        "queue": file.queue_wire(),
-                    }))
+                    });
+                    if main {
+                        first["queue"] = file.queue_wire();
+                    }
+                    Ok(first)
                 }
             }
         };

@@ -198,27 +198,49 @@ fn transcript(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         _ if !ours => return super::sessions::dispatch(d, req, method, p),
         "sessions.transcriptView" => params::<SessionRef>(p).and_then(|r| {
             require_operator(&req)?;
-            route::transcript_request(d, req.clone(), r.session_id, route::Want::View);
+            route::transcript_request(d, req.clone(), r.session_id, None, route::Want::View);
             Ok(None)
         }),
         "sessions.tasks" => params::<SessionRef>(p).and_then(|r| {
             require_operator(&req)?;
-            route::transcript_request(d, req.clone(), r.session_id, route::Want::Tasks);
+            route::transcript_request(d, req.clone(), r.session_id, None, route::Want::Tasks);
             Ok(None)
         }),
         _ => params::<ToolDetailParams>(p).and_then(|t| {
             require_operator(&req)?;
-            if let Some(a) = t.agent_id {
-                return Err(RpcError::new(
-                    Code::NotFound,
-                    format!("unknown subagent: {a}"),
-                ));
-            }
-            route::transcript_request(d, req.clone(), t.session_id, route::Want::Tool(t.tool_id));
+            let agent = subagent(t.agent_id)?;
+            route::transcript_request(
+                d,
+                req.clone(),
+                t.session_id,
+                agent,
+                route::Want::Tool(t.tool_id),
+            );
             Ok(None)
         }),
     };
     super::finish(d, req, result);
+}
+
+/// An `agent_id` as Claude Code names subagents (letters, digits, `-` and
+/// `_`, at most 64): anything else names no file of it, and is no
+/// subagent.
+fn subagent(agent_id: Option<String>) -> Result<Option<String>, RpcError> {
+    match agent_id {
+        Some(a)
+            if a.is_empty()
+                || a.len() > 64
+                || !a
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Err(RpcError::new(
+                Code::NotFound,
+                format!("unknown subagent: {a}"),
+            ))
+        }
+        other => Ok(other),
+    }
 }
 
 fn subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
@@ -227,17 +249,13 @@ fn subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         return Err(RpcError::invalid_params("sub_id required"));
     }
     require_operator(req)?;
-    if let Some(a) = s.agent_id {
-        return Err(RpcError::new(
-            Code::NotFound,
-            format!("unknown subagent: {a}"),
-        ));
-    }
+    let agent = subagent(s.agent_id)?;
     let conn = super::connection(req)?;
     route::transcript_request(
         d,
         req.clone(),
         s.session_id,
+        agent,
         route::Want::Subscribe {
             conn,
             sub_id: s.sub_id,
