@@ -980,6 +980,32 @@ fn a_claude_code_transcript_file_is_viewed_followed_and_switched() {
         json!({"session_id": "default:%55"}),
     );
     assert_eq!(e["error"]["message"], "unknown session: default:%55", "{e}");
+    // After a restart, a client that lists nothing first is answered all
+    // the same: the daemon scans before it answers.
+    drop(w);
+    let Rig {
+        c,
+        d,
+        servers,
+        home,
+        _dir,
+        ..
+    } = r;
+    drop(c);
+    d.stop();
+    let d = Daemon::start_with(
+        &_dir.path,
+        Opts {
+            env: vec![
+                ("HOME".into(), home.display().to_string()),
+                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
+            ],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let v = c.call("sessions.transcriptView", json!({"session_id": id}));
+    assert_eq!(v["entries"][0]["text"], "fresh start", "{v}");
 }
 
 #[test]

@@ -315,6 +315,16 @@ impl<R> Tmux<R> {
         })]
     }
 
+    /// A scan for a caller that waits on it itself (the transcript
+    /// routes): none when the last scan is fresh, and the running one when
+    /// one runs; `false` when nothing is to be waited for.
+    pub fn rescan(&mut self, now_ms: i64) -> (bool, Vec<Effect<R>>) {
+        if self.fresh(now_ms) {
+            return (false, Vec::new());
+        }
+        (true, self.scan())
+    }
+
     /// `sessions.list`: the sessions, from the last scan when it is fresh.
     pub fn list(&mut self, reply: R, now_ms: i64) -> Vec<Effect<R>> {
         if self.fresh(now_ms) {

@@ -201,8 +201,15 @@ fn report(d: &mut Daemon, r: Report) {
     if let Report::Transcript { sid, read } = r {
         return transcript_read(d, sid, read);
     }
+    let scanned = matches!(r, Report::Scanned { .. });
     let fx = d.tmux.state.on_report(r, crate::clock::now_ms());
     apply(d, fx);
+    if scanned {
+        // The scan is fresh now: these are answered from it.
+        for (req, sid, agent, want) in std::mem::take(&mut d.tmux.files.unseen) {
+            transcript_request(d, req, sid, agent, want);
+        }
+    }
 }
 
 fn tick(d: &mut Daemon) {
@@ -225,8 +232,20 @@ fn apply(d: &mut Daemon, fx: Vec<Effect<Req>>) {
     while let Some(e) = queue.pop_front() {
         match e {
             Effect::Job(job) => {
+                let scan = matches!(job, crate::tmux::Job::Scan { .. });
                 if let Err(job) = d.tmux.pool.submit(job) {
                     queue.extend(d.tmux.state.refused(*job));
+                    if scan {
+                        for (req, ..) in std::mem::take(&mut d.tmux.files.unseen) {
+                            d.answer(
+                                req,
+                                Err(RpcError::new(
+                                    Code::Unavailable,
+                                    "too many tmux calls are waiting; try again",
+                                )),
+                            );
+                        }
+                    }
                 }
             }
             Effect::Reply(req, result) => crate::socket::methods::tmux::reply(d, req, result),
@@ -605,6 +624,9 @@ pub enum Want {
 
 #[derive(Default)]
 struct Files {
+    /// Requests on a session the last scan did not see, waiting for the
+    /// scan that runs (at most `TMUX_WAITERS_MAX`).
+    unseen: Vec<(Req, String, Option<String>, Want)>,
     slots: HashMap<String, Slot>,
     /// (connection, sub_id) -> session id.
     subs: HashMap<(Token, String), String>,
@@ -633,6 +655,16 @@ pub fn transcript_request(
     want: Want,
 ) {
     let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == sid) else {
+        // A session a stale scan does not know may be there: wait for a
+        // new scan once (module comment of src/tmux/mod.rs, Rescans).
+        if d.tmux.files.unseen.len() < limits::TMUX_WAITERS_MAX {
+            let (wait, fx) = d.tmux.state.rescan(crate::clock::now_ms());
+            if wait {
+                d.tmux.files.unseen.push((req, sid, agent, want));
+                apply(d, fx);
+                return;
+            }
+        }
         return d.answer(
             req,
             Err(RpcError::new(
