@@ -1125,3 +1125,39 @@ pub const UPLINK_CHANNELS: usize = 1024;
 /// direction (seed 004, Limits and teardown), so a client that waits for
 /// its answers never meets this.
 pub const UPLINK_CHANNEL_IN_FLIGHT: usize = 64;
+
+// ---- transcripts of discovered Claude Code sessions (issue 15; seed 004, Transcripts) ----
+
+/// "The node reads the transcript every second" (seed 004, Transcripts),
+/// while someone subscribes to it; no timer runs otherwise.
+pub const TRANSCRIPT_POLL_MS: u64 = 1_000;
+/// Bytes of a transcript file read by one job: a larger file is read on
+/// by the next poll (or the next request), so no job holds a worker for
+/// long however big the file.
+pub const TRANSCRIPT_READ_PER_JOB: usize = 16 * 1024 * 1024;
+/// One record (line) of a transcript file; a longer one is skipped whole
+/// rather than buffered: the largest Claude Code writes are tool results
+/// it has already cut far below this.
+pub const TRANSCRIPT_LINE_MAX: usize = 4 * 1024 * 1024;
+/// Entries kept of one transcript file; past it new entries are not kept
+/// (a file that large is far beyond any one client's list).
+pub const TRANSCRIPT_FILE_ENTRIES_MAX: usize = 50_000;
+/// A tool call's input and result kept for `sessions.toolDetail`; longer
+/// ones are cut at a character boundary.
+pub const TRANSCRIPT_TOOL_DETAIL_MAX: usize = 64 * 1024;
+/// Parsed transcript files kept without a subscriber, so a second view
+/// reads only what was appended; a file with subscribers is always kept.
+pub const TRANSCRIPT_FILES_IDLE_MAX: usize = 8;
+/// Transcript files followed at once (with subscribers or waiting
+/// requests); past it a new one is refused with `unavailable`.
+pub const TRANSCRIPT_FILES_MAX: usize = 64;
+/// Prompts kept of one session's queue, and tasks of its task list.
+pub const TRANSCRIPT_QUEUE_MAX: usize = 256;
+pub const TRANSCRIPT_TASKS_MAX: usize = 1024;
+/// The wakelock's probe (`systemd-inhibit ... true` at start) is given this
+/// long before it counts as failed: logind answers in milliseconds, a bus
+/// that hangs must not leave the probe thread waiting for ever.
+pub const WAKELOCK_PROBE_MS: u64 = 5_000;
+/// A wakelock's until is checked at least this often, so that a far date
+/// costs one wake-up an hour (and 9999-12-31T23:59:59Z none).
+pub const WAKELOCK_RECHECK_MS: u64 = 3_600_000;

@@ -529,15 +529,20 @@ fn host_methods_answer_and_the_capabilities_say_what_the_node_serves() {
     assert_eq!(v["paths"], json!(["~/.cache/"]));
     let v = c.call("host.completeDir", json!({"path": "relative"}));
     assert_eq!(v["paths"], json!([]));
-    let e = c.request("host.setWakelock", json!({"until": "9999-12-31T23:59:59Z"}));
-    assert_eq!(e["error"]["code"], -32600, "{e}");
-    assert_eq!(e["error"]["message"], "wakelock not supported on this node");
+    // Whether this machine's systemd-inhibit can take a lock is the
+    // probe's to say; the capability and the method agree with it.
+    let served = !d.wait_log("wakelock").contains("no wakelock");
     let caps = &c.call("server.info", json!({}))["nodes"][0]["capabilities"];
     assert_eq!(
         caps,
         &json!({"spawn_session": util::need::program("tmux").is_ok(),
-                "terminal": util::need::program("tmux").is_ok(), "host_wakelock": false})
+                "terminal": util::need::program("tmux").is_ok(), "host_wakelock": served})
     );
+    if !served {
+        let e = c.request("host.setWakelock", json!({"until": "9999-12-31T23:59:59Z"}));
+        assert_eq!(e["error"]["code"], -32600, "{e}");
+        assert_eq!(e["error"]["message"], "wakelock not supported on this node");
+    }
 }
 
 /// The text of `terminal.output`s for `term_id` on `c` until it holds
@@ -758,4 +763,442 @@ fn a_persistent_shell_survives_close_and_a_daemon_restart_until_killed() {
     drop(c);
     drop(d);
     drop(servers);
+}
+
+/// Claude Code's project directory of `proj` under `home`.
+fn project_dir(home: &std::path::Path, proj: &std::path::Path) -> PathBuf {
+    home.join(".claude/projects").join(
+        proj.display()
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>(),
+    )
+}
+
+fn append(path: &std::path::Path, records: &[Value]) {
+    use std::io::Write;
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    // One write: the daemon never sees half of it.
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn a_claude_code_transcript_file_is_viewed_followed_and_switched() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-transcript");
+    let project = project_dir(&r.home, &r.proj);
+    let file = project.join("0b6f0d8e-1111-4222-8333-944455556666.jsonl");
+    std::fs::copy(fixture("tmux/transcript.jsonl"), &file).unwrap();
+    let id = "default:%0";
+    r.refresh_until("the fake agent", |l| find(l, id).is_some());
+
+    let v =
+        r.c.call("sessions.transcriptView", json!({"session_id": id}));
+    let entries = v["entries"].as_array().expect("entries").clone();
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["user", "thinking", "tool", "tool", "text", "turn_end"],
+        "{v}"
+    );
+    assert_eq!(entries[0]["text"], "list the files");
+    assert_eq!(entries[0]["id"], "11111111-0000-4000-8000-000000000001.0");
+    assert_eq!(entries[1]["signature"], true);
+    let tool = &entries[2];
+    assert_eq!(tool["toolName"], "Bash");
+    assert_eq!(tool["toolId"], "toolu_01");
+    assert_eq!(tool["resultIsError"], false);
+    assert!(
+        tool["inputPreview"].as_str().unwrap().contains("ls"),
+        "{tool}"
+    );
+    assert!(tool.get("toolInput").is_none() && tool.get("result").is_none());
+    let end = &entries[5];
+    assert_eq!(end["stopReason"], "end_turn");
+    assert_eq!(end["interrupted"], false);
+    assert_eq!(end["modelName"], "claude-sonnet-4-5");
+    assert_eq!(end["toolCount"], 2);
+    assert_eq!(end["thinking"], 1);
+    assert_eq!(end["durationMs"], 4000);
+    // Output summed over the turn's API calls (msg_01 counted once), the
+    // rest from its last call.
+    assert_eq!(
+        end["usage"],
+        json!({"input": 60, "output": 59, "cacheRead": 100, "cacheCreation": 0})
+    );
+
+    let detail = r.c.call(
+        "sessions.toolDetail",
+        json!({"session_id": id, "tool_id": "toolu_01"}),
+    );
+    assert_eq!(
+        detail,
+        json!({"toolInput": r#"{"command":"ls","description":"List files"}"#,
+               "result": "README.md\nsrc", "resultIsError": false})
+    );
+    let e = r.c.request(
+        "sessions.toolDetail",
+        json!({"session_id": id, "tool_id": "toolu_99"}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "not-found", "{e}");
+    let tasks = r.c.call("sessions.tasks", json!({"session_id": id}));
+    assert_eq!(
+        tasks,
+        json!({"tasks": [{"id": "1", "subject": "Read the README", "status": "pending",
+                          "description": "Look at README.md", "active_form": "Reading the README"}]})
+    );
+
+    // The turn rule: a client holding all six entries (the last ends a
+    // turn) starts at that one; one holding three at the turn's start.
+    let mut w = r.d.connect();
+    let first = w.call(
+        "transcript.subscribe",
+        json!({"sub_id": "s2", "session_id": id, "have_entries": 3}),
+    );
+    assert_eq!(first["from_index"], 0, "{first}");
+    assert_eq!(
+        w.call("transcript.unsubscribe", json!({"sub_id": "s2"})),
+        Value::Null
+    );
+    let first = w.call(
+        "transcript.subscribe",
+        json!({"sub_id": "s1", "session_id": id, "have_entries": 6}),
+    );
+    assert_eq!(first["sub_id"], "s1");
+    assert_eq!(first["from_index"], 5, "{first}");
+    assert_eq!(first["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(first["queue"], json!([]));
+
+    // A prompt queued: a delta of the queue alone.
+    append(
+        &file,
+        &[
+            json!({"type":"queue-operation","operation":"enqueue","timestamp":"2026-03-01T10:01:00.000Z","content":"now run the tests","sessionId":"0b6f0d8e-1111-4222-8333-944455556666"}),
+        ],
+    );
+    let d = w.next_note("transcript.delta");
+    assert_eq!(
+        d["params"],
+        json!({"sub_id": "s1", "from_index": 6, "entries": [],
+               "queue": [{"text": "now run the tests"}]})
+    );
+    // It leaves the queue as it becomes the next prompt, which creates a
+    // task: entries from 6, then tasks.changed.
+    append(
+        &file,
+        &[
+            json!({"type":"queue-operation","operation":"dequeue","timestamp":"2026-03-01T10:01:01.000Z"}),
+            json!({"type":"user","uuid":"u-2","timestamp":"2026-03-01T10:01:01.100Z","message":{"role":"user","content":"now run the tests"}}),
+            json!({"type":"assistant","uuid":"a-2","timestamp":"2026-03-01T10:01:02.000Z","message":{"id":"msg_04","model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_03","name":"TaskCreate","input":{"subject":"Run the tests"}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":5}}}),
+        ],
+    );
+    let d = w.next_note("transcript.delta");
+    assert_eq!(d["params"]["from_index"], 6, "{d}");
+    assert_eq!(d["params"]["queue"], json!([]), "{d}");
+    let kinds: Vec<&str> = d["params"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["user", "tool"], "{d}");
+    let t = w.next_note("tasks.changed");
+    assert_eq!(t["params"], json!({"sub_id": "s1", "session_id": id}));
+    let tasks = r.c.call("sessions.tasks", json!({"session_id": id}));
+    assert_eq!(tasks["tasks"].as_array().unwrap().len(), 2, "{tasks}");
+
+    // /clear: Claude Code goes on in a new file, which is followed from
+    // its start.
+    std::fs::write(
+        project.join("ffffffff-2222-4333-8444-955566667777.jsonl"),
+        concat!(
+            r#"{"type":"user","uuid":"n-1","timestamp":"2026-03-01T10:02:00.000Z","message":{"role":"user","content":"fresh start"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let d = w.next_note("transcript.delta");
+    assert_eq!(d["params"]["from_index"], 0, "{d}");
+    assert_eq!(d["params"]["entries"][0]["text"], "fresh start", "{d}");
+    assert_eq!(d["params"]["entries"].as_array().unwrap().len(), 1, "{d}");
+
+    // A subagent's own file: followed with agent_id, never with a queue.
+    let subagents = project.join("ffffffff-2222-4333-8444-955566667777/subagents");
+    std::fs::create_dir_all(&subagents).unwrap();
+    std::fs::write(
+        subagents.join("agent-a7.jsonl"),
+        concat!(
+            r#"{"type":"user","isSidechain":true,"uuid":"s-1","message":{"role":"user","content":"look around"}}"#,
+            "\n",
+            r#"{"type":"assistant","isSidechain":true,"uuid":"s-2","message":{"id":"m9","content":[{"type":"tool_use","id":"toolu_s1","name":"Read","input":{"file_path":"README.md"}}],"stop_reason":"tool_use"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let first = w.call(
+        "transcript.subscribe",
+        json!({"sub_id": "sub", "session_id": id, "agent_id": "a7", "have_entries": 0}),
+    );
+    assert_eq!(first["from_index"], 0, "{first}");
+    assert!(first.get("queue").is_none(), "{first}");
+    assert_eq!(first["entries"][1]["toolId"], "toolu_s1", "{first}");
+    let detail = w.call(
+        "sessions.toolDetail",
+        json!({"session_id": id, "agent_id": "a7", "tool_id": "toolu_s1"}),
+    );
+    assert_eq!(detail["toolInput"], r#"{"file_path":"README.md"}"#);
+    // The seed's errors.
+    let e = w.request(
+        "transcript.subscribe",
+        json!({"sub_id": "", "session_id": id, "have_entries": 0}),
+    );
+    assert_eq!(e["error"]["message"], "sub_id required", "{e}");
+    for agent in ["a8", "../x"] {
+        let e = w.request(
+            "transcript.subscribe",
+            json!({"sub_id": "x", "session_id": id, "agent_id": agent, "have_entries": 0}),
+        );
+        assert_eq!(
+            e["error"]["message"],
+            format!("unknown subagent: {agent}"),
+            "{e}"
+        );
+    }
+    let e = w.request(
+        "sessions.transcriptView",
+        json!({"session_id": "default:%55"}),
+    );
+    assert_eq!(e["error"]["message"], "unknown session: default:%55", "{e}");
+    // After a restart, a client that lists nothing first is answered all
+    // the same: the daemon scans before it answers.
+    drop(w);
+    let Rig {
+        c,
+        d,
+        servers,
+        home,
+        _dir,
+        ..
+    } = r;
+    drop(c);
+    d.stop();
+    let d = Daemon::start_with(
+        &_dir.path,
+        Opts {
+            env: vec![
+                ("HOME".into(), home.display().to_string()),
+                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
+            ],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let v = c.call("sessions.transcriptView", json!({"session_id": id}));
+    assert_eq!(v["entries"][0]["text"], "fresh start", "{v}");
+}
+
+#[test]
+fn attach_shows_the_pane_in_a_real_terminal_and_restores_it_on_detach() {
+    if !have_tmux() || util::need::have(util::need::program("python3"), "python3").is_none() {
+        return;
+    }
+    let mut r = rig("tmux-attach");
+    let id = "default:%0";
+    r.refresh_until("the fake agent", |l| find(l, id).is_some());
+    let socket = r.d.socket.display().to_string();
+    // `sessions` lists the tmux session, and `sessions input` submits.
+    let (code, out, err) = util::run_cli(&["--socket", &socket, "sessions"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(id))
+        .unwrap_or_else(|| panic!("no {id} in {out}"));
+    assert!(
+        line.contains("claude") && line.contains("tmux work:0"),
+        "{line}"
+    );
+    let (code, _, err) =
+        util::run_cli(&["--socket", &socket, "sessions", "input", id, "from the cli"]);
+    assert_eq!(code, 0, "{err}");
+    r.screen_until(id, "got: from the cli");
+    // No terminal: refused before anything is opened.
+    let (code, _, err) = util::run_cli(&["--socket", &socket, "attach", id]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("needs a terminal"), "{err}");
+    // Through a real pseudo-terminal (the script says what it checks).
+    let out = Command::new("python3")
+        .arg(fixture("tmux/pty_attach.py"))
+        .args([util::bin(), &socket, id, "%0", "got: from the cli"])
+        .env("TMUX_TMPDIR", &r.servers.tmpdir)
+        .env_remove("TMUX")
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Detached, the pane runs on.
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": id, "text": "still here", "submit": true}),
+    );
+    r.screen_until(id, "got: still here");
+}
+
+/// Whether process `pid` is gone (or a zombie no one has reaped yet).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+fn wait_gone(d: &Daemon, pid: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while !gone(pid) {
+        if Instant::now() > deadline {
+            d.fail(&format!("systemd-inhibit {pid} still runs"));
+        }
+        // Polling /proc: there is no event to wait for.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The pids systemd-inhibit ran as, in order (the fixture's log).
+fn inhibitors(home: &std::path::Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(home.join("inhibit.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let (pid, args) = l.split_once(' ').unwrap();
+            (pid.to_string(), args.to_string())
+        })
+        .collect()
+}
+
+/// The fixture's log once it has `n` lines (a child logs as it starts).
+fn inhibitors_until(d: &Daemon, home: &std::path::Path, n: usize) -> Vec<(String, String)> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let l = inhibitors(home);
+        if l.len() >= n {
+            return l;
+        }
+        if Instant::now() > deadline {
+            d.fail(&format!(
+                "systemd-inhibit ran {} times, not {n}: {l:?}",
+                l.len()
+            ));
+        }
+        // Polling a file: there is no event to wait for.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
+    let dir = TestDir::new("tmux-wake");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let opts = || Opts {
+        env: vec![
+            ("HOME".into(), home.display().to_string()),
+            // systemd-inhibit is the fixture: there is no logind here.
+            (
+                "PATH".into(),
+                format!(
+                    "{}:{}",
+                    fixture("wakelock"),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            ),
+        ],
+        ..Default::default()
+    };
+    let d = Daemon::start_with(&dir.path, opts());
+    d.wait_log("the wakelock is served");
+    let mut c = d.connect();
+    let caps = &c.call("server.info", json!({}))["nodes"][0]["capabilities"];
+    assert_eq!(caps["host_wakelock"], true, "{caps}");
+    // The seed's refusals.
+    for (until, message) in [
+        (
+            "2000-01-01T00:00:00Z",
+            "until is in the past: 2000-01-01T00:00:00Z",
+        ),
+        ("tomorrow", "invalid until: tomorrow"),
+    ] {
+        let e = c.request("host.setWakelock", json!({"until": until}));
+        assert_eq!(e["error"]["code"], -32600, "{e}");
+        assert_eq!(e["error"]["message"], message);
+    }
+    // On until turned off: a systemd-inhibit child held meanwhile.
+    let forever = "9999-12-31T23:59:59Z";
+    assert_eq!(
+        c.call("host.setWakelock", json!({"until": forever})),
+        json!({"until": forever})
+    );
+    assert_eq!(
+        c.call("host.info", json!({}))["wakelock"],
+        json!({"until": forever})
+    );
+    let held = inhibitors_until(&d, &home, 2);
+    assert_eq!(held.len(), 2, "the probe, then the lock: {held:?}");
+    assert!(
+        held[1].1.contains("--what=idle:sleep") && held[1].1.contains("--mode=block"),
+        "{held:?}"
+    );
+    let first = held[1].0.clone();
+    assert!(!gone(&first), "systemd-inhibit {first} is not running");
+    assert!(d.state.join("wakelock").exists());
+    // A restart takes it again; the old child went with the old daemon.
+    drop(c);
+    d.stop();
+    let d = Daemon::start_with(&dir.path, opts());
+    wait_gone(&d, &first);
+    d.wait_log("the wakelock is served");
+    let mut c = d.connect();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let w = c.call("host.info", json!({}))["wakelock"].clone();
+        if w == json!({"until": forever}) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the wakelock was not taken again: {w}"
+        );
+    }
+    // The second daemon's probe, then its lock.
+    let second = inhibitors_until(&d, &home, 4)[3].0.clone();
+    assert!(!gone(&second));
+    // Off: the child ends and nothing is kept.
+    assert_eq!(c.call("host.setWakelock", json!({})), json!({}));
+    assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
+    wait_gone(&d, &second);
+    assert!(!d.state.join("wakelock").exists());
+    // A near until ends by itself.
+    let soon = omniconfluxd::clock::format_ts(omniconfluxd::clock::now_ms() + 1_000);
+    assert_eq!(
+        c.call("host.setWakelock", json!({"until": soon})),
+        json!({"until": soon})
+    );
+    let third = inhibitors_until(&d, &home, 5)[4].0.clone();
+    wait_gone(&d, &third);
+    assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
 }

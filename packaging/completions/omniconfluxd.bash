@@ -7,7 +7,7 @@
 _omniconfluxd() {
     local cur=${COMP_WORDS[COMP_CWORD]}
     local prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local commands="serve gateway pair clients status call events seats sessions approvals lanes repos lock stop config plugin version help"
+    local commands="serve gateway pair clients status call events seats sessions attach approvals lanes repos lock stop config plugin version help"
     local options="--config --state-dir --socket --json --help --version"
     COMPREPLY=()
 

@@ -50,6 +50,16 @@ impl Client {
         })
     }
 
+    /// A client of a connection already made (`attach`, which reads
+    /// with it on one thread and writes on another clone).
+    pub fn from_stream(stream: UnixStream) -> std::io::Result<Client> {
+        Ok(Client {
+            writer: stream.try_clone()?,
+            reader: BufReader::new(stream),
+            next_id: 1,
+        })
+    }
+
     /// Sends a request and waits for its reply; notifications that arrive
     /// meanwhile go to `on_note`.
     pub fn call_with(

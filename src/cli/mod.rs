@@ -33,6 +33,7 @@ macro_rules! outln {
 }
 
 mod args;
+pub mod attach;
 pub mod client;
 pub mod gateway;
 pub mod lanes;
@@ -126,6 +127,7 @@ commands:
   seats [list|probe]          the seats, configured or detected, and their state
   sessions [list|get ID|spawn HARNESS CWD [PROMPT]|input ID TEXT|interrupt ID|kill ID]
                               list, start and drive agent sessions
+  {ATTACH}
   approvals [list [--all]|allow ID [REASON]|deny ID [REASON]]
                               the approvals inbox; answering is the operator's
   {LANES}
@@ -148,6 +150,7 @@ fn usage_text() -> String {
         .replace("{LOCK}", lock::USAGE.trim_start())
         .replace("{GATEWAY}", gateway::USAGE)
         .replace("{PAIR}", pair::USAGE.trim_start())
+        .replace("{ATTACH}", attach::USAGE)
 }
 
 /// One command's usage: its entries in the commands list (and, for
@@ -363,6 +366,7 @@ fn run_inner(raw: Vec<OsString>) -> Result<(), Failure> {
         "plugin" => plugin::run(|| connect(&args), args.json, rest),
         "seats" => sessions::seats(|| connect(&args), args.json, rest),
         "sessions" => sessions::sessions(|| connect(&args), args.json, rest),
+        "attach" => attach::attach(&socket_path(&args)?, rest),
         "approvals" => sessions::approvals(|| connect(&args), args.json, rest),
         "lanes" => lanes::lanes(|| connect(&args), args.json, rest),
         "repos" => lanes::repos(|| connect(&args), args.json, rest),
@@ -392,10 +396,15 @@ fn no_more(rest: &[String]) -> Result<(), Failure> {
 
 /// Finds the socket the way the daemon does, and connects.
 fn connect(args: &Args) -> Result<Client, Failure> {
+    Ok(Client::connect(&socket_path(args)?)?)
+}
+
+/// The daemon socket's path, found the way the daemon finds it.
+fn socket_path(args: &Args) -> Result<PathBuf, Failure> {
     let env = config::Env::from_process();
     let (_, paths) = config::load_effective(&args.flags, &env)
         .map_err(|e| Failure::usage(format!("invalid configuration: {e}")))?;
-    Ok(Client::connect(&paths.socket)?)
+    Ok(paths.socket)
 }
 
 /// The node socket when a daemon answers there, else the standalone

@@ -69,7 +69,27 @@ pub fn seats(
     Ok(())
 }
 
+/// Whether `id` has the shape of a tmux session's id, `<server>:%<n>`.
+fn is_tmux_id(id: &str) -> bool {
+    id.split_once(":%").is_some_and(|(server, n)| {
+        !server.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 fn print_session(v: &Value) -> Result<(), Failure> {
+    if let Some(t) = v.get("tmux") {
+        // A session in a tmux pane (issue 15): its agent and status, and
+        // where it runs.
+        return outln!(
+            "{}  {:<17} {:<10} tmux {}:{}  {}",
+            s(&v["id"]),
+            s(&v["status"]),
+            s(&v["agent"]),
+            s(&t["session_name"]),
+            s(&t["window_index"]),
+            s(&v["cwd"])
+        );
+    }
     outln!(
         "{}  {:<17} {:<10} turn {:<3} {}  {}",
         s(&v["id"]),
@@ -118,10 +138,15 @@ pub fn sessions(
         }
         "input" => {
             done(rest, 3)?;
-            (
-                "sessions.input",
-                json!({"session_id": arg(rest, 1, "session id")?, "text": arg(rest, 2, "text")?}),
-            )
+            let id = arg(rest, 1, "session id")?;
+            let mut p = json!({"session_id": id, "text": arg(rest, 2, "text")?});
+            if is_tmux_id(id) {
+                // Typed into the pane and submitted, as a prompt is to a
+                // session of the daemon's own.
+                p["submit"] = json!(true);
+                p["prepare"] = json!(true);
+            }
+            ("sessions.input", p)
         }
         "interrupt" | "kill" => {
             done(rest, 2)?;

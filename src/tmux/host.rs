@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use crate::limits;
 
-/// seed 004's HostInfo, less the wakelock, which the daemon does not
-/// hold (`capabilities.host_wakelock` is false).
+/// seed 004's HostInfo, less the wakelock, which the reactor holds
+/// (src/tmux/wakelock.rs) and the socket's answer adds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Info {
     pub os: Option<String>,

@@ -35,6 +35,8 @@ pub mod driver;
 pub mod host;
 pub mod persistent;
 pub mod terminal;
+pub mod transcript;
+pub mod wakelock;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -125,6 +127,16 @@ pub enum Job {
         pane: String,
         op: Op,
     },
+    /// Read on transcript slot `sid` (src/tmux/transcript.rs):
+    /// `file` as far as it was read, or the file at `path` from its start.
+    Transcript {
+        sid: String,
+        cwd: String,
+        path: PathBuf,
+        file: Option<Box<transcript::File>>,
+        /// A subagent's file: read as it is, not followed.
+        subagent: bool,
+    },
 }
 
 /// What a worker reports for a [`Job`].
@@ -137,6 +149,10 @@ pub enum Report {
     Done {
         ticket: u64,
         result: Result<Done, TmuxError>,
+    },
+    Transcript {
+        sid: String,
+        read: transcript::Followed,
     },
 }
 
@@ -297,6 +313,16 @@ impl<R> Tmux<R> {
         vec![Effect::Job(Job::Scan {
             servers: self.servers.clone(),
         })]
+    }
+
+    /// A scan for a caller that waits on it itself (the transcript
+    /// routes): none when the last scan is fresh, and the running one when
+    /// one runs; `false` when nothing is to be waited for.
+    pub fn rescan(&mut self, now_ms: i64) -> (bool, Vec<Effect<R>>) {
+        if self.fresh(now_ms) {
+            return (false, Vec::new());
+        }
+        (true, self.scan())
     }
 
     /// `sessions.list`: the sessions, from the last scan when it is fresh.
@@ -460,6 +486,9 @@ impl<R> Tmux<R> {
                 Some((r, ..)) => vec![Effect::Reply(r, Err(Error::Overloaded))],
                 None => Vec::new(),
             },
+            // The daemon's transcript routes submit these and handle
+            // their refusal themselves.
+            Job::Transcript { .. } => Vec::new(),
         }
     }
 
@@ -467,6 +496,7 @@ impl<R> Tmux<R> {
     pub fn on_report(&mut self, report: Report, now_ms: i64) -> Vec<Effect<R>> {
         match report {
             Report::Scanned { found, failed } => self.scanned(found, failed, now_ms),
+            Report::Transcript { .. } => Vec::new(),
             Report::Done { ticket, result } => {
                 let Some((reply, id, op)) = self.calls.remove(&ticket) else {
                     return Vec::new();

@@ -104,6 +104,16 @@ pub fn run(ctx: &Ctx, job: Job) -> Report {
             ticket,
             result: pane_op(&server, &pane, op),
         },
+        Job::Transcript {
+            sid,
+            cwd,
+            path,
+            file,
+            subagent,
+        } => Report::Transcript {
+            sid,
+            read: super::transcript::follow(&ctx.home, &cwd, path, file, subagent),
+        },
     }
 }
 

@@ -287,6 +287,7 @@ pub fn status(d: &Daemon) -> Value {
 pub fn identify(d: &Daemon) -> Value {
     // Spawning into tmux and persistent terminals, which live in the
     // daemon's tmux server, need tmux (issue 15); a seat spawns without it.
+    // The wakelock is what the start-up probe of systemd-inhibit found.
     let tmux = crate::isolation::which("tmux").is_some();
     let mut v = json!({
         "id": d.node_name,
@@ -295,7 +296,7 @@ pub fn identify(d: &Daemon) -> Value {
         "capabilities": {
             "spawn_session": tmux || !d.core.seats.list.is_empty(),
             "terminal": tmux,
-            "host_wakelock": false,
+            "host_wakelock": crate::daemon::router::tmux::wakelock_supported(d),
         },
     });
     if let Some(k) = d.uplink.as_ref().and_then(|u| u.identity.as_ref()) {

@@ -17,6 +17,11 @@
 //! through the reactor inbox to [`terminal_event`] and go out as
 //! `terminal.output` and `terminal.exited` to the connection that opened
 //! it; a closed connection closes its terminals ([`conn_closed`]).
+//!
+//! Also here: the transcripts of tmux Claude Code sessions, read from their
+//! files on the tmux workers (the section below says how they are kept and
+//! polled), and the host's wakelock, whose systemd-inhibit child the
+//! reactor holds (src/tmux/wakelock.rs).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -25,7 +30,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::Token;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
@@ -43,6 +48,17 @@ pub struct Routes {
     home: PathBuf,
     inbox: crate::reactor::Inbox,
     terms: Terms,
+    files: Files,
+    wake: Wake,
+}
+
+/// The host's wakelock (src/tmux/wakelock.rs): whether the probe said
+/// systemd-inhibit works, the lock held, and the generation of its timer.
+#[derive(Default)]
+struct Wake {
+    supported: bool,
+    held: Option<crate::tmux::wakelock::Held>,
+    generation: u64,
 }
 
 /// The live terminals (seed 004, Terminals), by connection and term_id.
@@ -88,6 +104,21 @@ impl Routes {
                 socket: Socket::Name(n.to_string()),
             })
             .collect();
+        let probed = inbox.clone();
+        let started = std::thread::Builder::new()
+            .name("wakelock-probe".into())
+            .spawn(move || {
+                let ok = crate::tmux::wakelock::probe();
+                probed.send(Msg::Run(Box::new(move |d: &mut Daemon| {
+                    wakelock_probed(d, ok)
+                })));
+            });
+        if let Err(e) = started {
+            crate::warn!(
+                "unable to start the wakelock probe: {}; no wakelock is served",
+                crate::errors::io_cause(&e)
+            );
+        }
         let reports = inbox.clone();
         let pool = Pool::new(Ctx { home: home.clone() }, move |r: Report| {
             reports.send(Msg::Run(Box::new(move |d: &mut Daemon| report(d, r))));
@@ -98,6 +129,8 @@ impl Routes {
             home,
             inbox,
             terms: Terms::default(),
+            files: Files::default(),
+            wake: Wake::default(),
         }
     }
 }
@@ -165,8 +198,18 @@ pub fn watched(d: &mut Daemon, conn: Token) {
 
 /// A worker's report.
 fn report(d: &mut Daemon, r: Report) {
+    if let Report::Transcript { sid, read } = r {
+        return transcript_read(d, sid, read);
+    }
+    let scanned = matches!(r, Report::Scanned { .. });
     let fx = d.tmux.state.on_report(r, crate::clock::now_ms());
     apply(d, fx);
+    if scanned {
+        // The scan is fresh now: these are answered from it.
+        for (req, sid, agent, want) in std::mem::take(&mut d.tmux.files.unseen) {
+            transcript_request(d, req, sid, agent, want);
+        }
+    }
 }
 
 fn tick(d: &mut Daemon) {
@@ -189,8 +232,20 @@ fn apply(d: &mut Daemon, fx: Vec<Effect<Req>>) {
     while let Some(e) = queue.pop_front() {
         match e {
             Effect::Job(job) => {
+                let scan = matches!(job, crate::tmux::Job::Scan { .. });
                 if let Err(job) = d.tmux.pool.submit(job) {
                     queue.extend(d.tmux.state.refused(*job));
+                    if scan {
+                        for (req, ..) in std::mem::take(&mut d.tmux.files.unseen) {
+                            d.answer(
+                                req,
+                                Err(RpcError::new(
+                                    Code::Unavailable,
+                                    "too many tmux calls are waiting; try again",
+                                )),
+                            );
+                        }
+                    }
                 }
             }
             Effect::Reply(req, result) => crate::socket::methods::tmux::reply(d, req, result),
@@ -376,6 +431,7 @@ pub fn conn_closed(d: &mut Daemon, conn: Token) {
     for k in keys {
         close_term(d, &k);
     }
+    d.tmux.files.subs.retain(|k, _| k.0 != conn);
 }
 
 fn terminal_event(d: &mut Daemon, ev: Event) {
@@ -540,4 +596,486 @@ fn close_term(d: &mut Daemon, key: &(Token, String)) -> Option<Term> {
         terminals_changed(d);
     }
     Some(t)
+}
+
+// ---- transcripts of discovered Claude Code sessions (src/tmux/transcript.rs) ----
+//
+// Each session whose transcript someone reads has a slot: its parsed file
+// (absent while a worker reads on it), the requests waiting for that read,
+// and where the session works (to follow it to a new file). All the
+// subscriptions of one slot have been told the same state, so one read's
+// changes make the same delta for each. While any subscription exists the
+// daemon reads each subscribed file every `TRANSCRIPT_POLL_MS`; with none,
+// the timer is not re-armed. A slot with neither subscribers nor waiting
+// requests keeps its parse (so a second view reads only what was
+// appended), at most `TRANSCRIPT_FILES_IDLE_MAX` of them.
+
+/// What a request on a session's transcript wants once it is read.
+pub enum Want {
+    View,
+    Tool(String),
+    Tasks,
+    Subscribe {
+        conn: Token,
+        sub_id: String,
+        have: usize,
+    },
+}
+
+#[derive(Default)]
+struct Files {
+    /// Requests on a session the last scan did not see, waiting for the
+    /// scan that runs (at most `TMUX_WAITERS_MAX`).
+    unseen: Vec<(Req, String, Option<String>, Want)>,
+    slots: HashMap<String, Slot>,
+    /// (connection, sub_id) -> session id.
+    subs: HashMap<(Token, String), String>,
+    armed: bool,
+}
+
+/// One followed file: a session's transcript (keyed by the session id) or
+/// one of its subagents' (keyed `<session id>#<agent_id>`).
+struct Slot {
+    session: String,
+    agent: Option<String>,
+    cwd: String,
+    path: PathBuf,
+    file: Option<Box<crate::tmux::transcript::File>>,
+    reading: bool,
+    waiting: Vec<(Req, Want)>,
+}
+
+/// A request on the transcript of tmux session `sid` (or of its subagent
+/// `agent`): answered after a read of what was appended to its file.
+pub fn transcript_request(
+    d: &mut Daemon,
+    req: Req,
+    sid: String,
+    agent: Option<String>,
+    want: Want,
+) {
+    let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == sid) else {
+        // A session a stale scan does not know may be there: wait for a
+        // new scan once (module comment of src/tmux/mod.rs, Rescans).
+        if d.tmux.files.unseen.len() < limits::TMUX_WAITERS_MAX {
+            let (wait, fx) = d.tmux.state.rescan(crate::clock::now_ms());
+            if wait {
+                d.tmux.files.unseen.push((req, sid, agent, want));
+                apply(d, fx);
+                return;
+            }
+        }
+        return d.answer(
+            req,
+            Err(RpcError::new(
+                Code::SessionNotFound,
+                format!("unknown session: {sid}"),
+            )),
+        );
+    };
+    let Some(path) = s.found.transcript_path.clone() else {
+        return d.answer(
+            req,
+            Err(RpcError::new(
+                Code::NotFound,
+                format!("session has no transcript: {sid}"),
+            )),
+        );
+    };
+    let cwd = s.found.cwd.clone();
+    // The file the session's transcript was last followed to, if it is
+    // followed, is newer than the last scan's.
+    let path = d
+        .tmux
+        .files
+        .slots
+        .get(&sid)
+        .map(|x| x.path.clone())
+        .unwrap_or_else(|| PathBuf::from(path));
+    let (key, path) = match &agent {
+        None => (sid.clone(), path),
+        Some(a) => match crate::tmux::transcript::subagent_path(&path, a) {
+            Some(p) => (format!("{sid}#{a}"), p),
+            None => {
+                return d.answer(
+                    req,
+                    Err(RpcError::new(
+                        Code::NotFound,
+                        format!("unknown subagent: {a}"),
+                    )),
+                );
+            }
+        },
+    };
+    let files = &mut d.tmux.files;
+    if !files.slots.contains_key(&key) {
+        let busy = files
+            .slots
+            .values()
+            .filter(|x| x.reading || !x.waiting.is_empty())
+            .count();
+        if busy >= limits::TRANSCRIPT_FILES_MAX {
+            return d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::Unavailable,
+                    "too many transcripts are being read; try again",
+                )),
+            );
+        }
+        files.slots.insert(
+            key.clone(),
+            Slot {
+                session: sid,
+                agent,
+                cwd,
+                path,
+                file: None,
+                reading: false,
+                waiting: Vec::new(),
+            },
+        );
+    }
+    if let Some(slot) = d.tmux.files.slots.get_mut(&key) {
+        if slot.waiting.len() >= limits::TMUX_WAITERS_MAX {
+            return d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::Unavailable,
+                    "too many requests wait for this transcript; try again",
+                )),
+            );
+        }
+        slot.waiting.push((req, want));
+    }
+    read_transcript(d, &key);
+}
+
+/// Hands slot `sid`'s file to a worker unless one reads it already.
+fn read_transcript(d: &mut Daemon, sid: &str) {
+    let Some(slot) = d.tmux.files.slots.get_mut(sid) else {
+        return;
+    };
+    if slot.reading {
+        return;
+    }
+    slot.reading = true;
+    let job = crate::tmux::Job::Transcript {
+        sid: sid.to_string(),
+        cwd: slot.cwd.clone(),
+        path: slot.path.clone(),
+        file: slot.file.take(),
+        subagent: slot.agent.is_some(),
+    };
+    if let Err(job) = d.tmux.pool.submit(job) {
+        // Refused: the parse comes back, the waiting requests fail.
+        let crate::tmux::Job::Transcript { file, .. } = *job else {
+            return;
+        };
+        let Some(slot) = d.tmux.files.slots.get_mut(sid) else {
+            return;
+        };
+        slot.reading = false;
+        slot.file = file;
+        let waiting = std::mem::take(&mut slot.waiting);
+        for (r, _) in waiting {
+            d.answer(
+                r,
+                Err(RpcError::new(
+                    Code::Unavailable,
+                    "too many tmux calls are waiting; try again",
+                )),
+            );
+        }
+    }
+}
+
+/// A worker read on slot `sid`: deltas to its subscribers, then the
+/// waiting requests answered.
+fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::Followed) {
+    let Some(slot) = d.tmux.files.slots.get_mut(&sid) else {
+        return;
+    };
+    slot.reading = false;
+    let mut file = read.file;
+    slot.path = file.path.clone();
+    let waiting = std::mem::take(&mut slot.waiting);
+    let (session, agent) = (slot.session.clone(), slot.agent.clone());
+    if let Some(e) = &read.error {
+        crate::debug!("transcript {sid}: {e}");
+    }
+    if let (Some(a), true) = (&agent, read.missing) {
+        // No such subagent: its requests fail, its subscriptions end.
+        d.tmux.files.slots.remove(&sid);
+        d.tmux.files.subs.retain(|_, s| *s != sid);
+        for (req, _) in waiting {
+            d.answer(
+                req,
+                Err(RpcError::new(
+                    Code::NotFound,
+                    format!("unknown subagent: {a}"),
+                )),
+            );
+        }
+        return;
+    }
+    // Subagent transcripts never carry queue (seed 004).
+    let main = agent.is_none();
+    let subs: Vec<(Token, String)> = d
+        .tmux
+        .files
+        .subs
+        .iter()
+        .filter(|(_, s)| **s == sid)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let from = if read.switched {
+        Some(0)
+    } else {
+        file.changed_from
+    };
+    if from.is_some() || (main && file.queue_changed) || read.switched {
+        let from = from.unwrap_or(file.entries.len());
+        let entries = file.wire_from(from);
+        for (conn, sub_id) in &subs {
+            let mut p = json!({"sub_id": sub_id, "from_index": from, "entries": entries});
+            if main && (file.queue_changed || read.switched) {
+                p["queue"] = file.queue_wire();
+            }
+            let line = note("transcript.delta", p);
+            d.send(*conn, &line);
+        }
+    }
+    if file.settle() && main {
+        for (conn, sub_id) in &subs {
+            let line = note(
+                "tasks.changed",
+                json!({"sub_id": sub_id, "session_id": session}),
+            );
+            d.send(*conn, &line);
+        }
+    }
+    for (req, want) in waiting {
+        let out = match want {
+            Want::View => {
+                let start = file
+                    .entries
+                    .len()
+                    .saturating_sub(limits::TRANSCRIPT_PAGE_MAX);
+                Ok(json!({"entries": file.wire_from(start)}))
+            }
+            Want::Tool(tool_id) => file.tool_detail(&tool_id).ok_or_else(|| {
+                RpcError::new(
+                    Code::NotFound,
+                    format!("session {session} has no tool call {tool_id}"),
+                )
+            }),
+            Want::Tasks => Ok(json!({
+                "tasks": file.tasks.iter().map(|t| t.wire()).collect::<Vec<_>>(),
+            })),
+            Want::Subscribe { conn, sub_id, have } => {
+                let start = file.subscribe_start(have).max(
+                    file.entries
+                        .len()
+                        .saturating_sub(limits::TRANSCRIPT_PAGE_MAX),
+                );
+                let per_conn = d.tmux.files.subs.keys().filter(|k| k.0 == conn).count();
+                let key = (conn, sub_id.clone());
+                if !d.tmux.files.subs.contains_key(&key)
+                    && per_conn >= limits::TRANSCRIPT_SUBS_PER_CONN
+                {
+                    Err(RpcError::new(
+                        Code::Unavailable,
+                        format!(
+                            "at most {} transcript subscriptions per connection",
+                            limits::TRANSCRIPT_SUBS_PER_CONN
+                        ),
+                    ))
+                } else if !d.socket.conns.contains_key(&conn) {
+                    Ok(Value::Null)
+                } else {
+                    d.tmux.files.subs.insert(key, sid.clone());
+                    let mut first = json!({
+                        "sub_id": sub_id,
+                        "from_index": start,
+                        "entries": file.wire_from(start),
+                    });
+                    if main {
+                        first["queue"] = file.queue_wire();
+                    }
+                    Ok(first)
+                }
+            }
+        };
+        d.answer(req, out);
+    }
+    if let Some(slot) = d.tmux.files.slots.get_mut(&sid) {
+        slot.file = Some(file);
+    }
+    forget_idle(d);
+    arm_transcripts(d);
+}
+
+/// Drops the parses no one subscribes to past `TRANSCRIPT_FILES_IDLE_MAX`.
+fn forget_idle(d: &mut Daemon) {
+    let files = &mut d.tmux.files;
+    let idle: Vec<String> = files
+        .slots
+        .iter()
+        .filter(|(sid, s)| {
+            !s.reading && s.waiting.is_empty() && !files.subs.values().any(|x| x == *sid)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for sid in idle
+        .iter()
+        .skip(limits::TRANSCRIPT_FILES_IDLE_MAX.min(idle.len()))
+    {
+        files.slots.remove(sid);
+    }
+}
+
+/// Starts the read timer while someone subscribes.
+fn arm_transcripts(d: &mut Daemon) {
+    if d.tmux.files.armed || d.tmux.files.subs.is_empty() {
+        return;
+    }
+    d.tmux.files.armed = true;
+    d.reactor.schedule(
+        Duration::from_millis(limits::TRANSCRIPT_POLL_MS),
+        transcripts_tick,
+    );
+}
+
+fn transcripts_tick(d: &mut Daemon) {
+    d.tmux.files.armed = false;
+    let mut sids: Vec<String> = d.tmux.files.subs.values().cloned().collect();
+    sids.sort();
+    sids.dedup();
+    for sid in sids {
+        read_transcript(d, &sid);
+    }
+    arm_transcripts(d);
+}
+
+/// transcript.unsubscribe of a transcript file subscription; false when
+/// `conn` has none named `sub_id`.
+pub fn transcript_unsubscribe(d: &mut Daemon, conn: Token, sub_id: &str) -> bool {
+    d.tmux
+        .files
+        .subs
+        .remove(&(conn, sub_id.to_string()))
+        .is_some()
+}
+
+// ---- the host's wakelock (src/tmux/wakelock.rs) ----
+
+/// The probe's answer: the lock is served from now on if systemd-inhibit
+/// works, and a lock kept from before a restart is taken again.
+fn wakelock_probed(d: &mut Daemon, probe: Result<(), String>) {
+    use crate::tmux::wakelock;
+    d.tmux.wake.supported = probe.is_ok();
+    if let Err(why) = probe {
+        crate::info!("no wakelock is served (host.setWakelock): {why}");
+        return;
+    }
+    crate::info!("the wakelock is served with systemd-inhibit (host.setWakelock)");
+    let Some(until) = wakelock::saved(&d.paths.state_dir) else {
+        return;
+    };
+    if let Err(e) = set_wakelock(d, Some(until.clone())) {
+        crate::warn!(
+            "the wakelock until {until} was not taken again: {}",
+            e.message
+        );
+        let _ = wakelock::save(&d.paths.state_dir, None);
+    }
+}
+
+/// `capabilities.host_wakelock`.
+pub fn wakelock_supported(d: &Daemon) -> bool {
+    d.tmux.wake.supported
+}
+
+/// HostWakelock: `{until}` while the lock is held, `{}` otherwise.
+pub fn wakelock_view(d: &Daemon) -> Value {
+    match &d.tmux.wake.held {
+        Some(h) => json!({"until": h.until}),
+        None => json!({}),
+    }
+}
+
+/// `host.setWakelock` (seed 004; src/tmux/wakelock.rs).
+pub fn set_wakelock(d: &mut Daemon, until: Option<String>) -> Result<Value, RpcError> {
+    use crate::tmux::wakelock;
+    if !d.tmux.wake.supported {
+        return Err(RpcError::new(
+            Code::InvalidRequest,
+            "wakelock not supported on this node",
+        ));
+    }
+    let internal = |m: String| RpcError::new(Code::InternalError, m);
+    let until = until.filter(|u| !u.is_empty());
+    d.tmux.wake.generation += 1;
+    let Some(until) = until else {
+        d.tmux.wake.held = None;
+        wakelock::save(&d.paths.state_dir, None).map_err(internal)?;
+        return Ok(json!({}));
+    };
+    let Some(until_ms) = wakelock::parse_until(&until) else {
+        return Err(RpcError::new(
+            Code::InvalidRequest,
+            format!("invalid until: {until}"),
+        ));
+    };
+    if until_ms <= crate::clock::now_ms() {
+        return Err(RpcError::new(
+            Code::InvalidRequest,
+            format!("until is in the past: {until}"),
+        ));
+    }
+    // One lock at a time: the old child goes before the new one starts.
+    d.tmux.wake.held = None;
+    let held = wakelock::take(&until, until_ms).map_err(internal)?;
+    if let Err(e) = wakelock::save(&d.paths.state_dir, Some(&until)) {
+        return Err(internal(e));
+    }
+    d.tmux.wake.held = Some(held);
+    arm_wakelock(d);
+    Ok(json!({"until": until}))
+}
+
+/// Turns the lock off when its until passes (module comment of
+/// src/tmux/wakelock.rs); a later set makes this timer stale.
+fn arm_wakelock(d: &mut Daemon) {
+    let Some(h) = &d.tmux.wake.held else {
+        return;
+    };
+    if h.until == crate::tmux::wakelock::FOREVER {
+        return;
+    }
+    let left = (h.until_ms - crate::clock::now_ms()).max(0) as u64;
+    let generation = d.tmux.wake.generation;
+    d.reactor.schedule(
+        Duration::from_millis(left.min(limits::WAKELOCK_RECHECK_MS)),
+        move |d: &mut Daemon| {
+            if d.tmux.wake.generation != generation {
+                return;
+            }
+            let due = d
+                .tmux
+                .wake
+                .held
+                .as_ref()
+                .is_some_and(|h| h.until_ms <= crate::clock::now_ms());
+            if due {
+                d.tmux.wake.held = None;
+                if let Err(e) = crate::tmux::wakelock::save(&d.paths.state_dir, None) {
+                    crate::warn!("{e}");
+                }
+            } else {
+                arm_wakelock(d);
+            }
+        },
+    );
 }

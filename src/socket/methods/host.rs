@@ -6,9 +6,9 @@
 //!
 //! | method           | who      | answers                                       |
 //! |------------------|----------|-----------------------------------------------|
-//! | host.info        | operator | {os, uptime_seconds, battery?, wakelock: {}}  |
+//! | host.info        | operator | {os, uptime_seconds, battery?, wakelock}      |
 //! | host.completeDir | operator | {home, paths}                                 |
-//! | host.setWakelock | operator | refused: this daemon holds no wakelock        |
+//! | host.setWakelock | operator | HostWakelock: {until} while on, {} when off   |
 //!
 //! `node_id` is taken and ignored: it only routes a call between nodes.
 
@@ -41,15 +41,15 @@ struct CompleteParams {
 struct WakelockParams {
     #[serde(default, rename = "node_id")]
     _node_id: Option<String>,
-    #[serde(default, rename = "until")]
-    _until: Option<String>,
+    #[serde(default)]
+    until: Option<String>,
 }
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "host.info" => info(d, &req, p),
         "host.completeDir" => complete_dir(d, &req, p),
-        "host.setWakelock" => set_wakelock(&req, p),
+        "host.setWakelock" => set_wakelock(d, &req, p),
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
@@ -76,13 +76,12 @@ fn complete_dir(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     Ok(None)
 }
 
-/// Seed 004: "host.setWakelock fails with -32600 [...] on a node without
-/// wakelock support"; `capabilities.host_wakelock` says so beforehand.
-fn set_wakelock(req: &Req, p: Map<String, Value>) -> Handled {
-    let WakelockParams { .. } = params(p)?;
+/// Seed 004: "host.setWakelock fails with -32600 for an invalid until,
+/// for an until in the past, and on a node without wakelock support";
+/// `capabilities.host_wakelock` says beforehand whether it is served
+/// (src/tmux/wakelock.rs).
+fn set_wakelock(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let WakelockParams { until, .. } = params(p)?;
     require_operator(req)?;
-    Err(RpcError::new(
-        Code::InvalidRequest,
-        "wakelock not supported on this node",
-    ))
+    route::set_wakelock(d, until).map(Some)
 }

@@ -18,6 +18,16 @@
 //! | sessions.kill    | operator | null; the pane killed                           |
 //! | sessions.spawn   | operator | {session_id, pane_id}                           |
 //! | sessions.resume  | operator | {session_id, pane_id}: `claude --resume ID`     |
+//! | sessions.transcriptView, .toolDetail, .tasks, transcript.subscribe | operator | from the Claude Code transcript file (src/tmux/transcript.rs) |
+//!
+//! The transcript methods and `transcript.unsubscribe` come here for every
+//! session: a tmux session's are read from its transcript file; any
+//! other's go on to src/socket/methods/sessions.rs (the ledger), and
+//! `sessions.tasks` of a session of the daemon's own is `{tasks: []}`, since
+//! the agents it drives report no task list the daemon keeps. A
+//! subscription replaces one of either kind with the same `sub_id` on the
+//! connection; `transcript.unsubscribe` ends the tmux one if there is one,
+//! and otherwise goes on to the ledger's.
 //!
 //! †This is the one place where the two lists meet: `sessions.list` and
 //! `sessions.refresh` answer the daemon's own sessions (those its caller
@@ -51,6 +61,13 @@ pub fn serves(d: &Daemon, method: &str, p: &Map<String, Value>) -> bool {
             .is_some_and(|id| d.tmux.state.owns_id(id)),
         "sessions.spawn" => p.contains_key("agent") || p.contains_key("command"),
         "sessions.resume" => true,
+        // A Claude Code transcript file of a tmux session; the rest go on
+        // to src/socket/methods/sessions.rs from here (module comment).
+        "sessions.transcriptView"
+        | "sessions.toolDetail"
+        | "sessions.tasks"
+        | "transcript.subscribe"
+        | "transcript.unsubscribe" => true,
         _ => false,
     }
 }
@@ -86,6 +103,13 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         }),
         "sessions.spawn" => spawn(d, &req, p),
         "sessions.resume" => resume(d, &req, p),
+        "sessions.transcriptView"
+        | "sessions.toolDetail"
+        | "sessions.tasks"
+        | "transcript.subscribe"
+        | "transcript.unsubscribe" => {
+            return transcript(d, req, method, p);
+        }
         other => Err(RpcError::new(
             Code::MethodNotFound,
             format!("unknown method {other}"),
@@ -97,6 +121,149 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NoParams {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolDetailParams {
+    session_id: String,
+    tool_id: String,
+    #[serde(default)]
+    agent_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscribeParams {
+    sub_id: String,
+    session_id: String,
+    #[serde(default)]
+    have_entries: usize,
+    #[serde(default)]
+    agent_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnsubscribeParams {
+    #[serde(rename = "sub_id")]
+    _sub_id: String,
+}
+
+/// The transcript methods: a tmux session's are read from its Claude Code
+/// transcript file (src/tmux/transcript.rs); every other session's go on
+/// to src/socket/methods/sessions.rs, which reads the ledger. A
+/// subscription replaces one of the other kind with the same `sub_id`.
+/// `sessions.tasks` of a session of the daemon's own is an empty list:
+/// the agents it drives report no task list it keeps.
+fn transcript(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
+    let id = p
+        .get("session_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let ours = d.tmux.state.owns_id(&id);
+    let result = match method {
+        "transcript.unsubscribe" => {
+            let sub_id = p.get("sub_id").and_then(Value::as_str).map(str::to_string);
+            let removed = match (sub_id, req.conn()) {
+                (Some(s), Some(conn)) => route::transcript_unsubscribe(d, conn, &s),
+                _ => false,
+            };
+            if !removed {
+                return super::sessions::dispatch(d, req, method, p);
+            }
+            params::<UnsubscribeParams>(p).map(|_| Some(Value::Null))
+        }
+        "transcript.subscribe" => {
+            if let (Some(s), Some(conn)) = (p.get("sub_id").and_then(Value::as_str), req.conn()) {
+                route::transcript_unsubscribe(d, conn, s);
+                if ours {
+                    d.socket.watches.unsubscribe_transcript(conn, s);
+                }
+            }
+            if !ours {
+                return super::sessions::dispatch(d, req, method, p);
+            }
+            subscribe(d, &req, p)
+        }
+        "sessions.tasks" if !ours => params::<SessionRef>(p).and_then(|r| {
+            if d.core.sessions.get(&r.session_id).is_some()
+                && crate::core::sessions::may_read(&req.class, &r.session_id)
+            {
+                Ok(Some(json!({"tasks": []})))
+            } else {
+                Err(error(&Error::UnknownSession(r.session_id)))
+            }
+        }),
+        _ if !ours => return super::sessions::dispatch(d, req, method, p),
+        "sessions.transcriptView" => params::<SessionRef>(p).and_then(|r| {
+            require_operator(&req)?;
+            route::transcript_request(d, req.clone(), r.session_id, None, route::Want::View);
+            Ok(None)
+        }),
+        "sessions.tasks" => params::<SessionRef>(p).and_then(|r| {
+            require_operator(&req)?;
+            route::transcript_request(d, req.clone(), r.session_id, None, route::Want::Tasks);
+            Ok(None)
+        }),
+        _ => params::<ToolDetailParams>(p).and_then(|t| {
+            require_operator(&req)?;
+            let agent = subagent(t.agent_id)?;
+            route::transcript_request(
+                d,
+                req.clone(),
+                t.session_id,
+                agent,
+                route::Want::Tool(t.tool_id),
+            );
+            Ok(None)
+        }),
+    };
+    super::finish(d, req, result);
+}
+
+/// An `agent_id` as Claude Code names subagents (letters, digits, `-` and
+/// `_`, at most 64): anything else names no file of it, and is no
+/// subagent.
+fn subagent(agent_id: Option<String>) -> Result<Option<String>, RpcError> {
+    match agent_id {
+        Some(a)
+            if a.is_empty()
+                || a.len() > 64
+                || !a
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Err(RpcError::new(
+                Code::NotFound,
+                format!("unknown subagent: {a}"),
+            ))
+        }
+        other => Ok(other),
+    }
+}
+
+fn subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
+    let s: SubscribeParams = params(p)?;
+    if s.sub_id.is_empty() {
+        return Err(RpcError::invalid_params("sub_id required"));
+    }
+    require_operator(req)?;
+    let agent = subagent(s.agent_id)?;
+    let conn = super::connection(req)?;
+    route::transcript_request(
+        d,
+        req.clone(),
+        s.session_id,
+        agent,
+        route::Want::Subscribe {
+            conn,
+            sub_id: s.sub_id,
+            have: s.have_entries,
+        },
+    );
+    Ok(None)
+}
 
 fn no_params(p: Map<String, Value>) -> Result<(), RpcError> {
     params::<NoParams>(p).map(|NoParams {}| ())
@@ -400,6 +567,11 @@ pub fn reply(d: &mut Daemon, req: Req, result: Result<Answer, Error>) {
             let attached = route::attached_terminals(d).contains(&t.id);
             Ok(terminal(&t, &route::home(d), attached))
         }
+        Ok(Answer::Host(i)) => {
+            let mut v = answer(Answer::Host(i));
+            v["wakelock"] = route::wakelock_view(d);
+            Ok(v)
+        }
         Ok(Answer::Dirs(paths)) => Ok(json!({
             "home": route::home(d).display().to_string(),
             "paths": paths,
@@ -421,9 +593,8 @@ fn answer(a: Answer) -> Value {
             pane_id,
         } => json!({"session_id": session_id, "pane_id": pane_id}),
         Answer::Host(i) => {
-            // The daemon holds no wakelock (capabilities.host_wakelock is
-            // false): an empty HostWakelock, "off". os and battery are
-            // absent when unknown (seed 004).
+            // The wakelock is the daemon's, filled in by `reply`. os and
+            // battery are absent when unknown (seed 004).
             let mut v = json!({"uptime_seconds": i.uptime_seconds, "wakelock": {}});
             if let Some(os) = i.os {
                 v["os"] = json!(os);
