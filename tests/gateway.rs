@@ -808,8 +808,18 @@ fn the_node_runs_the_gateway_with_serve_gateway() {
     let mut n = dial(addr, "/node", Some(&master)).expect("node");
     let req = n.expect("identify", |v| v["method"] == "node.identify");
     n.send(&json!({"jsonrpc":"2.0","id":req["id"],"result":ident("far")}));
-    // The operator pairs a device on the node socket.
+    // server.info and status name the address the gateway bound.
     let mut s = d.connect();
+    let info = s.call("server.info", json!({}));
+    assert_eq!(info["gateway"]["address"], json!(addr.to_string()));
+    let (code, text, err) = util::run_cli(&["--socket", d.socket.to_str().unwrap(), "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("gateway") && l.ends_with(&addr.to_string())),
+        "{text}"
+    );
+    // The operator pairs a device on the node socket.
     let started = s.call("clients.pairStart", json!({}));
     check("PairStart", &started);
     let token = started["token"].as_str().unwrap().to_string();
@@ -848,6 +858,7 @@ fn clients_methods_need_the_gateway_role() {
     let d = Daemon::start(&dir.path);
     let mut s = d.connect();
     assert_eq!(s.error_code("clients.list", json!({})), "unavailable");
+    assert_eq!(s.call("server.info", json!({}))["gateway"], Value::Null);
     let (code, _, err) = util::run_cli(&["--socket", d.socket.to_str().unwrap(), "clients"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("gateway role is not running"), "{err}");

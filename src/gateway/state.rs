@@ -44,7 +44,11 @@
 //!
 //! Pairing. `clients.pairStart` makes a token pending for 60 s. A device
 //! that connects to `/client` with it within that time is stored (its id,
-//! never the token) and wakes `clients.pairAwait`; the pending entry stays
+//! never the token) and wakes `clients.pairAwait`, once its WebSocket
+//! upgrade has completed: the handshake's token check only admits it, so
+//! a device whose handshake then fails is not paired and the token stays
+//! pending (a pairing that ends between the check and the upgrade refuses
+//! the connection); the pending entry stays
 //! until its 60 s end so that an await that comes after the device still
 //! answers `connected: true`. An await for an unknown or expired token, a
 //! second await of one token, and an await that reaches the 60 s end all
@@ -363,30 +367,49 @@ impl State {
                 token: Some(id),
             });
         }
-        let pair = self.pairs.get_mut(&d)?;
+        // A pending pairing token admits the handshake but is not spent
+        // here: the device is paired in `open`, once the upgrade is done.
+        let pair = self.pairs.get(&d)?;
         if pair.connected || Instant::now() >= pair.expires {
             return None;
-        }
-        let p = Paired {
-            id: id.clone(),
-            created_at: crate::clock::now_ts(),
-        };
-        if let Err(e) = self.setup.store.insert(&p) {
-            crate::error!("gateway: {e}; the device was not paired");
-            return None;
-        }
-        pair.connected = true;
-        let waiter = pair.waiter.take();
-        self.paired.push(p);
-        self.paired_ids.insert(id.clone());
-        crate::info!("gateway: paired a device (token id {})", &id[..12]);
-        if let Some(w) = waiter {
-            self.respond(w, Ok(json!({"connected": true})));
         }
         Some(Role::Client {
             admin: false,
             token: Some(id),
         })
+    }
+
+    /// A device that connected with a pending pairing token and finished
+    /// its upgrade: stores the token's id and wakes `clients.pairAwait`.
+    /// `false` when the pairing is gone (it ended between the handshake's
+    /// check and now, or storing failed): the connection is refused.
+    fn complete_pairing(&mut self, id: &str) -> bool {
+        // At most `GATEWAY_PAIRS_PENDING` pairings: a scan is enough.
+        let Some(pair) = self
+            .pairs
+            .iter_mut()
+            .find(|(h, p)| !p.connected && crate::ids::hex(&h[..]) == id)
+            .map(|(_, p)| p)
+        else {
+            return false;
+        };
+        let p = Paired {
+            id: id.to_string(),
+            created_at: crate::clock::now_ts(),
+        };
+        if let Err(e) = self.setup.store.insert(&p) {
+            crate::error!("gateway: {e}; the device was not paired");
+            return false;
+        }
+        pair.connected = true;
+        let waiter = pair.waiter.take();
+        self.paired.push(p);
+        self.paired_ids.insert(id.to_string());
+        crate::info!("gateway: paired a device (token id {})", &id[..12]);
+        if let Some(w) = waiter {
+            self.respond(w, Ok(json!({"connected": true})));
+        }
+        true
     }
 
     fn pair_start(&mut self) -> Result<Value, GwError> {
@@ -630,6 +653,15 @@ impl State {
             .map(|p| p.to_string())
             .unwrap_or_else(|| "in-process".into());
         crate::debug!("gateway: {role:?} connected from {shown}");
+        if let Role::Client {
+            token: Some(id), ..
+        } = &role
+            && !self.paired_ids.contains(id)
+            && !self.complete_pairing(id)
+        {
+            crate::debug!("gateway: refused a device whose pairing ended during its handshake");
+            return closer.close();
+        }
         let node = role == Role::Node;
         self.conns.insert(
             conn,
@@ -929,4 +961,86 @@ fn with_online(desc: &Map<String, Value>, online: bool) -> Value {
     let mut d = desc.clone();
     d.insert("online".into(), Value::Bool(online));
     Value::Object(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+
+    fn ask(tx: &Sender<ToState>, method: &str, params: Value) -> Receiver<Result<Value, GwError>> {
+        let (rtx, rrx) = bounded(1);
+        tx.send(ToState::Local {
+            method: method.into(),
+            params,
+            reply: Box::new(move |r| {
+                let _ = rtx.send(r);
+            }),
+        })
+        .unwrap();
+        rrx
+    }
+
+    fn auth(tx: &Sender<ToState>, token: &str) -> Option<Role> {
+        let (rtx, rrx) = bounded(1);
+        tx.send(ToState::Auth {
+            route: RouteKind::Client,
+            token: token.into(),
+            reply: rtx,
+        })
+        .unwrap();
+        rrx.recv().unwrap()
+    }
+
+    #[test]
+    fn a_pairing_token_is_spent_only_by_an_upgraded_connection() {
+        let dir = crate::testutil::TempDir::new("gw-state-pair");
+        let store = Store::open(&dir.path().join("g.sqlite3"), true).unwrap();
+        let setup = Setup {
+            master: tokens::sha256(b"m"),
+            store,
+            public_url: String::new(),
+            started_at: String::new(),
+        };
+        let (tx, rx) = bounded(64);
+        let t = std::thread::spawn(move || run(setup, Vec::new(), rx));
+        let wait = Duration::from_secs(30);
+        let started = ask(&tx, "clients.pairStart", json!({}))
+            .recv()
+            .unwrap()
+            .unwrap();
+        let token = started["token"].as_str().unwrap().to_string();
+        let awaited = ask(&tx, "clients.pairAwait", json!({"token": token}));
+        // A handshake checks the token, then fails before its upgrade: it
+        // never opens. Nothing is stored, the await still waits, and the
+        // token still admits the next handshake.
+        let role = auth(&tx, &token).expect("a pending token is admitted");
+        let list = ask(&tx, "clients.list", json!({})).recv().unwrap().unwrap();
+        assert_eq!(list, json!([]));
+        assert!(awaited.try_recv().is_err());
+        assert_eq!(auth(&tx, &token), Some(role.clone()));
+        // The next one is upgraded: now the device is paired.
+        let (out, _orx, _) = Outbox::new();
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tx.send(ToState::Open {
+            conn: 1,
+            role,
+            out: out.clone(),
+            closer: Closer::Link(closed.clone(), out),
+            peer: None,
+        })
+        .unwrap();
+        assert_eq!(
+            awaited.recv_timeout(wait).unwrap().unwrap(),
+            json!({"connected": true})
+        );
+        let list = ask(&tx, "clients.list", json!({})).recv().unwrap().unwrap();
+        assert_eq!(
+            list[0]["token"],
+            json!(crate::ids::hex(&tokens::sha256(token.as_bytes())))
+        );
+        assert!(!closed.load(Ordering::Acquire));
+        tx.send(ToState::Stop).unwrap();
+        t.join().unwrap();
+    }
 }
