@@ -9,7 +9,8 @@
 //! reactor, so relay traffic does not touch the node's state:
 //!
 //! - `gateway`, the one owner of the roster, channels, pairings and paired
-//!   devices ([`state`]);
+//!   devices ([`state`]); relay frames do not pass through it: readers
+//!   forward them through the channel table it keeps ([`relay`]);
 //! - `gw-accept`, and per WebSocket connection a reader and a writer
 //!   thread ([`conn`]), at most `gateway.max_connections` connections;
 //! - the operator's requests (`clients.*` for `omniconfluxd pair` and
@@ -29,6 +30,7 @@
 
 pub mod conn;
 pub mod in_node;
+pub mod relay;
 pub mod standalone;
 pub mod state;
 pub mod tokens;
@@ -71,8 +73,10 @@ impl Gateway {
             .local_addr()
             .map_err(|e| format!("unable to read the gateway's address: {e}"))?;
         let (tx, rx) = bounded(limits::GATEWAY_INBOX);
+        let relay = Arc::new(relay::Table::default());
         let shared = Arc::new(Shared {
             to_state: tx,
+            relay: relay.clone(),
             live: AtomicUsize::new(0),
             max: cfg.max_connections,
             write_timeout: Duration::from_millis(cfg.write_timeout_ms),
@@ -85,6 +89,7 @@ impl Gateway {
             store,
             public_url: cfg.public_url.clone(),
             started_at: crate::clock::now_ts(),
+            relay,
         };
         let state = std::thread::Builder::new()
             .name("gateway".into())
@@ -132,6 +137,7 @@ impl Gateway {
             conn,
             closed,
             to_state: self.shared.to_state.clone(),
+            relay: self.shared.relay.clone(),
             rx,
             len,
             out,
@@ -207,6 +213,7 @@ pub struct NodeLink {
     conn: u64,
     closed: Arc<AtomicBool>,
     to_state: Sender<ToState>,
+    relay: Arc<relay::Table>,
     rx: Receiver<Out>,
     len: Arc<AtomicUsize>,
     /// Where `ping` and lines that are no frame are answered, as a
@@ -222,12 +229,8 @@ impl NodeLink {
         let mut batch = Vec::new();
         let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
         if !batch.is_empty() {
-            self.to_state
-                .send(ToState::Frames {
-                    conn: self.conn,
-                    frames: batch,
-                })
-                .map_err(|_| "the gateway has stopped".to_string())?;
+            conn::dispatch(self.conn, batch, &self.relay, &self.to_state)
+                .map_err(|conn::Stopped| "the gateway has stopped".to_string())?;
         }
         ok.map_err(|_| "the gateway closed the node link".to_string())
     }

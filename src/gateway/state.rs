@@ -23,7 +23,10 @@
 //! Channels. `relay.open` gives `c<N>` from one counter (from `c1` at each
 //! start). A relay frame is forwarded, as the bytes it came in, only if its
 //! `chan_id` exists and the sender holds that side of the channel; any
-//! other relay frame is dropped without a reply. Each direction of a
+//! other relay frame is dropped without a reply. This thread opens and
+//! closes channels in a table the readers share, and the readers forward
+//! relay frames through it themselves ([`super::relay`] has the checks and
+//! why). Each direction of a
 //! channel has a 64-frame queue (frames handed to the destination's writer
 //! and not yet written); a frame that finds it full closes the channel
 //! instead of being dropped. A channel closes on `relay.close` by its
@@ -111,9 +114,14 @@ pub enum ToState {
         conn: u64,
         frames: Vec<Frame>,
     },
-    /// The connection's reader ended.
+    /// The connection's reader ended, or a reader found this connection's
+    /// outbox full while forwarding to it: close it.
     Closed {
         conn: u64,
+    },
+    /// A reader found a direction of this channel full: close it.
+    Overflow {
+        chan: String,
     },
     /// A request of the operator's, from a unix socket: an admin caller.
     Local {
@@ -130,6 +138,9 @@ pub struct Setup {
     pub store: Store,
     pub public_url: String,
     pub started_at: String,
+    /// The channel table readers forward through; this thread alone
+    /// opens and closes channels in it.
+    pub relay: Arc<super::relay::Table>,
 }
 
 struct Conn {
@@ -155,11 +166,10 @@ struct Node {
     epoch: u64,
 }
 
+/// A channel's two sides (its queues are in the shared table).
 struct Chan {
     client: u64,
     node: u64,
-    to_node: Arc<Queued>,
-    to_client: Arc<Queued>,
 }
 
 /// Who waits for an answer.
@@ -273,6 +283,7 @@ impl State {
                 }
             }
             ToState::Closed { conn } => self.drop_conn(conn),
+            ToState::Overflow { chan } => self.close_chan(&chan),
             ToState::Local {
                 method,
                 params,
@@ -705,6 +716,7 @@ impl State {
             let Some(ch) = self.chans.remove(chan) else {
                 continue;
             };
+            self.setup.relay.close(chan);
             if ch.client == conn {
                 if let Some(n) = self.conns.get_mut(&ch.node) {
                     n.chans.remove(chan);
@@ -733,9 +745,12 @@ impl State {
         match f {
             Frame::Request { id, method, params } => self.request(conn, id, &method, params),
             Frame::Response { id, result } => self.on_response(conn, id, result),
-            Frame::Relay { chan, line } => self.relay(conn, &chan, line),
-            // Answered or dropped by the reader.
-            Frame::Ping { .. } | Frame::Notification | Frame::Unroutable | Frame::Refused(_) => {}
+            // Forwarded, answered or dropped by the reader.
+            Frame::Relay { .. }
+            | Frame::Ping { .. }
+            | Frame::Notification
+            | Frame::Unroutable
+            | Frame::Refused(_) => {}
         }
     }
 
@@ -845,6 +860,15 @@ impl State {
                 "too many open channels for this client",
             ));
         }
+        let (Some(client_out), Some(node_out)) = (
+            self.conns.get(&conn).map(|c| c.out.clone()),
+            self.conns.get(&node_conn).map(|c| c.out.clone()),
+        ) else {
+            return Err(GwError::refused(
+                "unknown-node",
+                format!("unknown node: {}", p.node_id),
+            ));
+        };
         self.next_chan += 1;
         let chan = format!("c{}", self.next_chan);
         for c in [conn, node_conn] {
@@ -852,13 +876,16 @@ impl State {
                 c.chans.insert(chan.clone());
             }
         }
+        // In the table before the answer is queued: the client sends on
+        // the channel only once it has the id.
+        self.setup
+            .relay
+            .open(chan.clone(), (conn, client_out), (node_conn, node_out));
         self.chans.insert(
             chan.clone(),
             Chan {
                 client: conn,
                 node: node_conn,
-                to_node: Arc::new(Queued::default()),
-                to_client: Arc::new(Queued::default()),
             },
         );
         Ok(json!({"chan_id": chan}))
@@ -881,6 +908,7 @@ impl State {
         let Some(ch) = self.chans.remove(chan) else {
             return;
         };
+        self.setup.relay.close(chan);
         for c in [ch.client, ch.node] {
             if let Some(c) = self.conns.get_mut(&c) {
                 c.chans.remove(chan);
@@ -894,37 +922,6 @@ impl State {
             node,
             wire::notification("relay.closed", &json!({"chan_id": chan})),
         );
-    }
-
-    fn relay(&mut self, from: u64, chan: &str, line: Vec<u8>) {
-        let Some(ch) = self.chans.get(chan) else {
-            return;
-        };
-        let (dest, q) = if ch.client == from {
-            (ch.node, ch.to_node.clone())
-        } else if ch.node == from {
-            (ch.client, ch.to_client.clone())
-        } else {
-            // Not the sender's channel: dropped without a reply.
-            return;
-        };
-        if q.frames.load(Ordering::Acquire) >= limits::GATEWAY_CHANNEL_QUEUE
-            || q.bytes.load(Ordering::Acquire) + line.len() > limits::GATEWAY_CHANNEL_QUEUE_BYTES
-        {
-            crate::debug!("gateway: closed channel {chan}: its queue is full");
-            return self.close_chan(chan);
-        }
-        let Some(d) = self.conns.get(&dest) else {
-            return;
-        };
-        let n = line.len();
-        q.frames.fetch_add(1, Ordering::AcqRel);
-        q.bytes.fetch_add(n, Ordering::AcqRel);
-        if d.out.push(Out::Relay(line, q.clone())).is_err() {
-            q.frames.fetch_sub(1, Ordering::AcqRel);
-            q.bytes.fetch_sub(n, Ordering::AcqRel);
-            self.drop_conn(dest);
-        }
     }
 }
 
@@ -1001,6 +998,7 @@ mod tests {
             store,
             public_url: String::new(),
             started_at: String::new(),
+            relay: Arc::default(),
         };
         let (tx, rx) = bounded(64);
         let t = std::thread::spawn(move || run(setup, Vec::new(), rx));
