@@ -1,7 +1,9 @@
 //! The gateway role (seed 004, "Overview", "Wire format", "Connecting a
 //! client", "Pairing a new device", "Relay channels"; issue 12): WebSocket
 //! routes `/node` and `/client`, the roster, relay channels it forwards
-//! without reading them, pairing and client tokens.
+//! without reading them, pairing and client tokens, and the trust log's
+//! distribution (seed 004, Locked mode › Distribution; issue 14,
+//! [`trust`]).
 //!
 //! Where it runs: in the node (`[gateway] listen`, `serve --gateway ADDR`)
 //! or alone (`omniconfluxd gateway --listen ADDR`, [`standalone`]). Either
@@ -34,6 +36,7 @@ pub mod relay;
 pub mod standalone;
 pub mod state;
 pub mod tokens;
+pub mod trust;
 pub mod wire;
 
 use crossbeam_channel::{Receiver, Sender, bounded};

@@ -38,11 +38,15 @@
 //!
 //! Who may call what. Gateway methods on `/client`: `server.info`,
 //! `nodes.list`, `relay.open`, `relay.close`; with the master token
-//! (admin) also `clients.*`; `pushport.setToken` is admin-only and, like
-//! `trustlog.sync` and `push.vapidKey`, not served yet (-32601).
+//! (admin) also `clients.*`; `trustlog.sync` ([`super::trust`]);
+//! `pushport.setToken` is admin-only and, like `push.vapidKey`, not
+//! served yet (-32601).
 //! `server.checkUpgrade`, `server.upgrade`, `server.restart` and
 //! `server.stop` answer -32601 on the WebSocket routes, as the seed allows.
-//! On `/node` only `ping` is served. The operator's unix socket (the node's
+//! On `/node`: `ping`, `trustlog.sync` and `trustlog.push`; a push that
+//! brings new entries sends `trustlog.changed {heads}` to every other
+//! uplink and `node.event` `trust-changed` (an empty descriptor) to every
+//! client. The operator's unix socket (the node's
 //! or the standalone gateway's) is an admin caller ([`ToState::Local`]).
 //!
 //! Pairing. `clients.pairStart` makes a token pending for 60 s. A device
@@ -205,6 +209,8 @@ struct State {
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     timer_tasks: HashMap<u64, Timer>,
     next_timer: u64,
+    /// The trust log's entries, as carried ([`super::trust`]).
+    trust: super::trust::Held,
 }
 
 /// The gateway thread's body.
@@ -223,6 +229,7 @@ pub fn run(setup: Setup, paired: Vec<Paired>, rx: Receiver<ToState>) {
         timers: BinaryHeap::new(),
         timer_tasks: HashMap::new(),
         next_timer: 0,
+        trust: Default::default(),
     };
     loop {
         let msg = match s.timers.peek() {
@@ -573,11 +580,18 @@ impl State {
         };
         let asker = Asker::Conn { conn, id };
         let Role::Client { admin, .. } = c.role else {
-            // An uplink is served `ping` only (answered by its reader).
-            return self.respond(asker, Err(GwError::not_found()));
+            // An uplink is served `ping` (answered by its reader) and the
+            // trust log's distribution.
+            let r = match method {
+                "trustlog.sync" => self.trust.sync(params),
+                "trustlog.push" => self.trust_push(conn, params),
+                _ => Err(GwError::not_found()),
+            };
+            return self.respond(asker, r);
         };
         let r = match method {
             "server.info" => Ok(self.server_info(true)),
+            "trustlog.sync" => self.trust.sync(params),
             "nodes.list" => Ok(json!({"nodes": self.roster()})),
             "relay.open" => self.relay_open(conn, params),
             "relay.close" => self.relay_close(conn, params),
@@ -594,6 +608,33 @@ impl State {
             _ => Err(GwError::not_found()),
         };
         self.respond(asker, r);
+    }
+
+    /// `trustlog.push` from the uplink `conn`. When it brings entries the
+    /// gateway did not hold, every other uplink is told `trustlog.changed
+    /// {heads}` and every client `node.event` `trust-changed` (seed 004,
+    /// Distribution, Roster events), so that they sync.
+    fn trust_push(&mut self, conn: u64, params: Value) -> Result<Value, GwError> {
+        let added = self.trust.push(params)?;
+        if added > 0 {
+            crate::debug!("gateway: {added} new trust-log entries");
+            let note =
+                wire::notification("trustlog.changed", &json!({"heads": self.trust.heads()}));
+            let nodes: Vec<u64> = self
+                .conns
+                .iter()
+                .filter(|(k, c)| **k != conn && c.role == Role::Node)
+                .map(|(k, _)| *k)
+                .collect();
+            for n in nodes {
+                self.send(n, note.clone());
+            }
+            // "Its node field is an empty descriptor."
+            let empty =
+                json!({"id": "", "label": "", "version": "", "capabilities": {}, "online": false});
+            self.event("trust-changed", empty);
+        }
+        Ok(Value::Null)
     }
 
     fn respond(&mut self, asker: Asker, r: Result<Value, GwError>) {
