@@ -34,8 +34,9 @@
 //! allocates as it fills: an idle connection holds no preallocated slots.
 //! Relay frames and node events carry a [`Queued`] counter of their
 //! channel's direction or their client's events, which the writer lowers
-//! once the frame is written: that is how the gateway thread knows the
-//! seed's 64-frame queue of a channel is full.
+//! once the frame is written: that is how a reader forwarding a relay
+//! frame ([`super::relay`]) knows the seed's 64-frame queue of a channel
+//! is full, and the gateway thread that a client's 64 events are waiting.
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use std::collections::HashMap;
