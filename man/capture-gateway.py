@@ -62,6 +62,22 @@ class Ws:
         return out
 
 
+def field(b):
+    return struct.pack(">I", len(b)) + b
+
+
+def genesis_entry():
+    """A genesis of one signer, in wire form (seed 004, Entry encoding),
+    signed with a fixed key so that the capture is repeatable."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    k = Ed25519PrivateKey.from_private_bytes(b"\x01" * 32)
+    pub = k.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    signed = (bytes([1]) + field(b"") + struct.pack(">I", 1) + field(pub)
+              + struct.pack(">I", 0) + field(b"") + field(pub))
+    return signed + field(k.sign(signed))
+
+
 def section(name):
     print(f"\n.B {name}")
 
@@ -127,8 +143,27 @@ with tempfile.TemporaryDirectory() as d:
     section("parse error")
     print("> {nope")
     admin.s.sendall(b"\x81\x86" + b"\0\0\0\0" + b"{nope\n"); admin.recv()
-    section("method not found")
+    section("trustlog.push (a node), trustlog.changed and trust-changed")
+    other = Ws(port, "/node", MASTER)
+    req = other.recv(show=False)
+    other.send({"jsonrpc": "2.0", "id": req["id"], "result": {
+        "id": "away", "label": "away", "version": "0.1.0", "capabilities": {}}})
+    admin.recv(show=False)
+    entry = genesis_entry()
+    h = base64.b64encode(hashlib.blake2s(entry, digest_size=32).digest()).decode()
+    node.send({"jsonrpc": "2.0", "id": 2, "method": "trustlog.push",
+               "params": {"entries": [base64.b64encode(entry).decode()]}})
+    node.recv()
+    other.recv()
+    admin.recv()
+    section("trustlog.sync")
     admin.send({"jsonrpc": "2.0", "id": 12, "method": "trustlog.sync"}); admin.recv()
+    node.send({"jsonrpc": "2.0", "id": 3, "method": "trustlog.sync", "params": {"known": [h]}}); node.recv()
+    stranger = base64.b64encode(b"\x07" * 32).decode()
+    other.send({"jsonrpc": "2.0", "id": 2, "method": "trustlog.sync", "params": {"known": [stranger]}})
+    other.recv()
+    section("method not found")
+    admin.send({"jsonrpc": "2.0", "id": 13, "method": "push.vapidKey"}); admin.recv()
     section("401")
     print("status", Ws(port, "/client", "wrong").status)
     p.terminate()

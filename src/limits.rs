@@ -1006,6 +1006,15 @@ pub const GATEWAY_TOKEN_BYTES: usize = 32;
 /// refused until one is removed.
 pub const GATEWAY_CLIENTS_MAX: usize = 1024;
 
+/// Trust-log entries the gateway holds (seed 004, Distribution: "The
+/// gateway keeps the entries in memory"; the seed gives no bound): a
+/// chain's decoder limit ("65536 entries per chain").
+pub const GATEWAY_TRUSTLOG_ENTRIES: usize = TRUSTLOG_MAX_CHAIN;
+/// Bytes of wire form those entries may take: their base64 in a
+/// `trustlog.sync` answer to a caller that knows nothing (about 4/3 of
+/// this, plus three bytes an entry) must fit in one 16 MiB line.
+pub const GATEWAY_TRUSTLOG_BYTES: usize = 8 * 1024 * 1024;
+
 /// Messages from connection threads to the gateway thread. A full queue
 /// makes the sending reader wait, which slows only its own peer.
 pub const GATEWAY_INBOX: usize = 4096;

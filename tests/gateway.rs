@@ -335,7 +335,7 @@ fn framing_is_a_byte_stream_of_lines() {
     for m in [
         "server.stop",
         "server.upgrade",
-        "trustlog.sync",
+        "trustlog.push",
         "push.vapidKey",
         "sessions.list",
     ] {
@@ -808,8 +808,18 @@ fn the_node_runs_the_gateway_with_serve_gateway() {
     let mut n = dial(addr, "/node", Some(&master)).expect("node");
     let req = n.expect("identify", |v| v["method"] == "node.identify");
     n.send(&json!({"jsonrpc":"2.0","id":req["id"],"result":ident("far")}));
-    // The operator pairs a device on the node socket.
+    // server.info and status name the address the gateway bound.
     let mut s = d.connect();
+    let info = s.call("server.info", json!({}));
+    assert_eq!(info["gateway"]["address"], json!(addr.to_string()));
+    let (code, text, err) = util::run_cli(&["--socket", d.socket.to_str().unwrap(), "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("gateway") && l.ends_with(&addr.to_string())),
+        "{text}"
+    );
+    // The operator pairs a device on the node socket.
     let started = s.call("clients.pairStart", json!({}));
     check("PairStart", &started);
     let token = started["token"].as_str().unwrap().to_string();
@@ -848,6 +858,7 @@ fn clients_methods_need_the_gateway_role() {
     let d = Daemon::start(&dir.path);
     let mut s = d.connect();
     assert_eq!(s.error_code("clients.list", json!({})), "unavailable");
+    assert_eq!(s.call("server.info", json!({}))["gateway"], Value::Null);
     let (code, _, err) = util::run_cli(&["--socket", d.socket.to_str().unwrap(), "clients"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("gateway role is not running"), "{err}");
@@ -880,4 +891,146 @@ fn silent_sockets_of_one_peer_cannot_hold_every_slot() {
         .find_map(|_| dial(addr, "/client", Some(MASTER)).ok())
         .expect("handshakes are admitted again");
     assert_eq!(again.call("ping", json!(null))["result"], Value::Null);
+}
+
+// ---- the trust log's distribution (issue 14; seed 004, Distribution) ----
+
+fn signing_key(n: u8) -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(&[n; 32])
+}
+
+/// A chain of `n` entries: a genesis by key 1, then devices authorized.
+fn trust_chain(n: usize, key_len: usize) -> Vec<omniconfluxd::trustlog::Entry> {
+    use omniconfluxd::trustlog::{Content, Kind};
+    let k = signing_key(1);
+    let me = k.verifying_key().to_bytes().to_vec();
+    let mut out = vec![
+        Content {
+            kind: Kind::Genesis,
+            prev: vec![],
+            signers: vec![me.clone()],
+            disablements: vec![],
+            key: vec![],
+            signer: me.clone(),
+            replaces: vec![],
+        }
+        .sign(&k)
+        .unwrap(),
+    ];
+    for i in 1..n {
+        let mut key = vec![0u8; key_len];
+        key[..8].copy_from_slice(&(i as u64).to_be_bytes());
+        let e = Content {
+            kind: Kind::AuthorizeDevice,
+            prev: out[i - 1].hash().0.to_vec(),
+            signers: vec![],
+            disablements: vec![],
+            key,
+            signer: me.clone(),
+            replaces: vec![],
+        }
+        .sign(&k)
+        .unwrap();
+        out.push(e);
+    }
+    out
+}
+
+fn b64_bytes(b: &[u8]) -> Value {
+    json!(omniconfluxd::e2ee::base64::encode(b))
+}
+
+fn wires(entries: &[&omniconfluxd::trustlog::Entry]) -> Value {
+    Value::Array(entries.iter().map(|e| b64_bytes(e.wire())).collect())
+}
+
+fn hashes(entries: &[&omniconfluxd::trustlog::Entry]) -> Value {
+    Value::Array(entries.iter().map(|e| b64_bytes(&e.hash().0)).collect())
+}
+
+#[test]
+fn the_gateway_carries_the_trust_log_between_nodes_and_clients() {
+    let dir = TestDir::new("gw-trust");
+    let (_d, addr) = gateway(&dir, "");
+    let chain = trust_chain(3, 32);
+    let (g, e1, e2) = (&chain[0], &chain[1], &chain[2]);
+    let mut pusher = node(addr, ident("pusher"));
+    let mut other = node(addr, ident("other"));
+    let mut c = client_of(addr, "other");
+    c.node_event("added", "pusher");
+    // Nothing held: an empty answer; a node that holds entries is asked
+    // for them (want) and told that nothing is shared (disjoint).
+    let r = c.call("trustlog.sync", json!({}))["result"].clone();
+    check("TrustlogSync", &r);
+    assert_eq!(r, json!({}));
+    let r = pusher.call("trustlog.sync", json!({"known": hashes(&[g, e1])}))["result"].clone();
+    check("TrustlogSync", &r);
+    assert_eq!(r, json!({"want": hashes(&[g, e1]), "disjoint": true}));
+    // The node pushes them, children first: the other uplink is told the
+    // new heads, each client to sync; the pusher is not told.
+    let id = pusher.request("trustlog.push", json!({"entries": wires(&[e1, g])}));
+    let answer = pusher.next().unwrap();
+    assert_eq!(
+        answer,
+        json!({"jsonrpc":"2.0","id":id,"result":null}),
+        "the pusher gets no trustlog.changed"
+    );
+    let changed = other.expect("trustlog.changed", |v| v["method"] == "trustlog.changed");
+    assert_eq!(changed["params"], json!({"heads": hashes(&[e1])}));
+    let ev = c.expect("trust-changed", |v| v["params"]["type"] == "trust-changed");
+    assert_eq!(
+        ev["params"]["node"],
+        json!({"id": "", "label": "", "version": "", "capabilities": {}, "online": false})
+    );
+    // A client that knows nothing gets every entry, parents first; one
+    // that holds the genesis gets the rest; an entry pushed twice is held
+    // once.
+    let r = c.call("trustlog.sync", json!({}))["result"].clone();
+    assert_eq!(r, json!({"entries": wires(&[g, e1])}));
+    let r = pusher.call("trustlog.push", json!({"entries": wires(&[g, e1, e2, e2])}));
+    assert_eq!(r["result"], Value::Null, "{r}");
+    let changed = other.expect("trustlog.changed", |v| v["method"] == "trustlog.changed");
+    assert_eq!(changed["params"], json!({"heads": hashes(&[e2])}));
+    let r = c.call(
+        "trustlog.sync",
+        json!({"known": hashes(&[g]), "truncated": true}),
+    )["result"]
+        .clone();
+    check("TrustlogSync", &r);
+    assert_eq!(r, json!({"entries": wires(&[e1, e2])}));
+    // A known hash the gateway lacks is wanted; a truncated list is never
+    // disjoint.
+    let alien = &trust_chain(2, 33)[1];
+    let r = pusher.call(
+        "trustlog.sync",
+        json!({"known": hashes(&[alien]), "truncated": true}),
+    )["result"]
+        .clone();
+    assert_eq!(r["want"], hashes(&[alien]));
+    assert!(r.get("disjoint").is_none(), "{r}");
+    // Refusals: a client may not push; bad params; a list past 4,096.
+    let r = c.call("trustlog.push", json!({"entries": wires(&[g])}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    for bad in [
+        json!({"entries": ["not base64!"]}),
+        json!({"entries": [b64_bytes(b"\x09 no entry")]}),
+        json!({"entries": "x"}),
+    ] {
+        let r = pusher.call("trustlog.push", bad.clone());
+        assert_eq!(r["error"]["code"], -32600, "{bad}: {r}");
+        assert_eq!(r["error"]["data"]["code"], "invalid-params", "{r}");
+    }
+    let r = c.call("trustlog.sync", json!({"known": [b64_bytes(b"short")]}));
+    assert_eq!(r["error"]["data"]["code"], "invalid-params", "{r}");
+    let many: Vec<Value> = (0..4097).map(|_| b64_bytes(&g.hash().0)).collect();
+    let r = c.call("trustlog.sync", json!({"known": many}));
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(r["error"]["data"]["code"], "trustlog-known-too-long", "{r}");
+    // Past the gateway's bound (8 MiB of entries) a push is refused whole.
+    let big = trust_chain(10, 1_000_000);
+    let refs: Vec<&omniconfluxd::trustlog::Entry> = big.iter().collect();
+    let r = pusher.call("trustlog.push", json!({"entries": wires(&refs)}));
+    assert_eq!(r["error"]["data"]["code"], "trustlog-full", "{r}");
+    let r = c.call("trustlog.sync", json!({}))["result"].clone();
+    assert_eq!(r, json!({"entries": wires(&[g, e1, e2])}));
 }

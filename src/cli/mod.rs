@@ -485,6 +485,9 @@ fn status(args: &Args) -> Result<(), Failure> {
     if let Some(addr) = info["http"]["address"].as_str() {
         outln!("http        {addr}")?;
     }
+    if let Some(addr) = info["gateway"]["address"].as_str() {
+        outln!("gateway     {addr}")?;
+    }
     let c = &info["counts"];
     outln!(
         "holds       {} events in {} streams, {} connections",

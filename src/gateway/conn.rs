@@ -2,7 +2,9 @@
 //! "Authentication", "Framing", "Keepalive", "Slow readers"; issue 12):
 //! the accept thread, and per connection one reader thread and one writer
 //! thread, all blocking. The gateway thread ([`super::state`]) owns every
-//! decision; these threads only move bytes.
+//! decision; these threads only move bytes, relay frames straight from a
+//! reader to the other side's writer through the channel table
+//! ([`super::relay`]).
 //!
 //! - `gw-accept` accepts, and closes at once any connection past
 //!   `gateway.max_connections` (every connection holds a slot until both
@@ -17,8 +19,8 @@
 //!   thread becomes the connection's reader: it splits the text messages,
 //!   taken as one byte stream, on `\n`, skips empty lines, closes the
 //!   connection when a line passes 16 MiB, answers `ping` and lines that
-//!   are no frame itself, and hands every other frame of a message to the
-//!   gateway thread in one batch.
+//!   are no frame itself, forwards relay frames ([`dispatch`]) and hands
+//!   every other frame of a message to the gateway thread in one batch.
 //! - `gw-write` is the only thread that writes to the socket. It gathers
 //!   the lines already queued (up to `GATEWAY_WRITE_BATCH`) into one text
 //!   message, which the seed allows, and writes it with a deadline of
@@ -32,8 +34,9 @@
 //! allocates as it fills: an idle connection holds no preallocated slots.
 //! Relay frames and node events carry a [`Queued`] counter of their
 //! channel's direction or their client's events, which the writer lowers
-//! once the frame is written: that is how the gateway thread knows the
-//! seed's 64-frame queue of a channel is full.
+//! once the frame is written: that is how a reader forwarding a relay
+//! frame ([`super::relay`]) knows the seed's 64-frame queue of a channel
+//! is full, and the gateway thread that a client's 64 events are waiting.
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use std::collections::HashMap;
@@ -48,6 +51,7 @@ use tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tungstenite::http::StatusCode;
 use tungstenite::protocol::WebSocketConfig;
 
+use super::relay::{self, Trouble};
 use super::state::{Role, RouteKind, ToState};
 use super::wire::{self, Frame};
 use crate::limits;
@@ -133,6 +137,8 @@ impl Outbox {
 /// What the accept and connection threads share.
 pub struct Shared {
     pub to_state: Sender<ToState>,
+    /// The open channels, for readers to forward relay frames ([`relay`]).
+    pub relay: Arc<relay::Table>,
     pub live: AtomicUsize,
     pub max: usize,
     pub write_timeout: Duration,
@@ -381,7 +387,7 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
         let _ = closer.shutdown(Shutdown::Both);
         return;
     }
-    read_loop(&mut ws, conn, &outbox, &shared.to_state);
+    read_loop(&mut ws, conn, &outbox, &shared);
     let _ = closer.shutdown(Shutdown::Both);
     let _ = shared.to_state.send(ToState::Closed { conn });
 }
@@ -444,12 +450,50 @@ pub fn take_lines(
     }
 }
 
-fn read_loop(
-    ws: &mut tungstenite::WebSocket<Side>,
+/// The gateway thread has stopped: the connection ends.
+#[derive(Debug)]
+pub struct Stopped;
+
+/// Hands on the frames of one message: relay frames straight to their
+/// channel's other side ([`relay`]), then the rest to the gateway thread in
+/// one batch, then what the forwarding found wrong. A relay frame is thus
+/// handed on before a request that came before it in the same message,
+/// which changes nothing a peer can tell: a request the gateway serves
+/// (`relay.close` above all) only ever acts on frames that come after it.
+pub fn dispatch(
     conn: u64,
-    outbox: &Outbox,
+    batch: Vec<Frame>,
+    relay: &relay::Table,
     to_state: &Sender<ToState>,
-) {
+) -> Result<(), Stopped> {
+    let mut rest = Vec::new();
+    let mut relays = Vec::new();
+    for f in batch {
+        match f {
+            Frame::Relay { chan, line } => relays.push((chan, line)),
+            f => rest.push(f),
+        }
+    }
+    let mut trouble = Vec::new();
+    if !relays.is_empty() {
+        relay.forward(conn, relays.into_iter(), &mut trouble);
+    }
+    if !rest.is_empty() {
+        to_state
+            .send(ToState::Frames { conn, frames: rest })
+            .map_err(|_| Stopped)?;
+    }
+    for t in trouble {
+        let msg = match t {
+            Trouble::Overflow(chan) => ToState::Overflow { chan },
+            Trouble::Full(conn) => ToState::Closed { conn },
+        };
+        to_state.send(msg).map_err(|_| Stopped)?;
+    }
+    Ok(())
+}
+
+fn read_loop(ws: &mut tungstenite::WebSocket<Side>, conn: u64, outbox: &Outbox, shared: &Shared) {
     let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
     loop {
         let msg = match ws.read() {
@@ -467,14 +511,7 @@ fn read_loop(
         };
         let mut batch = Vec::new();
         let ok = take_lines(&mut lines, bytes, outbox, &mut batch);
-        if !batch.is_empty()
-            && to_state
-                .send(ToState::Frames {
-                    conn,
-                    frames: batch,
-                })
-                .is_err()
-        {
+        if !batch.is_empty() && dispatch(conn, batch, &shared.relay, &shared.to_state).is_err() {
             return;
         }
         if ok.is_err() {

@@ -1,7 +1,9 @@
 //! The gateway role (seed 004, "Overview", "Wire format", "Connecting a
 //! client", "Pairing a new device", "Relay channels"; issue 12): WebSocket
 //! routes `/node` and `/client`, the roster, relay channels it forwards
-//! without reading them, pairing and client tokens.
+//! without reading them, pairing and client tokens, and the trust log's
+//! distribution (seed 004, Locked mode › Distribution; issue 14,
+//! [`trust`]).
 //!
 //! Where it runs: in the node (`[gateway] listen`, `serve --gateway ADDR`)
 //! or alone (`omniconfluxd gateway --listen ADDR`, [`standalone`]). Either
@@ -9,7 +11,8 @@
 //! reactor, so relay traffic does not touch the node's state:
 //!
 //! - `gateway`, the one owner of the roster, channels, pairings and paired
-//!   devices ([`state`]);
+//!   devices ([`state`]); relay frames do not pass through it: readers
+//!   forward them through the channel table it keeps ([`relay`]);
 //! - `gw-accept`, and per WebSocket connection a reader and a writer
 //!   thread ([`conn`]), at most `gateway.max_connections` connections;
 //! - the operator's requests (`clients.*` for `omniconfluxd pair` and
@@ -29,9 +32,11 @@
 
 pub mod conn;
 pub mod in_node;
+pub mod relay;
 pub mod standalone;
 pub mod state;
 pub mod tokens;
+pub mod trust;
 pub mod wire;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -71,8 +76,10 @@ impl Gateway {
             .local_addr()
             .map_err(|e| format!("unable to read the gateway's address: {e}"))?;
         let (tx, rx) = bounded(limits::GATEWAY_INBOX);
+        let relay = Arc::new(relay::Table::default());
         let shared = Arc::new(Shared {
             to_state: tx,
+            relay: relay.clone(),
             live: AtomicUsize::new(0),
             max: cfg.max_connections,
             write_timeout: Duration::from_millis(cfg.write_timeout_ms),
@@ -85,6 +92,7 @@ impl Gateway {
             store,
             public_url: cfg.public_url.clone(),
             started_at: crate::clock::now_ts(),
+            relay,
         };
         let state = std::thread::Builder::new()
             .name("gateway".into())
@@ -134,8 +142,13 @@ impl Gateway {
             to_state: self.shared.to_state.clone(),
             rx,
             len,
-            out,
-            lines: crate::socket::framing::LineBuffer::new(limits::GATEWAY_MAX_LINE),
+            tx: LinkSender {
+                conn,
+                to_state: self.shared.to_state.clone(),
+                relay: self.shared.relay.clone(),
+                out,
+                lines: crate::socket::framing::LineBuffer::new(limits::GATEWAY_MAX_LINE),
+            },
         })
     }
 
@@ -209,27 +222,16 @@ pub struct NodeLink {
     to_state: Sender<ToState>,
     rx: Receiver<Out>,
     len: Arc<AtomicUsize>,
-    /// Where `ping` and lines that are no frame are answered, as a
-    /// reader thread does for a WebSocket.
-    out: Outbox,
-    lines: crate::socket::framing::LineBuffer,
+    /// The node's side of the stream, as a reader thread is for a
+    /// WebSocket.
+    tx: LinkSender,
 }
 
 impl NodeLink {
     /// Sends bytes of the node's stream (lines ending in `\n`). `Err` when
     /// the gateway closed the link.
     pub fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let mut batch = Vec::new();
-        let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
-        if !batch.is_empty() {
-            self.to_state
-                .send(ToState::Frames {
-                    conn: self.conn,
-                    frames: batch,
-                })
-                .map_err(|_| "the gateway has stopped".to_string())?;
-        }
-        ok.map_err(|_| "the gateway closed the node link".to_string())
+        self.tx.send(bytes)
     }
 
     /// The next line from the gateway, `\n` included; `None` once the
@@ -262,7 +264,8 @@ impl NodeLink {
         LinkSender {
             conn: self.conn,
             to_state: self.to_state.clone(),
-            out: self.out.clone(),
+            relay: self.tx.relay.clone(),
+            out: self.tx.out.clone(),
             lines: crate::socket::framing::LineBuffer::new(limits::GATEWAY_MAX_LINE),
         }
     }
@@ -275,9 +278,13 @@ impl NodeLink {
 }
 
 /// Sends on a [`NodeLink`] from another thread ([`NodeLink::sender`]).
+/// Relay frames go straight to the client's writer through the channel
+/// table, the rest to the gateway thread, as a connection's reader does.
 pub struct LinkSender {
     conn: u64,
     to_state: Sender<ToState>,
+    relay: Arc<relay::Table>,
+    /// Where `ping` and lines that are no frame are answered.
     out: Outbox,
     lines: crate::socket::framing::LineBuffer,
 }
@@ -288,12 +295,8 @@ impl LinkSender {
         let mut batch = Vec::new();
         let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
         if !batch.is_empty() {
-            self.to_state
-                .send(ToState::Frames {
-                    conn: self.conn,
-                    frames: batch,
-                })
-                .map_err(|_| "the gateway has stopped".to_string())?;
+            conn::dispatch(self.conn, batch, &self.relay, &self.to_state)
+                .map_err(|conn::Stopped| "the gateway has stopped".to_string())?;
         }
         ok.map_err(|_| "the gateway closed the node link".to_string())
     }

@@ -23,7 +23,10 @@
 //! Channels. `relay.open` gives `c<N>` from one counter (from `c1` at each
 //! start). A relay frame is forwarded, as the bytes it came in, only if its
 //! `chan_id` exists and the sender holds that side of the channel; any
-//! other relay frame is dropped without a reply. Each direction of a
+//! other relay frame is dropped without a reply. This thread opens and
+//! closes channels in a table the readers share, and the readers forward
+//! relay frames through it themselves ([`super::relay`] has the checks and
+//! why). Each direction of a
 //! channel has a 64-frame queue (frames handed to the destination's writer
 //! and not yet written); a frame that finds it full closes the channel
 //! instead of being dropped. A channel closes on `relay.close` by its
@@ -35,16 +38,24 @@
 //!
 //! Who may call what. Gateway methods on `/client`: `server.info`,
 //! `nodes.list`, `relay.open`, `relay.close`; with the master token
-//! (admin) also `clients.*`; `pushport.setToken` is admin-only and, like
-//! `trustlog.sync` and `push.vapidKey`, not served yet (-32601).
+//! (admin) also `clients.*`; `trustlog.sync` ([`super::trust`]);
+//! `pushport.setToken` is admin-only and, like `push.vapidKey`, not
+//! served yet (-32601).
 //! `server.checkUpgrade`, `server.upgrade`, `server.restart` and
 //! `server.stop` answer -32601 on the WebSocket routes, as the seed allows.
-//! On `/node` only `ping` is served. The operator's unix socket (the node's
+//! On `/node`: `ping`, `trustlog.sync` and `trustlog.push`; a push that
+//! brings new entries sends `trustlog.changed {heads}` to every other
+//! uplink and `node.event` `trust-changed` (an empty descriptor) to every
+//! client. The operator's unix socket (the node's
 //! or the standalone gateway's) is an admin caller ([`ToState::Local`]).
 //!
 //! Pairing. `clients.pairStart` makes a token pending for 60 s. A device
 //! that connects to `/client` with it within that time is stored (its id,
-//! never the token) and wakes `clients.pairAwait`; the pending entry stays
+//! never the token) and wakes `clients.pairAwait`, once its WebSocket
+//! upgrade has completed: the handshake's token check only admits it, so
+//! a device whose handshake then fails is not paired and the token stays
+//! pending (a pairing that ends between the check and the upgrade refuses
+//! the connection); the pending entry stays
 //! until its 60 s end so that an await that comes after the device still
 //! answers `connected: true`. An await for an unknown or expired token, a
 //! second await of one token, and an await that reaches the 60 s end all
@@ -107,9 +118,14 @@ pub enum ToState {
         conn: u64,
         frames: Vec<Frame>,
     },
-    /// The connection's reader ended.
+    /// The connection's reader ended, or a reader found this connection's
+    /// outbox full while forwarding to it: close it.
     Closed {
         conn: u64,
+    },
+    /// A reader found a direction of this channel full: close it.
+    Overflow {
+        chan: String,
     },
     /// A request of the operator's, from a unix socket: an admin caller.
     Local {
@@ -126,6 +142,9 @@ pub struct Setup {
     pub store: Store,
     pub public_url: String,
     pub started_at: String,
+    /// The channel table readers forward through; this thread alone
+    /// opens and closes channels in it.
+    pub relay: Arc<super::relay::Table>,
 }
 
 struct Conn {
@@ -151,11 +170,10 @@ struct Node {
     epoch: u64,
 }
 
+/// A channel's two sides (its queues are in the shared table).
 struct Chan {
     client: u64,
     node: u64,
-    to_node: Arc<Queued>,
-    to_client: Arc<Queued>,
 }
 
 /// Who waits for an answer.
@@ -191,6 +209,8 @@ struct State {
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     timer_tasks: HashMap<u64, Timer>,
     next_timer: u64,
+    /// The trust log's entries, as carried ([`super::trust`]).
+    trust: super::trust::Held,
 }
 
 /// The gateway thread's body.
@@ -209,6 +229,7 @@ pub fn run(setup: Setup, paired: Vec<Paired>, rx: Receiver<ToState>) {
         timers: BinaryHeap::new(),
         timer_tasks: HashMap::new(),
         next_timer: 0,
+        trust: Default::default(),
     };
     loop {
         let msg = match s.timers.peek() {
@@ -269,6 +290,7 @@ impl State {
                 }
             }
             ToState::Closed { conn } => self.drop_conn(conn),
+            ToState::Overflow { chan } => self.close_chan(&chan),
             ToState::Local {
                 method,
                 params,
@@ -363,30 +385,49 @@ impl State {
                 token: Some(id),
             });
         }
-        let pair = self.pairs.get_mut(&d)?;
+        // A pending pairing token admits the handshake but is not spent
+        // here: the device is paired in `open`, once the upgrade is done.
+        let pair = self.pairs.get(&d)?;
         if pair.connected || Instant::now() >= pair.expires {
             return None;
-        }
-        let p = Paired {
-            id: id.clone(),
-            created_at: crate::clock::now_ts(),
-        };
-        if let Err(e) = self.setup.store.insert(&p) {
-            crate::error!("gateway: {e}; the device was not paired");
-            return None;
-        }
-        pair.connected = true;
-        let waiter = pair.waiter.take();
-        self.paired.push(p);
-        self.paired_ids.insert(id.clone());
-        crate::info!("gateway: paired a device (token id {})", &id[..12]);
-        if let Some(w) = waiter {
-            self.respond(w, Ok(json!({"connected": true})));
         }
         Some(Role::Client {
             admin: false,
             token: Some(id),
         })
+    }
+
+    /// A device that connected with a pending pairing token and finished
+    /// its upgrade: stores the token's id and wakes `clients.pairAwait`.
+    /// `false` when the pairing is gone (it ended between the handshake's
+    /// check and now, or storing failed): the connection is refused.
+    fn complete_pairing(&mut self, id: &str) -> bool {
+        // At most `GATEWAY_PAIRS_PENDING` pairings: a scan is enough.
+        let Some(pair) = self
+            .pairs
+            .iter_mut()
+            .find(|(h, p)| !p.connected && crate::ids::hex(&h[..]) == id)
+            .map(|(_, p)| p)
+        else {
+            return false;
+        };
+        let p = Paired {
+            id: id.to_string(),
+            created_at: crate::clock::now_ts(),
+        };
+        if let Err(e) = self.setup.store.insert(&p) {
+            crate::error!("gateway: {e}; the device was not paired");
+            return false;
+        }
+        pair.connected = true;
+        let waiter = pair.waiter.take();
+        self.paired.push(p);
+        self.paired_ids.insert(id.to_string());
+        crate::info!("gateway: paired a device (token id {})", &id[..12]);
+        if let Some(w) = waiter {
+            self.respond(w, Ok(json!({"connected": true})));
+        }
+        true
     }
 
     fn pair_start(&mut self) -> Result<Value, GwError> {
@@ -539,11 +580,18 @@ impl State {
         };
         let asker = Asker::Conn { conn, id };
         let Role::Client { admin, .. } = c.role else {
-            // An uplink is served `ping` only (answered by its reader).
-            return self.respond(asker, Err(GwError::not_found()));
+            // An uplink is served `ping` (answered by its reader) and the
+            // trust log's distribution.
+            let r = match method {
+                "trustlog.sync" => self.trust.sync(params),
+                "trustlog.push" => self.trust_push(conn, params),
+                _ => Err(GwError::not_found()),
+            };
+            return self.respond(asker, r);
         };
         let r = match method {
             "server.info" => Ok(self.server_info(true)),
+            "trustlog.sync" => self.trust.sync(params),
             "nodes.list" => Ok(json!({"nodes": self.roster()})),
             "relay.open" => self.relay_open(conn, params),
             "relay.close" => self.relay_close(conn, params),
@@ -560,6 +608,33 @@ impl State {
             _ => Err(GwError::not_found()),
         };
         self.respond(asker, r);
+    }
+
+    /// `trustlog.push` from the uplink `conn`. When it brings entries the
+    /// gateway did not hold, every other uplink is told `trustlog.changed
+    /// {heads}` and every client `node.event` `trust-changed` (seed 004,
+    /// Distribution, Roster events), so that they sync.
+    fn trust_push(&mut self, conn: u64, params: Value) -> Result<Value, GwError> {
+        let added = self.trust.push(params)?;
+        if added > 0 {
+            crate::debug!("gateway: {added} new trust-log entries");
+            let note =
+                wire::notification("trustlog.changed", &json!({"heads": self.trust.heads()}));
+            let nodes: Vec<u64> = self
+                .conns
+                .iter()
+                .filter(|(k, c)| **k != conn && c.role == Role::Node)
+                .map(|(k, _)| *k)
+                .collect();
+            for n in nodes {
+                self.send(n, note.clone());
+            }
+            // "Its node field is an empty descriptor."
+            let empty =
+                json!({"id": "", "label": "", "version": "", "capabilities": {}, "online": false});
+            self.event("trust-changed", empty);
+        }
+        Ok(Value::Null)
     }
 
     fn respond(&mut self, asker: Asker, r: Result<Value, GwError>) {
@@ -630,6 +705,15 @@ impl State {
             .map(|p| p.to_string())
             .unwrap_or_else(|| "in-process".into());
         crate::debug!("gateway: {role:?} connected from {shown}");
+        if let Role::Client {
+            token: Some(id), ..
+        } = &role
+            && !self.paired_ids.contains(id)
+            && !self.complete_pairing(id)
+        {
+            crate::debug!("gateway: refused a device whose pairing ended during its handshake");
+            return closer.close();
+        }
         let node = role == Role::Node;
         self.conns.insert(
             conn,
@@ -673,6 +757,7 @@ impl State {
             let Some(ch) = self.chans.remove(chan) else {
                 continue;
             };
+            self.setup.relay.close(chan);
             if ch.client == conn {
                 if let Some(n) = self.conns.get_mut(&ch.node) {
                     n.chans.remove(chan);
@@ -701,9 +786,12 @@ impl State {
         match f {
             Frame::Request { id, method, params } => self.request(conn, id, &method, params),
             Frame::Response { id, result } => self.on_response(conn, id, result),
-            Frame::Relay { chan, line } => self.relay(conn, &chan, line),
-            // Answered or dropped by the reader.
-            Frame::Ping { .. } | Frame::Notification | Frame::Unroutable | Frame::Refused(_) => {}
+            // Forwarded, answered or dropped by the reader.
+            Frame::Relay { .. }
+            | Frame::Ping { .. }
+            | Frame::Notification
+            | Frame::Unroutable
+            | Frame::Refused(_) => {}
         }
     }
 
@@ -813,6 +901,15 @@ impl State {
                 "too many open channels for this client",
             ));
         }
+        let (Some(client_out), Some(node_out)) = (
+            self.conns.get(&conn).map(|c| c.out.clone()),
+            self.conns.get(&node_conn).map(|c| c.out.clone()),
+        ) else {
+            return Err(GwError::refused(
+                "unknown-node",
+                format!("unknown node: {}", p.node_id),
+            ));
+        };
         self.next_chan += 1;
         let chan = format!("c{}", self.next_chan);
         for c in [conn, node_conn] {
@@ -820,13 +917,16 @@ impl State {
                 c.chans.insert(chan.clone());
             }
         }
+        // In the table before the answer is queued: the client sends on
+        // the channel only once it has the id.
+        self.setup
+            .relay
+            .open(chan.clone(), (conn, client_out), (node_conn, node_out));
         self.chans.insert(
             chan.clone(),
             Chan {
                 client: conn,
                 node: node_conn,
-                to_node: Arc::new(Queued::default()),
-                to_client: Arc::new(Queued::default()),
             },
         );
         Ok(json!({"chan_id": chan}))
@@ -849,6 +949,7 @@ impl State {
         let Some(ch) = self.chans.remove(chan) else {
             return;
         };
+        self.setup.relay.close(chan);
         for c in [ch.client, ch.node] {
             if let Some(c) = self.conns.get_mut(&c) {
                 c.chans.remove(chan);
@@ -862,37 +963,6 @@ impl State {
             node,
             wire::notification("relay.closed", &json!({"chan_id": chan})),
         );
-    }
-
-    fn relay(&mut self, from: u64, chan: &str, line: Vec<u8>) {
-        let Some(ch) = self.chans.get(chan) else {
-            return;
-        };
-        let (dest, q) = if ch.client == from {
-            (ch.node, ch.to_node.clone())
-        } else if ch.node == from {
-            (ch.client, ch.to_client.clone())
-        } else {
-            // Not the sender's channel: dropped without a reply.
-            return;
-        };
-        if q.frames.load(Ordering::Acquire) >= limits::GATEWAY_CHANNEL_QUEUE
-            || q.bytes.load(Ordering::Acquire) + line.len() > limits::GATEWAY_CHANNEL_QUEUE_BYTES
-        {
-            crate::debug!("gateway: closed channel {chan}: its queue is full");
-            return self.close_chan(chan);
-        }
-        let Some(d) = self.conns.get(&dest) else {
-            return;
-        };
-        let n = line.len();
-        q.frames.fetch_add(1, Ordering::AcqRel);
-        q.bytes.fetch_add(n, Ordering::AcqRel);
-        if d.out.push(Out::Relay(line, q.clone())).is_err() {
-            q.frames.fetch_sub(1, Ordering::AcqRel);
-            q.bytes.fetch_sub(n, Ordering::AcqRel);
-            self.drop_conn(dest);
-        }
     }
 }
 
@@ -929,4 +999,87 @@ fn with_online(desc: &Map<String, Value>, online: bool) -> Value {
     let mut d = desc.clone();
     d.insert("online".into(), Value::Bool(online));
     Value::Object(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+
+    fn ask(tx: &Sender<ToState>, method: &str, params: Value) -> Receiver<Result<Value, GwError>> {
+        let (rtx, rrx) = bounded(1);
+        tx.send(ToState::Local {
+            method: method.into(),
+            params,
+            reply: Box::new(move |r| {
+                let _ = rtx.send(r);
+            }),
+        })
+        .unwrap();
+        rrx
+    }
+
+    fn auth(tx: &Sender<ToState>, token: &str) -> Option<Role> {
+        let (rtx, rrx) = bounded(1);
+        tx.send(ToState::Auth {
+            route: RouteKind::Client,
+            token: token.into(),
+            reply: rtx,
+        })
+        .unwrap();
+        rrx.recv().unwrap()
+    }
+
+    #[test]
+    fn a_pairing_token_is_spent_only_by_an_upgraded_connection() {
+        let dir = crate::testutil::TempDir::new("gw-state-pair");
+        let store = Store::open(&dir.path().join("g.sqlite3"), true).unwrap();
+        let setup = Setup {
+            master: tokens::sha256(b"m"),
+            store,
+            public_url: String::new(),
+            started_at: String::new(),
+            relay: Arc::default(),
+        };
+        let (tx, rx) = bounded(64);
+        let t = std::thread::spawn(move || run(setup, Vec::new(), rx));
+        let wait = Duration::from_secs(30);
+        let started = ask(&tx, "clients.pairStart", json!({}))
+            .recv()
+            .unwrap()
+            .unwrap();
+        let token = started["token"].as_str().unwrap().to_string();
+        let awaited = ask(&tx, "clients.pairAwait", json!({"token": token}));
+        // A handshake checks the token, then fails before its upgrade: it
+        // never opens. Nothing is stored, the await still waits, and the
+        // token still admits the next handshake.
+        let role = auth(&tx, &token).expect("a pending token is admitted");
+        let list = ask(&tx, "clients.list", json!({})).recv().unwrap().unwrap();
+        assert_eq!(list, json!([]));
+        assert!(awaited.try_recv().is_err());
+        assert_eq!(auth(&tx, &token), Some(role.clone()));
+        // The next one is upgraded: now the device is paired.
+        let (out, _orx, _) = Outbox::new();
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tx.send(ToState::Open {
+            conn: 1,
+            role,
+            out: out.clone(),
+            closer: Closer::Link(closed.clone(), out),
+            peer: None,
+        })
+        .unwrap();
+        assert_eq!(
+            awaited.recv_timeout(wait).unwrap().unwrap(),
+            json!({"connected": true})
+        );
+        let list = ask(&tx, "clients.list", json!({})).recv().unwrap().unwrap();
+        assert_eq!(
+            list[0]["token"],
+            json!(crate::ids::hex(&tokens::sha256(token.as_bytes())))
+        );
+        assert!(!closed.load(Ordering::Acquire));
+        tx.send(ToState::Stop).unwrap();
+        t.join().unwrap();
+    }
 }

@@ -15,6 +15,11 @@
 //! - `gateway_added_delay`: a relayed request's round trip (client ->
 //!   gateway -> node -> gateway -> client, one at a time) minus a `ping`
 //!   round trip on the node's unix socket, median and p99.
+//! - `gateway_trustlog_sync_10k` (issue 14, Figures): a second fake node
+//!   pushes the 10,000-entry chain of trustlog_bench.rs; a client's
+//!   `trustlog.sync` with an empty `known` (all 10,000 entries come back),
+//!   round trip median in ms, the answer's bytes, and the daemon's VmRSS
+//!   after the push minus before, in KiB per 10,000 entries held.
 
 use serde_json::{Value, json};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -34,6 +39,7 @@ pub fn run() {
         "gateway_idle_conn_rss",
         "gateway_idle_conn_cpu",
         "gateway_added_delay",
+        "gateway_trustlog_sync_10k",
     ];
     if !figures.iter().any(|f| util::selected(f)) {
         return;
@@ -400,9 +406,87 @@ fn measure() -> Result<(), String> {
         .emit();
         drop(held);
     }
+    if util::selected("gateway_trustlog_sync_10k") {
+        trustlog_sync(&daemon, addr, &mut c)?;
+    }
     drop(c);
     daemon.stop(Duration::from_secs(10));
     let _ = node.join();
+    Ok(())
+}
+
+/// The `trustlog.sync` figure (module comment).
+fn trustlog_sync(daemon: &Proc, addr: SocketAddr, c: &mut Lines) -> Result<(), String> {
+    let entries = crate::trustlog_bench::build();
+    let wire_bytes: usize = entries.iter().map(|e| e.wire().len()).sum();
+    let list: Vec<Value> = entries
+        .iter()
+        .map(|e| json!(omniconfluxd::e2ee::base64::encode(e.wire())))
+        .collect();
+    let mut n = Lines::new(dial(addr, "/node")?);
+    let req = n.json()?;
+    n.send(&format!(
+        "{}\n",
+        json!({"jsonrpc":"2.0","id":req["id"],"result":{"id":"t","label":"t","version":"0","capabilities":{}}})
+    ))?;
+    let before = util::vm_rss_kib(daemon.pid()).ok_or("no VmRSS")?;
+    n.send(&format!(
+        "{}\n",
+        json!({"jsonrpc":"2.0","id":1,"method":"trustlog.push","params":{"entries":list}})
+    ))?;
+    let pushed = n.json()?;
+    if pushed.get("result") != Some(&Value::Null) {
+        return Err(format!("trustlog.push failed: {pushed}"));
+    }
+    let after = util::vm_rss_kib(daemon.pid()).ok_or("no VmRSS")?;
+    let rounds = util::rounds(20, 5);
+    let mut times = Vec::with_capacity(rounds);
+    let mut answer_bytes = 0;
+    util::on_cpu(1, || -> Result<(), String> {
+        for i in 0..rounds {
+            let t0 = Instant::now();
+            c.send(&format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":\"s{i}\",\"method\":\"trustlog.sync\",\"params\":{{}}}}\n"
+            ))?;
+            // Skip roster events (the second node's added, trust-changed);
+            // the gateway writes an answer's members in order, `id` first.
+            let line = loop {
+                let l = c.next()?;
+                if l.starts_with(b"{\"id\":\"s") {
+                    break l;
+                }
+            };
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            answer_bytes = line.len();
+            let v: Value = serde_json::from_slice(&line).map_err(|e| e.to_string())?;
+            let got = v["result"]["entries"].as_array().map_or(0, Vec::len);
+            if got != entries.len() {
+                return Err(format!("trustlog.sync gave {got} entries"));
+            }
+        }
+        Ok(())
+    })?;
+    let ms = util::median(&times);
+    Figure {
+        name: "gateway_trustlog_sync_10k",
+        placement: Some("spread"),
+        value: ms,
+        baseline: None,
+        baseline_of: "",
+        ratio: None,
+        better: "lower",
+        goal: json!("report"),
+        unit: "ms per trustlog.sync answering 10,000 entries (round trip, median)",
+        pass: true,
+        rounds,
+        extra: vec![
+            ("answer_bytes", json!(answer_bytes)),
+            ("entries_wire_bytes", json!(wire_bytes)),
+            ("p99_ms", util::round3(util::quantile(&times, 0.99))),
+            ("rss_held_kib_per_10k", json!(after - before)),
+        ],
+    }
+    .emit();
     Ok(())
 }
 

@@ -266,6 +266,9 @@ fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         "stopping": d.is_stopping(),
         // Where the HTTP API listens (the port chosen for `--http IP:0`).
         "http": d.http.as_ref().map(|h| json!({"address": h.addr.to_string()})),
+        // Where the in-node gateway listens (the port chosen for
+        // `--gateway IP:0`); null when the node runs no gateway.
+        "gateway": d.gateway.as_ref().map(|g| json!({"address": g.addr().to_string()})),
         "agent_isolation": d.core.sessions.sandbox(d.cfg.agents.isolation()).to_json(),
     });
     if let Some(reason) = &d.ledger.corrupt {
