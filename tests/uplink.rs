@@ -1114,3 +1114,57 @@ fn a_locked_node_admits_only_the_devices_its_trust_log_authorizes() {
         json!({"result": null})
     );
 }
+
+#[test]
+fn a_node_pinned_to_another_s_genesis_gets_its_log_through_the_gateway() {
+    let gdir = TestDir::new("up-gw-dist");
+    let adir = TestDir::new("up-node-a");
+    let bdir = TestDir::new("up-node-b");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let a = node(&adir, addr, "");
+    let mut c = Client::connect(addr);
+    c.online(NODE);
+    // A starts a log and authorizes a phone; its entries reach the gateway
+    // (A answers the sync's `want` with trustlog.push), which tells the
+    // client.
+    let mut opa = a.connect();
+    opa.call("lock.init", json!({}));
+    let phone = StaticKey::generate().unwrap();
+    let phone_pub = base64::encode(phone.public().as_bytes());
+    let signed = opa.call("lock.sign", json!({"device": phone_pub}));
+    let genesis = opa.call("lock.log", json!({}))["entries"][0]["hash"].clone();
+    a.wait_log(&format!(
+        "holds a trust log of 2 entries, tip {}",
+        signed["tip"].as_str().unwrap()
+    ));
+    // B, with no log and no pin, sees a log on the gateway: quarantined,
+    // admitting nothing. Pinned to A's genesis, it adopts A's log, the
+    // phone's authorization with it.
+    let b = Daemon::start_with(
+        &bdir.path,
+        Opts {
+            config: Some(format!(
+                "[daemon]\nnode_name = \"far\"\n[uplink]\nurl = \"ws://{addr}\"\n"
+            )),
+            env: vec![("OMNICONFLUX_UPLINK_TOKEN".into(), MASTER.into())],
+            ..Opts::default()
+        },
+    );
+    b.wait_log("locked mode: quarantined");
+    let mut opb = b.connect();
+    assert_eq!(opb.call("lock.status", json!({}))["quarantined"], true);
+    opb.call("lock.pin", json!({"genesis": genesis}));
+    b.wait_log(&format!(
+        "holds a trust log of 2 entries, tip {}",
+        signed["tip"].as_str().unwrap()
+    ));
+    let st = opb.call("lock.status", json!({}));
+    assert_eq!(st["quarantined"], false, "{st}");
+    assert!(
+        st["devices"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(phone_pub)),
+        "{st}"
+    );
+}

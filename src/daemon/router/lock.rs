@@ -184,7 +184,21 @@ fn commit(d: &mut Daemon, change: Box<Change>, answer: Answer, then: Then) {
             // would only find the same stranger again). A sync that adopted
             // syncs once more and then finds nothing new.
             let resync = change.quarantine.is_none();
+            let log_changed = change.log.is_some();
+            if let Some(g) = &change.quarantine {
+                crate::warn!(
+                    "locked mode: quarantined: the gateway carries a trust log of genesis {} and this node has no root; lock.pin chooses one",
+                    crate::e2ee::base64::encode(&g.0)
+                );
+            }
             d.lock.lock.apply(*change);
+            if log_changed && let Some(c) = d.lock.lock.chain() {
+                crate::info!(
+                    "locked mode: the node holds a trust log of {} entries, tip {}",
+                    c.entries().len(),
+                    crate::e2ee::base64::encode(&c.state().tip().0)
+                );
+            }
             crate::uplink::channels::enforce(d);
             if resync {
                 crate::uplink::channels::sync_trust(d);
