@@ -34,6 +34,15 @@
 //! - an SSE watch moves its connection to its own writer thread
 //!   `http-sse-N` ([`super::sse`]), at most `HTTP_MAX_STREAMS` of them.
 //!
+//! Busy connections (issue 11: `GET /sessions/{id}` with 8 keep-alive
+//! clients reached 0.52 of a bare tiny_http handler, each request paying
+//! handler → poller → handler). After answering, a handler whose queue
+//! is empty keeps the connection and waits up to `HTTP_BUSY_LINGER_MS`
+//! for its next request; a client that keeps sending thus stays on one
+//! thread, and the connection goes back to the poller once it is quiet
+//! that long, or as soon as another connection waits for a handler, so
+//! no connection waits behind a lingering one longer than that.
+//!
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
 //!
@@ -342,9 +351,15 @@ pub fn start(
         std::thread::Builder::new()
             .name(format!("http-{n}"))
             .spawn(move || {
-                for conn in rx {
-                    if let Some(conn) = serve(&shared, conn) {
-                        if back.try_send(conn).is_ok() {
+                for conn in rx.iter() {
+                    let mut next = serve(&shared, conn);
+                    // A busy keep-alive client stays on this handler while
+                    // no other connection waits for one (see "Busy
+                    // connections" above).
+                    while let Some(conn) = next.take() {
+                        if !conn.r.head_pending() && rx.is_empty() && next_head_soon(&conn) {
+                            next = serve(&shared, conn);
+                        } else if back.try_send(conn).is_ok() {
                             let _ = waker.wake();
                         }
                     }
@@ -719,6 +734,26 @@ impl Poller {
             }
         }
     }
+}
+
+/// Whether bytes of a next request arrive on `conn` within
+/// `HTTP_BUSY_LINGER_MS` (or the peer closed, which the handler then
+/// notices at once). A connection waiting for its body is never kept.
+fn next_head_soon(conn: &Conn) -> bool {
+    if conn.staged.is_some() {
+        return false;
+    }
+    let mut fds = [libc::pollfd {
+        fd: conn.stream().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let ms = limits::HTTP_BUSY_LINGER_MS as libc::c_int;
+    // SAFETY: `fds` is a valid array of one pollfd for the length passed,
+    // and the descriptor stays open for the call (the connection is
+    // borrowed).
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    n > 0
 }
 
 /// Answers 408 to a connection whose body did not arrive in time, without
