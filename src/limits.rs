@@ -717,6 +717,13 @@ pub const HTTP_REACTOR_WAIT_MS: u64 = 30_000;
 /// while the client keeps sending, before the connection goes back to the
 /// poller so that other connections get their turn.
 pub const HTTP_REQUESTS_PER_TURN: usize = 32;
+/// How long a handler with no other connection waiting keeps a keep-alive
+/// connection it just answered, for the client's next request, before
+/// giving it back to the poller (issue 11: "a handler could keep a busy
+/// connection until it goes idle"). A client that sends its next request
+/// at once, as a busy one does, needs well under a millisecond on
+/// loopback; an idle one costs the thread at most this long.
+pub const HTTP_BUSY_LINGER_MS: u64 = 1;
 
 /// The bearer token: "32 random bytes hex" (issue 6).
 pub const HTTP_TOKEN_BYTES: usize = 32;

@@ -684,6 +684,68 @@ fn partial_heads_do_not_hold_handler_threads() {
     api.d.stop();
 }
 
+/// Issue 11: a handler keeps a busy keep-alive connection while its
+/// client sends request after request, but only while another handler is
+/// free: with two handler threads, two clients sending back to back on
+/// their connections do not keep a third client from being answered.
+#[test]
+fn busy_keep_alive_connections_do_not_hold_every_handler() {
+    let dir = TestDir::new("httpbusy");
+    let api = Api::start(&dir, "[http]\nthreads = 2\n");
+    let auth = api.bearer();
+    let get = request(
+        "GET",
+        "/server",
+        &api.host(),
+        &[("Authorization", &auth)],
+        None,
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, get, done, first) = (api.addr, get.clone(), done.clone(), first_tx.clone());
+            std::thread::spawn(move || {
+                let mut c = Conn::open(addr);
+                let mut served = 0u64;
+                // Bounded, so that a starved third client fails the test
+                // instead of hanging it.
+                while !done.load(std::sync::atomic::Ordering::Acquire) && served < 200_000 {
+                    c.send(&get);
+                    let r = c.read().expect("an answer on a busy connection");
+                    assert_eq!(r.status, 200);
+                    served += 1;
+                    if served == 1 {
+                        let _ = first.send(());
+                    }
+                }
+                served
+            })
+        })
+        .collect();
+    // Both busy clients have been answered on their connections before
+    // the third comes.
+    for _ in 0..2 {
+        first_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a busy client is answered");
+    }
+    let mut other = Conn::open(api.addr);
+    other.send(&get);
+    let r = other.read().expect("the third client is answered");
+    done.store(true, std::sync::atomic::Ordering::Release);
+    assert_eq!(r.status, 200);
+    api.check("/server", "get", &r);
+    for b in busy {
+        let served = b.join().expect("a busy client");
+        assert!(
+            served < 200_000,
+            "the third client waited while a busy one was answered {served} times"
+        );
+    }
+    api.d.stop();
+}
+
 /// Issue 10, item 32: silent connections that never proved the token
 /// cannot hold every slot; the oldest make room, per peer first.
 #[test]

@@ -34,6 +34,18 @@
 //! - an SSE watch moves its connection to its own writer thread
 //!   `http-sse-N` ([`super::sse`]), at most `HTTP_MAX_STREAMS` of them.
 //!
+//! Busy connections (issue 11: `GET /sessions/{id}` with 8 keep-alive
+//! clients reached 0.52 of a bare tiny_http handler, each request paying
+//! handler → poller → handler). After answering, a handler keeps the
+//! connection and waits up to `HTTP_BUSY_LINGER_MS` for its next request,
+//! but only while another handler thread is free and no connection is
+//! queued for one; a client that keeps sending thus stays on one thread,
+//! and the connection goes back to the poller once it is quiet that long
+//! or, after its next answer, when no other handler is free. A connection
+//! that becomes ready meanwhile is taken by the free handler, so none
+//! waits behind a lingering one, and with `http.threads = 1` no handler
+//! ever lingers.
+//!
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
 //!
@@ -100,7 +112,7 @@ use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Shared;
@@ -334,17 +346,35 @@ pub fn start(
     let (work_tx, work_rx) = bounded::<Conn>(max);
     let (back_tx, back_rx) = bounded::<Conn>(max);
     let stop = Arc::new(AtomicBool::new(false));
+    // Handler threads waiting for a connection: one lingers on a busy
+    // connection only while another waits, so a connection queued
+    // meanwhile is taken at once.
+    let free = Arc::new(AtomicUsize::new(0));
     for n in 0..threads {
         let rx = work_rx.clone();
         let back = back_tx.clone();
         let shared = shared.clone();
         let waker = waker.clone();
+        let free = free.clone();
         std::thread::Builder::new()
             .name(format!("http-{n}"))
             .spawn(move || {
-                for conn in rx {
-                    if let Some(conn) = serve(&shared, conn) {
-                        if back.try_send(conn).is_ok() {
+                loop {
+                    free.fetch_add(1, Ordering::AcqRel);
+                    let got = rx.recv();
+                    free.fetch_sub(1, Ordering::AcqRel);
+                    let Ok(conn) = got else { break };
+                    let mut next = serve(&shared, conn);
+                    // A busy keep-alive client stays on this handler while
+                    // another handler is free and no connection waits (see
+                    // "Busy connections" above).
+                    while let Some(conn) = next.take() {
+                        let keep = !conn.r.head_pending()
+                            && free.load(Ordering::Acquire) > 0
+                            && rx.is_empty();
+                        if keep && next_head_soon(&conn) {
+                            next = serve(&shared, conn);
+                        } else if back.try_send(conn).is_ok() {
                             let _ = waker.wake();
                         }
                     }
@@ -719,6 +749,26 @@ impl Poller {
             }
         }
     }
+}
+
+/// Whether bytes of a next request arrive on `conn` within
+/// `HTTP_BUSY_LINGER_MS` (or the peer closed, which the handler then
+/// notices at once). A connection waiting for its body is never kept.
+fn next_head_soon(conn: &Conn) -> bool {
+    if conn.staged.is_some() {
+        return false;
+    }
+    let mut fds = [libc::pollfd {
+        fd: conn.stream().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let ms = limits::HTTP_BUSY_LINGER_MS as libc::c_int;
+    // SAFETY: `fds` is a valid array of one pollfd for the length passed,
+    // and the descriptor stays open for the call (the connection is
+    // borrowed).
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    n > 0
 }
 
 /// Answers 408 to a connection whose body did not arrive in time, without

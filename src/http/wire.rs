@@ -84,6 +84,11 @@ impl<R: Read> Reader<R> {
         self.buf.len() >= limits::HTTP_HEAD_MAX || find(&self.buf, b"\r\n\r\n").is_some()
     }
 
+    /// Whether bytes of a next request are already buffered.
+    pub fn head_pending(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
     /// Reads one request head within `HTTP_HEAD_DEADLINE_MS`.
     pub fn read_head(&mut self) -> Result<Head, HeadError> {
         self.read_head_until(
