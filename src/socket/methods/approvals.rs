@@ -23,10 +23,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "approvals.list" => approvals_list(d, &req, p),
         "approvals.get" => approvals_get(d, &req, p),
         "approvals.answer" => approvals_answer(d, &req, p),
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     super::finish(d, req, result);
 }

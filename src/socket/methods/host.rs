@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use super::{Handled, params, require_operator};
 use crate::daemon::router::tmux as route;
 use crate::daemon::{Daemon, Req};
-use crate::errors::{Code, RpcError};
+use crate::errors::RpcError;
 use crate::tmux::Op;
 
 #[derive(Deserialize)]
@@ -50,10 +50,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "host.info" => info(d, &req, p),
         "host.completeDir" => complete_dir(d, &req, p),
         "host.setWakelock" => set_wakelock(d, &req, p),
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     super::finish(d, req, result);
 }

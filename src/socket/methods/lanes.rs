@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
-use super::{params, require_operator};
+use super::{NoParams, params, require_operator};
 use crate::daemon::router::lanes as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
@@ -66,10 +66,6 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
 }
 
 use super::Handled;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
 
 fn repos_list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;

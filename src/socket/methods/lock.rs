@@ -26,7 +26,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{params, require_operator};
+use super::{NoParams, params, require_operator};
 use crate::daemon::{Daemon, Req};
 use crate::e2ee::base64;
 use crate::errors::{Code, RpcError};
@@ -143,10 +143,6 @@ fn decode(req: &Req, method: &str, p: Map<String, Value>) -> Result<Op, RpcError
     require_operator(req)?;
     Ok(op)
 }
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -227,9 +227,15 @@ pub(super) fn finish(d: &mut Daemon, req: Req, result: Handled) {
     }
 }
 
+/// The params of a method that takes none: any member is refused.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NoParams {}
+pub struct NoParams {}
+
+/// The error of a method no table serves.
+pub fn unknown_method(method: &str) -> RpcError {
+    RpcError::new(Code::MethodNotFound, format!("unknown method {method}"))
+}
 
 fn server_info(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;

@@ -60,10 +60,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "plugin.commands" => commands(d, p),
         "plugin.command.run" => command_run(d, &req, p),
         "plugin.request.get" => request_get(d, &req, p),
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     answer_saved(d, req, asked, result);
 }

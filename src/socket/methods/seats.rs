@@ -5,26 +5,17 @@
 //! | seats.list  | anyone   | {seats, agent_isolation}                     |
 //! | seats.probe | operator | null; seats detected (when on), probed again |
 
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Handled, params, require_operator};
+use super::{Handled, NoParams, params, require_operator};
 use crate::daemon::{Daemon, Req};
-use crate::errors::{Code, RpcError};
 use crate::socket::views;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "seats.list" => seats_list(d, p),
         "seats.probe" => seats_probe(d, &req, p),
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     super::finish(d, req, result);
 }

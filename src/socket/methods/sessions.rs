@@ -32,7 +32,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{params, require_operator};
+use super::{NoParams, params, require_operator};
 use crate::core::{sessions, transcript};
 use crate::daemon::{Daemon, Req, router};
 use crate::errors::{Code, RpcError};
@@ -40,10 +40,6 @@ use crate::limits;
 
 use super::{Handled, connection};
 use crate::socket::views;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,10 +78,7 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.toolDetail" => tool_detail(d, &req, p),
         "transcript.subscribe" => transcript_subscribe(d, &req, p),
         "transcript.unsubscribe" => transcript_unsubscribe(d, &req, p),
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     super::finish(d, req, result);
 }

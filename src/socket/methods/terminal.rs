@@ -29,7 +29,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Handled, connection, params, require_operator};
+use super::{Handled, NoParams, connection, params, require_operator};
 use crate::daemon::router::tmux as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
@@ -47,17 +47,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "terminal.create" => create(d, &req, p),
         "terminal.kill" => kill(d, &req, p),
         "terminal.rename" => rename(d, &req, p),
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     super::finish(d, req, result);
 }
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -43,7 +43,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Handled, params, require_operator};
+use super::{Handled, NoParams, params, require_operator};
 use crate::daemon::router::tmux as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
@@ -110,17 +110,10 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         | "transcript.unsubscribe" => {
             return transcript(d, req, method, p);
         }
-        other => Err(RpcError::new(
-            Code::MethodNotFound,
-            format!("unknown method {other}"),
-        )),
+        other => Err(super::unknown_method(other)),
     };
     super::finish(d, req, result);
 }
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
