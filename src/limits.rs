@@ -905,6 +905,13 @@ pub const TRUSTLOG_SECRET_LEN: usize = 32;
 
 // ---- locked mode on the node (seed 004, "Locked mode control"; issue 14) ----
 
+/// Disable entries a trust sync checks, at most. "The disablement
+/// commitment is Argon2id with ... memory 64 MiB" (seed 004, Chain rules):
+/// each costs one evaluation, and anyone can sign one, so a gateway could
+/// send thousands to stall the lock worker. A winning branch holds one
+/// disable entry; four leave room for forks.
+pub const LOCK_SYNC_DISABLES: usize = 4;
+
 /// `lock.*` calls waiting while one changes the log (DESIGN.md: "Every
 /// queue is bounded"). They run one at a time, in order, so that each
 /// signs against the tip the one before it committed; past this many the
