@@ -96,9 +96,14 @@ struct Client {
 
 impl Client {
     fn connect(addr: SocketAddr) -> Client {
+        Client::connect_with(addr, MASTER)
+    }
+
+    /// A client holding `token`: the master token, or a paired device's.
+    fn connect_with(addr: SocketAddr, token: &str) -> Client {
         let mut req = format!("ws://{addr}/client").into_client_request().unwrap();
         req.headers_mut()
-            .insert("authorization", format!("Bearer {MASTER}").parse().unwrap());
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
         let tcp = TcpStream::connect(addr).unwrap();
         tcp.set_read_timeout(Some(PATIENCE)).unwrap();
         let (ws, _) = tungstenite::client::client(req, tcp).expect("client connects");
@@ -1041,7 +1046,15 @@ fn a_locked_node_admits_only_the_devices_its_trust_log_authorizes() {
     let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
     let n = node(&ndir, addr, "");
     let mut op = n.connect();
-    let mut c = Client::connect(addr);
+    // The phone is a paired device: it holds its own client token, not the
+    // gateway's master token.
+    let mut admin = Client::connect(addr);
+    admin.online(NODE);
+    let paired = admin.call("clients.pairStart", json!({}))["result"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut c = Client::connect_with(addr, &paired);
     let key = node_key(&c.online(NODE));
     let channels =
         |op: &mut util::Client| op.call("server.info", json!({}))["uplink"]["channels"].clone();
@@ -1053,7 +1066,8 @@ fn a_locked_node_admits_only_the_devices_its_trust_log_authorizes() {
 
     // lock.init: locked mode. The open plaintext channel is closed, a new
     // one is refused, and so is a device the log does not name.
-    op.call("lock.init", json!({}));
+    let init = op.call("lock.init", json!({"gen_disablements": 1}));
+    let secret = init["disablement_secrets"][0].clone();
     assert_eq!(channels(&mut op), 0);
     let phone = StaticKey::generate().unwrap();
     let stranger = StaticKey::generate().unwrap();
@@ -1105,8 +1119,12 @@ fn a_locked_node_admits_only_the_devices_its_trust_log_authorizes() {
             .any(|v| v["route"]["chan_id"] == json!(after)),
         "a revoked device was answered"
     );
-    // A local disable admits any device again (seed 004, Enforcement).
-    op.call("lock.localDisable", json!({}));
+    // Disabled with its secret, the log admits any device again (seed 004,
+    // Enforcement), the revoked phone included.
+    assert_eq!(
+        op.call("lock.disable", json!({"secret": secret}))["disabled"],
+        true
+    );
     let back = c.open(NODE);
     let mut ch = handshake_as(&mut c, &phone, &key, &back);
     assert_eq!(
