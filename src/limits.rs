@@ -569,7 +569,8 @@ pub const TRANSCRIPT_PREVIEW_CHARS: usize = 200;
 /// most entries one answer carries (the newest).
 pub const TRANSCRIPT_PAGE_MAX: usize = 5_000;
 
-/// Live transcript subscriptions one connection may hold.
+/// Live transcript subscriptions one socket connection, or one relay
+/// channel of the uplink, may hold.
 pub const TRANSCRIPT_SUBS_PER_CONN: usize = 64;
 
 /// "memory per idle session <= 64 KiB" (issue 3, Figures): a line reader
