@@ -518,6 +518,7 @@ pub const MAX_SESSIONS: usize = 1024;
 /// transcript reads; older ended ones are evicted (the ledger keeps them),
 /// so ended sessions do not fill `MAX_SESSIONS` and refuse every spawn of a
 /// long run. A quarter of `MAX_SESSIONS` leaves the rest for live ones.
+/// The default and the most `[agents] ended_kept` may set.
 pub const SESSIONS_ENDED_KEPT: usize = 256;
 
 /// "An agent that [...] stalls [...] ends the turn failed" (issue 3): the

@@ -1304,3 +1304,75 @@ fn channels_keep_transcript_subscriptions() {
     );
     assert!(bad.get("error").is_some(), "{bad}");
 }
+
+/// Issue 13: an ended session the daemon forgets (`[agents] ended_kept`,
+/// here 0, at the next spawn) is `removed` on every channel, plaintext and
+/// E2EE, and for the socket's `sessions.subscribe` watchers, with its last
+/// state; it is not found from then on.
+#[test]
+fn a_forgotten_session_is_removed_on_channels_and_the_socket() {
+    let gdir = TestDir::new("up-gw-rm");
+    let ndir = TestDir::new("up-node-rm");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let wt = ndir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let seat = format!(
+        "[[seat]]\nharness = \"fake\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        util::fixture("fake_acp_agent.py")
+    );
+    let n = node(
+        &ndir,
+        addr,
+        &format!("[agents]\nisolation = \"none\"\nended_kept = 0\n{seat}"),
+    );
+    let mut sock = n.connect();
+    assert_eq!(sock.call("sessions.subscribe", json!({})), json!([]));
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    let ch_chan = c.open(NODE);
+    let mut ch = c.handshake(&ch_chan, &key);
+    let spawn = json!({"harness": "fake", "cwd": wt.display().to_string(), "prompt": "hi"});
+    let first = c.plain(&chan, "sessions.spawn", Some(spawn.clone()));
+    let sid = first["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    let killed = c.plain(&chan, "sessions.kill", Some(json!({"session_id": sid})));
+    assert!(killed.get("result").is_some(), "{killed}");
+    // Ended, and its agent reaped: the next spawn forgets it.
+    c.expect("the session's end", |v| {
+        v["method"] == "session.event" && v["route"]["chan_id"] == chan && {
+            let p = plain_params(v);
+            p["session"]["id"] == json!(sid) && p["session"]["status"] == "dead"
+        }
+    });
+    let second = c.plain(&chan, "sessions.spawn", Some(spawn));
+    assert!(second.get("result").is_some(), "{second}");
+
+    let removed = c.expect("removed on the plaintext channel", |v| {
+        v["method"] == "session.event"
+            && v["route"]["chan_id"] == chan
+            && plain_params(v)["type"] == "removed"
+    });
+    let p = plain_params(&removed);
+    assert_eq!(p["session"]["id"], json!(sid));
+    assert_eq!(p["session"]["status"], "dead");
+    loop {
+        let f = c.next_sealed(&mut ch, &ch_chan);
+        if f["method"] == "session.event" && f["inner"]["type"] == "removed" {
+            assert_eq!(f["inner"]["session"]["id"], json!(sid));
+            break;
+        }
+    }
+    loop {
+        let ev = sock.next_note("session.event");
+        if ev["params"]["type"] == "removed" {
+            assert_eq!(ev["params"]["session"]["id"], json!(sid));
+            assert_eq!(ev["params"]["session"]["status"], "dead");
+            break;
+        }
+    }
+    let gone = c.plain(&chan, "sessions.get", Some(json!({"session_id": sid})));
+    assert_eq!(gone["error"]["data"]["code"], "session-not-found", "{gone}");
+}

@@ -16,10 +16,9 @@
 //! The daemon hands every committed round of a session here
 //! ([`on_committed`]); the deltas of the batches committed in one wake-up
 //! go out merged, one line per subscriber, at the end of that wake-up
-//! ([`flush_deltas`]). A subscription names its session by id only: one of
-//! a session the core has forgotten (evicted once ended) is dropped when
-//! next met, so it neither receives anything nor counts against its
-//! connection's bound.
+//! ([`flush_deltas`]). A subscription names its session by id only; those
+//! of a session the core forgets (evicted once ended) go then
+//! ([`on_removed`]), when the watchers get its `session.event` `removed`.
 
 use mio::Token;
 use serde_json::{Value, json};
@@ -297,14 +296,27 @@ fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
     if d.socket.watches.watchers.is_empty() {
         return;
     }
-    let node = d.node_name.clone();
     let Some(s) = d.core.sessions.get(sid) else {
         return;
     };
-    let line = note(
-        "session.event",
-        json!({"type": kind, "session": views::session(s, &node)}),
-    );
+    let view = views::session(s, &d.node_name);
+    send_session_event(d, sid, kind, view);
+}
+
+/// Session `sid` was forgotten (ended, evicted): its watchers get
+/// `removed` with its last state, `view`, and its transcript
+/// subscriptions go with its deltas not sent yet.
+pub fn on_removed(d: &mut Daemon, sid: &str, view: Value) {
+    let w = &mut d.socket.watches;
+    w.tsubs.remove(sid);
+    w.outbox.retain(|(s, _)| s != sid);
+    if !w.watchers.is_empty() {
+        send_session_event(d, sid, "removed", view);
+    }
+}
+
+fn send_session_event(d: &mut Daemon, sid: &str, kind: &str, view: Value) {
+    let line = note("session.event", json!({"type": kind, "session": view}));
     let conns = &d.socket.conns;
     let targets: Vec<Token> = d
         .socket

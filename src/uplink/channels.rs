@@ -33,8 +33,8 @@
 //! `added` per session (after message 2 on an E2EE channel, before the
 //! answer to the first request on a plaintext one), then every `added` and
 //! `updated` the socket's watchers get, as relay notifications sealed in
-//! order with the answers. Nothing sends `removed` yet: sessions are not
-//! forgotten while the daemon runs.
+//! order with the answers, and `removed` (with its last state) when the
+//! core forgets an ended session (`[agents] ended_kept`).
 //!
 //! Transcripts: `transcript.subscribe` keeps its subscription on the
 //! channel (`socket::watches::Subscriber::Chan`), and its deltas come here
@@ -581,6 +581,19 @@ pub fn on_session(d: &mut Daemon, sid: &str, change: Option<crate::core::session
         return;
     };
     let ev = json!({"type": kind, "session": crate::socket::views::session(s, &d.node_name)});
+    for chan in chans {
+        notify(d, link, &chan, "session.event", &ev);
+    }
+}
+
+/// A session the core forgot (ended, evicted): `removed` with its last
+/// state (`view`), for every channel of the link.
+pub fn on_removed(d: &mut Daemon, view: &Value) {
+    let Some(l) = d.uplink.as_ref().and_then(|u| u.link.as_ref()) else {
+        return;
+    };
+    let (link, chans): (u64, Vec<String>) = (l.id, l.chans.keys().cloned().collect());
+    let ev = json!({"type": "removed", "session": view});
     for chan in chans {
         notify(d, link, &chan, "session.event", &ev);
     }
