@@ -520,6 +520,10 @@ pub struct AgentsSection {
     /// bubblewrap, where it works here) or `none`. Applies to the next
     /// session started. Read with [`AgentsSection::isolation`].
     isolation: String,
+    /// Ended sessions held in memory (for `sessions.get`, lists and
+    /// transcript reads) before the oldest are forgotten, at the next
+    /// spawn; 0 to `limits::SESSIONS_ENDED_KEPT`, which is the default.
+    pub ended_kept: usize,
 }
 
 impl AgentsSection {
@@ -533,6 +537,7 @@ impl Default for AgentsSection {
     fn default() -> Self {
         AgentsSection {
             isolation: "namespace".into(),
+            ended_kept: limits::SESSIONS_ENDED_KEPT,
         }
     }
 }
@@ -1095,6 +1100,17 @@ impl FileConfig {
         }
         if let Err(e) = self.agents.isolation.parse::<AgentIsolation>() {
             return Err(bad("agents", "isolation", e));
+        }
+        if self.agents.ended_kept > limits::SESSIONS_ENDED_KEPT {
+            return Err(bad(
+                "agents",
+                "ended_kept",
+                format!(
+                    "expected 0 to {}, found {}",
+                    limits::SESSIONS_ENDED_KEPT,
+                    self.agents.ended_kept
+                ),
+            ));
         }
         let p = &self.plugins;
         if let Err(e) = p.isolation.parse::<PluginIsolation>() {
@@ -1846,6 +1862,25 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("agents.isolation"));
         assert_eq!(e.line, Some(2));
         assert!(e.message.contains("expected namespace or none"), "{e}");
+    }
+
+    #[test]
+    fn agents_ended_kept_is_at_most_the_limit() {
+        assert_eq!(
+            FileConfig::default().agents.ended_kept,
+            limits::SESSIONS_ENDED_KEPT
+        );
+        let text = "[agents]
+ended_kept = 0
+";
+        assert!(parse(text).unwrap().check(text).is_ok());
+        let text = "[agents]
+ended_kept = 257
+";
+        let e = parse(text).unwrap().check(text).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("agents.ended_kept"));
+        assert_eq!(e.line, Some(2));
+        assert_eq!(e.message, "expected 0 to 256, found 257");
     }
 
     #[test]

@@ -518,6 +518,7 @@ pub const MAX_SESSIONS: usize = 1024;
 /// transcript reads; older ended ones are evicted (the ledger keeps them),
 /// so ended sessions do not fill `MAX_SESSIONS` and refuse every spawn of a
 /// long run. A quarter of `MAX_SESSIONS` leaves the rest for live ones.
+/// The default and the most `[agents] ended_kept` may set.
 pub const SESSIONS_ENDED_KEPT: usize = 256;
 
 /// "An agent that [...] stalls [...] ends the turn failed" (issue 3): the
@@ -569,7 +570,8 @@ pub const TRANSCRIPT_PREVIEW_CHARS: usize = 200;
 /// most entries one answer carries (the newest).
 pub const TRANSCRIPT_PAGE_MAX: usize = 5_000;
 
-/// Live transcript subscriptions one connection may hold.
+/// Live transcript subscriptions one socket connection, or one relay
+/// channel of the uplink, may hold.
 pub const TRANSCRIPT_SUBS_PER_CONN: usize = 64;
 
 /// "memory per idle session <= 64 KiB" (issue 3, Figures): a line reader

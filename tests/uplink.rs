@@ -1186,3 +1186,193 @@ fn a_node_pinned_to_another_s_genesis_gets_its_log_through_the_gateway() {
         "{st}"
     );
 }
+
+/// Whether any transcript entry in `entries` carries `text`.
+fn carries(entries: &Value, text: &str) -> bool {
+    entries.to_string().contains(text)
+}
+
+/// Issue 13: `transcript.subscribe` on a relay channel keeps the
+/// subscription on that channel; its `transcript.delta`s come as relay
+/// notifications (sealed on an E2EE channel, in order with its answers),
+/// each channel with its own `sub_id`s.
+#[test]
+fn channels_keep_transcript_subscriptions() {
+    let gdir = TestDir::new("up-gw-tsub");
+    let ndir = TestDir::new("up-node-tsub");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let wt = ndir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let seat = format!(
+        "[[seat]]\nharness = \"fake\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        util::fixture("fake_acp_agent.py")
+    );
+    let _n = node(
+        &ndir,
+        addr,
+        &format!("[agents]\nisolation = \"none\"\n{seat}"),
+    );
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    let spawned = c.plain(
+        &chan,
+        "sessions.spawn",
+        Some(json!({"harness": "fake", "cwd": wt.display().to_string(), "prompt": "first"})),
+    );
+    let sid = spawned["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{spawned}"))
+        .to_string();
+
+    // Plaintext: the answer is the transcript so far, then deltas follow.
+    let sub = c.plain(
+        &chan,
+        "transcript.subscribe",
+        Some(json!({"sub_id": "p", "session_id": sid})),
+    );
+    assert_eq!(sub["result"]["sub_id"], "p", "{sub}");
+    let q = c.plain(
+        &chan,
+        "sessions.input",
+        Some(json!({"session_id": sid, "text": "second"})),
+    );
+    assert!(q.get("result").is_some(), "{q}");
+    loop {
+        let d = c.expect("a transcript.delta on the plaintext channel", |v| {
+            v["method"] == "transcript.delta" && v["route"]["chan_id"] == chan
+        });
+        let p = plain_params(&d);
+        assert_eq!(p["sub_id"], "p");
+        assert!(p["from_index"].is_u64(), "{p}");
+        if carries(&p["entries"], "echo: second") {
+            break;
+        }
+    }
+
+    // E2EE: the same session, another sub_id, sealed in order.
+    let chan2 = c.open(NODE);
+    let mut ch = c.handshake(&chan2, &key);
+    let (sub, _) = c.sealed_call(
+        &mut ch,
+        &chan2,
+        "transcript.subscribe",
+        json!({"sub_id": "e", "session_id": sid}),
+    );
+    assert_eq!(sub["result"]["sub_id"], "e", "{sub}");
+    assert!(carries(&sub["result"]["entries"], "echo: second"), "{sub}");
+    let (q, _) = c.sealed_call(
+        &mut ch,
+        &chan2,
+        "sessions.input",
+        json!({"session_id": sid, "text": "third"}),
+    );
+    assert!(q.get("result").is_some(), "{q}");
+    loop {
+        let f = c.next_sealed(&mut ch, &chan2);
+        if f["method"] != "transcript.delta" {
+            continue;
+        }
+        assert_eq!(f["inner"]["sub_id"], "e");
+        if carries(&f["inner"]["entries"], "echo: third") {
+            break;
+        }
+    }
+    // The plaintext channel's subscription heard the same turn.
+    loop {
+        let d = c.expect("the plaintext channel's delta of the third turn", |v| {
+            v["method"] == "transcript.delta" && v["route"]["chan_id"] == chan
+        });
+        if carries(&plain_params(&d)["entries"], "echo: third") {
+            break;
+        }
+    }
+
+    // Unsubscribing frees the channel's subscription.
+    let (un, _) = c.sealed_call(
+        &mut ch,
+        &chan2,
+        "transcript.unsubscribe",
+        json!({"sub_id": "e"}),
+    );
+    assert_eq!(un["result"], Value::Null, "{un}");
+    // A subscription needs a session the caller may read.
+    let bad = c.plain(
+        &chan,
+        "transcript.subscribe",
+        Some(json!({"sub_id": "q", "session_id": "no-such-session"})),
+    );
+    assert!(bad.get("error").is_some(), "{bad}");
+}
+
+/// Issue 13: an ended session the daemon forgets (`[agents] ended_kept`,
+/// here 0, at the next spawn) is `removed` on every channel, plaintext and
+/// E2EE, and for the socket's `sessions.subscribe` watchers, with its last
+/// state; it is not found from then on.
+#[test]
+fn a_forgotten_session_is_removed_on_channels_and_the_socket() {
+    let gdir = TestDir::new("up-gw-rm");
+    let ndir = TestDir::new("up-node-rm");
+    let (_gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let wt = ndir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let seat = format!(
+        "[[seat]]\nharness = \"fake\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        util::fixture("fake_acp_agent.py")
+    );
+    let n = node(
+        &ndir,
+        addr,
+        &format!("[agents]\nisolation = \"none\"\nended_kept = 0\n{seat}"),
+    );
+    let mut sock = n.connect();
+    assert_eq!(sock.call("sessions.subscribe", json!({})), json!([]));
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    let chan = c.open(NODE);
+    let ch_chan = c.open(NODE);
+    let mut ch = c.handshake(&ch_chan, &key);
+    let spawn = json!({"harness": "fake", "cwd": wt.display().to_string(), "prompt": "hi"});
+    let first = c.plain(&chan, "sessions.spawn", Some(spawn.clone()));
+    let sid = first["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    let killed = c.plain(&chan, "sessions.kill", Some(json!({"session_id": sid})));
+    assert!(killed.get("result").is_some(), "{killed}");
+    // Ended, and its agent reaped: the next spawn forgets it.
+    c.expect("the session's end", |v| {
+        v["method"] == "session.event" && v["route"]["chan_id"] == chan && {
+            let p = plain_params(v);
+            p["session"]["id"] == json!(sid) && p["session"]["status"] == "dead"
+        }
+    });
+    let second = c.plain(&chan, "sessions.spawn", Some(spawn));
+    assert!(second.get("result").is_some(), "{second}");
+
+    let removed = c.expect("removed on the plaintext channel", |v| {
+        v["method"] == "session.event"
+            && v["route"]["chan_id"] == chan
+            && plain_params(v)["type"] == "removed"
+    });
+    let p = plain_params(&removed);
+    assert_eq!(p["session"]["id"], json!(sid));
+    assert_eq!(p["session"]["status"], "dead");
+    loop {
+        let f = c.next_sealed(&mut ch, &ch_chan);
+        if f["method"] == "session.event" && f["inner"]["type"] == "removed" {
+            assert_eq!(f["inner"]["session"]["id"], json!(sid));
+            break;
+        }
+    }
+    loop {
+        let ev = sock.next_note("session.event");
+        if ev["params"]["type"] == "removed" {
+            assert_eq!(ev["params"]["session"]["id"], json!(sid));
+            assert_eq!(ev["params"]["session"]["status"], "dead");
+            break;
+        }
+    }
+    let gone = c.plain(&chan, "sessions.get", Some(json!({"session_id": sid})));
+    assert_eq!(gone["error"]["data"]["code"], "session-not-found", "{gone}");
+}

@@ -385,8 +385,10 @@ impl Sessions {
     /// them): a lookup of one answers session-not-found from then on. Only
     /// sessions whose agent is gone (no child) count as ended here. The
     /// surfaces' subscriptions refer to a session by its id only and drop
-    /// those of a session no longer held.
-    pub fn evict_ended(&mut self, keep: usize) -> Vec<String> {
+    /// those of a session no longer held. The sessions forgotten are
+    /// returned, so that the surfaces can say `removed` with their last
+    /// state.
+    pub fn evict_ended(&mut self, keep: usize) -> Vec<Session> {
         let map = &self.map;
         let gone = oldest_ended_beyond(
             &self.order,
@@ -394,15 +396,12 @@ impl Sessions {
             keep,
         );
         if gone.is_empty() {
-            return gone;
+            return Vec::new();
         }
         let set: HashSet<&str> = gone.iter().map(String::as_str).collect();
         self.order.retain(|id| !set.contains(id.as_str()));
-        for id in &gone {
-            self.map.remove(id);
-        }
         self.by_child.retain(|_, id| !set.contains(id.as_str()));
-        gone
+        gone.iter().filter_map(|id| self.map.remove(id)).collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1374,7 +1373,9 @@ pub struct Prepared {
 impl Sessions {
     /// `sessions.spawn`: checks the request against the seats and the
     /// bounds. The start to launch once agents can (module comment), with
-    /// `reply` answered after its session.start is committed.
+    /// `reply` answered after its session.start is committed. The router
+    /// forgets the oldest ended sessions first ([`Sessions::evict_ended`]),
+    /// so that the surfaces hear which.
     pub fn spawn(
         &mut self,
         seats: &Seats,
@@ -1394,9 +1395,6 @@ impl Sessions {
                 Code::SeatNotReady,
                 format!("the seat {} is {}: {why}", p.harness, st.wire_name()),
             ));
-        }
-        for id in self.evict_ended(limits::SESSIONS_ENDED_KEPT) {
-            crate::debug!("session {id}: ended, no longer held in memory");
         }
         if self.len() + self.waiting.len() >= limits::MAX_SESSIONS {
             return Err(RpcError::new(

@@ -655,6 +655,18 @@ impl Daemon {
         crate::socket::watches::on_committed(self, sid, delta, change);
     }
 
+    /// Ended sessions the core forgot (`Sessions::evict_ended`): the
+    /// relay channels and the socket's watchers hear `removed` with each
+    /// one's last state, and its transcript subscriptions go.
+    pub fn sessions_forgotten(&mut self, gone: &[crate::core::sessions::Session]) {
+        for s in gone {
+            crate::debug!("session {}: ended, no longer held in memory", s.id);
+            let view = crate::socket::views::session(s, &self.node_name);
+            crate::uplink::channels::on_removed(self, &view);
+            crate::socket::watches::on_removed(self, &s.id, view);
+        }
+    }
+
     /// Queues `ops` for the ledger; `then` runs here after the commit, or at
     /// once with the error when the ledger refuses the batch.
     pub fn write(

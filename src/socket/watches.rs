@@ -5,13 +5,20 @@
 //! (transcript.subscribe) and the deltas committed and not yet sent.
 //! A closed connection's watches go with it (`Server::close`).
 //!
+//! Transcript subscriptions are also kept on relay channels of the uplink
+//! (issue 13): a [`Subscriber`] is a socket connection or a channel, and a
+//! channel's `transcript.delta`s go out through `uplink::channels`, sealed
+//! on an E2EE channel and in order with its answers and `session.event`s.
+//! A channel's subscriptions go when it is closed (`relay.closed`, a
+//! desynchronised record, the trust log) or its uplink goes; one whose
+//! channel is gone when a delta is flushed is dropped then too.
+//!
 //! The daemon hands every committed round of a session here
 //! ([`on_committed`]); the deltas of the batches committed in one wake-up
 //! go out merged, one line per subscriber, at the end of that wake-up
-//! ([`flush_deltas`]). A subscription names its session by id only: one of
-//! a session the core has forgotten (evicted once ended) is dropped when
-//! next met, so it neither receives anything nor counts against its
-//! connection's bound.
+//! ([`flush_deltas`]). A subscription names its session by id only; those
+//! of a session the core forgets (evicted once ended) go then
+//! ([`on_removed`]), when the watchers get its `session.event` `removed`.
 
 use mio::Token;
 use serde_json::{Value, json};
@@ -25,6 +32,15 @@ use crate::ledger::Appended;
 use crate::limits;
 use crate::socket::views;
 
+/// Who holds a transcript subscription.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Subscriber {
+    /// A daemon socket connection.
+    Conn(Token),
+    /// A relay channel of the uplink: the link and the channel's id.
+    Chan { link: u64, chan: String },
+}
+
 /// The socket's watches of sessions.
 #[derive(Default)]
 pub struct Watches {
@@ -34,8 +50,8 @@ pub struct Watches {
     events: HashMap<Token, Option<HashSet<String>>>,
     /// Connections that asked for `session.event`.
     watchers: HashSet<Token>,
-    /// Transcript subscriptions: session -> (connection, sub_id).
-    tsubs: HashMap<String, Vec<(Token, String)>>,
+    /// Transcript subscriptions: session -> (subscriber, sub_id).
+    tsubs: HashMap<String, Vec<(Subscriber, String)>>,
     /// Committed deltas not sent yet, per session, in commit order.
     outbox: Vec<(String, Delta)>,
 }
@@ -69,18 +85,34 @@ impl Watches {
     pub fn forget_conn(&mut self, conn: Token) {
         self.events.remove(&conn);
         self.watchers.remove(&conn);
+        self.forget_subs(|s| *s == Subscriber::Conn(conn));
+    }
+
+    /// Drops the transcript subscriptions of relay channel `chan` of link
+    /// `link`, or of every channel of the link when `chan` is `None`.
+    pub fn forget_chan(&mut self, link: u64, chan: Option<&str>) {
+        self.forget_subs(|s| match s {
+            Subscriber::Chan { link: l, chan: c } => {
+                *l == link && chan.is_none_or(|want| want == c)
+            }
+            Subscriber::Conn(_) => false,
+        });
+    }
+
+    fn forget_subs(&mut self, gone: impl Fn(&Subscriber) -> bool) {
         for subs in self.tsubs.values_mut() {
-            subs.retain(|(t, _)| *t != conn);
+            subs.retain(|(t, _)| !gone(t));
         }
         self.tsubs.retain(|_, v| !v.is_empty());
     }
 
     /// Adds (or replaces) a transcript subscription. `held`: whether the
     /// core still holds a session; those of sessions it forgot are dropped
-    /// first, so that they do not count against the connection's bound.
+    /// first, so that they do not count against the subscriber's bound
+    /// (the same for a connection and a channel).
     pub fn subscribe_transcript(
         &mut self,
-        conn: Token,
+        conn: &Subscriber,
         sub_id: &str,
         session: &str,
         held: impl Fn(&str) -> bool,
@@ -90,7 +122,7 @@ impl Watches {
         let taken: usize = self
             .tsubs
             .values()
-            .map(|v| v.iter().filter(|(t, _)| *t == conn).count())
+            .map(|v| v.iter().filter(|(t, _)| t == conn).count())
             .sum();
         if taken >= limits::TRANSCRIPT_SUBS_PER_CONN {
             return Err(RpcError::invalid_params(format!(
@@ -101,15 +133,15 @@ impl Watches {
         self.tsubs
             .entry(session.to_string())
             .or_default()
-            .push((conn, sub_id.to_string()));
+            .push((conn.clone(), sub_id.to_string()));
         Ok(())
     }
 
-    pub fn unsubscribe_transcript(&mut self, conn: Token, sub_id: &str) -> bool {
+    pub fn unsubscribe_transcript(&mut self, conn: &Subscriber, sub_id: &str) -> bool {
         let mut found = false;
         for subs in self.tsubs.values_mut() {
             let before = subs.len();
-            subs.retain(|(t, s)| !(*t == conn && s == sub_id));
+            subs.retain(|(t, s)| !(t == conn && s == sub_id));
             found |= subs.len() != before;
         }
         self.tsubs.retain(|_, v| !v.is_empty());
@@ -212,7 +244,30 @@ pub fn flush_deltas(d: &mut Daemon) {
         }
         let entries = Value::Array(delta.entries).to_string();
         let tail = format!(",\"from_index\":{},\"entries\":{entries}}}}}\n", delta.from);
-        for (conn, sub_id) in subs {
+        let mut gone = Vec::new();
+        for (who, sub_id) in subs {
+            let conn = match who {
+                Subscriber::Conn(conn) => conn,
+                Subscriber::Chan { link, chan } => {
+                    // The same params as the socket's line, without its
+                    // envelope: the channel seals them as the body.
+                    let mut params = Vec::with_capacity(tail.len() + sub_id.len() + 16);
+                    params.extend_from_slice(b"{\"sub_id\":");
+                    let _ = serde_json::to_writer(&mut params, &sub_id);
+                    params.extend_from_slice(&tail.as_bytes()[..tail.len() - 2]);
+                    let sent = crate::uplink::channels::notify_plain(
+                        d,
+                        link,
+                        &chan,
+                        "transcript.delta",
+                        &params,
+                    );
+                    if !sent {
+                        gone.push((link, chan));
+                    }
+                    continue;
+                }
+            };
             let mut line = Vec::with_capacity(tail.len() + sub_id.len() + 64);
             line.extend_from_slice(
                 b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":",
@@ -220,6 +275,9 @@ pub fn flush_deltas(d: &mut Daemon) {
             let _ = serde_json::to_writer(&mut line, &sub_id);
             line.extend_from_slice(tail.as_bytes());
             d.send(conn, &line);
+        }
+        for (link, chan) in gone {
+            d.socket.watches.forget_chan(link, Some(&chan));
         }
     }
 }
@@ -238,14 +296,27 @@ fn notify_session(d: &mut Daemon, sid: &str, kind: &str) {
     if d.socket.watches.watchers.is_empty() {
         return;
     }
-    let node = d.node_name.clone();
     let Some(s) = d.core.sessions.get(sid) else {
         return;
     };
-    let line = note(
-        "session.event",
-        json!({"type": kind, "session": views::session(s, &node)}),
-    );
+    let view = views::session(s, &d.node_name);
+    send_session_event(d, sid, kind, view);
+}
+
+/// Session `sid` was forgotten (ended, evicted): its watchers get
+/// `removed` with its last state, `view`, and its transcript
+/// subscriptions go with its deltas not sent yet.
+pub fn on_removed(d: &mut Daemon, sid: &str, view: Value) {
+    let w = &mut d.socket.watches;
+    w.tsubs.remove(sid);
+    w.outbox.retain(|(s, _)| s != sid);
+    if !w.watchers.is_empty() {
+        send_session_event(d, sid, "removed", view);
+    }
+}
+
+fn send_session_event(d: &mut Daemon, sid: &str, kind: &str, view: Value) {
+    let line = note("session.event", json!({"type": kind, "session": view}));
     let conns = &d.socket.conns;
     let targets: Vec<Token> = d
         .socket
@@ -278,11 +349,12 @@ mod tests {
         w.subscribe_events(a, Some(["x-b".to_string()].into()));
         assert_eq!(w.events.len(), 2);
         w.watch(a);
-        w.subscribe_transcript(a, "t1", "s1", |_| true).unwrap();
+        let sa = Subscriber::Conn(a);
+        w.subscribe_transcript(&sa, "t1", "s1", |_| true).unwrap();
         w.forget_conn(a);
         assert!(!w.unsubscribe_events(a));
         assert!(!w.unwatch(a));
-        assert!(!w.unsubscribe_transcript(a, "t1"));
+        assert!(!w.unsubscribe_transcript(&sa, "t1"));
         assert!(w.tsubs.is_empty());
         assert!(w.unsubscribe_events(b));
     }
@@ -290,20 +362,43 @@ mod tests {
     #[test]
     fn subscriptions_of_forgotten_sessions_do_not_count_against_the_bound() {
         let mut w = Watches::default();
-        let conn = Token(1 << 20);
+        let conn = Subscriber::Conn(Token(1 << 20));
         for i in 0..limits::TRANSCRIPT_SUBS_PER_CONN {
-            w.subscribe_transcript(conn, &format!("t{i}"), &format!("s{i}"), |_| true)
+            w.subscribe_transcript(&conn, &format!("t{i}"), &format!("s{i}"), |_| true)
                 .unwrap();
         }
-        let full = w.subscribe_transcript(conn, "one-more", "s0", |_| true);
+        let full = w.subscribe_transcript(&conn, "one-more", "s0", |_| true);
         assert_eq!(full.unwrap_err().code, crate::errors::Code::InvalidParams);
         // Replacing a sub_id is not one more.
-        w.subscribe_transcript(conn, "t0", "s1", |_| true).unwrap();
+        w.subscribe_transcript(&conn, "t0", "s1", |_| true).unwrap();
         // Session s2 was evicted: its subscription is dropped, room is made.
-        w.subscribe_transcript(conn, "one-more", "s0", |s| s != "s2")
+        w.subscribe_transcript(&conn, "one-more", "s0", |s| s != "s2")
             .unwrap();
         assert!(!w.tsubs.contains_key("s2"));
-        assert!(!w.unsubscribe_transcript(conn, "t2"));
+        assert!(!w.unsubscribe_transcript(&conn, "t2"));
+    }
+
+    #[test]
+    fn a_closed_channel_or_link_takes_its_subscriptions_with_it() {
+        let mut w = Watches::default();
+        let chan = |link: u64, c: &str| Subscriber::Chan {
+            link,
+            chan: c.to_string(),
+        };
+        let sock = Subscriber::Conn(Token(1 << 20));
+        // The same sub_id on a socket and two channels: three subscriptions.
+        for who in [&sock, &chan(1, "a"), &chan(1, "b"), &chan(2, "a")] {
+            w.subscribe_transcript(who, "t", "s1", |_| true).unwrap();
+        }
+        assert_eq!(w.tsubs["s1"].len(), 4);
+        w.forget_chan(1, Some("a"));
+        assert!(!w.unsubscribe_transcript(&chan(1, "a"), "t"));
+        assert_eq!(w.tsubs["s1"].len(), 3);
+        w.forget_chan(1, None);
+        assert!(!w.unsubscribe_transcript(&chan(1, "b"), "t"));
+        assert!(w.unsubscribe_transcript(&chan(2, "a"), "t"));
+        assert!(w.unsubscribe_transcript(&sock, "t"));
+        assert!(w.tsubs.is_empty());
     }
 
     #[test]

@@ -24,18 +24,29 @@
 //!   seal({"result"…})}` or `seal({"error"…})`. Requests of a channel are
 //!   served concurrently, at most `UPLINK_CHANNEL_IN_FLIGHT` at once.
 //!
-//! `relay.closed` frees the channel; the uplink closing frees them all.
+//! `relay.closed` frees the channel; the uplink closing frees them all,
+//! with what is kept for them elsewhere (their transcript subscriptions,
+//! `socket::watches`).
 //!
 //! Sessions (seed 004, "Connecting a client": "The session snapshot starts
 //! when the channel exists"): a new channel gets one `session.event`
 //! `added` per session (after message 2 on an E2EE channel, before the
 //! answer to the first request on a plaintext one), then every `added` and
 //! `updated` the socket's watchers get, as relay notifications sealed in
-//! order with the answers. Nothing sends `removed` yet: sessions are not
-//! forgotten while the daemon runs. The node holds no queue of its own per
-//! channel: an event goes straight to the link's outbox, and the
-//! gateway's 64-frame queue per channel is the bound (past it the gateway
-//! closes the channel).
+//! order with the answers, and `removed` (with its last state) when the
+//! core forgets an ended session (`[agents] ended_kept`).
+//!
+//! Transcripts: `transcript.subscribe` keeps its subscription on the
+//! channel (`socket::watches::Subscriber::Chan`), and its deltas come here
+//! ([`notify_plain`]) to be sealed in order with everything else.
+//!
+//! The node holds no queue of its own per channel: an event or delta goes
+//! straight to the link's outbox, and the gateway's 64-frame queue per
+//! channel is the bound (past it the gateway closes the channel). The
+//! seed's "64-event buffer per subscriber, dropped when full" is not
+//! followed: the gateway tells the node nothing of what a client has read,
+//! so the node cannot know a buffer is full, and a dropped delta would
+//! leave a hole in a transcript the client cannot detect.
 
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{Map, Value, json};
@@ -217,9 +228,10 @@ pub fn enforce(d: &mut Daemon) {
         keys.iter()
             .map(|(k, c)| (k.clone(), c.as_ref().map(|c| &c[..]))),
     );
+    let link = l.id;
     for (chan, why) in closing {
-        l.chans.remove(&chan);
         crate::info!("uplink: channel {chan} closed: {}", why.code());
+        forget(d, link, &chan);
     }
 }
 
@@ -239,6 +251,9 @@ fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
     match l.out.try_send(Out::Line(bytes)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
+            d.socket.watches.forget_chan(id, None);
+            let Some(u) = d.uplink.as_mut() else { return };
+            let Some(l) = u.link.as_mut() else { return };
             // Shutting the socket down ends the reader and the writer; the
             // transport then reports the link down and dials again.
             if let Some(c) = &l.closer {
@@ -251,7 +266,10 @@ fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
                 u.via
             );
         }
-        Err(TrySendError::Disconnected(_)) => u.link = None,
+        Err(TrySendError::Disconnected(_)) => {
+            u.link = None;
+            d.socket.watches.forget_chan(id, None);
+        }
     }
 }
 
@@ -305,10 +323,9 @@ pub fn on_line(d: &mut Daemon, id: u64, bytes: &[u8]) {
                 .get("params")
                 .and_then(|p| p.get("chan_id"))
                 .and_then(Value::as_str);
-            if let Some(chan) = chan
-                && let Some(l) = link_mut(d, id)
-            {
-                l.chans.remove(chan);
+            if let Some(chan) = chan {
+                let chan = chan.to_string();
+                forget(d, id, &chan);
             }
         }
         // Answers to the node's own pings, and notifications it does not
@@ -418,7 +435,7 @@ fn on_relay(
         Err(closes) => {
             if closes == Some(true) {
                 crate::debug!("uplink: channel {chan} is out of sync; forgotten");
-                l.chans.remove(&chan);
+                forget(d, id, &chan);
             }
             return;
         }
@@ -524,7 +541,7 @@ fn write_answer(d: &mut Daemon, req: Req, result: Result<Value, RpcError>, count
         Err(e) => {
             // A record that fails midway leaves the channel unusable.
             crate::warn!("uplink: unable to seal an answer on {chan}: {}", e.code());
-            l.chans.remove(&chan);
+            forget(d, link, &chan);
             return;
         }
     };
@@ -569,30 +586,62 @@ pub fn on_session(d: &mut Daemon, sid: &str, change: Option<crate::core::session
     }
 }
 
+/// A session the core forgot (ended, evicted): `removed` with its last
+/// state (`view`), for every channel of the link.
+pub fn on_removed(d: &mut Daemon, view: &Value) {
+    let Some(l) = d.uplink.as_ref().and_then(|u| u.link.as_ref()) else {
+        return;
+    };
+    let (link, chans): (u64, Vec<String>) = (l.id, l.chans.keys().cloned().collect());
+    let ev = json!({"type": "removed", "session": view});
+    for chan in chans {
+        notify(d, link, &chan, "session.event", &ev);
+    }
+}
+
 /// Sends a notification on a channel, sealed on an E2EE one.
 fn notify(d: &mut Daemon, link: u64, chan: &str, method: &str, params: &Value) {
     let plain = serde_json::to_vec(params).unwrap_or_default();
-    let Some(l) = link_mut(d, link) else { return };
+    notify_plain(d, link, chan, method, &plain);
+}
+
+/// Sends a notification whose params are the JSON text `plain` on a
+/// channel, sealed on an E2EE one. False when the channel is gone (or goes
+/// now, its record failing), so that what was kept for it can go too.
+pub fn notify_plain(d: &mut Daemon, link: u64, chan: &str, method: &str, plain: &[u8]) -> bool {
+    let Some(l) = link_mut(d, link) else {
+        return false;
+    };
     let Some(c) = l.chans.get_mut(chan) else {
-        return;
+        return false;
     };
     let body = match &mut c.seal {
-        None => e2ee::base64::encode(&plain),
-        Some(ch) => match ch.seal_body(&plain) {
+        None => e2ee::base64::encode(plain),
+        Some(ch) => match ch.seal_body(plain) {
             Ok(b) => b,
             Err(e) => {
                 crate::warn!(
                     "uplink: unable to seal a notification on {chan}: {}",
                     e.code()
                 );
-                l.chans.remove(chan);
-                return;
+                forget(d, link, chan);
+                return false;
             }
         },
     };
     let frame =
         json!({"jsonrpc": "2.0", "method": method, "route": {"chan_id": chan}, "body": body});
     send(d, link, line(&frame));
+    true
+}
+
+/// Forgets channel `chan` of link `link` and what is kept for it (its
+/// transcript subscriptions).
+fn forget(d: &mut Daemon, link: u64, chan: &str) {
+    if let Some(l) = link_mut(d, link) {
+        l.chans.remove(chan);
+    }
+    d.socket.watches.forget_chan(link, Some(chan));
 }
 
 #[cfg(test)]

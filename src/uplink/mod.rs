@@ -225,6 +225,10 @@ fn read_token_file(path: &std::path::Path) -> Result<String, String> {
 
 /// A transport's event, on the reactor.
 pub fn on_event(d: &mut Daemon, ev: Event) {
+    if let Event::Down { link, .. } = &ev {
+        // The transcript subscriptions of the link's channels go with them.
+        d.socket.watches.forget_chan(*link, None);
+    }
     let Some(u) = d.uplink.as_mut() else { return };
     match ev {
         Event::Dialing => {
@@ -324,7 +328,10 @@ pub const HOOKS: crate::daemon::Hooks = crate::daemon::Hooks {
     session: |_, _, _| {},
     stop: |d| {
         if let Some(u) = d.uplink.as_mut() {
-            u.link = None;
+            if let Some(l) = u.link.take() {
+                d.socket.watches.forget_chan(l.id, None);
+            }
+            let Some(u) = d.uplink.as_mut() else { return };
             u.state = "closed";
             if let Some(Transport::Dial(t)) = u.transport.take() {
                 t.stop();

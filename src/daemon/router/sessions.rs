@@ -325,6 +325,10 @@ pub fn spawn(
     let key = ReplyKey(routes.next_reply);
     routes.replies.insert(key, Box::new(then));
     let isolation = d.cfg.agents.isolation();
+    let gone = d.core.sessions.evict_ended(d.cfg.agents.ended_kept);
+    if !gone.is_empty() {
+        d.sessions_forgotten(&gone);
+    }
     match d.core.sessions.spawn(&d.core.seats, req, isolation, key) {
         Ok(fx) => apply(d, fx),
         Err(e) => answer_spawn(d, key, Err(e)),

@@ -90,6 +90,20 @@ pub fn connection(req: &Req) -> Result<Token, RpcError> {
     })
 }
 
+/// Who keeps a transcript subscription: the socket connection or the
+/// relay channel `req` came on (issue 13: a channel is served like a
+/// connection). HTTP has neither, and is refused.
+pub fn subscriber(req: &Req) -> Result<crate::socket::watches::Subscriber, RpcError> {
+    use crate::socket::watches::Subscriber;
+    match &req.to {
+        crate::daemon::ReplyTo::Relay { link, chan, .. } => Ok(Subscriber::Chan {
+            link: *link,
+            chan: chan.clone(),
+        }),
+        _ => connection(req).map(Subscriber::Conn),
+    }
+}
+
 /// Whether `req`'s caller may read `stream`: the operator reads every
 /// stream; a caller inside an agent session reads its own session's stream
 /// only (it would otherwise see other sessions' events, prompts included);
@@ -110,9 +124,10 @@ fn may_read_stream(req: &Req, stream: &str) -> Result<(), RpcError> {
 
 /// What a remote client may call on any channel: `server.info` and the
 /// reads and control of sessions and their approvals (issue 13: "Plaintext
-/// channels get read access and session control"). The subscriptions are
-/// here so that they are refused for the reason that holds (they are kept
-/// on a socket connection only), not as operator-only.
+/// channels get read access and session control"). Transcript
+/// subscriptions are kept on the channel; `sessions.subscribe` is here so
+/// that it is refused for the reason that holds (a channel gets its
+/// `session.event`s without asking), not as operator-only.
 const REMOTE_CLIENT_METHODS: &[&str] = &[
     "ping",
     "server.info",

@@ -38,7 +38,7 @@ use crate::daemon::{Daemon, Req, router};
 use crate::errors::{Code, RpcError};
 use crate::limits;
 
-use super::{Handled, connection};
+use super::{Handled, connection, subscriber};
 use crate::socket::views;
 
 #[derive(Deserialize)]
@@ -335,7 +335,7 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
     let len = readable_session(d, req, &session_id)?.transcript.len;
     let have = have_entries.min(len);
     let sid = session_id.clone();
-    let conn_token = connection(req)?;
+    let who = subscriber(req)?;
     read_then(
         d,
         req,
@@ -358,9 +358,7 @@ fn transcript_subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Han
             let sessions = &d.core.sessions;
             d.socket
                 .watches
-                .subscribe_transcript(conn_token, &sub_id, &session_id, |s| {
-                    sessions.get(s).is_some()
-                })?;
+                .subscribe_transcript(&who, &sub_id, &session_id, |s| sessions.get(s).is_some())?;
             Ok(
                 json!({"sub_id": sub_id, "from_index": start, "entries": merge_cached(d, &session_id, start, rows)}),
             )
@@ -378,6 +376,6 @@ fn transcript_unsubscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> H
     let UnsubscribeParams { sub_id } = params(p)?;
     d.socket
         .watches
-        .unsubscribe_transcript(connection(req)?, &sub_id);
+        .unsubscribe_transcript(&subscriber(req)?, &sub_id);
     Ok(Some(Value::Null))
 }

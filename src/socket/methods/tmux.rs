@@ -171,7 +171,9 @@ fn transcript(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             if let (Some(s), Some(conn)) = (p.get("sub_id").and_then(Value::as_str), req.conn()) {
                 route::transcript_unsubscribe(d, conn, s);
                 if ours {
-                    d.socket.watches.unsubscribe_transcript(conn, s);
+                    d.socket
+                        .watches
+                        .unsubscribe_transcript(&crate::socket::watches::Subscriber::Conn(conn), s);
                 }
             }
             if !ours {
