@@ -409,7 +409,7 @@ fn spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 /// is an absolute directory that can be entered (seed 004: "reject
 /// (-32600) a cwd that is relative, does not exist, is not a directory, or
 /// cannot be entered").
-fn enterable(d: &Daemon, cwd: &str) -> Result<std::path::PathBuf, RpcError> {
+pub(super) fn enterable(d: &Daemon, cwd: &str) -> Result<std::path::PathBuf, RpcError> {
     let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
     let home = route::home(d);
     let cwd = match cwd {
