@@ -1303,3 +1303,70 @@ fn a_session_without_a_pane_is_shown_in_a_viewer_pane_following_its_transcript()
     drop(c);
     drop(d);
 }
+
+#[test]
+fn a_tmux_seat_starts_its_command_in_a_pane_of_the_daemon_s_own_server() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = TestDir::new("tmux-seat");
+    let tmpdir = dir.join("x");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let servers = Servers { tmpdir };
+    let wt = dir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let seat = concat!(
+        "[[seat]]\nharness = \"plain\"\ncommand = \"sh\"\n",
+        "args = [\"-c\", \"echo seat says $GREETING in $(pwd); exec cat\"]\n",
+        "transport = \"tmux\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        "env = { GREETING = \"hello\" }\n"
+    );
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(seat.into()),
+            env: vec![("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string())],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let cwd = wt.display().to_string();
+    // Not a seat the core drives: the registry leaves it out.
+    let seats = c.call("seats.list", json!({}));
+    assert_eq!(seats["seats"], json!([]), "{seats}");
+    let e = c.request(
+        "sessions.spawn",
+        json!({"harness": "plain", "cwd": cwd, "prompt": "hi"}),
+    );
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    let v = c.call("sessions.spawn", json!({"harness": "plain", "cwd": cwd}));
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    let pane = v["pane_id"].as_str().unwrap().to_string();
+    assert_eq!(sid, format!("omniconflux:{pane}"), "{v}");
+    let names = servers.tmux("omniconflux", &["list-sessions", "-F", "#{session_name}"]);
+    assert_eq!(names.trim(), "plain");
+    // Its command runs with the seat's environment, in the cwd asked for,
+    // and takes what is typed into the pane.
+    let deadline = Instant::now() + PATIENCE;
+    let want = format!("seat says hello in {cwd}");
+    loop {
+        let screen = servers.tmux("omniconflux", &["capture-pane", "-p", "-t", &pane]);
+        if screen.contains(&want) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no {want:?} on {screen}");
+        c.call("ping", json!({}));
+    }
+    servers.tmux("omniconflux", &["send-keys", "-t", &pane, "-l", "typed"]);
+    servers.tmux("omniconflux", &["send-keys", "-t", &pane, "Enter"]);
+    loop {
+        let screen = servers.tmux("omniconflux", &["capture-pane", "-p", "-t", &pane]);
+        if screen.matches("typed").count() >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "cat did not echo: {screen}");
+        c.call("ping", json!({}));
+    }
+    drop(c);
+    drop(d);
+}
