@@ -1107,8 +1107,8 @@ pub const TERMINAL_CHUNK_BYTES: usize = 32 * 1024;
 pub const TERMINAL_DEFAULT_COLS: u16 = 80;
 pub const TERMINAL_DEFAULT_ROWS: u16 = 24;
 pub const TERMINAL_MAX_SIZE: u16 = 1000;
-/// Terminals open at once across all connections: each holds two threads,
-/// a pseudo-terminal and a tmux client.
+/// Terminals open at once across all connections: each holds two threads
+/// (three with a viewer pane's feed), a pseudo-terminal and a tmux client.
 pub const TERMINALS_MAX: usize = 16;
 /// Input chunks queued to a terminal's writer; a full queue refuses
 /// terminal.input rather than grow.
