@@ -561,7 +561,10 @@ pub struct SeatConfig {
     /// The approved arguments, before any the transport adds.
     #[serde(default)]
     pub args: Vec<String>,
-    /// `acp` or `stream-json`.
+    /// `acp` or `stream-json`; or `tmux` for an agent with no API: its
+    /// command runs in a pane of the daemon's tmux server (issue 15,
+    /// src/socket/methods/tmux.rs), and the seat is not one the session
+    /// core or the lanes drive.
     pub transport: String,
     pub provider: String,
     /// One of seed 000's provider families; read as one with
@@ -582,6 +585,11 @@ pub struct SeatConfig {
 }
 
 impl SeatConfig {
+    /// Whether the seat runs in a tmux pane (`transport = "tmux"`).
+    pub fn in_tmux(&self) -> bool {
+        self.transport == "tmux"
+    }
+
     /// The seat's provider family; the file's value, which `check`
     /// accepted (a detected seat's is the daemon's own).
     pub fn family(&self) -> Family {
@@ -1339,10 +1347,10 @@ impl FileConfig {
                     "expected a program name or an absolute path".into(),
                 ));
             }
-            if crate::agents::Transport::from_wire_name(&s.transport).is_none() {
+            if !s.in_tmux() && crate::agents::Transport::from_wire_name(&s.transport).is_none() {
                 return Err(bad(
                     "transport",
-                    format!("expected acp or stream-json, found {:?}", s.transport),
+                    format!("expected acp, stream-json or tmux, found {:?}", s.transport),
                 ));
             }
             let p = s.provider.as_bytes();
@@ -1779,8 +1787,12 @@ mod tests {
         let cfg = parse(ok).unwrap();
         cfg.check(ok).unwrap();
         assert_eq!(cfg.seat[0].harness, "claude");
-        let two = format!(
+        let tmux = format!(
             "{ok}\n[[seat]]\nharness = \"x\"\ncommand = \"x\"\ntransport = \"tmux\"\nprovider = \"p\"\nfamily = \"local\"\n"
+        );
+        parse(&tmux).unwrap().check(&tmux).unwrap();
+        let two = format!(
+            "{ok}\n[[seat]]\nharness = \"x\"\ncommand = \"x\"\ntransport = \"pty\"\nprovider = \"p\"\nfamily = \"local\"\n"
         );
         let e = parse(&two).unwrap().check(&two).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("seat.transport"));

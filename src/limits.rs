@@ -1109,14 +1109,20 @@ pub const TERMINAL_CHUNK_BYTES: usize = 32 * 1024;
 pub const TERMINAL_DEFAULT_COLS: u16 = 80;
 pub const TERMINAL_DEFAULT_ROWS: u16 = 24;
 pub const TERMINAL_MAX_SIZE: u16 = 1000;
-/// Terminals open at once across all connections: each holds two threads,
-/// a pseudo-terminal and a tmux client.
+/// Terminals open at once across all connections: each holds two threads
+/// (three with a viewer pane's feed), a pseudo-terminal and a tmux client.
 pub const TERMINALS_MAX: usize = 16;
 /// Input chunks queued to a terminal's writer; a full queue refuses
 /// terminal.input rather than grow.
 pub const TERMINAL_INPUT_QUEUE: usize = 64;
 /// The largest `data` of one terminal.input, decoded.
 pub const TERMINAL_INPUT_MAX_BYTES: usize = 64 * 1024;
+/// "For a session without a pane, the node first creates a viewer pane"
+/// (seed 004, Terminals): the bytes of transcript one viewer pane's feed
+/// file holds at most, and the events it reads from the ledger at a time
+/// (src/tmux/viewer.rs).
+pub const VIEWER_FEED_MAX_BYTES: usize = 16 * 1024 * 1024;
+pub const VIEWER_FEED_PAGE: usize = 500;
 
 // The uplink: the node's side of the gateway (issue 13; seed 004, "Connecting
 // a client", "Relay channels", "End-to-end encryption").

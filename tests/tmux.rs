@@ -1202,3 +1202,171 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
     wait_gone(&d, &third);
     assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
 }
+
+/// The sessions of the daemon's own tmux server.
+fn own_sessions(servers: &Servers) -> String {
+    let out = Command::new("tmux")
+        .args([
+            "-L",
+            "omniconflux",
+            "list-sessions",
+            "-F",
+            "#{session_name}",
+        ])
+        .env("TMUX_TMPDIR", &servers.tmpdir)
+        .env_remove("TMUX")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_session_without_a_pane_is_shown_in_a_viewer_pane_following_its_transcript() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = TestDir::new("tmux-viewer");
+    let tmpdir = dir.join("x");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let servers = Servers { tmpdir };
+    let wt = dir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let gone = dir.join("gone");
+    std::fs::create_dir_all(&gone).unwrap();
+    let seat = format!(
+        "[[seat]]\nharness = \"fake\"\ncommand = \"python3\"\nargs = [\"{}\"]\ntransport = \"stream-json\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        fixture("fake_stream_json_agent.py")
+    );
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(seat),
+            env: vec![("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string())],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let spawn = |c: &mut util::Client, cwd: &std::path::Path| {
+        let r = c.call(
+            "sessions.spawn",
+            json!({"harness": "fake", "cwd": cwd.display().to_string(), "prompt": "paint it blue"}),
+        );
+        r["session_id"].as_str().unwrap().to_string()
+    };
+    let sid = spawn(&mut c, &wt);
+    // Wide enough that no event line wraps on the screen.
+    let open = json!({"term_id": "v", "session_id": sid, "cols": 1000, "rows": 40});
+    assert_eq!(c.call("terminal.open", open), Value::Null);
+    // The pane shows the session's transcript: the prompt, the agent's
+    // answer and the turn's end, then follows it as it grows.
+    let text = output_until(&mut c, "v", "-- turn ended: completed --");
+    assert!(
+        text.contains("> paint it blue") && text.contains("echo: paint it blue"),
+        "{text:?}"
+    );
+    c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "and the door"}),
+    );
+    output_until(&mut c, "v", "echo: and the door");
+    let names = own_sessions(&servers);
+    assert!(
+        names.lines().any(|n| n.ends_with("-feed")),
+        "no viewer pane in the daemon's own server: {names}"
+    );
+    // The viewer pane goes with the terminal.
+    assert_eq!(
+        c.call("terminal.close", json!({"term_id": "v"})),
+        Value::Null
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let names = own_sessions(&servers);
+        if !names.contains("omniconflux-view") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "viewer sessions left: {names}");
+        c.call("ping", json!({}));
+    }
+    // Its directory is checked as a spawn's is.
+    let sid2 = spawn(&mut c, &gone);
+    std::fs::remove_dir(&gone).unwrap();
+    let e = c.request("terminal.open", json!({"term_id": "w", "session_id": sid2}));
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cwd cannot be entered: "),
+        "{e}"
+    );
+    drop(c);
+    drop(d);
+}
+
+#[test]
+fn a_tmux_seat_starts_its_command_in_a_pane_of_the_daemon_s_own_server() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = TestDir::new("tmux-seat");
+    let tmpdir = dir.join("x");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let servers = Servers { tmpdir };
+    let wt = dir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    let seat = concat!(
+        "[[seat]]\nharness = \"plain\"\ncommand = \"sh\"\n",
+        "args = [\"-c\", \"echo seat says $GREETING in $(pwd); exec cat\"]\n",
+        "transport = \"tmux\"\nprovider = \"test\"\nfamily = \"local\"\n",
+        "env = { GREETING = \"hello\" }\n"
+    );
+    let d = Daemon::start_with(
+        &dir.path,
+        Opts {
+            config: Some(seat.into()),
+            env: vec![("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string())],
+            ..Default::default()
+        },
+    );
+    let mut c = d.connect();
+    let cwd = wt.display().to_string();
+    // Not a seat the core drives: the registry leaves it out.
+    let seats = c.call("seats.list", json!({}));
+    assert_eq!(seats["seats"], json!([]), "{seats}");
+    let e = c.request(
+        "sessions.spawn",
+        json!({"harness": "plain", "cwd": cwd, "prompt": "hi"}),
+    );
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    let v = c.call("sessions.spawn", json!({"harness": "plain", "cwd": cwd}));
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    let pane = v["pane_id"].as_str().unwrap().to_string();
+    assert_eq!(sid, format!("omniconflux:{pane}"), "{v}");
+    let names = servers.tmux("omniconflux", &["list-sessions", "-F", "#{session_name}"]);
+    assert_eq!(names.trim(), "plain");
+    // Its command runs with the seat's environment, in the cwd asked for,
+    // and takes what is typed into the pane.
+    let deadline = Instant::now() + PATIENCE;
+    let want = format!("seat says hello in {cwd}");
+    loop {
+        let screen = servers.tmux("omniconflux", &["capture-pane", "-p", "-t", &pane]);
+        if screen.contains(&want) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no {want:?} on {screen}");
+        c.call("ping", json!({}));
+    }
+    servers.tmux("omniconflux", &["send-keys", "-t", &pane, "-l", "typed"]);
+    servers.tmux("omniconflux", &["send-keys", "-t", &pane, "Enter"]);
+    loop {
+        let screen = servers.tmux("omniconflux", &["capture-pane", "-p", "-t", &pane]);
+        if screen.matches("typed").count() >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "cat did not echo: {screen}");
+        c.call("ping", json!({}));
+    }
+    drop(c);
+    drop(d);
+}

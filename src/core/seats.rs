@@ -226,9 +226,12 @@ impl Seats {
 
     pub fn from_config(cfg: &FileConfig) -> Seats {
         Seats {
+            // A tmux seat is started in a pane by the tmux subsystem
+            // (src/socket/methods/tmux.rs), never driven by the core.
             list: cfg
                 .seat
                 .iter()
+                .filter(|c| !c.in_tmux())
                 .cloned()
                 .map(|c| Seat::new(c, Origin::Configured))
                 .collect(),
@@ -254,6 +257,7 @@ impl Seats {
         self.list = cfg
             .seat
             .iter()
+            .filter(|c| !c.in_tmux())
             .map(|c| match old.iter().find(|s| &s.cfg == c) {
                 Some(s) => Seat {
                     origin: Origin::Configured,

@@ -652,6 +652,7 @@ impl Daemon {
         // The uplink's channels hear the change kind, which the rows'
         // hook does not carry.
         crate::uplink::channels::on_session(self, sid, change);
+        router::tmux::session_committed(self, sid);
         crate::socket::watches::on_committed(self, sid, delta, change);
     }
 

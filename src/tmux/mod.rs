@@ -36,6 +36,7 @@ pub mod host;
 pub mod persistent;
 pub mod terminal;
 pub mod transcript;
+pub mod viewer;
 pub mod wakelock;
 pub mod worker;
 

@@ -19,6 +19,14 @@
 //! bounded queue of `TERMINAL_INPUT_QUEUE` chunks, refused when full), one
 //! reads its output. Both end when the client exits or the terminal is
 //! closed; at most `TERMINALS_MAX` terminals are open.
+//!
+//! A session without a pane (one the daemon drives over ACP or
+//! stream-json) is shown in a *viewer pane* (seed 004: "for a session
+//! without a pane, the node first creates a viewer pane"): a session of
+//! the daemon's own server, made for this terminal alone in the session's
+//! directory, named `omniconflux-view-N-PID-feed` (so discovery skips
+//! it), whose pane follows the session's transcript (src/tmux/viewer.rs
+//! says how). It is killed when the terminal ends.
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use std::io::{Read, Write};
@@ -51,6 +59,22 @@ pub struct Spec {
     /// its window (seed 004's texts for a session and for a terminal).
     pub gone: String,
     pub refusal: String,
+    /// Made first, for a session without a pane: then `session_name` and
+    /// `pane` are ignored.
+    pub feed: Option<Feed>,
+}
+
+/// A viewer pane to make for a session without a pane: the directory it
+/// starts in and what it follows (src/tmux/viewer.rs).
+#[derive(Clone, Debug)]
+pub struct Feed {
+    pub cwd: std::path::PathBuf,
+    pub source: super::viewer::Source,
+}
+
+/// The name of terminal `term`'s viewer pane session.
+fn feed_name(term: u64) -> String {
+    format!("{VIEWER_PREFIX}{term}-{}-feed", std::process::id())
 }
 
 /// What the daemon sends a terminal.
@@ -79,17 +103,26 @@ pub fn open(term: u64, spec: Spec, sink: Sink) -> Result<Sender<Input>, String> 
     let (tx, rx) = bounded(limits::TERMINAL_INPUT_QUEUE);
     std::thread::Builder::new()
         .name(format!("term-{term}"))
-        .spawn(move || match attach(term, &spec, sink.clone()) {
-            Ok((master, pid, viewer)) => {
-                sink(Event::Opened { term });
-                write_loop(&master, pid, &rx);
+        .spawn(move || {
+            match attach(term, &spec, sink.clone()) {
+                Ok((master, pid, viewer)) => {
+                    sink(Event::Opened { term });
+                    write_loop(&master, pid, &rx);
+                    let _ = driver::run(
+                        &spec.server,
+                        &["kill-session", "-t", &format!("={viewer}")],
+                        0,
+                    );
+                }
+                Err(why) => sink(Event::Failed { term, why }),
+            }
+            if spec.feed.is_some() {
                 let _ = driver::run(
                     &spec.server,
-                    &["kill-session", "-t", &format!("={viewer}")],
+                    &["kill-session", "-t", &format!("={}", feed_name(term))],
                     0,
                 );
             }
-            Err(why) => sink(Event::Failed { term, why }),
         })
         .map_err(|e| {
             format!(
@@ -105,21 +138,51 @@ pub fn open(term: u64, spec: Spec, sink: Sink) -> Result<Sender<Input>, String> 
 /// name.
 fn attach(term: u64, spec: &Spec, sink: Sink) -> Result<(OwnedFd, i32, String), String> {
     let s = &spec.server;
+    let (cols, rows) = (spec.cols.to_string(), spec.rows.to_string());
+    let (session_name, pane) = match &spec.feed {
+        None => (spec.session_name.clone(), spec.pane.clone()),
+        Some(f) => {
+            let name = feed_name(term);
+            let cwd = f.cwd.display().to_string();
+            let file = super::viewer::start(term, &f.source)?;
+            let file = file.display().to_string();
+            let args = [
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &cols,
+                "-y",
+                &rows,
+                "-c",
+                &cwd,
+                "--",
+                "tail",
+                "-n",
+                "+1",
+                "-f",
+                &file,
+            ];
+            driver::run(s, &args, 0).map_err(|e| e.0)?;
+            let pane = format!("={name}:");
+            (name, pane)
+        }
+    };
     if let Some(cp) = &spec.client_pane {
         let window = |t: &str| driver::run(s, &["display", "-p", "-t", t, "#{window_id}"], 256);
-        let ours = window(&spec.pane).map_err(|_| spec.gone.clone())?;
+        let ours = window(&pane).map_err(|_| spec.gone.clone())?;
         if window(cp).is_ok_and(|t| t.trim() == ours.trim()) {
             return Err(spec.refusal.clone());
         }
     }
     // `new-session -t` of a session that does not exist would make a new
     // group of that name rather than fail.
-    let group = format!("={}", spec.session_name);
+    let group = format!("={session_name}");
     if driver::run(s, &["has-session", "-t", &group], 0).is_err() {
         return Err(spec.gone.clone());
     }
     let viewer = format!("{VIEWER_PREFIX}{term}-{}", std::process::id());
-    let (cols, rows) = (spec.cols.to_string(), spec.rows.to_string());
     let made = driver::run(
         s,
         &[

@@ -76,7 +76,13 @@ struct Term {
     /// The terminal.open not answered yet: answered once the client is
     /// attached, before any output.
     opening: Option<Req>,
+    /// For a viewer pane: the session it follows and the wake of its feed
+    /// (src/tmux/viewer.rs), woken by [`session_committed`].
+    feed: Option<FeedWake>,
 }
+
+/// A viewer pane's session id and the wake of its feed.
+type FeedWake = (String, Sender<()>);
 
 impl Terms {
     /// Forgets terminal `key` and tells its threads to close it.
@@ -306,13 +312,16 @@ pub struct OpenTerminal {
     pub cols: u16,
     pub rows: u16,
     pub client_pane: Option<String>,
+    /// For one of the daemon's own sessions (which have no pane): its
+    /// directory, checked, where the viewer pane starts.
+    pub viewer_cwd: Option<PathBuf>,
 }
 
 /// terminal.open on connection `conn`: answered once attached. A second
 /// open of the same term_id replaces the first; an open of a session that
 /// another terminal shows evicts that one (the last opener wins).
 pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
-    let spec = match spec_of(d, &o) {
+    let (spec, feed) = match spec_of(d, &o) {
         Ok(s) => s,
         Err(e) => return d.answer(req, Err(e)),
     };
@@ -375,6 +384,7 @@ pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
                     target: o.target.clone(),
                     input,
                     opening: Some(req),
+                    feed,
                 },
             );
         }
@@ -508,7 +518,7 @@ fn note(method: &str, params: serde_json::Value) -> Vec<u8> {
 }
 
 /// How to attach to what `o` names, or the seed's error.
-fn spec_of(d: &Daemon, o: &OpenTerminal) -> Result<Spec, RpcError> {
+fn spec_of(d: &Daemon, o: &OpenTerminal) -> Result<(Spec, Option<FeedWake>), RpcError> {
     let not_available = || {
         RpcError::new(
             Code::NoTerminalControl,
@@ -518,11 +528,19 @@ fn spec_of(d: &Daemon, o: &OpenTerminal) -> Result<Spec, RpcError> {
     match &o.target {
         Target::Session(id) => {
             let Some(s) = d.tmux.state.sessions().find(|s| &s.found.id == id) else {
-                return Err(if d.core.sessions.get(id).is_some() {
-                    not_available()
-                } else {
-                    RpcError::new(Code::SessionNotFound, format!("unknown session: {id}"))
-                });
+                return match (&o.viewer_cwd, d.core.sessions.get(id).is_some()) {
+                    (Some(cwd), true) => {
+                        // One wake waiting is enough: the feed reads all
+                        // that is new when it wakes.
+                        let (tx, rx) = crossbeam_channel::bounded(1);
+                        Ok((viewer_spec(d, o, id, cwd, rx)?, Some((id.clone(), tx))))
+                    }
+                    (None, true) => Err(not_available()),
+                    _ => Err(RpcError::new(
+                        Code::SessionNotFound,
+                        format!("unknown session: {id}"),
+                    )),
+                };
             };
             let server = d
                 .tmux
@@ -531,35 +549,92 @@ fn spec_of(d: &Daemon, o: &OpenTerminal) -> Result<Spec, RpcError> {
                 .find(|x| x.name == s.found.server)
                 .cloned()
                 .ok_or_else(not_available)?;
-            Ok(Spec {
-                server,
-                session_name: s.found.pane.session_name.clone(),
-                window_index: Some(s.found.pane.window_index),
-                pane: s.found.pane.pane_id.clone(),
-                cols: o.cols,
-                rows: o.rows,
-                client_pane: o.client_pane.clone(),
-                gone: format!("unknown session: {id}"),
-                refusal: "terminal not available for this session: client_pane is in its window"
-                    .into(),
-            })
+            Ok((
+                Spec {
+                    server,
+                    session_name: s.found.pane.session_name.clone(),
+                    window_index: Some(s.found.pane.window_index),
+                    pane: s.found.pane.pane_id.clone(),
+                    cols: o.cols,
+                    rows: o.rows,
+                    client_pane: o.client_pane.clone(),
+                    gone: format!("unknown session: {id}"),
+                    refusal:
+                        "terminal not available for this session: client_pane is in its window"
+                            .into(),
+                    feed: None,
+                },
+                None,
+            ))
         }
         Target::Terminal(id) => {
             let server = d.tmux.state.own_server().cloned().ok_or_else(|| {
                 RpcError::new(Code::InvalidRequest, "terminals not supported on this node")
             })?;
             let session_name = format!("{}{id}", crate::tmux::persistent::PREFIX);
-            Ok(Spec {
-                server,
-                pane: format!("={session_name}:"),
-                session_name,
-                window_index: None,
-                cols: o.cols,
-                rows: o.rows,
-                client_pane: o.client_pane.clone(),
-                gone: format!("unknown terminal: {id}"),
-                refusal: "this terminal holds your client; use it directly".into(),
-            })
+            Ok((
+                Spec {
+                    server,
+                    pane: format!("={session_name}:"),
+                    session_name,
+                    window_index: None,
+                    cols: o.cols,
+                    rows: o.rows,
+                    client_pane: o.client_pane.clone(),
+                    gone: format!("unknown terminal: {id}"),
+                    refusal: "this terminal holds your client; use it directly".into(),
+                    feed: None,
+                },
+                None,
+            ))
+        }
+    }
+}
+
+/// How to show daemon session `id`, which has no pane, in `cwd`: a
+/// viewer pane of the daemon's own server following its transcript
+/// (src/tmux/terminal.rs says how).
+fn viewer_spec(
+    d: &Daemon,
+    o: &OpenTerminal,
+    id: &str,
+    cwd: &std::path::Path,
+    wake: crossbeam_channel::Receiver<()>,
+) -> Result<Spec, RpcError> {
+    let server = d.tmux.state.own_server().cloned().ok_or_else(|| {
+        RpcError::new(Code::InvalidRequest, "terminals not supported on this node")
+    })?;
+    Ok(Spec {
+        server,
+        session_name: String::new(),
+        window_index: None,
+        pane: String::new(),
+        cols: o.cols,
+        rows: o.rows,
+        client_pane: o.client_pane.clone(),
+        gone: format!("unknown session: {id}"),
+        refusal: "terminal not available for this session: client_pane is in its window".into(),
+        feed: Some(terminal::Feed {
+            cwd: cwd.to_path_buf(),
+            source: crate::tmux::viewer::Source {
+                ledger: d.paths.ledger.clone(),
+                stream: id.to_string(),
+                dir: d.paths.state_dir.join("viewers"),
+                wake,
+            },
+        }),
+    })
+}
+
+/// Wakes the viewer panes that follow session `sid`: a round of it was
+/// committed (its transcript grew or an event was recorded).
+pub fn session_committed(d: &mut Daemon, sid: &str) {
+    for t in d.tmux.terms.open.values() {
+        if let Some((of, wake)) = &t.feed {
+            if of == sid {
+                // Full: a wake already waits, which covers this round too.
+                let _ = wake.try_send(());
+            }
         }
     }
 }

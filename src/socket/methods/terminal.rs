@@ -25,6 +25,12 @@
 //! to a persistent terminal begins or ends. Without tmux, terminal.list is
 //! empty and the rest fail with "terminals not supported on this node".
 //! This daemon keeps no workspaces, so a `workspace_id` is unknown.
+//!
+//! A session of the daemon's own (ACP, stream-json) has no pane: its
+//! terminal shows a viewer pane of its transcript (src/tmux/viewer.rs),
+//! started in the session's directory, which is checked here as a spawn's
+//! is (seed 004, "applies the same cwd checks to the directory of the
+//! session").
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -107,6 +113,21 @@ fn open(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         }
         (Some(s), None) => route::Target::Session(s),
     };
+    // One of the daemon's own sessions has no pane: seed 004 shows it in
+    // a viewer pane started in its directory, checked as a spawn's is.
+    let viewer_cwd = match &target {
+        route::Target::Session(s) if !d.tmux.state.owns_id(s) => match d.core.sessions.get(s) {
+            Some(own) if own.cwd.as_os_str().is_empty() => {
+                return Err(RpcError::new(
+                    Code::InvalidRequest,
+                    "cannot open terminal: session working directory is unknown",
+                ));
+            }
+            Some(own) => Some(super::tmux::enterable(d, &own.cwd.to_string_lossy())?),
+            None => None,
+        },
+        _ => None,
+    };
     if let Some(cp) = &o.client_pane {
         if !crate::tmux::driver::is_pane_id(cp) {
             return Err(RpcError::invalid_params(
@@ -124,6 +145,7 @@ fn open(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             cols: size(o.cols, limits::TERMINAL_DEFAULT_COLS),
             rows: size(o.rows, limits::TERMINAL_DEFAULT_ROWS),
             client_pane: o.client_pane,
+            viewer_cwd,
         },
     );
     Ok(None)

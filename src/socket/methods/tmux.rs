@@ -3,9 +3,21 @@
 //! them. [`super::dispatch`] hands a call here when [`serves`] says so:
 //! the list, the refresh and the pane methods always, `sessions.input`
 //! and `sessions.kill` when their `session_id` is a tmux session's
-//! (`<server>:%<n>`), and `sessions.spawn` when it names an `agent` or a
-//! `command` (the seed's SpawnParams; a `harness` is a seat's session,
+//! (`<server>:%<n>`), and `sessions.spawn` when it names an `agent`, a
+//! `command`, or the `harness` of a seat with `transport = "tmux"` (the
+//! seed's SpawnParams; any other `harness` is a seat's session,
 //! src/socket/methods/sessions.rs).
+//!
+//! A tmux seat (issue 15: "a seat whose transport = "tmux" does the same
+//! for agents with no API") starts its `command` and `args`, with its
+//! `env` added, in a pane of the daemon's own server, in a tmux session
+//! named after the harness unless `name` says otherwise; it is then a
+//! spawned tmux session like any other. Decided where the issue is
+//! silent: such a seat takes no `model` or `prompt` (a program with no
+//! API has no known flag for either: type the prompt with
+//! `sessions.input`), and the seat registry leaves it out
+//! (src/core/seats.rs), so that neither `seats.list`, the lanes nor the
+//! session core ever try to drive it over ACP or stream-json.
 //!
 //! | method           | who      | answers                                         |
 //! |------------------|----------|-------------------------------------------------|
@@ -59,7 +71,13 @@ pub fn serves(d: &Daemon, method: &str, p: &Map<String, Value>) -> bool {
             .get("session_id")
             .and_then(Value::as_str)
             .is_some_and(|id| d.tmux.state.owns_id(id)),
-        "sessions.spawn" => p.contains_key("agent") || p.contains_key("command"),
+        "sessions.spawn" => {
+            p.contains_key("agent")
+                || p.contains_key("command")
+                || p.get("harness")
+                    .and_then(Value::as_str)
+                    .is_some_and(|h| tmux_seat(d, h).is_some())
+        }
         "sessions.resume" => true,
         // A Claude Code transcript file of a tmux session; the rest go on
         // to src/socket/methods/sessions.rs from here (module comment).
@@ -343,6 +361,10 @@ struct SpawnParams {
     agent: Option<String>,
     #[serde(default)]
     command: Option<String>,
+    /// A seat with `transport = "tmux"` ([`serves`] routes only those
+    /// here).
+    #[serde(default)]
+    harness: Option<String>,
     #[serde(default)]
     prompt: Option<String>,
     #[serde(default)]
@@ -362,6 +384,16 @@ fn spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
     let cwd = enterable(d, sp.cwd.as_deref().unwrap_or("~"))?;
     let (argv, default_name) = match (&sp.command, &sp.agent) {
+        (None, None) if sp.harness.is_some() => {
+            let h = sp.harness.as_deref().unwrap_or_default();
+            let seat = tmux_seat(d, h).ok_or_else(|| invalid(format!("unknown seat: {h}")))?;
+            if sp.model.is_some() || sp.prompt.is_some() {
+                return Err(invalid(format!(
+                    "seat {h} runs in tmux: it takes no model or prompt"
+                )));
+            }
+            (seat_argv(seat)?, seat.harness.clone())
+        }
         (Some(c), _) => {
             if sp.model.is_some() {
                 return Err(invalid("model is not taken with a command".into()));
@@ -411,7 +443,7 @@ fn spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
 /// is an absolute directory that can be entered (seed 004: "reject
 /// (-32600) a cwd that is relative, does not exist, is not a directory, or
 /// cannot be entered").
-fn enterable(d: &Daemon, cwd: &str) -> Result<std::path::PathBuf, RpcError> {
+pub(super) fn enterable(d: &Daemon, cwd: &str) -> Result<std::path::PathBuf, RpcError> {
     let invalid = |m: String| RpcError::new(Code::InvalidRequest, m);
     let home = route::home(d);
     let cwd = match cwd {
@@ -513,6 +545,37 @@ fn agent_argv(agent: &str, model: Option<&str>, prompt: Option<&str>) -> Vec<Str
         }
     }
     v
+}
+
+/// The `[[seat]]` named `harness` when its transport is `tmux`.
+fn tmux_seat<'a>(d: &'a Daemon, harness: &str) -> Option<&'a crate::config::SeatConfig> {
+    d.cfg
+        .seat
+        .iter()
+        .find(|s| s.harness == harness && s.in_tmux())
+}
+
+/// What a tmux seat's pane runs: its command found on the daemon's PATH
+/// and its arguments, under `env` with its variables added to the tmux
+/// server's environment.
+fn seat_argv(seat: &crate::config::SeatConfig) -> Result<Vec<String>, RpcError> {
+    let program = crate::isolation::which(&seat.command).ok_or_else(|| {
+        RpcError::new(
+            Code::InvalidRequest,
+            format!(
+                "seat {} is not installed: no {} on PATH",
+                seat.harness, seat.command
+            ),
+        )
+    })?;
+    let mut argv = Vec::new();
+    if !seat.env.is_empty() {
+        argv.push("env".to_string());
+        argv.extend(seat.env.iter().map(|(k, v)| format!("{k}={v}")));
+    }
+    argv.push(program.display().to_string());
+    argv.extend(seat.args.iter().cloned());
+    Ok(argv)
 }
 
 /// The socket's error for a tmux failure (seed 004's texts).
