@@ -114,6 +114,19 @@ choice! {
 }
 
 choice! {
+    /// `[uplink] remote_operator`: which relay channels may do what only
+    /// the operator may (answer approvals, approve plugins, ...).
+    RemoteOperator {
+        /// Only end-to-end encrypted channels (the default).
+        E2ee = "e2ee",
+        /// No channel.
+        Never = "never",
+        /// Plaintext channels too.
+        Any = "any",
+    }
+}
+
+choice! {
     /// `answer` of an `[[approvals.rule]]`: what the rule answers at once.
     RuleAnswer {
         Allow = "allow",
@@ -377,25 +390,24 @@ impl UplinkSection {
 
     /// Whether a channel may do what only the operator may.
     pub fn operator_on(&self, e2ee: bool) -> bool {
-        match self.remote_operator.as_str() {
-            "any" => true,
-            "never" => false,
-            _ => e2ee,
+        match self.remote_operator() {
+            RemoteOperator::Any => true,
+            RemoteOperator::Never => false,
+            RemoteOperator::E2ee => e2ee,
         }
+    }
+
+    /// `remote_operator`, which `check` accepted.
+    pub fn remote_operator(&self) -> RemoteOperator {
+        self.remote_operator.parse().unwrap_or(RemoteOperator::E2ee)
     }
 
     /// Checks the section's values; `Err` holds the key and what was expected.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         self.target().map_err(|m| ("url", m))?;
-        if !["e2ee", "never", "any"].contains(&self.remote_operator.as_str()) {
-            return Err((
-                "remote_operator",
-                format!(
-                    "expected e2ee, never or any, found {:?}",
-                    self.remote_operator
-                ),
-            ));
-        }
+        self.remote_operator
+            .parse::<RemoteOperator>()
+            .map_err(|m| ("remote_operator", m))?;
         Ok(())
     }
 }

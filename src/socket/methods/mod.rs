@@ -177,7 +177,7 @@ pub fn remote_gate(d: &Daemon, req: Req, method: &str) -> Result<Req, (Req, RpcE
         Code::OperatorOnly,
         format!(
             "only the operator may call {method}; a remote client on {channel} channel reads and controls sessions only ([uplink] remote_operator is {})",
-            d.cfg.uplink.remote_operator
+            d.cfg.uplink.remote_operator().name()
         ),
     );
     Err((req, e))
