@@ -1058,55 +1058,89 @@ fn attach_shows_the_pane_in_a_real_terminal_and_restores_it_on_detach() {
     r.screen_until(id, "got: still here");
 }
 
-/// Whether process `pid` is gone (or a zombie no one has reaped yet).
-fn gone(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-    }
-}
-
+/// Waits until process `pid` has exited (a zombie counts): its pidfd turns
+/// readable then, so this waits for the event, not by polling.
 fn wait_gone(d: &Daemon, pid: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    while !gone(pid) {
-        if Instant::now() > deadline {
-            d.fail(&format!("systemd-inhibit {pid} still runs"));
-        }
-        // Polling /proc: there is no event to wait for.
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let pid: libc::pid_t = pid.parse().unwrap();
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new
+    // descriptor or -1; no memory is shared with the kernel.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    if fd < 0 {
+        // ESRCH: gone (and reaped) already.
+        return;
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd that lives across the call, and the
+    // count says one; `fd` is ours and closed once, right after.
+    let ready = unsafe { libc::poll(&mut p, 1, PATIENCE.as_millis() as libc::c_int) };
+    unsafe { libc::close(fd) };
+    if ready != 1 {
+        d.fail(&format!("systemd-inhibit {pid} still runs"));
     }
 }
 
-/// The pids systemd-inhibit ran as, in order (the fixture's log).
-fn inhibitors(home: &std::path::Path) -> Vec<(String, String)> {
-    std::fs::read_to_string(home.join("inhibit.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let (pid, args) = l.split_once(' ').unwrap();
-            (pid.to_string(), args.to_string())
-        })
-        .collect()
+/// Whether process `pid` runs (and is no zombie).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
 }
 
-/// The fixture's log once it has `n` lines (a child logs as it starts).
-fn inhibitors_until(d: &Daemon, home: &std::path::Path, n: usize) -> Vec<(String, String)> {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let l = inhibitors(home);
-        if l.len() >= n {
-            return l;
+/// The fixture's log: a FIFO the fixture writes "PID ARGS" to as each
+/// systemd-inhibit starts, held open for reading and writing here so that
+/// the fixture's open never blocks and the reader never sees its end.
+struct Inhibitors {
+    lines: std::sync::mpsc::Receiver<(String, String)>,
+    seen: Vec<(String, String)>,
+}
+
+impl Inhibitors {
+    fn new(home: &std::path::Path) -> Inhibitors {
+        let path = home.join("inhibit.fifo");
+        let status = Command::new("mkfifo").arg(&path).status().unwrap();
+        assert!(status.success(), "mkfifo {}", path.display());
+        let fifo = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(fifo).lines() {
+                let Ok(l) = l else { return };
+                let (pid, args) = l.split_once(' ').unwrap_or((&l, ""));
+                if tx.send((pid.to_string(), args.to_string())).is_err() {
+                    return;
+                }
+            }
+        });
+        Inhibitors {
+            lines,
+            seen: Vec::new(),
         }
-        if Instant::now() > deadline {
-            d.fail(&format!(
-                "systemd-inhibit ran {} times, not {n}: {l:?}",
-                l.len()
-            ));
+    }
+
+    /// Every start so far once there have been `n`, in order.
+    fn until(&mut self, d: &Daemon, n: usize) -> Vec<(String, String)> {
+        let deadline = Instant::now() + PATIENCE;
+        while self.seen.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => d.fail(&format!(
+                    "systemd-inhibit ran {} times, not {n}: {:?}",
+                    self.seen.len(),
+                    self.seen
+                )),
+            }
         }
-        // Polling a file: there is no event to wait for.
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        self.seen.clone()
     }
 }
 
@@ -1115,6 +1149,7 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
     let dir = TestDir::new("tmux-wake");
     let home = dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
+    let mut inhibitors = Inhibitors::new(&home);
     let opts = || Opts {
         env: vec![
             ("HOME".into(), home.display().to_string()),
@@ -1157,14 +1192,14 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
         c.call("host.info", json!({}))["wakelock"],
         json!({"until": forever})
     );
-    let held = inhibitors_until(&d, &home, 2);
+    let held = inhibitors.until(&d, 2);
     assert_eq!(held.len(), 2, "the probe, then the lock: {held:?}");
     assert!(
         held[1].1.contains("--what=idle:sleep") && held[1].1.contains("--mode=block"),
         "{held:?}"
     );
     let first = held[1].0.clone();
-    assert!(!gone(&first), "systemd-inhibit {first} is not running");
+    assert!(running(&first), "systemd-inhibit {first} is not running");
     assert!(d.state.join("wakelock").exists());
     // A restart takes it again; the old child went with the old daemon.
     drop(c);
@@ -1185,8 +1220,8 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
         );
     }
     // The second daemon's probe, then its lock.
-    let second = inhibitors_until(&d, &home, 4)[3].0.clone();
-    assert!(!gone(&second));
+    let second = inhibitors.until(&d, 4)[3].0.clone();
+    assert!(running(&second));
     // Off: the child ends and nothing is kept.
     assert_eq!(c.call("host.setWakelock", json!({})), json!({}));
     assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
@@ -1198,7 +1233,7 @@ fn a_wakelock_holds_systemd_inhibit_survives_a_restart_and_ends() {
         c.call("host.setWakelock", json!({"until": soon})),
         json!({"until": soon})
     );
-    let third = inhibitors_until(&d, &home, 5)[4].0.clone();
+    let third = inhibitors.until(&d, 5)[4].0.clone();
     wait_gone(&d, &third);
     assert_eq!(c.call("host.info", json!({}))["wakelock"], json!({}));
 }
