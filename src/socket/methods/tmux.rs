@@ -38,8 +38,9 @@
 //! `sessions.tasks` of a session of the daemon's own is `{tasks: []}`, since
 //! the agents it drives report no task list the daemon keeps. A
 //! subscription replaces one of either kind with the same `sub_id` on the
-//! connection; `transcript.unsubscribe` ends the tmux one if there is one,
-//! and otherwise goes on to the ledger's.
+//! connection or relay channel (a channel keeps its subscriptions as a
+//! connection does, issue 13); `transcript.unsubscribe` ends the tmux one
+//! if there is one, and otherwise goes on to the ledger's.
 //!
 //! †This is the one place where the two lists meet: `sessions.list` and
 //! `sessions.refresh` answer the daemon's own sessions (those its caller
