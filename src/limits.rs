@@ -1147,6 +1147,16 @@ pub const UPLINK_WRITE_TIMEOUT_MS: u64 = 10_000;
 /// read: the uplink is closed (a dropped frame would break a channel's
 /// Noise nonce order) and dialed again.
 pub const UPLINK_OUTBOX_FRAMES: usize = 4096;
+/// A terminal's output on a relay channel is queued only while the uplink's
+/// outbox holds fewer frames than this; past it the terminal is closed
+/// (`terminal.exited` `slow`), so that no terminal fills the outbox and
+/// closes the uplink for every channel ("a slow reader never slows the
+/// agents or another reader", DESIGN.md; issue 15: "a slow reader drops or
+/// is closed, never slows the pane"). The gateway queues 64 frames per
+/// channel (seed 004, Limits and teardown); this many chunks of at most
+/// `TERMINAL_CHUNK_BYTES` (sealed and in base64, about 44 KiB a frame) are
+/// under 3 MiB.
+pub const UPLINK_TERMINAL_BACKLOG: usize = 64;
 /// Channels one uplink holds at once; a frame that would open one more is
 /// dropped, as the seed drops every frame it cannot serve. The gateway
 /// allows 64 per client.

@@ -1376,3 +1376,438 @@ fn a_forgotten_session_is_removed_on_channels_and_the_socket() {
     let gone = c.plain(&chan, "sessions.get", Some(json!({"session_id": sid})));
     assert_eq!(gone["error"]["data"]["code"], "session-not-found", "{gone}");
 }
+
+// ---- terminals and tmux transcripts on channels (issue 15) ----
+
+/// The tmux servers of one test, on its own socket directory, killed when
+/// it ends (as in tests/tmux.rs).
+struct TmuxServers {
+    tmpdir: std::path::PathBuf,
+}
+
+impl TmuxServers {
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux")
+            .args(["-L", "default"])
+            .args(args)
+            .env("TMUX_TMPDIR", &self.tmpdir)
+            .env_remove("TMUX")
+            .output()
+            .expect("run tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for TmuxServers {
+    fn drop(&mut self) {
+        for s in ["default", "omniconflux"] {
+            let _ = std::process::Command::new("tmux")
+                .args(["-L", s, "kill-server"])
+                .env("TMUX_TMPDIR", &self.tmpdir)
+                .env_remove("TMUX")
+                .output();
+        }
+    }
+}
+
+/// A gateway and a node whose HOME and tmux directory are the test's, with
+/// a fake Claude Code (tests/fixtures/tmux/claude) in pane `default:%0`,
+/// its transcript file ending a turn; a client online, and the node's
+/// socket. Dropped in order: clients, daemons, tmux servers, directories.
+struct TermRig {
+    c: Client,
+    sock: util::Client,
+    key: PublicKey,
+    transcript: std::path::PathBuf,
+    n: Daemon,
+    _gw: Daemon,
+    servers: TmuxServers,
+    _dirs: (TestDir, TestDir),
+}
+
+fn term_rig(name: &str) -> Option<TermRig> {
+    util::need::have(util::need::program("tmux"), "the Debian package tmux")?;
+    let gdir = TestDir::new(&format!("{name}-gw"));
+    let ndir = TestDir::new(name);
+    let tmpdir = ndir.join("x");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let servers = TmuxServers { tmpdir };
+    let proj = ndir.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    let home = ndir.join("home");
+    let project = home.join(".claude/projects").join(
+        proj.display()
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>(),
+    );
+    std::fs::create_dir_all(&project).unwrap();
+    let transcript = project.join("0b6f0d8e-1111-4222-8333-944455556666.jsonl");
+    std::fs::write(
+        &transcript,
+        concat!(
+            r#"{"type":"user","message":{"role":"user","content":"hi"},"sessionId":"0b6f0d8e-1111-4222-8333-944455556666"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"hello"}],"stop_reason":"end_turn"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    servers.tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "work",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        "-c",
+        &proj.display().to_string(),
+        "--",
+        &util::fixture("tmux/claude"),
+    ]);
+    let (gw, addr) = gateway(&gdir, "127.0.0.1:0");
+    let n = Daemon::start_with(
+        &ndir.path,
+        Opts {
+            config: Some(format!(
+                "[daemon]\nnode_name = \"{NODE}\"\n[uplink]\nurl = \"ws://{addr}\"\n"
+            )),
+            env: vec![
+                ("OMNICONFLUX_UPLINK_TOKEN".into(), MASTER.into()),
+                ("HOME".into(), home.display().to_string()),
+                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
+                (
+                    "PATH".into(),
+                    format!(
+                        "{}:{}",
+                        util::fixture("tmux"),
+                        std::env::var("PATH").unwrap_or_default()
+                    ),
+                ),
+            ],
+            ..Opts::default()
+        },
+    );
+    let mut sock = n.connect();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !sock
+        .call("sessions.refresh", json!({}))
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["id"] == PANE)
+    {
+        assert!(std::time::Instant::now() < deadline, "no {PANE} discovered");
+    }
+    let mut c = Client::connect(addr);
+    let key = node_key(&c.online(NODE));
+    Some(TermRig {
+        c,
+        sock,
+        key,
+        transcript,
+        n,
+        _gw: gw,
+        servers,
+        _dirs: (gdir, ndir),
+    })
+}
+
+/// The fake agent's session id.
+const PANE: &str = "default:%0";
+
+/// The bytes of a channel's `terminal.output`s for one term_id, and the
+/// `terminal.exited`s it saw on the way.
+#[derive(Default)]
+struct Screen {
+    seen: Vec<u8>,
+    exited: Vec<Value>,
+}
+
+impl Screen {
+    /// Takes one notification's params (`method`, `params`).
+    fn take(&mut self, term_id: &str, method: &Value, p: &Value) {
+        if method == "terminal.output" && p["term_id"] == term_id {
+            let data = p["data"].as_str().unwrap();
+            self.seen
+                .extend(base64::decode(data).expect("standard base64"));
+        } else if method == "terminal.exited" {
+            self.exited.push(p.clone());
+        }
+    }
+
+    fn holds(&self, needle: &str) -> bool {
+        String::from_utf8_lossy(&self.seen).contains(needle)
+    }
+}
+
+/// Reads a plaintext channel's frames until its terminal shows `needle`.
+fn plain_until(c: &mut Client, chan: &str, term_id: &str, needle: &str) -> Screen {
+    let mut s = Screen::default();
+    while !s.holds(needle) {
+        let f = c.expect(&format!("{needle:?} on {chan}"), |v| {
+            v["route"]["chan_id"] == chan && v.get("method").is_some()
+        });
+        s.take(term_id, &f["method"], &plain_params(&f));
+    }
+    s
+}
+
+/// Reads an E2EE channel's frames, in order, until its terminal shows
+/// `needle`; `s` holds what was read already.
+fn sealed_until(
+    c: &mut Client,
+    ch: &mut Channel,
+    chan: &str,
+    term_id: &str,
+    needle: &str,
+    mut s: Screen,
+) -> Screen {
+    while !s.holds(needle) {
+        let f = c.next_sealed(ch, chan);
+        s.take(term_id, &f["method"], &f["inner"]);
+    }
+    s
+}
+
+/// A sealed call whose notifications on the way go to a screen.
+fn sealed_term_call(
+    c: &mut Client,
+    ch: &mut Channel,
+    chan: &str,
+    term_id: &str,
+    method: &str,
+    params: Value,
+) -> (Value, Screen) {
+    let body = ch.seal_body(params.to_string().as_bytes()).unwrap();
+    let id = c.relay(chan, method, body);
+    let mut s = Screen::default();
+    loop {
+        let f = c.next_sealed(ch, chan);
+        if f["id"] == json!(id) {
+            return (f["inner"].clone(), s);
+        }
+        s.take(term_id, &f["method"], &f["inner"]);
+    }
+}
+
+/// The daemon's terminal threads (`term-N`, `term-N-out`).
+fn term_threads(pid: i32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| c.starts_with("term-"))
+        .collect()
+}
+
+/// Issue 15 over issue 13's channels: a phone opens a pane's live terminal
+/// on a plaintext channel and on an E2EE one (a full redraw, then output;
+/// input echoed), the last opener wins across the socket and the channels
+/// (`terminal.exited` `evicted`, sealed in order on the E2EE channel), and
+/// `relay.closed` frees the channel's terminal: its threads and tmux
+/// client go, and a later open from the socket evicts no one.
+#[test]
+fn a_phone_s_terminal_on_a_channel_is_evicted_by_the_socket_and_freed_by_relay_closed() {
+    let Some(mut r) = term_rig("up-term") else {
+        return;
+    };
+    let c = &mut r.c;
+    let pchan = c.open(NODE);
+    let echan = c.open(NODE);
+    let mut ch = c.handshake(&echan, &r.key);
+
+    // The node says it serves terminals, on a channel too.
+    let (id, _) = c.sealed_call(&mut ch, &echan, "node.identify", json!({}));
+    assert_eq!(id["result"]["capabilities"]["terminal"], true, "{id}");
+
+    // Plaintext: a full redraw first, then the echo of what is typed.
+    let open = json!({"term_id": "p1", "session_id": PANE, "cols": 90, "rows": 20});
+    let o = c.plain(&pchan, "terminal.open", Some(open));
+    assert_eq!(o["result"], Value::Null, "{o}");
+    plain_until(c, &pchan, "p1", "fake claude ready");
+    let data = base64::encode(b"typed\r");
+    let i = c.plain(
+        &pchan,
+        "terminal.input",
+        Some(json!({"term_id": "p1", "data": data})),
+    );
+    assert_eq!(i["result"], Value::Null, "{i}");
+    plain_until(c, &pchan, "p1", "got: typed");
+    let e = c.plain(
+        &pchan,
+        "terminal.input",
+        Some(json!({"term_id": "p1", "data": "%%%"})),
+    );
+    assert_eq!(e["error"]["message"], "bad base64", "{e}");
+    // A persistent terminal is a shell on the node: the operator's, which
+    // a plaintext channel is not by default; so is the wakelock.
+    for (m, p) in [
+        (
+            "terminal.open",
+            json!({"term_id": "x", "terminal_id": "abc"}),
+        ),
+        ("terminal.list", json!({})),
+        ("host.setWakelock", json!({})),
+    ] {
+        let e = c.plain(&pchan, m, Some(p));
+        assert_eq!(e["error"]["data"]["code"], "operator-only", "{m}: {e}");
+    }
+
+    // The E2EE channel opens the same session: the plaintext one is evicted.
+    let open = json!({"term_id": "e1", "session_id": PANE});
+    let (o, s) = sealed_term_call(c, &mut ch, &echan, "e1", "terminal.open", open);
+    assert_eq!(o["result"], Value::Null, "{o}");
+    let s = sealed_until(c, &mut ch, &echan, "e1", "got: typed", s);
+    assert!(s.exited.is_empty(), "{:?}", s.exited);
+    let ev = c.expect("terminal.exited on the plaintext channel", |v| {
+        v["method"] == "terminal.exited" && v["route"]["chan_id"] == pchan
+    });
+    assert_eq!(
+        plain_params(&ev),
+        json!({"term_id": "p1", "reason": "evicted"})
+    );
+    let data = base64::encode(b"again\r");
+    let (i, s) = sealed_term_call(
+        c,
+        &mut ch,
+        &echan,
+        "e1",
+        "terminal.input",
+        json!({"term_id": "e1", "data": data}),
+    );
+    assert_eq!(i["result"], Value::Null, "{i}");
+    sealed_until(c, &mut ch, &echan, "e1", "got: again", s);
+    // The wakelock is served on an E2EE channel, as to the operator.
+    let (w, _) = c.sealed_call(&mut ch, &echan, "host.setWakelock", json!({}));
+    assert_ne!(w["error"]["data"]["code"], "operator-only", "{w}");
+
+    // A socket client takes the pane: the phone hears it, sealed in order.
+    r.sock.call(
+        "terminal.open",
+        json!({"term_id": "t1", "session_id": PANE}),
+    );
+    let mut s = Screen::default();
+    while s.exited.is_empty() {
+        let f = c.next_sealed(&mut ch, &echan);
+        s.take("e1", &f["method"], &f["inner"]);
+    }
+    assert_eq!(s.exited, [json!({"term_id": "e1", "reason": "evicted"})]);
+    // And the phone takes it back.
+    let open = json!({"term_id": "e2", "session_id": PANE});
+    let (o, s) = sealed_term_call(c, &mut ch, &echan, "e2", "terminal.open", open);
+    assert_eq!(o["result"], Value::Null, "{o}");
+    let ev = r.sock.next_note("terminal.exited");
+    assert_eq!(ev["params"], json!({"term_id": "t1", "reason": "evicted"}));
+    sealed_until(c, &mut ch, &echan, "e2", "got: again", s);
+
+    // relay.closed frees the channel's terminal: every terminal thread and
+    // viewer session goes (the socket's was evicted already).
+    assert_eq!(
+        c.call("relay.close", json!({"chan_id": echan}))["result"],
+        Value::Null
+    );
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let threads = term_threads(r.n.pid());
+        let views = r.servers.tmux(&["list-sessions", "-F", "#{session_name}"]);
+        if threads.is_empty() && !views.contains("omniconflux-view") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still open: {threads:?} {views}"
+        );
+        r.sock.call("ping", json!({}));
+    }
+    // A later open from the socket finds the pane free.
+    r.sock.call(
+        "terminal.open",
+        json!({"term_id": "t2", "session_id": PANE}),
+    );
+    let n = r.sock.next_note("terminal.output");
+    assert_eq!(n["params"]["term_id"], "t2", "{n}");
+    assert!(
+        !r.sock
+            .notes
+            .iter()
+            .any(|n| n["method"] == "terminal.exited"),
+        "{:?}",
+        r.sock.notes
+    );
+}
+
+/// Issue 15 over issue 13's channels: `transcript.subscribe` of a tmux
+/// session's Claude Code transcript file keeps the subscription on the
+/// channel, whose deltas come as relay notifications; a channel that
+/// lists or creates persistent terminals hears `terminal.changed`, sealed.
+#[test]
+fn channels_follow_tmux_transcripts_and_hear_terminal_changes() {
+    let Some(mut r) = term_rig("up-ttx") else {
+        return;
+    };
+    let c = &mut r.c;
+    let pchan = c.open(NODE);
+    let sub = c.plain(
+        &pchan,
+        "transcript.subscribe",
+        Some(json!({"sub_id": "tp", "session_id": PANE})),
+    );
+    assert_eq!(sub["result"]["sub_id"], "tp", "{sub}");
+    assert!(carries(&sub["result"]["entries"], "hello"), "{sub}");
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&r.transcript)
+        .unwrap();
+    let rec = json!({"type": "user", "message": {"role": "user", "content": "from the phone"},
+        "sessionId": "0b6f0d8e-1111-4222-8333-944455556666"});
+    f.write_all(format!("{rec}\n").as_bytes()).unwrap();
+    loop {
+        let d = c.expect("a transcript.delta of the file on the channel", |v| {
+            v["method"] == "transcript.delta" && v["route"]["chan_id"] == pchan
+        });
+        let p = plain_params(&d);
+        assert_eq!(p["sub_id"], "tp", "{p}");
+        if carries(&p["entries"], "from the phone") {
+            break;
+        }
+    }
+    let un = c.plain(
+        &pchan,
+        "transcript.unsubscribe",
+        Some(json!({"sub_id": "tp"})),
+    );
+    assert_eq!(un["result"], Value::Null, "{un}");
+
+    // Persistent terminals on an E2EE channel (the operator's there).
+    let echan = c.open(NODE);
+    let mut ch = c.handshake(&echan, &r.key);
+    let (l, _) = c.sealed_call(&mut ch, &echan, "terminal.list", json!({}));
+    assert_eq!(l["result"]["terminals"], json!([]), "{l}");
+    let (t, notes) = c.sealed_call(&mut ch, &echan, "terminal.create", json!({}));
+    let tid = t["result"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_string();
+    // The node tells the change before it answers; the notification has
+    // empty params.
+    assert!(notes.contains(&json!({})), "{notes:?}");
+    let (k, _) = c.sealed_call(
+        &mut ch,
+        &echan,
+        "terminal.kill",
+        json!({"terminal_id": tid}),
+    );
+    assert_eq!(k["result"], Value::Null, "{k}");
+}

@@ -26,7 +26,16 @@
 //!
 //! `relay.closed` frees the channel; the uplink closing frees them all,
 //! with what is kept for them elsewhere (their transcript subscriptions,
-//! `socket::watches`).
+//! `socket::watches` and, for tmux sessions, the tmux routes; their live
+//! terminals, which close).
+//!
+//! Terminals (seed 004, Terminals; issue 15): `terminal.*` on a channel
+//! goes through the socket's table too, and the terminal belongs to the
+//! channel; its `terminal.output`s and `terminal.exited` come here
+//! ([`notify_plain`]) from the reactor, sealed in order with the rest. A
+//! terminal's output is queued only while the link's outbox has room for
+//! it ([`has_room_for_output`]; src/daemon/router/tmux.rs says why and
+//! what happens otherwise).
 //!
 //! Sessions (seed 004, "Connecting a client": "The session snapshot starts
 //! when the channel exists"): a new channel gets one `session.event`
@@ -251,9 +260,6 @@ fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
     match l.out.try_send(Out::Line(bytes)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
-            d.socket.watches.forget_chan(id, None);
-            let Some(u) = d.uplink.as_mut() else { return };
-            let Some(l) = u.link.as_mut() else { return };
             // Shutting the socket down ends the reader and the writer; the
             // transport then reports the link down and dials again.
             if let Some(c) = &l.closer {
@@ -265,12 +271,38 @@ fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
                 "uplink to {}: closed, the gateway did not read the node's frames",
                 u.via
             );
+            link_gone(d, id);
         }
         Err(TrySendError::Disconnected(_)) => {
             u.link = None;
-            d.socket.watches.forget_chan(id, None);
+            link_gone(d, id);
         }
     }
+}
+
+/// Link `id` went (it is no longer `Uplink::link`): what was kept for its
+/// channels goes too (their transcript subscriptions, their terminals).
+pub fn link_gone(d: &mut Daemon, id: u64) {
+    d.socket.watches.forget_chan(id, None);
+    crate::daemon::router::tmux::chan_closed(d, id, None);
+}
+
+/// Whether channel `chan` of link `link` is open.
+pub fn exists(d: &Daemon, link: u64, chan: &str) -> bool {
+    d.uplink
+        .as_ref()
+        .and_then(|u| u.link.as_ref())
+        .is_some_and(|l| l.id == link && l.chans.contains_key(chan))
+}
+
+/// Whether a terminal's output may be queued on link `link` now: its
+/// outbox holds fewer than `UPLINK_TERMINAL_BACKLOG` frames
+/// (src/daemon/router/tmux.rs says what happens otherwise).
+pub fn has_room_for_output(d: &Daemon, link: u64) -> bool {
+    d.uplink
+        .as_ref()
+        .and_then(|u| u.link.as_ref())
+        .is_some_and(|l| l.id == link && l.out.len() < limits::UPLINK_TERMINAL_BACKLOG)
 }
 
 /// A line the gateway sent on link `id`.
@@ -636,12 +668,13 @@ pub fn notify_plain(d: &mut Daemon, link: u64, chan: &str, method: &str, plain: 
 }
 
 /// Forgets channel `chan` of link `link` and what is kept for it (its
-/// transcript subscriptions).
+/// transcript subscriptions, its terminals).
 fn forget(d: &mut Daemon, link: u64, chan: &str) {
     if let Some(l) = link_mut(d, link) {
         l.chans.remove(chan);
     }
     d.socket.watches.forget_chan(link, Some(chan));
+    crate::daemon::router::tmux::chan_closed(d, link, Some(chan));
 }
 
 #[cfg(test)]

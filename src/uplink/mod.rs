@@ -226,8 +226,8 @@ fn read_token_file(path: &std::path::Path) -> Result<String, String> {
 /// A transport's event, on the reactor.
 pub fn on_event(d: &mut Daemon, ev: Event) {
     if let Event::Down { link, .. } = &ev {
-        // The transcript subscriptions of the link's channels go with them.
-        d.socket.watches.forget_chan(*link, None);
+        // What is kept for the link's channels goes with them.
+        channels::link_gone(d, *link);
     }
     let Some(u) = d.uplink.as_mut() else { return };
     match ev {
@@ -286,8 +286,10 @@ pub fn status(d: &Daemon) -> Value {
 
 /// `node.identify`: who this node is, for the gateway's roster (seed 004,
 /// Roster events) and for a client on a channel. The capabilities say
-/// what this node really serves: sessions it can spawn when it has a seat;
-/// no terminals and no wakelock (no `terminal.*` or `host.setWakelock`).
+/// what this node really serves, on the socket and on channels alike:
+/// sessions it can spawn when it has a seat or tmux; live and persistent
+/// terminals (`terminal.*`, served on channels too) when it has tmux; the
+/// wakelock (`host.setWakelock`) when systemd-inhibit works.
 pub fn identify(d: &Daemon) -> Value {
     // Spawning into tmux and persistent terminals, which live in the
     // daemon's tmux server, need tmux (issue 15); a seat spawns without it.
@@ -329,7 +331,7 @@ pub const HOOKS: crate::daemon::Hooks = crate::daemon::Hooks {
     stop: |d| {
         if let Some(u) = d.uplink.as_mut() {
             if let Some(l) = u.link.take() {
-                d.socket.watches.forget_chan(l.id, None);
+                channels::link_gone(d, l.id);
             }
             let Some(u) = d.uplink.as_mut() else { return };
             u.state = "closed";

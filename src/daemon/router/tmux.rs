@@ -11,12 +11,27 @@
 //! the snapshot holds the daemon's own sessions only, then a rescan tells
 //! it what changed since.
 //!
-//! The live terminals (seed 004, Terminals) are kept here too, by
-//! connection and term_id, because their owner is a socket connection:
-//! each has its threads (src/tmux/terminal.rs), whose events come back
-//! through the reactor inbox to [`terminal_event`] and go out as
-//! `terminal.output` and `terminal.exited` to the connection that opened
-//! it; a closed connection closes its terminals ([`conn_closed`]).
+//! The live terminals (seed 004, Terminals) are kept here too, by owner
+//! and term_id, because their owner is a surface's: a socket connection or
+//! a relay channel of the uplink (issue 13, a [`Subscriber`]). Each has its
+//! threads (src/tmux/terminal.rs), whose events come back through the
+//! reactor inbox to [`terminal_event`] and go out as `terminal.output` and
+//! `terminal.exited` to the connection or channel that opened it (sealed
+//! on an E2EE channel, in order with its answers). The last opener wins
+//! across both: a socket client and a phone evict each other. A closed
+//! connection closes its terminals ([`conn_closed`]), and so do a closed
+//! channel and an uplink that goes ([`chan_closed`]).
+//!
+//! A channel's output never waits: the reactor seals it and queues it on
+//! the link's bounded outbox (src/uplink/channels.rs). Once that outbox
+//! holds `UPLINK_TERMINAL_BACKLOG` frames the path to the gateway is not
+//! keeping up, and the channel's terminal is closed with `terminal.exited`
+//! `slow` rather than let its output fill the outbox (which would close
+//! the uplink and every channel with it) or drop chunks (which would
+//! leave the client's screen wrong with no sign). The client may open it
+//! again: the first output of an open is a full redraw. A client slower
+//! than its gateway meets the gateway's 64-frame queue first, which
+//! closes its channel (`relay.closed`), freeing the terminal the same way.
 //!
 //! Also here: the transcripts of tmux Claude Code sessions, read from their
 //! files on the tmux workers (the section below says how they are kept and
@@ -36,6 +51,7 @@ use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
 use crate::limits;
 use crate::reactor::Msg;
+use crate::socket::watches::Subscriber;
 use crate::tmux::terminal::{self, Event, Input, Spec};
 use crate::tmux::worker::{Ctx, Pool};
 use crate::tmux::{Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server, Socket, Tmux};
@@ -61,13 +77,21 @@ struct Wake {
     generation: u64,
 }
 
-/// The live terminals (seed 004, Terminals), by connection and term_id.
+/// The live terminals (seed 004, Terminals), by owner and term_id, and
+/// the channels that asked for `terminal.changed` (module comment).
 #[derive(Default)]
 struct Terms {
-    open: HashMap<(Token, String), Term>,
-    by_num: HashMap<u64, (Token, String)>,
+    open: HashMap<Key, Term>,
+    by_num: HashMap<u64, Key>,
     next: u64,
+    /// Relay channels that listed, created, opened, killed or renamed a
+    /// persistent terminal: they hear `terminal.changed` from then on, as
+    /// an operator connection that watches the sessions does.
+    chan_watchers: std::collections::HashSet<Subscriber>,
 }
+
+/// A live terminal's owner and term_id.
+type Key = (Subscriber, String);
 
 struct Term {
     num: u64,
@@ -86,7 +110,7 @@ type FeedWake = (String, Sender<()>);
 
 impl Terms {
     /// Forgets terminal `key` and tells its threads to close it.
-    fn close(&mut self, key: &(Token, String)) -> Option<Term> {
+    fn close(&mut self, key: &Key) -> Option<Term> {
         let t = self.open.remove(key)?;
         self.by_num.remove(&t.num);
         let _ = t.input.try_send(Input::Close);
@@ -317,17 +341,21 @@ pub struct OpenTerminal {
     pub viewer_cwd: Option<PathBuf>,
 }
 
-/// terminal.open on connection `conn`: answered once attached. A second
-/// open of the same term_id replaces the first; an open of a session that
-/// another terminal shows evicts that one (the last opener wins).
-pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
+/// terminal.open by `who` (a connection or a channel): answered once
+/// attached. A second open of the same term_id replaces the first; an open
+/// of a session that another terminal shows evicts that one, whoever holds
+/// it (the last opener wins).
+pub fn open_terminal(d: &mut Daemon, req: Req, who: Subscriber, o: OpenTerminal) {
     let (spec, feed) = match spec_of(d, &o) {
         Ok(s) => s,
         Err(e) => return d.answer(req, Err(e)),
     };
-    let key = (conn, o.term_id.clone());
+    if matches!(o.target, Target::Terminal(_)) {
+        watch_terminals(d, &who);
+    }
+    let key = (who, o.term_id.clone());
     close_term(d, &key);
-    let evicted: Vec<(Token, String)> = d
+    let evicted: Vec<Key> = d
         .tmux
         .terms
         .open
@@ -346,11 +374,12 @@ pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
                     )),
                 );
             }
-            let line = note(
+            send_note(
+                d,
+                &k.0,
                 "terminal.exited",
-                json!({"term_id": k.1, "reason": "evicted"}),
+                &json!({"term_id": k.1, "reason": "evicted"}),
             );
-            d.send(k.0, &line);
         }
     }
     if d.tmux.terms.open.len() >= limits::TERMINALS_MAX {
@@ -392,28 +421,43 @@ pub fn open_terminal(d: &mut Daemon, req: Req, conn: Token, o: OpenTerminal) {
     }
 }
 
-/// The terminal `term_id` of `conn`, or the seed's error.
-fn term<'a>(d: &'a Daemon, conn: Token, term_id: &str) -> Result<&'a Term, RpcError> {
+/// Sends notification `method` to a connection or a channel (sealed on an
+/// E2EE one); false when the channel is gone.
+fn send_note(d: &mut Daemon, to: &Subscriber, method: &str, params: &Value) -> bool {
+    match to {
+        Subscriber::Conn(conn) => {
+            d.send(*conn, &note(method, params.clone()));
+            true
+        }
+        Subscriber::Chan { link, chan } => {
+            let plain = serde_json::to_vec(params).unwrap_or_default();
+            crate::uplink::channels::notify_plain(d, *link, chan, method, &plain)
+        }
+    }
+}
+
+/// The terminal `term_id` of `who`, or the seed's error.
+fn term<'a>(d: &'a Daemon, who: &Subscriber, term_id: &str) -> Result<&'a Term, RpcError> {
     d.tmux
         .terms
         .open
-        .get(&(conn, term_id.to_string()))
+        .get(&(who.clone(), term_id.to_string()))
         .ok_or_else(|| RpcError::new(Code::NotFound, format!("unknown term_id: {term_id}")))
 }
 
-/// Whether `conn` has terminal `term_id`, as the seed's error.
-pub fn terminal_known(d: &Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
-    term(d, conn, term_id).map(drop)
+/// Whether `who` has terminal `term_id`, as the seed's error.
+pub fn terminal_known(d: &Daemon, who: &Subscriber, term_id: &str) -> Result<(), RpcError> {
+    term(d, who, term_id).map(drop)
 }
 
 /// terminal.input and terminal.resize: queued to the terminal's writer.
 pub fn terminal_input(
     d: &mut Daemon,
-    conn: Token,
+    who: &Subscriber,
     term_id: &str,
     input: Input,
 ) -> Result<(), RpcError> {
-    term(d, conn, term_id)?.input.try_send(input).map_err(|_| {
+    term(d, who, term_id)?.input.try_send(input).map_err(|_| {
         RpcError::new(
             Code::Unavailable,
             format!("terminal {term_id} takes no more input now; try again"),
@@ -422,26 +466,50 @@ pub fn terminal_input(
 }
 
 /// terminal.close: no terminal.exited follows.
-pub fn terminal_close(d: &mut Daemon, conn: Token, term_id: &str) -> Result<(), RpcError> {
-    term(d, conn, term_id)?;
-    close_term(d, &(conn, term_id.to_string()));
+pub fn terminal_close(d: &mut Daemon, who: &Subscriber, term_id: &str) -> Result<(), RpcError> {
+    term(d, who, term_id)?;
+    close_term(d, &(who.clone(), term_id.to_string()));
     Ok(())
 }
 
 /// A connection closed: its terminals close with it.
 pub fn conn_closed(d: &mut Daemon, conn: Token) {
-    let keys: Vec<(Token, String)> = d
+    owner_closed(d, |w| *w == Subscriber::Conn(conn));
+}
+
+/// Relay channel `chan` of link `link` was closed (`relay.closed`, a
+/// desynchronised record, the trust log), or every channel of the link
+/// when `chan` is `None` (the uplink went): their terminals close, their
+/// transcript file subscriptions end and they hear no `terminal.changed`.
+pub fn chan_closed(d: &mut Daemon, link: u64, chan: Option<&str>) {
+    owner_closed(d, |w| match w {
+        Subscriber::Chan { link: l, chan: c } => *l == link && chan.is_none_or(|want| want == c),
+        Subscriber::Conn(_) => false,
+    });
+}
+
+fn owner_closed(d: &mut Daemon, gone: impl Fn(&Subscriber) -> bool) {
+    d.tmux.terms.chan_watchers.retain(|w| !gone(w));
+    let keys: Vec<Key> = d
         .tmux
         .terms
         .open
         .keys()
-        .filter(|k| k.0 == conn)
+        .filter(|k| gone(&k.0))
         .cloned()
         .collect();
     for k in keys {
         close_term(d, &k);
     }
-    d.tmux.files.subs.retain(|k, _| k.0 != conn);
+    d.tmux.files.subs.retain(|k, _| !gone(&k.0));
+}
+
+/// A relay channel asked about persistent terminals: it hears
+/// `terminal.changed` from now on (module comment).
+pub fn watch_terminals(d: &mut Daemon, who: &Subscriber) {
+    if matches!(who, Subscriber::Chan { .. }) {
+        d.tmux.terms.chan_watchers.insert(who.clone());
+    }
 }
 
 fn terminal_event(d: &mut Daemon, ev: Event) {
@@ -465,11 +533,23 @@ fn terminal_event(d: &mut Daemon, ev: Event) {
         Event::Opened { .. } => answer_open(d, &key),
         Event::Output { data, .. } => {
             answer_open(d, &key);
-            let line = note(
-                "terminal.output",
-                json!({"term_id": key.1, "data": terminal::b64_encode(&data)}),
-            );
-            d.send(key.0, &line);
+            if let Subscriber::Chan { link, .. } = &key.0 {
+                if !crate::uplink::channels::has_room_for_output(d, *link) {
+                    // Module comment: the path to the gateway lags.
+                    close_term(d, &key);
+                    send_note(
+                        d,
+                        &key.0,
+                        "terminal.exited",
+                        &json!({"term_id": key.1, "reason": "slow"}),
+                    );
+                    return;
+                }
+            }
+            let p = json!({"term_id": key.1, "data": terminal::b64_encode(&data)});
+            if !send_note(d, &key.0, "terminal.output", &p) {
+                close_term(d, &key);
+            }
         }
         Event::Exited { .. } => {
             if let Some(t) = close_term(d, &key) {
@@ -484,18 +564,19 @@ fn terminal_event(d: &mut Daemon, ev: Event) {
                     return;
                 }
             }
-            let line = note(
+            send_note(
+                d,
+                &key.0,
                 "terminal.exited",
-                json!({"term_id": key.1, "reason": "exited"}),
+                &json!({"term_id": key.1, "reason": "exited"}),
             );
-            d.send(key.0, &line);
         }
     }
 }
 
 /// Answers terminal.open once, before the terminal's first output; an
 /// attach to a persistent terminal that begins is a `terminal.changed`.
-fn answer_open(d: &mut Daemon, key: &(Token, String)) {
+fn answer_open(d: &mut Daemon, key: &Key) {
     let Some(t) = d.tmux.terms.open.get_mut(key) else {
         return;
     };
@@ -661,11 +742,17 @@ pub fn terminals_changed(d: &mut Daemon) {
     for t in targets {
         d.send(t, &line);
     }
+    let chans: Vec<Subscriber> = d.tmux.terms.chan_watchers.iter().cloned().collect();
+    for c in chans {
+        if !send_note(d, &c, "terminal.changed", &json!({})) {
+            d.tmux.terms.chan_watchers.remove(&c);
+        }
+    }
 }
 
 /// Closes terminal `key`; an attach to a persistent terminal that ends is
 /// a `terminal.changed`.
-fn close_term(d: &mut Daemon, key: &(Token, String)) -> Option<Term> {
+fn close_term(d: &mut Daemon, key: &Key) -> Option<Term> {
     let t = d.tmux.terms.close(key)?;
     if matches!(t.target, Target::Terminal(_)) && t.opening.is_none() {
         terminals_changed(d);
@@ -691,7 +778,7 @@ pub enum Want {
     Tool(String),
     Tasks,
     Subscribe {
-        conn: Token,
+        who: Subscriber,
         sub_id: String,
         have: usize,
     },
@@ -703,8 +790,8 @@ struct Files {
     /// scan that runs (at most `TMUX_WAITERS_MAX`).
     unseen: Vec<(Req, String, Option<String>, Want)>,
     slots: HashMap<String, Slot>,
-    /// (connection, sub_id) -> session id.
-    subs: HashMap<(Token, String), String>,
+    /// (connection or channel, sub_id) -> session id.
+    subs: HashMap<(Subscriber, String), String>,
     armed: bool,
 }
 
@@ -896,7 +983,7 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
     }
     // Subagent transcripts never carry queue (seed 004).
     let main = agent.is_none();
-    let subs: Vec<(Token, String)> = d
+    let subs: Vec<(Subscriber, String)> = d
         .tmux
         .files
         .subs
@@ -912,22 +999,18 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
     if from.is_some() || (main && file.queue_changed) || read.switched {
         let from = from.unwrap_or(file.entries.len());
         let entries = file.wire_from(from);
-        for (conn, sub_id) in &subs {
+        for (who, sub_id) in &subs {
             let mut p = json!({"sub_id": sub_id, "from_index": from, "entries": entries});
             if main && (file.queue_changed || read.switched) {
                 p["queue"] = file.queue_wire();
             }
-            let line = note("transcript.delta", p);
-            d.send(*conn, &line);
+            send_note(d, who, "transcript.delta", &p);
         }
     }
     if file.settle() && main {
-        for (conn, sub_id) in &subs {
-            let line = note(
-                "tasks.changed",
-                json!({"sub_id": sub_id, "session_id": session}),
-            );
-            d.send(*conn, &line);
+        for (who, sub_id) in &subs {
+            let p = json!({"sub_id": sub_id, "session_id": session});
+            send_note(d, who, "tasks.changed", &p);
         }
     }
     for (req, want) in waiting {
@@ -948,14 +1031,20 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
             Want::Tasks => Ok(json!({
                 "tasks": file.tasks.iter().map(|t| t.wire()).collect::<Vec<_>>(),
             })),
-            Want::Subscribe { conn, sub_id, have } => {
+            Want::Subscribe { who, sub_id, have } => {
                 let start = file.subscribe_start(have).max(
                     file.entries
                         .len()
                         .saturating_sub(limits::TRANSCRIPT_PAGE_MAX),
                 );
-                let per_conn = d.tmux.files.subs.keys().filter(|k| k.0 == conn).count();
-                let key = (conn, sub_id.clone());
+                let per_conn = d.tmux.files.subs.keys().filter(|k| k.0 == who).count();
+                let alive = match &who {
+                    Subscriber::Conn(conn) => d.socket.conns.contains_key(conn),
+                    Subscriber::Chan { link, chan } => {
+                        crate::uplink::channels::exists(d, *link, chan)
+                    }
+                };
+                let key = (who, sub_id.clone());
                 if !d.tmux.files.subs.contains_key(&key)
                     && per_conn >= limits::TRANSCRIPT_SUBS_PER_CONN
                 {
@@ -966,7 +1055,7 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
                             limits::TRANSCRIPT_SUBS_PER_CONN
                         ),
                     ))
-                } else if !d.socket.conns.contains_key(&conn) {
+                } else if !alive {
                     Ok(Value::Null)
                 } else {
                     d.tmux.files.subs.insert(key, sid.clone());
@@ -1034,12 +1123,12 @@ fn transcripts_tick(d: &mut Daemon) {
 }
 
 /// transcript.unsubscribe of a transcript file subscription; false when
-/// `conn` has none named `sub_id`.
-pub fn transcript_unsubscribe(d: &mut Daemon, conn: Token, sub_id: &str) -> bool {
+/// `who` has none named `sub_id`.
+pub fn transcript_unsubscribe(d: &mut Daemon, who: &Subscriber, sub_id: &str) -> bool {
     d.tmux
         .files
         .subs
-        .remove(&(conn, sub_id.to_string()))
+        .remove(&(who.clone(), sub_id.to_string()))
         .is_some()
 }
 

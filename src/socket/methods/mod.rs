@@ -25,9 +25,11 @@
 //! | clients.*         | see [`gateway`]                            |
 //!
 //! A remote client (a relay channel of the uplink, issue 13) is held to
-//! [`remote_gate`] before the table: it reads and controls sessions; what
-//! only the operator may do it may do on the channels `[uplink]
-//! remote_operator` names (by default only end-to-end encrypted ones).
+//! [`remote_gate`] before the table: it reads and controls sessions (live
+//! terminals on sessions included); what only the operator may do
+//! (persistent terminals, the host methods, `host.setWakelock` among them)
+//! it may do on the channels `[uplink] remote_operator` names (by default
+//! only end-to-end encrypted ones).
 
 pub mod approvals;
 pub mod gateway;
@@ -148,6 +150,14 @@ const REMOTE_CLIENT_METHODS: &[&str] = &[
     "transcript.unsubscribe",
     "approvals.list",
     "approvals.get",
+    // Live terminals on sessions (issue 15) are session control: a
+    // terminal.open of a session, and input, resize and close of the
+    // channel's own terminals. A terminal.open of a persistent terminal,
+    // a shell on the node, is the operator's ([`remote_gate`]).
+    "terminal.open",
+    "terminal.input",
+    "terminal.resize",
+    "terminal.close",
 ];
 
 /// Holds a remote client to what it may call (module comment). A call it
@@ -155,14 +165,20 @@ const REMOTE_CLIENT_METHODS: &[&str] = &[
 /// client's token; `ping` and `server.info` keep the class, so that
 /// `server.info` says who is calling.
 #[allow(clippy::result_large_err)]
-pub fn remote_gate(d: &Daemon, req: Req, method: &str) -> Result<Req, (Req, RpcError)> {
+pub fn remote_gate(
+    d: &Daemon,
+    req: Req,
+    method: &str,
+    p: &Map<String, Value>,
+) -> Result<Req, (Req, RpcError)> {
     let crate::procs::CallerClass::RemoteClient { e2ee } = req.class else {
         return Ok(req);
     };
     if method == "ping" || method == "server.info" {
         return Ok(req);
     }
-    if REMOTE_CLIENT_METHODS.contains(&method) || d.cfg.uplink.operator_on(e2ee) {
+    let shell = method == "terminal.open" && p.contains_key("terminal_id");
+    if (REMOTE_CLIENT_METHODS.contains(&method) && !shell) || d.cfg.uplink.operator_on(e2ee) {
         return Ok(Req {
             class: crate::procs::CallerClass::Operator,
             ..req
@@ -184,7 +200,7 @@ pub fn remote_gate(d: &Daemon, req: Req, method: &str) -> Result<Req, (Req, RpcE
 }
 
 pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
-    let req = match remote_gate(d, req, method) {
+    let req = match remote_gate(d, req, method, &p) {
         Ok(r) => r,
         Err((req, e)) => return d.answer(req, Err(e)),
     };

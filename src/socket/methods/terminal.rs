@@ -19,10 +19,19 @@
 //! Sizes: 80×24 when not given (or 0 or less), at most 1000 each way.
 //! `terminal.exited` carries `exited` when the client ends (the pane, its
 //! session or the shell went) and `evicted` when a newer terminal.open,
-//! from any connection, took the session or terminal. `terminal.changed`
-//! goes to the operator connections that watch the sessions
-//! (sessions.subscribe) after a create, kill or rename, and when an attach
-//! to a persistent terminal begins or ends. Without tmux, terminal.list is
+//! from any connection or relay channel, took the session or terminal.
+//! `terminal.changed` goes to the operator connections that watch the
+//! sessions (sessions.subscribe), and to the relay channels that listed,
+//! created, opened, killed or renamed a persistent terminal, after a
+//! create, kill or rename, and when an attach to a persistent terminal
+//! begins or ends.
+//!
+//! On a relay channel (issue 13) a terminal belongs to the channel: its
+//! output and `terminal.exited` come as relay notifications, and it closes
+//! with the channel (src/daemon/router/tmux.rs says how a channel that
+//! cannot keep up is treated). A remote client opens terminals on sessions
+//! as session control; persistent terminals, shells on the node, are the
+//! operator's (`remote_gate`). Without tmux, terminal.list is
 //! empty and the rest fail with "terminals not supported on this node".
 //! This daemon keeps no workspaces, so a `workspace_id` is unknown.
 //!
@@ -35,7 +44,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Handled, NoParams, connection, params, require_operator};
+use super::{Handled, NoParams, params, require_operator, subscriber};
 use crate::daemon::router::tmux as route;
 use crate::daemon::{Daemon, Req};
 use crate::errors::{Code, RpcError};
@@ -95,7 +104,7 @@ fn open(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let o: OpenParams = params(p)?;
     require_operator(req)?;
     term_id_required(&o.term_id)?;
-    let conn = connection(req)?;
+    let who = subscriber(req)?;
     let target = match (o.session_id, o.terminal_id) {
         (Some(_), Some(_)) => {
             return Err(RpcError::invalid_params(
@@ -138,7 +147,7 @@ fn open(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     route::open_terminal(
         d,
         req.clone(),
-        conn,
+        who,
         route::OpenTerminal {
             term_id: o.term_id,
             target,
@@ -163,7 +172,7 @@ fn input(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let InputParams { term_id, data } = params(p)?;
     require_operator(req)?;
     term_id_required(&term_id)?;
-    let conn = connection(req)?;
+    let who = subscriber(req)?;
     let bytes = b64_decode(&data).ok_or_else(|| RpcError::invalid_params("bad base64"))?;
     if bytes.len() > limits::TERMINAL_INPUT_MAX_BYTES {
         return Err(RpcError::invalid_params(format!(
@@ -171,7 +180,7 @@ fn input(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
             limits::TERMINAL_INPUT_MAX_BYTES
         )));
     }
-    route::terminal_input(d, conn, &term_id, Input::Data(bytes))?;
+    route::terminal_input(d, &who, &term_id, Input::Data(bytes))?;
     Ok(Some(Value::Null))
 }
 
@@ -194,16 +203,16 @@ fn resize(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     } = params(p)?;
     require_operator(req)?;
     term_id_required(&term_id)?;
-    let conn = connection(req)?;
+    let who = subscriber(req)?;
     if cols <= 0 || rows <= 0 {
         // "The node ignores a resize with a size of 0 or less."
-        route::terminal_known(d, conn, &term_id)?;
+        route::terminal_known(d, &who, &term_id)?;
         return Ok(Some(Value::Null));
     }
     let max = limits::TERMINAL_MAX_SIZE as i64;
     route::terminal_input(
         d,
-        conn,
+        &who,
         &term_id,
         Input::Resize(cols.min(max) as u16, rows.min(max) as u16),
     )?;
@@ -221,8 +230,16 @@ fn close(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let CloseParams { term_id } = params(p)?;
     require_operator(req)?;
     term_id_required(&term_id)?;
-    route::terminal_close(d, connection(req)?, &term_id)?;
+    route::terminal_close(d, &subscriber(req)?, &term_id)?;
     Ok(Some(Value::Null))
+}
+
+/// A relay channel that asks about persistent terminals hears
+/// `terminal.changed` from then on (module comment).
+fn watch(d: &mut Daemon, req: &Req) {
+    if let Ok(who) = subscriber(req) {
+        route::watch_terminals(d, &who);
+    }
 }
 
 /// Persistent terminals need tmux (capabilities.terminal).
@@ -239,6 +256,7 @@ fn supported() -> Result<(), RpcError> {
 fn list(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let NoParams {} = params(p)?;
     require_operator(req)?;
+    watch(d, req);
     if supported().is_err() {
         // "A node without capabilities.terminal returns an empty list."
         return Ok(Some(json!({"terminals": []})));
@@ -260,6 +278,7 @@ fn create(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let CreateParams { workspace_id, .. } = params(p)?;
     require_operator(req)?;
     supported()?;
+    watch(d, req);
     if let Some(w) = workspace_id {
         // This daemon keeps no workspaces (seed 004, Projects and
         // workspaces), so no workspace_id names one.
@@ -301,6 +320,7 @@ fn kill(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let TerminalRef { terminal_id } = params(p)?;
     require_operator(req)?;
     known_form(&terminal_id)?;
+    watch(d, req);
     route::call(d, req.clone(), Op::TermKill { id: terminal_id });
     Ok(None)
 }
@@ -327,6 +347,7 @@ fn rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         ));
     }
     known_form(&terminal_id)?;
+    watch(d, req);
     route::call(
         d,
         req.clone(),

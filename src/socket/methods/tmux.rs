@@ -38,8 +38,9 @@
 //! `sessions.tasks` of a session of the daemon's own is `{tasks: []}`, since
 //! the agents it drives report no task list the daemon keeps. A
 //! subscription replaces one of either kind with the same `sub_id` on the
-//! connection; `transcript.unsubscribe` ends the tmux one if there is one,
-//! and otherwise goes on to the ledger's.
+//! connection or relay channel (a channel keeps its subscriptions as a
+//! connection does, issue 13); `transcript.unsubscribe` ends the tmux one
+//! if there is one, and otherwise goes on to the ledger's.
 //!
 //! †This is the one place where the two lists meet: `sessions.list` and
 //! `sessions.refresh` answer the daemon's own sessions (those its caller
@@ -176,8 +177,8 @@ fn transcript(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
     let result = match method {
         "transcript.unsubscribe" => {
             let sub_id = p.get("sub_id").and_then(Value::as_str).map(str::to_string);
-            let removed = match (sub_id, req.conn()) {
-                (Some(s), Some(conn)) => route::transcript_unsubscribe(d, conn, &s),
+            let removed = match (sub_id, super::subscriber(&req)) {
+                (Some(s), Ok(who)) => route::transcript_unsubscribe(d, &who, &s),
                 _ => false,
             };
             if !removed {
@@ -186,12 +187,11 @@ fn transcript(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
             params::<UnsubscribeParams>(p).map(|_| Some(Value::Null))
         }
         "transcript.subscribe" => {
-            if let (Some(s), Some(conn)) = (p.get("sub_id").and_then(Value::as_str), req.conn()) {
-                route::transcript_unsubscribe(d, conn, s);
+            let sub_id = p.get("sub_id").and_then(Value::as_str);
+            if let (Some(s), Ok(who)) = (sub_id, super::subscriber(&req)) {
+                route::transcript_unsubscribe(d, &who, s);
                 if ours {
-                    d.socket
-                        .watches
-                        .unsubscribe_transcript(&crate::socket::watches::Subscriber::Conn(conn), s);
+                    d.socket.watches.unsubscribe_transcript(&who, s);
                 }
             }
             if !ours {
@@ -263,14 +263,14 @@ fn subscribe(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }
     require_operator(req)?;
     let agent = subagent(s.agent_id)?;
-    let conn = super::connection(req)?;
+    let who = super::subscriber(req)?;
     route::transcript_request(
         d,
         req.clone(),
         s.session_id,
         agent,
         route::Want::Subscribe {
-            conn,
+            who,
             sub_id: s.sub_id,
             have: s.have_entries,
         },
