@@ -1663,6 +1663,17 @@ fn a_phone_s_terminal_on_a_channel_is_evicted_by_the_socket_and_freed_by_relay_c
         let e = c.plain(&pchan, m, Some(p));
         assert_eq!(e["error"]["data"]["code"], "operator-only", "{m}: {e}");
     }
+    // The pane's own controls and the host's readings are session control
+    // and read access, which a plaintext channel has.
+    let cap = c.plain(
+        &pchan,
+        "sessions.capture",
+        Some(json!({"session_id": PANE})),
+    );
+    let screen = cap["result"]["screen"].as_str().unwrap_or_default();
+    assert!(screen.contains("got: typed"), "{cap}");
+    let info = c.plain(&pchan, "host.info", Some(json!({})));
+    assert!(info["result"]["uptime_seconds"].is_number(), "{info}");
 
     // The E2EE channel opens the same session: the plaintext one is evicted.
     let open = json!({"term_id": "e1", "session_id": PANE});
