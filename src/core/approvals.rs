@@ -584,6 +584,7 @@ mod tests {
                 action: ActionKind::Execute,
                 input: json!({"command": command}),
                 options: Vec::new(),
+                interaction: Default::default(),
             },
             cwd: "/srv/work".into(),
         }
