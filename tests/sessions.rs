@@ -600,11 +600,23 @@ struct StandIn {
 
 impl StandIn {
     fn start(replies: &[&str]) -> StandIn {
+        StandIn::start_args(replies.iter().map(|r| r.to_string()).collect())
+    }
+
+    /// With the stand-in's `--script` of `replies` (reply objects: a
+    /// tool_use of any tool), written into `dir`.
+    fn start_script(dir: &TestDir, replies: Value) -> StandIn {
+        let script = dir.join("standin-script.json");
+        std::fs::write(&script, json!({"replies": replies}).to_string()).unwrap();
+        StandIn::start_args(vec!["--script".into(), script.display().to_string()])
+    }
+
+    fn start_args(args: Vec<String>) -> StandIn {
         use std::io::BufRead;
         let mut child = std::process::Command::new("python3")
             .arg(fixture("anthropic_standin.py"))
             .arg("--die-with-stdin")
-            .args(replies)
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -1720,6 +1732,58 @@ fn questions_and_plans_answered_with_sessions_respond() {
     assert_eq!(
         audit["answer"],
         json!({"answers": {}, "set_mode": "acceptEdits"})
+    );
+    r.d.stop();
+}
+
+/// Issue 13 with the real CLI: Claude Code's AskUserQuestion is a
+/// `question` interaction; answered with sessions.respond, the CLI's tool
+/// result quotes the answers (cc-question) and the turn completes.
+#[test]
+fn real_claude_code_question_answered_with_sessions_respond() {
+    let Some(claude) = claude_code() else {
+        return;
+    };
+    let dir = TestDir::new("ccquestion");
+    let api = StandIn::start_script(
+        &dir,
+        json!([{"tool_use": {"name": "AskUserQuestion", "input": {"questions": [
+            {"question": "Which database?", "header": "Database", "multiSelect": false,
+             "options": [{"label": "SQLite", "description": "one file"}, {"label": "Postgres", "description": "a server"}]},
+            {"question": "Which checks?", "header": "Checks", "multiSelect": true,
+             "options": [{"label": "fmt", "description": "formatting"}, {"label": "tests", "description": "the suite"}]}
+        ]}}}]),
+    );
+    let mut r = Rig::start(&dir, claude_seat(&claude, &api, &dir.join("home")));
+    let sid = r.spawn("cc", Some("ask me"));
+    r.event(&sid, "approval.request");
+    let s = r.state(&sid, "awaiting-approval");
+    assert_eq!(s["interaction"]["kind"], "question", "{s}");
+    assert_eq!(
+        s["interaction"]["questions"][0]["options"],
+        json!(["SQLite", "Postgres"])
+    );
+    r.c.call(
+        "sessions.respond",
+        json!({"session_id": sid, "request_id": s["interaction"]["request_id"],
+               "answers": {"Which database?": "SQLite", "Which checks?": ["fmt", "tests"]}}),
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    let tool = r
+        .entries(&sid)
+        .into_iter()
+        .find(|e| e["kind"] == "tool")
+        .expect("the question's tool entry");
+    let detail = r.c.call(
+        "sessions.toolDetail",
+        json!({"session_id": sid, "tool_id": tool["toolId"]}),
+    );
+    // `result` is the tool result's content as JSON text: here a string.
+    let result: Value = serde_json::from_str(detail["result"].as_str().unwrap()).unwrap();
+    let result = result.as_str().unwrap_or_default();
+    assert!(
+        result.contains(r#""Which database?"="SQLite", "Which checks?"="fmt, tests""#),
+        "{detail}"
     );
     r.d.stop();
 }
