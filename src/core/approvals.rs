@@ -746,6 +746,7 @@ mod tests {
             "socket",
             true,
             None,
+            None,
             NOW,
             &mut ops,
         )
@@ -767,6 +768,7 @@ mod tests {
             "http",
             true,
             None,
+            None,
             NOW,
             &mut ops,
         )
@@ -783,6 +785,7 @@ mod tests {
                 Answerer::Timeout,
                 "timer",
                 false,
+                None,
                 None,
                 NOW,
                 &mut Vec::new()

@@ -273,7 +273,7 @@ fn respond(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     }
     let id = open.approval_id.clone();
     let grant =
-        (verdict == Verdict::Allow && (!answers.is_empty() || mode.is_some())).then(|| Grant {
+        (verdict == Verdict::Allow && (!answers.is_empty() || mode.is_some())).then_some(Grant {
             answers,
             set_mode: mode,
         });
