@@ -495,6 +495,12 @@ pub const APPROVAL_TIMEOUT_DEFAULT_S: u64 = 900;
 /// The longest `approvals.timeout` a config may set: one week.
 pub const APPROVAL_TIMEOUT_MAX_S: u64 = 7 * 24 * 3600;
 
+/// The most bytes of an answer's `reason`, and of one question's answer
+/// (its labels together), in `sessions.respond` (seed 004, "Answering an
+/// interaction"; the seed gives no bound): a choice or a line typed on a
+/// phone, like the reason `approvals.answer` takes.
+pub const RESPOND_TEXT_MAX: usize = 4096;
+
 /// Resolved approvals the inbox keeps in memory for `approvals.get` and
 /// `approvals.list {all: true}`; older ones are in the ledger only. Pending
 /// requests are bounded per agent by `AGENT_PENDING_REQUESTS` and per

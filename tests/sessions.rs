@@ -600,11 +600,23 @@ struct StandIn {
 
 impl StandIn {
     fn start(replies: &[&str]) -> StandIn {
+        StandIn::start_args(replies.iter().map(|r| r.to_string()).collect())
+    }
+
+    /// With the stand-in's `--script` of `replies` (reply objects: a
+    /// tool_use of any tool), written into `dir`.
+    fn start_script(dir: &TestDir, replies: Value) -> StandIn {
+        let script = dir.join("standin-script.json");
+        std::fs::write(&script, json!({"replies": replies}).to_string()).unwrap();
+        StandIn::start_args(vec!["--script".into(), script.display().to_string()])
+    }
+
+    fn start_args(args: Vec<String>) -> StandIn {
         use std::io::BufRead;
         let mut child = std::process::Command::new("python3")
             .arg(fixture("anthropic_standin.py"))
             .arg("--die-with-stdin")
-            .args(replies)
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -1525,6 +1537,253 @@ fn an_agent_no_one_on_the_team_wrote() {
         kinds.contains(&"tool".to_string())
             && kinds.iter().filter(|k| *k == "turn_end").count() == 3,
         "{kinds:?}"
+    );
+    r.d.stop();
+}
+
+/// The lines the fake stream-json agent read from the daemon's
+/// control_response and control_request writes (FAKE_RECEIVED).
+fn received(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("the fake writes JSON lines"))
+        .collect()
+}
+
+/// Issue 13 with the fake Claude Code: a question and a plan are
+/// `question` and `plan` interactions, answered with sessions.respond
+/// (answers; option_value as a permission mode; question_action cancel),
+/// and the fake gets exactly what the real CLI takes (cc-question,
+/// cc-plan). Answers that do not fit are refused and answer nothing.
+#[test]
+fn questions_and_plans_answered_with_sessions_respond() {
+    let dir = TestDir::new("respondqp");
+    let got = dir.join("received.jsonl");
+    let questions = json!({"questions": [
+        {"question": "Which database?", "header": "Database", "multiSelect": false,
+         "options": [{"label": "SQLite", "description": "one file"}, {"label": "Postgres", "description": "a server"}]},
+        {"question": "Which checks?", "header": "Checks", "multiSelect": true,
+         "options": [{"label": "fmt", "description": "formatting"}, {"label": "tests", "description": "the suite"}]}
+    ]});
+    let ask = |id: &str| json!({"permission": {"id": id, "name": "AskUserQuestion", "input": questions, "description": "ask"}});
+    let script = json!([
+        [ask("toolu_q1")],
+        [{"permission": {"id": "toolu_p1", "name": "ExitPlanMode", "input": {"plan": "1. add the column\n2. migrate"}, "control_input": {}, "description": "plan"}}],
+        [ask("toolu_q2")]
+    ]);
+    let got_s = got.display().to_string();
+    let mut r = Rig::start(
+        &dir,
+        seat("fake", T::Sj, &script, &[("FAKE_RECEIVED", &got_s)]),
+    );
+    let sid = r.spawn("fake", Some("ask me"));
+    r.event(&sid, "approval.request");
+    let s = r.state(&sid, "awaiting-approval");
+    let i = &s["interaction"];
+    assert_eq!(
+        (
+            i["kind"].clone(),
+            i["tool_name"].clone(),
+            i["request_id"].clone()
+        ),
+        (
+            json!("question"),
+            json!("AskUserQuestion"),
+            json!(format!("{sid}-a1"))
+        )
+    );
+    assert_eq!(
+        i["questions"][1],
+        json!({"header": "Checks", "question": "Which checks?", "multi_select": true,
+               "options": ["fmt", "tests"], "option_descriptions": ["formatting", "the suite"]})
+    );
+    // What does not fit the question is refused, and answers nothing.
+    for bad in [
+        json!({"behavior": "allow"}),
+        json!({"answers": {"Which database?": "SQLite"}}),
+        json!({"answers": {"Which database?": ["SQLite", "Postgres"], "Which checks?": "fmt"}}),
+        json!({"answers": {"Which database?": "SQLite", "Which checks?": "fmt", "Who?": "me"}}),
+        json!({"answers": {"Which database?": "SQLite", "Which checks?": "fmt"}, "question_action": "cancel", "behavior": "allow"}),
+        json!({"option_value": "sideways"}),
+    ] {
+        let mut p = bad.clone();
+        p["session_id"] = json!(sid);
+        assert_eq!(
+            r.c.error_code("sessions.respond", p),
+            "invalid-params",
+            "{bad}"
+        );
+    }
+    assert!(received(&got).is_empty());
+    r.c.call(
+        "sessions.respond",
+        json!({"session_id": sid, "answers": {"Which database?": "SQLite", "Which checks?": ["fmt", "tests"]}}),
+    );
+    assert_eq!(
+        r.event(&sid, "approval.resolved")["data"]["decision"],
+        "allow"
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    let lines = received(&got);
+    let mut want_input = questions.clone();
+    want_input["answers"] = json!({"Which database?": "SQLite", "Which checks?": "fmt, tests"});
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["type"], "control_response");
+    assert_eq!(lines[0]["response"]["subtype"], "success");
+    assert_eq!(
+        lines[0]["response"]["response"],
+        json!({"behavior": "allow", "updatedInput": want_input})
+    );
+    let audit =
+        r.c.call("approvals.get", json!({"request_id": format!("{sid}-a1")}));
+    assert_eq!(
+        audit["answer"],
+        json!({"answers": {"Which database?": ["SQLite"], "Which checks?": ["fmt", "tests"]}, "set_mode": null})
+    );
+    let tool_results: Vec<Value> = r
+        .entries(&sid)
+        .into_iter()
+        .filter(|e| e["kind"] == "tool")
+        .collect();
+    assert!(!tool_results.is_empty());
+
+    // A plan: shown with its text, approved with a mode as option_value.
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "plan it"}),
+    );
+    r.event(&sid, "approval.request");
+    let s = r.state(&sid, "awaiting-approval");
+    let i = &s["interaction"];
+    assert_eq!(
+        (i["kind"].clone(), i["plan"].clone()),
+        (json!("plan"), json!("1. add the column\n2. migrate"))
+    );
+    assert_eq!(i["options"][1]["value"], "acceptEdits");
+    assert_eq!(
+        r.c.error_code(
+            "sessions.respond",
+            json!({"session_id": sid, "answers": {"Which database?": "SQLite"}})
+        ),
+        "invalid-params"
+    );
+    assert_eq!(
+        r.c.error_code(
+            "sessions.respond",
+            json!({"session_id": sid, "behavior": "deny", "set_mode": "auto"})
+        ),
+        "invalid-params"
+    );
+    r.c.call(
+        "sessions.respond",
+        json!({"session_id": sid, "option_value": "acceptEdits", "kind": "plan", "option_index": 1}),
+    );
+    assert_eq!(
+        r.event(&sid, "approval.resolved")["data"]["decision"],
+        "allow"
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+
+    // A question declined: a deny with the decline as its message.
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": sid, "text": "ask again"}),
+    );
+    r.event(&sid, "approval.request");
+    r.c.call(
+        "sessions.respond",
+        json!({"session_id": sid, "question_action": "cancel", "request_id": format!("{sid}-a3")}),
+    );
+    assert_eq!(
+        r.event(&sid, "approval.resolved")["data"]["decision"],
+        "deny"
+    );
+    r.event(&sid, "turn.end");
+    // One more turn: the fake reads what came before its prompt first.
+    r.c.call("sessions.input", json!({"session_id": sid, "text": "last"}));
+    r.event(&sid, "turn.end");
+    let lines = received(&got);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(
+        lines[1]["response"]["response"],
+        json!({"behavior": "allow", "updatedInput": {}})
+    );
+    assert_eq!(
+        (lines[2]["type"].clone(), lines[2]["request"].clone()),
+        (
+            json!("control_request"),
+            json!({"subtype": "set_permission_mode", "mode": "acceptEdits"})
+        )
+    );
+    assert!(
+        lines[2]["request_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("mode-")),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(
+        lines[3]["response"]["response"],
+        json!({"behavior": "deny", "message": "The user declined to answer."})
+    );
+    let audit =
+        r.c.call("approvals.get", json!({"request_id": format!("{sid}-a2")}));
+    assert_eq!(
+        audit["answer"],
+        json!({"answers": {}, "set_mode": "acceptEdits"})
+    );
+    r.d.stop();
+}
+
+/// Issue 13 with the real CLI: Claude Code's AskUserQuestion is a
+/// `question` interaction; answered with sessions.respond, the CLI's tool
+/// result quotes the answers (cc-question) and the turn completes.
+#[test]
+fn real_claude_code_question_answered_with_sessions_respond() {
+    let Some(claude) = claude_code() else {
+        return;
+    };
+    let dir = TestDir::new("ccquestion");
+    let api = StandIn::start_script(
+        &dir,
+        json!([{"tool_use": {"name": "AskUserQuestion", "input": {"questions": [
+            {"question": "Which database?", "header": "Database", "multiSelect": false,
+             "options": [{"label": "SQLite", "description": "one file"}, {"label": "Postgres", "description": "a server"}]},
+            {"question": "Which checks?", "header": "Checks", "multiSelect": true,
+             "options": [{"label": "fmt", "description": "formatting"}, {"label": "tests", "description": "the suite"}]}
+        ]}}}]),
+    );
+    let mut r = Rig::start(&dir, claude_seat(&claude, &api, &dir.join("home")));
+    let sid = r.spawn("cc", Some("ask me"));
+    r.event(&sid, "approval.request");
+    let s = r.state(&sid, "awaiting-approval");
+    assert_eq!(s["interaction"]["kind"], "question", "{s}");
+    assert_eq!(
+        s["interaction"]["questions"][0]["options"],
+        json!(["SQLite", "Postgres"])
+    );
+    r.c.call(
+        "sessions.respond",
+        json!({"session_id": sid, "request_id": s["interaction"]["request_id"],
+               "answers": {"Which database?": "SQLite", "Which checks?": ["fmt", "tests"]}}),
+    );
+    assert_eq!(r.event(&sid, "turn.end")["data"]["reason"], "completed");
+    let tool = r
+        .entries(&sid)
+        .into_iter()
+        .find(|e| e["kind"] == "tool")
+        .expect("the question's tool entry");
+    let detail = r.c.call(
+        "sessions.toolDetail",
+        json!({"session_id": sid, "tool_id": tool["toolId"]}),
+    );
+    // `result` is the tool result's content as JSON text: here a string.
+    let result: Value = serde_json::from_str(detail["result"].as_str().unwrap()).unwrap();
+    let result = result.as_str().unwrap_or_default();
+    assert!(
+        result.contains(r#""Which database?"="SQLite", "Which checks?"="fmt, tests""#),
+        "{detail}"
     );
     r.d.stop();
 }

@@ -274,7 +274,7 @@ impl AcpClient {
         };
         let outcome = match decision {
             Decision::Cancel => json!({"outcome": "cancelled"}),
-            Decision::Allow => {
+            Decision::Allow | Decision::AllowWith(_) => {
                 let id = pick(options, &[OptionKind::AllowOnce])
                     .ok_or(CommandError::NoMatchingOption)?;
                 json!({"outcome": "selected", "optionId": id})
@@ -737,6 +737,7 @@ impl AcpClient {
                     input: known.and_then(|k| k.input.clone()).unwrap_or(Value::Null),
                     tool_call_id,
                     options: options.clone(),
+                    interaction: crate::agents::Interaction::Permission,
                 };
                 self.agent_requests.insert(
                     key,

@@ -227,12 +227,98 @@ pub struct PermissionRequest {
     pub input: Value,
     /// Empty when the transport offers only allow and deny (stream-json).
     pub options: Vec<PermissionOption>,
+    /// What the operator is asked: a permission, or (Claude Code's
+    /// `AskUserQuestion` and `ExitPlanMode`) a question or a plan.
+    pub interaction: Interaction,
+}
+
+/// What a request asks of the operator (seed 004, Interaction `kind`).
+/// Every kind is one inbox item, allowed or denied; a question's allow
+/// carries the answers and any kind's allow may switch the permission
+/// mode ([`Grant`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Interaction {
+    /// Use a tool with this input, or not.
+    #[default]
+    Permission,
+    /// Questions the agent asks, each answered with option labels.
+    Question(Vec<Question>),
+    /// The agent's plan, to approve (leave plan mode) or not. Empty when
+    /// the agent named none (it keeps it in a file of its own).
+    Plan(String),
+}
+
+impl Interaction {
+    /// seed 004's Interaction `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Interaction::Permission => "permission",
+            Interaction::Question(_) => "question",
+            Interaction::Plan(_) => "plan",
+        }
+    }
+}
+
+/// One question of a question interaction (Claude Code's `AskUserQuestion`
+/// input, cc-question).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Question {
+    pub header: String,
+    pub question: String,
+    pub multi_select: bool,
+    /// The options' labels, which are what an answer names.
+    pub options: Vec<String>,
+    /// Same order as `options`.
+    pub option_descriptions: Vec<String>,
+}
+
+/// Claude Code's permission modes an answer may switch a session to
+/// (seed 004 RespondParams `set_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionMode {
+    AcceptEdits,
+    Default,
+    Auto,
+}
+
+impl PermissionMode {
+    /// The name on seed 004's wire and Claude Code's (`set_permission_mode`).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            PermissionMode::AcceptEdits => "acceptEdits",
+            PermissionMode::Default => "default",
+            PermissionMode::Auto => "auto",
+        }
+    }
+
+    pub fn from_wire_name(name: &str) -> Option<PermissionMode> {
+        match name {
+            "acceptEdits" => Some(PermissionMode::AcceptEdits),
+            "default" => Some(PermissionMode::Default),
+            "auto" => Some(PermissionMode::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// What an allow carries beyond yes: a question's answers, a mode to
+/// switch to once allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Grant {
+    /// Question text -> the chosen labels (one unless multi-select), in
+    /// the order the questions were asked.
+    pub answers: Vec<(String, Vec<String>)>,
+    pub set_mode: Option<PermissionMode>,
 }
 
 /// The operator's answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Allow,
+    /// An allow with answers or a mode switch; a transport that carries
+    /// neither (ACP) takes it as a plain allow, and the surfaces refuse a
+    /// grant the session's transport cannot carry before it gets here.
+    AllowWith(Grant),
     /// `message` goes to the agent where the transport carries one.
     Deny {
         message: Option<String>,

@@ -28,6 +28,18 @@
 //!   a `control_response`: allow echoes the original input as
 //!   `updatedInput`; deny carries a message. Other control requests of the
 //!   CLI get an error answer: we serve none of them;
+//! - questions and plans (cc-question, cc-plan): a `can_use_tool` of
+//!   `AskUserQuestion` is a `question` interaction, its `questions[]` read
+//!   from the input; its allow adds `answers` to the echoed input, an object
+//!   from question text to the chosen label (a multi-select's labels joined
+//!   with `, `, as the CLI itself joins them in the tool result). A
+//!   `can_use_tool` of `ExitPlanMode` is a `plan` interaction: the CLI sends
+//!   it with `input: {}`, so the plan is the `plan` of the `assistant`
+//!   line's tool_use with the same `tool_use_id` (remembered for the
+//!   running turn, at most `AGENT_PENDING_REQUESTS`), empty without one.
+//!   An allow that switches the permission mode writes, right after its
+//!   `control_response`, a `control_request` `set_permission_mode` with our
+//!   own id (`mode-N`); a refusal of it becomes a transcript line;
 //! - interrupt: a `control_request` `interrupt` with our own id (`int-N`);
 //!   its `control_response` is checked. Open permissions are answered deny.
 //!   The CLI acknowledges but ignores an interrupt that arrives after a
@@ -67,9 +79,9 @@ use std::collections::{HashMap, VecDeque};
 use serde_json::{Map, Value, json};
 
 use super::{
-    ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry,
-    PermissionRequest, Retry, SignInState, Step, ToolEntry, ToolStatus, Usage, Violation,
-    parse_line, prompt_chars,
+    ActionKind, AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, Interaction,
+    PermissionMode, PermissionRequest, Question, Retry, SignInState, Step, ToolEntry, ToolStatus,
+    Usage, Violation, parse_line, prompt_chars,
 };
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE};
 
@@ -98,6 +110,15 @@ const CAPABILITIES: Capabilities = Capabilities {
     resume_session: true,
 };
 
+/// A can_use_tool request waiting for the operator.
+#[derive(Debug)]
+struct OpenRequest {
+    /// The tool's input, echoed as `updatedInput` by an allow.
+    input: Value,
+    /// An `AskUserQuestion`: an allow adds the answers to the input.
+    question: bool,
+}
+
 /// The stream-json core of one session.
 #[derive(Debug, Default)]
 pub struct StreamJsonClient {
@@ -116,8 +137,11 @@ pub struct StreamJsonClient {
     controls: Vec<String>,
     /// Prompts given while a turn runs, not yet written.
     queued: VecDeque<String>,
-    /// Open can_use_tool requests: request_id -> the tool's input.
-    permissions: HashMap<String, Value>,
+    /// Open can_use_tool requests by request_id.
+    permissions: HashMap<String, OpenRequest>,
+    /// The running turn's `ExitPlanMode` tool_uses: tool_use_id -> plan
+    /// (module comment).
+    plans: HashMap<String, String>,
     model: Option<String>,
     rate_limited: bool,
     /// An `api_retry` line came and no output since.
@@ -228,19 +252,29 @@ impl StreamJsonClient {
         key: &str,
         decision: Decision,
     ) -> Result<Step, CommandError> {
-        let Some(input) = self.permissions.remove(key) else {
+        let Some(open) = self.permissions.remove(key) else {
             return Err(CommandError::UnknownRequest);
         };
         let mut step = Step::default();
         match decision {
-            Decision::Allow => step.write(&json!({
-                "type": "control_response",
-                "response": {
-                    "subtype": "success",
-                    "request_id": key,
-                    "response": {"behavior": "allow", "updatedInput": input}
+            Decision::Allow => write_allow(&mut step, key, open.input),
+            Decision::AllowWith(grant) => {
+                let mut input = open.input;
+                if open.question {
+                    let answers: Map<String, Value> = grant
+                        .answers
+                        .into_iter()
+                        .map(|(q, labels)| (q, Value::String(labels.join(", "))))
+                        .collect();
+                    if let Some(o) = input.as_object_mut() {
+                        o.insert("answers".into(), Value::Object(answers));
+                    }
                 }
-            })),
+                write_allow(&mut step, key, input);
+                if let Some(mode) = grant.set_mode {
+                    self.set_mode(&mut step, mode);
+                }
+            }
             Decision::Deny { message } => write_deny(
                 &mut step,
                 key,
@@ -253,6 +287,29 @@ impl StreamJsonClient {
             ),
         }
         Ok(step)
+    }
+
+    /// Switches the CLI's permission mode (cc-plan). Our control requests
+    /// are bounded like the CLI's: past `AGENT_PENDING_REQUESTS` unanswered
+    /// ones the switch is not asked for, and the transcript says so.
+    fn set_mode(&mut self, step: &mut Step, mode: PermissionMode) {
+        if self.controls.len() >= AGENT_PENDING_REQUESTS {
+            step.event(AgentEvent::Transcript(Entry::System {
+                text: format!(
+                    "permission mode not changed to {}: the agent answers no control requests",
+                    mode.wire_name()
+                ),
+            }));
+            return;
+        }
+        self.next_control += 1;
+        let id = format!("mode-{}", self.next_control);
+        step.write(&json!({
+            "type": "control_request",
+            "request_id": id,
+            "request": {"subtype": "set_permission_mode", "mode": mode.wire_name()}
+        }));
+        self.controls.push(id);
     }
 
     /// The CLI is gone: a running turn ends (`interrupted` if we had asked
@@ -355,6 +412,7 @@ impl StreamJsonClient {
 
     fn end_turn(&mut self, step: &mut Step, reason: EndReason, detail: Option<String>) {
         self.turn_active = false;
+        self.plans.clear();
         self.interrupting = false;
         self.interrupt_held = false;
         let mut keys: Vec<String> = self.permissions.keys().cloned().collect();
@@ -441,6 +499,17 @@ impl StreamJsonClient {
             .unwrap_or(&[]);
         for b in blocks {
             let s = |k: &str| b.get(k).and_then(Value::as_str).map(String::from);
+            if let (Some("tool_use"), Some("ExitPlanMode"), Some(id), Some(plan)) = (
+                b.get("type").and_then(Value::as_str),
+                b.get("name").and_then(Value::as_str),
+                s("id"),
+                b.get("input")
+                    .and_then(|i| i.get("plan"))
+                    .and_then(Value::as_str),
+            ) && self.plans.len() < AGENT_PENDING_REQUESTS
+            {
+                self.plans.insert(id, plan.to_string());
+            }
             let entry = match b.get("type").and_then(Value::as_str) {
                 Some("text") => s("text").map(|text| Entry::Text { text }),
                 Some("thinking") => s("thinking").map(|text| Entry::Thinking { text }),
@@ -551,15 +620,35 @@ impl StreamJsonClient {
             None => shown.to_string(),
         };
         let input = request.get("input").cloned().unwrap_or(Value::Null);
-        self.permissions.insert(id.clone(), input.clone());
+        let tool_call_id = s("tool_use_id").map(String::from);
+        let interaction = match tool {
+            "AskUserQuestion" => Interaction::Question(questions_of(&input)),
+            "ExitPlanMode" => Interaction::Plan(
+                input
+                    .get("plan")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+                    .or_else(|| tool_call_id.as_ref().and_then(|t| self.plans.remove(t)))
+                    .unwrap_or_default(),
+            ),
+            _ => Interaction::Permission,
+        };
+        self.permissions.insert(
+            id.clone(),
+            OpenRequest {
+                input: input.clone(),
+                question: matches!(interaction, Interaction::Question(_)),
+            },
+        );
         step.event(AgentEvent::PermissionRequest(PermissionRequest {
             agent_request_key: id,
-            tool_call_id: s("tool_use_id").map(String::from),
+            tool_call_id,
             title,
             tool: tool.to_string(),
             action: action_of_tool(tool),
             input,
             options: Vec::new(),
+            interaction,
         }));
         Ok(())
     }
@@ -577,22 +666,25 @@ impl StreamJsonClient {
         let Some(pos) = self.controls.iter().position(|c| c == id) else {
             return Err(self.violate(format!("a control_response to {id:?}, which we never sent")));
         };
-        self.controls.remove(pos);
+        let id = self.controls.remove(pos);
         if response
             .and_then(|r| r.get("subtype"))
             .and_then(Value::as_str)
             == Some("error")
         {
-            // The CLI refused to interrupt: the turn goes on, and may be
-            // interrupted again.
-            self.interrupting = false;
             let why = response
                 .and_then(|r| r.get("error"))
                 .and_then(Value::as_str)
                 .unwrap_or("no reason given");
-            step.event(AgentEvent::Transcript(Entry::System {
-                text: format!("interrupt refused: {why}"),
-            }));
+            let text = if id.starts_with("mode-") {
+                format!("permission mode not changed: {why}")
+            } else {
+                // The CLI refused to interrupt: the turn goes on, and may
+                // be interrupted again.
+                self.interrupting = false;
+                format!("interrupt refused: {why}")
+            };
+            step.event(AgentEvent::Transcript(Entry::System { text }));
         }
         Ok(())
     }
@@ -641,6 +733,47 @@ fn on_user(step: &mut Step, msg: &Map<String, Value>) {
     }
 }
 
+fn write_allow(step: &mut Step, key: &str, input: Value) {
+    step.write(&json!({
+        "type": "control_response",
+        "response": {
+            "subtype": "success",
+            "request_id": key,
+            "response": {"behavior": "allow", "updatedInput": input}
+        }
+    }));
+}
+
+/// `AskUserQuestion`'s `questions[]` (cc-question); what is not a string
+/// or a boolean where one belongs reads as empty.
+fn questions_of(input: &Value) -> Vec<Question> {
+    let qs = input
+        .get("questions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    qs.iter()
+        .map(|q| {
+            let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let options = q
+                .get("options")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            Question {
+                header: s(q, "header"),
+                question: s(q, "question"),
+                multi_select: q
+                    .get("multiSelect")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                options: options.iter().map(|o| s(o, "label")).collect(),
+                option_descriptions: options.iter().map(|o| s(o, "description")).collect(),
+            }
+        })
+        .collect()
+}
+
 fn write_deny(step: &mut Step, key: &str, message: &str) {
     step.write(&json!({
         "type": "control_response",
@@ -667,6 +800,7 @@ fn action_of_tool(name: &str) -> ActionKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agents::Grant;
 
     enum Rec {
         In(Value),
@@ -712,10 +846,11 @@ mod tests {
     }
 
     /// Replays a recording: every IN line is an operator action (`act`)
-    /// whose writes must equal it, or a prompt the core holds (it writes
-    /// nothing then, and must write that very line later, when an OUT line
-    /// ends the running turn); every OUT line goes into the core. Returns
-    /// the events and the prompts still held at the end.
+    /// whose writes must equal it and the IN lines after it (an allow that
+    /// switches the mode writes two), or a prompt the core holds (it
+    /// writes nothing then, and must write that very line later, when an
+    /// OUT line ends the running turn); every OUT line goes into the core.
+    /// Returns the events and the prompts still held at the end.
     fn replay(
         name: &str,
         act: &mut dyn FnMut(&mut StreamJsonClient, &Value, &[AgentEvent]) -> Step,
@@ -723,8 +858,16 @@ mod tests {
         let mut c = StreamJsonClient::new();
         let mut events = Vec::new();
         let mut held: VecDeque<Value> = VecDeque::new();
+        let mut written: VecDeque<Value> = VecDeque::new();
         for rec in recording(name) {
             match rec {
+                Rec::In(msg) if !written.is_empty() => {
+                    assert_eq!(
+                        written.pop_front(),
+                        Some(msg),
+                        "{name}: the core wrote something else"
+                    );
+                }
                 Rec::In(msg) => {
                     let step = if events.is_empty() {
                         let text = msg["message"]["content"]
@@ -738,9 +881,10 @@ mod tests {
                     if step.writes.is_empty() && msg["type"] == "user" {
                         held.push_back(msg);
                     } else {
+                        written.extend(parsed(&step.writes));
                         assert_eq!(
-                            parsed(&step.writes),
-                            vec![msg],
+                            written.pop_front(),
+                            Some(msg),
                             "{name}: the core wrote something else"
                         );
                     }
@@ -756,6 +900,10 @@ mod tests {
             }
         }
         assert_eq!(held.len(), c.queued(), "{name}: held prompts are queued");
+        assert!(
+            written.is_empty(),
+            "{name}: the core wrote more: {written:?}"
+        );
         (events, held.len())
     }
 
@@ -835,6 +983,126 @@ mod tests {
         );
         assert_eq!(tools[1].status, Some(ToolStatus::Completed));
         assert_eq!(ended(&events), vec![(EndReason::Completed, None)]);
+    }
+
+    fn permissions(events: &[AgentEvent]) -> Vec<PermissionRequest> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::PermissionRequest(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replays_a_question_answered_then_declined() {
+        let (events, _) = replay("cc-question", &mut |c, msg, ev| {
+            let asked = permissions(ev);
+            let key = &asked.last().expect("a question").agent_request_key;
+            let grant = Grant {
+                answers: vec![
+                    (
+                        "Which database should the service use?".into(),
+                        vec!["SQLite".into()],
+                    ),
+                    (
+                        "Which checks should run?".into(),
+                        vec!["fmt".into(), "tests".into()],
+                    ),
+                ],
+                set_mode: None,
+            };
+            let d = match msg["response"]["response"]["behavior"].as_str() {
+                Some("allow") => Decision::AllowWith(grant),
+                _ => Decision::Deny {
+                    message: Some("the user declined to answer".into()),
+                },
+            };
+            c.answer_permission(key, d).expect("answer")
+        });
+        let asked = permissions(&events);
+        assert_eq!(asked.len(), 2);
+        let Interaction::Question(qs) = &asked[0].interaction else {
+            panic!("a question: {:?}", asked[0].interaction)
+        };
+        assert_eq!(
+            qs[1],
+            Question {
+                header: "Checks".into(),
+                question: "Which checks should run?".into(),
+                multi_select: true,
+                options: vec!["fmt".into(), "clippy".into(), "tests".into()],
+                option_descriptions: vec![
+                    "formatting".into(),
+                    "lints".into(),
+                    "the test suite".into()
+                ],
+            }
+        );
+        assert_eq!((qs[0].multi_select, qs[0].options.len()), (false, 2));
+        assert_eq!(asked[0].interaction.kind(), "question");
+        assert_eq!(ended(&events), vec![(EndReason::Completed, None)]);
+    }
+
+    #[test]
+    fn replays_a_plan_allowed_with_a_mode_then_denied() {
+        let (events, _) = replay("cc-plan", &mut |c, msg, ev| {
+            if msg["type"] == "control_request" {
+                // The recording's own mode switches, beyond one answer's.
+                match msg["request"]["mode"].as_str() {
+                    Some("auto") => {
+                        let mut step = Step::default();
+                        c.set_mode(&mut step, PermissionMode::Auto);
+                        return step;
+                    }
+                    _ => {
+                        c.next_control += 1;
+                        c.controls.push(msg["request_id"].as_str().unwrap().into());
+                        let mut step = Step::default();
+                        step.write(msg);
+                        return step;
+                    }
+                }
+            }
+            if msg["type"] == "user" {
+                let text = msg["message"]["content"].as_str().expect("prompt");
+                return c.prompt(text.into()).expect("prompt");
+            }
+            let key = permissions(ev)
+                .last()
+                .expect("a plan")
+                .agent_request_key
+                .clone();
+            let d = match msg["response"]["response"]["behavior"].as_str() {
+                Some("allow") => Decision::AllowWith(Grant {
+                    answers: Vec::new(),
+                    set_mode: Some(PermissionMode::AcceptEdits),
+                }),
+                _ => Decision::Deny {
+                    message: Some("keep planning".into()),
+                },
+            };
+            c.answer_permission(&key, d).expect("answer")
+        });
+        let asked = permissions(&events);
+        assert_eq!(
+            asked
+                .iter()
+                .map(|p| p.interaction.clone())
+                .collect::<Vec<_>>(),
+            vec![
+                Interaction::Plan("1. add the column\n2. migrate".into()),
+                Interaction::Plan("again".into())
+            ]
+        );
+        assert!(events.contains(&AgentEvent::Transcript(Entry::System {
+            text: "permission mode not changed: Cannot set permission mode: must be one of acceptEdits, auto, bypassPermissions, default, dontAsk, plan".into()
+        })));
+        assert_eq!(
+            ended(&events),
+            vec![(EndReason::Completed, None), (EndReason::Completed, None)]
+        );
     }
 
     #[test]

@@ -43,7 +43,7 @@ use ring::digest;
 use rusqlite::types::Value as Sql;
 use serde_json::{Value, json};
 
-use crate::agents::PermissionRequest;
+use crate::agents::{Grant, PermissionRequest};
 use crate::config::FileConfig;
 use crate::core::inbox::{
     AgentAsk, Answerer, Fallback, Inbox, InboxError, Item, LaneMerge, PluginTask, Resolution, Risk,
@@ -54,12 +54,12 @@ use crate::ledger::Op;
 use crate::limits;
 
 const UPSERT: &str = "INSERT OR REPLACE INTO approvals (id, subject, session, action, tool, digest, risk, created_at, expires_at, fallback, \
-                      state, decision, delivered, answered_by, surface, answered_at, reason, plugin, summary, target) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+                      state, decision, delivered, answered_by, surface, answered_at, reason, plugin, summary, target, answer) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
 
 /// The columns `read_items` reads, in the order `item_of_row` takes them.
 const ITEM_COLUMNS: &str = "id, subject, session, action, tool, digest, risk, created_at, expires_at, fallback, \
-                            decision, delivered, answered_by, surface, answered_at, reason, plugin, summary, target";
+                            decision, delivered, answered_by, surface, answered_at, reason, plugin, summary, target, answer";
 
 /// Lowercase hex SHA-256 of `bytes`: what binds an answer to its action.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -94,6 +94,7 @@ pub fn persist(item: &Item) -> Op {
             t(item.subject.plugin().map(str::to_string)),
             t(item.subject.summary().map(str::to_string)),
             t(item.subject.target().map(|x| x.to_json().to_string())),
+            t(r.and_then(|r| r.answer.clone())),
         ],
     }
 }
@@ -120,6 +121,20 @@ pub struct Settle {
     /// The owner gets a cancel, but the request is recorded undelivered
     /// (a withdrawn request: the `withdraw` fallback).
     pub withdraw: bool,
+    /// An allow's answers and mode switch (`sessions.respond`); only an
+    /// agent's request takes one.
+    pub grant: Option<Grant>,
+}
+
+/// The ledger's record of what `g` carried (the `answer` column):
+/// `{"answers": {question: [label, ...]}, "set_mode": mode}`.
+pub fn answer_json(g: &Grant) -> String {
+    let answers: serde_json::Map<String, Value> = g
+        .answers
+        .iter()
+        .map(|(q, labels)| (q.clone(), json!(labels)))
+        .collect();
+    json!({"answers": answers, "set_mode": g.set_mode.map(|m| m.wire_name())}).to_string()
 }
 
 /// Who an item's answer goes to.
@@ -236,6 +251,7 @@ pub fn add_agent_request(
             surface: "config-rule",
             reason: Some(format!("answered by [[approvals.rule]] {rule}")),
             withdraw: false,
+            grant: None,
         })];
     }
     timeout_ms
@@ -335,6 +351,7 @@ pub fn close(
     surface: &'static str,
     delivered: bool,
     reason: Option<String>,
+    answer: Option<String>,
     now_ms: i64,
     ops: &mut Vec<Op>,
 ) -> Option<Item> {
@@ -345,6 +362,7 @@ pub fn close(
         at_ms: now_ms,
         delivered,
         reason,
+        answer,
     };
     let item = inbox.resolve(id, res).ok()?;
     ops.push(persist(&item));
@@ -401,6 +419,7 @@ pub fn expire(inbox: &Inbox, id: &str, now_ms: i64) -> Option<Settle> {
         by: Answerer::Timeout,
         surface: "timer",
         reason: Some(format!("no answer within {waited_s} s")),
+        grant: None,
         withdraw,
     })
 }
@@ -502,6 +521,7 @@ fn item_of_row(r: &rusqlite::Row) -> Option<Item> {
         at_ms: ts(14).unwrap_or(0),
         delivered: r.get::<_, Option<i64>>(11).ok().flatten().unwrap_or(0) != 0,
         reason: text(15),
+        answer: text(19),
     });
     let fallback = text(9)
         .and_then(|t| t.parse().ok())
@@ -544,6 +564,7 @@ pub fn withdraw_stale(mut item: Item, now_ms: i64, ops: &mut Vec<Op>) -> Item {
         at_ms: now_ms,
         delivered: false,
         reason: None,
+        answer: None,
     });
     let (id, session) = (id.as_str(), session.as_deref());
     ops.push(Op::Exec {
@@ -584,6 +605,7 @@ mod tests {
                 action: ActionKind::Execute,
                 input: json!({"command": command}),
                 options: Vec::new(),
+                interaction: Default::default(),
             },
             cwd: "/srv/work".into(),
         }
@@ -694,6 +716,7 @@ mod tests {
                 by: Answerer::Rule(1),
                 surface: "config-rule",
                 reason: Some("answered by [[approvals.rule]] 1".into()),
+                grant: None,
                 withdraw: false,
             })]
         );
@@ -723,6 +746,7 @@ mod tests {
             "socket",
             true,
             None,
+            None,
             NOW,
             &mut ops,
         )
@@ -744,6 +768,7 @@ mod tests {
             "http",
             true,
             None,
+            None,
             NOW,
             &mut ops,
         )
@@ -760,6 +785,7 @@ mod tests {
                 Answerer::Timeout,
                 "timer",
                 false,
+                None,
                 None,
                 NOW,
                 &mut Vec::new()
@@ -810,6 +836,7 @@ mod tests {
                     by: Answerer::Timeout,
                     surface: "timer",
                     reason: Some("no answer within 60 s".into()),
+                    grant: None,
                     withdraw,
                 }),
                 "{fallback}"

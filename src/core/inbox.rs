@@ -306,6 +306,8 @@ pub struct Resolution {
     /// Whether an answer reached the requester.
     pub delivered: bool,
     pub reason: Option<String>,
+    /// What the answer carried beyond allow (`approvals::answer_json`).
+    pub answer: Option<String>,
 }
 
 /// One request.
@@ -492,6 +494,7 @@ mod tests {
             at_ms: 5,
             delivered: true,
             reason: None,
+            answer: None,
         }
     }
 

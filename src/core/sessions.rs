@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 use crate::agents::acp::{AcpClient, AcpConfig};
 use crate::agents::stream_json::{self, StreamJsonClient};
 use crate::agents::{
-    AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest,
+    AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest, Interaction,
     PermissionRequest, Retry, Step, Transport, Violation,
 };
 use crate::children::{ChildId, ExitStatus};
@@ -149,8 +149,13 @@ impl Driver {
 pub struct OpenAsk {
     pub key: String,
     pub approval_id: String,
+    /// The request's title (`PermissionRequest::title`).
     pub tool: String,
+    /// The tool's own name (`PermissionRequest::tool`).
+    pub tool_name: String,
     pub preview: String,
+    /// What it asks: a permission, a question, a plan.
+    pub interaction: Interaction,
 }
 
 pub struct Session {
@@ -1084,7 +1089,9 @@ fn permission(s: &mut Session, req: PermissionRequest, out: &mut Vec<Effect>) {
         key: req.agent_request_key.clone(),
         approval_id: approval_id.clone(),
         tool: req.title.clone(),
+        tool_name: req.tool.clone(),
         preview: crate::core::transcript::preview(&input_text),
+        interaction: req.interaction.clone(),
     });
     s.changed = true;
     out.push(Effect::Ask(approvals::Ask {

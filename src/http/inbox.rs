@@ -177,6 +177,7 @@ pub fn post_answer(ctx: &mut Ctx) -> Result<Reply, Problem> {
             surface: "http",
             reason: body.reason,
             withdraw: false,
+            grant: None,
         };
         router::sessions::answer(d, settle, body.digest.as_deref(), move |_d, r| {
             answer.send(

@@ -202,6 +202,11 @@ pub const MIGRATIONS: &[&str] = &[
         id         TEXT PRIMARY KEY,
         created_at TEXT NOT NULL
     ) WITHOUT ROWID;",
+    // 10: what an answer carried beyond allow or deny (issue 13, seed 004
+    // "Answering an interaction"): a question's answers and the permission
+    // mode an allow switched to, as JSON ({"answers": {question: [label]},
+    // "set_mode": mode}); NULL for a plain answer and the rows before it.
+    "ALTER TABLE approvals ADD COLUMN answer TEXT;",
 ];
 
 /// The schema version this binary writes.

@@ -7,9 +7,10 @@
 
 use serde_json::{Value, json};
 
+use crate::agents::{Interaction, PermissionMode};
 use crate::core::inbox::{Item, Target};
 use crate::core::seats::Seat;
-use crate::core::sessions::{Session, State};
+use crate::core::sessions::{OpenAsk, Session, State};
 use crate::lanes::controller::Lane;
 
 /// The daemon socket's Session (snake_case; seed 004's fields where
@@ -23,16 +24,7 @@ pub fn session(s: &Session, node: &str) -> Value {
         State::Running => "working",
         State::Idle => "idle",
     };
-    let interaction = s.open.first().map(|a| {
-        json!({
-            "kind": "permission",
-            "message": a.tool,
-            "tool_name": a.tool,
-            "tool_input": a.preview,
-            "request_id": a.approval_id,
-            "options": [{"label": "Allow", "value": "allow"}, {"label": "Deny", "value": "deny", "reject": true}],
-        })
-    });
+    let interaction = s.open.first().map(interaction);
     // seed 004: "awaiting" for awaiting_input, else the status; while
     // the agent's harness retries a failed API call, what holds it up
     // (issue 10, item 13).
@@ -87,6 +79,52 @@ pub fn session(s: &Session, node: &str) -> Value {
     })
 }
 
+/// seed 004's Interaction of a session's oldest open request. A plan
+/// offers approving it as is, approving it and accepting edits from then
+/// on (an `option_value` that is a permission mode, which
+/// `sessions.respond` turns into an allow that sets it), and keeping on
+/// planning; a question offers no options: its answers name the labels.
+fn interaction(a: &OpenAsk) -> Value {
+    let mut v = json!({
+        "kind": a.interaction.kind(),
+        "message": a.tool,
+        "tool_name": a.tool_name,
+        "tool_input": a.preview,
+        "request_id": a.approval_id,
+    });
+    match &a.interaction {
+        Interaction::Permission => {
+            v["options"] = json!([
+                {"label": "Allow", "value": "allow"},
+                {"label": "Deny", "value": "deny", "reject": true},
+            ]);
+        }
+        Interaction::Question(qs) => {
+            v["questions"] = qs
+                .iter()
+                .map(|q| {
+                    json!({
+                        "header": q.header,
+                        "question": q.question,
+                        "multi_select": q.multi_select,
+                        "options": q.options,
+                        "option_descriptions": q.option_descriptions,
+                    })
+                })
+                .collect();
+        }
+        Interaction::Plan(plan) => {
+            v["plan"] = json!(plan);
+            v["options"] = json!([
+                {"label": "Approve", "value": "allow"},
+                {"label": "Approve and accept edits", "value": PermissionMode::AcceptEdits.wire_name()},
+                {"label": "Keep planning", "value": "deny", "reject": true},
+            ]);
+        }
+    }
+    v
+}
+
 /// The daemon socket's shape (snake_case), also HTTP's GET /seats item.
 pub fn seat(s: &Seat) -> Value {
     json!({
@@ -130,6 +168,9 @@ pub fn approval(item: &Item) -> Value {
         "answered_at": r.map(|r| crate::clock::format_ts(r.at_ms)),
         "reason": r.and_then(|r| r.reason.clone()),
         "target": item.subject.target().map(Target::to_json),
+        "answer": r
+            .and_then(|r| r.answer.as_deref())
+            .and_then(|a| serde_json::from_str::<Value>(a).ok()),
     })
 }
 

@@ -145,6 +145,7 @@ fn run(d: &mut Daemon, round: &mut Round, effects: Vec<Effect>) {
                     "daemon",
                     delivered,
                     None,
+                    None,
                     crate::clock::now_ms(),
                     &mut round.ops,
                 );
@@ -609,6 +610,7 @@ fn settle(d: &mut Daemon, s: &Settle, round: &mut Round) -> Result<Item, RpcErro
         s.surface,
         delivered,
         s.reason.clone(),
+        s.grant.as_ref().map(approvals::answer_json),
         crate::clock::now_ms(),
         &mut round.ops,
     )
@@ -630,12 +632,13 @@ fn deliver(d: &mut Daemon, item: &Item, s: &Settle, round: &mut Round) -> Result
             Ok(super::lanes::merge_answered(d, lane, commit, s.verdict))
         }
         Owner::Session { session, key } => {
-            let decision = match s.verdict {
-                Verdict::Allow => Decision::Allow,
-                Verdict::Deny => Decision::Deny {
+            let decision = match (s.verdict, &s.grant) {
+                (Verdict::Allow, Some(g)) => Decision::AllowWith(g.clone()),
+                (Verdict::Allow, None) => Decision::Allow,
+                (Verdict::Deny, _) => Decision::Deny {
                     message: s.reason.clone(),
                 },
-                Verdict::Cancel => Decision::Cancel,
+                (Verdict::Cancel, _) => Decision::Cancel,
             };
             match d.core.sessions.answer(session, &item.id, key, decision) {
                 Ok(Some(fx)) => {
@@ -703,6 +706,7 @@ pub fn close(
         surface,
         delivered,
         reason,
+        None,
         crate::clock::now_ms(),
         ops,
     )

@@ -156,6 +156,7 @@ fn approvals_answer(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled
         surface: "socket",
         reason,
         withdraw: false,
+        grant: None,
     };
     router::sessions::answer(d, answer, digest.as_deref(), move |d, r| {
         d.answer(req, r.map(|i| views::approval(&i)))
