@@ -1163,6 +1163,11 @@ pub const UPLINK_OUTBOX_FRAMES: usize = 4096;
 /// `TERMINAL_CHUNK_BYTES` (sealed and in base64, about 44 KiB a frame) are
 /// under 3 MiB.
 pub const UPLINK_TERMINAL_BACKLOG: usize = 64;
+/// `session.event` notifications of one channel waiting in the uplink's
+/// outbox: "If the event buffer of a subscriber (64 events) is full, the
+/// node drops the event for that subscriber" (seed 004, Features ›
+/// Sessions). A channel's start (its snapshot) is not counted.
+pub const UPLINK_CHANNEL_EVENTS: usize = 64;
 /// Channels one uplink holds at once; a frame that would open one more is
 /// dropped, as the seed drops every frame it cannot serve. The gateway
 /// allows 64 per client.

@@ -49,16 +49,20 @@
 //! channel (`socket::watches::Subscriber::Chan`), and its deltas come here
 //! ([`notify_plain`]) to be sealed in order with everything else.
 //!
-//! The node holds no queue of its own per channel: an event or delta goes
-//! straight to the link's outbox, and the gateway's 64-frame queue per
-//! channel is the bound (past it the gateway closes the channel). The
-//! seed's "64-event buffer per subscriber, dropped when full" is not
-//! followed: the gateway tells the node nothing of what a client has read,
-//! so the node cannot know a buffer is full, and a dropped delta would
-//! leave a hole in a transcript the client cannot detect.
+//! The node holds no queue of its own per channel: a frame goes straight to
+//! the link's outbox, and past the gateway's 64-frame queue per channel the
+//! gateway closes the channel. The seed's 64-event buffer per subscriber
+//! counts a channel's live `session.event`s that wait in the outbox
+//! ([`EventTicket`]): when 64 wait (the gateway is not reading the node),
+//! a new one is dropped for that channel, before it is sealed, and the
+//! client repairs its list with `sessions.list`. Transcript deltas and
+//! answers are never dropped (a dropped delta would leave a hole the client
+//! cannot see); the snapshot at a channel's start is not counted.
 
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Chans, Out};
 use crate::daemon::{Daemon, ReplyTo, Req};
@@ -80,6 +84,34 @@ pub struct Chan {
     /// The Noise channel of an E2EE channel; `None` in plaintext mode.
     seal: Option<e2ee::Channel>,
     in_flight: usize,
+    /// The channel's live `session.event`s in the outbox (the seed's
+    /// 64-event buffer per subscriber; [`EventTicket`]).
+    events: Arc<AtomicUsize>,
+}
+
+/// One `session.event` of a channel in the uplink's outbox: counted from
+/// when it is queued until the writer takes it out (or it is dropped with
+/// a closing link), so that a channel whose events pile up behind a slow
+/// gateway drops new ones, as the seed says, instead of filling the
+/// outbox that every channel shares.
+pub struct EventTicket(Arc<AtomicUsize>);
+
+impl EventTicket {
+    /// A ticket of the buffer `events`, or `None` when it is full.
+    fn take(events: &Arc<AtomicUsize>) -> Option<EventTicket> {
+        events
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limits::UPLINK_CHANNEL_EVENTS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| EventTicket(events.clone()))
+    }
+}
+
+impl Drop for EventTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Link {
@@ -253,11 +285,15 @@ fn line(v: &Value) -> Vec<u8> {
 /// Queues `bytes` on link `id`; a full outbox closes the link (module
 /// comment of [`super`]).
 fn send(d: &mut Daemon, id: u64, bytes: Vec<u8>) {
+    send_out(d, id, Out::Line(bytes));
+}
+
+fn send_out(d: &mut Daemon, id: u64, out: Out) {
     let Some(u) = d.uplink.as_mut() else { return };
     let Some(l) = u.link.as_mut().filter(|l| l.id == id) else {
         return;
     };
-    match l.out.try_send(Out::Line(bytes)) {
+    match l.out.try_send(out) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
             // Shutting the socket down ends the reader and the writer; the
@@ -419,6 +455,7 @@ fn on_relay(
                     Chan {
                         seal: Some(acc.channel),
                         in_flight: 0,
+                        events: Arc::default(),
                     },
                 );
                 send(d, id, line(&reply));
@@ -446,6 +483,7 @@ fn on_relay(
             Chan {
                 seal: None,
                 in_flight: 0,
+                events: Arc::default(),
             },
         );
         snapshot(d, id, &chan);
@@ -613,8 +651,9 @@ pub fn on_session(d: &mut Daemon, sid: &str, change: Option<crate::core::session
         return;
     };
     let ev = json!({"type": kind, "session": crate::socket::views::session(s, &d.node_name)});
+    let plain = serde_json::to_vec(&ev).unwrap_or_default();
     for chan in chans {
-        notify(d, link, &chan, "session.event", &ev);
+        notify_event(d, link, &chan, &plain);
     }
 }
 
@@ -626,8 +665,9 @@ pub fn on_removed(d: &mut Daemon, view: &Value) {
     };
     let (link, chans): (u64, Vec<String>) = (l.id, l.chans.keys().cloned().collect());
     let ev = json!({"type": "removed", "session": view});
+    let plain = serde_json::to_vec(&ev).unwrap_or_default();
     for chan in chans {
-        notify(d, link, &chan, "session.event", &ev);
+        notify_event(d, link, &chan, &plain);
     }
 }
 
@@ -641,11 +681,39 @@ fn notify(d: &mut Daemon, link: u64, chan: &str, method: &str, params: &Value) {
 /// channel, sealed on an E2EE one. False when the channel is gone (or goes
 /// now, its record failing), so that what was kept for it can go too.
 pub fn notify_plain(d: &mut Daemon, link: u64, chan: &str, method: &str, plain: &[u8]) -> bool {
+    notify_counted(d, link, chan, method, plain, false)
+}
+
+/// A live `session.event` (its params `plain`) on a channel, dropped when
+/// the channel's event buffer is full (`UPLINK_CHANNEL_EVENTS`).
+fn notify_event(d: &mut Daemon, link: u64, chan: &str, plain: &[u8]) {
+    notify_counted(d, link, chan, "session.event", plain, true);
+}
+
+fn notify_counted(
+    d: &mut Daemon,
+    link: u64,
+    chan: &str,
+    method: &str,
+    plain: &[u8],
+    counted: bool,
+) -> bool {
     let Some(l) = link_mut(d, link) else {
         return false;
     };
     let Some(c) = l.chans.get_mut(chan) else {
         return false;
+    };
+    // Taken before sealing: a dropped event uses no nonce.
+    let ticket = match counted {
+        false => None,
+        true => match EventTicket::take(&c.events) {
+            Some(t) => Some(t),
+            None => {
+                crate::debug!("uplink: channel {chan} is behind; a session.event is dropped");
+                return true;
+            }
+        },
     };
     let body = match &mut c.seal {
         None => e2ee::base64::encode(plain),
@@ -663,7 +731,15 @@ pub fn notify_plain(d: &mut Daemon, link: u64, chan: &str, method: &str, plain: 
     };
     let frame =
         json!({"jsonrpc": "2.0", "method": method, "route": {"chan_id": chan}, "body": body});
-    send(d, link, line(&frame));
+    let bytes = line(&frame);
+    send_out(
+        d,
+        link,
+        match ticket {
+            Some(t) => Out::Event(bytes, t),
+            None => Out::Line(bytes),
+        },
+    );
     true
 }
 
@@ -680,6 +756,23 @@ fn forget(d: &mut Daemon, link: u64, chan: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_channel_s_event_buffer_holds_64_until_the_writer_takes_them() {
+        let events = Arc::default();
+        let mut held: Vec<EventTicket> = (0..limits::UPLINK_CHANNEL_EVENTS)
+            .map(|_| EventTicket::take(&events).expect("room"))
+            .collect();
+        assert!(EventTicket::take(&events).is_none(), "the 65th is dropped");
+        drop(held.pop());
+        let again = EventTicket::take(&events);
+        assert!(again.is_some(), "a taken event makes room");
+        drop(again);
+        assert_eq!(
+            events.load(Ordering::Acquire),
+            limits::UPLINK_CHANNEL_EVENTS - 1
+        );
+    }
 
     #[test]
     fn params_come_from_an_empty_body_or_an_object() {

@@ -558,12 +558,12 @@ fn write_loop(
         let left = next_ping.saturating_duration_since(Instant::now());
         let ok = select! {
             recv(rx) -> m => match m {
-                Ok(Out::Line(first)) => {
+                Ok(Out::Line(first) | Out::Event(first, _)) => {
                     let mut text = first;
                     // Lines already queued go in the same message.
                     while text.len() < limits::GATEWAY_WRITE_BATCH {
                         match rx.try_recv() {
-                            Ok(Out::Line(l)) => text.extend_from_slice(&l),
+                            Ok(Out::Line(l) | Out::Event(l, _)) => text.extend_from_slice(&l),
                             Ok(Out::Raw(r)) => {
                                 if !send_text(&mut ws, text) {
                                     break_out(&closer);

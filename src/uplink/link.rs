@@ -28,9 +28,11 @@ pub fn attach(gw: &Gateway, inbox: Inbox, links: Arc<AtomicU64>) -> Result<(), S
         .name("uplink-link-write".into())
         .spawn(move || {
             for out in rx {
-                if let Out::Line(l) = out
-                    && sender.send(&l).is_err()
-                {
+                let sent = match out {
+                    Out::Line(l) | Out::Event(l, _) => sender.send(&l).is_ok(),
+                    Out::Raw(_) => true,
+                };
+                if !sent {
                     return;
                 }
             }

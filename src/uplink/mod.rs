@@ -63,6 +63,9 @@ pub const TOKEN_ENV: &str = "OMNICONFLUX_UPLINK_TOKEN";
 pub enum Out {
     /// One JSON line, `\n` included.
     Line(Vec<u8>),
+    /// A `session.event` line of a channel, counted in that channel's event
+    /// buffer until the writer takes it ([`channels::EventTicket`]).
+    Event(Vec<u8>, channels::EventTicket),
     /// Bytes the WebSocket formatted itself (a pong, the close reply).
     Raw(Vec<u8>),
 }
