@@ -300,6 +300,19 @@ fn a_node_serves_plaintext_and_e2ee_channels_through_the_gateway() {
         let e = c.plain(&chan, m, None);
         assert_eq!(e["error"]["code"], -32601, "{m}: {e}");
     }
+    // A command spawned is a shell on the node: the operator's. An agent
+    // the node knows is session control (refused here for another reason:
+    // none is installed).
+    let spawn = json!({"command": "touch /tmp/omniconflux-remote-shell", "cwd": "/"});
+    let e = c.plain(&chan, "sessions.spawn", Some(spawn));
+    assert_eq!(e["error"]["data"]["code"], "operator-only", "{e}");
+    let e = c.plain(&chan, "sessions.spawn", Some(json!({"agent": "codex"})));
+    assert_ne!(e["error"]["data"]["code"], "operator-only", "{e}");
+    // What the node does not serve is unknown, not the operator's.
+    for m in ["nope.method", "push.register", "project.list"] {
+        let e = c.plain(&chan, m, Some(json!({})));
+        assert_eq!(e["error"]["code"], -32601, "{m}: {e}");
+    }
     // A body that does not open is dropped without a reply: the next
     // request's answer is the next frame on the channel.
     let _dropped = c.relay(&chan, "server.info", "not base64!".into());

@@ -168,6 +168,27 @@ const REMOTE_CLIENT_METHODS: &[&str] = &[
     "terminal.close",
 ];
 
+/// The namespaces of the methods this table serves: a refused call outside
+/// them is an unknown method (-32601), not an operator-only one.
+const SERVED_NAMESPACES: &[&str] = &[
+    "approvals",
+    "clients",
+    "events",
+    "host",
+    "lanes",
+    "lock",
+    "plugin",
+    "repos",
+    "seats",
+    "server",
+    "session",
+    "sessions",
+    "task",
+    "terminal",
+    "transcript",
+    "verify",
+];
+
 /// Holds a remote client to what it may call (module comment). A call it
 /// may make runs as the operator's, since the gateway checked the
 /// client's token; `ping` and `server.info` keep the class, so that
@@ -185,12 +206,24 @@ pub fn remote_gate(
     if method == "ping" || method == "server.info" {
         return Ok(req);
     }
-    let shell = method == "terminal.open" && p.contains_key("terminal_id");
+    // A shell on the node is the operator's: a persistent terminal, and a
+    // spawn of a `command` (where a spawn of an `agent` runs one of the
+    // agents the node knows).
+    let shell = (method == "terminal.open" && p.contains_key("terminal_id"))
+        || (method == "sessions.spawn" && p.contains_key("command"));
     if (REMOTE_CLIENT_METHODS.contains(&method) && !shell) || d.cfg.uplink.operator_on(e2ee) {
         return Ok(Req {
             class: crate::procs::CallerClass::Operator,
             ..req
         });
+    }
+    if !SERVED_NAMESPACES
+        .iter()
+        .any(|n| method.split_once('.').is_some_and(|(ns, _)| ns == *n))
+    {
+        // What no one may call is not the operator's either.
+        let e = RpcError::new(Code::MethodNotFound, format!("unknown method {method}"));
+        return Err((req, e));
     }
     let channel = if e2ee {
         "an end-to-end encrypted"
