@@ -120,7 +120,7 @@ with tempfile.TemporaryDirectory() as d:
                 "route": {"chan_id": chan, "node_id": "home"}, "body": body})
     node.recv()
     node.send({"jsonrpc": "2.0", "id": 6, "route": {"chan_id": chan},
-               "body": base64.b64encode(b'{"result":{"sessions":[]}}').decode()})
+               "body": base64.b64encode(b'{"result":[]}').decode()})
     admin.recv()
     section("relay.close, and relay.closed to the node")
     admin.send({"jsonrpc": "2.0", "id": 7, "method": "relay.close", "params": {"chan_id": chan}}); admin.recv()

@@ -44,7 +44,7 @@ pub fn session(s: &Session, node: &str) -> Value {
             "since": crate::clock::format_ts(*since),
         })
     });
-    json!({
+    let mut v = json!({
         "id": s.id,
         "agent": s.harness,
         "harness": s.harness,
@@ -76,7 +76,18 @@ pub fn session(s: &Session, node: &str) -> Value {
             "last_activity": s.last_activity_ms.map(crate::clock::format_ts),
         },
         "exit": s.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(crate::procs::signal_name)})),
-    })
+    });
+    // The seed's optional fields are absent, not null, when there is
+    // nothing to say ("interaction?: present only while the session waits
+    // for input").
+    if let Value::Object(m) = &mut v {
+        for k in ["agent_session_id", "name", "interaction", "exit"] {
+            if m.get(k).is_some_and(Value::is_null) {
+                m.remove(k);
+            }
+        }
+    }
+    v
 }
 
 /// seed 004's Interaction of a session's oldest open request. A plan

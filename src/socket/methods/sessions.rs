@@ -133,7 +133,9 @@ fn sessions_spawn(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
                 .sessions
                 .get(&s.session_id)
                 .map(|x| views::session(x, &d.node_name));
-            json!({"session_id": s.session_id, "session": v})
+            // seed 004: "For a headless agent ... pane_id in the
+            // sessions.spawn result is an empty string".
+            json!({"session_id": s.session_id, "pane_id": "", "session": v})
         });
         d.answer(req, r)
     });
