@@ -21,8 +21,21 @@
 
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// Makes directory `dir` and its missing parents with mode 0700: the state
+/// and socket directories hold the ledger (every prompt and transcript),
+/// the secrets above and the operator's socket, which no other user may
+/// reach whatever the umask of a daemon started by hand (the system units
+/// set 0077 and `StateDirectoryMode=0700` themselves). A directory that is
+/// there already keeps its mode.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
 
 /// Why a secret file could not be read or made.
 #[derive(Debug)]

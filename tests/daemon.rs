@@ -165,6 +165,9 @@ fn socket_and_directory_modes_are_private() {
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&d.socket), 0o600);
     assert_eq!(mode(d.socket.parent().unwrap()), 0o700);
+    // The state directory holds the ledger and the keys: 0700 whatever the
+    // umask the daemon was started with.
+    assert_eq!(mode(&d.state), 0o700);
     d.stop();
 }
 

@@ -68,7 +68,7 @@ pub fn run(flags: &PathFlags) -> Result<(), RunError> {
         .gateway
         .addr()
         .ok_or_else(|| RunError::Config(format!("invalid address {}", cfg.gateway.listen)))?;
-    std::fs::create_dir_all(&paths.state_dir).map_err(|e| {
+    crate::secret_file::create_private_dir(&paths.state_dir).map_err(|e| {
         RunError::Startup(format!(
             "unable to create state directory {}: {}",
             paths.state_dir.display(),
@@ -125,7 +125,7 @@ pub fn run(flags: &PathFlags) -> Result<(), RunError> {
 /// running gateway answers on is an error.
 fn bind_socket(path: &Path) -> Result<UnixListener, String> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        crate::secret_file::create_private_dir(dir).map_err(|e| {
             format!(
                 "unable to create socket directory {}: {}",
                 dir.display(),

@@ -104,7 +104,7 @@ pub fn master(state_dir: &Path, env_value: Option<String>) -> Result<Digest, Str
             Ok(sha256(token.as_bytes()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(state_dir).map_err(|e| {
+            crate::secret_file::create_private_dir(state_dir).map_err(|e| {
                 format!(
                     "unable to create state directory {}: {}",
                     state_dir.display(),

@@ -92,7 +92,7 @@ impl Ledger {
         on_commit: Box<dyn Fn(Vec<Committed>) + Send>,
     ) -> Result<Ledger, OpenError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            crate::secret_file::create_private_dir(dir).map_err(|e| {
                 OpenError(format!(
                     "unable to create state directory {}: {}",
                     dir.display(),

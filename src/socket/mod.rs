@@ -100,7 +100,7 @@ impl Server {
             .parent()
             .ok_or_else(|| BindError::Other(format!("socket path {shown} has no directory")))?;
         if !dir.exists() {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            crate::secret_file::create_private_dir(dir).map_err(|e| {
                 BindError::Other(format!(
                     "unable to create socket directory {}: {}",
                     dir.display(),
