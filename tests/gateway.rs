@@ -435,7 +435,17 @@ fn relay_channels_forward_both_ways_to_their_owners_only() {
     let mut a = client_of(addr, "home");
     let mut b = client_of(addr, "home");
     for (m, p, want) in [
-        ("relay.open", json!({}), "invalid params: "),
+        (
+            "relay.open",
+            json!({}),
+            "invalid params: missing field `node_id`",
+        ),
+        // No params at all reads as none given, not as a type of ours.
+        (
+            "relay.open",
+            Value::Null,
+            "invalid params: missing field `node_id`",
+        ),
         (
             "relay.open",
             json!({"node_id": "elsewhere"}),

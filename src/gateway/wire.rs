@@ -99,7 +99,12 @@ pub fn classify(line: Vec<u8>) -> Frame {
         (Some(id), Some(m)) => Frame::Request {
             id,
             method: m.into_owned(),
-            params: env.params.unwrap_or(Value::Null),
+            // No params, or null, is an empty object: a method that needs
+            // one names the missing field, not a type of ours.
+            params: match env.params {
+                None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
+                Some(v) => v,
+            },
         },
         (None, Some(_)) => Frame::Notification,
         (Some(id), None) => Frame::Response {
