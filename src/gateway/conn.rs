@@ -32,6 +32,9 @@
 //! Queues. A connection's outbox is bounded by a count
 //! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
 //! allocates as it fills: an idle connection holds no preallocated slots.
+//! A `bounded` channel would bound it as well, but it allocates and writes
+//! every slot when it is made: 8,192 slots of 48 bytes, 384 KiB a
+//! connection, six times the 64 KiB an idle connection may hold (issue 12).
 //! Relay frames and node events carry a [`Queued`] counter of their
 //! channel's direction or their client's events, which the writer lowers
 //! once the frame is written: that is how a reader forwarding a relay
