@@ -399,18 +399,22 @@ fn measure() -> Result<(), String> {
             Err(_) => None,
         };
         let (mut v, mut wv, mut bv) = (Vec::new(), Vec::new(), Vec::new());
+        // Which relay failed, for the skipped line.
+        let gw = |e| format!("through the gateway: {e}");
+        let wsc = |e| format!("through websocat: {e}");
+        let bare = |e| format!("through the bare relay: {e}");
         util::on_cpu(1, || -> Result<(), String> {
-            pump(&mut c, &chan, &body, 32, dur / 3)?;
-            pump(&mut b, &chan, &body, 32, dur / 3)?;
+            pump(&mut c, &chan, &body, 32, dur / 3).map_err(gw)?;
+            pump(&mut b, &chan, &body, 32, dur / 3).map_err(bare)?;
             if let Some((_, w)) = &mut ws {
-                pump(w, &chan, &body, 32, dur / 3)?;
+                pump(w, &chan, &body, 32, dur / 3).map_err(wsc)?;
             }
             for _ in 0..rounds {
-                v.push(pump(&mut c, &chan, &body, 32, dur)?);
+                v.push(pump(&mut c, &chan, &body, 32, dur).map_err(gw)?);
                 if let Some((_, w)) = &mut ws {
-                    wv.push(pump(w, &chan, &body, 32, dur)?);
+                    wv.push(pump(w, &chan, &body, 32, dur).map_err(wsc)?);
                 }
-                bv.push(pump(&mut b, &chan, &body, 32, dur)?);
+                bv.push(pump(&mut b, &chan, &body, 32, dur).map_err(bare)?);
             }
             Ok(())
         })?;
