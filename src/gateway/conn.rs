@@ -32,6 +32,9 @@
 //! Queues. A connection's outbox is bounded by a count
 //! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
 //! allocates as it fills: an idle connection holds no preallocated slots.
+//! A `bounded` channel would bound it as well, but it allocates and writes
+//! every slot when it is made: 8,192 slots of 48 bytes, 384 KiB a
+//! connection, six times the 64 KiB an idle connection may hold (issue 12).
 //! Relay frames and node events carry a [`Queued`] counter of their
 //! channel's direction or their client's events, which the writer lowers
 //! once the frame is written: that is how a reader forwarding a relay
@@ -55,7 +58,7 @@ use super::relay::{self, Trouble};
 use super::state::{Role, RouteKind, ToState};
 use super::wire::{self, Frame};
 use crate::limits;
-use crate::socket::framing::LineBuffer;
+use crate::socket::framing::{self, LineBuffer};
 
 /// A frame or bytes for a connection's writer.
 pub enum Out {
@@ -422,25 +425,36 @@ pub struct MustClose;
 
 /// Splits lines out of `bytes` and sorts them: what is answered here goes
 /// to `outbox`, the rest into `batch`.
+///
+/// A message of whole lines with no partial line before it (what peers
+/// send: one or more frames a message) is cut where it lies, each line
+/// copied once; only a message that ends inside a line goes through the
+/// line buffer, which costs a second copy and, for long lines, a buffer
+/// grown and given back (the 64 KiB relay figure's largest costs).
 pub fn take_lines(
     lines: &mut LineBuffer,
     bytes: &[u8],
     outbox: &Outbox,
     batch: &mut Vec<Frame>,
 ) -> Result<(), MustClose> {
+    if lines.pending() == 0 && bytes.last() == Some(&b'\n') {
+        let mut rest = bytes;
+        while let Some(end) = framing::memchr(rest) {
+            if end > limits::GATEWAY_MAX_LINE {
+                crate::debug!("gateway: closed a connection: a line passed 16 MiB");
+                return Err(MustClose);
+            }
+            if let Some(line) = framing::content(&rest[..end]) {
+                sort(line.to_vec(), outbox, batch)?;
+            }
+            rest = &rest[end + 1..];
+        }
+        return Ok(());
+    }
     lines.extend(bytes);
     loop {
         match lines.next_line() {
-            Ok(Some(line)) => match wire::classify(line) {
-                // "The peer answers it directly, before any dispatch
-                // rule" (seed 004, Keepalive).
-                Frame::Ping { id } => outbox
-                    .line(wire::reply(&id, &serde_json::Value::Null))
-                    .map_err(|_| MustClose)?,
-                Frame::Refused(answer) => outbox.line(answer).map_err(|_| MustClose)?,
-                Frame::Notification | Frame::Unroutable => {}
-                f => batch.push(f),
-            },
+            Ok(Some(line)) => sort(line, outbox, batch)?,
             Ok(None) => return Ok(()),
             Err(_) => {
                 crate::debug!("gateway: closed a connection: a line passed 16 MiB");
@@ -448,6 +462,21 @@ pub fn take_lines(
             }
         }
     }
+}
+
+/// Answers `line` here, or puts its frame into `batch`.
+fn sort(line: Vec<u8>, outbox: &Outbox, batch: &mut Vec<Frame>) -> Result<(), MustClose> {
+    match wire::classify(line) {
+        // "The peer answers it directly, before any dispatch rule" (seed
+        // 004, Keepalive).
+        Frame::Ping { id } => outbox
+            .line(wire::reply(&id, &serde_json::Value::Null))
+            .map_err(|_| MustClose)?,
+        Frame::Refused(answer) => outbox.line(answer).map_err(|_| MustClose)?,
+        Frame::Notification | Frame::Unroutable => {}
+        f => batch.push(f),
+    }
+    Ok(())
 }
 
 /// The gateway thread has stopped: the connection ends.

@@ -48,18 +48,14 @@ impl LineBuffer {
                     if end - self.start > self.max {
                         return Err(LineTooLong);
                     }
-                    let mut line = &self.buf[self.start..end];
-                    if line.last() == Some(&b'\r') {
-                        line = &line[..line.len() - 1];
-                    }
-                    let out = line.to_vec();
+                    let out = content(&self.buf[self.start..end]).map(<[u8]>::to_vec);
                     self.start = end + 1;
                     self.scanned = 0;
                     self.compact();
-                    if out.iter().all(|b| b.is_ascii_whitespace()) {
-                        continue;
+                    match out {
+                        Some(out) => return Ok(Some(out)),
+                        None => continue,
                     }
-                    return Ok(Some(out));
                 }
                 None => {
                     self.scanned = pending.len();
@@ -93,13 +89,20 @@ impl LineBuffer {
     }
 }
 
+/// What a line (without its `\n`) carries: without a `\r` before the
+/// `\n`, and `None` when it is empty or blank, as such lines are skipped.
+pub fn content(line: &[u8]) -> Option<&[u8]> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    (!line.iter().all(u8::is_ascii_whitespace)).then_some(line)
+}
+
 /// The first `\n` in `hay`, eight bytes at a time: a relayed frame of the
 /// gateway is one line of up to megabytes, and a byte-by-byte search was
 /// the largest cost of relaying 64 KiB frames (issue 12's profile). A word
 /// holds a `\n` when XOR with eight `\n`s leaves a zero byte, which
 /// `(w - 0x01..) & !w & 0x80..` detects; that word is then searched byte by
 /// byte, so the result is exact.
-fn memchr(hay: &[u8]) -> Option<usize> {
+pub fn memchr(hay: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     const NEWLINES: u64 = ONES * b'\n' as u64;
@@ -107,7 +110,8 @@ fn memchr(hay: &[u8]) -> Option<usize> {
     let mut words = hay.chunks_exact(8);
     let mut at = 0;
     for c in &mut words {
-        let word = c.iter().rev().fold(0u64, |w, &b| (w << 8) | u64::from(b)) ^ NEWLINES;
+        // One load; byte i of the slice is byte i of the word.
+        let word = u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) ^ NEWLINES;
         if word.wrapping_sub(ONES) & !word & HIGHS != 0 {
             return newline(c).map(|i| at + i);
         }

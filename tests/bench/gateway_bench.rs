@@ -4,11 +4,16 @@
 //! - `gateway_relay_{64b,1k,64k}`: relayed round trips a second, a client
 //!   sending relay requests on one channel (at most 32 in flight, under
 //!   the channel's 64-frame queue) and the node answering each with a frame
-//!   of the same size. Baseline: websocat is not installed here, so the
-//!   baseline is a bare tungstenite relay run by the harness (one thread a
-//!   direction, each message forwarded as received, no routing, no
-//!   parsing): what a WebSocket relay costs at the least, so a ratio near
-//!   1 is the goal's "as fast as a plain relay".
+//!   of the same size. Baseline, the issue's: `websocat` relaying the same
+//!   WebSocket messages one for one (`ws-l:` for the client, `ws://` to a
+//!   fake node that listens in the harness), on core 0 as the daemon is.
+//!   websocat is taken from PATH, else built once from crates.io (version
+//!   [`WEBSOCAT_VERSION`], `cargo install`) into
+//!   `<target>/bench-tools/`. A second baseline, `bare_relay_rps`: a bare
+//!   tungstenite relay run by the harness (one thread a direction, each
+//!   message forwarded as received, no routing, no parsing), what a
+//!   WebSocket relay costs at the least. When websocat cannot be had, the
+//!   bare relay is the baseline and the line says why.
 //! - `gateway_idle_conn_rss`: the daemon's VmRSS with 1,000 idle `/client`
 //!   connections minus without, per connection (goal <= 64 KiB), and its
 //!   CPU ticks over 3 s while they idle (goal 0).
@@ -23,6 +28,8 @@
 
 use serde_json::{Value, json};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
@@ -30,6 +37,15 @@ use tungstenite::{Message, WebSocket};
 use crate::util::{self, DaemonDirs, Figure, LineClient, PING, Proc, TempDir};
 
 const MASTER: &str = "bench-master-token";
+
+/// The websocat built when none is on PATH: the last 1.x release (4.x is
+/// an alpha).
+const WEBSOCAT_VERSION: &str = "1.14.0";
+
+/// websocat's largest message (`--buffer-size`): a message past it would
+/// be split, and the largest frame here (64 KiB of body in base64 and its
+/// envelope) is about 88 KiB, so every message passes one for one.
+const WEBSOCAT_MESSAGE: usize = 1 << 20;
 
 pub fn run() {
     let figures = [
@@ -146,20 +162,26 @@ fn fake_node(ws: WebSocket<TcpStream>, id: &str) -> std::thread::JoinHandle<()> 
         if n.send(&format!("{ident}\n")).is_err() {
             return;
         }
-        while let Ok(line) = n.next() {
-            // The answer: the request without its method, as a response.
-            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
-                continue;
-            };
-            if v.get("route").is_none() {
-                continue;
-            }
-            let out = json!({"jsonrpc":"2.0","id":v["id"],"route":{"chan_id":v["route"]["chan_id"]},"body":v["body"]});
-            if n.send(&format!("{out}\n")).is_err() {
-                return;
-            }
-        }
+        echo(n);
     })
+}
+
+/// Answers every relay request with a frame of the same body on the same
+/// route, until the connection ends.
+fn echo(mut n: Lines) {
+    while let Ok(line) = n.next() {
+        // The answer: the request without its method, as a response.
+        let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        if v.get("route").is_none() {
+            continue;
+        }
+        let out = json!({"jsonrpc":"2.0","id":v["id"],"route":{"chan_id":v["route"]["chan_id"]},"body":v["body"]});
+        if n.send(&format!("{out}\n")).is_err() {
+            return;
+        }
+    }
 }
 
 /// Round trips a second over `dur`, at most `window` in flight.
@@ -239,6 +261,92 @@ fn bare_relay() -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
+/// The websocat program: on PATH, else the one built into
+/// `<target>/bench-tools/` (built now if it is not there yet), and its
+/// version line.
+fn websocat() -> Result<(PathBuf, String), String> {
+    let bin = match util::find_tool("websocat") {
+        Some(p) => p,
+        None => {
+            let root = util::target_dir().join("bench-tools");
+            let bin = root.join("bin/websocat");
+            if !bin.is_file() {
+                eprintln!(
+                    "bench: building websocat {WEBSOCAT_VERSION} into {} (once)",
+                    root.display()
+                );
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                // Plain ws:// only: without its default features it needs
+                // no TLS library. Not `--locked`: its lock file pins
+                // traitobject 0.1.0, which today's rustc refuses.
+                let st = Command::new(cargo)
+                    .args(["install", "--quiet", "--no-default-features"])
+                    .args(["--version", WEBSOCAT_VERSION, "--root"])
+                    .arg(&root)
+                    .arg("websocat")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .status()
+                    .map_err(|e| format!("unable to run cargo install websocat: {e}"))?;
+                if !st.success() || !bin.is_file() {
+                    return Err(format!(
+                        "cargo install websocat {WEBSOCAT_VERSION} failed: {st}"
+                    ));
+                }
+            }
+            bin
+        }
+    };
+    let out = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("unable to run {}: {e}", bin.display()))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok((bin, version))
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+/// The baseline: websocat on core 0, as the daemon is, taking the
+/// client on `ws-l:` and dialing, for it, a fake node that listens in the
+/// harness; each message is relayed as one message (`--buffer-size` above
+/// the largest), as text, as the gateway's are. Returns the process and
+/// the client's connection.
+fn websocat_relay(bin: &std::path::Path) -> Result<(Proc, Lines), String> {
+    let node_l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let node_addr = node_l.local_addr().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        let Ok((s, _)) = node_l.accept() else { return };
+        let _ = s.set_nodelay(true);
+        if let Ok(ws) = tungstenite::accept(s) {
+            echo(Lines::new(ws));
+        }
+    });
+    let port = free_port()?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["--text", "--exit-on-eof", "-q", "--buffer-size"])
+        .arg(WEBSOCAT_MESSAGE.to_string())
+        .arg(format!("ws-l:127.0.0.1:{port}"))
+        .arg(format!("ws://{node_addr}/node"));
+    let p = Proc::spawn("websocat", cmd, Some(0), None)
+        .map_err(|e| format!("unable to start websocat: {e}"))?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    // Until it listens.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        match dial(addr, "/client") {
+            Ok(ws) => return Ok((p, Lines::new(ws))),
+            Err(e) if Instant::now() > end => return Err(format!("websocat did not listen: {e}")),
+            Err(_) => std::thread::sleep(util::PROBE_INTERVAL),
+        }
+    }
+}
+
 fn b64_of(n: usize) -> String {
     // Any standard base64 text of the encoded size of n bytes.
     "A".repeat(n.div_ceil(3) * 4)
@@ -259,13 +367,21 @@ fn measure() -> Result<(), String> {
     c.send(
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"relay.open\",\"params\":{\"node_id\":\"n\"}}\n",
     )?;
-    let chan = c.json()?["result"]["chan_id"]
+    // Its answer, past any roster event sent before it.
+    let opened = loop {
+        let v = c.json()?;
+        if v["id"] == 1 {
+            break v;
+        }
+    };
+    let chan = opened["result"]["chan_id"]
         .as_str()
-        .ok_or("relay.open failed")?
+        .ok_or_else(|| format!("relay.open failed: {opened}"))?
         .to_string();
 
     let rounds = util::rounds(5, 2);
     let dur = Duration::from_millis(if util::quick() { 500 } else { 1500 });
+    let tool = websocat();
     for (figure, size, goal) in [
         ("gateway_relay_64b", 64usize, 1.0),
         ("gateway_relay_1k", 1024, 1.0),
@@ -278,34 +394,69 @@ fn measure() -> Result<(), String> {
         let base_addr = bare_relay()?;
         let _base_node = fake_node(dial(base_addr, "/node")?, "n");
         let mut b = Lines::new(dial(base_addr, "/client")?);
-        let (mut v, mut bv) = (Vec::new(), Vec::new());
+        let mut ws = match &tool {
+            Ok((bin, _)) => Some(websocat_relay(bin)?),
+            Err(_) => None,
+        };
+        let (mut v, mut wv, mut bv) = (Vec::new(), Vec::new(), Vec::new());
+        // Which relay failed, for the skipped line.
+        let gw = |e| format!("through the gateway: {e}");
+        let wsc = |e| format!("through websocat: {e}");
+        let bare = |e| format!("through the bare relay: {e}");
         util::on_cpu(1, || -> Result<(), String> {
-            pump(&mut c, &chan, &body, 32, dur / 3)?;
-            pump(&mut b, &chan, &body, 32, dur / 3)?;
+            pump(&mut c, &chan, &body, 32, dur / 3).map_err(gw)?;
+            pump(&mut b, &chan, &body, 32, dur / 3).map_err(bare)?;
+            if let Some((_, w)) = &mut ws {
+                pump(w, &chan, &body, 32, dur / 3).map_err(wsc)?;
+            }
             for _ in 0..rounds {
-                v.push(pump(&mut c, &chan, &body, 32, dur)?);
-                bv.push(pump(&mut b, &chan, &body, 32, dur)?);
+                v.push(pump(&mut c, &chan, &body, 32, dur).map_err(gw)?);
+                if let Some((_, w)) = &mut ws {
+                    wv.push(pump(w, &chan, &body, 32, dur).map_err(wsc)?);
+                }
+                bv.push(pump(&mut b, &chan, &body, 32, dur).map_err(bare)?);
             }
             Ok(())
         })?;
-        let (value, base) = (util::median(&v), util::median(&bv));
+        drop(ws);
+        let (value, bare) = (util::median(&v), util::median(&bv));
+        let mut extra = vec![
+            ("frame_bytes", json!(size)),
+            ("value_spread", util::round3(util::spread(&v))),
+        ];
+        let (base, baseline_of) = match &tool {
+            Ok((_, version)) => {
+                extra.push(("baseline_spread", util::round3(util::spread(&wv))));
+                extra.push(("websocat", json!(version)));
+                extra.push(("bare_relay_rps", util::round3(bare)));
+                extra.push(("bare_relay_spread", util::round3(util::spread(&bv))));
+                extra.push(("ratio_to_bare_relay", util::round3(value / bare)));
+                (
+                    util::median(&wv),
+                    "websocat on core 0 relaying the same messages (ws-l: to ws://, --text); bare_relay_rps: a bare tungstenite relay in the harness".to_string(),
+                )
+            }
+            Err(e) => {
+                extra.push(("baseline_spread", util::round3(util::spread(&bv))));
+                (
+                    bare,
+                    format!("a bare tungstenite relay in the harness (websocat unavailable: {e})"),
+                )
+            }
+        };
         Figure {
             name: figure,
             placement: Some("spread"),
             value,
             baseline: Some(base),
-            baseline_of: "a bare tungstenite relay in the harness (websocat is not installed)",
+            baseline_of: &baseline_of,
             ratio: Some(value / base),
             better: "higher",
             goal: json!(format!("ratio >= {goal}")),
             unit: "relayed round trips/s (32 in flight)",
             pass: value / base >= goal,
             rounds,
-            extra: vec![
-                ("frame_bytes", json!(size)),
-                ("value_spread", util::round3(util::spread(&v))),
-                ("baseline_spread", util::round3(util::spread(&bv))),
-            ],
+            extra,
         }
         .emit();
     }
