@@ -666,10 +666,22 @@ fn answer(a: Answer) -> Value {
     }
 }
 
-/// The daemon socket's Session of a tmux pane (seed 004, Session).
+/// The daemon socket's Session of a tmux pane (seed 004, Session). A
+/// session `awaiting_input` was read so from its screen (a permission
+/// prompt; src/tmux/discover.rs): its `interaction` is a `permission`
+/// whose `message` is the prompt line, and it has no `request_id` or
+/// `options`, since no agent waits on the node for the answer (an answer
+/// is typed into the pane with `sessions.key` or `sessions.input`).
 pub fn session(s: &Session, node: &str) -> Value {
     let f = &s.found;
     let status = f.status.wire_name();
+    let interaction = match f.status {
+        tmux::Status::AwaitingInput => json!({
+            "kind": "permission",
+            "message": f.prompt.clone().unwrap_or_default(),
+        }),
+        _ => Value::Null,
+    };
     json!({
         "id": f.id,
         "agent": f.agent,
@@ -691,6 +703,7 @@ pub fn session(s: &Session, node: &str) -> Value {
         "input_mode": "pane",
         "can_open_terminal": true,
         "can_prompt": s.can_prompt(),
+        "interaction": interaction,
         "repo": f.repo,
         "branch": f.branch,
         "node": node,
