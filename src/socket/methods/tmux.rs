@@ -48,6 +48,13 @@
 //! sessions, which only the operator reads: a pane may be anything the
 //! operator runs.
 //!
+//! `sessions.focus` also takes a composite id with this node's prefix,
+//! `<node_id>:<session id>` (seed 004, Composite ids: "A node accepts a
+//! composite id with its own prefix in sessions.focus"); the node id is
+//! `daemon.node_name`, and the prefix is taken off only when what follows
+//! is a session id, so `default:%3` on a node named `default` stays as it
+//! is.
+//!
 //! A pane method on a session of the daemon (which has no pane) fails with
 //! `no-terminal-control` ("session has no terminal control"); on an id no
 //! one knows, with `session-not-found` ("unknown session: <id>"), as seed
@@ -98,7 +105,15 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.capture" => {
             pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Capture)))
         }
-        "sessions.focus" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Focus))),
+        "sessions.focus" => {
+            let mut p = p;
+            if let Some(Value::String(id)) = p.get_mut("session_id") {
+                if let Some(rest) = local_id(d, id) {
+                    *id = rest;
+                }
+            }
+            pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Focus)))
+        }
         "sessions.kill" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Kill))),
         "sessions.key" => pane_call(d, &req, p, |p: KeyParams| {
             check_keys(&p.keys)?;
@@ -304,6 +319,13 @@ struct InputParams {
     submit: bool,
     #[serde(default)]
     prepare: bool,
+}
+
+/// The session id in `id` when it is a composite id with this node's
+/// prefix (module comment).
+fn local_id(d: &Daemon, id: &str) -> Option<String> {
+    let rest = id.strip_prefix(d.node_name.as_str())?.strip_prefix(':')?;
+    (d.tmux.state.owns_id(rest) || d.core.sessions.get(rest).is_some()).then(|| rest.to_string())
 }
 
 /// Decodes a pane method's params, checks the caller and the session, and
