@@ -1086,6 +1086,11 @@ pub const TMUX_WAITERS_MAX: usize = 256;
 /// while someone watches the sessions, a scan every 2 s; a scan younger
 /// than this answers `sessions.list` and the pane methods.
 pub const TMUX_RESCAN_MS: u64 = 2_000;
+/// The prompt line a screen-read `awaiting_input` session shows as its
+/// `interaction.message` (seed 004: "its interaction field describes the
+/// request"): one screen line, cut at this many characters so that a
+/// 1000-column pane does not make a long session event.
+pub const TMUX_PROMPT_LINE_MAX: usize = 256;
 /// Processes read from /proc per scan, and looked at in one pane's tree.
 pub const PROC_SCAN_MAX: usize = 65_536;
 pub const PROC_TREE_MAX: usize = 4096;

@@ -1405,3 +1405,103 @@ fn a_tmux_seat_starts_its_command_in_a_pane_of_the_daemon_s_own_server() {
     drop(c);
     drop(d);
 }
+
+/// The seed's answers on pane sessions that the review found missing: a
+/// terminal.open right after the spawn that made its pane, a composite id
+/// with the node's own prefix in sessions.focus, sessions.respond dropping
+/// the answer (no agent waits on the node), session.rename refused with
+/// the seed's texts, and a screen-read permission prompt as an
+/// `interaction`.
+#[test]
+fn pane_sessions_take_the_seed_s_open_focus_respond_and_rename() {
+    if !have_tmux() {
+        return;
+    }
+    let mut r = rig("tmux-seed");
+    let list = r.refresh_until("the fake agent", |l| find(l, "default:%0").is_some());
+    let id = "default:%0";
+    assert_eq!(find(&list, id).unwrap()["interaction"], Value::Null);
+    let node = find(&list, id).unwrap()["node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The spawn's own pane is known to the very next call.
+    let v = r.c.call("sessions.spawn", json!({"command": "sleep 300"}));
+    let sid = v["session_id"].as_str().unwrap().to_string();
+    let open = json!({"term_id": "t1", "session_id": sid, "cols": 80, "rows": 24});
+    assert_eq!(r.c.call("terminal.open", open), Value::Null);
+    assert_eq!(
+        r.c.call("terminal.close", json!({"term_id": "t1"})),
+        Value::Null
+    );
+
+    // sessions.focus takes `<node_id>:<session id>`.
+    let composite = format!("{node}:{id}");
+    assert_eq!(
+        r.c.call("sessions.focus", json!({"session_id": composite})),
+        Value::Null
+    );
+    let e = r.c.request(
+        "sessions.focus",
+        json!({"session_id": format!("{node}:default:%77")}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "session-not-found", "{e}");
+
+    // A permission prompt read from the screen is the interaction.
+    r.c.call(
+        "sessions.input",
+        json!({"session_id": id, "text": "ask", "submit": true}),
+    );
+    r.screen_until(id, "Do you want to proceed?");
+    let list = r.refresh_until("awaiting input", |l| {
+        find(l, id).is_some_and(|s| s["status"] == "awaiting_input")
+    });
+    assert_eq!(
+        find(&list, id).unwrap()["interaction"],
+        json!({"kind": "permission", "message": "Do you want to proceed?"})
+    );
+
+    // sessions.respond: no agent waits on the node, so the answer is
+    // dropped with success; the prompt stays for the keys to answer.
+    let v = r.c.call(
+        "sessions.respond",
+        json!({"session_id": id, "behavior": "allow"}),
+    );
+    assert_eq!(v, Value::Null);
+    let e = r.c.request(
+        "sessions.respond",
+        json!({"session_id": id, "behavior": "allow", "request_id": "x"}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "not-pending", "{e}");
+    let e = r.c.request(
+        "sessions.respond",
+        json!({"session_id": "default:%77", "behavior": "deny"}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "session-not-found", "{e}");
+
+    // session.rename: Claude Code renames only through the Argus plugin,
+    // which a pane has not; other programs have no rename here.
+    let e =
+        r.c.request("session.rename", json!({"session_id": id, "name": "x"}));
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(
+        e["error"]["message"], "rename needs the Argus plugin connection",
+        "{e}"
+    );
+    let e =
+        r.c.request("session.rename", json!({"session_id": sid, "name": " y "}));
+    let m = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        m.starts_with("rename unsupported for ") && m.ends_with(" sessions"),
+        "{e}"
+    );
+    let e =
+        r.c.request("session.rename", json!({"session_id": id, "name": " "}));
+    assert_eq!(e["error"]["data"]["code"], "invalid-params", "{e}");
+    let e = r.c.request(
+        "session.rename",
+        json!({"session_id": "default:%77", "name": "x"}),
+    );
+    assert_eq!(e["error"]["data"]["code"], "session-not-found", "{e}");
+}

@@ -1835,3 +1835,142 @@ fn channels_follow_tmux_transcripts_and_hear_terminal_changes() {
     );
     assert_eq!(k["result"], Value::Null, "{k}");
 }
+
+/// The events of a sealed channel read until `pick` takes one: the
+/// `session.event`s on the way go to `events`, answers are skipped.
+fn sealed_event_until(
+    c: &mut Client,
+    ch: &mut Channel,
+    chan: &str,
+    events: &mut Vec<Value>,
+    what: &str,
+    pick: impl Fn(&Value) -> bool,
+) -> Value {
+    if let Some(i) = events.iter().position(&pick) {
+        return events.remove(i);
+    }
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let f = c.next_sealed(ch, chan);
+        if f["method"] == "session.event" {
+            if pick(&f["inner"]) {
+                return f["inner"].clone();
+            }
+            events.push(f["inner"].clone());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {what}: {events:?}"
+        );
+    }
+}
+
+/// A sealed call; the `session.event`s before its answer go to `events`.
+fn sealed_call_events(
+    c: &mut Client,
+    ch: &mut Channel,
+    chan: &str,
+    method: &str,
+    params: Value,
+    events: &mut Vec<Value>,
+) -> Value {
+    let (answer, notes) = c.sealed_call(ch, chan, method, params);
+    events.extend(notes.into_iter().filter(|n| n.get("session").is_some()));
+    answer
+}
+
+/// Tmux sessions on a channel's session stream (seed 004, Sessions: the
+/// snapshot, then live events): the discovered pane in the snapshot of a
+/// plaintext channel and of an E2EE one; a pane spawned from the channel
+/// opened at once with terminal.open, then `added` and, once killed,
+/// `removed`; a pane the operator opens by hand found by the rescans a
+/// channel keeps going with no socket watcher.
+#[test]
+fn channels_hear_tmux_sessions_and_open_a_pane_just_spawned() {
+    let Some(mut r) = term_rig("up-tses") else {
+        return;
+    };
+    let c = &mut r.c;
+    // Plaintext: the snapshot comes before the first answer.
+    let pchan = c.open(NODE);
+    let id = c.relay(&pchan, "ping", String::new());
+    let mut snapshot = Vec::new();
+    loop {
+        let f = c.expect("a frame on the plaintext channel", |v| {
+            v["route"]["chan_id"] == pchan
+        });
+        if f["id"] == json!(id) {
+            break;
+        }
+        if f["method"] == "session.event" {
+            snapshot.push(plain_params(&f));
+        }
+    }
+    assert!(
+        snapshot
+            .iter()
+            .any(|e| e["type"] == "added" && e["session"]["id"] == PANE),
+        "{snapshot:?}"
+    );
+
+    // E2EE: the snapshot follows message 2.
+    let echan = c.open(NODE);
+    let mut ch = c.handshake(&echan, &r.key);
+    let mut events = Vec::new();
+    let first = sealed_event_until(c, &mut ch, &echan, &mut events, "the snapshot", |e| {
+        e["session"]["id"] == PANE
+    });
+    assert_eq!(first["type"], "added", "{first}");
+    assert_eq!(first["session"]["frontend"], "tmux", "{first}");
+
+    let v = sealed_call_events(
+        c,
+        &mut ch,
+        &echan,
+        "sessions.spawn",
+        json!({"command": "sleep 300", "name": "live"}),
+        &mut events,
+    );
+    let sid = v["result"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    let open = json!({"term_id": "s", "session_id": sid, "cols": 80, "rows": 24});
+    let o = sealed_call_events(c, &mut ch, &echan, "terminal.open", open, &mut events);
+    assert_eq!(o, json!({"result": null}), "{o}");
+    let close = json!({"term_id": "s"});
+    let o = sealed_call_events(c, &mut ch, &echan, "terminal.close", close, &mut events);
+    assert_eq!(o, json!({"result": null}), "{o}");
+    let added = sealed_event_until(c, &mut ch, &echan, &mut events, "added", |e| {
+        e["type"] == "added" && e["session"]["id"] == json!(sid)
+    });
+    assert_eq!(added["session"]["source"], "spawned", "{added}");
+    let k = sealed_call_events(
+        c,
+        &mut ch,
+        &echan,
+        "sessions.kill",
+        json!({"session_id": sid}),
+        &mut events,
+    );
+    assert_eq!(k["result"], Value::Null, "{k}");
+    sealed_event_until(c, &mut ch, &echan, &mut events, "removed", |e| {
+        e["type"] == "removed" && e["session"]["id"] == json!(sid)
+    });
+
+    // No socket connection watches: the channels keep the rescans going.
+    r.servers.tmux(&[
+        "new-window",
+        "-d",
+        "-t",
+        "work:",
+        "--",
+        &util::fixture("tmux/claude"),
+    ]);
+    let by_hand = sealed_event_until(c, &mut ch, &echan, &mut events, "the new pane", |e| {
+        e["type"] == "added"
+            && e["session"]["tmux"]["server"] == "default"
+            && e["session"]["id"] != PANE
+    });
+    assert_eq!(by_hand["session"]["source"], "discovered", "{by_hand}");
+}

@@ -77,17 +77,21 @@ pub fn session(s: &Session, node: &str) -> Value {
         },
         "exit": s.exit.map(|e| json!({"code": e.code, "signal": e.signal.map(crate::procs::signal_name)})),
     });
-    // The seed's optional fields are absent, not null, when there is
-    // nothing to say ("interaction?: present only while the session waits
-    // for input").
-    if let Value::Object(m) = &mut v {
-        for k in ["agent_session_id", "name", "interaction", "exit"] {
-            if m.get(k).is_some_and(Value::is_null) {
-                m.remove(k);
+    absent_when_null(&mut v, &["agent_session_id", "name", "interaction", "exit"]);
+    v
+}
+
+/// Removes the `keys` of object `v` whose value is null: seed 004's
+/// optional Session fields are absent, not null, when there is nothing to
+/// say ("interaction?: present only while the session waits for input").
+pub fn absent_when_null(v: &mut Value, keys: &[&str]) {
+    if let Value::Object(m) = v {
+        for k in keys {
+            if m.get(*k).is_some_and(Value::is_null) {
+                m.remove(*k);
             }
         }
     }
-    v
 }
 
 /// seed 004's Interaction of a session's oldest open request. A plan

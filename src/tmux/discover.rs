@@ -21,7 +21,9 @@
 //!   without a transcript, is read from the screen: a line offering
 //!   "esc to interrupt" (or cancel) is `working`, and anything else
 //!   `idle`. A screen asking "Do you want to ..." (a permission prompt)
-//!   is `awaiting_input` for every agent, transcript or not.
+//!   is `awaiting_input` for every agent, transcript or not, and that
+//!   line of the screen, trimmed of the box drawn around it, is kept as
+//!   the request's `prompt` (seed 004's `interaction.message`).
 //!
 //! Blocking (files under /proc, the transcript, one capture per agent
 //! pane): it runs on the tmux workers.
@@ -71,6 +73,8 @@ pub struct Found {
     pub status: Status,
     pub transcript_path: Option<String>,
     pub agent_session_id: Option<String>,
+    /// While `awaiting_input`: the screen's prompt line (module comment).
+    pub prompt: Option<String>,
 }
 
 /// The process table: each process's parent and names.
@@ -194,6 +198,9 @@ pub fn scan(
             (_, Some(s)) => s,
             (s, None) => s,
         };
+        let prompt = (status == Status::AwaitingInput)
+            .then(|| prompt_line(&screen))
+            .flatten();
         let agent_session_id = transcript
             .as_ref()
             .and_then(|t| t.file_stem())
@@ -210,6 +217,7 @@ pub fn scan(
             status,
             transcript_path: transcript.map(|t| t.display().to_string()),
             agent_session_id,
+            prompt,
         });
     }
     found
@@ -299,6 +307,22 @@ pub fn screen_status(screen: &str) -> Status {
     } else {
         Status::Idle
     }
+}
+
+/// The line of a screen that asks "Do you want to ..." (a permission
+/// prompt), without the box drawn around it, at most
+/// `TMUX_PROMPT_LINE_MAX` characters.
+pub fn prompt_line(screen: &str) -> Option<String> {
+    let line = screen
+        .lines()
+        .find(|l| l.to_lowercase().contains("do you want to"))?;
+    let frame = |c: char| c.is_whitespace() || ('\u{2500}'..='\u{257f}').contains(&c) || c == '|';
+    let text: String = line
+        .trim_matches(frame)
+        .chars()
+        .take(limits::TMUX_PROMPT_LINE_MAX)
+        .collect();
+    Some(text)
 }
 
 /// The repository (its work tree's base name) and branch (or short
@@ -393,6 +417,21 @@ mod tests {
             Status::Working
         );
         assert_eq!(screen_status("> "), Status::Idle);
+    }
+
+    #[test]
+    fn a_permission_prompt_s_line_is_kept_without_its_box() {
+        let screen = "╭────╮\n│ Bash(rm x)                 │\n│ Do you want to proceed?    │\n│ ❯ 1. Yes │\n";
+        assert_eq!(
+            prompt_line(screen).as_deref(),
+            Some("Do you want to proceed?")
+        );
+        assert_eq!(prompt_line("> "), None);
+        let wide = format!("Do you want to {}", "x".repeat(2000));
+        assert_eq!(
+            prompt_line(&wide).map(|l| l.chars().count()),
+            Some(limits::TMUX_PROMPT_LINE_MAX)
+        );
     }
 
     #[test]

@@ -244,6 +244,10 @@ pub struct Tmux<R> {
     /// Another scan is to follow the one running: a refresh came after it
     /// started.
     scan_again: bool,
+    /// A spawn was answered while the running scan ran: the scan may have
+    /// listed the panes before the new one existed, so it leaves the list
+    /// stale and another follows, for which every waiting call waits.
+    spawned_meanwhile: bool,
     /// Lists answered by the running scan, and by the next one.
     lists: Vec<R>,
     lists_next: Vec<R>,
@@ -263,6 +267,7 @@ impl<R> Tmux<R> {
             scanned_at_ms: None,
             scanning: false,
             scan_again: false,
+            spawned_meanwhile: false,
             lists: Vec::new(),
             lists_next: Vec::new(),
             pane_calls: Vec::new(),
@@ -474,6 +479,7 @@ impl<R> Tmux<R> {
             Job::Scan { .. } => {
                 self.scanning = false;
                 self.scan_again = false;
+                self.spawned_meanwhile = false;
                 let mut fx: Vec<Effect<R>> = Vec::new();
                 for r in self.lists.drain(..).chain(self.lists_next.drain(..)) {
                     fx.push(Effect::Reply(r, Err(Error::Overloaded)));
@@ -535,9 +541,12 @@ impl<R> Tmux<R> {
                 fx.push(Effect::Reply(reply, answer));
                 if spawned {
                     // The new session shows in the list, and to watchers,
-                    // once a scan has seen it.
+                    // once a scan has seen it: the next call scans first,
+                    // and a scan that runs now may predate the pane.
                     self.scanned_at_ms = None;
-                    if self.armed {
+                    if self.scanning {
+                        self.spawned_meanwhile = true;
+                    } else if self.armed {
                         fx.extend(self.scan());
                     }
                 }
@@ -592,6 +601,17 @@ impl<R> Tmux<R> {
         let mut fx = Vec::new();
         if !changes.is_empty() {
             fx.push(Effect::Changed(changes));
+        }
+        if std::mem::take(&mut self.spawned_meanwhile) {
+            // This scan may lack a pane a spawn just answered: the calls
+            // waiting, those that wait for the next scan too, wait for one
+            // that starts now.
+            self.scanned_at_ms = None;
+            self.scan_again = false;
+            let next = std::mem::take(&mut self.lists_next);
+            self.lists.extend(next);
+            fx.extend(self.scan());
+            return fx;
         }
         let list = self.listed();
         for r in self.lists.drain(..) {
@@ -657,6 +677,7 @@ mod tests {
             status,
             transcript_path: None,
             agent_session_id: None,
+            prompt: None,
         }
     }
 
@@ -820,5 +841,44 @@ mod tests {
         let fx = t.list(2, 100_000);
         let job = jobs(&fx).pop().unwrap();
         assert_eq!(replies(&t.refused(job)), [(2, Err(Error::Overloaded))]);
+    }
+
+    #[test]
+    fn a_scan_that_ran_while_a_spawn_answered_is_followed_by_another() {
+        let mut t: Tmux<u32> = Tmux::new(servers());
+        t.list(1, 0);
+        let fx = t.spawn(2, "w".into(), "/w".into(), vec!["sh".into()]);
+        let [Job::Call { ticket, .. }] = jobs(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = t.on_report(
+            Report::Done {
+                ticket,
+                result: Ok(Done::Spawned("%5".into())),
+            },
+            1,
+        );
+        assert!(matches!(
+            &replies(&fx)[..],
+            [(2, Ok(Answer::Spawned { .. }))]
+        ));
+        // A pane call on the new pane waits for the scan that runs.
+        assert!(
+            t.pane(3, "omniconflux:%5".into(), Op::Capture, 2)
+                .is_empty()
+        );
+        // That scan may predate the pane: nothing is answered from it.
+        let fx = t.on_report(scanned(vec![]), 3);
+        assert!(replies(&fx).is_empty(), "{fx:?}");
+        assert_eq!(jobs(&fx).len(), 1, "another scan starts");
+        let mut own = found("%5", "sh", Status::Idle);
+        own.id = "omniconflux:%5".into();
+        own.server = OWN_SERVER.into();
+        let fx = t.on_report(scanned(vec![own]), 4);
+        assert_eq!(replies(&fx).iter().map(|r| r.0).collect::<Vec<_>>(), [1]);
+        assert!(
+            matches!(&jobs(&fx)[..], [Job::Call { pane, op: Op::Capture, .. }] if pane == "%5"),
+            "{fx:?}"
+        );
     }
 }

@@ -39,11 +39,15 @@
 //!
 //! Sessions (seed 004, "Connecting a client": "The session snapshot starts
 //! when the channel exists"): a new channel gets one `session.event`
-//! `added` per session (after message 2 on an E2EE channel, before the
-//! answer to the first request on a plaintext one), then every `added` and
+//! `added` per session, the daemon's own and the tmux sessions of the
+//! last scan (after message 2 on an E2EE channel, before the answer to
+//! the first request on a plaintext one), then every `added` and
 //! `updated` the socket's watchers get, as relay notifications sealed in
 //! order with the answers, and `removed` (with its last state) when the
-//! core forgets an ended session (`[agents] ended_kept`).
+//! core forgets an ended session (`[agents] ended_kept`) or a tmux
+//! session leaves the list. A channel is a watcher of the tmux sessions
+//! as a `sessions.subscribe` connection is: while one is open the daemon
+//! rescans every `TMUX_RESCAN_MS` (src/daemon/router/tmux.rs).
 //!
 //! Transcripts: `transcript.subscribe` keeps its subscription on the
 //! channel (`socket::watches::Subscriber::Chan`), and its deltas come here
@@ -619,17 +623,53 @@ fn write_answer(d: &mut Daemon, req: Req, result: Result<Value, RpcError>, count
     send(d, link, line(&frame));
 }
 
-/// The start of a channel's session stream: `added` for every session.
+/// The start of a channel's session stream: `added` for every session,
+/// the daemon's own and then the tmux sessions of the last scan. The
+/// channel watches already ("The node subscribes before it sends the
+/// snapshot"): it counts as a watcher of the tmux sessions from now on,
+/// so a scan starts, whose changes follow as live events.
 fn snapshot(d: &mut Daemon, link: u64, chan: &str) {
     let node = d.node_name.clone();
-    let events: Vec<Value> = d
+    let own = d
         .core
         .sessions
         .iter()
-        .map(|s| json!({"type": "added", "session": crate::socket::views::session(s, &node)}))
+        .map(|s| crate::socket::views::session(s, &node));
+    let tmux = d
+        .tmux
+        .state
+        .sessions()
+        .map(|s| crate::socket::methods::tmux::session(s, &node));
+    let events: Vec<Value> = own
+        .chain(tmux)
+        .map(|s| json!({"type": "added", "session": s}))
         .collect();
     for ev in events {
         notify(d, link, chan, "session.event", &ev);
+    }
+    crate::daemon::router::tmux::chan_watching(d);
+}
+
+/// Whether the uplink has a channel open: each watches the sessions.
+pub fn any_open(d: &Daemon) -> bool {
+    d.uplink
+        .as_ref()
+        .and_then(|u| u.link.as_ref())
+        .is_some_and(|l| !l.chans.is_empty())
+}
+
+/// A change of the tmux sessions (`kind` added, updated or removed, with
+/// the session's view), for every channel of the link, as the socket's
+/// watchers get it.
+pub fn on_tmux(d: &mut Daemon, kind: &str, session: &Value) {
+    let Some(l) = d.uplink.as_ref().and_then(|u| u.link.as_ref()) else {
+        return;
+    };
+    let (link, chans): (u64, Vec<String>) = (l.id, l.chans.keys().cloned().collect());
+    let ev = json!({"type": kind, "session": session});
+    let plain = serde_json::to_vec(&ev).unwrap_or_default();
+    for chan in chans {
+        notify_event(d, link, &chan, &plain);
     }
 }
 

@@ -9,7 +9,10 @@
 //! A new operator watcher (`sessions.subscribe`) is sent an `added` event
 //! for each tmux session of the last scan right after its snapshot, since
 //! the snapshot holds the daemon's own sessions only, then a rescan tells
-//! it what changed since.
+//! it what changed since. Every relay channel of the uplink is a watcher
+//! too (its snapshot holds the tmux sessions, src/uplink/channels.rs): the
+//! changes go to the channels, and the rescan timer runs while a channel
+//! is open.
 //!
 //! The live terminals (seed 004, Terminals) are kept here too, by owner
 //! and term_id, because their owner is a surface's: a socket connection or
@@ -54,7 +57,9 @@ use crate::reactor::Msg;
 use crate::socket::watches::Subscriber;
 use crate::tmux::terminal::{self, Event, Input, Spec};
 use crate::tmux::worker::{Ctx, Pool};
-use crate::tmux::{Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server, Socket, Tmux};
+use crate::tmux::{
+    Change, DEFAULT_SERVER, Effect, OWN_SERVER, Op, Report, Server, Session, Socket, Tmux,
+};
 
 /// The tmux subsystem and its workers, and the live terminals: the
 /// daemon's `tmux` field.
@@ -66,7 +71,14 @@ pub struct Routes {
     terms: Terms,
     files: Files,
     wake: Wake,
+    /// Calls on a tmux session the last scan did not see, waiting for the
+    /// scan that runs (at most `TMUX_WAITERS_MAX`; [`when_seen`]).
+    unseen: Vec<(Req, String, Then)>,
 }
+
+/// What a call does once the scans have had their chance to see its tmux
+/// session: it gets the session as the last scan saw it, or `None`.
+pub type Then = Box<dyn FnOnce(&mut Daemon, Req, Option<Session>)>;
 
 /// The host's wakelock (src/tmux/wakelock.rs): whether the probe said
 /// systemd-inhibit works, the lock held, and the generation of its timer.
@@ -161,6 +173,7 @@ impl Routes {
             terms: Terms::default(),
             files: Files::default(),
             wake: Wake::default(),
+            unseen: Vec::new(),
         }
     }
 }
@@ -235,15 +248,43 @@ fn report(d: &mut Daemon, r: Report) {
     let fx = d.tmux.state.on_report(r, crate::clock::now_ms());
     apply(d, fx);
     if scanned {
-        // The scan is fresh now: these are answered from it.
-        for (req, sid, agent, want) in std::mem::take(&mut d.tmux.files.unseen) {
-            transcript_request(d, req, sid, agent, want);
+        // The scan is fresh now (or another runs, which they wait for).
+        for (req, sid, then) in std::mem::take(&mut d.tmux.unseen) {
+            when_seen(d, req, sid, then);
         }
     }
 }
 
+/// Runs `then` with tmux session `sid` as the scans know it: at once when
+/// the last scan saw it or is fresh, and after a new scan otherwise, so
+/// that a pane that appeared since (one a spawn just made, one the
+/// operator opened by hand) is found (module comment of src/tmux/mod.rs,
+/// Rescans). Past `TMUX_WAITERS_MAX` waiting, it answers from what it has.
+pub fn when_seen(d: &mut Daemon, req: Req, sid: String, then: Then) {
+    let seen = d.tmux.state.sessions().any(|s| s.found.id == sid);
+    if !seen && d.tmux.unseen.len() < limits::TMUX_WAITERS_MAX {
+        let (wait, fx) = d.tmux.state.rescan(crate::clock::now_ms());
+        if wait {
+            d.tmux.unseen.push((req, sid, then));
+            apply(d, fx);
+            return;
+        }
+    }
+    let s = d.tmux.state.sessions().find(|s| s.found.id == sid).cloned();
+    then(d, req, s)
+}
+
+/// A relay channel began: it watches the sessions as an operator's
+/// `sessions.subscribe` does (src/uplink/channels.rs sent it the tmux
+/// sessions of the last scan with its snapshot), so a scan now, and the
+/// timer while channels are open.
+pub fn chan_watching(d: &mut Daemon) {
+    let fx = d.tmux.state.watch();
+    apply(d, fx);
+}
+
 fn tick(d: &mut Daemon) {
-    let watched = operator_watchers(d).next().is_some();
+    let watched = operator_watchers(d).next().is_some() || crate::uplink::channels::any_open(d);
     let fx = d.tmux.state.tick(watched);
     apply(d, fx);
 }
@@ -266,7 +307,7 @@ fn apply(d: &mut Daemon, fx: Vec<Effect<Req>>) {
                 if let Err(job) = d.tmux.pool.submit(job) {
                     queue.extend(d.tmux.state.refused(*job));
                     if scan {
-                        for (req, ..) in std::mem::take(&mut d.tmux.files.unseen) {
+                        for (req, ..) in std::mem::take(&mut d.tmux.unseen) {
                             d.answer(
                                 req,
                                 Err(RpcError::new(
@@ -289,10 +330,13 @@ fn apply(d: &mut Daemon, fx: Vec<Effect<Req>>) {
     }
 }
 
-/// Sends each change to the operator connections that watch the sessions.
+/// Sends each change to the operator connections that watch the sessions
+/// and to every relay channel (counted in its event buffer, as the
+/// daemon's own sessions' events are).
 fn notify(d: &mut Daemon, changes: &[Change]) {
     let targets: Vec<Token> = operator_watchers(d).collect();
-    if targets.is_empty() {
+    let chans = crate::uplink::channels::any_open(d);
+    if targets.is_empty() && !chans {
         return;
     }
     let node = d.node_name.clone();
@@ -302,9 +346,13 @@ fn notify(d: &mut Daemon, changes: &[Change]) {
             Change::Updated(s) => ("updated", s),
             Change::Removed(s) => ("removed", s),
         };
-        let line = event_line(kind, &crate::socket::methods::tmux::session(s, &node));
+        let view = crate::socket::methods::tmux::session(s, &node);
+        let line = event_line(kind, &view);
         for t in &targets {
             d.send(*t, &line);
+        }
+        if chans {
+            crate::uplink::channels::on_tmux(d, kind, &view);
         }
     }
 }
@@ -344,8 +392,28 @@ pub struct OpenTerminal {
 /// terminal.open by `who` (a connection or a channel): answered once
 /// attached. A second open of the same term_id replaces the first; an open
 /// of a session that another terminal shows evicts that one, whoever holds
-/// it (the last opener wins).
+/// it (the last opener wins). A tmux session the last scan did not see is
+/// looked for as the pane methods look for theirs ([`when_seen`]).
 pub fn open_terminal(d: &mut Daemon, req: Req, who: Subscriber, o: OpenTerminal) {
+    match &o.target {
+        Target::Session(id) if d.tmux.state.owns_id(id) => {
+            let id = id.clone();
+            when_seen(
+                d,
+                req,
+                id,
+                Box::new(move |d, req, _| open_now(d, req, who, o)),
+            );
+        }
+        _ => open_now(d, req, who, o),
+    }
+}
+
+fn open_now(d: &mut Daemon, req: Req, who: Subscriber, o: OpenTerminal) {
+    if !alive(d, &who) {
+        // Gone while the open waited for a scan: nothing would close it.
+        return;
+    }
     let (spec, feed) = match spec_of(d, &o) {
         Ok(s) => s,
         Err(e) => return d.answer(req, Err(e)),
@@ -433,6 +501,14 @@ fn send_note(d: &mut Daemon, to: &Subscriber, method: &str, params: &Value) -> b
             let plain = serde_json::to_vec(params).unwrap_or_default();
             crate::uplink::channels::notify_plain(d, *link, chan, method, &plain)
         }
+    }
+}
+
+/// Whether the connection or channel `who` is still open.
+fn alive(d: &Daemon, who: &Subscriber) -> bool {
+    match who {
+        Subscriber::Conn(conn) => d.socket.conns.contains_key(conn),
+        Subscriber::Chan { link, chan } => crate::uplink::channels::exists(d, *link, chan),
     }
 }
 
@@ -786,9 +862,6 @@ pub enum Want {
 
 #[derive(Default)]
 struct Files {
-    /// Requests on a session the last scan did not see, waiting for the
-    /// scan that runs (at most `TMUX_WAITERS_MAX`).
-    unseen: Vec<(Req, String, Option<String>, Want)>,
     slots: HashMap<String, Slot>,
     /// (connection or channel, sub_id) -> session id.
     subs: HashMap<(Subscriber, String), String>,
@@ -816,17 +889,24 @@ pub fn transcript_request(
     agent: Option<String>,
     want: Want,
 ) {
-    let Some(s) = d.tmux.state.sessions().find(|s| s.found.id == sid) else {
-        // A session a stale scan does not know may be there: wait for a
-        // new scan once (module comment of src/tmux/mod.rs, Rescans).
-        if d.tmux.files.unseen.len() < limits::TMUX_WAITERS_MAX {
-            let (wait, fx) = d.tmux.state.rescan(crate::clock::now_ms());
-            if wait {
-                d.tmux.files.unseen.push((req, sid, agent, want));
-                apply(d, fx);
-                return;
-            }
-        }
+    // A session a stale scan does not know may be there ([`when_seen`]).
+    when_seen(
+        d,
+        req,
+        sid.clone(),
+        Box::new(move |d, req, s| transcript_seen(d, req, sid, s, agent, want)),
+    );
+}
+
+fn transcript_seen(
+    d: &mut Daemon,
+    req: Req,
+    sid: String,
+    s: Option<Session>,
+    agent: Option<String>,
+    want: Want,
+) {
+    let Some(s) = s else {
         return d.answer(
             req,
             Err(RpcError::new(
@@ -1038,12 +1118,7 @@ fn transcript_read(d: &mut Daemon, sid: String, read: crate::tmux::transcript::F
                         .saturating_sub(limits::TRANSCRIPT_PAGE_MAX),
                 );
                 let per_conn = d.tmux.files.subs.keys().filter(|k| k.0 == who).count();
-                let alive = match &who {
-                    Subscriber::Conn(conn) => d.socket.conns.contains_key(conn),
-                    Subscriber::Chan { link, chan } => {
-                        crate::uplink::channels::exists(d, *link, chan)
-                    }
-                };
+                let alive = alive(d, &who);
                 let key = (who, sub_id.clone());
                 if !d.tmux.files.subs.contains_key(&key)
                     && per_conn >= limits::TRANSCRIPT_SUBS_PER_CONN

@@ -12,7 +12,9 @@
 //! `interaction.request_id`, which is the approval's id), else the
 //! session's oldest open one; a session with none takes the answer and
 //! drops it, as the seed says ("In all other cases, the node drops the
-//! answer and returns success"), once its fields are valid.
+//! answer and returns success"), once its fields are valid. So does a
+//! session in a tmux pane the scans know ([`tmux_pane`]): no agent waits
+//! on the node there.
 //!
 //! The decision, in this order:
 //!
@@ -217,6 +219,9 @@ fn respond(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
         )));
     }
     let session_id = p.session_id.clone();
+    if d.tmux.state.owns_id(&session_id) {
+        return tmux_pane(d, req, session_id, p.request_id);
+    }
     let Some(s) = d.core.sessions.get(&session_id) else {
         return Err(RpcError::new(
             Code::SessionNotFound,
@@ -306,5 +311,30 @@ fn respond(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     router::sessions::answer(d, answer, None, move |d, r| {
         d.answer(req, r.map(|_| Value::Null))
     });
+    Ok(None)
+}
+
+/// A respond to a session in a tmux pane: no agent waits on the node for
+/// the answer, so a session the scans know takes it and drops it (seed
+/// 004: "In all other cases, the node drops the answer and returns
+/// success"); an answer is typed into the pane with `sessions.key`. Its
+/// `interaction` has no `request_id`, so one given names nothing waiting.
+fn tmux_pane(d: &mut Daemon, req: &Req, sid: String, request_id: Option<String>) -> Handled {
+    let id = sid.clone();
+    let then: router::tmux::Then = Box::new(move |d, req, s| {
+        let out = match (s, request_id) {
+            (None, _) => Err(RpcError::new(
+                Code::SessionNotFound,
+                format!("unknown session {sid}"),
+            )),
+            (Some(_), Some(id)) => Err(RpcError::new(
+                Code::NotPending,
+                format!("request {id} of session {sid} is not waiting for an answer"),
+            )),
+            (Some(_), None) => Ok(Value::Null),
+        };
+        d.answer(req, out)
+    });
+    router::tmux::when_seen(d, req.clone(), id, then);
     Ok(None)
 }

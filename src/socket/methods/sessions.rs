@@ -13,7 +13,7 @@
 //! | sessions.input          | operator | {queued, queue_length}                       |
 //! | sessions.interrupt      | operator | {interrupted}                                |
 //! | sessions.kill           | operator | {ended}                                      |
-//! | session.rename          | operator | {name, applied}                              |
+//! | session.rename          | operator | {name, applied}; a tmux session's is refused |
 //! | sessions.transcriptView | anyone†  | {entries}                                    |
 //! | sessions.toolDetail     | anyone†  | ToolDetail                                   |
 //! | transcript.subscribe    | anyone†  | TranscriptDelta; then `transcript.delta`s    |
@@ -185,11 +185,36 @@ struct RenameParams {
 fn session_rename(d: &mut Daemon, req: &Req, p: Map<String, Value>) -> Handled {
     let RenameParams { session_id, name } = params(p)?;
     require_operator(req)?;
+    if d.tmux.state.owns_id(&session_id) {
+        sessions::clean_name(&name)?;
+        let id = session_id.clone();
+        let then: router::tmux::Then = Box::new(move |d, req, s| {
+            let e = match s {
+                None => sessions::not_found(&session_id),
+                Some(s) => rename_refused(&s.found.agent),
+            };
+            d.answer(req, Err(e))
+        });
+        router::tmux::when_seen(d, req.clone(), id, then);
+        return Ok(None);
+    }
     let req = req.clone();
     router::sessions::rename(d, &session_id, &name, move |d, r| {
         d.answer(req, r.map(|name| json!({"name": name, "applied": true})))
     })?;
     Ok(None)
+}
+
+/// Why a session in a tmux pane of `agent` is not renamed, in seed 004's
+/// words: the daemon drives a pane by its keys, and has neither the Argus
+/// plugin connection Claude Code renames through nor another agent's
+/// rename feature (its API) for a pane.
+fn rename_refused(agent: &str) -> RpcError {
+    let m = match agent {
+        "claude" => "rename needs the Argus plugin connection".to_string(),
+        other => format!("rename unsupported for {other} sessions"),
+    };
+    RpcError::new(Code::InvalidRequest, m)
 }
 
 /// Runs `job` on the ledger reader and answers with what it returns.

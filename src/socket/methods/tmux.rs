@@ -48,6 +48,13 @@
 //! sessions, which only the operator reads: a pane may be anything the
 //! operator runs.
 //!
+//! `sessions.focus` also takes a composite id with this node's prefix,
+//! `<node_id>:<session id>` (seed 004, Composite ids: "A node accepts a
+//! composite id with its own prefix in sessions.focus"); the node id is
+//! `daemon.node_name`, and the prefix is taken off only when what follows
+//! is a session id, so `default:%3` on a node named `default` stays as it
+//! is.
+//!
 //! A pane method on a session of the daemon (which has no pane) fails with
 //! `no-terminal-control` ("session has no terminal control"); on an id no
 //! one knows, with `session-not-found` ("unknown session: <id>"), as seed
@@ -98,7 +105,15 @@ pub fn dispatch(d: &mut Daemon, req: Req, method: &str, p: Map<String, Value>) {
         "sessions.capture" => {
             pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Capture)))
         }
-        "sessions.focus" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Focus))),
+        "sessions.focus" => {
+            let mut p = p;
+            if let Some(Value::String(id)) = p.get_mut("session_id") {
+                if let Some(rest) = local_id(d, id) {
+                    *id = rest;
+                }
+            }
+            pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Focus)))
+        }
         "sessions.kill" => pane_call(d, &req, p, |p: SessionRef| Ok((p.session_id, Op::Kill))),
         "sessions.key" => pane_call(d, &req, p, |p: KeyParams| {
             check_keys(&p.keys)?;
@@ -304,6 +319,13 @@ struct InputParams {
     submit: bool,
     #[serde(default)]
     prepare: bool,
+}
+
+/// The session id in `id` when it is a composite id with this node's
+/// prefix (module comment).
+fn local_id(d: &Daemon, id: &str) -> Option<String> {
+    let rest = id.strip_prefix(d.node_name.as_str())?.strip_prefix(':')?;
+    (d.tmux.state.owns_id(rest) || d.core.sessions.get(rest).is_some()).then(|| rest.to_string())
 }
 
 /// Decodes a pane method's params, checks the caller and the session, and
@@ -666,11 +688,23 @@ fn answer(a: Answer) -> Value {
     }
 }
 
-/// The daemon socket's Session of a tmux pane (seed 004, Session).
+/// The daemon socket's Session of a tmux pane (seed 004, Session). A
+/// session `awaiting_input` was read so from its screen (a permission
+/// prompt; src/tmux/discover.rs): its `interaction` is a `permission`
+/// whose `message` is the prompt line, and it has no `request_id` or
+/// `options`, since no agent waits on the node for the answer (an answer
+/// is typed into the pane with `sessions.key` or `sessions.input`).
 pub fn session(s: &Session, node: &str) -> Value {
     let f = &s.found;
     let status = f.status.wire_name();
-    json!({
+    let interaction = match f.status {
+        tmux::Status::AwaitingInput => json!({
+            "kind": "permission",
+            "message": f.prompt.clone().unwrap_or_default(),
+        }),
+        _ => Value::Null,
+    };
+    let mut v = json!({
         "id": f.id,
         "agent": f.agent,
         "agent_session_id": f.agent_session_id,
@@ -691,10 +725,23 @@ pub fn session(s: &Session, node: &str) -> Value {
         "input_mode": "pane",
         "can_open_terminal": true,
         "can_prompt": s.can_prompt(),
+        "interaction": interaction,
         "repo": f.repo,
         "branch": f.branch,
         "node": node,
-    })
+    });
+    crate::socket::views::absent_when_null(
+        &mut v,
+        &[
+            "agent_session_id",
+            "cwd",
+            "transcript_path",
+            "interaction",
+            "repo",
+            "branch",
+        ],
+    );
+    v
 }
 
 /// seed 004's Terminal: the home directory in `cwd` shown as `~`.
