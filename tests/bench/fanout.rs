@@ -42,6 +42,15 @@ pub const STALLED: &str = "fanout_stalled_subscriber";
 const SUBSCRIBERS: usize = 4;
 const CHUNKS_PER_TURN: usize = 256;
 const PAD: usize = 64;
+/// Prompts kept waiting behind the running turn. It was 2, polled every
+/// 5 ms: a turn of 256 chunks takes about 1 ms when the daemon keeps up, so
+/// the queue ran dry within each sleep and the figure measured this
+/// feeder (about 50,000 chunks/s, 3 turns per 5 ms sleep plus the calls)
+/// rather than the daemon, with core 0 idle a third of the time. 16 turns
+/// outlast a sleep with room to spare and stay under the daemon's bound of
+/// 32 (`limits::AGENT_PROMPT_QUEUE`).
+const QUEUE_DEPTH: u64 = 16;
+const POLL_MS: u64 = 5;
 /// The queue bound of the stalled figure's daemon (the smallest allowed is
 /// 64 KiB; the default is 8 MiB).
 const MAX_QUEUED: usize = 1024 * 1024;
@@ -215,6 +224,8 @@ struct RoundResult {
     peak_rss_kib: f64,
     stalled_closed: Option<bool>,
     stalled_bytes: usize,
+    /// Feeder polls that found no prompt waiting (daemon rounds only).
+    drained_polls: usize,
 }
 
 /// One round on the daemon: a new session, SUBSCRIBERS readers (and a
@@ -267,23 +278,28 @@ fn daemon_round(
         subscribe(&mut c)?;
         stalled = Some(c);
     }
-    // Keep prompts queued for the window.
+    // Keep prompts queued for the window: QUEUE_DEPTH waiting, topped up
+    // after each POLL_MS sleep. A poll that finds none waiting means the
+    // agent may have idled for want of a prompt (`drained_polls`).
     let t0 = Instant::now();
     let mut peak = 0f64;
+    let mut drained_polls = 0;
     while t0.elapsed() < window {
         let q = ctl.call("sessions.input", json!({"session_id": sid, "text": "go"}))?;
         peak = peak.max(util::vm_rss_kib(daemon_pid).unwrap_or(0.0));
-        if q["queue_length"].as_u64().unwrap_or(0) >= 2 {
+        if q["queue_length"].as_u64().unwrap_or(0) >= QUEUE_DEPTH {
             while t0.elapsed() < window {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(POLL_MS));
                 peak = peak.max(util::vm_rss_kib(daemon_pid).unwrap_or(0.0));
                 let s = ctl.call("sessions.get", json!({"session_id": sid}))?;
-                if s["queued"]
+                let waiting = s["queued"]
                     .as_u64()
                     .or_else(|| s["queue_length"].as_u64())
-                    .unwrap_or(0)
-                    < 2
-                {
+                    .unwrap_or(0);
+                if waiting == 0 {
+                    drained_polls += 1;
+                }
+                if waiting < QUEUE_DEPTH {
                     break;
                 }
             }
@@ -304,6 +320,7 @@ fn daemon_round(
         peak_rss_kib: peak,
         stalled_closed: None,
         stalled_bytes: 0,
+        drained_polls,
     };
     for h in handles {
         let s = h.join().map_err(|_| "subscriber panicked")?;
@@ -500,6 +517,7 @@ fn nats_round(
         peak_rss_kib: 0.0,
         stalled_closed: None,
         stalled_bytes: 0,
+        drained_polls: 0,
     };
     for h in handles {
         let s = h.join().map_err(|_| "nats subscriber panicked")?;
@@ -582,6 +600,7 @@ fn rate_and_delay(py: &Path, nats: &Path, placement: util::Placement) -> Result<
             ("wire_bytes_per_chunk_delivery", util::round3(bytes_per_delivery)),
             ("event_notes_per_subscriber", json!(d.iter().map(|r| r.events / SUBSCRIBERS).collect::<Vec<_>>())),
             ("delivery_path", json!("transcript.delta (message chunks are not ledger events; events.subscribe carries only turn.start/turn.end)")),
+            ("drained_polls", json!(d.iter().map(|r| r.drained_polls).collect::<Vec<_>>())),
             ("value_spread", util::round3(util::spread(&dr))),
             ("baseline_spread", util::round3(util::spread(&nr))),
         ],
