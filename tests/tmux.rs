@@ -12,43 +12,8 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
+use util::tmux::Servers;
 use util::{Daemon, Opts, PATIENCE, TestDir, fixture};
-
-/// The tmux servers of one test, killed when it ends.
-struct Servers {
-    tmpdir: PathBuf,
-}
-
-impl Servers {
-    fn tmux(&self, server: &str, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(server)
-            .args(args)
-            .env("TMUX_TMPDIR", &self.tmpdir)
-            .env_remove("TMUX")
-            .output()
-            .expect("run tmux");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        for s in ["default", "omniconflux"] {
-            let _ = Command::new("tmux")
-                .args(["-L", s, "kill-server"])
-                .env("TMUX_TMPDIR", &self.tmpdir)
-                .env_remove("TMUX")
-                .output();
-        }
-    }
-}
 
 /// Dropped in this order: the client, the daemon, the tmux servers (whose
 /// sockets live in the test's directory), then the directory.

@@ -1392,42 +1392,6 @@ fn a_forgotten_session_is_removed_on_channels_and_the_socket() {
 
 // ---- terminals and tmux transcripts on channels (issue 15) ----
 
-/// The tmux servers of one test, on its own socket directory, killed when
-/// it ends (as in tests/tmux.rs).
-struct TmuxServers {
-    tmpdir: std::path::PathBuf,
-}
-
-impl TmuxServers {
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = std::process::Command::new("tmux")
-            .args(["-L", "default"])
-            .args(args)
-            .env("TMUX_TMPDIR", &self.tmpdir)
-            .env_remove("TMUX")
-            .output()
-            .expect("run tmux");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for TmuxServers {
-    fn drop(&mut self) {
-        for s in ["default", "omniconflux"] {
-            let _ = std::process::Command::new("tmux")
-                .args(["-L", s, "kill-server"])
-                .env("TMUX_TMPDIR", &self.tmpdir)
-                .env_remove("TMUX")
-                .output();
-        }
-    }
-}
-
 /// A gateway and a node whose HOME and tmux directory are the test's, with
 /// a fake Claude Code (tests/fixtures/tmux/claude) in pane `default:%0`,
 /// its transcript file ending a turn; a client online, and the node's
@@ -1439,7 +1403,7 @@ struct TermRig {
     transcript: std::path::PathBuf,
     n: Daemon,
     _gw: Daemon,
-    servers: TmuxServers,
+    servers: util::tmux::Servers,
     _dirs: (TestDir, TestDir),
 }
 
@@ -1449,7 +1413,7 @@ fn term_rig(name: &str) -> Option<TermRig> {
     let ndir = TestDir::new(name);
     let tmpdir = ndir.join("x");
     std::fs::create_dir_all(&tmpdir).unwrap();
-    let servers = TmuxServers { tmpdir };
+    let servers = util::tmux::Servers { tmpdir };
     let proj = ndir.join("proj");
     std::fs::create_dir_all(&proj).unwrap();
     let home = ndir.join("home");
@@ -1472,20 +1436,23 @@ fn term_rig(name: &str) -> Option<TermRig> {
         ),
     )
     .unwrap();
-    servers.tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        "work",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        "-c",
-        &proj.display().to_string(),
-        "--",
-        &util::fixture("tmux/claude"),
-    ]);
+    servers.tmux(
+        "default",
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "work",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "-c",
+            &proj.display().to_string(),
+            "--",
+            &util::fixture("tmux/claude"),
+        ],
+    );
     let (gw, addr) = gateway(&gdir, "127.0.0.1:0");
     let n = Daemon::start_with(
         &ndir.path,
@@ -1744,7 +1711,9 @@ fn a_phone_s_terminal_on_a_channel_is_evicted_by_the_socket_and_freed_by_relay_c
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let threads = term_threads(r.n.pid());
-        let views = r.servers.tmux(&["list-sessions", "-F", "#{session_name}"]);
+        let views = r
+            .servers
+            .tmux("default", &["list-sessions", "-F", "#{session_name}"]);
         if threads.is_empty() && !views.contains("omniconflux-view") {
             break;
         }
@@ -1959,14 +1928,17 @@ fn channels_hear_tmux_sessions_and_open_a_pane_just_spawned() {
     });
 
     // No socket connection watches: the channels keep the rescans going.
-    r.servers.tmux(&[
-        "new-window",
-        "-d",
-        "-t",
-        "work:",
-        "--",
-        &util::fixture("tmux/claude"),
-    ]);
+    r.servers.tmux(
+        "default",
+        &[
+            "new-window",
+            "-d",
+            "-t",
+            "work:",
+            "--",
+            &util::fixture("tmux/claude"),
+        ],
+    );
     let by_hand = sealed_event_until(c, &mut ch, &echan, &mut events, "the new pane", |e| {
         e["type"] == "added"
             && e["session"]["tmux"]["server"] == "default"

@@ -9,6 +9,7 @@
 
 pub mod http;
 pub mod need;
+pub mod tmux;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
