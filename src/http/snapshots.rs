@@ -77,3 +77,39 @@ impl Snapshots {
         map.insert(key, snap);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(at: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            at,
+            sid: "s-000000000001".into(),
+            body: Arc::from(&b"{}"[..]),
+            etag: "\"x\"".into(),
+        })
+    }
+
+    #[test]
+    fn an_entry_is_served_only_while_nothing_changed_and_the_map_stays_bounded() {
+        let reactor = crate::reactor::Reactor::new().unwrap();
+        let inbox = reactor.inbox();
+        let s = Snapshots::default();
+        s.put("s-000000000001", 20, snap(inbox.changes()));
+        assert!(s.get(&inbox, "s-000000000001", 20).is_some());
+        assert!(s.get(&inbox, "s-000000000001", 5).is_none(), "another tail");
+        inbox.changed();
+        assert!(s.get(&inbox, "s-000000000001", 20).is_none(), "stale");
+        for i in 0..limits::HTTP_SNAPSHOTS * 3 {
+            if i % 50 == 0 {
+                inbox.changed();
+            }
+            s.put(&format!("s-{i}"), 20, snap(inbox.changes()));
+            let held = s.map.read().unwrap().len();
+            assert!(held <= limits::HTTP_SNAPSHOTS, "{held} entries held");
+        }
+        let last = format!("s-{}", limits::HTTP_SNAPSHOTS * 3 - 1);
+        assert!(s.get(&inbox, &last, 20).is_some());
+    }
+}
