@@ -728,9 +728,11 @@ pub const HTTP_REQUESTS_PER_TURN: usize = 32;
 /// How long a handler with no other connection waiting keeps a keep-alive
 /// connection it just answered, for the client's next request, before
 /// giving it back to the poller (issue 11: "a handler could keep a busy
-/// connection until it goes idle"). A client that sends its next request
-/// at once, as a busy one does, needs well under a millisecond on
-/// loopback; an idle one costs the thread at most this long.
+/// connection until it goes idle"); while other connections may be
+/// waiting, the bound on a whole turn's waiting (http/listener.rs, "Busy
+/// connections"). A client that sends its next request at once, as a
+/// busy one does, needs well under a millisecond on loopback; an idle one
+/// costs the thread at most this long.
 pub const HTTP_BUSY_LINGER_MS: u64 = 1;
 
 /// The bearer token: "32 random bytes hex" (issue 6).
@@ -828,6 +830,15 @@ pub const HTTP_TAIL_MAX: usize = 200;
 /// entries, each within `HTTP_HISTORY_BYTES`: 64 x 256 KiB = 16 MiB at
 /// the very worst, a few KiB each for ordinary sessions).
 pub const HTTP_HISTORY_CACHE: usize = 64;
+
+/// Serialised `GET /sessions/{id}` answers that handler threads serve
+/// without the reactor (`http::snapshots`), keyed by path and tail. Not
+/// from the spec, which sets no figure: issue 11 asks that "reads of
+/// committed state need not wait for the reactor", and one per session
+/// and tail a dashboard polls at once is the same 64 as the history
+/// cache above, whose tails bound each answer (at most 64 answers of a
+/// `HTTP_TAIL_MAX` tail, as that cache holds).
+pub const HTTP_SNAPSHOTS: usize = 64;
 
 /// One history entry's text inline in a page or an event; longer text is
 /// cut there (`content_complete: false`) and stays whole in the ledger

@@ -12,6 +12,7 @@ use mio::{Poll, Token, Waker};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::daemon::Daemon;
@@ -34,6 +35,10 @@ pub enum Msg {
     Signal(libc::c_int),
     Committed(Vec<Committed>),
     Run(Task),
+    /// A closure that changes nothing a reader could see (an HTTP read of
+    /// committed state filling [`Inbox::changes`]'s cache): the only
+    /// message that does not count as a change.
+    Read(Task),
     /// A worker's typed report for the subsystem whose job started it,
     /// handed over by the router (daemon/router.rs).
     Report(crate::daemon::effects::Report),
@@ -44,6 +49,9 @@ pub enum Msg {
 pub struct Inbox {
     tx: Sender<Msg>,
     waker: Arc<Waker>,
+    /// Counts the reactor's units of work that may have changed state
+    /// (see [`Inbox::changed`]).
+    changes: Arc<AtomicU64>,
 }
 
 impl Inbox {
@@ -61,6 +69,29 @@ impl Inbox {
     /// Runs `task` on the reactor thread.
     pub fn run(&self, task: impl FnOnce(&mut Daemon) + Send + 'static) -> bool {
         self.send(Msg::Run(Box::new(task)))
+    }
+
+    /// Runs `task` on the reactor thread as a [`Msg::Read`]: it must
+    /// change nothing another reader could observe, or call
+    /// [`Inbox::changed`] before it does.
+    pub fn read(&self, task: impl FnOnce(&mut Daemon) + Send + 'static) -> bool {
+        self.send(Msg::Read(Box::new(task)))
+    }
+
+    /// Called by the reactor before each unit of work that may change
+    /// state (an event batch, a message other than [`Msg::Read`], a timer),
+    /// so before any answer that unit sends. A value read from
+    /// [`Inbox::changes`] that is still current therefore proves that
+    /// nothing was changed, and nothing acknowledged, since it was read:
+    /// what lets HTTP handlers answer reads of committed state without the
+    /// reactor (src/http/snapshots.rs).
+    pub fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The count of [`Inbox::changed`] so far.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     /// As [`Inbox::run`], but never blocks: false when the queue is full or
@@ -97,7 +128,11 @@ impl Reactor {
         Ok(Reactor {
             poll,
             rx,
-            inbox: Inbox { tx, waker },
+            inbox: Inbox {
+                tx,
+                waker,
+                changes: Arc::new(AtomicU64::new(0)),
+            },
             timers: BinaryHeap::new(),
             timer_tasks: Default::default(),
             next_timer: 0,

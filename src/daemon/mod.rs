@@ -313,6 +313,11 @@ impl Daemon {
                 }
                 continue;
             }
+            // Every unit of work that may change state counts a change
+            // before it runs (reactor.rs, `Inbox::changed`).
+            if events.iter().any(|ev| ev.token() != WAKER) {
+                self.inbox.changed();
+            }
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
@@ -345,7 +350,11 @@ impl Daemon {
                 self.on_msg(msg);
             }
             for task in self.reactor.due_timers() {
+                self.inbox.changed();
                 task(self);
+            }
+            if !self.pump.is_empty() {
+                self.inbox.changed();
             }
             for t in std::mem::take(&mut self.pump) {
                 if self.socket.wants_pump(t) {
@@ -370,7 +379,11 @@ impl Daemon {
     }
 
     fn on_msg(&mut self, msg: Msg) {
+        if !matches!(msg, Msg::Read(_)) {
+            self.inbox.changed();
+        }
         match msg {
+            Msg::Read(task) => task(self),
             Msg::Signal(sig) => self.on_signal(sig),
             Msg::Run(task) => task(self),
             Msg::Report(report) => router::report(self, report),

@@ -37,14 +37,20 @@
 //! Busy connections (issue 11: `GET /sessions/{id}` with 8 keep-alive
 //! clients reached 0.52 of a bare tiny_http handler, each request paying
 //! handler → poller → handler). After answering, a handler keeps the
-//! connection and waits up to `HTTP_BUSY_LINGER_MS` for its next request,
-//! but only while another handler thread is free and no connection is
-//! queued for one; a client that keeps sending thus stays on one thread,
-//! and the connection goes back to the poller once it is quiet that long
-//! or, after its next answer, when no other handler is free. A connection
-//! that becomes ready meanwhile is taken by the free handler, so none
-//! waits behind a lingering one, and with `http.threads = 1` no handler
-//! ever lingers.
+//! connection and waits for its next request, within one turn of at most
+//! `HTTP_REQUESTS_PER_TURN` such keeps: up to `HTTP_BUSY_LINGER_MS` each
+//! time while no other connection can want the thread (another handler is
+//! free and none is queued), and, while one may (every handler busy, or
+//! one queued), only up to `HTTP_BUSY_LINGER_MS` of waiting in the whole
+//! turn. A client that keeps sending thus stays on one thread without the
+//! poller's hop, also when there are more busy clients than handlers (the
+//! earlier rule kept one only while another handler was free, which 8
+//! clients on 4 handlers never saw); the connection goes back to the
+//! poller when it is quiet, when its turn ends, or when its waits while
+//! others were queued reach the bound. So a slow client that sends just
+//! often enough holds a thread at most `HTTP_BUSY_LINGER_MS` of idle
+//! waiting per turn while others wait, and a queued connection waits at
+//! most that plus the requests of the turns under way.
 //!
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
@@ -365,14 +371,15 @@ pub fn start(
                     free.fetch_sub(1, Ordering::AcqRel);
                     let Ok(conn) = got else { break };
                     let mut next = serve(&shared, conn);
-                    // A busy keep-alive client stays on this handler while
-                    // another handler is free and no connection waits (see
-                    // "Busy connections" above).
+                    // A busy keep-alive client stays on this handler for a
+                    // bounded turn (see "Busy connections" above).
+                    let mut turn = Turn::default();
                     while let Some(conn) = next.take() {
-                        let keep = !conn.r.head_pending()
-                            && free.load(Ordering::Acquire) > 0
-                            && rx.is_empty();
-                        if keep && next_head_soon(&conn) {
+                        let contended = free.load(Ordering::Acquire) == 0 || !rx.is_empty();
+                        let wait = turn.may_wait(contended);
+                        let kept = !conn.r.head_pending()
+                            && wait.is_some_and(|w| next_head_soon(&conn, w, &mut turn, contended));
+                        if kept {
                             next = serve(&shared, conn);
                         } else if back.try_send(conn).is_ok() {
                             let _ = waker.wake();
@@ -751,10 +758,39 @@ impl Poller {
     }
 }
 
-/// Whether bytes of a next request arrive on `conn` within
-/// `HTTP_BUSY_LINGER_MS` (or the peer closed, which the handler then
-/// notices at once). A connection waiting for its body is never kept.
-fn next_head_soon(conn: &Conn) -> bool {
+/// A handler's turn on one busy connection (see "Busy connections"
+/// above): how many times it was kept, and how long the handler waited
+/// for it while other connections might have wanted the thread.
+#[derive(Default)]
+struct Turn {
+    kept: usize,
+    contended_wait: Duration,
+}
+
+impl Turn {
+    /// How long the handler may wait for the connection's next request,
+    /// or None when the turn is over: after `HTTP_REQUESTS_PER_TURN`
+    /// keeps, or, when other connections may be waiting for a handler
+    /// (`contended`), once the turn has waited `HTTP_BUSY_LINGER_MS` in
+    /// all while they might.
+    fn may_wait(&self, contended: bool) -> Option<Duration> {
+        let linger = Duration::from_millis(limits::HTTP_BUSY_LINGER_MS);
+        if self.kept >= limits::HTTP_REQUESTS_PER_TURN {
+            return None;
+        }
+        let left = if contended {
+            linger.saturating_sub(self.contended_wait)
+        } else {
+            linger
+        };
+        (!left.is_zero()).then_some(left)
+    }
+}
+
+/// Whether bytes of a next request arrive on `conn` within `wait` (or the
+/// peer closed, which the handler then notices at once), counted in
+/// `turn`. A connection waiting for its body is never kept.
+fn next_head_soon(conn: &Conn, wait: Duration, turn: &mut Turn, contended: bool) -> bool {
     if conn.staged.is_some() {
         return false;
     }
@@ -763,11 +799,27 @@ fn next_head_soon(conn: &Conn) -> bool {
         events: libc::POLLIN,
         revents: 0,
     }];
-    let ms = limits::HTTP_BUSY_LINGER_MS as libc::c_int;
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    let start = Instant::now();
     // SAFETY: `fds` is a valid array of one pollfd for the length passed,
-    // and the descriptor stays open for the call (the connection is
-    // borrowed).
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    // the descriptor stays open for the call (the connection is
+    // borrowed), `ts` outlives it, and a null signal mask leaves the
+    // thread's mask as it is.
+    let n = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if contended {
+        turn.contended_wait += start.elapsed();
+    }
+    turn.kept += 1;
     n > 0
 }
 

@@ -11,6 +11,7 @@
 //! - [`peer`]: the process behind a local TCP peer, for caller classes;
 //! - [`problem`], [`etag`], [`pages`], [`uuid7`]: the HTTP rules;
 //! - [`sse`]: the streaming core and writers;
+//! - [`snapshots`]: reads of committed state answered without the reactor;
 //! - [`routes`]: the route table and the handlers.
 //!
 //! Threads: handler threads never touch the daemon's state. A handler that
@@ -40,6 +41,7 @@ pub mod peer;
 pub mod problem;
 pub mod routes;
 pub mod sessions;
+pub mod snapshots;
 pub mod sse;
 pub mod uuid7;
 pub mod wire;
@@ -82,6 +84,8 @@ pub struct Shared {
     pub in_flight: AtomicUsize,
     pub stopping: AtomicBool,
     next_stream: AtomicUsize,
+    /// Serialised answers handlers serve without the reactor.
+    pub snapshots: snapshots::Snapshots,
 }
 
 /// The reactor's side of the HTTP API.
@@ -141,6 +145,7 @@ impl Http {
             in_flight: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             next_stream: AtomicUsize::new(0),
+            snapshots: snapshots::Snapshots::default(),
         });
         let listener = listener::start(tcp, shared.clone(), cfg.threads, serve)?;
         crate::info!("serving HTTP on {addr} (token in {})", token_path.display());
@@ -230,6 +235,13 @@ pub enum Reply {
         status: u16,
         body: Value,
         etag: bool,
+        headers: Vec<(&'static str, String)>,
+    },
+    /// A representation serialised once and shared ([`snapshots`]): its
+    /// bytes and ETag, answered as [`Reply::Json`] with `etag` would be.
+    Shared {
+        body: Arc<[u8]>,
+        etag: String,
         headers: Vec<(&'static str, String)>,
     },
     /// An SSE stream: the closure writes the events after the head; it runs
@@ -365,8 +377,25 @@ pub fn reactor_call<T: Send + 'static>(
     shared: &Shared,
     f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static,
 ) -> Result<T, Problem> {
+    reactor_send(shared, false, f)
+}
+
+/// [`reactor_call`], or when `read`, for a closure that changes nothing
+/// another reader could observe, or counts its change first
+/// ([`crate::reactor::Msg::Read`]).
+pub fn reactor_send<T: Send + 'static>(
+    shared: &Shared,
+    read: bool,
+    f: impl FnOnce(&mut Daemon, Answer<T>) + Send + 'static,
+) -> Result<T, Problem> {
     let (tx, rx) = bounded(1);
-    if !shared.inbox.run(move |d| f(d, Answer(tx))) {
+    let task = move |d: &mut Daemon| f(d, Answer(tx));
+    let sent = if read {
+        shared.inbox.read(task)
+    } else {
+        shared.inbox.run(task)
+    };
+    if !sent {
         return Err(Problem::new(Code::ShuttingDown, "the daemon is stopping"));
     }
     match rx.recv_timeout(Duration::from_millis(limits::HTTP_REACTOR_WAIT_MS)) {
@@ -589,6 +618,11 @@ fn handle(
             etag,
             headers,
         }))) => json_response(head, status, &body, etag, headers),
+        Ok(Outcome::Replied(Ok(Reply::Shared {
+            body,
+            etag,
+            headers,
+        }))) => bytes_response(head, 200, body.to_vec(), Some(etag), headers),
         Ok(Outcome::Replied(Err(p))) | Err(p) => Response::problem(&p),
     };
     let keep = consumed && head.keep_alive() && !stopping;
@@ -612,10 +646,22 @@ fn json_response(
     headers: Vec<(&'static str, String)>,
 ) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let tag = etag.then(|| etag::of(&bytes));
+    bytes_response(head, status, bytes, tag, headers)
+}
+
+/// A JSON answer of serialised `bytes`, with the ETag `tag` of exactly
+/// those bytes when it is a representation.
+fn bytes_response(
+    head: &Head,
+    status: u16,
+    bytes: Vec<u8>,
+    tag: Option<String>,
+    headers: Vec<(&'static str, String)>,
+) -> Response {
     let mut r = Response::json(status, Vec::new());
     r.headers.extend(headers);
-    if etag {
-        let tag = etag::of(&bytes);
+    if let Some(tag) = tag {
         // Conditional reads. A change's preconditions are its handler's
         // (creation's If-None-Match: *, a conditional DELETE's If-Match).
         if head.method == "GET" {

@@ -59,6 +59,7 @@ use std::time::Duration;
 use super::pages;
 use super::problem::{Code, Problem};
 use super::routes::{counter, ledger_problem, negotiate, read_failed};
+use super::snapshots::Snapshot;
 use super::sse::{self, CollectionQueue, Start, Subscription, Topic};
 use super::uuid7::Uuid7;
 use super::{Answer, Ctx, Reply, Shared};
@@ -1323,48 +1324,86 @@ fn capture_then<T: Send + 'static>(
     tail: usize,
     then: impl FnOnce(&mut Daemon, &str, (u64, Value)) -> Result<T, Problem> + Send + 'static,
 ) -> Result<T, Problem> {
-    super::reactor_call(shared, move |d, answer: Answer<Result<T, Problem>>| {
-        let Some(sid) = readable(d, &class, &raw) else {
-            return answer.send(Err(not_found(&raw)));
-        };
-        let live = d.core.sessions.get(&sid).is_some();
-        if live {
-            // A live session's read carries the cursor a first watch
-            // resumes from (seed 002: "JSON reads return the same
-            // cursor pair for subsequent attachment"), so its topic
-            // starts here if no watch started it (issue 10, item 27).
-            // With every topic slot watched, the cursor stays null
-            // and a watch starts with a reset.
-            let _ = live_topic(d, &sid);
-            if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
-                let got = assemble(d, None, &sid, &raw, tail, items.as_ref().clone(), high);
-                return answer.send(got.and_then(|c| then(d, &sid, c)));
-            }
-        }
-        let start = history_cache(d).map_or(0, |c| c.begin(&sid));
-        let inbox = d.inbox.clone();
-        let fallback = answer.clone();
-        let queued = d.ledger.read(Box::new(move |conn| {
-            let got = read_row(conn, &sid)
-                .and_then(|row| Ok((row, read_history(conn, &sid, None, None, tail)?)));
-            inbox.run(move |d| {
-                let (row, (items, high)) = match got {
-                    Ok(v) => v,
-                    Err(e) => return answer.send(Err(read_failed(&e))),
+    capture_in(shared, false, class, raw, tail, move |d, sid, c, _| {
+        then(d, sid, c)
+    })
+}
+
+/// [`capture_then`], as a read ([`super::reactor_read`]) when `read`:
+/// then `then` must change nothing visible. `then` is also told whether
+/// the capture is current as of the reactor's change count now: false
+/// when it came from a ledger read that other work overtook.
+fn capture_in<T: Send + 'static>(
+    shared: &Shared,
+    read: bool,
+    class: CallerClass,
+    raw: String,
+    tail: usize,
+    then: impl FnOnce(&mut Daemon, &str, (u64, Value), bool) -> Result<T, Problem> + Send + 'static,
+) -> Result<T, Problem> {
+    super::reactor_send(
+        shared,
+        read,
+        move |d: &mut Daemon, answer: Answer<Result<T, Problem>>| {
+            let Some(sid) = readable(d, &class, &raw) else {
+                return answer.send(Err(not_found(&raw)));
+            };
+            let live = d.core.sessions.get(&sid).is_some();
+            if live {
+                let watched = |d: &Daemon| {
+                    d.http
+                        .as_ref()
+                        .is_some_and(|h| h.sessions.topics.contains_key(&sid))
                 };
-                if d.core.sessions.get(&sid).is_some() {
-                    if let Some(c) = history_cache(d) {
-                        c.fill(&sid, start, tail, &items, high);
-                    }
+                // A live session's read carries the cursor a first watch
+                // resumes from (seed 002: "JSON reads return the same
+                // cursor pair for subsequent attachment"), so its topic
+                // starts here if no watch started it (issue 10, item 27).
+                // With every topic slot watched, the cursor stays null
+                // and a watch starts with a reset.
+                // A topic started (or one dropped for it) changes what
+                // other reads show: counted as a change (src/http/snapshots.rs).
+                if !watched(d) {
+                    let _ = live_topic(d, &sid);
+                    d.inbox.changed();
                 }
-                let got = assemble(d, row.as_ref(), &sid, &raw, tail, items, high);
-                answer.send(got.and_then(|c| then(d, &sid, c)));
-            });
-        }));
-        if let Err(e) = queued {
-            fallback.send(Err(ledger_problem(e)));
-        }
-    })?
+                if let Some((items, high)) = history_cache(d).and_then(|c| c.hit(&sid, tail)) {
+                    let got = assemble(d, None, &sid, &raw, tail, items.as_ref().clone(), high);
+                    return answer.send(got.and_then(|c| then(d, &sid, c, true)));
+                }
+            }
+            let start = history_cache(d).map_or(0, |c| c.begin(&sid));
+            let inbox = d.inbox.clone();
+            let fallback = answer.clone();
+            let before = d.inbox.changes();
+            let queued = d.ledger.read(Box::new(move |conn| {
+                let got = read_row(conn, &sid)
+                    .and_then(|row| Ok((row, read_history(conn, &sid, None, None, tail)?)));
+                let task = move |d: &mut Daemon| {
+                    let (row, (items, high)) = match got {
+                        Ok(v) => v,
+                        Err(e) => return answer.send(Err(read_failed(&e))),
+                    };
+                    if d.core.sessions.get(&sid).is_some() {
+                        if let Some(c) = history_cache(d) {
+                            c.fill(&sid, start, tail, &items, high);
+                        }
+                    }
+                    let got = assemble(d, row.as_ref(), &sid, &raw, tail, items, high);
+                    let current = d.inbox.changes() == before;
+                    answer.send(got.and_then(|c| then(d, &sid, c, current)));
+                };
+                if read {
+                    inbox.read(task);
+                } else {
+                    inbox.run(task);
+                }
+            }));
+            if let Err(e) = queued {
+                fallback.send(Err(ledger_problem(e)));
+            }
+        },
+    )?
 }
 
 /// The full Session from the reactor's state and the history read.
@@ -1465,11 +1504,35 @@ pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
             "after_generation and after_seq belong to a watch (Accept: text/event-stream)",
         ));
     }
-    let body = full_session(ctx.shared, class, raw, tail)?;
-    Ok(Reply::Json {
-        status: 200,
-        body,
-        etag: true,
+    let shared = ctx.shared;
+    let snap = match shared.snapshots.get(&shared.inbox, &raw, tail) {
+        Some(s) if core_sessions::may_read(&class, &s.sid) => s,
+        _ => capture_in(
+            shared,
+            true,
+            class,
+            raw.clone(),
+            tail,
+            move |d, sid, (_, v), current| {
+                let body: Arc<[u8]> = serde_json::to_vec(&v).unwrap_or_default().into();
+                let snap = Arc::new(Snapshot {
+                    at: d.inbox.changes(),
+                    sid: sid.to_string(),
+                    etag: super::etag::of(&body),
+                    body,
+                });
+                if current {
+                    if let Some(h) = d.http.as_ref() {
+                        h.shared.snapshots.put(&raw, tail, snap.clone());
+                    }
+                }
+                Ok(snap)
+            },
+        )?,
+    };
+    Ok(Reply::Shared {
+        body: snap.body.clone(),
+        etag: snap.etag.clone(),
         headers: vec![("Vary", "Accept".into())],
     })
 }
