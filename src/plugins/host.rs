@@ -89,8 +89,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::calls::{
-    self, Call, LaneItem, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten,
-    Subscribed,
+    self, Call, LaneItem, StorageDeleted, StorageKeys, StorageUsage, StorageWritten, Subscribed,
 };
 use super::effects::{
     Aborted, Ack, ApproveRequest, Cx, Effect, Job, ReplyKey, Report, Saved, SpawnSpec, TimerKey,
@@ -1523,11 +1522,9 @@ impl Host {
                 self.reply(id, run_no, wid, answer);
             }
             Call::StorageGet { key } => {
-                let value = self
-                    .plugins
-                    .get(id)
-                    .and_then(|p| p.storage.get(&key).cloned());
-                self.respond(id, run_no, wid, &StorageValue { key, value });
+                let value = self.plugins.get(id).and_then(|p| p.storage.get(&key));
+                let line = wire::encode_storage_value(wid, &key, value.map(String::as_str));
+                self.reply(id, run_no, wid, line);
             }
             Call::StorageList => {
                 let Some(p) = self.plugins.get(id) else {
