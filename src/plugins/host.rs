@@ -202,6 +202,38 @@ enum HostCall {
     Shutdown,
 }
 
+/// The ids of a run's unanswered requests. A request is taken only while
+/// fewer than `PLUGIN_MAX_UNANSWERED` (16) are, so this is a scan of a few
+/// short strings, which costs less than hashing the id at each of the three
+/// looks a request takes (issue 11).
+#[derive(Default)]
+struct Unanswered(Vec<String>);
+
+impl Unanswered {
+    fn contains(&self, wid: &str) -> bool {
+        self.0.iter().any(|w| w == wid)
+    }
+
+    /// Adds `wid`, which the caller found not there and within the bound.
+    fn insert(&mut self, wid: String) {
+        self.0.push(wid);
+    }
+
+    fn remove(&mut self, wid: &str) -> bool {
+        match self.0.iter().position(|w| w == wid) {
+            Some(i) => {
+                self.0.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// One process of a plugin.
 pub struct Run {
     pub child: ChildId,
@@ -210,7 +242,7 @@ pub struct Run {
     pub initialized: bool,
     next_id: u64,
     host_pending: HashMap<String, HostCall>,
-    inflight: HashSet<String>,
+    inflight: Unanswered,
     kinds: Vec<EventKind>,
     dropped: u64,
     tokens: f64,
@@ -1085,7 +1117,7 @@ impl Host {
             initialized: false,
             next_id: 0,
             host_pending: HashMap::new(),
-            inflight: HashSet::new(),
+            inflight: Unanswered::default(),
             kinds: Vec::new(),
             dropped: 0,
             tokens: limits::PLUGIN_RATE_BURST as f64,
@@ -1154,13 +1186,25 @@ impl Host {
     /// Writes one line to the plugin; a queue that is full means the
     /// plugin reads nothing: the fault flood ([`Self::write_refused`]).
     fn write_line(&mut self, id: &str, line: &str) {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.write_bytes(id, bytes);
+    }
+
+    /// [`Self::write_line`] of a line the caller no longer needs: its
+    /// buffer takes the line feed and is written, not copied.
+    fn write_owned(&mut self, id: &str, line: String) {
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        self.write_bytes(id, bytes);
+    }
+
+    fn write_bytes(&mut self, id: &str, bytes: Vec<u8>) {
         let Some(run) = self.plugins.get(id).and_then(|p| p.run.as_ref()) else {
             return;
         };
         let child = run.child;
-        let mut bytes = Vec::with_capacity(line.len() + 1);
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.push(b'\n');
         self.emit(Effect::Write { child, bytes });
     }
 
@@ -1187,7 +1231,7 @@ impl Host {
         let hid = wire::host_request_id(run.next_id);
         run.host_pending.insert(hid.clone(), call);
         let line = req.encode(&hid);
-        self.write_line(id, &line);
+        self.write_owned(id, line);
         Some(hid)
     }
 
@@ -1252,7 +1296,7 @@ impl Host {
             if let Some(r) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) {
                 r.dropped = 0;
             }
-            self.write_line(id, &line);
+            self.write_owned(id, line);
         }
     }
 
@@ -1339,7 +1383,7 @@ impl Host {
                 verdict = Some(Fault::Flood);
             }
         }
-        self.write_line(id, &line);
+        self.write_owned(id, line);
         if let Some(f) = verdict {
             self.fault(id, run_no, f);
         }
@@ -1356,7 +1400,7 @@ impl Host {
                 if !run.inflight.remove(wid) {
                     return;
                 }
-                self.write_line(id, &line);
+                self.write_owned(id, line);
             }
             Err(e) => {
                 if self
