@@ -447,7 +447,7 @@ pub struct Host {
     /// What the daemon hides from every sandbox, known with the isolation.
     hidden: Hidden,
     pub tasks: tasks::Table,
-    by_child: HashMap<ChildId, String>,
+    by_child: crate::reactor::IdMap<ChildId, String>,
     lanes_copy: Option<(Instant, Vec<LaneItem>)>,
     next_run_no: u64,
     watching: bool,
@@ -593,7 +593,7 @@ impl Host {
             isolation: Isolation::pending(),
             hidden: Hidden::default(),
             tasks: tasks::Table::default(),
-            by_child: HashMap::new(),
+            by_child: Default::default(),
             lanes_copy: None,
             next_run_no: 0,
             watching: false,
