@@ -447,7 +447,9 @@ pub struct Host {
     /// What the daemon hides from every sandbox, known with the isolation.
     hidden: Hidden,
     pub tasks: tasks::Table,
-    by_child: crate::reactor::IdMap<ChildId, String>,
+    /// Each run's plugin id, shared: a request looks it up and holds it
+    /// while the host changes, and a count costs less than a copy.
+    by_child: crate::reactor::IdMap<ChildId, std::rc::Rc<str>>,
     lanes_copy: Option<(Instant, Vec<LaneItem>)>,
     next_run_no: u64,
     watching: bool,
@@ -1097,7 +1099,7 @@ impl Host {
         };
         self.next_run_no += 1;
         let run_no = self.next_run_no;
-        self.by_child.insert(child, id.to_string());
+        self.by_child.insert(child, id.into());
         let Some(p) = self.plugins.get_mut(id) else {
             return;
         };
@@ -1215,7 +1217,7 @@ impl Host {
         };
         let Some(run_no) = self
             .plugins
-            .get(&id)
+            .get(&*id)
             .and_then(|p| p.run.as_ref())
             .filter(|r| r.child == child)
             .map(|r| r.run_no)
@@ -1245,7 +1247,7 @@ impl Host {
         for o in out {
             let Some(run_no) = self
                 .plugins
-                .get(&id)
+                .get(&*id)
                 .and_then(|p| p.run.as_ref())
                 .filter(|r| r.child == child && r.fault.is_none())
                 .map(|r| r.run_no)
@@ -1258,7 +1260,7 @@ impl Host {
                 Output::StdoutClosed => {
                     let exited = self
                         .plugins
-                        .get_mut(&id)
+                        .get_mut(&*id)
                         .and_then(|p| p.run.as_mut())
                         .and_then(|r| {
                             r.stdout_closed = true;
@@ -1271,7 +1273,7 @@ impl Host {
                     self.run_timer(
                         &id,
                         TimerKey::StdoutClosed {
-                            plugin: id.clone(),
+                            plugin: id.to_string(),
                             run_no,
                         },
                         Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
@@ -2034,12 +2036,12 @@ impl Host {
             return;
         };
         if cx.pipes.stdout_open(child) {
-            let Some(run) = self.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else {
+            let Some(run) = self.plugins.get_mut(&*id).and_then(|p| p.run.as_mut()) else {
                 return;
             };
             run.exited = Some(status);
             let key = TimerKey::ExitGrace {
-                plugin: id.clone(),
+                plugin: id.to_string(),
                 child,
             };
             self.run_timer(
@@ -2059,7 +2061,7 @@ impl Host {
             return;
         };
         self.emit(Effect::Reap {
-            plugin,
+            plugin: plugin.to_string(),
             child,
             status,
         });
