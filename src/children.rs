@@ -34,6 +34,7 @@ use std::process::{Command, Stdio};
 
 use crate::errors::io_cause;
 use crate::procs::{Owner, Roots};
+use crate::reactor::IdMap;
 use crate::socket::framing::LineBuffer;
 
 /// Tokens at or above this value are child pipes.
@@ -98,8 +99,8 @@ const STDERR_READ: usize = 16 * 1024;
 /// Every child the daemon started, by id, token and pid.
 #[derive(Default)]
 pub struct Children {
-    map: HashMap<ChildId, Child>,
-    by_token: HashMap<Token, (ChildId, Pipe)>,
+    map: IdMap<ChildId, Child>,
+    by_token: IdMap<Token, (ChildId, Pipe)>,
     by_pid: HashMap<i32, ChildId>,
     next_token: usize,
     next_id: ChildId,
@@ -370,7 +371,7 @@ impl Children {
     }
 
     fn drop_reader(
-        by_token: &mut HashMap<Token, (ChildId, Pipe)>,
+        by_token: &mut IdMap<Token, (ChildId, Pipe)>,
         registry: &Registry,
         slot: &mut Option<(pipe::Receiver, Token)>,
     ) {
@@ -381,7 +382,7 @@ impl Children {
     }
 
     fn drop_stdin(
-        by_token: &mut HashMap<Token, (ChildId, Pipe)>,
+        by_token: &mut IdMap<Token, (ChildId, Pipe)>,
         registry: &Registry,
         child: &mut Child,
     ) {

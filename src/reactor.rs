@@ -10,7 +10,8 @@
 use crossbeam_channel::{Receiver, Sender, bounded};
 use mio::{Poll, Token, Waker};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,6 +24,48 @@ use crate::limits;
 pub const WAKER: Token = Token(0);
 /// The daemon socket listener's token.
 pub const LISTENER: Token = Token(1);
+
+/// The hasher of maps keyed by numbers the daemon hands out itself (mio
+/// tokens, child ids, timer ids): a multiply and a rotate a word. SipHash
+/// resists keys chosen to collide, which these never are, and at about a
+/// hundred instructions a look-up it was a tenth of a plugin's storage.get
+/// (issue 11; `storage_get_instructions` in tests/bench). Maps keyed by
+/// anything from outside keep the standard hasher.
+#[derive(Clone, Copy, Default)]
+pub struct IdHasher(u64);
+
+impl IdHasher {
+    fn mix(&mut self, n: u64) {
+        // FxHash's step: sequential ids spread over both the low bits
+        // (the bucket) and the top bits (hashbrown's tag).
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.mix(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.mix(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.mix(n as u64);
+    }
+}
+
+/// A map keyed by the daemon's own ids ([`IdHasher`]).
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+/// A set of the daemon's own ids ([`IdHasher`]).
+pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
 
 /// Work a closure does on the reactor thread with the daemon's state.
 pub type Task = Box<dyn FnOnce(&mut Daemon) + Send>;
@@ -112,7 +155,7 @@ pub struct Reactor {
     rx: Receiver<Msg>,
     inbox: Inbox,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
-    timer_tasks: std::collections::HashMap<u64, TimerTask>,
+    timer_tasks: IdMap<u64, TimerTask>,
     next_timer: u64,
 }
 

@@ -31,7 +31,7 @@
 
 use mio::{Events, Token};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::children::{ChildId, Children, ExitStatus, Output};
@@ -156,7 +156,7 @@ pub struct Daemon {
     router: router::Router,
     pending: HashMap<u64, AfterCommit>,
     next_ticket: u64,
-    dirty: HashSet<Token>,
+    dirty: crate::reactor::IdSet<Token>,
     pump: Vec<Token>,
     stopping: Option<Instant>,
 }
@@ -243,7 +243,7 @@ impl Daemon {
             router: router::Router::default(),
             pending: HashMap::new(),
             next_ticket: 0,
-            dirty: HashSet::new(),
+            dirty: Default::default(),
             pump: Vec::new(),
             stopping: None,
         };

@@ -663,7 +663,8 @@ impl LaneItem {
     }
 }
 
-/// Result of storage.get.
+/// Result of storage.get; the host writes it with
+/// [`super::wire::encode_storage_value`], whose line is this one's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StorageValue {
     /// The key.

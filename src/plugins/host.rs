@@ -89,8 +89,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::calls::{
-    self, Call, LaneItem, StorageDeleted, StorageKeys, StorageUsage, StorageValue, StorageWritten,
-    Subscribed,
+    self, Call, LaneItem, StorageDeleted, StorageKeys, StorageUsage, StorageWritten, Subscribed,
 };
 use super::effects::{
     Aborted, Ack, ApproveRequest, Cx, Effect, Job, ReplyKey, Report, Saved, SpawnSpec, TimerKey,
@@ -203,6 +202,38 @@ enum HostCall {
     Shutdown,
 }
 
+/// The ids of a run's unanswered requests. A request is taken only while
+/// fewer than `PLUGIN_MAX_UNANSWERED` (16) are, so this is a scan of a few
+/// short strings, which costs less than hashing the id at each of the three
+/// looks a request takes (issue 11).
+#[derive(Default)]
+struct Unanswered(Vec<String>);
+
+impl Unanswered {
+    fn contains(&self, wid: &str) -> bool {
+        self.0.iter().any(|w| w == wid)
+    }
+
+    /// Adds `wid`, which the caller found not there and within the bound.
+    fn insert(&mut self, wid: String) {
+        self.0.push(wid);
+    }
+
+    fn remove(&mut self, wid: &str) -> bool {
+        match self.0.iter().position(|w| w == wid) {
+            Some(i) => {
+                self.0.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// One process of a plugin.
 pub struct Run {
     pub child: ChildId,
@@ -211,7 +242,7 @@ pub struct Run {
     pub initialized: bool,
     next_id: u64,
     host_pending: HashMap<String, HostCall>,
-    inflight: HashSet<String>,
+    inflight: Unanswered,
     kinds: Vec<EventKind>,
     dropped: u64,
     tokens: f64,
@@ -416,7 +447,9 @@ pub struct Host {
     /// What the daemon hides from every sandbox, known with the isolation.
     hidden: Hidden,
     pub tasks: tasks::Table,
-    by_child: HashMap<ChildId, String>,
+    /// Each run's plugin id, shared: a request looks it up and holds it
+    /// while the host changes, and a count costs less than a copy.
+    by_child: crate::reactor::IdMap<ChildId, std::rc::Rc<str>>,
     lanes_copy: Option<(Instant, Vec<LaneItem>)>,
     next_run_no: u64,
     watching: bool,
@@ -562,7 +595,7 @@ impl Host {
             isolation: Isolation::pending(),
             hidden: Hidden::default(),
             tasks: tasks::Table::default(),
-            by_child: HashMap::new(),
+            by_child: Default::default(),
             lanes_copy: None,
             next_run_no: 0,
             watching: false,
@@ -1066,7 +1099,7 @@ impl Host {
         };
         self.next_run_no += 1;
         let run_no = self.next_run_no;
-        self.by_child.insert(child, id.to_string());
+        self.by_child.insert(child, id.into());
         let Some(p) = self.plugins.get_mut(id) else {
             return;
         };
@@ -1086,7 +1119,7 @@ impl Host {
             initialized: false,
             next_id: 0,
             host_pending: HashMap::new(),
-            inflight: HashSet::new(),
+            inflight: Unanswered::default(),
             kinds: Vec::new(),
             dropped: 0,
             tokens: limits::PLUGIN_RATE_BURST as f64,
@@ -1155,13 +1188,25 @@ impl Host {
     /// Writes one line to the plugin; a queue that is full means the
     /// plugin reads nothing: the fault flood ([`Self::write_refused`]).
     fn write_line(&mut self, id: &str, line: &str) {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.write_bytes(id, bytes);
+    }
+
+    /// [`Self::write_line`] of a line the caller no longer needs: its
+    /// buffer takes the line feed and is written, not copied.
+    fn write_owned(&mut self, id: &str, line: String) {
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        self.write_bytes(id, bytes);
+    }
+
+    fn write_bytes(&mut self, id: &str, bytes: Vec<u8>) {
         let Some(run) = self.plugins.get(id).and_then(|p| p.run.as_ref()) else {
             return;
         };
         let child = run.child;
-        let mut bytes = Vec::with_capacity(line.len() + 1);
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.push(b'\n');
         self.emit(Effect::Write { child, bytes });
     }
 
@@ -1172,7 +1217,7 @@ impl Host {
         };
         let Some(run_no) = self
             .plugins
-            .get(&id)
+            .get(&*id)
             .and_then(|p| p.run.as_ref())
             .filter(|r| r.child == child)
             .map(|r| r.run_no)
@@ -1188,7 +1233,7 @@ impl Host {
         let hid = wire::host_request_id(run.next_id);
         run.host_pending.insert(hid.clone(), call);
         let line = req.encode(&hid);
-        self.write_line(id, &line);
+        self.write_owned(id, line);
         Some(hid)
     }
 
@@ -1202,7 +1247,7 @@ impl Host {
         for o in out {
             let Some(run_no) = self
                 .plugins
-                .get(&id)
+                .get(&*id)
                 .and_then(|p| p.run.as_ref())
                 .filter(|r| r.child == child && r.fault.is_none())
                 .map(|r| r.run_no)
@@ -1215,7 +1260,7 @@ impl Host {
                 Output::StdoutClosed => {
                     let exited = self
                         .plugins
-                        .get_mut(&id)
+                        .get_mut(&*id)
                         .and_then(|p| p.run.as_mut())
                         .and_then(|r| {
                             r.stdout_closed = true;
@@ -1228,7 +1273,7 @@ impl Host {
                     self.run_timer(
                         &id,
                         TimerKey::StdoutClosed {
-                            plugin: id.clone(),
+                            plugin: id.to_string(),
                             run_no,
                         },
                         Duration::from_millis(limits::PLUGIN_STDOUT_CLOSED_GRACE_MS),
@@ -1253,7 +1298,7 @@ impl Host {
             if let Some(r) = self.plugins.get_mut(id).and_then(|p| p.run.as_mut()) {
                 r.dropped = 0;
             }
-            self.write_line(id, &line);
+            self.write_owned(id, line);
         }
     }
 
@@ -1340,7 +1385,7 @@ impl Host {
                 verdict = Some(Fault::Flood);
             }
         }
-        self.write_line(id, &line);
+        self.write_owned(id, line);
         if let Some(f) = verdict {
             self.fault(id, run_no, f);
         }
@@ -1357,7 +1402,7 @@ impl Host {
                 if !run.inflight.remove(wid) {
                     return;
                 }
-                self.write_line(id, &line);
+                self.write_owned(id, line);
             }
             Err(e) => {
                 if self
@@ -1523,11 +1568,9 @@ impl Host {
                 self.reply(id, run_no, wid, answer);
             }
             Call::StorageGet { key } => {
-                let value = self
-                    .plugins
-                    .get(id)
-                    .and_then(|p| p.storage.get(&key).cloned());
-                self.respond(id, run_no, wid, &StorageValue { key, value });
+                let value = self.plugins.get(id).and_then(|p| p.storage.get(&key));
+                let line = wire::encode_storage_value(wid, &key, value.map(String::as_str));
+                self.reply(id, run_no, wid, line);
             }
             Call::StorageList => {
                 let Some(p) = self.plugins.get(id) else {
@@ -1993,12 +2036,12 @@ impl Host {
             return;
         };
         if cx.pipes.stdout_open(child) {
-            let Some(run) = self.plugins.get_mut(&id).and_then(|p| p.run.as_mut()) else {
+            let Some(run) = self.plugins.get_mut(&*id).and_then(|p| p.run.as_mut()) else {
                 return;
             };
             run.exited = Some(status);
             let key = TimerKey::ExitGrace {
-                plugin: id.clone(),
+                plugin: id.to_string(),
                 child,
             };
             self.run_timer(
@@ -2018,7 +2061,7 @@ impl Host {
             return;
         };
         self.emit(Effect::Reap {
-            plugin,
+            plugin: plugin.to_string(),
             child,
             status,
         });

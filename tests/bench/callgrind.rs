@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{self, DaemonDirs, Figure, LineClient, PING, Proc, TempDir};
+use crate::util::{self, DaemonDirs, Figure, LineClient, PING, Proc, Rpc, TempDir};
 
 pub const FIGURE: &str = "ping_instructions";
 
@@ -91,6 +91,193 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
         )
     })?;
     // A daemon with several threads writes one file, its totals on one line.
+    totals(&text)
+}
+
+/// The second figure of this module: instructions the daemon executes per
+/// `storage.get` of a plugin (issue 11's round trip), all threads.
+pub const STORAGE_GET: &str = "storage_get_instructions";
+
+/// Gets in the two runs: both within the plugin's burst of 200 requests,
+/// so that no get is refused `rate-limited` and the loop needs no pacing.
+const GETS_FEW: u64 = 20;
+const GETS_MANY: u64 = 170;
+
+/// Functions listed in the breakdown, by their share of the difference.
+const TOP: usize = 30;
+
+/// One run of `storage_get_instructions`: the total, and the self cost of
+/// each function (callgrind_annotate).
+struct CgRun {
+    total: f64,
+    by_fn: std::collections::HashMap<String, f64>,
+}
+
+/// bench_plugin.py (plugins_bench.rs) installed on a daemon under callgrind
+/// loops `storage.get` of a 100-byte value FEW and MANY times, back to back,
+/// as it starts (its `autoget` file; the `cat` echo it also does is its own
+/// child's work, which callgrind does not count). The difference of the totals over
+/// the difference of the counts is one get: the line read from the pipe,
+/// parsed, checked, answered and written, and the reactor's wake-up around
+/// it. The per-function breakdown of that difference goes to standard
+/// error and, its first entries, into the figure.
+pub fn run_storage_get() {
+    if !util::selected(STORAGE_GET) {
+        return;
+    }
+    let Some(valgrind) = util::find_tool("valgrind") else {
+        util::skipped(
+            STORAGE_GET,
+            None,
+            "valgrind not found; apt-get install valgrind",
+        );
+        return;
+    };
+    let Some(py) = util::python3() else {
+        util::skipped(STORAGE_GET, None, "python3 not found");
+        return;
+    };
+    let annotate = util::find_tool("callgrind_annotate");
+    let r = (|| -> Result<(CgRun, CgRun), String> {
+        let few = storage_get_run(&valgrind, annotate.as_deref(), &py, GETS_FEW)?;
+        let many = storage_get_run(&valgrind, annotate.as_deref(), &py, GETS_MANY)?;
+        Ok((few, many))
+    })();
+    let (few, many) = match r {
+        Ok(x) => x,
+        Err(e) => {
+            util::skipped(STORAGE_GET, None, &format!("error: {e}"));
+            return;
+        }
+    };
+    let n = (GETS_MANY - GETS_FEW) as f64;
+    let per = (many.total - few.total) / n;
+    let mut diff: Vec<(String, f64)> = many
+        .by_fn
+        .iter()
+        .map(|(f, v)| {
+            (
+                f.clone(),
+                (v - few.by_fn.get(f).copied().unwrap_or(0.0)) / n,
+            )
+        })
+        .filter(|(_, v)| v.abs() >= 1.0)
+        .collect();
+    diff.sort_by(|a, b| b.1.total_cmp(&a.1));
+    eprintln!("bench: {STORAGE_GET}: self instructions per get, by function");
+    for (f, v) in diff.iter().take(TOP * 2) {
+        eprintln!("bench: {v:>10.0}  {f}");
+    }
+    let top: Vec<_> = diff
+        .iter()
+        .take(TOP)
+        .map(|(f, v)| json!([v.round(), f]))
+        .collect();
+    Figure {
+        name: STORAGE_GET,
+        placement: None,
+        value: per.round(),
+        baseline: None,
+        baseline_of: "",
+        ratio: None,
+        better: "lower",
+        goal: json!("none: a repeatable count to compare between commits"),
+        unit: "instructions per plugin storage.get (all daemon threads)",
+        pass: true,
+        rounds: 1,
+        extra: vec![
+            ("total_few", json!(few.total)),
+            ("total_many", json!(many.total)),
+            ("gets", json!([GETS_FEW, GETS_MANY])),
+            ("top_self_per_get", json!(top)),
+        ],
+    }
+    .emit();
+}
+
+fn storage_get_run(
+    valgrind: &Path,
+    annotate: Option<&Path>,
+    py: &Path,
+    gets: u64,
+) -> Result<CgRun, String> {
+    use crate::plugins_bench;
+    let tmp = TempDir::new("cgget");
+    // No plugin ping or process watch while it runs: they come with time,
+    // not with gets, and a slower run would count more of them.
+    let config = format!(
+        "[plugins]\npython = \"{}\"\nping_interval_ms = 3600000\nwatch_interval_ms = 3600000\n",
+        py.display()
+    );
+    // Installed and approved on a daemon not under valgrind: valgrind
+    // 3.19 has no pidfd_send_signal, so under it the daemon cannot tell
+    // the operator's connection from an unverified one.
+    let (plain, dirs) = util::start_daemon(tmp.path(), &config, Some(0))?;
+    {
+        let mut c = Rpc::connect(&dirs.socket)?;
+        plugins_bench::install(&mut c, &plugins_bench::folder(tmp.path(), 0)?)?;
+    }
+    plain.stop(Duration::from_secs(20));
+    let work = dirs
+        .state
+        .join("plugins")
+        .join(plugins_bench::id_of(0))
+        .join("work");
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(work.join("autoget.done"));
+    std::fs::write(work.join("autoget"), format!("{gets}\n")).map_err(|e| e.to_string())?;
+    let out = tmp.path().join("callgrind.out");
+    let serve = util::serve_with_config(&dirs, tmp.path(), &config);
+    let mut cmd = Command::new(valgrind);
+    cmd.arg("--tool=callgrind")
+        .arg("--vgdb=no")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(serve.get_program())
+        .args(serve.get_args());
+    for (k, v) in serve.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.env("TMPDIR", tmp.path());
+    let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
+        .map_err(|e| format!("unable to start valgrind: {e}"))?;
+    let ready = util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))
+        .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
+    // The plugin starts with the daemon and runs its loop at once.
+    let end = std::time::Instant::now() + Duration::from_secs(300);
+    while !work.join("autoget.done").exists() {
+        if std::time::Instant::now() > end || p.exited() {
+            return Err(format!(
+                "the plugin's get loop did not finish; log: {}",
+                util::log_tail(&dirs.log)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Both runs live past the ledger's integrity check, a one-off read
+    // LEDGER_CHECK_DELAY_MS (2 s) after the reactor starts, so that both
+    // count it.
+    let check_done = ready.answered + Duration::from_secs(6);
+    std::thread::sleep(check_done.saturating_duration_since(std::time::Instant::now()));
+    p.stop(Duration::from_secs(120));
+    let text = std::fs::read_to_string(&out).map_err(|e| {
+        format!(
+            "no callgrind output: {e}; log: {}",
+            util::log_tail(&dirs.log)
+        )
+    })?;
+    let total = totals(&text)?;
+    let by_fn = match annotate {
+        Some(a) => self_costs(a, &out)?,
+        None => Default::default(),
+    };
+    Ok(CgRun { total, by_fn })
+}
+
+/// The totals line of a callgrind output file.
+fn totals(text: &str) -> Result<f64, String> {
     text.lines()
         .find_map(|l| {
             l.strip_prefix("summary:")
@@ -98,4 +285,38 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
         })
         .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         .ok_or_else(|| "no totals in the callgrind output".into())
+}
+
+/// Each function's own instructions, from `callgrind_annotate`'s lines
+/// `1,234 (5.6%)  file:function [object]`.
+fn self_costs(
+    annotate: &Path,
+    out: &Path,
+) -> Result<std::collections::HashMap<String, f64>, String> {
+    let o = Command::new(annotate)
+        .args(["--threshold=100", "--auto=no", "--inclusive=no"])
+        .arg(out)
+        .output()
+        .map_err(|e| format!("unable to run callgrind_annotate: {e}"))?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut m = std::collections::HashMap::new();
+    for l in text.lines() {
+        let l = l.trim_start();
+        let Some((n, rest)) = l.split_once(' ') else {
+            continue;
+        };
+        let Ok(v) = n.replace(',', "").parse::<f64>() else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let rest = match rest.strip_prefix('(') {
+            Some(r) => r.split_once(')').map_or(r, |(_, t)| t).trim_start(),
+            None => rest,
+        };
+        if rest.is_empty() || rest.starts_with("PROGRAM TOTALS") {
+            continue;
+        }
+        *m.entry(rest.to_string()).or_insert(0.0) += v;
+    }
+    Ok(m)
 }

@@ -47,6 +47,7 @@ fn main() {
     ping::run();
     append::run();
     callgrind::run();
+    callgrind::run_storage_get();
     fanout::run();
     sessions_mem::run();
     plugins_bench::run();

@@ -67,11 +67,11 @@ pub fn run() {
     }
 }
 
-fn id_of(n: usize) -> String {
+pub(crate) fn id_of(n: usize) -> String {
     format!("bench-{n:02}")
 }
 
-fn folder(tmp: &Path, n: usize) -> Result<PathBuf, String> {
+pub(crate) fn folder(tmp: &Path, n: usize) -> Result<PathBuf, String> {
     let f = tmp.join(format!("src-{n:02}"));
     std::fs::create_dir_all(&f).map_err(|e| e.to_string())?;
     std::fs::copy(util::bench_file("bench_plugin.py"), f.join("main.py"))
@@ -90,7 +90,7 @@ fn folder(tmp: &Path, n: usize) -> Result<PathBuf, String> {
     Ok(f)
 }
 
-fn install(c: &mut Rpc, folder: &Path) -> Result<(), String> {
+pub(crate) fn install(c: &mut Rpc, folder: &Path) -> Result<(), String> {
     let inst = c.call(
         "plugin.install",
         json!({"path": folder.display().to_string()}),
