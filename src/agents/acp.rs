@@ -59,6 +59,7 @@
 //! An agent request with bad params or an unknown method gets a JSON-RPC
 //! error answer.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
 
@@ -384,6 +385,14 @@ impl AcpClient {
                 turn_was_active: false,
             });
         }
+        match self.on_chunk_line(line) {
+            Some(step) => Ok(step),
+            None => self.on_any_line(line),
+        }
+    }
+
+    /// The general path: any line, parsed into a `Value` tree.
+    fn on_any_line(&mut self, line: &[u8]) -> Result<Step, Violation> {
         let mut msg = parse_line(line).map_err(|r| self.violate(r))?;
         if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             return Err(self.violate("a message without jsonrpc \"2.0\"".into()));
@@ -406,6 +415,49 @@ impl AcpClient {
             }
         }
         Ok(step)
+    }
+
+    /// The fast path of the line an agent writes most: a streamed text
+    /// chunk of our session, read into borrowed typed structs instead of a
+    /// `Value` tree (most of the daemon's cost per chunk was building and
+    /// dropping that tree). `None` for anything else, and for any chunk it
+    /// is not sure of (a field it does not know, an escaped session id, a
+    /// load replay, another session): the general path then parses the line
+    /// again and decides, so what the agent sees, the transcript and every
+    /// violation stay those of the general path. Every field of the line is
+    /// typed (`deny_unknown_fields`, `_meta` and `annotations` as `Value`s),
+    /// so the line is checked as strictly as the general parse checks it:
+    /// nothing it accepts would fail there.
+    fn on_chunk_line(&self, line: &[u8]) -> Option<Step> {
+        if line.len() > crate::limits::AGENT_MAX_LINE
+            || self.replaying
+            || self.phase == Phase::Closed
+        {
+            return None;
+        }
+        let trimmed = line.strip_suffix(b"\n").unwrap_or(line);
+        let trimmed = trimmed.strip_suffix(b"\r").unwrap_or(trimmed);
+        let msg: ChunkLine<'_> = serde_json::from_slice(trimmed).ok()?;
+        let ours = self.session_id.as_deref().or(self.cfg.reopen.as_deref());
+        if msg.jsonrpc != "2.0"
+            || msg.method != "session/update"
+            || Some(msg.params.session_id) != ours
+        {
+            return None;
+        }
+        let u = msg.params.update;
+        if u.content.kind != "text" {
+            return None;
+        }
+        let text = u.content.text.into_owned();
+        let entry = match u.session_update {
+            "agent_message_chunk" => Entry::Text { text },
+            "agent_thought_chunk" => Entry::Thinking { text },
+            _ => return None,
+        };
+        let mut step = Step::default();
+        step.event(AgentEvent::Transcript(entry));
+        Some(step)
     }
 
     fn violate(&mut self, reason: String) -> Violation {
@@ -836,6 +888,52 @@ impl AcpClient {
         }
         Ok(())
     }
+}
+
+/// A `session/update` notification carrying a text chunk, as
+/// [`AcpClient::on_chunk_line`] reads it. `&str` fields fail on an escaped
+/// string (the general path takes those); the chunk's text is a `Cow`, as
+/// agents escape newlines and quotes in it.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChunkLine<'a> {
+    jsonrpc: &'a str,
+    method: &'a str,
+    #[serde(borrow)]
+    params: ChunkParams<'a>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ChunkParams<'a> {
+    session_id: &'a str,
+    #[serde(borrow)]
+    update: ChunkUpdate<'a>,
+    #[serde(rename = "_meta", default)]
+    _meta: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ChunkUpdate<'a> {
+    session_update: &'a str,
+    #[serde(borrow)]
+    content: ChunkContent<'a>,
+    #[serde(rename = "_meta", default)]
+    _meta: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChunkContent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+    #[serde(rename = "annotations", default)]
+    _annotations: Option<Value>,
+    #[serde(rename = "_meta", default)]
+    _meta: Option<Value>,
 }
 
 /// Checks, without touching the disk, that `path` names something inside
@@ -1403,6 +1501,48 @@ mod tests {
             .on_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"brand_new"}}}"#)
             .expect("ok");
         assert_eq!(s, Step::default());
+    }
+
+    /// The chunk fast path takes exactly the lines it is sure of, and what
+    /// it makes of them is what the general path makes: every line here,
+    /// fed to a fresh client, gives the same step or violation both ways.
+    #[test]
+    fn chunk_fast_path_agrees_with_the_general_path() {
+        let head =
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":"#;
+        let line = |update: &str| format!("{head}{update}}}}}\n");
+        let cases: Vec<(String, bool)> = vec![
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#), true),
+            (line(r#"{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hm"}}"#), true),
+            (line(r#"{"content":{"text":"a\n\"b\" \u00e9","type":"text"},"sessionUpdate":"agent_message_chunk"}"#), true),
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x","annotations":null,"_meta":{"k":[1]}},"_meta":null}"#), true),
+            (format!("{}\r\n", line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"crlf"}}"#).trim_end()), true),
+            // Everything below leaves the fast path.
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"image","data":"AA==","mimeType":"image/png"}}"#), false),
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x","extra":1}}"#), false),
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x","_meta":1e400}}"#), false),
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\ud800"}}"#), false),
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a","text":"b"}}"#), false),
+            (line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":7}}"#), false),
+            (line(r#"{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"me"}}"#), false),
+            (line(r#"{"sessionUpdate":"agent_message_chunk"}"#), false),
+            (r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"other","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#.to_string(), false),
+            (r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s\u0031","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#.to_string(), false),
+            (r#"{"jsonrpc":"1.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#.to_string(), false),
+            (r#"{"jsonrpc":"2.0","id":null,"method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#.to_string(), false),
+            (r#"{"jsonrpc":"2.0","method":"session/other","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#.to_string(), false),
+            (r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}} x"#.to_string(), false),
+        ];
+        for (line, fast) in cases {
+            let c = ready_client();
+            assert_eq!(c.on_chunk_line(line.as_bytes()).is_some(), fast, "{line}");
+            let (mut a, mut b) = (ready_client(), ready_client());
+            assert_eq!(
+                a.on_line(line.as_bytes()),
+                b.on_any_line(line.as_bytes()),
+                "{line}"
+            );
+        }
     }
 
     #[test]

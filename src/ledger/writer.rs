@@ -148,7 +148,10 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
     for batch in group {
         let snapshot = seqs.last.clone();
         let applied = (|| -> rusqlite::Result<Vec<Appended>> {
-            tx.execute_batch("SAVEPOINT batch")?;
+            // Prepared once and kept: execute_batch would parse the
+            // statement again for every batch, and a round of an agent's
+            // streamed chunks is one batch (issue 11, the fan-out figure).
+            tx.prepare_cached("SAVEPOINT batch")?.execute([])?;
             let mut appended = Vec::new();
             for op in &batch.ops {
                 match op {
@@ -176,7 +179,7 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
                     }
                 }
             }
-            tx.execute_batch("RELEASE batch")?;
+            tx.prepare_cached("RELEASE batch")?.execute([])?;
             Ok(appended)
         })();
         match applied {
