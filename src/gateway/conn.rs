@@ -112,6 +112,8 @@ pub struct Full;
 
 impl Outbox {
     pub fn new() -> (Outbox, Receiver<Out>, Arc<AtomicUsize>) {
+        // Bounded by `len`: `tx` is private to the outbox, and `push`, its
+        // only sender, checks the count first (module comment, Queues).
         let (tx, rx) = unbounded();
         let len = Arc::new(AtomicUsize::new(0));
         (

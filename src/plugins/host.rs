@@ -742,18 +742,23 @@ impl Host {
     /// copy (plugin.install); the router hands the result to the socket
     /// method with [`Self::staged`]. Refused (`unavailable`) when no store
     /// is usable or too many copies are in the making.
+    /// The plugin store, or `unavailable` when it could not be opened.
+    pub fn usable_store(&self) -> Result<&Store, RpcError> {
+        self.store.as_ref().ok_or_else(|| {
+            RpcError::new(
+                Code::Unavailable,
+                "the plugin store cannot be used; the log says why",
+            )
+        })
+    }
+
     pub fn stage(
         &mut self,
         to: ReplyKey,
         installed_by: &'static str,
         src: PathBuf,
     ) -> Result<(), RpcError> {
-        let Some(store) = &self.store else {
-            return Err(RpcError::new(
-                Code::Unavailable,
-                "the plugin store cannot be used; the log says why",
-            ));
-        };
+        let store = self.usable_store()?;
         if self.installs.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
             return Err(RpcError::new(
                 Code::Unavailable,
@@ -777,12 +782,7 @@ impl Host {
     /// [`Self::checked_waiting`]. Refused (`unavailable`) as
     /// [`Self::stage`] is.
     pub fn check_waiting(&mut self, to: ReplyKey, a: ApproveRequest) -> Result<(), RpcError> {
-        let Some(store) = &self.store else {
-            return Err(RpcError::new(
-                Code::Unavailable,
-                "the plugin store cannot be used; the log says why",
-            ));
-        };
+        let store = self.usable_store()?;
         if self.approving.len() >= limits::PLUGIN_INSTALLS_IN_FLIGHT {
             return Err(RpcError::new(
                 Code::Unavailable,

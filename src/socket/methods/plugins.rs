@@ -115,13 +115,7 @@ fn ledger_ok(d: &Daemon) -> Result<(), RpcError> {
 }
 
 fn store_ok(d: &Daemon) -> Result<(), RpcError> {
-    match d.plugins.store {
-        Some(_) => Ok(()),
-        None => Err(RpcError::new(
-            Code::Unavailable,
-            "the plugin store cannot be used; the log says why",
-        )),
-    }
+    d.plugins.usable_store().map(|_| ())
 }
 
 fn incompatible(api: &str) -> RpcError {
