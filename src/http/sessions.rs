@@ -2292,8 +2292,11 @@ pub fn on_committed(d: &mut Daemon, sid: &str, delta: Option<&Delta>) {
         if let (Some(l), Some(api)) = (live, d.http.as_mut().map(|h| &mut h.sessions)) {
             api.live.insert(sid.to_string(), l);
         }
-        let high = d.core.sessions.get(sid).map_or(0, |s| s.transcript.len);
-        publish(d, sid, "committed", json!({"high_water": high}));
+        // The end of what this round committed: the core's transcript may
+        // already hold entries of the next round, which are not committed
+        // and not yet published, and a watcher that reads this high-water
+        // as "everything up to here" must have them.
+        publish(d, sid, "committed", json!({"high_water": end}));
     }
     publish_status(d, sid);
     deliver(d, sid);
