@@ -8,8 +8,8 @@ clock ns) and its `ts`. Commands (input: space-separated numbers):
                     echoed through a `cat` child on pipes, and, given the
                     path of a responder, the same request answered by that
                     child (read and parsed as the daemon's answer is),
-                    GAP_MS apart; writes "get_ns echo_ns [responder_ns]"
-                    lines to get.txt
+                    each of the three after a pause of GAP_MS; writes
+                    "get_ns echo_ns [responder_ns]" lines to get.txt
   set N K           N storage.set calls with K in flight; answers the
                     elapsed ns
   count             events seen and dropped so far: "seen dropped"
@@ -80,6 +80,11 @@ def wait(rid):
     return answers.pop(rid)
 
 
+def pause(gap_ms):
+    if gap_ms:
+        time.sleep(gap_ms / 1000.0)
+
+
 def cmd_get(n, gap_ms, responder=None):
     cat = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
     resp = None
@@ -91,24 +96,29 @@ def cmd_get(n, gap_ms, responder=None):
     for _ in range(n):
         rid = new_id()
         line = (json.dumps({"id": rid, "method": "storage.get", "params": {"key": "k0"}}, separators=(",", ":")) + "\n").encode()
+        # Each call comes after the same gap, so that none of the three
+        # finds the caches and the core warmed by the one before it.
+        pause(gap_ms)
         t0 = time.perf_counter_ns()
         send_line(line)
         wait(rid)
         t1 = time.perf_counter_ns()
+        pause(gap_ms)
+        t2 = time.perf_counter_ns()
         cat.stdin.write(line)
         got = b""
         while not got.endswith(b"\n"):
             got += os.read(cat.stdout.fileno(), 65536)
-        t2 = time.perf_counter_ns()
+        t3 = time.perf_counter_ns()
         if resp is None:
-            out.append("%d %d" % (t1 - t0, t2 - t1))
+            out.append("%d %d" % (t1 - t0, t3 - t2))
         else:
+            pause(gap_ms)
+            t4 = time.perf_counter_ns()
             resp.stdin.write(line)
             json.loads(resp_out.readline())
-            t3 = time.perf_counter_ns()
-            out.append("%d %d %d" % (t1 - t0, t2 - t1, t3 - t2))
-        if gap_ms:
-            time.sleep(gap_ms / 1000.0)
+            t5 = time.perf_counter_ns()
+            out.append("%d %d %d" % (t1 - t0, t3 - t2, t5 - t4))
     cat.stdin.close()
     cat.wait()
     if resp is not None:
