@@ -735,7 +735,7 @@ impl TaskCancelled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::wire::{Incoming, encode_page, encode_response, parse_line};
+    use crate::plugins::wire::{Incoming, Params, encode_page, encode_response, parse_line};
     use serde_json::json;
 
     fn params(v: Value) -> Map<String, Value> {
@@ -999,7 +999,12 @@ mod tests {
             &json!({"id": "t1", "method": "tasks.create", "params": example_task()}),
         )
         .unwrap();
-        let Ok(Incoming::Request { method, params, .. }) = parse_line(line.as_bytes()) else {
+        let Ok(Incoming::Request {
+            method,
+            params: Params::Object(params),
+            ..
+        }) = parse_line(line.as_bytes())
+        else {
             panic!()
         };
         let Call::TasksCreate(req) = Call::parse(method, &params).unwrap() else {

@@ -101,7 +101,7 @@ use super::store::{self, Copy, Record, Store, Waiting};
 use super::tasks;
 use super::text;
 use super::wire::{
-    self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method,
+    self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method, Params,
     Permission, ShutdownReason,
 };
 use crate::children::{ChildId, ExitStatus, Output, PipeLimits};
@@ -1426,7 +1426,7 @@ impl Host {
         run_no: u64,
         wid: String,
         method: Method,
-        params: Map<String, Value>,
+        params: Params,
         cx: &Cx,
     ) {
         let now = cx.now;
@@ -1471,12 +1471,15 @@ impl Host {
             );
             return;
         }
-        let call = match Call::parse(method, &params) {
-            Ok(c) => c,
-            Err(e) => {
-                self.reply(id, run_no, &wid, Err(e));
-                return;
-            }
+        let call = match params {
+            Params::Checked(call) => call,
+            Params::Object(params) => match Call::parse(method, &params) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.reply(id, run_no, &wid, Err(e));
+                    return;
+                }
+            },
         };
         if method.is_list() {
             let second = now.saturating_duration_since(cx.started).as_secs();

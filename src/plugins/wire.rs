@@ -36,8 +36,10 @@
 //!   storage.clear").
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::calls::{self, Call};
 use super::text;
 use crate::limits;
 
@@ -234,8 +236,9 @@ pub enum Incoming {
         id: String,
         /// The call.
         method: Method,
-        /// The params object, not yet checked against the call.
-        params: Map<String, Value>,
+        /// The params, not yet checked against the call, or the call when
+        /// reading them could not have failed.
+        params: Params,
     },
     /// The plugin's answer to a host request that succeeded.
     Response {
@@ -251,6 +254,19 @@ pub enum Incoming {
         /// The plugin's error object.
         error: PluginError,
     },
+}
+
+/// A request's params as [`parse_line`] read them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Params {
+    /// The params object, to be checked by [`super::calls::Call::parse`].
+    Object(Map<String, Value>),
+    /// The call itself, read straight from the line because its params
+    /// were exactly what [`super::calls::Call::parse`] accepts (the
+    /// `storage.get` and `storage.delete` of a well-formed key, issue 11):
+    /// checking them later could find nothing wrong, so the order of the
+    /// host's checks is kept.
+    Checked(Call),
 }
 
 /// The error object of a plugin's failure, as the plugin sent it. `message`
@@ -389,25 +405,50 @@ fn parse_text(text: &str) -> Result<Incoming, LineError> {
 struct PlainRequest<'a> {
     id: &'a str,
     method: &'a str,
-    params: Map<String, Value>,
+    #[serde(borrow)]
+    params: &'a RawValue,
+}
+
+/// The params of a call that takes only a storage key, written without
+/// escapes.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyParams<'a> {
+    key: &'a str,
 }
 
 /// The common line, a well-formed request of a method the host serves,
 /// read straight into its parts (issue 11: most of the work of a
 /// `storage.get` was building a `Value` of the whole line and taking it
-/// apart). Anything else, or any doubt (a member twice, an escaped id),
-/// is `None`, and [`parse_line`] reads the line the general way, which
-/// gives the same answer for every line this accepts and says what is
-/// wrong with the others.
+/// apart, then a map of its params). Anything else, or any doubt (a member
+/// twice, an escaped id), is `None`, and [`parse_line`] reads the line the
+/// general way, which gives the same answer for every line this accepts
+/// and says what is wrong with the others.
 fn plain_request(text: &str) -> Option<Incoming> {
     let r: PlainRequest = serde_json::from_str(text).ok()?;
     if !is_wire_id(r.id) {
         return None;
     }
+    let method = Method::from_name(r.method)?;
+    let key_call: Option<fn(String) -> Call> = match method {
+        Method::StorageGet => Some(|key| Call::StorageGet { key }),
+        Method::StorageDelete => Some(|key| Call::StorageDelete { key }),
+        _ => None,
+    };
+    let checked = key_call.and_then(|call| {
+        serde_json::from_str::<KeyParams>(r.params.get())
+            .ok()
+            .filter(|p| calls::is_storage_key(p.key))
+            .map(|p| call(p.key.to_string()))
+    });
+    let params = match checked {
+        Some(call) => Params::Checked(call),
+        None => Params::Object(serde_json::from_str(r.params.get()).ok()?),
+    };
     Some(Incoming::Request {
         id: r.id.to_string(),
-        method: Method::from_name(r.method)?,
-        params: r.params,
+        method,
+        params,
     })
 }
 
@@ -439,7 +480,11 @@ fn parse_request(id: String, mut obj: Map<String, Value>) -> Result<Incoming, Li
         ));
     }
     match Method::from_name(&method) {
-        Some(method) => Ok(Incoming::Request { id, method, params }),
+        Some(method) => Ok(Incoming::Request {
+            id,
+            method,
+            params: Params::Object(params),
+        }),
         None => {
             let message = if is_wire_id(&method) {
                 format!("Unknown method: {method}")
@@ -1239,6 +1284,12 @@ mod tests {
         let lines = [
             r#"{"id":"b1","method":"storage.get","params":{"key":"k0"}}"#,
             r#"{"params":{"key":"k0","x":[1,2.5,null]},"method":"storage.set","id":"b:2"}"#,
+            r#"{"id":"d1","method":"storage.delete","params":{"key":"0.a_b-c"}}"#,
+            r#"{"id":"b1","method":"storage.get","params":{"key":"K0"}}"#,
+            r#"{"id":"b1","method":"storage.get","params":{"key":"k\u0030"}}"#,
+            r#"{"id":"b1","method":"storage.get","params":{"key":"k0","key":"k1"}}"#,
+            r#"{"id":"b1","method":"storage.get","params":{"key":"k0","other":1}}"#,
+            r#"{"id":"b1","method":"storage.get","params":{"key":7}}"#,
             r#"{"id":"b1","method":"storage.get","params":{"key":"a"},"params":{"key":"b"}}"#,
             r#"{"id":"b\u0031","method":"storage.get","params":{}}"#,
             r#"{"id":"b1","method":"storage.clear","params":{}}"#,
@@ -1249,17 +1300,41 @@ mod tests {
             r#"{"id":"b1","method":"storage.get"}"#,
             r#"{"id":"b1","method":"storage.get","params":{}} x"#,
         ];
+        // What the host ends up with: the call, or why the params are
+        // refused, whichever way the params were read.
+        let called = |r: Result<Incoming, LineError>| match r {
+            Ok(Incoming::Request { id, method, params }) => Ok((
+                id,
+                match params {
+                    Params::Checked(call) => Ok(call),
+                    Params::Object(p) => Call::parse(method, &p),
+                },
+            )),
+            Ok(other) => Err(format!("{other:?}")),
+            Err(e) => Err(format!("{e:?}")),
+        };
         let mut plain = 0;
+        let mut checked = 0;
         for line in lines {
-            let general = parse_text(line);
+            let general = called(parse_text(line));
             if let Some(r) = plain_request(line) {
                 plain += 1;
-                assert_eq!(Ok(r), general, "{line}");
+                checked += matches!(
+                    &r,
+                    Incoming::Request {
+                        params: Params::Checked(_),
+                        ..
+                    }
+                ) as usize;
+                assert_eq!(called(Ok(r)), general, "{line}");
             }
-            assert_eq!(parse_line(line.as_bytes()), general, "{line}");
+            assert_eq!(called(parse_line(line.as_bytes())), general, "{line}");
         }
-        // The first two are read the plain way; the others fall back.
-        assert_eq!(plain, 2);
+        // The first eight are read the plain way, the storage.get and
+        // storage.delete of a good key into their call, the five after
+        // them into a map of params that Call::parse refuses or reads as
+        // the general way does; the others fall back.
+        assert_eq!((plain, checked), (8, 2));
     }
 
     #[test]
@@ -1270,8 +1345,13 @@ mod tests {
                 assert_eq!(id, "1");
                 assert_eq!(method, Method::EventsSubscribe);
                 assert_eq!(
-                    Value::Object(params),
-                    json!({"kinds": ["turn.end", "lane.verdict"]})
+                    params,
+                    Params::Object(
+                        json!({"kinds": ["turn.end", "lane.verdict"]})
+                            .as_object()
+                            .unwrap()
+                            .clone()
+                    )
                 );
             }
             other => panic!("{other:?}"),
