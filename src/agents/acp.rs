@@ -1558,6 +1558,22 @@ mod tests {
         for (line, fast) in cases {
             let c = ready_client();
             assert_eq!(c.on_chunk_line(line.as_bytes()).is_some(), fast, "{line}");
+            // The borrowed chunk the session core takes is the entry the
+            // general path makes, and nothing else.
+            if let Some((kind, text)) = c.text_chunk(line.as_bytes()) {
+                let text = text.into_owned();
+                let entry = match kind {
+                    ChunkKind::Text => Entry::Text { text },
+                    ChunkKind::Thinking => Entry::Thinking { text },
+                };
+                let mut want = Step::default();
+                want.event(AgentEvent::Transcript(entry));
+                assert_eq!(
+                    ready_client().on_any_line(line.as_bytes()),
+                    Ok(want),
+                    "{line}"
+                );
+            }
             let (mut a, mut b) = (ready_client(), ready_client());
             assert_eq!(
                 a.on_line(line.as_bytes()),
