@@ -429,6 +429,24 @@ impl AcpClient {
     /// so the line is checked as strictly as the general parse checks it:
     /// nothing it accepts would fail there.
     fn on_chunk_line(&self, line: &[u8]) -> Option<Step> {
+        let (kind, text) = self.text_chunk(line)?;
+        let text = text.into_owned();
+        let entry = match kind {
+            ChunkKind::Text => Entry::Text { text },
+            ChunkKind::Thinking => Entry::Thinking { text },
+        };
+        let mut step = Step::default();
+        step.event(AgentEvent::Transcript(entry));
+        Some(step)
+    }
+
+    /// The text of `line` when it is a text or thought chunk of this
+    /// session that [`on_line`](Self::on_line) would turn into one
+    /// transcript entry and nothing else, borrowed from the line where it
+    /// has no escapes. It changes no state, so a caller that takes the
+    /// chunk from here (the session core, to grow the running entry without
+    /// an owned copy) need not call `on_line` for it.
+    pub fn text_chunk<'a>(&self, line: &'a [u8]) -> Option<(ChunkKind, Cow<'a, str>)> {
         if line.len() > crate::limits::AGENT_MAX_LINE
             || self.replaying
             || self.phase == Phase::Closed
@@ -449,15 +467,12 @@ impl AcpClient {
         if u.content.kind != "text" {
             return None;
         }
-        let text = u.content.text.into_owned();
-        let entry = match u.session_update {
-            "agent_message_chunk" => Entry::Text { text },
-            "agent_thought_chunk" => Entry::Thinking { text },
+        let kind = match u.session_update {
+            "agent_message_chunk" => ChunkKind::Text,
+            "agent_thought_chunk" => ChunkKind::Thinking,
             _ => return None,
         };
-        let mut step = Step::default();
-        step.event(AgentEvent::Transcript(entry));
-        Some(step)
+        Some((kind, u.content.text))
     }
 
     fn violate(&mut self, reason: String) -> Violation {
@@ -888,6 +903,13 @@ impl AcpClient {
         }
         Ok(())
     }
+}
+
+/// Which entry a streamed text chunk grows ([`AcpClient::text_chunk`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkKind {
+    Text,
+    Thinking,
 }
 
 /// A `session/update` notification carrying a text chunk, as
@@ -1536,6 +1558,22 @@ mod tests {
         for (line, fast) in cases {
             let c = ready_client();
             assert_eq!(c.on_chunk_line(line.as_bytes()).is_some(), fast, "{line}");
+            // The borrowed chunk the session core takes is the entry the
+            // general path makes, and nothing else.
+            if let Some((kind, text)) = c.text_chunk(line.as_bytes()) {
+                let text = text.into_owned();
+                let entry = match kind {
+                    ChunkKind::Text => Entry::Text { text },
+                    ChunkKind::Thinking => Entry::Thinking { text },
+                };
+                let mut want = Step::default();
+                want.event(AgentEvent::Transcript(entry));
+                assert_eq!(
+                    ready_client().on_any_line(line.as_bytes()),
+                    Ok(want),
+                    "{line}"
+                );
+            }
             let (mut a, mut b) = (ready_client(), ready_client());
             assert_eq!(
                 a.on_line(line.as_bytes()),

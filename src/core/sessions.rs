@@ -62,12 +62,13 @@
 use rusqlite::types::Value as Sql;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::agents::acp::{AcpClient, AcpConfig};
+use crate::agents::acp::{AcpClient, AcpConfig, ChunkKind};
 use crate::agents::stream_json::{self, StreamJsonClient};
 use crate::agents::{
     AgentEvent, Capabilities, CommandError, Decision, EndReason, Entry, FsRequest, Interaction,
@@ -129,6 +130,21 @@ impl Driver {
         match self {
             Driver::Acp(c) => c.on_line(line),
             Driver::StreamJson(c) => c.on_line(line),
+        }
+    }
+    /// A streamed text chunk of the line, borrowed, when the transport
+    /// would make it one transcript entry and nothing else (acp's
+    /// `text_chunk`): the entry kind and the text.
+    fn text_chunk<'a>(&self, line: &'a [u8]) -> Option<(&'static str, Cow<'a, str>)> {
+        match self {
+            Driver::Acp(c) => c.text_chunk(line).map(|(k, t)| {
+                let kind = match k {
+                    ChunkKind::Text => "text",
+                    ChunkKind::Thinking => "thinking",
+                };
+                (kind, t)
+            }),
+            Driver::StreamJson(_) => None,
         }
     }
     fn on_exit(&mut self, code: Option<i32>) -> Step {
@@ -543,6 +559,24 @@ impl Sessions {
         };
         s.last_line = now;
         s.last_activity_ms = Some(now_ms);
+        let Some(drv) = s.driver.as_mut() else {
+            return (out, true);
+        };
+        // Most lines of a busy agent are text chunks growing the running
+        // entry: those go straight to the transcript, borrowed from the
+        // line, without the Step, the owned text and the session lookups
+        // of the general path. The transport's state is the same either
+        // way (`text_chunk` changes none); a chunk the transcript cannot
+        // grow (the first of an entry) takes the general path.
+        if s.child.is_some() {
+            if let Some((kind, text)) = drv.text_chunk(line) {
+                let mut ops = Vec::new();
+                if s.transcript.grow(&s.id, kind, &text, &mut ops) {
+                    out.extend(ops.into_iter().map(Effect::Record));
+                    return (out, true);
+                }
+            }
+        }
         let Some(drv) = s.driver.as_mut() else {
             return (out, true);
         };

@@ -165,6 +165,39 @@ impl Transcript {
         }
     }
 
+    /// Appends a chunk of `kind` (`text` or `thinking`) to the last entry
+    /// when that entry is of the same kind and still cached: the commonest
+    /// thing an agent's stream does, so it takes the chunk borrowed (the
+    /// session core's fast path hands it straight from the agent's line).
+    /// False when the chunk starts a new entry; [`push`](Self::push)
+    /// records that.
+    pub fn grow(&mut self, sid: &str, kind: &str, text: &str, ops: &mut Vec<Op>) -> bool {
+        let last = self.len.checked_sub(1);
+        let cached_last = self.cache_start + self.cache.len();
+        let (Some(idx), Some(m)) = (last, self.cache.last_mut()) else {
+            return false;
+        };
+        if m.get("kind").and_then(Value::as_str) != Some(kind) || idx + 1 != cached_last {
+            return false;
+        }
+        if let Some(Value::String(s)) = m.get_mut("text") {
+            s.push_str(text);
+        }
+        match &mut self.pending {
+            Some(p) if p.idx == idx => p.text.push_str(text),
+            _ => {
+                self.write_pending(sid, ops);
+                self.pending = Some(Pending {
+                    idx,
+                    row: None,
+                    text: text.to_string(),
+                });
+            }
+        }
+        self.touched(idx);
+        true
+    }
+
     /// Records `entry`: its ledger operations go to `ops` (the text of a
     /// growing entry at the next [`flush`](Self::flush)), and the change to
     /// the next flush's delta. A new entry is stamped `ts`, or now when it
@@ -179,27 +212,8 @@ impl Transcript {
     ) {
         // A text chunk after a text chunk grows that entry.
         if let Some((kind, text)) = text_kind(entry) {
-            let last = self.len.checked_sub(1);
-            let cached_last = self.cache_start + self.cache.len();
-            if let (Some(idx), Some(m)) = (last, self.cache.last_mut()) {
-                if m.get("kind").and_then(Value::as_str) == Some(kind) && idx + 1 == cached_last {
-                    if let Some(Value::String(s)) = m.get_mut("text") {
-                        s.push_str(text);
-                    }
-                    match &mut self.pending {
-                        Some(p) if p.idx == idx => p.text.push_str(text),
-                        _ => {
-                            self.write_pending(sid, ops);
-                            self.pending = Some(Pending {
-                                idx,
-                                row: None,
-                                text: text.to_string(),
-                            });
-                        }
-                    }
-                    self.touched(idx);
-                    return;
-                }
+            if self.grow(sid, kind, text, ops) {
+                return;
             }
         }
         // Anything else is recorded in order after the text before it.

@@ -629,6 +629,17 @@ impl Daemon {
         }
     }
 
+    /// [`send`](Self::send) of one line given in pieces (a line whose
+    /// tail many connections share), queued without joining them first.
+    pub fn send_parts(&mut self, conn: Token, parts: &[&[u8]]) {
+        match self.socket.queue_parts(conn, parts) {
+            Ok(()) => {
+                self.dirty.insert(conn);
+            }
+            Err(reason) => self.close_conn(conn, reason),
+        }
+    }
+
     fn flush_dirty(&mut self) {
         for t in std::mem::take(&mut self.dirty) {
             if let Err(reason) = self.socket.flush(t) {

@@ -338,14 +338,24 @@ impl Server {
     /// Queues bytes to a connection. Past the queue bound the client is not
     /// reading: the connection is closed rather than allowed to grow memory.
     pub fn queue(&mut self, token: Token, bytes: &[u8]) -> Result<(), CloseReason> {
+        self.queue_parts(token, &[bytes])
+    }
+
+    /// [`queue`](Self::queue) of the concatenation of `parts`, under the
+    /// same bound, without building it first.
+    pub fn queue_parts(&mut self, token: Token, parts: &[&[u8]]) -> Result<(), CloseReason> {
         let max = self.limits.max_queued_bytes;
         let Some(conn) = self.conns.get_mut(&token) else {
             return Ok(());
         };
-        if conn.out.len() - conn.out_pos + bytes.len() > max {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if conn.out.len() - conn.out_pos + len > max {
             return Err(CloseReason::SlowReader);
         }
-        conn.out.extend_from_slice(bytes);
+        conn.out.reserve(len);
+        for p in parts {
+            conn.out.extend_from_slice(p);
+        }
         Ok(())
     }
 

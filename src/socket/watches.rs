@@ -242,8 +242,13 @@ pub fn flush_deltas(d: &mut Daemon) {
             d.socket.watches.tsubs.remove(&sid);
             continue;
         }
-        let entries = Value::Array(delta.entries).to_string();
-        let tail = format!(",\"from_index\":{},\"entries\":{entries}}}}}\n", delta.from);
+        // Written straight into one buffer (serde_json's io path), not
+        // through `Display`'s formatter adapter: the growing entry is most
+        // of a busy session's bytes.
+        let mut tail = Vec::with_capacity(64);
+        tail.extend_from_slice(format!(",\"from_index\":{},\"entries\":", delta.from).as_bytes());
+        let _ = serde_json::to_writer(&mut tail, &delta.entries);
+        tail.extend_from_slice(b"}}\n");
         let mut gone = Vec::new();
         for (who, sub_id) in subs {
             let conn = match who {
@@ -254,7 +259,7 @@ pub fn flush_deltas(d: &mut Daemon) {
                     let mut params = Vec::with_capacity(tail.len() + sub_id.len() + 16);
                     params.extend_from_slice(b"{\"sub_id\":");
                     let _ = serde_json::to_writer(&mut params, &sub_id);
-                    params.extend_from_slice(&tail.as_bytes()[..tail.len() - 2]);
+                    params.extend_from_slice(&tail[..tail.len() - 2]);
                     let sent = crate::uplink::channels::notify_plain(
                         d,
                         link,
@@ -268,13 +273,14 @@ pub fn flush_deltas(d: &mut Daemon) {
                     continue;
                 }
             };
-            let mut line = Vec::with_capacity(tail.len() + sub_id.len() + 64);
-            line.extend_from_slice(
+            // Each subscriber's line differs only in its head: the head and
+            // the shared tail go into the connection's queue as they are.
+            let mut head = Vec::with_capacity(sub_id.len() + 80);
+            head.extend_from_slice(
                 b"{\"jsonrpc\":\"2.0\",\"method\":\"transcript.delta\",\"params\":{\"sub_id\":",
             );
-            let _ = serde_json::to_writer(&mut line, &sub_id);
-            line.extend_from_slice(tail.as_bytes());
-            d.send(conn, &line);
+            let _ = serde_json::to_writer(&mut head, &sub_id);
+            d.send_parts(conn, &[&head, &tail]);
         }
         for (link, chan) in gone {
             d.socket.watches.forget_chan(link, Some(&chan));
