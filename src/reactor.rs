@@ -87,6 +87,11 @@ pub enum Msg {
     Report(crate::daemon::effects::Report),
 }
 
+// The inbox's slots are all allocated and written when it is made, so the
+// size of a message is resident memory 4,096 times over: keep large
+// payloads boxed (daemon/effects.rs, `Report`).
+const _: () = assert!(std::mem::size_of::<Msg>() <= 32);
+
 /// The sending side of the reactor's queue, cloned into every worker.
 #[derive(Clone)]
 pub struct Inbox {

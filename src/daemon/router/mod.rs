@@ -119,7 +119,7 @@ pub fn report(d: &mut Daemon, report: Report) {
     match report {
         Report::Seats(r) => {
             let now = crate::clock::now_ms();
-            seats(d, |s| s.on_report(r, now));
+            seats(d, |s| s.on_report(*r, now));
         }
         Report::Lanes(r) => lanes::report(d, *r),
         Report::Plugins(r) => plugins::report(d, *r),
@@ -140,7 +140,7 @@ fn start(d: &mut Daemon, job: Job) {
                 .name("seat-probe".into())
                 .spawn(move || {
                     seats::run_probe(job, &path_var, |r| {
-                        inbox.send(Msg::Report(Report::Seats(r)));
+                        inbox.send(Msg::Report(Report::Seats(Box::new(r))));
                     })
                 });
             if let Err(e) = spawned {
