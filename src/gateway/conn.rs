@@ -49,7 +49,6 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tungstenite::Message;
 use tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tungstenite::http::StatusCode;
 use tungstenite::protocol::WebSocketConfig;
@@ -57,6 +56,7 @@ use tungstenite::protocol::WebSocketConfig;
 use super::relay::{self, Trouble};
 use super::state::{Role, RouteKind, ToState};
 use super::wire::{self, Frame};
+use super::ws;
 use crate::limits;
 use crate::socket::framing::{self, LineBuffer};
 
@@ -223,29 +223,50 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// The stream tungstenite reads from: reads come from the socket; writes
-/// (the handshake's answer, then pongs and the close reply) go to the
-/// socket during the handshake and through the writer's queue after it.
+/// The stream tungstenite does the handshake on. It reads no further than
+/// the blank line that ends the request: tungstenite would keep frames a
+/// client sent right behind it in a buffer of its own, and after the
+/// handshake the connection's frames are read by [`ws::Reader`] from the
+/// socket. So it peeks, and takes what it peeked only up to that line.
 struct Side {
     tcp: TcpStream,
-    out: Option<Outbox>,
+    /// How much of `\r\n\r\n` the bytes taken so far end with.
+    matched: usize,
 }
 
 impl Read for Side {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.tcp.read(buf)
+        let n = self.tcp.peek(buf)?;
+        let mut m = self.matched;
+        let mut take = n;
+        for (i, &c) in buf[..n].iter().enumerate() {
+            m = end_of_head(m, c);
+            if m == 4 {
+                take = i + 1;
+                break;
+            }
+        }
+        let got = self.tcp.read(&mut buf[..take])?;
+        for &c in &buf[..got] {
+            self.matched = end_of_head(self.matched, c) % 4;
+        }
+        Ok(got)
+    }
+}
+
+/// The next state of the search for `\r\n\r\n` (bytes of it matched)
+/// after `c`; 4 is found.
+fn end_of_head(matched: usize, c: u8) -> usize {
+    if c == b"\r\n\r\n"[matched % 4] {
+        matched % 4 + 1
+    } else {
+        usize::from(c == b'\r')
     }
 }
 
 impl Write for Side {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &self.out {
-            None => self.tcp.write(buf),
-            Some(out) => match out.push(Out::Raw(buf.to_vec())) {
-                Ok(()) => Ok(buf.len()),
-                Err(Full) => Err(io::ErrorKind::BrokenPipe.into()),
-            },
-        }
+        self.tcp.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -345,8 +366,8 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
             None => Err(refusal(StatusCode::UNAUTHORIZED, "unauthorized")),
         }
     };
-    let side = Side { tcp, out: None };
-    let mut ws = match tungstenite::accept_hdr_with_config(side, callback, Some(ws_config())) {
+    let side = Side { tcp, matched: 0 };
+    let ws = match tungstenite::accept_hdr_with_config(side, callback, Some(ws_config())) {
         Ok(ws) => ws,
         Err(_) => {
             let _ = closer.shutdown(Shutdown::Both);
@@ -355,7 +376,8 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
     };
     drop(handshaking);
     let Some(role) = granted else { return };
-    let _ = ws.get_ref().tcp.set_read_timeout(None);
+    let mut tcp = ws.into_inner().tcp;
+    let _ = tcp.set_read_timeout(None);
     let Ok(wtcp) = closer.try_clone() else { return };
     let _ = wtcp.set_write_timeout(Some(shared.write_timeout));
     let (outbox, rx, len) = Outbox::new();
@@ -373,7 +395,6 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
         let _ = closer.shutdown(Shutdown::Both);
         return;
     }
-    ws.get_mut().out = Some(outbox.clone());
     let Ok(state_closer) = closer.try_clone() else {
         let _ = closer.shutdown(Shutdown::Both);
         return;
@@ -392,7 +413,7 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
         let _ = closer.shutdown(Shutdown::Both);
         return;
     }
-    read_loop(&mut ws, conn, &outbox, &shared);
+    read_loop(&mut tcp, conn, &outbox, &shared);
     let _ = closer.shutdown(Shutdown::Both);
     let _ = shared.to_state.send(ToState::Closed { conn });
 }
@@ -433,9 +454,11 @@ pub struct MustClose;
 /// copied once; only a message that ends inside a line goes through the
 /// line buffer, which costs a second copy and, for long lines, a buffer
 /// grown and given back (the 64 KiB relay figure's largest costs).
+/// `utf8`: the bytes are known to be UTF-8 (a text message).
 pub fn take_lines(
     lines: &mut LineBuffer,
     bytes: &[u8],
+    utf8: bool,
     outbox: &Outbox,
     batch: &mut Vec<Frame>,
 ) -> Result<(), MustClose> {
@@ -447,7 +470,7 @@ pub fn take_lines(
                 return Err(MustClose);
             }
             if let Some(line) = framing::content(&rest[..end]) {
-                sort(line.to_vec(), outbox, batch)?;
+                sort(line.to_vec(), utf8, outbox, batch)?;
             }
             rest = &rest[end + 1..];
         }
@@ -456,7 +479,7 @@ pub fn take_lines(
     lines.extend(bytes);
     loop {
         match lines.next_line() {
-            Ok(Some(line)) => sort(line, outbox, batch)?,
+            Ok(Some(line)) => sort(line, utf8, outbox, batch)?,
             Ok(None) => return Ok(()),
             Err(_) => {
                 crate::debug!("gateway: closed a connection: a line passed 16 MiB");
@@ -466,8 +489,44 @@ pub fn take_lines(
     }
 }
 
+/// [`take_lines`] for a message the reader owns: a message that is one
+/// relay frame and its `\n`, with no partial line before it (what a client
+/// sends), is handed on as it is, without a copy and without searching it
+/// for `\n` first: [`wire::relay_chan`] takes only a line with no `\n` in
+/// it. Anything else goes through [`take_lines`].
+pub fn take_message(
+    lines: &mut LineBuffer,
+    mut msg: Vec<u8>,
+    utf8: bool,
+    outbox: &Outbox,
+    batch: &mut Vec<Frame>,
+) -> Result<(), MustClose> {
+    if lines.pending() == 0
+        && let Some(body) = msg.strip_suffix(b"\n")
+    {
+        let line = body.strip_suffix(b"\r").unwrap_or(body);
+        if let Some(chan) = wire::relay_chan(line, utf8) {
+            let chan = chan.to_string();
+            msg.truncate(line.len());
+            batch.push(Frame::Relay { chan, line: msg });
+            return Ok(());
+        }
+    }
+    take_lines(lines, &msg, utf8, outbox, batch)
+}
+
 /// Answers `line` here, or puts its frame into `batch`.
-fn sort(line: Vec<u8>, outbox: &Outbox, batch: &mut Vec<Frame>) -> Result<(), MustClose> {
+fn sort(
+    line: Vec<u8>,
+    utf8: bool,
+    outbox: &Outbox,
+    batch: &mut Vec<Frame>,
+) -> Result<(), MustClose> {
+    if let Some(chan) = wire::relay_chan(&line, utf8) {
+        let chan = chan.to_string();
+        batch.push(Frame::Relay { chan, line });
+        return Ok(());
+    }
     match wire::classify(line) {
         // "The peer answers it directly, before any dispatch rule" (seed
         // 004, Keepalive).
@@ -524,49 +583,51 @@ pub fn dispatch(
     Ok(())
 }
 
-fn read_loop(ws: &mut tungstenite::WebSocket<Side>, conn: u64, outbox: &Outbox, shared: &Shared) {
+/// Reads the connection's messages and hands on their frames. Relay
+/// frames of the messages already read are gathered while the next
+/// message is whole in the read buffer ([`ws::Reader::ready`]), and
+/// handed on together: a burst of small frames then takes the channel
+/// table's lock and wakes the other side's writer once, not once a frame.
+/// It never waits on the socket with frames not handed on.
+fn read_loop(tcp: &mut TcpStream, conn: u64, outbox: &Outbox, shared: &Shared) {
+    let mut reader = ws::Reader::new(limits::GATEWAY_READ_BUFFER, limits::GATEWAY_MAX_MESSAGE);
     let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
+    let mut batch = Vec::new();
     loop {
-        let msg = match ws.read() {
-            Ok(m) => m,
-            Err(_) => return,
-        };
-        let bytes: &[u8] = match &msg {
-            Message::Text(t) => t.as_bytes(),
-            Message::Binary(b) => b,
-            Message::Close(_) => {
-                let _ = ws.flush();
-                return;
+        let ok = match reader.next(tcp) {
+            Ok(ws::Event::Message { bytes, text }) => {
+                take_message(&mut lines, bytes, text, outbox, &mut batch).is_ok()
             }
-            _ => continue,
+            Ok(ws::Event::Ping(p)) => outbox.push(Out::Raw(ws::control(0xA, &p))).is_ok(),
+            Ok(ws::Event::Pong) => true,
+            Ok(ws::Event::Close(p)) => {
+                // The reply echoes the status code (RFC 6455, 5.5.1).
+                let code = if p.len() >= 2 { &p[..2] } else { &[][..] };
+                let _ = outbox.push(Out::Raw(ws::control(0x8, code)));
+                false
+            }
+            Err(e) => {
+                if let ws::WsError::Protocol(what) = e {
+                    crate::debug!("gateway: closed a connection that sent {what}");
+                }
+                false
+            }
         };
-        let mut batch = Vec::new();
-        let ok = take_lines(&mut lines, bytes, outbox, &mut batch);
-        if !batch.is_empty() && dispatch(conn, batch, &shared.relay, &shared.to_state).is_err() {
+        if !batch.is_empty()
+            && (!ok || !reader.ready())
+            && dispatch(
+                conn,
+                std::mem::take(&mut batch),
+                &shared.relay,
+                &shared.to_state,
+            )
+            .is_err()
+        {
             return;
         }
-        if ok.is_err() {
+        if !ok {
             return;
         }
-    }
-}
-
-/// The header of an unmasked, final text frame of `len` bytes (RFC 6455,
-/// 5.2): a server's frames are never masked.
-fn text_header(len: usize) -> ([u8; 10], usize) {
-    let mut h = [0u8; 10];
-    h[0] = 0x81;
-    if len < 126 {
-        h[1] = len as u8;
-        (h, 2)
-    } else if len <= 0xFFFF {
-        h[1] = 126;
-        h[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        (h, 4)
-    } else {
-        h[1] = 127;
-        h[2..10].copy_from_slice(&(len as u64).to_be_bytes());
-        (h, 10)
     }
 }
 
@@ -634,7 +695,7 @@ fn write_run(tcp: &mut TcpStream, run: &mut Vec<Out>, limit: Duration) -> io::Re
         return Ok(());
     }
     let total = run.iter().map(Out::wire_len).sum();
-    let (h, n) = text_header(total);
+    let (h, n) = ws::header(0x1, total);
     let mut slices = Vec::with_capacity(1 + 2 * run.len());
     slices.push(IoSlice::new(&h[..n]));
     for o in run.iter() {
@@ -673,10 +734,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn headers_follow_rfc6455_lengths() {
-        assert_eq!(&text_header(5).0[..2], &[0x81, 5]);
-        assert_eq!(&text_header(126).0[..4], &[0x81, 126, 0, 126]);
-        assert_eq!(text_header(70_000).1, 10);
+    fn tokens_in_the_query_are_percent_decoded() {
         assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
     }
 }
