@@ -454,11 +454,9 @@ pub struct MustClose;
 /// copied once; only a message that ends inside a line goes through the
 /// line buffer, which costs a second copy and, for long lines, a buffer
 /// grown and given back (the 64 KiB relay figure's largest costs).
-/// `utf8`: the bytes are known to be UTF-8 (a text message).
 pub fn take_lines(
     lines: &mut LineBuffer,
     bytes: &[u8],
-    utf8: bool,
     outbox: &Outbox,
     batch: &mut Vec<Frame>,
 ) -> Result<(), MustClose> {
@@ -470,7 +468,7 @@ pub fn take_lines(
                 return Err(MustClose);
             }
             if let Some(line) = framing::content(&rest[..end]) {
-                sort(line.to_vec(), utf8, outbox, batch)?;
+                sort(line.to_vec(), outbox, batch)?;
             }
             rest = &rest[end + 1..];
         }
@@ -479,7 +477,7 @@ pub fn take_lines(
     lines.extend(bytes);
     loop {
         match lines.next_line() {
-            Ok(Some(line)) => sort(line, utf8, outbox, batch)?,
+            Ok(Some(line)) => sort(line, outbox, batch)?,
             Ok(None) => return Ok(()),
             Err(_) => {
                 crate::debug!("gateway: closed a connection: a line passed 16 MiB");
@@ -489,15 +487,18 @@ pub fn take_lines(
     }
 }
 
-/// [`take_lines`] for a message the reader owns: a message that is one
-/// relay frame and its `\n`, with no partial line before it (what a client
-/// sends), is handed on as it is, without a copy and without searching it
-/// for `\n` first: [`wire::relay_chan`] takes only a line with no `\n` in
-/// it. Anything else goes through [`take_lines`].
+/// [`take_lines`] for a message the reader owns, `text` when it came as a
+/// text message, which must be UTF-8 (RFC 6455, 8.1; [`ws::Reader`] leaves
+/// the check to this): a message that is one relay frame and its `\n`,
+/// with no partial line before it (what a client sends), is handed on as
+/// it is, without a copy, without searching it for `\n` first
+/// ([`wire::relay_chan`] takes only a line with no `\n` in it) and without
+/// a UTF-8 pass of its own (the scan's answer says it is UTF-8). Anything
+/// else is checked whole, then goes through [`take_lines`].
 pub fn take_message(
     lines: &mut LineBuffer,
     mut msg: Vec<u8>,
-    utf8: bool,
+    text: bool,
     outbox: &Outbox,
     batch: &mut Vec<Frame>,
 ) -> Result<(), MustClose> {
@@ -505,24 +506,23 @@ pub fn take_message(
         && let Some(body) = msg.strip_suffix(b"\n")
     {
         let line = body.strip_suffix(b"\r").unwrap_or(body);
-        if let Some(chan) = wire::relay_chan(line, utf8) {
+        if let Some(chan) = wire::relay_chan(line) {
             let chan = chan.to_string();
             msg.truncate(line.len());
             batch.push(Frame::Relay { chan, line: msg });
             return Ok(());
         }
     }
-    take_lines(lines, &msg, utf8, outbox, batch)
+    if text && std::str::from_utf8(&msg).is_err() {
+        crate::debug!("gateway: closed a connection that sent a text message that is not UTF-8");
+        return Err(MustClose);
+    }
+    take_lines(lines, &msg, outbox, batch)
 }
 
 /// Answers `line` here, or puts its frame into `batch`.
-fn sort(
-    line: Vec<u8>,
-    utf8: bool,
-    outbox: &Outbox,
-    batch: &mut Vec<Frame>,
-) -> Result<(), MustClose> {
-    if let Some(chan) = wire::relay_chan(&line, utf8) {
+fn sort(line: Vec<u8>, outbox: &Outbox, batch: &mut Vec<Frame>) -> Result<(), MustClose> {
+    if let Some(chan) = wire::relay_chan(&line) {
         let chan = chan.to_string();
         batch.push(Frame::Relay { chan, line });
         return Ok(());
@@ -732,6 +732,53 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_message_must_be_utf8_and_one_relay_frame_passes_whole() {
+        let (out, _rx, _) = Outbox::new();
+        let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
+        let mut batch = Vec::new();
+        let frame = "{\"id\":1,\"route\":{\"chan_id\":\"c1\"},\"body\":\"é\"}";
+        let msg = format!("{frame}\r\n").into_bytes();
+        let at = msg.as_ptr();
+        take_message(&mut lines, msg, true, &out, &mut batch).unwrap();
+        match batch.pop() {
+            // The message's own buffer, without its line end.
+            Some(Frame::Relay { chan, line }) => {
+                assert_eq!((chan.as_str(), &line[..]), ("c1", frame.as_bytes()));
+                assert_eq!(line.as_ptr(), at);
+            }
+            f => panic!("{f:?}"),
+        }
+        // Not UTF-8: in a relay frame's body, or anywhere else, the
+        // connection closes; a binary message is not held to it.
+        let bad_relay = b"{\"route\":{\"chan_id\":\"c1\"},\"body\":\"\xC3(\"}\n".to_vec();
+        let bad_other = b"{\"id\":1,\"method\":\"\xC3(\"}\n".to_vec();
+        for m in [bad_relay.clone(), bad_other] {
+            assert!(take_message(&mut lines, m, true, &out, &mut batch).is_err());
+        }
+        assert!(take_message(&mut lines, bad_relay, false, &out, &mut batch).is_ok());
+        batch.clear();
+        // Two frames in one message, and one cut across messages.
+        let two = format!("{frame}\n{frame}\n{}", &frame[..9]).into_bytes();
+        take_message(&mut lines, two, true, &out, &mut batch).unwrap();
+        take_message(
+            &mut lines,
+            frame[9..].as_bytes().to_vec(),
+            true,
+            &out,
+            &mut batch,
+        )
+        .unwrap();
+        assert_eq!(batch.len(), 2);
+        take_message(&mut lines, b"\n".to_vec(), true, &out, &mut batch).unwrap();
+        assert_eq!(batch.len(), 3);
+        assert!(
+            batch
+                .iter()
+                .all(|f| matches!(f, Frame::Relay { line, .. } if line == frame.as_bytes()))
+        );
+    }
 
     #[test]
     fn tokens_in_the_query_are_percent_decoded() {

@@ -294,7 +294,7 @@ impl LinkSender {
     /// As [`NodeLink::send`].
     pub fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
         let mut batch = Vec::new();
-        let ok = conn::take_lines(&mut self.lines, bytes, false, &self.out, &mut batch);
+        let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
         if !batch.is_empty() {
             conn::dispatch(self.conn, batch, &self.relay, &self.to_state)
                 .map_err(|conn::Stopped| "the gateway has stopped".to_string())?;

@@ -132,13 +132,16 @@ pub fn classify(line: Vec<u8>) -> Frame {
 /// exponent or past 18 digits, nesting past [`SCAN_DEPTH`], a `\n` outside
 /// strings, a `method` that is not a string, a repeated member serde
 /// would refuse (`route`, `id`, `method`, `params`, `result`, or
-/// `chan_id` in `route`). `utf8` says the line is known to be UTF-8 (a
-/// text message); otherwise it is checked here, as serde would.
-pub fn relay_chan(line: &[u8], utf8: bool) -> Option<&str> {
-    if !utf8 && std::str::from_utf8(line).is_err() {
-        return None;
-    }
-    let mut s = Scan { b: line, i: 0 };
+/// `chan_id` in `route`). `Some` also means the line is UTF-8: outside
+/// strings the scan takes only ASCII, and a string holding other bytes
+/// has the whole line checked, so a text message that is one relay frame
+/// needs no check of its own ([`super::conn::take_message`]).
+pub fn relay_chan(line: &[u8]) -> Option<&str> {
+    let mut s = Scan {
+        b: line,
+        i: 0,
+        ascii: true,
+    };
     s.ws()?;
     s.eat(b'{')?;
     let mut chan = None;
@@ -181,10 +184,10 @@ pub fn relay_chan(line: &[u8], utf8: bool) -> Option<&str> {
         s.i += 1;
     }
     s.ws()?;
-    if s.i != line.len() {
+    if s.i != line.len() || !s.ascii && std::str::from_utf8(line).is_err() {
         return None;
     }
-    // Known UTF-8, and cut at ASCII quotes.
+    // UTF-8, cut at ASCII quotes.
     std::str::from_utf8(chan?).ok()
 }
 
@@ -195,6 +198,8 @@ const SCAN_DEPTH: usize = 64;
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
+    /// No string so far held a byte past ASCII.
+    ascii: bool,
 }
 
 impl<'a> Scan<'a> {
@@ -232,7 +237,7 @@ impl<'a> Scan<'a> {
         self.eat(b'"')?;
         let start = self.i;
         loop {
-            self.i += special(&self.b[self.i..])?;
+            self.i += special(&self.b[self.i..], &mut self.ascii)?;
             match self.b[self.i] {
                 b'"' => {
                     self.i += 1;
@@ -353,18 +358,61 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// How many bytes of `s` come before its first `"`, `\` or control
-/// character (below 0x20), eight at a time; `None` if there is none.
-/// A word holds a byte equal to `c` when XOR with eight `c`s leaves a zero
-/// byte, and one below 0x20 when subtracting eight 0x20s borrows into a
-/// byte whose high bit was clear; both tests may flag bytes above the
-/// first hit but never miss it, and the word is then searched byte by
-/// byte, so the result is exact.
-fn special(s: &[u8]) -> Option<usize> {
+/// How many bytes of `s` come before its first `"`, `\\` or control
+/// character (below 0x20); `None` if there is none. Clears `ascii` if a
+/// byte past ASCII comes before it (or near it: a false alarm costs only
+/// a UTF-8 check). Sixteen bytes at a time with SSE2, which every x86_64
+/// CPU has: a 64 KiB body is most of a relayed frame, and this loop all
+/// the gateway's own work on it.
+#[cfg(target_arch = "x86_64")]
+fn special(s: &[u8], ascii: &mut bool) -> Option<usize> {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    let mut high = 0;
+    let mut at = 0;
+    while at + 16 <= s.len() {
+        // SAFETY: SSE2 is part of the x86_64 baseline, so these
+        // instructions exist on every CPU this is built for (the intrinsics
+        // are `unsafe` only for that); the one load reads `s[at..at + 16]`,
+        // in bounds by the loop's condition, and `_mm_loadu_si128` takes
+        // any alignment.
+        let (seen, m) = unsafe {
+            let v = _mm_loadu_si128(s.as_ptr().add(at).cast::<__m128i>());
+            // A byte is below 0x20 when its unsigned minimum with 0x1F is
+            // itself.
+            let hit = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
+                    _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
+                ),
+                _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v),
+            );
+            (_mm_movemask_epi8(v), _mm_movemask_epi8(hit))
+        };
+        high |= seen;
+        if m != 0 {
+            *ascii &= high == 0;
+            return Some(at + m.trailing_zeros() as usize);
+        }
+        at += 16;
+    }
+    *ascii &= high == 0;
+    special_bytes(&s[at..], ascii).map(|i| at + i)
+}
+
+/// [`special`] elsewhere: eight bytes at a time in a `u64`. A word holds a
+/// byte equal to `c` when XOR with eight `c`s leaves a zero byte, and one
+/// below 0x20 when subtracting eight 0x20s borrows into a byte whose high
+/// bit was clear; both tests may flag bytes above the first hit but never
+/// miss it, and the word is then searched byte by byte, so the result is
+/// exact.
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn special_words(s: &[u8], ascii: &mut bool) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
-    let is = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
     let mut words = s.chunks_exact(8);
     let mut at = 0;
     for c in &mut words {
@@ -373,15 +421,22 @@ fn special(s: &[u8]) -> Option<usize> {
             | zero(w ^ (ONES * b'\\' as u64))
             | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
         if hit != 0 {
-            return c.iter().position(|&b| is(b)).map(|i| at + i);
+            return special_bytes(c, ascii).map(|i| at + i);
         }
+        *ascii &= w & HIGHS == 0;
         at += 8;
     }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| is(b))
-        .map(|i| at + i)
+    special_bytes(words.remainder(), ascii).map(|i| at + i)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use special_words as special;
+
+/// [`special`] one byte at a time, for what is left of the fast loops.
+fn special_bytes(s: &[u8], ascii: &mut bool) -> Option<usize> {
+    let at = s.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+    *ascii &= s[..at.unwrap_or(s.len())].is_ascii();
+    at
 }
 
 /// A failure the gateway answers: the seed's integer and text, and a stable
@@ -580,8 +635,7 @@ mod tests {
             b"",
         ];
         for l in relays {
-            let chan =
-                relay_chan(l, false).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(l)));
+            let chan = relay_chan(l).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(l)));
             assert_eq!(
                 classify(l.to_vec()),
                 Frame::Relay {
@@ -591,7 +645,7 @@ mod tests {
             );
         }
         for l in others {
-            assert_eq!(relay_chan(l, false), None, "{}", String::from_utf8_lossy(l));
+            assert_eq!(relay_chan(l), None, "{}", String::from_utf8_lossy(l));
         }
         // Deep nesting is left to serde.
         let deep = format!(
@@ -599,29 +653,49 @@ mod tests {
             "[".repeat(SCAN_DEPTH + 1),
             "]".repeat(SCAN_DEPTH + 1)
         );
-        assert_eq!(relay_chan(deep.as_bytes(), true), None);
+        assert_eq!(relay_chan(deep.as_bytes()), None);
         let shallow = format!(
             "{{\"route\":{{\"chan_id\":\"c\"}},\"x\":{}{}}}",
             "[".repeat(SCAN_DEPTH - 1),
             "]".repeat(SCAN_DEPTH - 1)
         );
-        assert_eq!(relay_chan(shallow.as_bytes(), true), Some("c"));
+        assert_eq!(relay_chan(shallow.as_bytes()), Some("c"));
     }
 
     #[test]
-    fn the_string_scan_finds_the_first_special_byte_at_any_place() {
-        for at in 0..40 {
-            for c in [b'"', b'\\', 0x00, 0x1F] {
-                let mut s = vec![b'A'; 40];
-                s[at] = c;
-                // Bytes just past the specials must not mislead it.
-                if at + 1 < 40 {
-                    s[at + 1] = 0x20;
+    fn the_string_scans_find_the_first_special_byte_at_any_place() {
+        let scans: [fn(&[u8], &mut bool) -> Option<usize>; 3] =
+            [special, special_words, special_bytes];
+        for scan in scans {
+            for at in 0..40 {
+                for c in [b'"', b'\\', 0x00, 0x1F] {
+                    let mut s = vec![b'A'; 40];
+                    s[at] = c;
+                    // Bytes just past the specials must not mislead it.
+                    if at + 1 < 40 {
+                        s[at + 1] = 0x20;
+                    }
+                    let mut ascii = true;
+                    assert_eq!(scan(&s, &mut ascii), Some(at));
+                    assert!(ascii);
+                    // A byte past ASCII before the hit is seen.
+                    if at > 0 {
+                        s[at - 1] = 0xC3;
+                        let mut ascii = true;
+                        assert_eq!(scan(&s, &mut ascii), Some(at));
+                        assert!(!ascii, "{at}");
+                    }
                 }
-                assert_eq!(special(&s), Some(at));
             }
+            let mut ascii = true;
+            assert_eq!(scan(&[b'A'; 41], &mut ascii), None);
+            assert!(ascii);
+            let mut ascii = true;
+            assert_eq!(
+                scan(" !#[]~\x7F\u{e9}\u{20ac}".as_bytes(), &mut ascii),
+                None
+            );
+            assert!(!ascii);
         }
-        assert_eq!(special(&[b'A'; 41]), None);
-        assert_eq!(special("é€ !#[]~\x7F".as_bytes()), None);
     }
 }

@@ -9,8 +9,9 @@
 //! relay's largest costs after the envelope scan (issue 12's profile).
 //! Here a payload goes from the socket straight into the message's own
 //! `Vec` (one `read` for what the kernel holds, no buffer in between,
-//! nothing zeroed first), is unmasked there eight bytes at a time, and a
-//! text message is checked for UTF-8 once, whole. Only headers and small
+//! nothing zeroed first) and is unmasked there eight bytes at a time. A
+//! text message must be UTF-8 (8.1): the caller checks it, whole, where
+//! it can do so for free ([`super::conn::take_message`]). Only headers and small
 //! payloads pass through the connection's fixed read buffer
 //! (`GATEWAY_READ_BUFFER`), so several small frames cost one `read`.
 //!
@@ -20,7 +21,7 @@
 //! fragments of a message (5.4); a continuation needs a message under way
 //! and a new message needs none; a message (all its fragments) is at most
 //! `GATEWAY_MAX_MESSAGE` bytes, refused from its header before anything
-//! is read; a text message is valid UTF-8 (8.1). Any breach is an error
+//! is read. Any breach is an error
 //! and the connection is closed. The frames a server sends back (a pong,
 //! the close reply) are built here too, unmasked (5.1).
 
@@ -30,7 +31,7 @@ use std::io::{self, Read};
 #[derive(Debug, PartialEq)]
 pub enum Event {
     /// A whole data message (every fragment), unmasked; `text` when its
-    /// opcode was text, and then it is valid UTF-8.
+    /// opcode was text, and then the caller must check it is UTF-8.
     Message { bytes: Vec<u8>, text: bool },
     /// A ping and its payload, to answer with a pong of the same payload.
     Ping(Vec<u8>),
@@ -214,9 +215,6 @@ impl Reader {
                 self.partial = Some((msg, text));
                 continue;
             }
-            if text && std::str::from_utf8(&msg).is_err() {
-                return Err(WsError::Protocol("a text message that is not UTF-8"));
-            }
             return Ok(Event::Message { bytes: msg, text });
         }
     }
@@ -391,7 +389,6 @@ mod tests {
         let lone_cont = frame(true, 0, b"x");
         let mut nested = frame(false, 1, b"a");
         nested.extend(frame(true, 1, b"b"));
-        let bad_utf8 = frame(true, 1, b"\xC3(");
         let opcode3 = frame(true, 3, b"");
         let opcode11 = frame(true, 11, b"");
         for (name, wire) in [
@@ -401,7 +398,6 @@ mod tests {
             ("fragmented ping", split_ping),
             ("lone continuation", lone_cont),
             ("nested message", nested),
-            ("invalid utf-8", bad_utf8),
             ("opcode 3", opcode3),
             ("opcode 11", opcode11),
         ] {
@@ -411,9 +407,6 @@ mod tests {
                 "{name}: {got:?} {err:?}"
             );
         }
-        // Binary messages are not checked for UTF-8.
-        let (got, err) = all(&frame(true, 2, b"\xC3("), usize::MAX, 4096);
-        assert!(err.is_none() && got.len() == 1);
     }
 
     #[test]
