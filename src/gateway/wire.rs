@@ -687,12 +687,12 @@ mod tests {
         let scans: [fn(&[u8], &mut bool) -> Option<usize>; 3] =
             [special, special_words, special_bytes];
         for scan in scans {
-            for at in 0..40 {
+            for at in 0..150 {
                 for c in [b'"', b'\\', 0x00, 0x1F] {
-                    let mut s = vec![b'A'; 40];
+                    let mut s = vec![b'A'; 150];
                     s[at] = c;
                     // Bytes just past the specials must not mislead it.
-                    if at + 1 < 40 {
+                    if at + 1 < 150 {
                         s[at + 1] = 0x20;
                     }
                     let mut ascii = true;
@@ -708,13 +708,18 @@ mod tests {
                 }
             }
             let mut ascii = true;
-            assert_eq!(scan(&[b'A'; 41], &mut ascii), None);
+            assert_eq!(scan(&[b'A'; 141], &mut ascii), None);
             assert!(ascii);
             let mut ascii = true;
             assert_eq!(
                 scan(" !#[]~\x7F\u{e9}\u{20ac}".as_bytes(), &mut ascii),
                 None
             );
+            assert!(!ascii);
+            let mut late = vec![b'A'; 141];
+            late[130] = 0xC3;
+            let mut ascii = true;
+            assert_eq!(scan(&late, &mut ascii), None);
             assert!(!ascii);
         }
     }
