@@ -764,7 +764,7 @@ mod tests {
         take_message(&mut lines, two, true, &out, &mut batch).unwrap();
         take_message(
             &mut lines,
-            frame[9..].as_bytes().to_vec(),
+            frame.as_bytes()[9..].to_vec(),
             true,
             &out,
             &mut batch,

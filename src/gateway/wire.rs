@@ -684,8 +684,8 @@ mod tests {
 
     #[test]
     fn the_string_scans_find_the_first_special_byte_at_any_place() {
-        let scans: [fn(&[u8], &mut bool) -> Option<usize>; 3] =
-            [special, special_words, special_bytes];
+        type StringScan = fn(&[u8], &mut bool) -> Option<usize>;
+        let scans: [StringScan; 3] = [special, special_words, special_bytes];
         for scan in scans {
             for at in 0..150 {
                 for c in [b'"', b'\\', 0x00, 0x1F] {
