@@ -969,9 +969,11 @@ pub const GATEWAY_MAX_CONNECTIONS: usize = 2048;
 /// The ceiling a config file may raise it to: two threads a connection.
 pub const GATEWAY_MAX_CONNECTIONS_CEILING: usize = 16_384;
 
-/// tungstenite's read buffer per connection ("the read buffer sized for many
-/// idle connections", issue 12; its default is 128 KiB). A message longer
-/// than this is read in several calls, at no other cost.
+/// A connection's read buffer ("the read buffer sized for many idle
+/// connections", issue 12; tungstenite's default is 128 KiB), for the
+/// handshake and then for frame headers and small payloads: a larger
+/// payload is read from the socket straight into its message
+/// (src/gateway/ws.rs), so it costs no extra calls.
 pub const GATEWAY_READ_BUFFER: usize = 4 * 1024;
 
 /// Stack of each connection thread. A reader parses envelopes (serde_json

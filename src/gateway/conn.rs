@@ -15,19 +15,24 @@
 //!   from `Authorization: Bearer <token>`, or when that header is absent or
 //!   does not start with exactly `Bearer `, from the `token` query
 //!   parameter; the gateway thread says whether it is good. A bad token is
-//!   answered 401 with the body `unauthorized` and no upgrade. Then the
-//!   thread becomes the connection's reader: it splits the text messages,
+//!   answered 401 with the body `unauthorized` and no upgrade (tungstenite
+//!   does the handshake). Then the thread becomes the connection's reader:
+//!   it reads frames with [`ws::Reader`], splits the text messages,
 //!   taken as one byte stream, on `\n`, skips empty lines, closes the
 //!   connection when a line passes 16 MiB, answers `ping` and lines that
 //!   are no frame itself, forwards relay frames ([`dispatch`]) and hands
 //!   every other frame of a message to the gateway thread in one batch.
+//!   It blocks only on reading its own socket and, when the gateway
+//!   thread's queue (`GATEWAY_INBOX`) is full, on that queue; never on
+//!   another connection: a relay frame goes into the other side's outbox,
+//!   whose bounds close a channel or a connection instead of waiting.
 //! - `gw-write` is the only thread that writes to the socket. It gathers
 //!   the lines already queued (up to `GATEWAY_WRITE_BATCH`) into one text
 //!   message, which the seed allows, and writes it with a deadline of
 //!   `gateway.write_timeout_ms`; past it the connection is closed ("a
-//!   partial frame corrupts the stream"). Pongs and the close reply that
-//!   tungstenite makes while reading reach the socket through the same
-//!   queue, so no two threads ever write to one socket.
+//!   partial frame corrupts the stream"). Pongs and the close reply the
+//!   reader makes reach the socket through the same queue, so no two
+//!   threads ever write to one socket.
 //!
 //! Queues. A connection's outbox is bounded by a count
 //! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
@@ -67,7 +72,7 @@ pub enum Out {
     /// A relay frame as it arrived, without its `\n` (the writer adds it),
     /// and its channel direction's queue.
     Relay(Vec<u8>, Arc<Queued>),
-    /// Bytes tungstenite formatted itself (a pong, the close reply).
+    /// A whole WebSocket frame the reader made (a pong, the close reply).
     Raw(Vec<u8>),
 }
 
@@ -274,12 +279,12 @@ impl Write for Side {
     }
 }
 
+/// tungstenite does only the handshake: its buffers stay small, and the
+/// frames after it are [`ws::Reader`]'s.
 fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(limits::GATEWAY_READ_BUFFER)
         .write_buffer_size(0)
-        .max_message_size(Some(limits::GATEWAY_MAX_MESSAGE))
-        .max_frame_size(Some(limits::GATEWAY_MAX_MESSAGE))
 }
 
 /// The token a handshake offers: the Bearer header, else `?token=`.
@@ -652,8 +657,8 @@ fn write_all_before(
 }
 
 /// The writer: what is queued goes out in order, runs of lines as one
-/// text message each (written with one `writev`, no copy), tungstenite's
-/// own frames between them as they are.
+/// text message each (written with one `writev`, no copy), the reader's
+/// control frames between them as they are.
 pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, limit: Duration) {
     let mut run: Vec<Out> = Vec::new();
     while let Ok(first) = rx.recv() {
