@@ -1062,6 +1062,13 @@ pub const GATEWAY_WRITE_BATCH: usize = 256 * 1024;
 /// `writev` takes at most 1024 (IOV_MAX).
 pub const GATEWAY_WRITE_BATCH_FRAMES: usize = 500;
 
+/// Bytes of relay frames a connection's reader writes straight to the
+/// other side's socket in one message when that side's writer is idle
+/// (src/gateway/conn.rs, Direct writes): small frames, where the hop to
+/// the writer thread costs more than the write; larger ones are queued,
+/// and never copied.
+pub const GATEWAY_DIRECT_WRITE: usize = 16 * 1024;
+
 /// Connections to the standalone gateway's unix socket at once, each served
 /// by its own thread (`server.info`, `server.stop`, `clients.*` for
 /// `omniconfluxd pair`).

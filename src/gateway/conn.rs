@@ -34,6 +34,22 @@
 //!   reader makes reach the socket through the same queue, so no two
 //!   threads ever write to one socket.
 //!
+//! Direct writes (issue 12, the 64 B relay figure). Handing every relay
+//! frame to the other side's writer thread costs a wake-up and a switch
+//! of threads per burst, more than writing small frames. So a reader
+//! first tries to write a run of relay frames for one channel direction
+//! (at most `GATEWAY_DIRECT_WRITE` bytes) straight to the other side's
+//! socket ([`Outbox::try_direct`]): only when that side's outbox is empty
+//! and its writer holds nothing half written (the writer lowers the count
+//! only once what it took is written, and holds the socket's lock while it
+//! writes), only if the lock is free (`try_lock`), and without waiting
+//! (`MSG_DONTWAIT`). Otherwise the frames are queued as below. What the
+//! socket takes only in part stays with the socket, and a wake-up queued
+//! behind it makes the writer finish it, under the same write deadline,
+//! before anything else; so per-connection order holds, a reader never
+//! waits on another connection's socket, and a slow reader is still
+//! closed by its writer's deadline.
+//!
 //! Queues. A connection's outbox is bounded by a count
 //! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
 //! allocates as it fills: an idle connection holds no preallocated slots.
@@ -104,11 +120,31 @@ pub struct Queued {
     pub bytes: AtomicUsize,
 }
 
-/// The queue into one connection's writer, bounded by a count.
+/// The queue into one connection's writer, bounded by a count, and for a
+/// WebSocket the socket itself, for direct writes (module comment).
 #[derive(Clone)]
 pub struct Outbox {
     tx: Sender<Out>,
     len: Arc<AtomicUsize>,
+    socket: Option<Arc<Mutex<Socket>>>,
+}
+
+/// A connection's socket as its writers share it: the `gw-write` thread,
+/// and readers writing relay frames directly (module comment).
+pub struct Socket {
+    tcp: TcpStream,
+    /// The end of a message a direct write began and the socket did not
+    /// take at once; the writer sends it before anything else.
+    rest: Vec<u8>,
+}
+
+/// What became of a direct write.
+#[derive(Debug, PartialEq)]
+pub enum Direct {
+    /// Written, or begun and left to the writer to finish.
+    Sent,
+    /// Not written: queue the frames.
+    Queue,
 }
 
 /// The outbox is full or its writer is gone: close the connection.
@@ -125,10 +161,67 @@ impl Outbox {
             Outbox {
                 tx,
                 len: len.clone(),
+                socket: None,
             },
             rx,
             len,
         )
+    }
+
+    /// An outbox whose frames may also be written directly to `tcp`, and
+    /// the socket as the writer shares it.
+    fn with_socket(
+        tcp: TcpStream,
+    ) -> (Outbox, Receiver<Out>, Arc<AtomicUsize>, Arc<Mutex<Socket>>) {
+        let (mut out, rx, len) = Outbox::new();
+        let socket = Arc::new(Mutex::new(Socket {
+            tcp,
+            rest: Vec::new(),
+        }));
+        out.socket = Some(socket.clone());
+        (out, rx, len, socket)
+    }
+
+    /// Writes `lines` (relay frames without their `\n`) as one text
+    /// message straight to the socket, when nothing is queued or being
+    /// written (so order is kept), no other thread holds the socket, they
+    /// come to at most `GATEWAY_DIRECT_WRITE` bytes, and the socket takes
+    /// them without waiting. What it takes only in part the writer
+    /// finishes before anything else. Never blocks.
+    pub fn try_direct(&self, lines: &[Vec<u8>]) -> Direct {
+        let Some(socket) = &self.socket else {
+            return Direct::Queue;
+        };
+        let total: usize = lines.iter().map(|l| l.len() + 1).sum();
+        if total > limits::GATEWAY_DIRECT_WRITE || self.len.load(Ordering::Acquire) != 0 {
+            return Direct::Queue;
+        }
+        let Ok(mut sock) = socket.try_lock() else {
+            return Direct::Queue;
+        };
+        // The writer lowers `len` only once what it took is written, under
+        // the lock: 0 here means nothing is queued nor half written.
+        if self.len.load(Ordering::Acquire) != 0 || !sock.rest.is_empty() {
+            return Direct::Queue;
+        }
+        let (h, n) = ws::header(0x1, total);
+        let mut msg = Vec::with_capacity(n + total);
+        msg.extend_from_slice(&h[..n]);
+        for l in lines {
+            msg.extend_from_slice(l);
+            msg.push(b'\n');
+        }
+        let sent = send_now(&sock.tcp, &msg);
+        if sent == 0 {
+            return Direct::Queue;
+        }
+        if sent < msg.len() {
+            sock.rest = msg.split_off(sent);
+            // Wakes the writer to finish it; counted, so later frames queue
+            // behind it. A full outbox closes the connection anyway.
+            let _ = self.push(Out::Raw(Vec::new()));
+        }
+        Direct::Sent
     }
 
     pub fn push(&self, out: Out) -> Result<(), Full> {
@@ -142,6 +235,23 @@ impl Outbox {
     pub fn line(&self, bytes: Vec<u8>) -> Result<(), Full> {
         self.push(Out::Line(bytes, None))
     }
+}
+
+/// Writes what `tcp` takes of `buf` without waiting; 0 also when it fails
+/// (the writer then meets the failure and closes the connection).
+fn send_now(tcp: &TcpStream, buf: &[u8]) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `buf` is a live slice of `buf.len()` bytes for the call, and
+    // the descriptor is the one `tcp` owns, open while it is borrowed.
+    let n = unsafe {
+        libc::send(
+            tcp.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).unwrap_or(0)
 }
 
 /// What the accept and connection threads share.
@@ -385,7 +495,7 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
     let _ = tcp.set_read_timeout(None);
     let Ok(wtcp) = closer.try_clone() else { return };
     let _ = wtcp.set_write_timeout(Some(shared.write_timeout));
-    let (outbox, rx, len) = Outbox::new();
+    let (outbox, rx, len, socket) = Outbox::with_socket(wtcp);
     let conn = shared.next_conn.fetch_add(1, Ordering::AcqRel);
     let wslot = slot.clone();
     let timeout = shared.write_timeout;
@@ -393,7 +503,7 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
         .name("gw-write".into())
         .stack_size(limits::GATEWAY_THREAD_STACK)
         .spawn(move || {
-            write_loop(wtcp, rx, len, timeout);
+            write_loop(&socket, rx, len, timeout);
             drop(wslot);
         });
     if spawned.is_err() {
@@ -658,18 +768,33 @@ fn write_all_before(
 
 /// The writer: what is queued goes out in order, runs of lines as one
 /// text message each (written with one `writev`, no copy), the reader's
-/// control frames between them as they are.
-pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, limit: Duration) {
+/// control frames between them as they are. It holds the socket while it
+/// writes, finishes first what a direct write left, and lowers `len` for
+/// what it took only once that is written.
+pub fn write_loop(
+    socket: &Mutex<Socket>,
+    rx: Receiver<Out>,
+    len: Arc<AtomicUsize>,
+    limit: Duration,
+) {
     let mut run: Vec<Out> = Vec::new();
     while let Ok(first) = rx.recv() {
+        let mut sock = socket.lock().unwrap_or_else(|p| p.into_inner());
+        let Socket { tcp, rest } = &mut *sock;
+        let mut failed = !rest.is_empty()
+            && write_all_before(tcp, &mut [IoSlice::new(rest)], Instant::now() + limit).is_err();
+        rest.clear();
         let mut next = Some(first);
         let mut bytes = 0;
-        let mut failed = false;
+        let mut taken = 0;
         while let Some(out) = next.take() {
-            len.fetch_sub(1, Ordering::AcqRel);
+            taken += 1;
+            if failed {
+                break;
+            }
             if let Out::Raw(raw) = &out {
-                failed = write_run(&mut tcp, &mut run, limit).is_err()
-                    || write_all_before(&mut tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
+                failed = write_run(tcp, &mut run, limit).is_err()
+                    || write_all_before(tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
                         .is_err();
             } else {
                 bytes += out.wire_len();
@@ -684,8 +809,9 @@ pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, 
             next = rx.try_recv().ok();
         }
         if !failed {
-            failed = write_run(&mut tcp, &mut run, limit).is_err();
+            failed = write_run(tcp, &mut run, limit).is_err();
         }
+        len.fetch_sub(taken, Ordering::AcqRel);
         if failed {
             crate::debug!("gateway: closed a connection that did not take a frame in time");
             let _ = tcp.shutdown(Shutdown::Both);
@@ -783,6 +909,74 @@ mod tests {
                 .iter()
                 .all(|f| matches!(f, Frame::Relay { line, .. } if line == frame.as_bytes()))
         );
+    }
+
+    /// Direct writes and queued frames interleave on a socket that keeps
+    /// filling (writes taken in part, finished by the writer) and the
+    /// peer still reads every line once, in order.
+    #[test]
+    fn direct_writes_keep_the_order_of_queued_frames() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tcp, _) = l.accept().unwrap();
+        let (out, rx, len, socket) = Outbox::with_socket(tcp);
+        let writer = std::thread::spawn(move || {
+            write_loop(&socket, rx, len, Duration::from_secs(30));
+        });
+        const N: usize = 4000;
+        let reader = std::thread::spawn(move || {
+            let mut peer = peer;
+            let mut got = Vec::new();
+            let mut text = Vec::new();
+            while got.len() < N {
+                let mut h = [0u8; 2];
+                peer.read_exact(&mut h).unwrap();
+                assert_eq!(h[0], 0x81);
+                let n = match h[1] {
+                    126 => {
+                        let mut l = [0u8; 2];
+                        peer.read_exact(&mut l).unwrap();
+                        u16::from_be_bytes(l) as usize
+                    }
+                    127 => {
+                        let mut l = [0u8; 8];
+                        peer.read_exact(&mut l).unwrap();
+                        u64::from_be_bytes(l) as usize
+                    }
+                    n => n as usize,
+                };
+                let mut p = vec![0; n];
+                peer.read_exact(&mut p).unwrap();
+                text.extend(p);
+                while let Some(i) = text.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = text.drain(..=i).collect();
+                    got.push(String::from_utf8(line).unwrap());
+                }
+            }
+            got
+        });
+        let q = Arc::new(Queued::default());
+        let pad = "x".repeat(2000);
+        let (mut direct, mut queued) = (0, 0);
+        for i in 0..N {
+            let line = format!("{i} {pad}").into_bytes();
+            if i % 7 != 0 && out.try_direct(std::slice::from_ref(&line)) == Direct::Sent {
+                direct += 1;
+                continue;
+            }
+            queued += 1;
+            q.frames.fetch_add(1, Ordering::AcqRel);
+            q.bytes.fetch_add(line.len(), Ordering::AcqRel);
+            out.push(Out::Relay(line, q.clone())).unwrap();
+        }
+        let got = reader.join().unwrap();
+        for (i, l) in got.iter().enumerate() {
+            assert_eq!(l, &format!("{i} {pad}\n"));
+        }
+        assert!(direct > 0 && queued > 0);
+        drop(out);
+        writer.join().unwrap();
+        assert_eq!(q.frames.load(Ordering::Acquire), 0);
     }
 
     #[test]
