@@ -969,9 +969,11 @@ pub const GATEWAY_MAX_CONNECTIONS: usize = 2048;
 /// The ceiling a config file may raise it to: two threads a connection.
 pub const GATEWAY_MAX_CONNECTIONS_CEILING: usize = 16_384;
 
-/// tungstenite's read buffer per connection ("the read buffer sized for many
-/// idle connections", issue 12; its default is 128 KiB). A message longer
-/// than this is read in several calls, at no other cost.
+/// A connection's read buffer ("the read buffer sized for many idle
+/// connections", issue 12; tungstenite's default is 128 KiB), for the
+/// handshake and then for frame headers and small payloads: a larger
+/// payload is read from the socket straight into its message
+/// (src/gateway/ws.rs), so it costs no extra calls.
 pub const GATEWAY_READ_BUFFER: usize = 4 * 1024;
 
 /// Stack of each connection thread. A reader parses envelopes (serde_json
@@ -1059,6 +1061,13 @@ pub const GATEWAY_WRITE_BATCH: usize = 256 * 1024;
 /// Frames in one such message: each is one or two `writev` slices, and a
 /// `writev` takes at most 1024 (IOV_MAX).
 pub const GATEWAY_WRITE_BATCH_FRAMES: usize = 500;
+
+/// Bytes of relay frames a connection's reader writes straight to the
+/// other side's socket in one message when that side's writer is idle
+/// (src/gateway/conn.rs, Direct writes): small frames, where the hop to
+/// the writer thread costs more than the write; larger ones are queued,
+/// and never copied.
+pub const GATEWAY_DIRECT_WRITE: usize = 16 * 1024;
 
 /// Connections to the standalone gateway's unix socket at once, each served
 /// by its own thread (`server.info`, `server.stop`, `clients.*` for

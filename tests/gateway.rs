@@ -358,6 +358,81 @@ fn framing_is_a_byte_stream_of_lines() {
 }
 
 #[test]
+fn websocket_frames_follow_rfc_6455() {
+    use tungstenite::protocol::frame::Frame;
+    use tungstenite::protocol::frame::coding::{Data, OpCode};
+    let dir = TestDir::new("gw-rfc6455");
+    let (_d, addr) = gateway(&dir, "");
+    // A frame sent in the same write as the handshake, before its answer,
+    // is read after it, not lost.
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    let ping = b"{\"jsonrpc\":\"2.0\",\"id\":\"early\",\"method\":\"ping\"}\n";
+    let key = [9u8, 8, 7, 6];
+    let mut wire = format!(
+        "GET /client HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Authorization: Bearer {MASTER}\r\n\r\n"
+    )
+    .into_bytes();
+    wire.extend([0x81, 0x80 | ping.len() as u8]);
+    wire.extend(key);
+    wire.extend(ping.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    tcp.write_all(&wire).unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8];
+        tcp.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let ws = WebSocket::from_raw_socket(tcp, tungstenite::protocol::Role::Client, None);
+    let mut c = Peer {
+        ws,
+        pending: Vec::new(),
+        lines: VecDeque::new(),
+        next_id: 0,
+    };
+    assert_eq!(
+        c.next().unwrap(),
+        json!({"jsonrpc":"2.0","id":"early","result":null})
+    );
+    // A WebSocket ping is answered with a pong of its payload.
+    c.ws.send(Message::Ping("p1".into())).unwrap();
+    match c.ws.read().unwrap() {
+        Message::Pong(p) => assert_eq!(&p[..], b"p1"),
+        m => panic!("{m:?}"),
+    }
+    // A message in fragments, a ping between them, and a code point cut
+    // by a fragment boundary.
+    let text = |b: &[u8], fin| Frame::message(b.to_vec(), OpCode::Data(Data::Text), fin);
+    let cont = |b: &[u8], fin| Frame::message(b.to_vec(), OpCode::Data(Data::Continue), fin);
+    c.ws.send(Message::Frame(text(
+        b"{\"jsonrpc\":\"2.0\",\"id\":\"\xC3",
+        false,
+    )))
+    .unwrap();
+    c.ws.send(Message::Frame(Frame::ping(b"p2".to_vec())))
+        .unwrap();
+    c.ws.send(Message::Frame(cont(b"\xA9\",\"method\":", false)))
+        .unwrap();
+    c.ws.send(Message::Frame(cont(b"\"ping\"}\n", true)))
+        .unwrap();
+    assert_eq!(
+        c.next().unwrap(),
+        json!({"jsonrpc":"2.0","id":"é","result":null})
+    );
+    // A text message that is not UTF-8 closes the connection.
+    c.ws.send(Message::Frame(text(b"{\"id\":\"\xC3(\"}\n", true)))
+        .unwrap();
+    assert!(c.closed());
+}
+
+#[test]
 fn the_roster_follows_uplinks() {
     let dir = TestDir::new("gw-roster");
     let (_d, addr) = gateway(&dir, "");

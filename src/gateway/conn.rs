@@ -15,19 +15,40 @@
 //!   from `Authorization: Bearer <token>`, or when that header is absent or
 //!   does not start with exactly `Bearer `, from the `token` query
 //!   parameter; the gateway thread says whether it is good. A bad token is
-//!   answered 401 with the body `unauthorized` and no upgrade. Then the
-//!   thread becomes the connection's reader: it splits the text messages,
+//!   answered 401 with the body `unauthorized` and no upgrade (tungstenite
+//!   does the handshake). Then the thread becomes the connection's reader:
+//!   it reads frames with [`ws::Reader`], splits the text messages,
 //!   taken as one byte stream, on `\n`, skips empty lines, closes the
 //!   connection when a line passes 16 MiB, answers `ping` and lines that
 //!   are no frame itself, forwards relay frames ([`dispatch`]) and hands
 //!   every other frame of a message to the gateway thread in one batch.
+//!   It blocks only on reading its own socket and, when the gateway
+//!   thread's queue (`GATEWAY_INBOX`) is full, on that queue; never on
+//!   another connection: a relay frame goes into the other side's outbox,
+//!   whose bounds close a channel or a connection instead of waiting.
 //! - `gw-write` is the only thread that writes to the socket. It gathers
 //!   the lines already queued (up to `GATEWAY_WRITE_BATCH`) into one text
 //!   message, which the seed allows, and writes it with a deadline of
 //!   `gateway.write_timeout_ms`; past it the connection is closed ("a
-//!   partial frame corrupts the stream"). Pongs and the close reply that
-//!   tungstenite makes while reading reach the socket through the same
-//!   queue, so no two threads ever write to one socket.
+//!   partial frame corrupts the stream"). Pongs and the close reply the
+//!   reader makes reach the socket through the same queue, so no two
+//!   threads ever write to one socket.
+//!
+//! Direct writes (issue 12, the 64 B relay figure). Handing every relay
+//! frame to the other side's writer thread costs a wake-up and a switch
+//! of threads per burst, more than writing small frames. So a reader
+//! first tries to write a run of relay frames for one channel direction
+//! (at most `GATEWAY_DIRECT_WRITE` bytes) straight to the other side's
+//! socket ([`Outbox::try_direct`]): only when that side's outbox is empty
+//! and its writer holds nothing half written (the writer lowers the count
+//! only once what it took is written, and holds the socket's lock while it
+//! writes), only if the lock is free (`try_lock`), and without waiting
+//! (`MSG_DONTWAIT`). Otherwise the frames are queued as below. What the
+//! socket takes only in part stays with the socket, and a wake-up queued
+//! behind it makes the writer finish it, under the same write deadline,
+//! before anything else; so per-connection order holds, a reader never
+//! waits on another connection's socket, and a slow reader is still
+//! closed by its writer's deadline.
 //!
 //! Queues. A connection's outbox is bounded by a count
 //! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
@@ -49,7 +70,6 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tungstenite::Message;
 use tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tungstenite::http::StatusCode;
 use tungstenite::protocol::WebSocketConfig;
@@ -57,6 +77,7 @@ use tungstenite::protocol::WebSocketConfig;
 use super::relay::{self, Trouble};
 use super::state::{Role, RouteKind, ToState};
 use super::wire::{self, Frame};
+use super::ws;
 use crate::limits;
 use crate::socket::framing::{self, LineBuffer};
 
@@ -67,7 +88,7 @@ pub enum Out {
     /// A relay frame as it arrived, without its `\n` (the writer adds it),
     /// and its channel direction's queue.
     Relay(Vec<u8>, Arc<Queued>),
-    /// Bytes tungstenite formatted itself (a pong, the close reply).
+    /// A whole WebSocket frame the reader made (a pong, the close reply).
     Raw(Vec<u8>),
 }
 
@@ -99,11 +120,31 @@ pub struct Queued {
     pub bytes: AtomicUsize,
 }
 
-/// The queue into one connection's writer, bounded by a count.
+/// The queue into one connection's writer, bounded by a count, and for a
+/// WebSocket the socket itself, for direct writes (module comment).
 #[derive(Clone)]
 pub struct Outbox {
     tx: Sender<Out>,
     len: Arc<AtomicUsize>,
+    socket: Option<Arc<Mutex<Socket>>>,
+}
+
+/// A connection's socket as its writers share it: the `gw-write` thread,
+/// and readers writing relay frames directly (module comment).
+pub struct Socket {
+    tcp: TcpStream,
+    /// The end of a message a direct write began and the socket did not
+    /// take at once; the writer sends it before anything else.
+    rest: Vec<u8>,
+}
+
+/// What became of a direct write.
+#[derive(Debug, PartialEq)]
+pub enum Direct {
+    /// Written, or begun and left to the writer to finish.
+    Sent,
+    /// Not written: queue the frames.
+    Queue,
 }
 
 /// The outbox is full or its writer is gone: close the connection.
@@ -120,10 +161,67 @@ impl Outbox {
             Outbox {
                 tx,
                 len: len.clone(),
+                socket: None,
             },
             rx,
             len,
         )
+    }
+
+    /// An outbox whose frames may also be written directly to `tcp`, and
+    /// the socket as the writer shares it.
+    fn with_socket(
+        tcp: TcpStream,
+    ) -> (Outbox, Receiver<Out>, Arc<AtomicUsize>, Arc<Mutex<Socket>>) {
+        let (mut out, rx, len) = Outbox::new();
+        let socket = Arc::new(Mutex::new(Socket {
+            tcp,
+            rest: Vec::new(),
+        }));
+        out.socket = Some(socket.clone());
+        (out, rx, len, socket)
+    }
+
+    /// Writes `lines` (relay frames without their `\n`) as one text
+    /// message straight to the socket, when nothing is queued or being
+    /// written (so order is kept), no other thread holds the socket, they
+    /// come to at most `GATEWAY_DIRECT_WRITE` bytes, and the socket takes
+    /// them without waiting. What it takes only in part the writer
+    /// finishes before anything else. Never blocks.
+    pub fn try_direct(&self, lines: &[Vec<u8>]) -> Direct {
+        let Some(socket) = &self.socket else {
+            return Direct::Queue;
+        };
+        let total: usize = lines.iter().map(|l| l.len() + 1).sum();
+        if total > limits::GATEWAY_DIRECT_WRITE || self.len.load(Ordering::Acquire) != 0 {
+            return Direct::Queue;
+        }
+        let Ok(mut sock) = socket.try_lock() else {
+            return Direct::Queue;
+        };
+        // The writer lowers `len` only once what it took is written, under
+        // the lock: 0 here means nothing is queued nor half written.
+        if self.len.load(Ordering::Acquire) != 0 || !sock.rest.is_empty() {
+            return Direct::Queue;
+        }
+        let (h, n) = ws::header(0x1, total);
+        let mut msg = Vec::with_capacity(n + total);
+        msg.extend_from_slice(&h[..n]);
+        for l in lines {
+            msg.extend_from_slice(l);
+            msg.push(b'\n');
+        }
+        let sent = send_now(&sock.tcp, &msg);
+        if sent == 0 {
+            return Direct::Queue;
+        }
+        if sent < msg.len() {
+            sock.rest = msg.split_off(sent);
+            // Wakes the writer to finish it; counted, so later frames queue
+            // behind it. A full outbox closes the connection anyway.
+            let _ = self.push(Out::Raw(Vec::new()));
+        }
+        Direct::Sent
     }
 
     pub fn push(&self, out: Out) -> Result<(), Full> {
@@ -137,6 +235,23 @@ impl Outbox {
     pub fn line(&self, bytes: Vec<u8>) -> Result<(), Full> {
         self.push(Out::Line(bytes, None))
     }
+}
+
+/// Writes what `tcp` takes of `buf` without waiting; 0 also when it fails
+/// (the writer then meets the failure and closes the connection).
+fn send_now(tcp: &TcpStream, buf: &[u8]) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `buf` is a live slice of `buf.len()` bytes for the call, and
+    // the descriptor is the one `tcp` owns, open while it is borrowed.
+    let n = unsafe {
+        libc::send(
+            tcp.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).unwrap_or(0)
 }
 
 /// What the accept and connection threads share.
@@ -223,29 +338,50 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// The stream tungstenite reads from: reads come from the socket; writes
-/// (the handshake's answer, then pongs and the close reply) go to the
-/// socket during the handshake and through the writer's queue after it.
+/// The stream tungstenite does the handshake on. It reads no further than
+/// the blank line that ends the request: tungstenite would keep frames a
+/// client sent right behind it in a buffer of its own, and after the
+/// handshake the connection's frames are read by [`ws::Reader`] from the
+/// socket. So it peeks, and takes what it peeked only up to that line.
 struct Side {
     tcp: TcpStream,
-    out: Option<Outbox>,
+    /// How much of `\r\n\r\n` the bytes taken so far end with.
+    matched: usize,
 }
 
 impl Read for Side {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.tcp.read(buf)
+        let n = self.tcp.peek(buf)?;
+        let mut m = self.matched;
+        let mut take = n;
+        for (i, &c) in buf[..n].iter().enumerate() {
+            m = end_of_head(m, c);
+            if m == 4 {
+                take = i + 1;
+                break;
+            }
+        }
+        let got = self.tcp.read(&mut buf[..take])?;
+        for &c in &buf[..got] {
+            self.matched = end_of_head(self.matched, c) % 4;
+        }
+        Ok(got)
+    }
+}
+
+/// The next state of the search for `\r\n\r\n` (bytes of it matched)
+/// after `c`; 4 is found.
+fn end_of_head(matched: usize, c: u8) -> usize {
+    if c == b"\r\n\r\n"[matched % 4] {
+        matched % 4 + 1
+    } else {
+        usize::from(c == b'\r')
     }
 }
 
 impl Write for Side {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &self.out {
-            None => self.tcp.write(buf),
-            Some(out) => match out.push(Out::Raw(buf.to_vec())) {
-                Ok(()) => Ok(buf.len()),
-                Err(Full) => Err(io::ErrorKind::BrokenPipe.into()),
-            },
-        }
+        self.tcp.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -253,12 +389,12 @@ impl Write for Side {
     }
 }
 
+/// tungstenite does only the handshake: its buffers stay small, and the
+/// frames after it are [`ws::Reader`]'s.
 fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(limits::GATEWAY_READ_BUFFER)
         .write_buffer_size(0)
-        .max_message_size(Some(limits::GATEWAY_MAX_MESSAGE))
-        .max_frame_size(Some(limits::GATEWAY_MAX_MESSAGE))
 }
 
 /// The token a handshake offers: the Bearer header, else `?token=`.
@@ -345,8 +481,8 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
             None => Err(refusal(StatusCode::UNAUTHORIZED, "unauthorized")),
         }
     };
-    let side = Side { tcp, out: None };
-    let mut ws = match tungstenite::accept_hdr_with_config(side, callback, Some(ws_config())) {
+    let side = Side { tcp, matched: 0 };
+    let ws = match tungstenite::accept_hdr_with_config(side, callback, Some(ws_config())) {
         Ok(ws) => ws,
         Err(_) => {
             let _ = closer.shutdown(Shutdown::Both);
@@ -355,10 +491,11 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
     };
     drop(handshaking);
     let Some(role) = granted else { return };
-    let _ = ws.get_ref().tcp.set_read_timeout(None);
+    let mut tcp = ws.into_inner().tcp;
+    let _ = tcp.set_read_timeout(None);
     let Ok(wtcp) = closer.try_clone() else { return };
     let _ = wtcp.set_write_timeout(Some(shared.write_timeout));
-    let (outbox, rx, len) = Outbox::new();
+    let (outbox, rx, len, socket) = Outbox::with_socket(wtcp);
     let conn = shared.next_conn.fetch_add(1, Ordering::AcqRel);
     let wslot = slot.clone();
     let timeout = shared.write_timeout;
@@ -366,14 +503,13 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
         .name("gw-write".into())
         .stack_size(limits::GATEWAY_THREAD_STACK)
         .spawn(move || {
-            write_loop(wtcp, rx, len, timeout);
+            write_loop(&socket, rx, len, timeout);
             drop(wslot);
         });
     if spawned.is_err() {
         let _ = closer.shutdown(Shutdown::Both);
         return;
     }
-    ws.get_mut().out = Some(outbox.clone());
     let Ok(state_closer) = closer.try_clone() else {
         let _ = closer.shutdown(Shutdown::Both);
         return;
@@ -392,7 +528,7 @@ fn serve(tcp: TcpStream, slot: Arc<Slot>) {
         let _ = closer.shutdown(Shutdown::Both);
         return;
     }
-    read_loop(&mut ws, conn, &outbox, &shared);
+    read_loop(&mut tcp, conn, &outbox, &shared);
     let _ = closer.shutdown(Shutdown::Both);
     let _ = shared.to_state.send(ToState::Closed { conn });
 }
@@ -466,8 +602,46 @@ pub fn take_lines(
     }
 }
 
+/// [`take_lines`] for a message the reader owns, `text` when it came as a
+/// text message, which must be UTF-8 (RFC 6455, 8.1; [`ws::Reader`] leaves
+/// the check to this): a message that is one relay frame and its `\n`,
+/// with no partial line before it (what a client sends), is handed on as
+/// it is, without a copy, without searching it for `\n` first
+/// ([`wire::relay_chan`] takes only a line with no `\n` in it) and without
+/// a UTF-8 pass of its own (the scan's answer says it is UTF-8). Anything
+/// else is checked whole, then goes through [`take_lines`].
+pub fn take_message(
+    lines: &mut LineBuffer,
+    mut msg: Vec<u8>,
+    text: bool,
+    outbox: &Outbox,
+    batch: &mut Vec<Frame>,
+) -> Result<(), MustClose> {
+    if lines.pending() == 0
+        && let Some(body) = msg.strip_suffix(b"\n")
+    {
+        let line = body.strip_suffix(b"\r").unwrap_or(body);
+        if let Some(chan) = wire::relay_chan(line) {
+            let chan = chan.to_string();
+            msg.truncate(line.len());
+            batch.push(Frame::Relay { chan, line: msg });
+            return Ok(());
+        }
+    }
+    if text && std::str::from_utf8(&msg).is_err() {
+        crate::debug!("gateway: closed a connection that sent a text message that is not UTF-8");
+        return Err(MustClose);
+    }
+    take_lines(lines, &msg, outbox, batch)
+}
+
 /// Answers `line` here, or puts its frame into `batch`.
 fn sort(line: Vec<u8>, outbox: &Outbox, batch: &mut Vec<Frame>) -> Result<(), MustClose> {
+    if let Some(chan) = wire::relay_chan(&line) {
+        let chan = chan.to_string();
+        batch.push(Frame::Relay { chan, line });
+        return Ok(());
+    }
     match wire::classify(line) {
         // "The peer answers it directly, before any dispatch rule" (seed
         // 004, Keepalive).
@@ -524,49 +698,51 @@ pub fn dispatch(
     Ok(())
 }
 
-fn read_loop(ws: &mut tungstenite::WebSocket<Side>, conn: u64, outbox: &Outbox, shared: &Shared) {
+/// Reads the connection's messages and hands on their frames. Relay
+/// frames of the messages already read are gathered while the next
+/// message is whole in the read buffer ([`ws::Reader::ready`]), and
+/// handed on together: a burst of small frames then takes the channel
+/// table's lock and wakes the other side's writer once, not once a frame.
+/// It never waits on the socket with frames not handed on.
+fn read_loop(tcp: &mut TcpStream, conn: u64, outbox: &Outbox, shared: &Shared) {
+    let mut reader = ws::Reader::new(limits::GATEWAY_READ_BUFFER, limits::GATEWAY_MAX_MESSAGE);
     let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
+    let mut batch = Vec::new();
     loop {
-        let msg = match ws.read() {
-            Ok(m) => m,
-            Err(_) => return,
-        };
-        let bytes: &[u8] = match &msg {
-            Message::Text(t) => t.as_bytes(),
-            Message::Binary(b) => b,
-            Message::Close(_) => {
-                let _ = ws.flush();
-                return;
+        let ok = match reader.next(tcp) {
+            Ok(ws::Event::Message { bytes, text }) => {
+                take_message(&mut lines, bytes, text, outbox, &mut batch).is_ok()
             }
-            _ => continue,
+            Ok(ws::Event::Ping(p)) => outbox.push(Out::Raw(ws::control(0xA, &p))).is_ok(),
+            Ok(ws::Event::Pong) => true,
+            Ok(ws::Event::Close(p)) => {
+                // The reply echoes the status code (RFC 6455, 5.5.1).
+                let code = if p.len() >= 2 { &p[..2] } else { &[][..] };
+                let _ = outbox.push(Out::Raw(ws::control(0x8, code)));
+                false
+            }
+            Err(e) => {
+                if let ws::WsError::Protocol(what) = e {
+                    crate::debug!("gateway: closed a connection that sent {what}");
+                }
+                false
+            }
         };
-        let mut batch = Vec::new();
-        let ok = take_lines(&mut lines, bytes, outbox, &mut batch);
-        if !batch.is_empty() && dispatch(conn, batch, &shared.relay, &shared.to_state).is_err() {
+        if !batch.is_empty()
+            && (!ok || !reader.ready())
+            && dispatch(
+                conn,
+                std::mem::take(&mut batch),
+                &shared.relay,
+                &shared.to_state,
+            )
+            .is_err()
+        {
             return;
         }
-        if ok.is_err() {
+        if !ok {
             return;
         }
-    }
-}
-
-/// The header of an unmasked, final text frame of `len` bytes (RFC 6455,
-/// 5.2): a server's frames are never masked.
-fn text_header(len: usize) -> ([u8; 10], usize) {
-    let mut h = [0u8; 10];
-    h[0] = 0x81;
-    if len < 126 {
-        h[1] = len as u8;
-        (h, 2)
-    } else if len <= 0xFFFF {
-        h[1] = 126;
-        h[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        (h, 4)
-    } else {
-        h[1] = 127;
-        h[2..10].copy_from_slice(&(len as u64).to_be_bytes());
-        (h, 10)
     }
 }
 
@@ -591,19 +767,34 @@ fn write_all_before(
 }
 
 /// The writer: what is queued goes out in order, runs of lines as one
-/// text message each (written with one `writev`, no copy), tungstenite's
-/// own frames between them as they are.
-pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, limit: Duration) {
+/// text message each (written with one `writev`, no copy), the reader's
+/// control frames between them as they are. It holds the socket while it
+/// writes, finishes first what a direct write left, and lowers `len` for
+/// what it took only once that is written.
+pub fn write_loop(
+    socket: &Mutex<Socket>,
+    rx: Receiver<Out>,
+    len: Arc<AtomicUsize>,
+    limit: Duration,
+) {
     let mut run: Vec<Out> = Vec::new();
     while let Ok(first) = rx.recv() {
+        let mut sock = socket.lock().unwrap_or_else(|p| p.into_inner());
+        let Socket { tcp, rest } = &mut *sock;
+        let mut failed = !rest.is_empty()
+            && write_all_before(tcp, &mut [IoSlice::new(rest)], Instant::now() + limit).is_err();
+        rest.clear();
         let mut next = Some(first);
         let mut bytes = 0;
-        let mut failed = false;
+        let mut taken = 0;
         while let Some(out) = next.take() {
-            len.fetch_sub(1, Ordering::AcqRel);
+            taken += 1;
+            if failed {
+                break;
+            }
             if let Out::Raw(raw) = &out {
-                failed = write_run(&mut tcp, &mut run, limit).is_err()
-                    || write_all_before(&mut tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
+                failed = write_run(tcp, &mut run, limit).is_err()
+                    || write_all_before(tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
                         .is_err();
             } else {
                 bytes += out.wire_len();
@@ -618,8 +809,9 @@ pub fn write_loop(mut tcp: TcpStream, rx: Receiver<Out>, len: Arc<AtomicUsize>, 
             next = rx.try_recv().ok();
         }
         if !failed {
-            failed = write_run(&mut tcp, &mut run, limit).is_err();
+            failed = write_run(tcp, &mut run, limit).is_err();
         }
+        len.fetch_sub(taken, Ordering::AcqRel);
         if failed {
             crate::debug!("gateway: closed a connection that did not take a frame in time");
             let _ = tcp.shutdown(Shutdown::Both);
@@ -634,7 +826,7 @@ fn write_run(tcp: &mut TcpStream, run: &mut Vec<Out>, limit: Duration) -> io::Re
         return Ok(());
     }
     let total = run.iter().map(Out::wire_len).sum();
-    let (h, n) = text_header(total);
+    let (h, n) = ws::header(0x1, total);
     let mut slices = Vec::with_capacity(1 + 2 * run.len());
     slices.push(IoSlice::new(&h[..n]));
     for o in run.iter() {
@@ -673,10 +865,122 @@ mod tests {
     use super::*;
 
     #[test]
-    fn headers_follow_rfc6455_lengths() {
-        assert_eq!(&text_header(5).0[..2], &[0x81, 5]);
-        assert_eq!(&text_header(126).0[..4], &[0x81, 126, 0, 126]);
-        assert_eq!(text_header(70_000).1, 10);
+    fn a_text_message_must_be_utf8_and_one_relay_frame_passes_whole() {
+        let (out, _rx, _) = Outbox::new();
+        let mut lines = LineBuffer::new(limits::GATEWAY_MAX_LINE);
+        let mut batch = Vec::new();
+        let frame = "{\"id\":1,\"route\":{\"chan_id\":\"c1\"},\"body\":\"é\"}";
+        let msg = format!("{frame}\r\n").into_bytes();
+        let at = msg.as_ptr();
+        take_message(&mut lines, msg, true, &out, &mut batch).unwrap();
+        match batch.pop() {
+            // The message's own buffer, without its line end.
+            Some(Frame::Relay { chan, line }) => {
+                assert_eq!((chan.as_str(), &line[..]), ("c1", frame.as_bytes()));
+                assert_eq!(line.as_ptr(), at);
+            }
+            f => panic!("{f:?}"),
+        }
+        // Not UTF-8: in a relay frame's body, or anywhere else, the
+        // connection closes; a binary message is not held to it.
+        let bad_relay = b"{\"route\":{\"chan_id\":\"c1\"},\"body\":\"\xC3(\"}\n".to_vec();
+        let bad_other = b"{\"id\":1,\"method\":\"\xC3(\"}\n".to_vec();
+        for m in [bad_relay.clone(), bad_other] {
+            assert!(take_message(&mut lines, m, true, &out, &mut batch).is_err());
+        }
+        assert!(take_message(&mut lines, bad_relay, false, &out, &mut batch).is_ok());
+        batch.clear();
+        // Two frames in one message, and one cut across messages.
+        let two = format!("{frame}\n{frame}\n{}", &frame[..9]).into_bytes();
+        take_message(&mut lines, two, true, &out, &mut batch).unwrap();
+        take_message(
+            &mut lines,
+            frame.as_bytes()[9..].to_vec(),
+            true,
+            &out,
+            &mut batch,
+        )
+        .unwrap();
+        assert_eq!(batch.len(), 2);
+        take_message(&mut lines, b"\n".to_vec(), true, &out, &mut batch).unwrap();
+        assert_eq!(batch.len(), 3);
+        assert!(
+            batch
+                .iter()
+                .all(|f| matches!(f, Frame::Relay { line, .. } if line == frame.as_bytes()))
+        );
+    }
+
+    /// Direct writes and queued frames interleave on a socket that keeps
+    /// filling (writes taken in part, finished by the writer) and the
+    /// peer still reads every line once, in order.
+    #[test]
+    fn direct_writes_keep_the_order_of_queued_frames() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tcp, _) = l.accept().unwrap();
+        let (out, rx, len, socket) = Outbox::with_socket(tcp);
+        let writer = std::thread::spawn(move || {
+            write_loop(&socket, rx, len, Duration::from_secs(30));
+        });
+        const N: usize = 4000;
+        let reader = std::thread::spawn(move || {
+            let mut peer = peer;
+            let mut got = Vec::new();
+            let mut text = Vec::new();
+            while got.len() < N {
+                let mut h = [0u8; 2];
+                peer.read_exact(&mut h).unwrap();
+                assert_eq!(h[0], 0x81);
+                let n = match h[1] {
+                    126 => {
+                        let mut l = [0u8; 2];
+                        peer.read_exact(&mut l).unwrap();
+                        u16::from_be_bytes(l) as usize
+                    }
+                    127 => {
+                        let mut l = [0u8; 8];
+                        peer.read_exact(&mut l).unwrap();
+                        u64::from_be_bytes(l) as usize
+                    }
+                    n => n as usize,
+                };
+                let mut p = vec![0; n];
+                peer.read_exact(&mut p).unwrap();
+                text.extend(p);
+                while let Some(i) = text.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = text.drain(..=i).collect();
+                    got.push(String::from_utf8(line).unwrap());
+                }
+            }
+            got
+        });
+        let q = Arc::new(Queued::default());
+        let pad = "x".repeat(2000);
+        let (mut direct, mut queued) = (0, 0);
+        for i in 0..N {
+            let line = format!("{i} {pad}").into_bytes();
+            if i % 7 != 0 && out.try_direct(std::slice::from_ref(&line)) == Direct::Sent {
+                direct += 1;
+                continue;
+            }
+            queued += 1;
+            q.frames.fetch_add(1, Ordering::AcqRel);
+            q.bytes.fetch_add(line.len(), Ordering::AcqRel);
+            out.push(Out::Relay(line, q.clone())).unwrap();
+        }
+        let got = reader.join().unwrap();
+        for (i, l) in got.iter().enumerate() {
+            assert_eq!(l, &format!("{i} {pad}\n"));
+        }
+        assert!(direct > 0 && queued > 0);
+        drop(out);
+        writer.join().unwrap();
+        assert_eq!(q.frames.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn tokens_in_the_query_are_percent_decoded() {
         assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
     }
 }

@@ -38,6 +38,7 @@ pub mod state;
 pub mod tokens;
 pub mod trust;
 pub mod wire;
+pub mod ws;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use serde_json::Value;

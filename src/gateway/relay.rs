@@ -16,6 +16,10 @@
 //! `relay.closed` is queued, a frame forwarded under the read lock is
 //! always queued before that notification.
 //!
+//! Consecutive frames of one direction are first offered to the receiver's
+//! socket in one direct write ([`super::conn::Outbox::try_direct`]); what
+//! is written there never waits in a queue, so it counts against none.
+//!
 //! Bounds, unchanged: each direction of a channel counts its frames and
 //! bytes handed to the receiver's writer and not yet written (the writer
 //! lowers the count, [`super::conn::Out::written`]). Only one reader sends
@@ -31,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::conn::{Out, Outbox, Queued};
+use super::conn::{Direct, Out, Outbox, Queued};
 use crate::limits;
 
 /// One direction of a channel: the receiver's outbox and what waits in it.
@@ -98,7 +102,8 @@ impl Table {
 
     /// Forwards the relay frames `frames` (their channel id and line, as
     /// read, in order) that `from` may send; says what the gateway thread
-    /// must do about the others.
+    /// must do about the others. Consecutive frames of one channel
+    /// direction are tried as one direct write first (module comment).
     pub fn forward(
         &self,
         from: u64,
@@ -106,8 +111,10 @@ impl Table {
         trouble: &mut Vec<Trouble>,
     ) {
         let chans = self.chans.read().unwrap_or_else(|p| p.into_inner());
+        let mut run: Vec<Vec<u8>> = Vec::new();
+        let mut run_of: Option<(&str, &Chan, &Dir)> = None;
         for (chan, line) in frames {
-            let Some(ch) = chans.get(&chan) else {
+            let Some((name, ch)) = chans.get_key_value(&chan) else {
                 continue;
             };
             let dir = if ch.client == from {
@@ -118,38 +125,70 @@ impl Table {
                 // Not the sender's channel: dropped without a reply.
                 continue;
             };
-            if ch.closing.load(Ordering::Acquire) {
-                continue;
-            }
-            let q = &dir.queued;
-            let n = line.len();
-            if q.frames.load(Ordering::Acquire) >= limits::GATEWAY_CHANNEL_QUEUE
-                || q.bytes.load(Ordering::Acquire) + n > limits::GATEWAY_CHANNEL_QUEUE_BYTES
+            if let Some((_, _, d)) = run_of
+                && !std::ptr::eq(d, dir)
             {
-                crate::debug!("gateway: closed channel {chan}: its queue is full");
-                ch.closing.store(true, Ordering::Release);
-                trouble.push(Trouble::Overflow(chan));
-                continue;
+                flush(from, run_of, &mut run, trouble);
             }
-            q.frames.fetch_add(1, Ordering::AcqRel);
-            q.bytes.fetch_add(n, Ordering::AcqRel);
-            if dir.out.push(Out::Relay(line, q.clone())).is_err() {
-                q.frames.fetch_sub(1, Ordering::AcqRel);
-                q.bytes.fetch_sub(n, Ordering::AcqRel);
-                let dest = if ch.client == from {
-                    ch.node
-                } else {
-                    ch.client
-                };
-                if !trouble.contains(&Trouble::Full(dest)) {
-                    trouble.push(Trouble::Full(dest));
-                }
-            }
+            run_of = Some((name.as_str(), ch, dir));
+            run.push(line);
         }
+        flush(from, run_of, &mut run, trouble);
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Chan>> {
         self.chans.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Hands on `run`, consecutive frames of one channel direction: in one
+/// direct write when the receiver's writer is idle, else each queued, as
+/// long as the channel is open and its queue has room.
+fn flush(
+    from: u64,
+    to: Option<(&str, &Chan, &Dir)>,
+    run: &mut Vec<Vec<u8>>,
+    trouble: &mut Vec<Trouble>,
+) {
+    let Some((chan, ch, dir)) = to else {
+        return;
+    };
+    if run.is_empty() || ch.closing.load(Ordering::Acquire) {
+        run.clear();
+        return;
+    }
+    if dir.out.try_direct(run) == Direct::Sent {
+        run.clear();
+        return;
+    }
+    for line in run.drain(..) {
+        if ch.closing.load(Ordering::Acquire) {
+            continue;
+        }
+        let q = &dir.queued;
+        let n = line.len();
+        if q.frames.load(Ordering::Acquire) >= limits::GATEWAY_CHANNEL_QUEUE
+            || q.bytes.load(Ordering::Acquire) + n > limits::GATEWAY_CHANNEL_QUEUE_BYTES
+        {
+            crate::debug!("gateway: closed channel {chan}: its queue is full");
+            ch.closing.store(true, Ordering::Release);
+            trouble.push(Trouble::Overflow(chan.to_string()));
+            continue;
+        }
+        q.frames.fetch_add(1, Ordering::AcqRel);
+        q.bytes.fetch_add(n, Ordering::AcqRel);
+        if dir.out.push(Out::Relay(line, q.clone())).is_err() {
+            q.frames.fetch_sub(1, Ordering::AcqRel);
+            q.bytes.fetch_sub(n, Ordering::AcqRel);
+            let dest = if ch.client == from {
+                ch.node
+            } else {
+                ch.client
+            };
+            if !trouble.contains(&Trouble::Full(dest)) {
+                trouble.push(Trouble::Full(dest));
+            }
+        }
     }
 }
 

@@ -14,6 +14,13 @@
 //!   message forwarded as received, no routing, no parsing), what a
 //!   WebSocket relay costs at the least. When websocat cannot be had, the
 //!   bare relay is the baseline and the line says why.
+//! - `gateway_relay_instructions`: instructions the daemon executes per
+//!   relayed round trip (two relay frames) at 64 B, 1 KiB and 64 KiB,
+//!   counted by callgrind (valgrind) with the traffic of the figures above:
+//!   two runs of the daemon under callgrind per size relay a few and many
+//!   round trips; the difference of their totals over the difference of
+//!   the counts is one round trip, start-up cancelling out. Unlike the
+//!   rates it does not move with the machine's load.
 //! - `gateway_idle_conn_rss`: the daemon's VmRSS with 1,000 idle `/client`
 //!   connections minus without, per connection (goal <= 64 KiB), and its
 //!   CPU ticks over 3 s while they idle (goal 0).
@@ -57,15 +64,26 @@ pub fn run() {
         "gateway_added_delay",
         "gateway_trustlog_sync_10k",
     ];
-    if !figures.iter().any(|f| util::selected(f)) {
-        return;
-    }
-    if let Err(e) = measure() {
+    if figures.iter().any(|f| util::selected(f))
+        && let Err(e) = measure()
+    {
         util::skipped("gateway", None, &format!("error: {e}"));
+    }
+    if util::selected(INSTRUCTIONS) {
+        instructions();
     }
 }
 
 fn start(tmp: &TempDir) -> Result<(Proc, DaemonDirs, SocketAddr), String> {
+    start_under(tmp, None)
+}
+
+/// The daemon, or with `callgrind` (valgrind and its output file) the
+/// daemon under callgrind.
+fn start_under(
+    tmp: &TempDir,
+    callgrind: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<(Proc, DaemonDirs, SocketAddr), String> {
     let dirs = DaemonDirs::under(tmp.path());
     let mut cmd = util::serve_with_config(
         &dirs,
@@ -73,9 +91,27 @@ fn start(tmp: &TempDir) -> Result<(Proc, DaemonDirs, SocketAddr), String> {
         "[gateway]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n",
     );
     cmd.env("OMNICONFLUX_GATEWAY_TOKEN", MASTER);
+    if let Some((valgrind, out)) = callgrind {
+        let mut vg = Command::new(valgrind);
+        vg.arg("--tool=callgrind")
+            .arg("--vgdb=no")
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => vg.env(k, v),
+                None => vg.env_remove(k),
+            };
+        }
+        // valgrind's own temporary files stay in the run's directory.
+        vg.env("TMPDIR", tmp.path());
+        cmd = vg;
+    }
     let mut p = Proc::spawn("omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start the daemon: {e}"))?;
-    util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(20))
+    let ready = Duration::from_secs(if callgrind.is_some() { 120 } else { 20 });
+    util::wait_daemon_ready(&mut p, &dirs.socket, ready)
         .map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
     let log = std::fs::read_to_string(&dirs.log).unwrap_or_default();
     let addr = log
@@ -184,6 +220,26 @@ fn echo(mut n: Lines) {
     }
 }
 
+/// Exactly `n` round trips, at most `window` in flight.
+fn pump_n(c: &mut Lines, chan: &str, body: &str, window: u64, n: u64) -> Result<(), String> {
+    let (mut sent, mut done) = (0u64, 0u64);
+    while done < n {
+        while sent < n && sent - done < window {
+            sent += 1;
+            c.send(&relay_frame(sent, chan, body))?;
+        }
+        c.next()?;
+        done += 1;
+    }
+    Ok(())
+}
+
+fn relay_frame(id: u64, chan: &str, body: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"echo\",\"route\":{{\"chan_id\":\"{chan}\",\"node_id\":\"n\"}},\"body\":\"{body}\"}}\n"
+    )
+}
+
 /// Round trips a second over `dur`, at most `window` in flight.
 fn pump(
     c: &mut Lines,
@@ -195,11 +251,7 @@ fn pump(
     let mut sent = 0u64;
     let mut done = 0u64;
     let t0 = Instant::now();
-    let frame = |id: u64| {
-        format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"echo\",\"route\":{{\"chan_id\":\"{chan}\",\"node_id\":\"n\"}},\"body\":\"{body}\"}}\n"
-        )
-    };
+    let frame = |id: u64| relay_frame(id, chan, body);
     while t0.elapsed() < dur {
         while sent - done < window as u64 {
             sent += 1;
@@ -352,15 +404,17 @@ fn b64_of(n: usize) -> String {
     "A".repeat(n.div_ceil(3) * 4)
 }
 
-fn measure() -> Result<(), String> {
-    let tmp = TempDir::new("gateway");
-    let (daemon, dirs, addr) = start(&tmp)?;
+/// A fake node and a client with a channel open to it on the gateway at
+/// `addr`: the node's thread, the client and the channel id.
+fn open_channel(addr: SocketAddr) -> Result<(std::thread::JoinHandle<()>, Lines, String), String> {
     let node = fake_node(dial(addr, "/node")?, "n");
     let mut c = Lines::new(dial(addr, "/client")?);
-    // Wait until the node is in the roster.
+    // Wait until the node is in the roster (the daemon's own node, in it
+    // too, may come first).
     loop {
         let v = c.json()?;
-        if v["method"] == "node.event" && v["params"]["node"]["online"] == true {
+        let node = &v["params"]["node"];
+        if v["method"] == "node.event" && node["online"] == true && node["id"] == "n" {
             break;
         }
     }
@@ -378,6 +432,93 @@ fn measure() -> Result<(), String> {
         .as_str()
         .ok_or_else(|| format!("relay.open failed: {opened}"))?
         .to_string();
+    Ok((node, c, chan))
+}
+
+pub const INSTRUCTIONS: &str = "gateway_relay_instructions";
+
+/// Round trips in the two callgrind runs of each size.
+const CG_FEW: u64 = 100;
+const CG_MANY: u64 = 600;
+
+/// `gateway_relay_instructions` (module comment).
+fn instructions() {
+    let Some(valgrind) = util::find_tool("valgrind") else {
+        util::skipped(
+            INSTRUCTIONS,
+            None,
+            "valgrind not found; apt-get install valgrind",
+        );
+        return;
+    };
+    let sizes = [("64b", 64usize), ("1k", 1024), ("64k", 64 * 1024)];
+    let r = sizes
+        .iter()
+        .map(|&(name, size)| {
+            let few = relay_total_ir(&valgrind, size, CG_FEW)?;
+            let many = relay_total_ir(&valgrind, size, CG_MANY)?;
+            Ok((name, ((many - few) / (CG_MANY - CG_FEW) as f64).round()))
+        })
+        .collect::<Result<Vec<(&str, f64)>, String>>();
+    match r {
+        Ok(per) => {
+            let mut extra: Vec<(&str, Value)> = per.iter().map(|&(k, v)| (k, json!(v))).collect();
+            extra.push(("round_trips", json!([CG_FEW, CG_MANY])));
+            Figure {
+                name: INSTRUCTIONS,
+                placement: None,
+                value: per.last().map_or(0.0, |p| p.1),
+                baseline: None,
+                baseline_of: "",
+                ratio: None,
+                better: "lower",
+                goal: json!("none: a repeatable count to compare between commits"),
+                unit: "instructions per relayed round trip at 64 KiB, all daemon threads (64b, 1k, 64k: each size)",
+                pass: true,
+                rounds: 1,
+                extra,
+            }
+            .emit();
+        }
+        Err(e) => util::skipped(INSTRUCTIONS, None, &format!("error: {e}")),
+    }
+}
+
+/// The total instructions of a daemon under callgrind that relays `n`
+/// round trips of `size`-byte bodies (32 in flight), start and stop
+/// included.
+fn relay_total_ir(valgrind: &std::path::Path, size: usize, n: u64) -> Result<f64, String> {
+    let tmp = TempDir::new("gateway-cg");
+    let out = tmp.path().join("callgrind.out");
+    let (daemon, dirs, addr) = start_under(&tmp, Some((valgrind, &out)))?;
+    {
+        let (node, mut c, chan) =
+            open_channel(addr).map_err(|e| format!("{e}; log: {}", util::log_tail(&dirs.log)))?;
+        let body = b64_of(size);
+        util::on_cpu(1, || pump_n(&mut c, &chan, &body, 32, n))?;
+        drop(c);
+        drop(node);
+    }
+    daemon.stop(Duration::from_secs(120));
+    let text = std::fs::read_to_string(&out).map_err(|e| {
+        format!(
+            "no callgrind output: {e}; log: {}",
+            util::log_tail(&dirs.log)
+        )
+    })?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .ok_or_else(|| "no totals in the callgrind output".into())
+}
+
+fn measure() -> Result<(), String> {
+    let tmp = TempDir::new("gateway");
+    let (daemon, dirs, addr) = start(&tmp)?;
+    let (node, mut c, chan) = open_channel(addr)?;
 
     let rounds = util::rounds(5, 2);
     let dur = Duration::from_millis(if util::quick() { 500 } else { 1500 });
