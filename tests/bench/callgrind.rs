@@ -65,14 +65,9 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
     let tmp = TempDir::new("cg");
     let dirs = DaemonDirs::under(tmp.path());
     let out = tmp.path().join("callgrind.out");
-    let mut cmd = Command::new(valgrind);
-    cmd.arg("--tool=callgrind")
-        .arg("--vgdb=no")
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(util::daemon_bin());
-    util::daemon_args(&mut cmd, &dirs);
-    // valgrind's own temporary files stay in the run's directory.
-    cmd.env("TMPDIR", tmp.path());
+    let mut daemon = Command::new(util::daemon_bin());
+    util::daemon_args(&mut daemon, &dirs);
+    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &daemon);
     let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start valgrind: {e}"))?;
     util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))
@@ -228,19 +223,7 @@ fn storage_get_run(
     std::fs::write(work.join("autoget"), format!("{gets}\n")).map_err(|e| e.to_string())?;
     let out = tmp.path().join("callgrind.out");
     let serve = util::serve_with_config(&dirs, tmp.path(), &config);
-    let mut cmd = Command::new(valgrind);
-    cmd.arg("--tool=callgrind")
-        .arg("--vgdb=no")
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(serve.get_program())
-        .args(serve.get_args());
-    for (k, v) in serve.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    cmd.env("TMPDIR", tmp.path());
+    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &serve);
     let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start valgrind: {e}"))?;
     let ready = util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))

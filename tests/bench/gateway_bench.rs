@@ -92,21 +92,7 @@ fn start_under(
     );
     cmd.env("OMNICONFLUX_GATEWAY_TOKEN", MASTER);
     if let Some((valgrind, out)) = callgrind {
-        let mut vg = Command::new(valgrind);
-        vg.arg("--tool=callgrind")
-            .arg("--vgdb=no")
-            .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg(cmd.get_program())
-            .args(cmd.get_args());
-        for (k, v) in cmd.get_envs() {
-            match v {
-                Some(v) => vg.env(k, v),
-                None => vg.env_remove(k),
-            };
-        }
-        // valgrind's own temporary files stay in the run's directory.
-        vg.env("TMPDIR", tmp.path());
-        cmd = vg;
+        cmd = util::under_callgrind(valgrind, out, tmp.path(), &cmd);
     }
     let mut p = Proc::spawn("omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start the daemon: {e}"))?;

@@ -540,6 +540,26 @@ pub fn serve_with_config(dirs: &DaemonDirs, dir: &Path, config: &str) -> Command
     cmd
 }
 
+/// `cmd` (a daemon's command line and environment) run under
+/// `valgrind --tool=callgrind`, its output to `out`; valgrind's own
+/// temporary files stay in `tmp`, the run's directory.
+pub fn under_callgrind(valgrind: &Path, out: &Path, tmp: &Path, cmd: &Command) -> Command {
+    let mut vg = Command::new(valgrind);
+    vg.arg("--tool=callgrind")
+        .arg("--vgdb=no")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => vg.env(k, v),
+            None => vg.env_remove(k),
+        };
+    }
+    vg.env("TMPDIR", tmp);
+    vg
+}
+
 /// Starts a daemon with `config` on core `cpu` and waits for its first ping.
 pub fn start_daemon(
     dir: &Path,
