@@ -430,14 +430,7 @@ impl AcpClient {
     /// nothing it accepts would fail there.
     fn on_chunk_line(&self, line: &[u8]) -> Option<Step> {
         let (kind, text) = self.text_chunk(line)?;
-        let text = text.into_owned();
-        let entry = match kind {
-            ChunkKind::Text => Entry::Text { text },
-            ChunkKind::Thinking => Entry::Thinking { text },
-        };
-        let mut step = Step::default();
-        step.event(AgentEvent::Transcript(entry));
-        Some(step)
+        Some(chunk_step(kind, text.into_owned()))
     }
 
     /// The text of `line` when it is a text or thought chunk of this
@@ -903,6 +896,17 @@ impl AcpClient {
         }
         Ok(())
     }
+}
+
+/// The step of a streamed text chunk: its one transcript entry.
+fn chunk_step(kind: ChunkKind, text: String) -> Step {
+    let entry = match kind {
+        ChunkKind::Text => Entry::Text { text },
+        ChunkKind::Thinking => Entry::Thinking { text },
+    };
+    let mut step = Step::default();
+    step.event(AgentEvent::Transcript(entry));
+    step
 }
 
 /// Which entry a streamed text chunk grows ([`AcpClient::text_chunk`]).
@@ -1561,16 +1565,9 @@ mod tests {
             // The borrowed chunk the session core takes is the entry the
             // general path makes, and nothing else.
             if let Some((kind, text)) = c.text_chunk(line.as_bytes()) {
-                let text = text.into_owned();
-                let entry = match kind {
-                    ChunkKind::Text => Entry::Text { text },
-                    ChunkKind::Thinking => Entry::Thinking { text },
-                };
-                let mut want = Step::default();
-                want.event(AgentEvent::Transcript(entry));
                 assert_eq!(
                     ready_client().on_any_line(line.as_bytes()),
-                    Ok(want),
+                    Ok(chunk_step(kind, text.into_owned())),
                     "{line}"
                 );
             }
