@@ -79,14 +79,7 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
         }
     }
     p.stop(Duration::from_secs(120));
-    let text = std::fs::read_to_string(&out).map_err(|e| {
-        format!(
-            "no callgrind output: {e}; log: {}",
-            util::log_tail(&dirs.log)
-        )
-    })?;
-    // A daemon with several threads writes one file, its totals on one line.
-    totals(&text)
+    util::callgrind_total(&out, &dirs.log)
 }
 
 /// The second figure of this module: instructions the daemon executes per
@@ -245,29 +238,12 @@ fn storage_get_run(
     let check_done = ready.answered + Duration::from_secs(6);
     std::thread::sleep(check_done.saturating_duration_since(std::time::Instant::now()));
     p.stop(Duration::from_secs(120));
-    let text = std::fs::read_to_string(&out).map_err(|e| {
-        format!(
-            "no callgrind output: {e}; log: {}",
-            util::log_tail(&dirs.log)
-        )
-    })?;
-    let total = totals(&text)?;
+    let total = util::callgrind_total(&out, &dirs.log)?;
     let by_fn = match annotate {
         Some(a) => self_costs(a, &out)?,
         None => Default::default(),
     };
     Ok(CgRun { total, by_fn })
-}
-
-/// The totals line of a callgrind output file.
-fn totals(text: &str) -> Result<f64, String> {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-        })
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .ok_or_else(|| "no totals in the callgrind output".into())
 }
 
 /// Each function's own instructions, from `callgrind_annotate`'s lines

@@ -486,19 +486,7 @@ fn relay_total_ir(valgrind: &std::path::Path, size: usize, n: u64) -> Result<f64
         drop(node);
     }
     daemon.stop(Duration::from_secs(120));
-    let text = std::fs::read_to_string(&out).map_err(|e| {
-        format!(
-            "no callgrind output: {e}; log: {}",
-            util::log_tail(&dirs.log)
-        )
-    })?;
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-        })
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .ok_or_else(|| "no totals in the callgrind output".into())
+    util::callgrind_total(&out, &dirs.log)
 }
 
 fn measure() -> Result<(), String> {

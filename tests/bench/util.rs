@@ -560,6 +560,21 @@ pub fn under_callgrind(valgrind: &Path, out: &Path, tmp: &Path, cmd: &Command) -
     vg
 }
 
+/// The total instructions in the callgrind output file `out` (a daemon
+/// with several threads writes one file, its totals on one line); the
+/// daemon's log tail when there is none.
+pub fn callgrind_total(out: &Path, log: &Path) -> Result<f64, String> {
+    let text = std::fs::read_to_string(out)
+        .map_err(|e| format!("no callgrind output: {e}; log: {}", log_tail(log)))?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .ok_or_else(|| "no totals in the callgrind output".into())
+}
+
 /// Starts a daemon with `config` on core `cpu` and waits for its first ping.
 pub fn start_daemon(
     dir: &Path,
