@@ -50,19 +50,20 @@
 //! waits on another connection's socket, and a slow reader is still
 //! closed by its writer's deadline.
 //!
-//! Queues. A connection's outbox is bounded by a count
-//! (`GATEWAY_OUTBOX_FRAMES`) checked before every push, over a channel that
-//! allocates as it fills: an idle connection holds no preallocated slots.
-//! A `bounded` channel would bound it as well, but it allocates and writes
-//! every slot when it is made: 8,192 slots of 48 bytes, 384 KiB a
-//! connection, six times the 64 KiB an idle connection may hold (issue 12).
+//! Queues. A connection's outbox is a [`super::outq`] queue of at most
+//! `GATEWAY_OUTBOX_FRAMES`, which holds memory only for what waits in it:
+//! an idle connection holds no preallocated slots (a crossbeam `bounded`
+//! channel writes all 8,192 when made, 384 KiB a connection, six times
+//! the 64 KiB an idle connection may hold, issue 12). The outbox's `len`
+//! also counts what the writer has taken and not yet written, which is
+//! what a direct write must wait for.
 //! Relay frames and node events carry a [`Queued`] counter of their
 //! channel's direction or their client's events, which the writer lowers
 //! once the frame is written: that is how a reader forwarding a relay
 //! frame ([`super::relay`]) knows the seed's 64-frame queue of a channel
 //! is full, and the gateway thread that a client's 64 events are waiting.
 
-use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use crossbeam_channel::{Sender, bounded};
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -77,7 +78,7 @@ use tungstenite::protocol::WebSocketConfig;
 use super::relay::{self, Trouble};
 use super::state::{Role, RouteKind, ToState};
 use super::wire::{self, Frame};
-use super::ws;
+use super::{outq, ws};
 use crate::limits;
 use crate::socket::framing::{self, LineBuffer};
 
@@ -124,7 +125,7 @@ pub struct Queued {
 /// WebSocket the socket itself, for direct writes (module comment).
 #[derive(Clone)]
 pub struct Outbox {
-    tx: Sender<Out>,
+    tx: outq::Sender<Out>,
     len: Arc<AtomicUsize>,
     socket: Option<Arc<Mutex<Socket>>>,
 }
@@ -152,10 +153,8 @@ pub enum Direct {
 pub struct Full;
 
 impl Outbox {
-    pub fn new() -> (Outbox, Receiver<Out>, Arc<AtomicUsize>) {
-        // Bounded by `len`: `tx` is private to the outbox, and `push`, its
-        // only sender, checks the count first (module comment, Queues).
-        let (tx, rx) = unbounded();
+    pub fn new() -> (Outbox, outq::Receiver<Out>, Arc<AtomicUsize>) {
+        let (tx, rx) = outq::bounded(limits::GATEWAY_OUTBOX_FRAMES);
         let len = Arc::new(AtomicUsize::new(0));
         (
             Outbox {
@@ -172,7 +171,12 @@ impl Outbox {
     /// the socket as the writer shares it.
     fn with_socket(
         tcp: TcpStream,
-    ) -> (Outbox, Receiver<Out>, Arc<AtomicUsize>, Arc<Mutex<Socket>>) {
+    ) -> (
+        Outbox,
+        outq::Receiver<Out>,
+        Arc<AtomicUsize>,
+        Arc<Mutex<Socket>>,
+    ) {
         let (mut out, rx, len) = Outbox::new();
         let socket = Arc::new(Mutex::new(Socket {
             tcp,
@@ -229,7 +233,10 @@ impl Outbox {
             self.len.fetch_sub(1, Ordering::AcqRel);
             return Err(Full);
         }
-        self.tx.send(out).map_err(|_| Full)
+        self.tx.try_send(out).map_err(|outq::Refused| {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+            Full
+        })
     }
 
     pub fn line(&self, bytes: Vec<u8>) -> Result<(), Full> {
@@ -773,7 +780,7 @@ fn write_all_before(
 /// what it took only once that is written.
 pub fn write_loop(
     socket: &Mutex<Socket>,
-    rx: Receiver<Out>,
+    rx: outq::Receiver<Out>,
     len: Arc<AtomicUsize>,
     limit: Duration,
 ) {
@@ -806,7 +813,7 @@ pub fn write_loop(
             {
                 break;
             }
-            next = rx.try_recv().ok();
+            next = rx.try_recv();
         }
         if !failed {
             failed = write_run(tcp, &mut run, limit).is_err();

@@ -32,6 +32,7 @@
 
 pub mod conn;
 pub mod in_node;
+pub mod outq;
 pub mod relay;
 pub mod standalone;
 pub mod state;
@@ -40,7 +41,7 @@ pub mod trust;
 pub mod wire;
 pub mod ws;
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Sender, bounded};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -221,7 +222,7 @@ pub struct NodeLink {
     conn: u64,
     closed: Arc<AtomicBool>,
     to_state: Sender<ToState>,
-    rx: Receiver<Out>,
+    rx: outq::Receiver<Out>,
     len: Arc<AtomicUsize>,
     /// The node's side of the stream, as a reader thread is for a
     /// WebSocket.
@@ -241,7 +242,7 @@ impl NodeLink {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
-        let out = self.rx.recv_timeout(timeout).ok()?;
+        let out = self.rx.recv_timeout(timeout)?;
         self.len.fetch_sub(1, Ordering::AcqRel);
         if self.closed.load(Ordering::Acquire) {
             return None;

@@ -219,7 +219,7 @@ mod tests {
         t.forward(2, frames(1), &mut trouble);
         assert!(client_rx.is_empty());
         // Written frames lower the count.
-        for o in node_rx.try_iter() {
+        while let Some(o) = node_rx.try_recv() {
             o.written();
         }
         t.close("c1");
