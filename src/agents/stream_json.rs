@@ -734,13 +734,18 @@ fn on_user(step: &mut Step, msg: &Map<String, Value>) {
 }
 
 fn write_allow(step: &mut Step, key: &str, input: Value) {
+    write_verdict(
+        step,
+        key,
+        json!({"behavior": "allow", "updatedInput": input}),
+    );
+}
+
+/// The control response that answers permission request `key`.
+fn write_verdict(step: &mut Step, key: &str, verdict: Value) {
     step.write(&json!({
         "type": "control_response",
-        "response": {
-            "subtype": "success",
-            "request_id": key,
-            "response": {"behavior": "allow", "updatedInput": input}
-        }
+        "response": {"subtype": "success", "request_id": key, "response": verdict}
     }));
 }
 
@@ -775,14 +780,7 @@ fn questions_of(input: &Value) -> Vec<Question> {
 }
 
 fn write_deny(step: &mut Step, key: &str, message: &str) {
-    step.write(&json!({
-        "type": "control_response",
-        "response": {
-            "subtype": "success",
-            "request_id": key,
-            "response": {"behavior": "deny", "message": message}
-        }
-    }));
+    write_verdict(step, key, json!({"behavior": "deny", "message": message}));
 }
 
 /// Claude Code's tool names in ACP's words, for approval.request `action`.
