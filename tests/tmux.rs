@@ -42,57 +42,11 @@ fn rig(name: &str) -> Rig {
     std::fs::create_dir_all(&proj).unwrap();
     util::git(&proj, &["init", "-q", "-b", "trunk"]);
     let home = dir.join("home");
-    let project = home.join(".claude/projects").join(
-        proj.display()
-            .to_string()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect::<String>(),
-    );
-    std::fs::create_dir_all(&project).unwrap();
-    std::fs::write(
-        project.join("0b6f0d8e-1111-4222-8333-944455556666.jsonl"),
-        concat!(
-            r#"{"type":"user","message":{"role":"user","content":"hi"},"sessionId":"0b6f0d8e-1111-4222-8333-944455556666"}"#,
-            "\n",
-            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"hello"}],"stop_reason":"end_turn"}}"#,
-            "\n"
-        ),
-    )
-    .unwrap();
-    servers.tmux(
-        "default",
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "work",
-            "-x",
-            "100",
-            "-y",
-            "30",
-            "-c",
-            &proj.display().to_string(),
-            "--",
-            &fixture("tmux/claude"),
-        ],
-    );
+    servers.fake_claude(&home, &proj);
     let d = Daemon::start_with(
         &dir.path,
         Opts {
-            env: vec![
-                ("HOME".into(), home.display().to_string()),
-                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
-                // The fake Claude Code is `claude` on the daemon's PATH.
-                (
-                    "PATH".into(),
-                    format!(
-                        "{}:{}",
-                        fixture("tmux"),
-                        std::env::var("PATH").unwrap_or_default()
-                    ),
-                ),
-            ],
+            env: servers.daemon_env(&home),
             ..Default::default()
         },
     );

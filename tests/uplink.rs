@@ -1417,42 +1417,7 @@ fn term_rig(name: &str) -> Option<TermRig> {
     let proj = ndir.join("proj");
     std::fs::create_dir_all(&proj).unwrap();
     let home = ndir.join("home");
-    let project = home.join(".claude/projects").join(
-        proj.display()
-            .to_string()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect::<String>(),
-    );
-    std::fs::create_dir_all(&project).unwrap();
-    let transcript = project.join("0b6f0d8e-1111-4222-8333-944455556666.jsonl");
-    std::fs::write(
-        &transcript,
-        concat!(
-            r#"{"type":"user","message":{"role":"user","content":"hi"},"sessionId":"0b6f0d8e-1111-4222-8333-944455556666"}"#,
-            "\n",
-            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"hello"}],"stop_reason":"end_turn"}}"#,
-            "\n"
-        ),
-    )
-    .unwrap();
-    servers.tmux(
-        "default",
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "work",
-            "-x",
-            "100",
-            "-y",
-            "30",
-            "-c",
-            &proj.display().to_string(),
-            "--",
-            &util::fixture("tmux/claude"),
-        ],
-    );
+    let transcript = servers.fake_claude(&home, &proj);
     let (gw, addr) = gateway(&gdir, "127.0.0.1:0");
     let n = Daemon::start_with(
         &ndir.path,
@@ -1460,19 +1425,10 @@ fn term_rig(name: &str) -> Option<TermRig> {
             config: Some(format!(
                 "[daemon]\nnode_name = \"{NODE}\"\n[uplink]\nurl = \"ws://{addr}\"\n"
             )),
-            env: vec![
-                ("OMNICONFLUX_UPLINK_TOKEN".into(), MASTER.into()),
-                ("HOME".into(), home.display().to_string()),
-                ("TMUX_TMPDIR".into(), servers.tmpdir.display().to_string()),
-                (
-                    "PATH".into(),
-                    format!(
-                        "{}:{}",
-                        util::fixture("tmux"),
-                        std::env::var("PATH").unwrap_or_default()
-                    ),
-                ),
-            ],
+            env: [("OMNICONFLUX_UPLINK_TOKEN".to_string(), MASTER.to_string())]
+                .into_iter()
+                .chain(servers.daemon_env(&home))
+                .collect(),
             ..Opts::default()
         },
     );
