@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod http;
 pub mod ids;
 pub mod isolation;
+pub mod jsonscan;
 pub mod lanes;
 pub mod ledger;
 pub mod limits;

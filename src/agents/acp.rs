@@ -70,6 +70,7 @@ use super::{
     OptionKind, PermissionOption, PermissionRequest, SignInState, Step, ToolEntry, ToolStatus,
     Usage, Violation, parse_line, prompt_chars,
 };
+use crate::jsonscan::Scan;
 use crate::limits::{AGENT_PENDING_REQUESTS, AGENT_PROMPT_QUEUE, AGENT_TOOL_CALLS_REMEMBERED};
 
 /// The protocol version we speak.
@@ -448,24 +449,27 @@ impl AcpClient {
         }
         let trimmed = line.strip_suffix(b"\n").unwrap_or(line);
         let trimmed = trimmed.strip_suffix(b"\r").unwrap_or(trimmed);
-        let msg: ChunkLine<'_> = serde_json::from_slice(trimmed).ok()?;
+        let c = scan_chunk(trimmed)?;
         let ours = self.session_id.as_deref().or(self.cfg.reopen.as_deref());
-        if msg.jsonrpc != "2.0"
-            || msg.method != "session/update"
-            || Some(msg.params.session_id) != ours
+        if c.jsonrpc != b"2.0"
+            || c.method != b"session/update"
+            || Some(c.session_id) != ours.map(str::as_bytes)
+            || c.content_type != b"text"
         {
             return None;
         }
-        let u = msg.params.update;
-        if u.content.kind != "text" {
-            return None;
-        }
-        let kind = match u.session_update {
-            "agent_message_chunk" => ChunkKind::Text,
-            "agent_thought_chunk" => ChunkKind::Thinking,
+        let kind = match c.session_update {
+            b"agent_message_chunk" => ChunkKind::Text,
+            b"agent_thought_chunk" => ChunkKind::Thinking,
             _ => return None,
         };
-        Some((kind, u.content.text))
+        let text = if c.text_escaped {
+            Cow::Owned(serde_json::from_slice::<String>(c.text).ok()?)
+        } else {
+            // Between its quotes, UTF-8 (the scan checked the line).
+            Cow::Borrowed(std::str::from_utf8(&c.text[1..c.text.len() - 1]).ok()?)
+        };
+        Some((kind, text))
     }
 
     fn violate(&mut self, reason: String) -> Violation {
@@ -916,50 +920,112 @@ pub enum ChunkKind {
     Thinking,
 }
 
-/// A `session/update` notification carrying a text chunk, as
-/// [`AcpClient::on_chunk_line`] reads it. `&str` fields fail on an escaped
-/// string (the general path takes those); the chunk's text is a `Cow`, as
-/// agents escape newlines and quotes in it.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChunkLine<'a> {
-    jsonrpc: &'a str,
-    method: &'a str,
-    #[serde(borrow)]
-    params: ChunkParams<'a>,
+/// The members of a `session/update` line carrying a content chunk, as
+/// [`scan_chunk`] finds them: raw, escapes not decoded.
+struct ScannedChunk<'a> {
+    jsonrpc: &'a [u8],
+    method: &'a [u8],
+    session_id: &'a [u8],
+    session_update: &'a [u8],
+    content_type: &'a [u8],
+    /// With its quotes, for serde to decode when it holds escapes.
+    text: &'a [u8],
+    text_escaped: bool,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ChunkParams<'a> {
-    session_id: &'a str,
-    #[serde(borrow)]
-    update: ChunkUpdate<'a>,
-    #[serde(rename = "_meta", default)]
-    _meta: Option<Value>,
-}
+/// Reads `line` as one `session/update` notification carrying a content
+/// chunk: `{"jsonrpc", "method", "params": {"sessionId", "update":
+/// {"sessionUpdate", "content": {"type", "text", "annotations"?,
+/// "_meta"?}, "_meta"?}, "_meta"?}}` in any order, with the validating
+/// scan of [`crate::jsonscan`] instead of serde (serde's typed parse of
+/// these lines was a third of the daemon's work on a streaming agent).
+/// `None` unless every member is one of those, none is repeated, all but
+/// the optional ones are there, the names and the short strings hold no
+/// escape, and the line is valid JSON and UTF-8: then a serde parse would
+/// read the same members, so the general path gets every other line and
+/// decides it (the test below holds the two to each other).
+fn scan_chunk(line: &[u8]) -> Option<ScannedChunk<'_>> {
+    /// A short string that holds no escape.
+    fn plain<'a>(s: &mut Scan<'a>, seen: &mut u16, bit: u16) -> Option<&'a [u8]> {
+        once(seen, bit)?;
+        let raw = s.string()?;
+        (!raw.contains(&b'\\')).then_some(raw)
+    }
+    /// Marks member `bit` seen; `None` when it was already.
+    fn once(seen: &mut u16, bit: u16) -> Option<()> {
+        (*seen & bit == 0).then(|| *seen |= bit)
+    }
+    const JSONRPC: u16 = 1;
+    const METHOD: u16 = 1 << 1;
+    const PARAMS: u16 = 1 << 2;
+    const SESSION_ID: u16 = 1 << 3;
+    const UPDATE: u16 = 1 << 4;
+    const SESSION_UPDATE: u16 = 1 << 5;
+    const CONTENT: u16 = 1 << 6;
+    const TYPE: u16 = 1 << 7;
+    const TEXT: u16 = 1 << 8;
+    const REQUIRED: u16 = (1 << 9) - 1;
+    // One bit for each `_meta` (three objects have one) and `annotations`.
+    const META_PARAMS: u16 = 1 << 9;
+    const META_UPDATE: u16 = 1 << 10;
+    const META_CONTENT: u16 = 1 << 11;
+    const ANNOTATIONS: u16 = 1 << 12;
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ChunkUpdate<'a> {
-    session_update: &'a str,
-    #[serde(borrow)]
-    content: ChunkContent<'a>,
-    #[serde(rename = "_meta", default)]
-    _meta: Option<Value>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChunkContent<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    #[serde(borrow)]
-    text: Cow<'a, str>,
-    #[serde(rename = "annotations", default)]
-    _annotations: Option<Value>,
-    #[serde(rename = "_meta", default)]
-    _meta: Option<Value>,
+    let mut seen = 0u16;
+    let (mut jsonrpc, mut method, mut session_id) = (&[][..], &[][..], &[][..]);
+    let (mut session_update, mut content_type) = (&[][..], &[][..]);
+    let (mut text, mut text_escaped) = (&[][..], false);
+    let mut s = Scan::new(line);
+    s.ws()?;
+    s.object(|s, name| match name {
+        b"jsonrpc" => plain(s, &mut seen, JSONRPC).map(|v| jsonrpc = v),
+        b"method" => plain(s, &mut seen, METHOD).map(|v| method = v),
+        b"params" => {
+            once(&mut seen, PARAMS)?;
+            s.object(|s, name| match name {
+                b"sessionId" => plain(s, &mut seen, SESSION_ID).map(|v| session_id = v),
+                b"_meta" => once(&mut seen, META_PARAMS).and_then(|()| s.value(2)),
+                b"update" => {
+                    once(&mut seen, UPDATE)?;
+                    s.object(|s, name| match name {
+                        b"sessionUpdate" => {
+                            plain(s, &mut seen, SESSION_UPDATE).map(|v| session_update = v)
+                        }
+                        b"_meta" => once(&mut seen, META_UPDATE).and_then(|()| s.value(3)),
+                        b"content" => {
+                            once(&mut seen, CONTENT)?;
+                            s.object(|s, name| match name {
+                                b"type" => plain(s, &mut seen, TYPE).map(|v| content_type = v),
+                                b"text" => {
+                                    once(&mut seen, TEXT)?;
+                                    (text, text_escaped) = s.quoted()?;
+                                    Some(())
+                                }
+                                b"annotations" => {
+                                    once(&mut seen, ANNOTATIONS).and_then(|()| s.value(4))
+                                }
+                                b"_meta" => once(&mut seen, META_CONTENT).and_then(|()| s.value(4)),
+                                _ => None,
+                            })
+                        }
+                        _ => None,
+                    })
+                }
+                _ => None,
+            })
+        }
+        _ => None,
+    })?;
+    s.ws()?;
+    (seen & REQUIRED == REQUIRED && s.at_valid_end()).then_some(ScannedChunk {
+        jsonrpc,
+        method,
+        session_id,
+        session_update,
+        content_type,
+        text,
+        text_escaped,
+    })
 }
 
 /// Checks, without touching the disk, that `path` names something inside
@@ -1527,6 +1593,175 @@ mod tests {
             .on_line(br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"brand_new"}}}"#)
             .expect("ok");
         assert_eq!(s, Step::default());
+    }
+
+    /// The typed serde parse the chunk scan replaced, kept as its oracle:
+    /// `&str` fields fail on an escaped string, the text is a `Cow`.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ChunkLine<'a> {
+        jsonrpc: &'a str,
+        method: &'a str,
+        #[serde(borrow)]
+        params: ChunkParams<'a>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct ChunkParams<'a> {
+        session_id: &'a str,
+        #[serde(borrow)]
+        update: ChunkUpdate<'a>,
+        #[serde(rename = "_meta", default)]
+        _meta: Option<Value>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct ChunkUpdate<'a> {
+        session_update: &'a str,
+        #[serde(borrow)]
+        content: ChunkContent<'a>,
+        #[serde(rename = "_meta", default)]
+        _meta: Option<Value>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ChunkContent<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+        #[serde(rename = "annotations", default)]
+        _annotations: Option<Value>,
+        #[serde(rename = "_meta", default)]
+        _meta: Option<Value>,
+    }
+
+    fn serde_chunk(line: &[u8]) -> Option<(String, String, String, String, String, String)> {
+        let m: ChunkLine<'_> = serde_json::from_slice(line).ok()?;
+        let u = m.params.update;
+        Some((
+            m.jsonrpc.into(),
+            m.method.into(),
+            m.params.session_id.into(),
+            u.session_update.into(),
+            u.content.kind.into(),
+            u.content.text.into_owned(),
+        ))
+    }
+
+    fn scanned_chunk(line: &[u8]) -> Option<(String, String, String, String, String, String)> {
+        let c = scan_chunk(line)?;
+        let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        let text = if c.text_escaped {
+            serde_json::from_slice::<String>(c.text).ok()?
+        } else {
+            s(&c.text[1..c.text.len() - 1])
+        };
+        Some((
+            s(c.jsonrpc),
+            s(c.method),
+            s(c.session_id),
+            s(c.session_update),
+            s(c.content_type),
+            text,
+        ))
+    }
+
+    /// Where the chunk scan reads a line, serde's typed parse reads the
+    /// same members from it; where it gives up, serde either refuses the
+    /// line too or the general path takes it (named below).
+    #[test]
+    fn the_chunk_scan_agrees_with_serde() {
+        let head =
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":"#;
+        let line = |update: &str| format!("{head}{update}}}}}");
+        let agreed: Vec<String> = vec![
+            line(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#),
+            line(r#"{"content":{"text":"a\n\"b\" \u00e9 \ud83d\ude00 \/","type":"text"},"sessionUpdate":"x"}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"","annotations":{"audience":["user"],"priority":1},"_meta":null},"_meta":{"a":[true,false,null,-3]}}"#),
+            "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"sessionId\":\"é\",\"update\":{\"sessionUpdate\":\"u\",\"content\":{\"type\":\"text\",\"text\":\"ça € 😀\"}}}}".into(),
+            r#" { "params" : { "update" : { "content" : { "text" : "x" , "type" : "text" } , "sessionUpdate" : "u" } , "_meta" : [ ] , "sessionId" : "s" } , "method" : "m" , "jsonrpc" : "2.0" } 	"#.into(),
+        ];
+        // serde reads these, the scan leaves them to the general path.
+        let left: Vec<String> = vec![
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x","_meta":1.5}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x","_meta":12345678901234567890}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x","_meta":{"k\u0031":1}}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x","_meta":"\u0041"}}"#),
+            r#"["2.0","session/update",{"sessionId":"s","update":{"sessionUpdate":"u","content":{"type":"text","text":"x"}}}]"#.into(),
+            r#"{"json\u0072pc":"2.0","method":"m","params":{"sessionId":"s","update":{"sessionUpdate":"u","content":{"type":"text","text":"x"}}}}"#.into(),
+        ];
+        // Neither reads these.
+        let refused: Vec<String> = vec![
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x","extra":1}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"a","text":"b"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x","_meta":1,"_meta":2}}"#),
+            line(r#"{"sessionUpdate":"a","sessionUpdate":"b","content":{"type":"text","text":"x"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":7}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"\ud800"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"\q"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"\u12"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"tab	in"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"te\u0078t","text":"x"}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x"},"_meta":tru}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x"}} "#) + "x",
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x",}}"#),
+            line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"x\"}}"#),
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"sessionId":"s","update":{"sessionUpdate":"u","content":{"type":"text","text":"x"}}}}"#.into(),
+            r#"{"jsonrpc":"2.0","method":"m","params":{"sessionId":"s","update":{"sessionUpdate":"u","content":{"type":"text","text":"x"}}}"#.into(),
+            r#"{"jsonrpc":"2.0","method":"m"}"#.into(),
+            String::new(),
+        ];
+        for l in &agreed {
+            let scanned = scanned_chunk(l.as_bytes());
+            assert!(scanned.is_some(), "{l}");
+            assert_eq!(scanned, serde_chunk(l.as_bytes()), "{l}");
+        }
+        for l in &left {
+            assert_eq!(scanned_chunk(l.as_bytes()), None, "{l}");
+            assert!(serde_chunk(l.as_bytes()).is_some(), "{l}");
+        }
+        for l in &refused {
+            assert_eq!(scanned_chunk(l.as_bytes()), None, "{l}");
+            assert_eq!(serde_chunk(l.as_bytes()), None, "{l}");
+        }
+        // Invalid UTF-8 in the text, and a lone byte past ASCII.
+        for bad in [&b"\xC3("[..], b"\xFF"] {
+            let mut l =
+                line(r#"{"sessionUpdate":"a","content":{"type":"text","text":"@"}}"#).into_bytes();
+            let at = l.iter().position(|&b| b == b'@').unwrap();
+            l.splice(at..=at, bad.iter().copied());
+            assert_eq!(scanned_chunk(&l), None);
+            assert_eq!(serde_chunk(&l), None);
+        }
+        // Every text chunk a real agent wrote in the recordings is read by
+        // the scan, as serde reads it.
+        let mut chunks = 0;
+        for name in [
+            "allow",
+            "cancel",
+            "cancel-during-permission",
+            "queue",
+            "reject",
+        ] {
+            let path = format!(
+                "{}/tests/fixtures/recordings/acp-zed-example-{name}.log",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let text = std::fs::read_to_string(&path).expect("recording");
+            for l in text.lines().filter_map(|l| l.split_once("] A->C ")) {
+                let l = l.1.as_bytes();
+                if serde_chunk(l).is_some_and(|c| c.4 == "text") {
+                    assert_eq!(scanned_chunk(l), serde_chunk(l));
+                    chunks += 1;
+                }
+            }
+        }
+        assert!(chunks > 0);
     }
 
     /// The chunk fast path takes exactly the lines it is sure of, and what
