@@ -1064,10 +1064,12 @@ pub const GATEWAY_WRITE_BATCH_FRAMES: usize = 500;
 
 /// Bytes of relay frames a connection's reader writes straight to the
 /// other side's socket in one message when that side's writer is idle
-/// (src/gateway/conn.rs, Direct writes): small frames, where the hop to
-/// the writer thread costs more than the write; larger ones are queued,
-/// and never copied.
-pub const GATEWAY_DIRECT_WRITE: usize = 16 * 1024;
+/// (src/gateway/conn.rs, Direct writes), gathered from where the frames
+/// are: as much as the writer puts in one message, since the hop to the
+/// writer thread costs a wake-up and a switch at any size (it was 16 KiB
+/// while a direct write copied its frames into one buffer; the 64 KiB
+/// relay figure went through the hop).
+pub const GATEWAY_DIRECT_WRITE: usize = GATEWAY_WRITE_BATCH;
 
 /// Connections to the standalone gateway's unix socket at once, each served
 /// by its own thread (`server.info`, `server.stop`, `clients.*` for

@@ -34,12 +34,13 @@
 //!   reader makes reach the socket through the same queue, so no two
 //!   threads ever write to one socket.
 //!
-//! Direct writes (issue 12, the 64 B relay figure). Handing every relay
-//! frame to the other side's writer thread costs a wake-up and a switch
-//! of threads per burst, more than writing small frames. So a reader
-//! first tries to write a run of relay frames for one channel direction
-//! (at most `GATEWAY_DIRECT_WRITE` bytes) straight to the other side's
-//! socket ([`Outbox::try_direct`]): only when that side's outbox is empty
+//! Direct writes (issue 12, the relay figures). Handing every relay frame
+//! to the other side's writer thread costs a wake-up and a switch of
+//! threads per burst, more than writing the frames. So a reader first
+//! tries to write a run of relay frames for one channel direction (at
+//! most `GATEWAY_DIRECT_WRITE` bytes, gathered by one `sendmsg` from
+//! where they are) straight to the other side's socket
+//! ([`Outbox::try_direct`]): only when that side's outbox is empty
 //! and its writer holds nothing half written (the writer lowers the count
 //! only once what it took is written, and holds the socket's lock while it
 //! writes), only if the lock is free (`try_lock`), and without waiting
@@ -189,7 +190,9 @@ impl Outbox {
     /// Writes `lines` (relay frames without their `\n`) as one text
     /// message straight to the socket, when nothing is queued or being
     /// written (so order is kept), no other thread holds the socket, they
-    /// come to at most `GATEWAY_DIRECT_WRITE` bytes, and the socket takes
+    /// come to at most `GATEWAY_DIRECT_WRITE` bytes and
+    /// `GATEWAY_WRITE_BATCH_FRAMES` frames (one `sendmsg`: the header and
+    /// two slices a frame stay under IOV_MAX), and the socket takes
     /// them without waiting. What it takes only in part the writer
     /// finishes before anything else. Never blocks.
     pub fn try_direct(&self, lines: &[Vec<u8>]) -> Direct {
@@ -197,7 +200,10 @@ impl Outbox {
             return Direct::Queue;
         };
         let total: usize = lines.iter().map(|l| l.len() + 1).sum();
-        if total > limits::GATEWAY_DIRECT_WRITE || self.len.load(Ordering::Acquire) != 0 {
+        if total > limits::GATEWAY_DIRECT_WRITE
+            || lines.len() > limits::GATEWAY_WRITE_BATCH_FRAMES
+            || self.len.load(Ordering::Acquire) != 0
+        {
             return Direct::Queue;
         }
         let Ok(mut sock) = socket.try_lock() else {
@@ -209,18 +215,26 @@ impl Outbox {
             return Direct::Queue;
         }
         let (h, n) = ws::header(0x1, total);
-        let mut msg = Vec::with_capacity(n + total);
-        msg.extend_from_slice(&h[..n]);
+        let mut parts = Vec::with_capacity(1 + 2 * lines.len());
+        parts.push(IoSlice::new(&h[..n]));
         for l in lines {
-            msg.extend_from_slice(l);
-            msg.push(b'\n');
+            parts.push(IoSlice::new(l));
+            parts.push(IoSlice::new(b"\n"));
         }
-        let sent = send_now(&sock.tcp, &msg);
+        let sent = send_now(&sock.tcp, &parts);
         if sent == 0 {
             return Direct::Queue;
         }
-        if sent < msg.len() {
-            sock.rest = msg.split_off(sent);
+        if sent < n + total {
+            // Only what the socket did not take is copied.
+            let mut rest = Vec::with_capacity(n + total - sent);
+            let mut skip = sent;
+            for p in &parts {
+                let taken = skip.min(p.len());
+                rest.extend_from_slice(&p[taken..]);
+                skip -= taken;
+            }
+            sock.rest = rest;
             // Wakes the writer to finish it; counted, so later frames queue
             // behind it. A full outbox closes the connection anyway.
             let _ = self.push(Out::Raw(Vec::new()));
@@ -244,17 +258,24 @@ impl Outbox {
     }
 }
 
-/// Writes what `tcp` takes of `buf` without waiting; 0 also when it fails
-/// (the writer then meets the failure and closes the connection).
-fn send_now(tcp: &TcpStream, buf: &[u8]) -> usize {
+/// Writes what `tcp` takes of `parts` without waiting, gathered from where
+/// they are (a 64 KiB frame is not copied into a message first); 0 also
+/// when it fails (the writer then meets the failure and closes the
+/// connection).
+fn send_now(tcp: &TcpStream, parts: &[IoSlice<'_>]) -> usize {
     use std::os::fd::AsRawFd;
-    // SAFETY: `buf` is a live slice of `buf.len()` bytes for the call, and
-    // the descriptor is the one `tcp` owns, open while it is borrowed.
+    // SAFETY: `IoSlice` is ABI-compatible with `iovec` on unix (its
+    // documented guarantee), so `parts` is a live array of `parts.len()`
+    // iovecs, each naming a live slice, for the duration of the call; the
+    // header names no address and no control data; the descriptor is the
+    // one `tcp` owns, open while it is borrowed.
     let n = unsafe {
-        libc::send(
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = parts.as_ptr().cast_mut().cast::<libc::iovec>();
+        msg.msg_iovlen = parts.len() as _;
+        libc::sendmsg(
             tcp.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
+            &msg,
             libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
         )
     };
