@@ -826,6 +826,97 @@ fn sessions_survive_a_daemon_restart() {
     r.d.stop();
 }
 
+/// The transcript tables as ledger schema 10 had them (migrations 3 and 5
+/// of src/ledger/schema.rs): WITHOUT ROWID.
+const SCHEMA_10_TRANSCRIPT: &str = "CREATE TABLE transcript (
+        session TEXT NOT NULL, idx INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
+        text TEXT, tool_id TEXT, tool_name TEXT, tool_kind TEXT, tool_status TEXT,
+        tool_input TEXT, tool_result TEXT, PRIMARY KEY (session, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE transcript_parts (
+        session TEXT NOT NULL, idx INTEGER NOT NULL, part INTEGER NOT NULL CHECK (part >= 1),
+        text TEXT NOT NULL, PRIMARY KEY (session, idx, part)
+    ) WITHOUT ROWID;";
+
+/// Issue 11: a ledger of schema 10, whose transcripts are in WITHOUT ROWID
+/// tables, is migrated at start (migration 11) and every entry, its text
+/// parts and a tool's input and result read back as before.
+#[test]
+fn a_schema_10_ledger_keeps_its_transcripts_when_migrated() {
+    let dir = TestDir::new("schema10");
+    let script = json!([[{"think": "hmm"}, {"text": "hi "}, {"text": "there"}, {"tool": {"id": "t1", "title": "Read a", "kind": "read", "input": {"path": "/a"}, "output": {"ok": 1}}}, {"text": "done"}]]);
+    let config = seat("acp", T::Acp, &script, &[("FAKE_LOAD", "1")]);
+    let mut r = Rig::start(&dir, config.clone());
+    let sid = r.spawn("acp", Some("hello"));
+    r.event(&sid, "turn.end");
+    r.state(&sid, "idle");
+    let detail = |r: &mut Rig| {
+        r.c.call(
+            "sessions.toolDetail",
+            json!({"session_id": sid, "tool_id": "t1"}),
+        )
+    };
+    let (entries, tool) = (r.entries(&sid), detail(&mut r));
+    assert_eq!(entries[2]["text"], "hi there", "{entries:?}");
+    r.d.stop();
+
+    // Back to schema 10: the same rows in the old tables, each text entry
+    // split into its row and parts as a daemon of that schema wrote a text
+    // that grew over several rounds.
+    let ledger = dir.join("state/ledger.sqlite3");
+    let db = rusqlite::Connection::open(&ledger).unwrap();
+    db.execute_batch(&format!(
+        "BEGIN;
+         ALTER TABLE transcript RENAME TO t11;
+         ALTER TABLE transcript_parts RENAME TO p11;
+         {SCHEMA_10_TRANSCRIPT}
+         INSERT INTO transcript SELECT * FROM t11;
+         INSERT INTO transcript_parts SELECT * FROM p11;
+         DROP TABLE t11;
+         DROP TABLE p11;
+         CREATE TEMP TABLE whole AS SELECT session, idx FROM transcript t
+             WHERE kind IN ('text', 'thinking') AND length(text) > 1 AND NOT EXISTS
+             (SELECT 1 FROM transcript_parts p WHERE p.session = t.session AND p.idx = t.idx);
+         INSERT INTO transcript_parts (session, idx, part, text)
+             SELECT session, idx, 1, substr(text, 2) FROM transcript
+             WHERE (session, idx) IN (SELECT session, idx FROM whole);
+         UPDATE transcript SET text = substr(text, 1, 1)
+             WHERE (session, idx) IN (SELECT session, idx FROM whole);
+         PRAGMA user_version = 10;
+         COMMIT;"
+    ))
+    .unwrap();
+    // The thinking entry and both text entries have parts.
+    let parted: i64 = db
+        .query_row(
+            "SELECT count(*) FROM (SELECT DISTINCT session, idx FROM transcript_parts)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(parted, 3);
+    drop(db);
+
+    let mut r = Rig::start(&dir, config);
+    r.d.wait_log("migrated from schema 10 to");
+    r.state(&sid, "idle");
+    // Entries the restart adds (a reopened agent's note) come after these.
+    let again = r.entries(&sid);
+    assert_eq!(again.get(..entries.len()), Some(&entries[..]));
+    assert_eq!(detail(&mut r), tool);
+    r.d.stop();
+    let db = rusqlite::Connection::open(&ledger).unwrap();
+    let old: i64 = db
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name IN ('transcript', 'transcript_parts') \
+             AND sql LIKE '%WITHOUT ROWID%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(old, 0);
+}
+
 /// Issue 10 items 11 and 12: the operator sees the exact command under the
 /// model-written title (socket and CLI), and the inbox's history, with it,
 /// survives a restart: list {all: true} and get of earlier ids, the request
