@@ -231,6 +231,18 @@ fn special(s: &[u8], ascii: &mut bool) -> Option<usize> {
     let mask = |v: __m128i| unsafe { _mm_movemask_epi8(v) };
     let mut high = 0;
     let mut at = 0;
+    // Most strings are short (member names, ids, methods): the first
+    // sixteen bytes settle them without the wide loop's four loads.
+    if s.len() >= 16 {
+        let (v, hit) = hits(0);
+        let m = mask(hit);
+        if m != 0 {
+            *ascii &= mask(v) == 0;
+            return Some(m.trailing_zeros() as usize);
+        }
+        high = mask(v);
+        at = 16;
+    }
     // Sixty-four bytes a turn, one test of the four vectors together; the
     // sixteen that hit are then found one vector at a time.
     while at + 64 <= s.len() {
