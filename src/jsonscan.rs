@@ -39,11 +39,6 @@ impl<'a> Scan<'a> {
         self.i == self.b.len() && (self.ascii || std::str::from_utf8(self.b).is_ok())
     }
 
-    /// Where the scan is: the first byte after what it read.
-    pub fn pos(&self) -> usize {
-        self.i
-    }
-
     pub fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }

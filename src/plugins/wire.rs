@@ -36,11 +36,11 @@
 //!   storage.clear").
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::calls::{self, Call};
 use super::text;
-use crate::jsonscan::Scan;
 use crate::limits;
 
 /// The API version this host speaks, sent as `api` in initialize.
@@ -398,78 +398,58 @@ fn parse_text(text: &str) -> Result<Incoming, LineError> {
     }
 }
 
+/// The members of a request, exactly these, the id and method as they
+/// are written (no escapes).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainRequest<'a> {
+    id: &'a str,
+    method: &'a str,
+    #[serde(borrow)]
+    params: &'a RawValue,
+}
+
+/// The params of a call that takes only a storage key, written without
+/// escapes.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyParams<'a> {
+    key: &'a str,
+}
+
 /// The common line, a well-formed request of a method the host serves,
-/// read straight into its parts with the validating scan of
-/// [`crate::jsonscan`] (issue 11: most of the work of a `storage.get` was
-/// building a `Value` of the whole line and taking it apart, then a map of
-/// its params; then serde's typed parse of it). The members are exactly
-/// `id`, `method` and `params`, each once, the id and method written
-/// without escapes. Anything else, or any doubt (a member twice, an
-/// escaped id, a number the scan leaves to serde), is `None`, and
-/// [`parse_line`] reads the line the general way, which gives the same
-/// answer for every line this accepts and says what is wrong with the
-/// others.
+/// read straight into its parts (issue 11: most of the work of a
+/// `storage.get` was building a `Value` of the whole line and taking it
+/// apart, then a map of its params). Anything else, or any doubt (a member
+/// twice, an escaped id), is `None`, and [`parse_line`] reads the line the
+/// general way, which gives the same answer for every line this accepts
+/// and says what is wrong with the others.
 fn plain_request(text: &str) -> Option<Incoming> {
-    let (mut id, mut method, mut params) = (None, None, None);
-    let mut s = Scan::new(text.as_bytes());
-    s.ws()?;
-    s.object(|s, name| {
-        let slot = match name {
-            b"id" => &mut id,
-            b"method" => &mut method,
-            b"params" => {
-                let start = s.pos();
-                s.value(1)?;
-                return params
-                    .replace(&text[start..s.pos()])
-                    .is_none()
-                    .then_some(());
-            }
-            _ => return None,
-        };
-        let raw = s.string()?;
-        (!raw.contains(&b'\\') && slot.replace(raw).is_none()).then_some(())
-    })?;
-    s.ws()?;
-    if !s.at_valid_end() {
+    let r: PlainRequest = serde_json::from_str(text).ok()?;
+    if !is_wire_id(r.id) {
         return None;
     }
-    // ASCII (the id pattern), or not an id.
-    let id = std::str::from_utf8(id?).ok().filter(|id| is_wire_id(id))?;
-    let method = Method::from_name(std::str::from_utf8(method?).ok()?)?;
-    let params = params?;
+    let method = Method::from_name(r.method)?;
     let key_call: Option<fn(String) -> Call> = match method {
         Method::StorageGet => Some(|key| Call::StorageGet { key }),
         Method::StorageDelete => Some(|key| Call::StorageDelete { key }),
         _ => None,
     };
     let checked = key_call.and_then(|call| {
-        key_param(params)
-            .filter(|key| calls::is_storage_key(key))
-            .map(|key| call(key.to_string()))
+        serde_json::from_str::<KeyParams>(r.params.get())
+            .ok()
+            .filter(|p| calls::is_storage_key(p.key))
+            .map(|p| call(p.key.to_string()))
     });
     let params = match checked {
         Some(call) => Params::Checked(call),
-        None => Params::Object(serde_json::from_str(params).ok()?),
+        None => Params::Object(serde_json::from_str(r.params.get()).ok()?),
     };
     Some(Incoming::Request {
-        id: id.to_string(),
+        id: r.id.to_string(),
         method,
         params,
     })
-}
-
-/// The key of params that are `{"key": "..."}` and nothing else, the key
-/// written without escapes.
-fn key_param(params: &str) -> Option<&str> {
-    let mut key = None;
-    let mut s = Scan::new(params.as_bytes());
-    s.object(|s, name| {
-        let raw = s.string()?;
-        (name == b"key" && !raw.contains(&b'\\') && key.replace(raw).is_none()).then_some(())
-    })?;
-    // The key pattern is ASCII.
-    std::str::from_utf8(key?).ok()
 }
 
 fn parse_request(id: String, mut obj: Map<String, Value>) -> Result<Incoming, LineError> {
@@ -1350,13 +1330,11 @@ mod tests {
             }
             assert_eq!(called(parse_line(line.as_bytes())), general, "{line}");
         }
-        // The first eight but the second and the fifth (a fraction and a
-        // `\u` escape, which the scan leaves to serde) are read the plain
-        // way, the storage.get and storage.delete of a good
-        // key into their call, the five after them into a map of params
-        // that Call::parse refuses or reads as the general way does; the
-        // others fall back.
-        assert_eq!((plain, checked), (6, 2));
+        // The first eight are read the plain way, the storage.get and
+        // storage.delete of a good key into their call, the five after
+        // them into a map of params that Call::parse refuses or reads as
+        // the general way does; the others fall back.
+        assert_eq!((plain, checked), (8, 2));
     }
 
     #[test]
