@@ -366,8 +366,11 @@ fn a_stop_reaches_the_agent_as_sigterm_inside_its_namespace() {
     // The agent is bash (its --version satisfies the seat probe), which records the SIGTERM it gets, with the fake
     // ACP agent as its child on the same stdio: were the signal to reach
     // only bwrap, the namespace would end in SIGKILL and nothing be written.
+    // A stop closes the agent's stdin as it signals it, so the fake agent
+    // may end first: bash then waits on for the signal (a `wait` returns
+    // at once for a trapped one), rather than exiting before it arrives.
     let wrapper = format!(
-        "exec 3<&0; trap 'echo SIGTERM > \"$WT\"/term.txt; exit 0' TERM; python3 {} 0<&3 3<&- & wait",
+        "exec 3<&0; trap 'echo SIGTERM > \"$WT\"/term.txt; exit 0' TERM; python3 {} 0<&3 3<&- & wait; sleep infinity & wait $!",
         fixture("fake_acp_agent.py")
     );
     let env = [("WT", w.wt.display().to_string())];
