@@ -419,16 +419,16 @@ impl AcpClient {
     }
 
     /// The fast path of the line an agent writes most: a streamed text
-    /// chunk of our session, read into borrowed typed structs instead of a
+    /// chunk of our session, read by [`scan_chunk`] instead of into a
     /// `Value` tree (most of the daemon's cost per chunk was building and
-    /// dropping that tree). `None` for anything else, and for any chunk it
-    /// is not sure of (a field it does not know, an escaped session id, a
-    /// load replay, another session): the general path then parses the line
+    /// dropping that tree, then serde's typed parse). `None` for anything
+    /// else, and for any chunk it is not sure of (a member it does not
+    /// know, an escaped session id, a number it leaves to serde, a load
+    /// replay, another session): the general path then parses the line
     /// again and decides, so what the agent sees, the transcript and every
-    /// violation stay those of the general path. Every field of the line is
-    /// typed (`deny_unknown_fields`, `_meta` and `annotations` as `Value`s),
-    /// so the line is checked as strictly as the general parse checks it:
-    /// nothing it accepts would fail there.
+    /// violation stay those of the general path. The scan takes only lines
+    /// that are valid JSON with exactly the members of a chunk, so nothing
+    /// it accepts would fail there.
     fn on_chunk_line(&self, line: &[u8]) -> Option<Step> {
         let (kind, text) = self.text_chunk(line)?;
         Some(chunk_step(kind, text.into_owned()))

@@ -127,14 +127,14 @@ pub fn classify(line: Vec<u8>) -> Frame {
 ///
 /// Why: serde read every byte of `body` (several per byte: its string
 /// scanner stops on each to check for a quote, a backslash or a control
-/// character), about a tenth of relaying a 64 KiB frame. This scan skips
-/// strings eight bytes at a time and builds nothing. It gives up (`None`)
-/// on whatever it does not need to decide exactly as serde would: `\u`
-/// escapes and escapes in member names, numbers with a fraction or an
-/// exponent or past 18 digits, nesting past [`crate::jsonscan::SCAN_DEPTH`], a `\n` outside
-/// strings, a `method` that is not a string, a repeated member serde
-/// would refuse (`route`, `id`, `method`, `params`, `result`, or
-/// `chan_id` in `route`). `Some` also means the line is UTF-8: outside
+/// character), about a tenth of relaying a 64 KiB frame. The scan
+/// ([`crate::jsonscan`]) skips strings sixteen bytes at a time and builds
+/// nothing. It gives up (`None`) on whatever it does not need to decide
+/// exactly as serde would: `\u` escapes and escapes in member names,
+/// numbers with a fraction or an exponent or past 18 digits, nesting past
+/// [`crate::jsonscan::SCAN_DEPTH`], a `\n` outside strings, a `method`
+/// that is not a string, a repeated member serde would refuse (`route`,
+/// `id`, `method`, `params`, `result`, or `chan_id` in `route`). `Some` also means the line is UTF-8: outside
 /// strings the scan takes only ASCII, and a string holding other bytes
 /// has the whole line checked, so a text message that is one relay frame
 /// needs no check of its own ([`super::conn::take_message`]).

@@ -9,7 +9,7 @@
 //! relay's largest costs after the envelope scan (issue 12's profile).
 //! Here a payload goes from the socket straight into the message's own
 //! `Vec` (one `read` for what the kernel holds, no buffer in between,
-//! nothing zeroed first) and is unmasked there eight bytes at a time. A
+//! nothing zeroed first) and is unmasked there sixty-four bytes a turn. A
 //! text message must be UTF-8 (8.1): the caller checks it, whole, where
 //! it can do so for free ([`super::conn::take_message`]). Only headers and small
 //! payloads pass through the connection's fixed read buffer
