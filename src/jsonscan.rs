@@ -70,19 +70,35 @@ impl<'a> Scan<'a> {
     /// decoded: the names the scan looks for contain none, so a name with
     /// one matches none of them, as serde's would not).
     pub fn string(&mut self) -> Option<&'a [u8]> {
-        self.eat(b'"')?;
+        let (start, _) = self.string_to_end(false)?;
+        Some(&self.b[start + 1..self.i - 1])
+    }
+
+    /// Reads a string to its closing quote; where it started and whether it
+    /// held an escape. With `any_escape` every escaped character is skipped
+    /// whatever it is (a quote must not end the string; serde checks the
+    /// rest when it decodes it); without, only the simple ones are taken.
+    fn string_to_end(&mut self, any_escape: bool) -> Option<(usize, bool)> {
         let start = self.i;
+        self.eat(b'"')?;
+        let mut escaped = false;
         loop {
             self.i += special(&self.b[self.i..], &mut self.ascii)?;
             match self.b[self.i] {
                 b'"' => {
                     self.i += 1;
-                    return Some(&self.b[start..self.i - 1]);
+                    return Some((start, escaped));
                 }
-                b'\\' => match self.b.get(self.i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
-                    _ => return None,
-                },
+                b'\\' => {
+                    let next = *self.b.get(self.i + 1)?;
+                    let simple =
+                        matches!(next, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't');
+                    if !(any_escape || simple) {
+                        return None;
+                    }
+                    escaped = true;
+                    self.i += 2;
+                }
                 _ => return None,
             }
         }
@@ -167,29 +183,8 @@ impl<'a> Scan<'a> {
     /// it exactly as a parse of the whole input would, `\u` escapes and
     /// surrogate pairs included, and refuses what it would refuse).
     pub fn quoted(&mut self) -> Option<(&'a [u8], bool)> {
-        let start = self.i;
-        self.eat(b'"')?;
-        let mut escaped = false;
-        loop {
-            self.i += special(&self.b[self.i..], &mut self.ascii)?;
-            match self.b[self.i] {
-                b'"' => {
-                    self.i += 1;
-                    return Some((&self.b[start..self.i], escaped));
-                }
-                // The escaped character is skipped whatever it is: a quote
-                // must not end the string, and every other is checked when
-                // serde decodes it.
-                b'\\' => {
-                    escaped = true;
-                    self.i += 2;
-                    if self.i > self.b.len() {
-                        return None;
-                    }
-                }
-                _ => return None,
-            }
-        }
+        let (start, escaped) = self.string_to_end(true)?;
+        Some((&self.b[start..self.i], escaped))
     }
 }
 

@@ -463,13 +463,7 @@ impl AcpClient {
             b"agent_thought_chunk" => ChunkKind::Thinking,
             _ => return None,
         };
-        let text = if c.text_escaped {
-            Cow::Owned(serde_json::from_slice::<String>(c.text).ok()?)
-        } else {
-            // Between its quotes, UTF-8 (the scan checked the line).
-            Cow::Borrowed(std::str::from_utf8(&c.text[1..c.text.len() - 1]).ok()?)
-        };
-        Some((kind, text))
+        Some((kind, c.text()?))
     }
 
     fn violate(&mut self, reason: String) -> Violation {
@@ -931,6 +925,22 @@ struct ScannedChunk<'a> {
     /// With its quotes, for serde to decode when it holds escapes.
     text: &'a [u8],
     text_escaped: bool,
+}
+
+impl<'a> ScannedChunk<'a> {
+    /// The chunk's text: borrowed from the line, or decoded by serde when
+    /// it holds escapes (`None` for an escape serde refuses).
+    fn text(&self) -> Option<Cow<'a, str>> {
+        if self.text_escaped {
+            return serde_json::from_slice::<String>(self.text)
+                .ok()
+                .map(Cow::Owned);
+        }
+        // Between its quotes, UTF-8 (the scan checked the line).
+        std::str::from_utf8(&self.text[1..self.text.len() - 1])
+            .ok()
+            .map(Cow::Borrowed)
+    }
 }
 
 /// Reads `line` as one `session/update` notification carrying a content
@@ -1655,11 +1665,7 @@ mod tests {
     fn scanned_chunk(line: &[u8]) -> Option<(String, String, String, String, String, String)> {
         let c = scan_chunk(line)?;
         let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-        let text = if c.text_escaped {
-            serde_json::from_slice::<String>(c.text).ok()?
-        } else {
-            s(&c.text[1..c.text.len() - 1])
-        };
+        let text = c.text()?.into_owned();
         Some((
             s(c.jsonrpc),
             s(c.method),
