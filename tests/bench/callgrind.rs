@@ -67,7 +67,7 @@ fn total_ir(valgrind: &Path, pings: u64) -> Result<f64, String> {
     let out = tmp.path().join("callgrind.out");
     let mut daemon = Command::new(util::daemon_bin());
     util::daemon_args(&mut daemon, &dirs);
-    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &daemon);
+    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &daemon, &[]);
     let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start valgrind: {e}"))?;
     util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))
@@ -216,7 +216,7 @@ fn storage_get_run(
     std::fs::write(work.join("autoget"), format!("{gets}\n")).map_err(|e| e.to_string())?;
     let out = tmp.path().join("callgrind.out");
     let serve = util::serve_with_config(&dirs, tmp.path(), &config);
-    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &serve);
+    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &serve, &[]);
     let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start valgrind: {e}"))?;
     let ready = util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))

@@ -92,7 +92,7 @@ fn start_under(
     );
     cmd.env("OMNICONFLUX_GATEWAY_TOKEN", MASTER);
     if let Some((valgrind, out)) = callgrind {
-        cmd = util::under_callgrind(valgrind, out, tmp.path(), &cmd);
+        cmd = util::under_callgrind(valgrind, out, tmp.path(), &cmd, &[]);
     }
     let mut p = Proc::spawn("omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start the daemon: {e}"))?;

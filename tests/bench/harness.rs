@@ -19,6 +19,7 @@ mod gateway_bench;
 mod http_bench;
 mod idle;
 mod lanes_bench;
+mod link_order;
 mod ping;
 mod plugins_bench;
 mod sessions_mem;
@@ -48,6 +49,7 @@ fn main() {
     append::run();
     callgrind::run();
     callgrind::run_storage_get();
+    link_order::run();
     fanout::run();
     sessions_mem::run();
     plugins_bench::run();

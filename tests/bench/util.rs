@@ -541,13 +541,21 @@ pub fn serve_with_config(dirs: &DaemonDirs, dir: &Path, config: &str) -> Command
 }
 
 /// `cmd` (a daemon's command line and environment) run under
-/// `valgrind --tool=callgrind`, its output to `out`; valgrind's own
-/// temporary files stay in `tmp`, the run's directory.
-pub fn under_callgrind(valgrind: &Path, out: &Path, tmp: &Path, cmd: &Command) -> Command {
+/// `valgrind --tool=callgrind` with `options` of its own, its output to
+/// `out`; valgrind's own temporary files stay in `tmp`, the run's
+/// directory.
+pub fn under_callgrind(
+    valgrind: &Path,
+    out: &Path,
+    tmp: &Path,
+    cmd: &Command,
+    options: &[&str],
+) -> Command {
     let mut vg = Command::new(valgrind);
     vg.arg("--tool=callgrind")
         .arg("--vgdb=no")
         .arg(format!("--callgrind-out-file={}", out.display()))
+        .args(options)
         .arg(cmd.get_program())
         .args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
