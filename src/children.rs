@@ -49,11 +49,11 @@ enum Pipe {
     Stderr,
 }
 
-/// What a child's pipes produced.
-#[derive(Debug, PartialEq)]
-pub enum Output {
+/// One thing a child's pipes produced, borrowed from [`Outputs`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Output<'a> {
     /// One complete stdout line, without its `\n`.
-    Line(Vec<u8>),
+    Line(&'a [u8]),
     /// A stdout line went over the limit; the child's stdout is no longer
     /// read (its framing cannot be trusted).
     LineTooLong,
@@ -61,6 +61,55 @@ pub enum Output {
     StdoutClosed,
     /// Writing to stdin failed: the child closed it or exited.
     StdinClosed,
+}
+
+/// What one readiness of a child's pipes produced, in order, its lines in
+/// one buffer. The owner hands it back ([`Children::recycle`]) once it has
+/// read it, and the next readiness fills it again, so reading a line
+/// allocates nothing: a `Vec` a line was a malloc and a free of every
+/// streamed chunk and every plugin request (issue 11).
+#[derive(Debug, Default)]
+pub struct Outputs {
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+}
+
+#[derive(Debug)]
+enum Item {
+    Line(std::ops::Range<usize>),
+    LineTooLong,
+    StdoutClosed,
+    StdinClosed,
+}
+
+impl Outputs {
+    pub fn iter(&self) -> impl Iterator<Item = Output<'_>> {
+        self.items.iter().map(|i| match i {
+            Item::Line(r) => Output::Line(&self.bytes[r.clone()]),
+            Item::LineTooLong => Output::LineTooLong,
+            Item::StdoutClosed => Output::StdoutClosed,
+            Item::StdinClosed => Output::StdinClosed,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Appends `o`, copying a line's bytes.
+    #[cfg(test)]
+    pub fn push(&mut self, o: Output<'_>) {
+        self.items.push(match o {
+            Output::Line(l) => {
+                let at = self.bytes.len();
+                self.bytes.extend_from_slice(l);
+                Item::Line(at..self.bytes.len())
+            }
+            Output::LineTooLong => Item::LineTooLong,
+            Output::StdoutClosed => Item::StdoutClosed,
+            Output::StdinClosed => Item::StdinClosed,
+        });
+    }
 }
 
 /// Bounds of one child's pipes.
@@ -109,6 +158,8 @@ pub struct Children {
     /// larger than the L1 cache on every plugin request (seen as a third of
     /// the host's time for a storage.get).
     read_buf: Vec<u8>,
+    /// The last [`Outputs`] handed back, filled by the next readiness.
+    spare: Outputs,
 }
 
 /// How a child ended, from waitpid.
@@ -277,19 +328,19 @@ impl Children {
         registry: &Registry,
         token: Token,
         closed: bool,
-    ) -> Option<(ChildId, Vec<Output>)> {
+    ) -> Option<(ChildId, Outputs)> {
         let (id, pipe) = *self.by_token.get(&token)?;
         let child = self.map.get_mut(&id)?;
         if self.read_buf.is_empty() {
             self.read_buf = vec![0u8; READ_BUF];
         }
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.spare);
         match pipe {
             Pipe::Stdin => {
                 if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err()
                 {
                     Self::drop_stdin(&mut self.by_token, registry, child);
-                    out.push(Output::StdinClosed);
+                    out.items.push(Item::StdinClosed);
                 }
             }
             Pipe::Stdout => {
@@ -301,7 +352,7 @@ impl Children {
                             child.lines.extend(b"\n");
                             Self::take_lines(child, &mut out);
                             Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
-                            out.push(Output::StdoutClosed);
+                            out.items.push(Item::StdoutClosed);
                             break;
                         }
                         Ok(n) => {
@@ -318,7 +369,7 @@ impl Children {
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
                         Err(_) => {
                             Self::drop_reader(&mut self.by_token, registry, &mut child.stdout);
-                            out.push(Output::StdoutClosed);
+                            out.items.push(Item::StdoutClosed);
                             break;
                         }
                     }
@@ -357,16 +408,27 @@ impl Children {
     }
 
     /// Moves complete lines to `out`; false when a line went over the limit.
-    fn take_lines(child: &mut Child, out: &mut Vec<Output>) -> bool {
+    fn take_lines(child: &mut Child, out: &mut Outputs) -> bool {
         loop {
-            match child.lines.next_line() {
-                Ok(Some(l)) => out.push(Output::Line(l)),
+            match child.lines.next_line_into(&mut out.bytes) {
+                Ok(Some(r)) => out.items.push(Item::Line(r)),
                 Ok(None) => return true,
                 Err(_) => {
-                    out.push(Output::LineTooLong);
+                    out.items.push(Item::LineTooLong);
                     return false;
                 }
             }
+        }
+    }
+
+    /// Takes back what [`Children::on_ready`] handed out, for the next
+    /// readiness to fill; a buffer grown by an unusually long line is let
+    /// go rather than kept.
+    pub fn recycle(&mut self, mut out: Outputs) {
+        if out.bytes.capacity() <= READ_BUF {
+            out.bytes.clear();
+            out.items.clear();
+            self.spare = out;
         }
     }
 
@@ -639,12 +701,28 @@ mod tests {
         }
     }
 
+    /// An owned copy of an [`Output`], to collect across readinesses.
+    #[derive(Debug, PartialEq)]
+    enum Got {
+        Line(Vec<u8>),
+        LineTooLong,
+        StdoutClosed,
+        StdinClosed,
+    }
+
+    impl From<Output<'_>> for Got {
+        fn from(o: Output<'_>) -> Got {
+            match o {
+                Output::Line(l) => Got::Line(l.to_vec()),
+                Output::LineTooLong => Got::LineTooLong,
+                Output::StdoutClosed => Got::StdoutClosed,
+                Output::StdinClosed => Got::StdinClosed,
+            }
+        }
+    }
+
     /// Polls until `done` says the collected output is complete.
-    fn collect(
-        poll: &mut Poll,
-        ch: &mut Children,
-        done: impl Fn(&[Output]) -> bool,
-    ) -> Vec<Output> {
+    fn collect(poll: &mut Poll, ch: &mut Children, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
         let mut events = Events::with_capacity(16);
         let mut got = Vec::new();
         while !done(&got) {
@@ -657,7 +735,8 @@ mod tests {
                     ev.token(),
                     ev.is_read_closed() || ev.is_error(),
                 ) {
-                    got.extend(out);
+                    got.extend(out.iter().map(Got::from));
+                    ch.recycle(out);
                 }
             }
         }
@@ -676,14 +755,14 @@ mod tests {
         ]);
         let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         ch.write(poll.registry(), id, b"hello\n").unwrap();
-        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
         assert_eq!(
             got,
             vec![
-                Output::Line(b"got hello".to_vec()),
-                Output::Line(b"second".to_vec()),
-                Output::Line(b"partial".to_vec()),
-                Output::StdoutClosed
+                Got::Line(b"got hello".to_vec()),
+                Got::Line(b"second".to_vec()),
+                Got::Line(b"partial".to_vec()),
+                Got::StdoutClosed
             ]
         );
         // stderr may still be arriving; wait for its close via the tail.
@@ -711,12 +790,12 @@ mod tests {
         cmd.args(["-c", "cut -d' ' -f5-7 /proc/$$/stat; sleep 30"]);
         let (id, pid) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
-        assert_eq!(got[0], Output::Line(format!("{pid} {pid} 0").into_bytes()));
+        assert_eq!(got[0], Got::Line(format!("{pid} {pid} 0").into_bytes()));
         // SAFETY: getpgid on a pid we spawned and have not reaped.
         assert_eq!(unsafe { libc::getpgid(pid) }, pid);
         ch.signal(id, libc::SIGKILL);
-        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
-        assert!(got.contains(&Output::StdoutClosed));
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
+        assert!(got.contains(&Got::StdoutClosed));
     }
 
     /// A signal reaches an unsandboxed child once, not through its pidfd
@@ -742,11 +821,11 @@ mod tests {
         cmd.args(["-c", &script]);
         let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
-        assert_eq!(got[0], Output::Line(b"ready".to_vec()));
+        assert_eq!(got[0], Got::Line(b"ready".to_vec()));
         ch.signal(id, first);
         ch.signal(id, last);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
-        assert_eq!(got[0], Output::Line(b"1".to_vec()));
+        assert_eq!(got[0], Got::Line(b"1".to_vec()));
     }
 
     #[test]
@@ -766,7 +845,7 @@ mod tests {
         cmd.args(["-c", "grep SigBlk /proc/self/status"]);
         spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| !g.is_empty());
-        assert_eq!(got[0], Output::Line(b"SigBlk:\t0000000000000000".to_vec()));
+        assert_eq!(got[0], Got::Line(b"SigBlk:\t0000000000000000".to_vec()));
     }
 
     #[test]
@@ -782,14 +861,14 @@ mod tests {
             "echo one; sleep 0.1; echo two; sleep 0.1; printf three; sleep 0.1",
         ]);
         let (_, _) = spawn(&poll, &mut ch, &mut roots, cmd);
-        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::StdoutClosed));
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
         assert_eq!(
             got,
             vec![
-                Output::Line(b"one".to_vec()),
-                Output::Line(b"two".to_vec()),
-                Output::Line(b"three".to_vec()),
-                Output::StdoutClosed
+                Got::Line(b"one".to_vec()),
+                Got::Line(b"two".to_vec()),
+                Got::Line(b"three".to_vec()),
+                Got::StdoutClosed
             ]
         );
     }
@@ -802,8 +881,8 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "head -c 200 /dev/zero | tr '\\0' x; echo"]);
         let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
-        let got = collect(&mut poll, &mut ch, |g| g.contains(&Output::LineTooLong));
-        assert_eq!(got, vec![Output::LineTooLong]);
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::LineTooLong));
+        assert_eq!(got, vec![Got::LineTooLong]);
         assert!(!ch.stdout_open(id));
     }
 }

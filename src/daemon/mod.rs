@@ -34,7 +34,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::children::{ChildId, Children, ExitStatus, Output};
+use crate::children::{ChildId, Children, ExitStatus, Outputs};
 use crate::config::{self, FileConfig, Paths};
 use crate::errors::{Code, RpcError};
 use crate::ledger::{self, Appended, Batch, Ledger, Op, WriteError};
@@ -454,15 +454,16 @@ impl Daemon {
     }
 
     /// Routes what a child's pipes produced to the child's owner.
-    fn on_child_output(&mut self, id: ChildId, out: Vec<Output>) {
+    fn on_child_output(&mut self, id: ChildId, out: Outputs) {
         match self.children.owner(id) {
             // Also with nothing read: a drained stdin queue matters to it.
-            Some(Owner::Plugin(_)) => router::plugins::on_output(self, id, out),
+            Some(Owner::Plugin(_)) => router::plugins::on_output(self, id, &out),
             Some(Owner::Session(_)) if !out.is_empty() => {
-                router::sessions::on_output(self, id, out)
+                router::sessions::on_output(self, id, &out)
             }
             _ => {}
         }
+        self.children.recycle(out);
     }
 
     /// Routes a reaped child's exit to its owner.

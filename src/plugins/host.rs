@@ -104,7 +104,7 @@ use super::wire::{
     self, EventKind, HostError, HostErrorKind, HostRequest, Incoming, LineError, Method, Params,
     Permission, ShutdownReason,
 };
-use crate::children::{ChildId, ExitStatus, Output, PipeLimits};
+use crate::children::{ChildId, ExitStatus, Output, Outputs, PipeLimits};
 use crate::config::PluginsSection;
 use crate::errors::{Code, RpcError};
 use crate::isolation::Hidden;
@@ -1240,11 +1240,11 @@ impl Host {
     /// Routes a plugin child's output (called for every readiness, also
     /// with nothing read, so that a queue that drained can take the
     /// dropped notice).
-    pub fn on_output(&mut self, child: ChildId, out: Vec<Output>, cx: &Cx) {
+    pub fn on_output(&mut self, child: ChildId, out: &Outputs, cx: &Cx) {
         let Some(id) = self.by_child.get(&child).cloned() else {
             return;
         };
-        for o in out {
+        for o in out.iter() {
             let Some(run_no) = self
                 .plugins
                 .get(&*id)
@@ -1255,7 +1255,7 @@ impl Host {
                 break;
             };
             match o {
-                Output::Line(line) => self.on_line(&id, run_no, &line, cx),
+                Output::Line(line) => self.on_line(&id, run_no, line, cx),
                 Output::LineTooLong => self.fault(&id, run_no, Fault::OversizedLine),
                 Output::StdoutClosed => {
                     let exited = self
@@ -2784,7 +2784,9 @@ mod glue_tests {
 
     fn feed(h: &mut Host, c: &PluginsSection, line: Value) -> Vec<Effect> {
         let bytes = serde_json::to_vec(&line).unwrap();
-        h.on_output(CHILD, vec![Output::Line(bytes)], &cx(c));
+        let mut out = Outputs::default();
+        out.push(Output::Line(&bytes));
+        h.on_output(CHILD, &out, &cx(c));
         h.take_effects()
     }
 
@@ -3216,7 +3218,7 @@ mod glue_tests {
             key: TimerKey::Watch,
             after: Duration::from_millis(c.watch_interval_ms),
         }));
-        h.on_output(CHILD, Vec::new(), &cx(&c));
+        h.on_output(CHILD, &Outputs::default(), &cx(&c));
         assert!(
             !h.take_effects()
                 .iter()

@@ -40,6 +40,17 @@ impl LineBuffer {
     /// The next complete, non-empty line without its `\n` (and without a
     /// `\r` before it), or `None` when more bytes are needed.
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, LineTooLong> {
+        let mut line = Vec::new();
+        Ok(self.next_line_into(&mut line)?.map(|_| line))
+    }
+
+    /// Like [`LineBuffer::next_line`], but appends the line to `out` and
+    /// returns where it lies there, so that a caller collecting the lines
+    /// of one read in one buffer allocates nothing per line.
+    pub fn next_line_into(
+        &mut self,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<std::ops::Range<usize>>, LineTooLong> {
         loop {
             let pending = &self.buf[self.start..];
             match memchr(&pending[self.scanned..]) {
@@ -48,13 +59,16 @@ impl LineBuffer {
                     if end - self.start > self.max {
                         return Err(LineTooLong);
                     }
-                    let out = content(&self.buf[self.start..end]).map(<[u8]>::to_vec);
+                    let got = content(&self.buf[self.start..end]).map(|line| {
+                        let at = out.len();
+                        out.extend_from_slice(line);
+                        at..out.len()
+                    });
                     self.start = end + 1;
                     self.scanned = 0;
                     self.compact();
-                    match out {
-                        Some(out) => return Ok(Some(out)),
-                        None => continue,
+                    if got.is_some() {
+                        return Ok(got);
                     }
                 }
                 None => {

@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use super::super::effects::Report as DaemonReport;
 use super::super::{Daemon, Req};
-use crate::children::{ChildId, Children, ExitStatus, Output, WriteRefused};
+use crate::children::{ChildId, Children, ExitStatus, Outputs, WriteRefused};
 use crate::core::inbox::{Answerer, Verdict};
 use crate::errors::{Code, RpcError};
 use crate::limits;
@@ -127,7 +127,7 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
 }
 
 /// A plugin child's pipes produced `out` (or drained its stdin queue).
-pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
+pub fn on_output(d: &mut Daemon, child: ChildId, out: &Outputs) {
     d.children
         .finish_pending_close(d.reactor.poll.registry(), child);
     with(d, |h, cx| h.on_output(child, out, cx));

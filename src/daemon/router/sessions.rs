@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use super::super::Daemon;
 use super::super::effects::{DomainEvent, Effect as RouterEffect};
 use crate::agents::{CommandError, Decision};
-use crate::children::{ChildId, ExitStatus, Output, PipeLimits, WriteRefused};
+use crate::children::{ChildId, ExitStatus, Output, Outputs, PipeLimits, WriteRefused};
 use crate::core::ReplyKey;
 use crate::core::approvals::{self, Owner, Settle};
 use crate::core::inbox::{Answerer, InboxError, Item, LaneMerge, PluginTask, Verdict};
@@ -240,17 +240,17 @@ fn fired(d: &mut Daemon, timer: Timer) {
 }
 
 /// What an agent's pipes produced, a line at a time (module comment).
-pub fn on_output(d: &mut Daemon, child: ChildId, out: Vec<Output>) {
+pub fn on_output(d: &mut Daemon, child: ChildId, out: &Outputs) {
     let Some(sid) = d.core.sessions.owner_of(child).map(str::to_string) else {
         return;
     };
     let mut round = Round::new(&sid);
     // One clock read for the lines of one wake-up, not one per line.
     let (now, now_ms) = (Instant::now(), crate::clock::now_ms());
-    for o in out {
+    for o in out.iter() {
         match o {
             Output::Line(line) => {
-                let (fx, go_on) = d.core.sessions.on_line(&sid, &line, now, now_ms);
+                let (fx, go_on) = d.core.sessions.on_line(&sid, line, now, now_ms);
                 run(d, &mut round, fx);
                 if !go_on {
                     break;
