@@ -24,8 +24,7 @@ pub fn run() {
     if !util::selected(FIGURE) {
         return;
     }
-    let Some(valgrind) = util::find_tool("valgrind") else {
-        util::skipped(FIGURE, None, "valgrind not found; apt-get install valgrind");
+    let Some(valgrind) = util::valgrind_for(FIGURE) else {
         return;
     };
     let r = (|| -> Result<(f64, f64), String> {
@@ -113,12 +112,7 @@ pub fn run_storage_get() {
     if !util::selected(STORAGE_GET) {
         return;
     }
-    let Some(valgrind) = util::find_tool("valgrind") else {
-        util::skipped(
-            STORAGE_GET,
-            None,
-            "valgrind not found; apt-get install valgrind",
-        );
+    let Some(valgrind) = util::valgrind_for(STORAGE_GET) else {
         return;
     };
     let Some(py) = util::python3() else {

@@ -429,12 +429,7 @@ const CG_MANY: u64 = 600;
 
 /// `gateway_relay_instructions` (module comment).
 fn instructions() {
-    let Some(valgrind) = util::find_tool("valgrind") else {
-        util::skipped(
-            INSTRUCTIONS,
-            None,
-            "valgrind not found; apt-get install valgrind",
-        );
+    let Some(valgrind) = util::valgrind_for(INSTRUCTIONS) else {
         return;
     };
     let sizes = [("64b", 64usize), ("1k", 1024), ("64k", 64 * 1024)];

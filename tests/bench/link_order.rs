@@ -45,8 +45,7 @@ pub fn run() {
     if !util::selected(FIGURE) {
         return;
     }
-    let Some(valgrind) = util::find_tool("valgrind") else {
-        util::skipped(FIGURE, None, "valgrind not found; apt-get install valgrind");
+    let Some(valgrind) = util::valgrind_for(FIGURE) else {
         return;
     };
     let ran = match startup_functions(&valgrind) {

@@ -384,6 +384,15 @@ impl Drop for Proc {
     }
 }
 
+/// valgrind for `figure`, or the figure reported skipped without it.
+pub fn valgrind_for(figure: &str) -> Option<PathBuf> {
+    let found = find_tool("valgrind");
+    if found.is_none() {
+        skipped(figure, None, "valgrind not found; apt-get install valgrind");
+    }
+    found
+}
+
 /// Looks a program up on PATH and in the sbin directories (nats-server is
 /// installed to /usr/sbin, which a non-root PATH may lack).
 pub fn find_tool(name: &str) -> Option<PathBuf> {
