@@ -613,6 +613,16 @@ impl Host {
         std::mem::take(&mut self.out)
     }
 
+    /// Takes back the emptied vector [`Host::take_effects`] handed out, to
+    /// collect the next call's effects without allocating (one allocation
+    /// of every plugin request, issue 11), unless effects emitted since
+    /// already took a new one.
+    pub fn recycle_effects(&mut self, fx: Vec<Effect>) {
+        if self.out.is_empty() && fx.is_empty() {
+            self.out = fx;
+        }
+    }
+
     pub(super) fn emit(&mut self, e: Effect) {
         self.out.push(e);
     }

@@ -90,8 +90,9 @@ pub fn with<R>(d: &mut Daemon, f: impl FnOnce(&mut Host, &Cx) -> R) -> R {
         };
         f(&mut d.plugins, &cx)
     };
-    let fx = d.plugins.take_effects();
-    super::apply(d, fx);
+    let mut fx = d.plugins.take_effects();
+    super::apply(d, fx.drain(..));
+    d.plugins.recycle_effects(fx);
     r
 }
 
