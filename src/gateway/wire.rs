@@ -134,10 +134,11 @@ pub fn classify(line: Vec<u8>) -> Frame {
 /// numbers with a fraction or an exponent or past 18 digits, nesting past
 /// [`crate::jsonscan::SCAN_DEPTH`], a `\n` outside strings, a `method`
 /// that is not a string, a repeated member serde would refuse (`route`,
-/// `id`, `method`, `params`, `result`, or `chan_id` in `route`). `Some` also means the line is UTF-8: outside
-/// strings the scan takes only ASCII, and a string holding other bytes
-/// has the whole line checked, so a text message that is one relay frame
-/// needs no check of its own ([`super::conn::take_message`]).
+/// `id`, `method`, `params`, `result`, or `chan_id` in `route`). `Some`
+/// also means the line is UTF-8: outside strings the scan takes only
+/// ASCII, and a string holding other bytes has the whole line checked, so
+/// a text message that is one relay frame needs no check of its own
+/// ([`super::conn::take_message`]).
 pub fn relay_chan(line: &[u8]) -> Option<&str> {
     let mut s = Scan::new(line);
     let mut chan = None;
