@@ -93,9 +93,20 @@ pub fn run() {
     }
 }
 
-fn config(py: &Path) -> String {
+/// The daemon's config: the fast agent's seat and, when given, a queue
+/// bound for socket connections. Only the stalled figure sets one (the
+/// smallest it may be, so that the stalled reader is cut off soon); the
+/// rate figure runs on the default, as a user's daemon does. It once ran
+/// on the stalled figure's 1 MiB too: a subscriber that fell 40 ms behind
+/// the stream was disconnected as a slow reader, and the chunks it missed
+/// were counted as not delivered, so the figure swung from round to round
+/// with the moments core 1 was taken from the subscribers.
+fn config(py: &Path, max_queued: Option<usize>) -> String {
+    let socket = max_queued.map_or(String::new(), |b| {
+        format!("[socket]\nmax_queued_bytes = {b}\n\n")
+    });
     format!(
-        "[socket]\nmax_queued_bytes = {MAX_QUEUED}\n\n[[seat]]\nharness = \"fast\"\ncommand = \"{}\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\nenv = {{ FAST_CHUNKS = \"{CHUNKS_PER_TURN}\", FAST_PAD = \"{PAD}\", FAST_BATCH = \"16\" }}\n",
+        "{socket}[[seat]]\nharness = \"fast\"\ncommand = \"{}\"\nargs = [\"{}\"]\ntransport = \"acp\"\nprovider = \"test\"\nfamily = \"local\"\nenv = {{ FAST_CHUNKS = \"{CHUNKS_PER_TURN}\", FAST_PAD = \"{PAD}\", FAST_BATCH = \"16\" }}\n",
         py.display(),
         util::bench_file("fast_acp_agent.py").display()
     )
@@ -226,6 +237,10 @@ struct RoundResult {
     stalled_bytes: usize,
     /// Feeder polls that found no prompt waiting (daemon rounds only).
     drained_polls: usize,
+    /// Subscribers the daemon disconnected during the round (daemon rounds
+    /// only): a closed subscriber stops counting, so any makes the round's
+    /// rate a figure of the queue bound rather than of the fan-out.
+    closed_subscribers: usize,
 }
 
 /// One round on the daemon: a new session, SUBSCRIBERS readers (and a
@@ -321,10 +336,12 @@ fn daemon_round(
         stalled_closed: None,
         stalled_bytes: 0,
         drained_polls,
+        closed_subscribers: 0,
     };
     for h in handles {
         let s = h.join().map_err(|_| "subscriber panicked")?;
         res.per_sub.push(s.chunks);
+        res.closed_subscribers += usize::from(s.closed);
         res.delays_us.extend(s.delays_us);
         res.events += s.events;
         res.bytes += s.bytes;
@@ -518,6 +535,7 @@ fn nats_round(
         stalled_closed: None,
         stalled_bytes: 0,
         drained_polls: 0,
+        closed_subscribers: 0,
     };
     for h in handles {
         let s = h.join().map_err(|_| "nats subscriber panicked")?;
@@ -541,7 +559,7 @@ fn agent_line_size() -> usize {
 
 fn rate_and_delay(py: &Path, nats: &Path, placement: util::Placement) -> Result<(), String> {
     let tmp = TempDir::new("fan");
-    let (daemon, dirs) = util::start_daemon(tmp.path(), &config(py), Some(0))?;
+    let (daemon, dirs) = util::start_daemon(tmp.path(), &config(py, None), Some(0))?;
     let port = free_port();
     let mut cmd = Command::new(nats);
     cmd.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
@@ -601,6 +619,7 @@ fn rate_and_delay(py: &Path, nats: &Path, placement: util::Placement) -> Result<
             ("event_notes_per_subscriber", json!(d.iter().map(|r| r.events / SUBSCRIBERS).collect::<Vec<_>>())),
             ("delivery_path", json!("transcript.delta (message chunks are not ledger events; events.subscribe carries only turn.start/turn.end)")),
             ("drained_polls", json!(d.iter().map(|r| r.drained_polls).collect::<Vec<_>>())),
+            ("closed_subscribers", json!(d.iter().map(|r| r.closed_subscribers).collect::<Vec<_>>())),
             ("value_spread", util::round3(util::spread(&dr))),
             ("baseline_spread", util::round3(util::spread(&nr))),
         ],
@@ -643,7 +662,7 @@ fn rate_and_delay(py: &Path, nats: &Path, placement: util::Placement) -> Result<
 
 fn stalled(py: &Path, placement: util::Placement) -> Result<(), String> {
     let tmp = TempDir::new("stall");
-    let (daemon, dirs) = util::start_daemon(tmp.path(), &config(py), Some(0))?;
+    let (daemon, dirs) = util::start_daemon(tmp.path(), &config(py, Some(MAX_QUEUED)), Some(0))?;
     let rounds = util::rounds(5, 2);
     let window = if util::quick() {
         Duration::from_millis(1500)
