@@ -94,9 +94,9 @@ pub fn run() {
 }
 
 /// The daemon's config: the fast agent's seat and, when given, a queue
-/// bound for socket connections. Only the stalled figure sets one (the
-/// smallest it may be, so that the stalled reader is cut off soon); the
-/// rate figure runs on the default, as a user's daemon does. It once ran
+/// bound for socket connections. Only the stalled figure sets one
+/// ([`MAX_QUEUED`], so that the stalled reader is cut off within a round);
+/// the rate figure runs on the default, as a user's daemon does. It once ran
 /// on the stalled figure's 1 MiB too: a subscriber that fell 40 ms behind
 /// the stream was disconnected as a slow reader, and the chunks it missed
 /// were counted as not delivered, so the figure swung from round to round
