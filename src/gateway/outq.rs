@@ -9,11 +9,7 @@
 //! Senders never block: a push into a full queue, or one whose receiver is
 //! gone, fails and the caller closes the connection (seed 004, "Slow
 //! readers"). The receiver blocks until a value comes or the last sender
-//! is dropped. A push wakes the receiver only when it is waiting: std's
-//! `Condvar::notify_one` makes a futex system call whether or not anyone
-//! waits, so a burst (a roster event to every client, relay frames that
-//! found their receiver's socket full and were queued) paid one system
-//! call a frame while the writer was still busy with the first ones.
+//! is dropped.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -26,9 +22,6 @@ struct State<T> {
     items: VecDeque<T>,
     senders: usize,
     receiver: bool,
-    /// The receiver is blocked on `ready` (set and cleared under the
-    /// lock, so a push either sees it or is seen before the wait).
-    waiting: bool,
 }
 
 struct Shared<T> {
@@ -50,7 +43,6 @@ pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
             items: VecDeque::new(),
             senders: 1,
             receiver: true,
-            waiting: false,
         }),
         ready: Condvar::new(),
         cap,
@@ -81,11 +73,8 @@ impl<T> Sender<T> {
             return Err(Refused);
         }
         s.items.push_back(v);
-        let wake = s.waiting;
         drop(s);
-        if wake {
-            self.shared.ready.notify_one();
-        }
+        self.shared.ready.notify_one();
         Ok(())
     }
 }
@@ -104,11 +93,8 @@ impl<T> Drop for Sender<T> {
         let mut s = self.shared.lock();
         s.senders -= 1;
         if s.senders == 0 {
-            let wake = s.waiting;
             drop(s);
-            if wake {
-                self.shared.ready.notify_all();
-            }
+            self.shared.ready.notify_all();
         }
     }
 }
@@ -134,9 +120,7 @@ impl<T> Receiver<T> {
             if s.senders == 0 {
                 return Err(Disconnected);
             }
-            s.waiting = true;
             s = self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner());
-            s.waiting = false;
         }
     }
 
@@ -158,14 +142,12 @@ impl<T> Receiver<T> {
             if s.senders == 0 || left.is_zero() {
                 return None;
             }
-            s.waiting = true;
             s = self
                 .shared
                 .ready
                 .wait_timeout(s, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            s.waiting = false;
         }
     }
 
@@ -232,31 +214,6 @@ mod tests {
         assert_eq!(t.join().unwrap(), Ok(7));
         // The receiver is gone with the thread.
         assert_eq!(tx.try_send(8), Err(Refused));
-    }
-
-    #[test]
-    fn a_waiting_receiver_is_woken_by_a_push_and_by_the_last_sender_leaving() {
-        // A lost wake-up would leave these waits to their full minute (the
-        // timed one then returns None) or forever: the pushes and the drop
-        // happen only while the receiver is blocked.
-        let (tx, rx) = bounded(4);
-        let t = std::thread::spawn(move || {
-            let first = rx.recv_timeout(Duration::from_secs(60));
-            let second = rx.recv();
-            let end = rx.recv();
-            (first, second, end)
-        });
-        let wait_for_block = |n: u32| {
-            while !tx.shared.lock().waiting {
-                std::thread::yield_now();
-            }
-            n
-        };
-        tx.try_send(wait_for_block(1)).unwrap();
-        tx.try_send(wait_for_block(2)).unwrap();
-        wait_for_block(0);
-        drop(tx);
-        assert_eq!(t.join().unwrap(), (Some(1), Ok(2), Err(Disconnected)));
     }
 
     #[test]
