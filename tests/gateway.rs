@@ -647,6 +647,43 @@ fn a_full_channel_queue_closes_the_channel_without_dropping_a_frame() {
     );
 }
 
+/// Frames written straight to a node whose socket fills mid-frame (the
+/// rest finished by its writer) arrive whole and in order, and the node
+/// keeps its uplink: a relay frame the socket takes only in part once
+/// closed the connection after finishing it.
+#[test]
+fn a_node_whose_socket_fills_mid_frame_keeps_its_uplink() {
+    let dir = TestDir::new("gw-fill");
+    let (_d, addr) = gateway(&dir, "[gateway]\nwrite_timeout_ms = 600000\n");
+    let mut n = node(addr, ident("home"));
+    let mut a = client_of(addr, "home");
+    let chan = a.call("relay.open", json!({"node_id": "home"}))["result"]["chan_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Frames small enough to be written directly, while the node reads
+    // nothing, until its socket buffers are full: more than they hold,
+    // less than the channel's 64 frames and 32 MiB.
+    // 150 KiB, 200 KiB as base64: under the 256 KiB of a direct write.
+    let body = "y".repeat(150 * 1024);
+    let total = 48u64;
+    for i in 1..=total {
+        a.send(&relay_req(&chan, "home", i, "fill", &body));
+    }
+    // Answered after the gateway has read every frame before it.
+    assert_eq!(a.call("ping", json!(null))["result"], Value::Null);
+    for i in 1..=total {
+        let v = n.next().expect("the uplink stays open");
+        assert_eq!(v["id"], json!(i), "frames arrive in order, none missing");
+        assert_eq!(v["body"].as_str(), Some(b64(&body).as_str()));
+    }
+    // Both ways still work on the same connections.
+    a.send(&relay_req(&chan, "home", 99, "after", ""));
+    n.expect("the frame after the fill", |v| v["id"] == json!(99));
+    n.send(&json!({"jsonrpc":"2.0","id":99,"route":{"chan_id":chan},"body":""}));
+    a.expect("the node's answer", |v| v["id"] == json!(99));
+}
+
 #[test]
 fn a_client_that_does_not_read_is_closed_and_others_keep_going() {
     let dir = TestDir::new("gw-slow");

@@ -92,6 +92,11 @@ pub enum Out {
     Relay(Vec<u8>, Arc<Queued>),
     /// A whole WebSocket frame the reader made (a pong, the close reply).
     Raw(Vec<u8>),
+    /// Nothing to write: wakes the writer, to finish what a direct write
+    /// left (module comment), or an in-process link's reader to see that
+    /// the link is closed. Counted like the rest, so frames pushed after
+    /// it wait behind it.
+    Wake,
 }
 
 impl Out {
@@ -100,6 +105,7 @@ impl Out {
         match self {
             Out::Line(b, _) | Out::Raw(b) => b.len(),
             Out::Relay(b, _) => b.len() + 1,
+            Out::Wake => 0,
         }
     }
 
@@ -237,7 +243,7 @@ impl Outbox {
             sock.rest = rest;
             // Wakes the writer to finish it; counted, so later frames queue
             // behind it. A full outbox closes the connection anyway.
-            let _ = self.push(Out::Raw(Vec::new()));
+            let _ = self.push(Out::Wake);
         }
         Direct::Sent
     }
@@ -578,7 +584,7 @@ impl Closer {
             }
             Closer::Link(closed, wake) => {
                 closed.store(true, Ordering::Release);
-                let _ = wake.push(Out::Raw(Vec::new()));
+                let _ = wake.push(Out::Wake);
             }
         }
     }
@@ -820,13 +826,18 @@ pub fn write_loop(
             if failed {
                 break;
             }
-            if let Out::Raw(raw) = &out {
-                failed = write_run(tcp, &mut run, limit).is_err()
-                    || write_all_before(tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
-                        .is_err();
-            } else {
-                bytes += out.wire_len();
-                run.push(out);
+            match &out {
+                Out::Raw(raw) => {
+                    failed = write_run(tcp, &mut run, limit).is_err()
+                        || write_all_before(tcp, &mut [IoSlice::new(raw)], Instant::now() + limit)
+                            .is_err();
+                }
+                // Its work, writing what a direct write left, is done above.
+                Out::Wake => {}
+                Out::Line(..) | Out::Relay(..) => {
+                    bytes += out.wire_len();
+                    run.push(out);
+                }
             }
             if failed
                 || bytes >= limits::GATEWAY_WRITE_BATCH
@@ -864,7 +875,7 @@ fn write_run(tcp: &mut TcpStream, run: &mut Vec<Out>, limit: Duration) -> io::Re
                 slices.push(IoSlice::new(b));
                 slices.push(IoSlice::new(b"\n"));
             }
-            Out::Raw(_) => {}
+            Out::Raw(_) | Out::Wake => {}
         }
     }
     let r = write_all_before(tcp, &mut slices, Instant::now() + limit);
@@ -1009,6 +1020,55 @@ mod tests {
         drop(out);
         writer.join().unwrap();
         assert_eq!(q.frames.load(Ordering::Acquire), 0);
+    }
+
+    /// Shrinks a socket's send buffer, so that a write of a few KiB is
+    /// taken only in part.
+    fn small_send_buffer(tcp: &TcpStream) {
+        use std::os::fd::AsRawFd;
+        let size: libc::c_int = 4096;
+        // SAFETY: the descriptor is the one `tcp` owns, open while it is
+        // borrowed; the option value is a live c_int of the length given.
+        let r = unsafe {
+            libc::setsockopt(
+                tcp.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+    }
+
+    /// A direct write the socket takes only in part is finished by the
+    /// writer, and the connection stays open for the frames after it.
+    #[test]
+    fn a_direct_write_taken_in_part_is_finished_and_the_connection_kept() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tcp, _) = l.accept().unwrap();
+        small_send_buffer(&tcp);
+        let (out, rx, len, socket) = Outbox::with_socket(tcp);
+        let writer = std::thread::spawn(move || {
+            write_loop(&socket, rx, len, Duration::from_secs(30));
+        });
+        // Far more than the send buffer and the peer's receive buffer
+        // take while the peer does not read.
+        let big = vec![b'x'; 200 * 1024];
+        assert_eq!(out.try_direct(std::slice::from_ref(&big)), Direct::Sent);
+        let mut got = vec![0u8; 10 + big.len() + 1];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got[..2], &[0x81, 127]);
+        assert!(got[10..10 + big.len()].iter().all(|&b| b == b'x'));
+        assert_eq!(got[10 + big.len()], b'\n');
+        // The connection is still open: a line queued after it comes too.
+        out.line(b"next\n".to_vec()).unwrap();
+        let mut next = [0u8; 7];
+        peer.read_exact(&mut next).unwrap();
+        assert_eq!(&next, b"\x81\x05next\n");
+        drop(out);
+        writer.join().unwrap();
     }
 
     #[test]

@@ -47,7 +47,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::GatewaySection;
 use crate::limits;
@@ -239,20 +239,28 @@ impl NodeLink {
     /// The next line from the gateway, `\n` included; `None` once the
     /// gateway closed the link, or after `timeout`.
     pub fn recv(&mut self, timeout: Duration) -> Option<Vec<u8>> {
-        if self.closed.load(Ordering::Acquire) {
-            return None;
-        }
-        let out = self.rx.recv_timeout(timeout)?;
-        self.len.fetch_sub(1, Ordering::AcqRel);
-        if self.closed.load(Ordering::Acquire) {
-            return None;
-        }
-        out.written();
-        match out {
-            Out::Line(line, _) | Out::Raw(line) => Some(line),
-            Out::Relay(mut line, _) => {
-                line.push(b'\n');
-                Some(line)
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            let out = self
+                .rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))?;
+            self.len.fetch_sub(1, Ordering::AcqRel);
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            out.written();
+            match out {
+                Out::Line(line, _) | Out::Raw(line) => return Some(line),
+                Out::Relay(mut line, _) => {
+                    line.push(b'\n');
+                    return Some(line);
+                }
+                // A wake-up carries nothing; the close it wakes for is
+                // seen above.
+                Out::Wake => {}
             }
         }
     }
