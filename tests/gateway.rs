@@ -180,6 +180,15 @@ impl Peer {
         self.answer(id)
     }
 
+    /// Opens a relay channel to `node`: its id.
+    fn open_chan(&mut self, node: &str) -> String {
+        let r = self.call("relay.open", json!({ "node_id": node }));
+        r["result"]["chan_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("relay.open failed: {r}"))
+            .to_string()
+    }
+
     fn node_event(&mut self, kind: &str, node: &str) -> Value {
         self.expect(&format!("node.event {kind} {node}"), |v| {
             v["method"] == "node.event"
@@ -533,14 +542,8 @@ fn relay_channels_forward_both_ways_to_their_owners_only() {
         let msg = r["error"]["message"].as_str().unwrap();
         assert!(msg.starts_with(want), "{msg}");
     }
-    let ca = a.call("relay.open", json!({"node_id": "home"}))["result"]["chan_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let cb = b.call("relay.open", json!({"node_id": "home"}))["result"]["chan_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ca = a.open_chan("home");
+    let cb = b.open_chan("home");
     assert!(ca.starts_with('c') && cb.starts_with('c') && ca != cb);
     // Client to node, as sent.
     let f = relay_req(&ca, "home", 42, "sessions.list", "{}");
@@ -601,26 +604,35 @@ fn relay_channels_forward_both_ways_to_their_owners_only() {
     assert_eq!(r["error"]["code"], -32600);
 }
 
+/// A gateway, a node "home" that will stall, and a client with a channel
+/// open to it. The node stalls for as long as the client sends: no write
+/// deadline may end it first.
+fn stalling_node(dir: &TestDir) -> (Daemon, Peer, Peer, String) {
+    let (d, addr) = gateway(dir, "[gateway]\nwrite_timeout_ms = 600000\n");
+    let n = node(addr, ident("home"));
+    let mut a = client_of(addr, "home");
+    let chan = a.open_chan("home");
+    (d, n, a, chan)
+}
+
+/// Sends relay requests 1..=total on `chan`, and returns once the gateway
+/// has read them all (it answers a `ping` after every frame before it).
+fn send_frames(a: &mut Peer, chan: &str, method: &str, body: &str, total: u64) {
+    for i in 1..=total {
+        a.send(&relay_req(chan, "home", i, method, body));
+    }
+    assert_eq!(a.call("ping", json!(null))["result"], Value::Null);
+}
+
 #[test]
 fn a_full_channel_queue_closes_the_channel_without_dropping_a_frame() {
     let dir = TestDir::new("gw-ovfl");
-    // The node stalls for as long as the client sends: no write deadline
-    // may end it first.
-    let (_d, addr) = gateway(&dir, "[gateway]\nwrite_timeout_ms = 600000\n");
-    let mut n = node(addr, ident("home"));
-    let mut a = client_of(addr, "home");
-    let chan = a.call("relay.open", json!({"node_id": "home"}))["result"]["chan_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_d, mut n, mut a, chan) = stalling_node(&dir);
     // The node reads nothing while the client sends far more than the
     // socket buffers and 64 queued frames hold.
     let body = "y".repeat(256 * 1024);
     let total = 200u64;
-    for i in 1..=total {
-        a.send(&relay_req(&chan, "home", i, "big", &body));
-    }
-    assert_eq!(a.call("ping", json!(null))["result"], Value::Null);
+    send_frames(&mut a, &chan, "big", &body, total);
     // Now the node reads: a prefix 1..k in order, then relay.closed.
     let mut expected = 1;
     loop {
@@ -654,24 +666,14 @@ fn a_full_channel_queue_closes_the_channel_without_dropping_a_frame() {
 #[test]
 fn a_node_whose_socket_fills_mid_frame_keeps_its_uplink() {
     let dir = TestDir::new("gw-fill");
-    let (_d, addr) = gateway(&dir, "[gateway]\nwrite_timeout_ms = 600000\n");
-    let mut n = node(addr, ident("home"));
-    let mut a = client_of(addr, "home");
-    let chan = a.call("relay.open", json!({"node_id": "home"}))["result"]["chan_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    // Frames small enough to be written directly, while the node reads
+    let (_d, mut n, mut a, chan) = stalling_node(&dir);
+    // Frames small enough to be written directly (150 KiB, 200 KiB as
+    // base64, under a direct write's 256 KiB), while the node reads
     // nothing, until its socket buffers are full: more than they hold,
     // less than the channel's 64 frames and 32 MiB.
-    // 150 KiB, 200 KiB as base64: under the 256 KiB of a direct write.
     let body = "y".repeat(150 * 1024);
     let total = 48u64;
-    for i in 1..=total {
-        a.send(&relay_req(&chan, "home", i, "fill", &body));
-    }
-    // Answered after the gateway has read every frame before it.
-    assert_eq!(a.call("ping", json!(null))["result"], Value::Null);
+    send_frames(&mut a, &chan, "fill", &body, total);
     for i in 1..=total {
         let v = n.next().expect("the uplink stays open");
         assert_eq!(v["id"], json!(i), "frames arrive in order, none missing");
@@ -691,14 +693,8 @@ fn a_client_that_does_not_read_is_closed_and_others_keep_going() {
     let mut n = node(addr, ident("home"));
     let mut slow = client_of(addr, "home");
     let mut fast = client_of(addr, "home");
-    let cs = slow.call("relay.open", json!({"node_id":"home"}))["result"]["chan_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let cf = fast.call("relay.open", json!({"node_id":"home"}))["result"]["chan_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cs = slow.open_chan("home");
+    let cf = fast.open_chan("home");
     // The node floods the slow client, which reads nothing, with 1 MiB
     // frames: more than the socket buffers hold, fewer than the channel's
     // 64 frames and 32 MiB.
