@@ -998,6 +998,12 @@ pub const GATEWAY_HANDSHAKES_PER_PEER: usize = 64;
 /// within it, or the connection is closed.
 pub const GATEWAY_WRITE_TIMEOUT_MS: u64 = 10_000;
 
+/// Frames of one message a connection's reader keeps room for until the
+/// next: the batch is reused, so a burst of small frames costs no
+/// allocation each, and a message of many frames gives its room back (an
+/// idle connection may hold at most 64 KiB, issue 12).
+pub const GATEWAY_BATCH_KEPT: usize = 64;
+
 /// Frames queued to one connection's writer. Relay frames are bounded per
 /// channel (below) and node events per client, so this is reached only by a
 /// peer that sends requests and never reads their answers, or a node that

@@ -693,7 +693,8 @@ fn sort(line: Vec<u8>, outbox: &Outbox, batch: &mut Vec<Frame>) -> Result<(), Mu
 #[derive(Debug)]
 pub struct Stopped;
 
-/// Hands on the frames of one message: relay frames straight to their
+/// Hands on the frames of one message, taken out of `batch` (whose room
+/// the reader keeps for the next): relay frames straight to their
 /// channel's other side ([`relay`]), then the rest to the gateway thread in
 /// one batch, then what the forwarding found wrong. A relay frame is thus
 /// handed on before a request that came before it in the same message,
@@ -701,22 +702,27 @@ pub struct Stopped;
 /// (`relay.close` above all) only ever acts on frames that come after it.
 pub fn dispatch(
     conn: u64,
-    batch: Vec<Frame>,
+    batch: &mut Vec<Frame>,
     relay: &relay::Table,
     to_state: &Sender<ToState>,
 ) -> Result<(), Stopped> {
     let mut rest = Vec::new();
-    let mut relays = Vec::new();
-    for f in batch {
-        match f {
-            Frame::Relay { chan, line } => relays.push((chan, line)),
-            f => rest.push(f),
-        }
-    }
     let mut trouble = Vec::new();
-    if !relays.is_empty() {
-        relay.forward(conn, relays.into_iter(), &mut trouble);
+    if batch.iter().any(|f| matches!(f, Frame::Relay { .. })) {
+        let mut frames = batch.drain(..);
+        let relays = std::iter::from_fn(|| {
+            loop {
+                match frames.next()? {
+                    Frame::Relay { chan, line } => return Some((chan, line)),
+                    f => rest.push(f),
+                }
+            }
+        });
+        relay.forward(conn, relays, &mut trouble);
+    } else {
+        rest.append(batch);
     }
+    batch.shrink_to(limits::GATEWAY_BATCH_KEPT);
     if !rest.is_empty() {
         to_state
             .send(ToState::Frames { conn, frames: rest })
@@ -764,13 +770,7 @@ fn read_loop(tcp: &mut TcpStream, conn: u64, outbox: &Outbox, shared: &Shared) {
         };
         if !batch.is_empty()
             && (!ok || !reader.ready())
-            && dispatch(
-                conn,
-                std::mem::take(&mut batch),
-                &shared.relay,
-                &shared.to_state,
-            )
-            .is_err()
+            && dispatch(conn, &mut batch, &shared.relay, &shared.to_state).is_err()
         {
             return;
         }

@@ -305,7 +305,7 @@ impl LinkSender {
         let mut batch = Vec::new();
         let ok = conn::take_lines(&mut self.lines, bytes, &self.out, &mut batch);
         if !batch.is_empty() {
-            conn::dispatch(self.conn, batch, &self.relay, &self.to_state)
+            conn::dispatch(self.conn, &mut batch, &self.relay, &self.to_state)
                 .map_err(|conn::Stopped| "the gateway has stopped".to_string())?;
         }
         ok.map_err(|_| "the gateway closed the node link".to_string())
