@@ -1053,9 +1053,9 @@ mod tests {
         let writer = std::thread::spawn(move || {
             write_loop(&socket, rx, len, Duration::from_secs(30));
         });
-        // Far more than the send buffer and the peer's receive buffer
-        // take while the peer does not read.
-        let big = vec![b'x'; 200 * 1024];
+        // The largest direct write: far more than the send buffer and the
+        // peer's receive buffer take while the peer does not read.
+        let big = vec![b'x'; limits::GATEWAY_DIRECT_WRITE - 1];
         assert_eq!(out.try_direct(std::slice::from_ref(&big)), Direct::Sent);
         let mut got = vec![0u8; 10 + big.len() + 1];
         peer.read_exact(&mut got).unwrap();
