@@ -192,13 +192,16 @@ fn fake_node(ws: WebSocket<TcpStream>, id: &str) -> std::thread::JoinHandle<()> 
 /// Answers every relay request with itself, verbatim, until the connection
 /// ends: a frame of the same size on the same route, which every relay
 /// measured here (the gateway, websocat, the bare relay) passes on as it
-/// is. Built without parsing it: the node shares core 1 with the client,
-/// and when that core is the bottleneck the figure measures the harness,
-/// not the relay (it did while this node parsed each request into a
-/// `Value` and wrote a new frame: core 1 99% busy, the relay's core 16%
-/// idle).
+/// is. Built without parsing it: the node thread, not pinned, runs mostly
+/// on core 1 beside the pinned client, and when the harness's side is the
+/// bottleneck the figure measures the harness, not the relay (it did while
+/// this node parsed each request into a `Value` and wrote a new frame:
+/// core 1 99% busy, the relay's core 16% idle).
 fn echo(mut n: Lines) {
     while let Ok(line) = n.next() {
+        // Only relay frames (their `route` comes before the body, so the
+        // search ends early): the gateway's own lines to the node are not
+        // bounced back.
         if !line.windows(8).any(|w| w == b"\"route\":") {
             continue;
         }
