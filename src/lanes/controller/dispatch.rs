@@ -252,17 +252,17 @@ impl Lanes {
         self.by_session
             .insert(sid.clone(), (id.clone(), Role::Builder));
         self.map.insert(id.clone(), lane);
-        self.persist(fx, &id, vec![start, stage]);
         crate::info!("lane {id}: dispatched on {branch} with session {sid}");
-        fx.push(dispatch_answer(
+        let ack = Ack::Dispatched {
             to,
-            Ok(Dispatched {
-                lane: id,
+            dispatched: Dispatched {
+                lane: id.clone(),
                 session: sid,
                 branch,
                 worktree,
-            }),
-        ));
+            },
+        };
+        self.persist_then(fx, &id, vec![start, stage], ack);
     }
 }
 

@@ -56,6 +56,14 @@ pub enum Ack {
     Rework,
     /// repos.add's row: the repository is known once committed.
     RepoAdded { repo: PathBuf, to: ReplyKey },
+    /// A new lane's first record (its row, lane.start and lane.stage): the
+    /// dispatch is answered once it is committed, so that a lane named in
+    /// an answer survives a crash and its lane.start reaches subscribers
+    /// before the answer does.
+    Dispatched {
+        to: ReplyKey,
+        dispatched: Dispatched,
+    },
 }
 
 /// A lane's timer.

@@ -436,7 +436,12 @@ impl Lanes {
     }
 
     /// Writes the lane's row, with `ops` in the same batch.
-    fn persist(&self, fx: &mut Fx, id: &str, mut ops: Vec<Op>) {
+    fn persist(&self, fx: &mut Fx, id: &str, ops: Vec<Op>) {
+        self.persist_then(fx, id, ops, Ack::Record { lane: id.into() });
+    }
+
+    /// [`Self::persist`], with `ack` waiting for the commit.
+    fn persist_then(&self, fx: &mut Fx, id: &str, mut ops: Vec<Op>, ack: Ack) {
         let Some(l) = self.map.get(id) else { return };
         let text = serde_json::to_string(l).unwrap_or_default();
         ops.push(Op::Exec {
@@ -444,10 +449,7 @@ impl Lanes {
               ON CONFLICT (id) DO UPDATE SET archived = excluded.archived, record = excluded.record",
             params: vec![Sql::Text(id.into()), Sql::Integer(i64::from(l.archived)), Sql::Text(text)],
         });
-        fx.push(Effect::Write {
-            ops,
-            ack: Ack::Record { lane: id.into() },
-        });
+        fx.push(Effect::Write { ops, ack });
     }
 
     fn broken(&mut self, cx: &Cx, fx: &mut Fx, id: &str, why: String) {
@@ -1047,6 +1049,18 @@ impl Lanes {
             (Ack::Rework, Err(e)) => {
                 crate::error!("a check.rework record was not stored: {e:?}");
                 Vec::new()
+            }
+            (Ack::Dispatched { to, dispatched }, r) => {
+                if let Err(e) = &r {
+                    crate::error!(
+                        "lane {}: the ledger refused its record: {e:?}",
+                        dispatched.lane
+                    );
+                }
+                vec![dispatch_answer(
+                    to,
+                    r.map(|()| dispatched).map_err(RpcError::from),
+                )]
             }
             (Ack::RepoAdded { repo, to }, r) => {
                 let r = r.map(|()| {

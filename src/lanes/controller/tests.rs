@@ -240,6 +240,18 @@ impl World {
         self.with(|l, cx| l.heard(cx, &[ev]))
     }
 
+    /// Commits a new lane's first record, `fx` being what its builder's
+    /// start gave: the dispatch's answer.
+    fn first_record_committed(&mut self, fx: Vec<Effect>) -> Vec<Effect> {
+        assert_eq!(sketch(&fx), ["write start stage:building row"]);
+        let Ok([Effect::Write { ack, .. }]) = <[Effect; 1]>::try_from(fx) else {
+            unreachable!()
+        };
+        let fx = self.lanes.written(ack, Ok(()));
+        assert_eq!(sketch(&fx), ["answer dispatched"]);
+        fx
+    }
+
     fn lane(&self, id: &str) -> &Lane {
         &self.lanes.map[id]
     }
@@ -261,10 +273,7 @@ impl World {
         let then = one_spawn(fx).1;
         self.live(sid);
         let fx = self.with(|l, cx| l.spawned(cx, then, Ok(sid.into())));
-        assert_eq!(
-            sketch(&fx),
-            ["write start stage:building row", "answer dispatched"]
-        );
+        let fx = self.first_record_committed(fx);
         let Some(Effect::Answer {
             answer: Answer::Dispatched(Ok(d)),
             ..
@@ -486,10 +495,8 @@ fn a_lane_goes_from_builder_to_check_to_verifier_to_rework_to_merge() {
     assert!(start.prompt.starts_with("Add feature.txt\nwith the word feature\n\nWork in this worktree on branch omni/add-feature-txt."), "{}", start.prompt);
     w.live("s-b");
     let fx = w.with(|l, cx| l.spawned(cx, then, Ok("s-b".into())));
-    assert_eq!(
-        sketch(&fx),
-        ["write start stage:building row", "answer dispatched"]
-    );
+    // The answer waits for the lane's first record to commit.
+    let fx = w.first_record_committed(fx);
     let Some(Effect::Answer {
         to: ReplyKey(7),
         answer: Answer::Dispatched(Ok(d)),
@@ -1198,6 +1205,35 @@ fn a_reader_that_waits_for_the_heads_is_answered_when_they_are_read_or_cannot_be
     assert_eq!(w.lane(&id).head, Some(None));
     let fx = w.with(|l, _| l.heads_refused(Some(ReplyKey(9))));
     assert_eq!(sketch(&fx), ["answer heads"]);
+}
+
+#[test]
+fn a_dispatch_is_answered_with_the_ledgers_refusal_of_its_first_record() {
+    let mut w = World::new(|_| {});
+    let fx = w.with(|l, cx| l.dispatch(cx, request(), ReplyKey(3)));
+    let new = one_make_worktree(fx);
+    let fx = w.report(Report::WorktreeMade {
+        lane: new,
+        made: Ok(("main".into(), C0.into())),
+    });
+    let then = one_spawn(fx).1;
+    w.live("s-b");
+    let fx = w.with(|l, cx| l.spawned(cx, then, Ok("s-b".into())));
+    assert_eq!(sketch(&fx), ["write start stage:building row"]);
+    let Ok([Effect::Write { ack, .. }]) = <[Effect; 1]>::try_from(fx) else {
+        unreachable!()
+    };
+    match <[Effect; 1]>::try_from(w.lanes.written(ack, Err(WriteError::Busy))) {
+        Ok(
+            [
+                Effect::Answer {
+                    to: ReplyKey(3),
+                    answer: Answer::Dispatched(Err(e)),
+                },
+            ],
+        ) => assert_eq!(e.code.as_str(), "ledger-busy"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
