@@ -7,9 +7,11 @@ clock ns) and its `ts`. Commands (input: space-separated numbers):
                     N storage.get round trips, each followed by the same line
                     echoed through a `cat` child on pipes, and, given the
                     path of a responder, the same request answered by that
-                    child (read and parsed as the daemon's answer is),
-                    each of the three after a pause of GAP_MS; writes
-                    "get_ns echo_ns [responder_ns]" lines to get.txt
+                    child (started with VALUE, it answers what the daemon
+                    does; sent and read with the same functions), each of
+                    the three after a pause of GAP_MS; writes
+                    "get_ns echo_ns [responder_ns]" lines to get.txt and
+                    answers "ok", or how the two answers differed
   set N K           N storage.set calls with K in flight; answers the
                     elapsed ns
   count             events seen and dropped so far: "seen dropped"
@@ -34,11 +36,13 @@ next_id = 0
 events = []
 dropped = 0
 answers = {}
+# What cmd_set stores under each key (and cmd_get's responder answers).
+VALUE = "v" * 100
 
 
-def send_line(b):
-    stdout.write(b)
-    stdout.flush()
+def send_line(b, out=stdout):
+    out.write(b)
+    out.flush()
 
 
 def send(msg):
@@ -61,8 +65,8 @@ def note(msg):
         handle(msg)
 
 
-def read():
-    line = stdin.readline()
+def read(inp=stdin):
+    line = inp.readline()
     if not line:
         sys.exit(0)
     return json.loads(line)
@@ -74,9 +78,9 @@ def new_id():
     return "b%d" % next_id
 
 
-def wait(rid):
+def wait(rid, inp=stdin):
     while rid not in answers:
-        note(read())
+        note(read(inp))
     return answers.pop(rid)
 
 
@@ -89,10 +93,16 @@ def cmd_get(n, gap_ms, responder=None):
     cat = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
     resp = None
     if responder:
-        resp = subprocess.Popen([responder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-        # Buffered like sys.stdin.buffer, which the daemon's answers come on.
+        # It answers with the value cmd_set stored, so that its answer is
+        # the daemon's byte for byte.
+        resp = subprocess.Popen([responder, VALUE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        # Buffered like sys.stdout.buffer and sys.stdin.buffer, which the
+        # daemon's requests and answers go on: the responder's call goes
+        # through the same send_line and wait as the daemon's.
+        resp_in = io.BufferedWriter(resp.stdin)
         resp_out = io.BufferedReader(resp.stdout)
     out = []
+    mismatch = None
     for _ in range(n):
         rid = new_id()
         line = (json.dumps({"id": rid, "method": "storage.get", "params": {"key": "k0"}}, separators=(",", ":")) + "\n").encode()
@@ -101,36 +111,38 @@ def cmd_get(n, gap_ms, responder=None):
         pause(gap_ms)
         t0 = time.perf_counter_ns()
         send_line(line)
-        wait(rid)
+        got = wait(rid)
         t1 = time.perf_counter_ns()
         pause(gap_ms)
         t2 = time.perf_counter_ns()
         cat.stdin.write(line)
-        got = b""
-        while not got.endswith(b"\n"):
-            got += os.read(cat.stdout.fileno(), 65536)
+        echoed = b""
+        while not echoed.endswith(b"\n"):
+            echoed += os.read(cat.stdout.fileno(), 65536)
         t3 = time.perf_counter_ns()
         if resp is None:
             out.append("%d %d" % (t1 - t0, t3 - t2))
         else:
             pause(gap_ms)
             t4 = time.perf_counter_ns()
-            resp.stdin.write(line)
-            json.loads(resp_out.readline())
+            send_line(line, resp_in)
+            answered = wait(rid, resp_out)
             t5 = time.perf_counter_ns()
+            if answered != got:
+                mismatch = "the responder answered %s, the daemon %s" % (json.dumps(answered), json.dumps(got))
             out.append("%d %d %d" % (t1 - t0, t3 - t2, t5 - t4))
     cat.stdin.close()
     cat.wait()
     if resp is not None:
-        resp.stdin.close()
+        resp_in.close()
         resp.wait()
     with open("get.txt", "w") as f:
         f.write("\n".join(out) + "\n")
-    return "ok"
+    return mismatch or "ok"
 
 
 def cmd_set(n, k):
-    value = "v" * 100
+    value = VALUE
     t0 = time.perf_counter_ns()
     sent = 0
     inflight = []

@@ -10,8 +10,10 @@
 //!   the plugin, against the same line echoed by a `cat` child over pipes
 //!   from the same process, interleaved call by call; ratio <= 2. The same
 //!   request answered by a 10-line C responder (compiled with `cc`) in the
-//!   daemon's place, read and parsed as the daemon's answer is, gives
-//!   `ratio_to_c_responder` (issue 11: <= 1.3), or `c_responder_skipped`.
+//!   daemon's place, with the daemon's answer byte for byte, and sent and
+//!   read through the same buffered streams and functions as the daemon's,
+//!   gives `ratio_to_c_responder` (issue 11: <= 1.3), or
+//!   `c_responder_skipped`.
 //!   Each of the three calls comes after the same 20 ms pause (`gap_ms`):
 //!   the pause keeps the plugin inside its request budget, and a call made
 //!   right after another finds the core awake and its caches warm, which
@@ -272,7 +274,10 @@ fn measure(py: &Path) -> Result<(), String> {
         let (mut g, mut e, mut r) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..rounds {
             eprintln!("bench: {GET} round {}/{rounds}", i + 1);
-            command(&mut c, 19, "get", &arg)?;
+            let said = command(&mut c, 19, "get", &arg)?;
+            if said != "ok" {
+                return Err(format!("the get round: {said}"));
+            }
             let text =
                 std::fs::read_to_string(work(19).join("get.txt")).map_err(|e| e.to_string())?;
             let (mut gs, mut es, mut rs) = (Vec::new(), Vec::new(), Vec::new());
@@ -629,15 +634,16 @@ fn event_delivery(
 }
 
 /// A 10-line C program in the daemon's place for `storage.get`: it reads
-/// the request line and answers it with the daemon's shape of result.
+/// the request line and answers it with the daemon's answer, the value
+/// (its argument) being the one the plugin stored.
 const RESPONDER_C: &str = r#"#include <stdio.h>
 #include <string.h>
-int main(void) {
+int main(int argc, char **argv) {
     static char line[65536];
-    while (fgets(line, sizeof line, stdin)) {
+    while (argc > 1 && fgets(line, sizeof line, stdin)) {
         char *p = strstr(line, "\"id\":\""), *q = p ? strchr(p + 6, '"') : NULL;
         if (!q) continue;
-        printf("{\"id\":\"%.*s\",\"result\":{\"key\":\"k0\",\"value\":\"1\"}}\n", (int)(q - p - 6), p + 6);
+        printf("{\"id\":\"%.*s\",\"result\":{\"key\":\"k0\",\"value\":\"%s\"}}\n", (int)(q - p - 6), p + 6, argv[1]);
         fflush(stdout);
     }
     return 0;
