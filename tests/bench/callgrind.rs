@@ -87,17 +87,20 @@ pub const STORAGE_GET: &str = "storage_get_instructions";
 
 /// Gets in the two runs: both within the plugin's burst of 200 requests,
 /// so that no get is refused `rate-limited` and the loop needs no pacing.
-const GETS_FEW: u64 = 20;
-const GETS_MANY: u64 = 170;
+pub const GETS_FEW: u64 = 20;
+pub const GETS_MANY: u64 = 170;
 
 /// Functions listed in the breakdown, by their share of the difference.
 const TOP: usize = 30;
 
-/// One run of `storage_get_instructions`: the total, and the self cost of
-/// each function (callgrind_annotate).
-struct CgRun {
-    total: f64,
-    by_fn: std::collections::HashMap<String, f64>,
+/// One run of `storage_get_instructions`: the total, the self cost of
+/// each function (callgrind_annotate: `file:function [object]`, one entry
+/// for each file a function's inlined code comes from), and the
+/// functions of the daemon's binary that ran.
+pub struct CgRun {
+    pub total: f64,
+    pub by_fn: std::collections::HashMap<String, f64>,
+    pub ran: std::collections::BTreeSet<String>,
 }
 
 /// bench_plugin.py (plugins_bench.rs) installed on a daemon under callgrind
@@ -121,8 +124,8 @@ pub fn run_storage_get() {
     };
     let annotate = util::find_tool("callgrind_annotate");
     let r = (|| -> Result<(CgRun, CgRun), String> {
-        let few = storage_get_run(&valgrind, annotate.as_deref(), &py, GETS_FEW)?;
-        let many = storage_get_run(&valgrind, annotate.as_deref(), &py, GETS_MANY)?;
+        let few = storage_get_run(&valgrind, annotate.as_deref(), &py, GETS_FEW, &[])?;
+        let many = storage_get_run(&valgrind, annotate.as_deref(), &py, GETS_MANY, &[])?;
         Ok((few, many))
     })();
     let (few, many) = match r {
@@ -177,11 +180,13 @@ pub fn run_storage_get() {
     .emit();
 }
 
-fn storage_get_run(
+/// One run: `gets` gets under callgrind with `options`.
+pub fn storage_get_run(
     valgrind: &Path,
     annotate: Option<&Path>,
     py: &Path,
     gets: u64,
+    options: &[&str],
 ) -> Result<CgRun, String> {
     use crate::plugins_bench;
     let tmp = TempDir::new("cgget");
@@ -210,7 +215,7 @@ fn storage_get_run(
     std::fs::write(work.join("autoget"), format!("{gets}\n")).map_err(|e| e.to_string())?;
     let out = tmp.path().join("callgrind.out");
     let serve = util::serve_with_config(&dirs, tmp.path(), &config);
-    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &serve, &[]);
+    let cmd = util::under_callgrind(valgrind, &out, tmp.path(), &serve, options);
     let mut p = Proc::spawn("valgrind omniconfluxd", cmd, Some(0), Some(&dirs.log))
         .map_err(|e| format!("unable to start valgrind: {e}"))?;
     let ready = util::wait_daemon_ready(&mut p, &dirs.socket, Duration::from_secs(120))
@@ -237,7 +242,9 @@ fn storage_get_run(
         Some(a) => self_costs(a, &out)?,
         None => Default::default(),
     };
-    Ok(CgRun { total, by_fn })
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("no callgrind output: {e}"))?;
+    let ran = crate::link_order::functions_of(&text, &util::daemon_bin());
+    Ok(CgRun { total, by_fn, ran })
 }
 
 /// Each function's own instructions, from `callgrind_annotate`'s lines
