@@ -15,8 +15,8 @@
 //! binary that ran; then a plugin's gets, few and many, under callgrind as
 //! `storage_get_instructions` counts them, and takes the functions of the
 //! binary whose own instructions grow with the gets. It reports the share
-//! of each the list names, the request path's in its first block (goal
-//! >= 0.9 for both). With `BENCH_LINK_ORDER=write` it then rewrites the
+//! of each the list names, the request path's in its first block (goal for
+//! both: at least 0.9). With `BENCH_LINK_ORDER=write` it then rewrites the
 //! list with exactly those functions, each block sorted, for the next
 //! build.
 
