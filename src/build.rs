@@ -8,9 +8,9 @@
 //! seen with perf, for some 6,000 instructions). Its 38 functions lay
 //! scattered over the 7 MB of `.text`; placed first they span about
 //! 215 KiB (a few of them are large, the reactor's loop and the host's call
-//! table, and only parts of those run). `ratio_to_c_responder` of `plugin_storage_get_vs_pipe`,
-//! A/B in alternating runs: 0.994-1.205, median 1.03, against 0.88-1.249,
-//! median 1.20, without.
+//! table, and only parts of those run). `ratio_to_c_responder` of
+//! `plugin_storage_get_vs_pipe`, nine alternating runs of each binary:
+//! 0.894-1.205, median 1.03, against 0.88-1.249, median 1.21, without.
 //!
 //! Why start-up: an idle daemon's resident memory is mostly mapped code,
 //! and the kernel maps code 64 KiB around each page it faults in
@@ -26,8 +26,7 @@
 //! function is placed as it would be without the list: the list can go
 //! stale, never wrong. The benchmark figure `link_order_coverage` says how
 //! much of start-up and of the request path the list still covers and
-//! rewrites it
-//! (tests/bench/README.md).
+//! rewrites it (tests/bench/README.md).
 //!
 //! `--symbol-ordering-file` is LLD's (Rust links with it by default on
 //! x86_64 Linux since 1.90); GNU ld has no such option. So the option is
