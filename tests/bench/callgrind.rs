@@ -237,12 +237,12 @@ pub fn storage_get_run(
     let check_done = ready.answered + Duration::from_secs(6);
     std::thread::sleep(check_done.saturating_duration_since(std::time::Instant::now()));
     p.stop(Duration::from_secs(120));
-    let total = util::callgrind_total(&out, &dirs.log)?;
+    let text = util::read_callgrind(&out, &dirs.log)?;
+    let total = util::callgrind_total_in(&text)?;
     let by_fn = match annotate {
         Some(a) => self_costs(a, &out)?,
         None => Default::default(),
     };
-    let text = std::fs::read_to_string(&out).map_err(|e| format!("no callgrind output: {e}"))?;
     let ran = crate::link_order::functions_of(&text, &util::daemon_bin());
     Ok(CgRun { total, by_fn, ran })
 }

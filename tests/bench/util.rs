@@ -581,8 +581,17 @@ pub fn under_callgrind(
 /// with several threads writes one file, its totals on one line); the
 /// daemon's log tail when there is none.
 pub fn callgrind_total(out: &Path, log: &Path) -> Result<f64, String> {
-    let text = std::fs::read_to_string(out)
-        .map_err(|e| format!("no callgrind output: {e}; log: {}", log_tail(log)))?;
+    callgrind_total_in(&read_callgrind(out, log)?)
+}
+
+/// The callgrind output file `out`; the daemon's log tail when it is missing.
+pub fn read_callgrind(out: &Path, log: &Path) -> Result<String, String> {
+    std::fs::read_to_string(out)
+        .map_err(|e| format!("no callgrind output: {e}; log: {}", log_tail(log)))
+}
+
+/// The total instructions in a callgrind output's text.
+pub fn callgrind_total_in(text: &str) -> Result<f64, String> {
     text.lines()
         .find_map(|l| {
             l.strip_prefix("summary:")

@@ -1043,7 +1043,7 @@ impl Lanes {
         match (ack, r) {
             (Ack::Record { .. } | Ack::Rework, Ok(())) => Vec::new(),
             (Ack::Record { lane }, Err(e)) => {
-                crate::error!("lane {lane}: the ledger refused its record: {e:?}");
+                record_refused(&lane, &e);
                 Vec::new()
             }
             (Ack::Rework, Err(e)) => {
@@ -1052,10 +1052,7 @@ impl Lanes {
             }
             (Ack::Dispatched { to, dispatched }, r) => {
                 if let Err(e) = &r {
-                    crate::error!(
-                        "lane {}: the ledger refused its record: {e:?}",
-                        dispatched.lane
-                    );
+                    record_refused(&dispatched.lane, e);
                 }
                 vec![dispatch_answer(
                     to,
@@ -1281,6 +1278,12 @@ impl Lanes {
 
 /// The seat that judges: the lane's verifier, except that a second opinion
 /// goes to a ready seat of a third family when there is one (issue 5).
+/// A lane's record the ledger refused: the daemon says so and goes on with
+/// the lane in memory.
+fn record_refused(lane: &str, e: &WriteError) {
+    crate::error!("lane {lane}: the ledger refused its record: {e:?}");
+}
+
 fn pick_verifier(cx: &Cx, l: &Lane, second: bool) -> SeatRef {
     if second {
         if let Some(s) = cx.other_ready_seat(None, &[l.builder.family, l.verifier.family]) {
