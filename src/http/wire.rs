@@ -165,15 +165,24 @@ impl<R: Read> Reader<R> {
 
 impl Reader<std::net::TcpStream> {
     /// [`Reader::read_head`] on a socket: each read waits at most what is
-    /// left of the head's deadline (and `HTTP_READ_TIMEOUT_MS`); the read
-    /// timeout is put back after.
+    /// left of the head's deadline (and `HTTP_READ_TIMEOUT_MS`, the
+    /// socket's read timeout, which is put back after). The timeout is
+    /// changed only once less than it is left: a keep-alive request reads
+    /// its head without a system call besides the read.
     pub fn read_head_timed(&mut self) -> Result<Head, HeadError> {
         let per_read = Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS);
         let deadline = Instant::now() + Duration::from_millis(limits::HTTP_HEAD_DEADLINE_MS);
+        let mut shortened = false;
         let head = self.read_head_until(deadline, |s, left| {
-            s.set_read_timeout(Some(left.min(per_read).max(Duration::from_millis(1))))
+            if left >= per_read {
+                return Ok(());
+            }
+            shortened = true;
+            s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
         });
-        let _ = self.inner.set_read_timeout(Some(per_read));
+        if shortened {
+            let _ = self.inner.set_read_timeout(Some(per_read));
+        }
         head
     }
 }
