@@ -10,6 +10,7 @@
 mod util;
 
 use serde_json::{Value, json};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use util::http::{Conn, Resp, Watch, check_reply, openapi, request, response_schema, validate};
 use util::{Daemon, Opts, TestDir, fixture};
@@ -1070,4 +1071,223 @@ fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
     }
     assert_eq!(try_watch(api.addr, &api.token, &sid).0, 503);
     api.d.stop();
+}
+
+/// Issue 11: on a connection already answered once, a read the poller
+/// answers at once (src/http/listener.rs, "Reads answered at once") is
+/// the answer a handler thread gives on a new connection, byte for byte
+/// but the Date: the read itself, its conditional forms, and each
+/// refusal that comes before the operation.
+#[test]
+fn reads_on_a_kept_connection_are_answered_as_on_a_new_one() {
+    let dir = TestDir::new("hsatonce");
+    let api = Api::start(&dir, &seat(&json!([]), &[]), 0);
+    let body = json!({"harness": "fake", "worktree": api.wt});
+    let sid = api.create(&uuid7(0, 1), &body).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let host = api.addr.to_string();
+    let auth = format!("Bearer {}", api.token);
+    let path = format!("/sessions/{sid}");
+    let etag = api
+        .send("GET", &path, &[], None)
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let get = |target: &str, extra: &[(&str, &str)]| {
+        let mut h = vec![("Authorization", auth.as_str())];
+        h.extend_from_slice(extra);
+        request("GET", target, &host, &h, None)
+    };
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("the read", get(&path, &[]), 200),
+        (
+            "a matching If-None-Match",
+            get(&path, &[("If-None-Match", &etag)]),
+            304,
+        ),
+        (
+            "a failing If-Match",
+            get(&path, &[("If-Match", "\"other\"")]),
+            412,
+        ),
+        (
+            "a JSON-less Accept",
+            get(&path, &[("Accept", "text/html")]),
+            406,
+        ),
+        ("a bad tail", get(&format!("{path}?tail=many"), &[]), 400),
+        (
+            "an unknown parameter",
+            get(&format!("{path}?colour=red"), &[]),
+            400,
+        ),
+        (
+            "a wrong token",
+            request(
+                "GET",
+                &path,
+                &host,
+                &[("Authorization", "Bearer nope")],
+                None,
+            ),
+            401,
+        ),
+        (
+            "a foreign Origin",
+            get(&path, &[("Origin", "http://elsewhere.example")]),
+            403,
+        ),
+        (
+            "another method",
+            request("POST", &path, &host, &[("Authorization", &auth)], None),
+            405,
+        ),
+        (
+            "a preflight",
+            request("OPTIONS", &path, &host, &[], None),
+            204,
+        ),
+        (
+            "an unknown session",
+            get("/sessions/s-000000000000", &[]),
+            404,
+        ),
+        ("a close", get(&path, &[("Connection", "close")]), 200),
+    ];
+    let comparable = |r: &Resp| {
+        let headers: Vec<(String, String)> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| !n.eq_ignore_ascii_case("date"))
+            .cloned()
+            .collect();
+        (r.status, headers, r.body.clone())
+    };
+    let mut kept = Conn::open(api.addr);
+    kept.send(&get(&path, &[]));
+    assert_eq!(kept.read().expect("a first answer").status, 200);
+    for (what, req, status) in &cases {
+        let mut fresh = Conn::open(api.addr);
+        fresh.send(req);
+        let new = fresh.read().expect("an answer on a new connection");
+        kept.send(req);
+        let again = kept
+            .read()
+            .unwrap_or_else(|| panic!("{what}: no answer on the kept connection"));
+        assert_eq!(new.status, *status, "{what}: {new:?}");
+        assert_eq!(comparable(&again), comparable(&new), "{what}");
+    }
+    assert!(kept.closed(), "Connection: close did not close");
+    api.d.stop();
+}
+
+/// Issue 11: with the only handler thread held by a client that
+/// pipelines reads and does not read the answers, another client's
+/// requests on its open connection are still answered (at once, by the
+/// poller); the held client then gets every answer, whole and in order,
+/// including those the socket could not take when they were made.
+#[test]
+fn requests_are_answered_at_once_while_the_only_handler_is_held() {
+    let dir = TestDir::new("hsheld");
+    let api = Api::start(
+        &dir,
+        &format!("threads = 1\n\n{}", seat(&json!([]), &[])),
+        0,
+    );
+    let body = json!({"harness": "fake", "worktree": api.wt});
+    let sid = api.create(&uuid7(0, 1), &body).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let host = api.addr.to_string();
+    let auth = format!("Bearer {}", api.token);
+    let path = format!("/sessions/{sid}");
+    let get = request("GET", &path, &host, &[("Authorization", &auth)], None);
+    let mut other = Conn::open(api.addr);
+    other.send(&get);
+    assert_eq!(other.read().expect("a first answer").status, 200);
+    let mut held = Conn::open(api.addr);
+    held.send(&get);
+    let first = held.read().expect("a first answer");
+    assert_eq!(first.status, 200);
+    // More pipelined reads than the largest socket buffers on both sides
+    // can hold the answers of, so that the daemon ends up blocked writing
+    // them on its only handler thread.
+    let max = |f: &str| -> usize {
+        let t = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}")).unwrap();
+        t.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let n = 2 * (max("tcp_wmem") + max("tcp_rmem")) / first.body.len() + 1024;
+    let mut w = held.w.try_clone().unwrap();
+    let pipelined = get.repeat(n);
+    let writer = std::thread::spawn(move || w.write_all(&pipelined).unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !blocked_writing(api.d.pid(), "http-0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the handler never blocked writing answers"
+        );
+        std::thread::yield_now();
+    }
+    // Until this client reads, that handler is held; the other client's
+    // requests are answered meanwhile. (Refusals and a preflight: whether
+    // a read is answered at once also depends on its snapshot being
+    // current, which a timer of the daemon's may end at any moment.)
+    let refusals = [
+        (
+            request(
+                "GET",
+                &path,
+                &host,
+                &[("Authorization", "Bearer nope")],
+                None,
+            ),
+            401,
+        ),
+        (
+            request(
+                "GET",
+                &format!("{path}?tail=many"),
+                &host,
+                &[("Authorization", &auth)],
+                None,
+            ),
+            400,
+        ),
+        (
+            request("GET", "/nowhere", &host, &[("Authorization", &auth)], None),
+            404,
+        ),
+        (request("OPTIONS", &path, &host, &[], None), 204),
+    ];
+    for (req, status) in &refusals {
+        other.send(req);
+        let r = other.read().expect("an answer while the handler is held");
+        assert_eq!(r.status, *status, "{r:?}");
+    }
+    for i in 0..n {
+        let r = held
+            .read()
+            .unwrap_or_else(|| panic!("answer {i} of {n} never came"));
+        assert_eq!((r.status, &r.body), (200, &first.body), "answer {i}");
+    }
+    writer.join().unwrap();
+    assert!(held.open_and_quiet(), "more answers than requests");
+    api.d.stop();
+}
+
+/// Whether the daemon's thread `name` is blocked in a write to a socket,
+/// as its system call in /proc shows.
+fn blocked_writing(pid: i32, name: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let call = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+        let nr = call.split(' ').next().and_then(|n| n.parse::<i64>().ok());
+        comm.trim() == name && nr.is_some_and(|n| n == libc::SYS_sendto || n == libc::SYS_write)
+    })
 }

@@ -14,12 +14,15 @@
 //! - [`snapshots`]: reads of committed state answered without the reactor;
 //! - [`routes`]: the route table and the handlers.
 //!
-//! Threads: handler threads never touch the daemon's state. A handler that
-//! needs it runs a closure on the reactor with [`Ctx::reactor`] (the
-//! reactor's bounded inbox plus its waker) and blocks on a one-slot reply
-//! channel; the closure may answer at once or from a ledger continuation,
-//! after the commit. [`Http`] is the reactor's side: it owns the SSE topics
-//! and hears every committed event through [`Http::publish`].
+//! Threads: the listener's poller answers some requests itself, at once
+//! ([`at_once`]; src/http/listener.rs, "Reads answered at once"); the
+//! rest go to handler threads. Neither ever touches the daemon's state.
+//! A handler that needs it runs a closure on the reactor with
+//! [`Ctx::reactor`] (the reactor's bounded inbox plus its waker) and
+//! blocks on a one-slot reply channel; the closure may answer at once or
+//! from a ledger continuation, after the commit. [`Http`] is the
+//! reactor's side: it owns the SSE topics and hears every committed event
+//! through [`Http::publish`].
 //!
 //! Order of checks for every request, as seed 002 requires: framing, Host,
 //! Origin (before routing or reading a body), route, preflight (no token),
@@ -147,7 +150,7 @@ impl Http {
             next_stream: AtomicUsize::new(0),
             snapshots: snapshots::Snapshots::default(),
         });
-        let listener = listener::start(tcp, shared.clone(), cfg.threads, serve)?;
+        let listener = listener::start(tcp, shared.clone(), cfg.threads, serve, at_once)?;
         crate::info!("serving HTTP on {addr} (token in {})", token_path.display());
         Ok(Some(Http {
             shared,
@@ -228,6 +231,14 @@ impl<T> Answer<T> {
     }
 }
 
+/// A representation's bytes and ETag, answered as [`Reply::Json`] with
+/// `etag` would be.
+pub struct Serialised {
+    pub body: Arc<[u8]>,
+    pub etag: String,
+    pub headers: Vec<(&'static str, String)>,
+}
+
 /// What a handler answers.
 pub enum Reply {
     /// A JSON representation. `etag`: validate it (GET representations).
@@ -237,13 +248,8 @@ pub enum Reply {
         etag: bool,
         headers: Vec<(&'static str, String)>,
     },
-    /// A representation serialised once and shared ([`snapshots`]): its
-    /// bytes and ETag, answered as [`Reply::Json`] with `etag` would be.
-    Shared {
-        body: Arc<[u8]>,
-        etag: String,
-        headers: Vec<(&'static str, String)>,
-    },
+    /// A representation serialised once and shared ([`snapshots`]).
+    Shared(Serialised),
     /// An SSE stream: the closure writes the events after the head; it runs
     /// on its own writer thread.
     Stream(Box<dyn FnOnce(&mut TcpStream) -> sse::End + Send>),
@@ -442,10 +448,26 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
                 (head, Some(body))
             }
             // Not dispatched while its body is read; back to the poller.
-            Some(reading) => {
+            Some(reading @ listener::Staged::Reading { .. }) => {
                 conn.staged = Some(reading);
                 return Some(conn);
             }
+            // The end of an answer made at once that the socket could
+            // not take then.
+            Some(listener::Staged::Unsent { bytes, keep }) => {
+                let written = conn.stream().write_all(&bytes);
+                if written.is_err() || !keep {
+                    return None;
+                }
+                if !conn.r.head_ready() {
+                    return Some(conn);
+                }
+                continue;
+            }
+            Some(listener::Staged::Head(head)) => match listener::stage(shared, &mut conn, head) {
+                listener::Stage::Serve(head, body) => (head, body),
+                listener::Stage::Wait => return Some(conn),
+            },
             None => {
                 let head = match conn.r.read_head_timed() {
                     Ok(h) => h,
@@ -485,6 +507,46 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
     Some(conn)
 }
 
+/// Answers, on the poller, a connection's request whose head is buffered,
+/// when that needs no waiting (src/http/listener.rs, "Reads answered at
+/// once"): the same checks and the same answer a handler would give, as
+/// bytes the poller writes without blocking. Anything that may wait (a
+/// body to read, a caller not yet classified, an operation without an
+/// at-once form, or one that declines) goes to a handler with its head.
+fn at_once(shared: &Arc<Shared>, conn: &mut Conn) -> listener::AtOnce {
+    let head = match conn.r.read_head() {
+        Ok(h) => h,
+        Err(HeadError::Bad(p)) => {
+            let r = with_common(Response::problem(&p), None);
+            return listener::AtOnce::Answered(wire::response_bytes(&r, false, true), false);
+        }
+        Err(HeadError::Closed) | Err(HeadError::Io(_)) => return listener::AtOnce::Close,
+    };
+    if conn.class.get().is_none() || !matches!(Framing::of(&head), Ok(Framing::None)) {
+        return listener::AtOnce::Handler(head);
+    }
+    let _guard = InFlight::new(shared);
+    let mut origin = None;
+    let outcome = match checked(shared, conn, &head, None, &mut origin) {
+        Ok(Checked::Preflight(r)) => Outcome::Done(r),
+        Ok(Checked::Run(_, mut ctx)) => {
+            let answer = routes::at_once(ctx.route, &head.method).and_then(|f| f(&mut ctx));
+            match answer {
+                Some(a) => Outcome::Replied(a.map(Reply::Shared)),
+                None => return listener::AtOnce::Handler(head),
+            }
+        }
+        Err(p) => Outcome::Replied(Err(p)),
+    };
+    match response_of(shared, &head, true, outcome, origin) {
+        Ok((response, keep)) => {
+            listener::AtOnce::Answered(wire::response_bytes(&response, false, !keep), keep)
+        }
+        // Only Reply::Stream starts one, and no at-once form answers it.
+        Err(_) => listener::AtOnce::Close,
+    }
+}
+
 type StreamTask = Box<dyn FnOnce(&mut TcpStream) -> sse::End + Send>;
 
 /// Headers every answer carries.
@@ -497,110 +559,157 @@ fn with_common(mut r: Response, origin: Option<&str>) -> Response {
     r
 }
 
-/// Handles one request; returns whether the connection stays open, or the
-/// stream to start.
 /// A stream to start: its response headers and its writer.
 type StreamStart = (Vec<(&'static str, String)>, StreamTask);
 
+/// Handles one request on a handler thread; returns whether the
+/// connection stays open, or the stream to start.
 fn handle(
     shared: &Arc<Shared>,
     conn: &mut Conn,
     head: &Head,
     body: Option<Result<Vec<u8>, body::BodyError>>,
 ) -> (bool, Option<StreamStart>) {
-    let framing = body::Framing::of(head);
     // The connection can carry a next request only if this one's body was
     // read whole (or it had none).
     let consumed = match &body {
         Some(b) => b.is_ok(),
-        None => framing.as_ref().is_ok_and(|f| *f == Framing::None),
+        None => body::Framing::of(head).is_ok_and(|f| f == Framing::None),
     };
     let mut origin = None;
-    let outcome = (|| -> Result<Outcome, Problem> {
-        let framing = framing.clone()?;
-        shared.hosts.check(head)?;
-        origin = auth::check_origin(head, &shared.origins)?;
-        let (route, params) = routes::find(&head.path)?;
-        if head.method == "OPTIONS" {
-            return Ok(Outcome::Done(preflight(route, head, origin)));
+    let outcome = match checked(shared, conn, head, body, &mut origin) {
+        Ok(Checked::Preflight(r)) => Outcome::Done(r),
+        Ok(Checked::Run(op, mut ctx)) => Outcome::Replied((op.handler)(&mut ctx)),
+        Err(p) => Outcome::Replied(Err(p)),
+    };
+    match response_of(shared, head, consumed, outcome, origin) {
+        Ok((response, keep)) => {
+            let written = wire::write_response(&mut conn.stream(), &response, false, !keep);
+            (keep && written.is_ok(), None)
         }
-        if !shared.token.verify(head.header("authorization")) {
+        Err(stream) => (false, Some(stream)),
+    }
+}
+
+/// A request that passed the checks before its operation.
+enum Checked<'a> {
+    /// A preflight, answered without the token.
+    Preflight(Response),
+    /// The operation to run, with its context.
+    Run(&'static routes::Op, Ctx<'a>),
+}
+
+/// The checks of every request, in the order seed 002 requires (see the
+/// top of this file); `origin` is set once the Origin is allowed, for the
+/// CORS headers of whatever the answer is.
+fn checked<'a>(
+    shared: &'a Arc<Shared>,
+    conn: &'a mut Conn,
+    head: &'a Head,
+    body: Option<Result<Vec<u8>, body::BodyError>>,
+    origin: &mut Option<&'a str>,
+) -> Result<Checked<'a>, Problem> {
+    let framing = body::Framing::of(head)?;
+    shared.hosts.check(head)?;
+    *origin = auth::check_origin(head, &shared.origins)?;
+    let (route, params) = routes::find(&head.path)?;
+    if head.method == "OPTIONS" {
+        return Ok(Checked::Preflight(preflight(route, head, *origin)));
+    }
+    if !shared.token.verify(head.header("authorization")) {
+        return Err(Problem::new(
+            Code::Unauthorized,
+            "missing or wrong bearer token",
+        ));
+    }
+    conn.proven = true;
+    let op = route
+        .ops
+        .iter()
+        .find(|o| o.method == head.method)
+        .ok_or_else(|| {
+            let mut p = Problem::new(
+                Code::MethodNotAllowed,
+                format!("{} does not support {}", route.path, head.method),
+            );
+            p.allow = Some(route.allow());
+            p
+        })?;
+    let query = wire::parse_query(&head.query)?;
+    if let Some((k, _)) = query.iter().find(|(k, _)| !op.query.contains(&k.as_str())) {
+        return Err(Problem::invalid(format!("unknown query parameter {k}")));
+    }
+    if !routes::NEGOTIATES.contains(&(route.path, head.method.as_str())) {
+        routes::negotiate(head.header("accept"), &["application/json"])?;
+    }
+    if head.header("if-match").is_some()
+        && head.method != "GET"
+        && !routes::IF_MATCH.contains(&(route.path, head.method.as_str()))
+    {
+        return Err(Problem::invalid(format!(
+            "{} {} does not evaluate If-Match; send it without",
+            head.method, route.path
+        )));
+    }
+    if let Some(e) = head.header("expect") {
+        if !e.eq_ignore_ascii_case("100-continue") {
             return Err(Problem::new(
-                Code::Unauthorized,
-                "missing or wrong bearer token",
+                Code::ExpectationFailed,
+                "the only expectation accepted is 100-continue",
             ));
         }
-        conn.proven = true;
-        let op = route
-            .ops
-            .iter()
-            .find(|o| o.method == head.method)
-            .ok_or_else(|| {
-                let mut p = Problem::new(
-                    Code::MethodNotAllowed,
-                    format!("{} does not support {}", route.path, head.method),
-                );
-                p.allow = Some(route.allow());
-                p
-            })?;
-        let query = wire::parse_query(&head.query)?;
-        if let Some((k, _)) = query.iter().find(|(k, _)| !op.query.contains(&k.as_str())) {
-            return Err(Problem::invalid(format!("unknown query parameter {k}")));
-        }
-        if !routes::NEGOTIATES.contains(&(route.path, head.method.as_str())) {
-            routes::negotiate(head.header("accept"), &["application/json"])?;
-        }
-        if head.header("if-match").is_some()
-            && head.method != "GET"
-            && !routes::IF_MATCH.contains(&(route.path, head.method.as_str()))
-        {
-            return Err(Problem::invalid(format!(
-                "{} {} does not evaluate If-Match; send it without",
-                head.method, route.path
-            )));
-        }
-        if let Some(e) = head.header("expect") {
-            if !e.eq_ignore_ascii_case("100-continue") {
-                return Err(Problem::new(
-                    Code::ExpectationFailed,
-                    "the only expectation accepted is 100-continue",
-                ));
-            }
-        }
-        let mut ctx = Ctx {
-            shared,
-            head,
-            params,
-            query,
-            route: route.path,
-            conn,
-            framing,
-            body,
-        };
-        if op.operator_only {
-            let class = ctx.caller()?;
-            if !class.is_operator() {
-                crate::warn!(
-                    "refused HTTP {} {} to a caller of class {}",
-                    head.method,
-                    route.path,
+    }
+    let ctx = Ctx {
+        shared,
+        head,
+        params,
+        query,
+        route: route.path,
+        conn,
+        framing,
+        body,
+    };
+    if op.operator_only {
+        let class = ctx.caller()?;
+        if !class.is_operator() {
+            crate::warn!(
+                "refused HTTP {} {} to a caller of class {}",
+                head.method,
+                route.path,
+                class.name()
+            );
+            return Err(Problem::new(
+                Code::OperatorOnly,
+                format!(
+                    "only the operator may do this; the caller is {}",
                     class.name()
-                );
-                return Err(Problem::new(
-                    Code::OperatorOnly,
-                    format!(
-                        "only the operator may do this; the caller is {}",
-                        class.name()
-                    ),
-                ));
-            }
+                ),
+            ));
         }
-        Ok(Outcome::Replied((op.handler)(&mut ctx)))
-    })();
+    }
+    Ok(Checked::Run(op, ctx))
+}
+
+enum Outcome {
+    /// Answered before the handler (a preflight).
+    Done(Response),
+    /// The handler's reply.
+    Replied(Result<Reply, Problem>),
+}
+
+/// The response to a request and whether its connection stays open
+/// (`consumed`: its body, if any, was read whole), or the stream to start.
+fn response_of(
+    shared: &Shared,
+    head: &Head,
+    consumed: bool,
+    outcome: Outcome,
+    origin: Option<&str>,
+) -> Result<(Response, bool), StreamStart> {
     let stopping = shared.stopping.load(Ordering::Acquire);
     let response = match outcome {
-        Ok(Outcome::Done(r)) => r,
-        Ok(Outcome::Replied(Ok(Reply::Stream(task)))) => {
+        Outcome::Done(r) => r,
+        Outcome::Replied(Ok(Reply::Stream(task))) => {
             let mut headers = vec![
                 ("Content-Type", "text/event-stream".to_string()),
                 ("Cache-Control", "no-store".into()),
@@ -610,32 +719,23 @@ fn handle(
             if let Some(o) = origin {
                 headers.extend(auth::cors_headers(o));
             }
-            return (false, Some((headers, task)));
+            return Err((headers, task));
         }
-        Ok(Outcome::Replied(Ok(Reply::Json {
+        Outcome::Replied(Ok(Reply::Json {
             status,
             body,
             etag,
             headers,
-        }))) => json_response(head, status, &body, etag, headers),
-        Ok(Outcome::Replied(Ok(Reply::Shared {
+        })) => json_response(head, status, &body, etag, headers),
+        Outcome::Replied(Ok(Reply::Shared(Serialised {
             body,
             etag,
             headers,
         }))) => bytes_response(head, 200, body.to_vec(), Some(etag), headers),
-        Ok(Outcome::Replied(Err(p))) | Err(p) => Response::problem(&p),
+        Outcome::Replied(Err(p)) => Response::problem(&p),
     };
     let keep = consumed && head.keep_alive() && !stopping;
-    let response = with_common(response, origin);
-    let written = wire::write_response(&mut conn.stream(), &response, false, !keep);
-    (keep && written.is_ok(), None)
-}
-
-enum Outcome {
-    /// Answered before the handler (a preflight).
-    Done(Response),
-    /// The handler's reply.
-    Replied(Result<Reply, Problem>),
+    Ok((with_common(response, origin), keep))
 }
 
 fn json_response(

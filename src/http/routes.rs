@@ -33,7 +33,7 @@ use super::pages;
 use super::problem::{Code, Problem};
 use super::sessions as ss;
 use super::sse::{self, Start, Subscription};
-use super::{Answer, Ctx, Reply};
+use super::{Answer, Ctx, Reply, Serialised};
 use crate::daemon::Daemon;
 use crate::ledger::{self, Appended, WriteError};
 use crate::limits;
@@ -64,6 +64,25 @@ pub const NEGOTIATES: &[(&str, &str)] = &[
     ("/sessions", "GET"),
     ("/sessions/{session_id}", "GET"),
 ];
+
+/// An operation's answer made where its request was read, on the poller,
+/// without waiting for anything; `None` when it needs a handler thread
+/// (src/http/listener.rs, "Reads answered at once").
+pub type AtOnce = fn(&mut Ctx) -> Option<Result<Serialised, Problem>>;
+
+/// The operations that can answer at once, and how: reads of committed
+/// state that a current snapshot answers (src/http/snapshots.rs). What
+/// such a function answers is what the operation's handler would.
+pub const AT_ONCE: &[(&str, &str, AtOnce)] =
+    &[("/sessions/{session_id}", "GET", ss::get_session_at_once)];
+
+/// The at-once form of `method` on `route`, if it has one.
+pub fn at_once(route: &str, method: &str) -> Option<AtOnce> {
+    AT_ONCE
+        .iter()
+        .find(|(p, m, _)| *p == route && *m == method)
+        .map(|(_, _, f)| *f)
+}
 
 /// One method of a route.
 pub struct Op {

@@ -62,7 +62,7 @@ use super::routes::{counter, ledger_problem, negotiate, read_failed};
 use super::snapshots::Snapshot;
 use super::sse::{self, CollectionQueue, Start, Subscription, Topic};
 use super::uuid7::Uuid7;
-use super::{Answer, Ctx, Reply, Shared};
+use super::{Answer, Ctx, Reply, Serialised, Shared};
 use crate::core::sessions::{self as core_sessions, State};
 use crate::core::transcript::Delta;
 use crate::daemon::Daemon;
@@ -1488,7 +1488,16 @@ fn tail_of(ctx: &Ctx) -> Result<usize, Problem> {
     }
 }
 
-pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
+/// What `GET /sessions/{id}` asks for, once its parameters are checked.
+enum SessionRead {
+    Watch(CallerClass, String, usize),
+    /// A current snapshot the caller may read.
+    Current(Arc<Snapshot>),
+    /// No current snapshot: one is made on the reactor.
+    Capture(CallerClass, String, usize),
+}
+
+fn session_read(ctx: &mut Ctx) -> Result<SessionRead, Problem> {
     let raw = ctx.path_param("session_id").unwrap_or_default().to_string();
     let tail = tail_of(ctx)?;
     let class = ctx.caller()?;
@@ -1497,7 +1506,7 @@ pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
         &["application/json", "text/event-stream"],
     )? == "text/event-stream"
     {
-        return watch_session(ctx, class, raw, tail);
+        return Ok(SessionRead::Watch(class, raw, tail));
     }
     if ctx.param("after_generation").is_some() || ctx.param("after_seq").is_some() {
         return Err(Problem::invalid(
@@ -1505,36 +1514,63 @@ pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
         ));
     }
     let shared = ctx.shared;
-    let snap = match shared.snapshots.get(&shared.inbox, &raw, tail) {
-        Some(s) if core_sessions::may_read(&class, &s.sid) => s,
-        _ => capture_in(
-            shared,
-            true,
-            class,
-            raw.clone(),
-            tail,
-            move |d, sid, (_, v), current| {
-                let body: Arc<[u8]> = serde_json::to_vec(&v).unwrap_or_default().into();
-                let snap = Arc::new(Snapshot {
-                    at: d.inbox.changes(),
-                    sid: sid.to_string(),
-                    etag: super::etag::of(&body),
-                    body,
-                });
-                if current {
-                    if let Some(h) = d.http.as_ref() {
-                        h.shared.snapshots.put(&raw, tail, snap.clone());
-                    }
-                }
-                Ok(snap)
-            },
-        )?,
-    };
-    Ok(Reply::Shared {
+    Ok(match shared.snapshots.get(&shared.inbox, &raw, tail) {
+        Some(s) if core_sessions::may_read(&class, &s.sid) => SessionRead::Current(s),
+        _ => SessionRead::Capture(class, raw, tail),
+    })
+}
+
+fn serialised(snap: &Snapshot) -> Serialised {
+    Serialised {
         body: snap.body.clone(),
         etag: snap.etag.clone(),
         headers: vec![("Vary", "Accept".into())],
-    })
+    }
+}
+
+pub fn get_session(ctx: &mut Ctx) -> Result<Reply, Problem> {
+    let snap = match session_read(ctx)? {
+        SessionRead::Watch(class, raw, tail) => return watch_session(ctx, class, raw, tail),
+        SessionRead::Current(s) => s,
+        SessionRead::Capture(class, raw, tail) => {
+            let shared = ctx.shared;
+            capture_in(
+                shared,
+                true,
+                class,
+                raw.clone(),
+                tail,
+                move |d, sid, (_, v), current| {
+                    let body: Arc<[u8]> = serde_json::to_vec(&v).unwrap_or_default().into();
+                    let snap = Arc::new(Snapshot {
+                        at: d.inbox.changes(),
+                        sid: sid.to_string(),
+                        etag: super::etag::of(&body),
+                        body,
+                    });
+                    if current {
+                        if let Some(h) = d.http.as_ref() {
+                            h.shared.snapshots.put(&raw, tail, snap.clone());
+                        }
+                    }
+                    Ok(snap)
+                },
+            )?
+        }
+    };
+    Ok(Reply::Shared(serialised(&snap)))
+}
+
+/// `GET /sessions/{id}` answered where its request was read, without
+/// waiting for anything: its refusals, and a current snapshot's bytes
+/// (src/http/snapshots.rs). `None` when the answer needs the reactor (a
+/// watch, or no current snapshot).
+pub fn get_session_at_once(ctx: &mut Ctx) -> Option<Result<Serialised, Problem>> {
+    match session_read(ctx) {
+        Err(p) => Some(Err(p)),
+        Ok(SessionRead::Current(s)) => Some(Ok(serialised(&s))),
+        Ok(SessionRead::Watch(..) | SessionRead::Capture(..)) => None,
+    }
 }
 
 fn watch_session(

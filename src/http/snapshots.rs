@@ -1,20 +1,21 @@
 //! Reads of committed state without the reactor (issue 11, "Figures that
 //! fell short": "reads of committed state need not wait for the reactor
 //! at all"): the serialised answers of `GET /sessions/{id}`, shared with
-//! the handler threads.
+//! the listener's poller, which answers from them at once, and the
+//! handler threads.
 //!
 //! The reactor fills an entry when it answers such a read (src/http/
 //! sessions.rs), serialising the Session once and computing its ETag
-//! once; handlers answer later reads of the same path and tail from those
-//! bytes, with the same ETag, If-Match and If-None-Match handling, while
-//! the entry is current.
+//! once; the poller and handlers answer later reads of the same path and
+//! tail from those bytes, with the same ETag, If-Match and If-None-Match
+//! handling, while the entry is current.
 //!
 //! Current means: no unit of the reactor's work that may change state has
 //! started since the entry was made. The reactor counts such units
 //! ([`crate::reactor::Inbox::changed`]) before running each, so before any
 //! answer, acknowledgement or publication it sends; an entry records the
-//! count at which it was made, and a handler serves it only while the
-//! count is still that. So a client that got a write acknowledged (over
+//! count at which it was made, and it is served only while the count is
+//! still that. So a client that got a write acknowledged (over
 //! HTTP or the daemon socket) and then reads gets an answer made after
 //! the write: the count moved before the acknowledgement was sent, and
 //! the entry made before it is no longer current. The invalidation is
@@ -22,8 +23,8 @@
 //! reaches from the session core to inputs, approvals, creations and
 //! watch cursors), so a field added to it later cannot be left stale. It
 //! costs a busy daemon the cache, not correctness; an idle session read
-//! by many clients, the case issue 11 measures, is served by handlers
-//! alone. Entries are made only by reads that change nothing
+//! by many clients, the case issue 11 measures, is served by the poller
+//! alone (src/http/listener.rs, "Reads answered at once"). Entries are made only by reads that change nothing
 //! ([`crate::reactor::Msg::Read`]), or that count their change (a watch
 //! topic a read starts) before the entry is made.
 //!

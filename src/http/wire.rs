@@ -486,6 +486,12 @@ pub fn write_response(
     head_only: bool,
     close: bool,
 ) -> io::Result<()> {
+    w.write_all(&response_bytes(r, head_only, close))?;
+    w.flush()
+}
+
+/// The bytes [`write_response`] writes.
+pub fn response_bytes(r: &Response, head_only: bool, close: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + r.body.len());
     write_status_and_headers(&mut out, r.status, &r.headers);
     if r.status != 204 && r.status != 304 {
@@ -498,8 +504,7 @@ pub fn write_response(
     if !head_only && r.status != 204 && r.status != 304 {
         out.extend_from_slice(&r.body);
     }
-    w.write_all(&out)?;
-    w.flush()
+    out
 }
 
 /// The status line and header fields, without the final blank line.
