@@ -6,8 +6,11 @@ and, for every session/prompt, writes FAST_CHUNKS agent_message_chunk
 session/update lines as fast as it can, FAST_BATCH lines per write (no
 flush per line), then answers the prompt end_turn. Each chunk's text is
 `[<seq>@<wall clock ns>]` followed by FAST_PAD 'x's, so a reader of the
-daemon's output can tell the delay from the agent's line. Without prompts
-it only waits on stdin: an idle agent.
+daemon's output can tell the delay from the agent's line. With FAST_RATE
+set (chunks a second), each write of FAST_BATCH lines first waits for its
+time at that rate, and its lines are stamped after the wait: a load below
+what readers can take. Without prompts it only waits on stdin: an idle
+agent.
 """
 
 import json
@@ -19,6 +22,7 @@ import time
 CHUNKS = int(os.environ.get("FAST_CHUNKS", "256"))
 PAD = "x" * int(os.environ.get("FAST_PAD", "64"))
 BATCH = int(os.environ.get("FAST_BATCH", "16"))
+RATE = float(os.environ.get("FAST_RATE", "0"))
 out = sys.stdout.buffer
 session = None
 seq = 0
@@ -29,19 +33,32 @@ def send(obj):
     out.flush()
 
 
+due = 0.0
+
+
+def pace(lines):
+    """Waits until a write of `lines` chunks is due at RATE a second."""
+    global due
+    now = time.monotonic()
+    if due > now:
+        time.sleep(due - now)
+    due = max(due, now) + lines / RATE
+
+
 def stream():
     global seq
     head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s","update":' % session
-    buf = []
-    for _ in range(CHUNKS):
-        seq += 1
-        buf.append('%s{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[%d@%d]%s"}}}}\n'
-                   % (head, seq, time.time_ns(), PAD))
-        if len(buf) >= BATCH:
-            out.write("".join(buf).encode())
-            out.flush()
-            buf = []
-    if buf:
+    left = CHUNKS
+    while left:
+        n = min(BATCH, left)
+        left -= n
+        if RATE:
+            pace(n)
+        buf = []
+        for _ in range(n):
+            seq += 1
+            buf.append('%s{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[%d@%d]%s"}}}}\n'
+                       % (head, seq, time.time_ns(), PAD))
         out.write("".join(buf).encode())
         out.flush()
 
