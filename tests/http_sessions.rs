@@ -1073,6 +1073,18 @@ fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
     api.d.stop();
 }
 
+/// A daemon with `http` (keys of its [http] table) and one idle session
+/// of the fake agent, and that session's id.
+fn with_idle_session(dir: &TestDir, http: &str) -> (Api, String) {
+    let api = Api::start(dir, &format!("{http}\n{}", seat(&json!([]), &[])), 0);
+    let body = json!({"harness": "fake", "worktree": api.wt});
+    let sid = api.create(&uuid7(0, 1), &body).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (api, sid)
+}
+
 /// Issue 11: on a connection already answered once, a read the poller
 /// answers at once (src/http/listener.rs, "Reads answered at once") is
 /// the answer a handler thread gives on a new connection, byte for byte
@@ -1081,12 +1093,7 @@ fn refused_watches_spare_live_watchers_and_dead_ones_free_their_slots() {
 #[test]
 fn reads_on_a_kept_connection_are_answered_as_on_a_new_one() {
     let dir = TestDir::new("hsatonce");
-    let api = Api::start(&dir, &seat(&json!([]), &[]), 0);
-    let body = json!({"harness": "fake", "worktree": api.wt});
-    let sid = api.create(&uuid7(0, 1), &body).json()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (api, sid) = with_idle_session(&dir, "");
     let host = api.addr.to_string();
     let auth = format!("Bearer {}", api.token);
     let path = format!("/sessions/{sid}");
@@ -1095,11 +1102,12 @@ fn reads_on_a_kept_connection_are_answered_as_on_a_new_one() {
         .header("etag")
         .unwrap()
         .to_string();
-    let get = |target: &str, extra: &[(&str, &str)]| {
-        let mut h = vec![("Authorization", auth.as_str())];
+    let get_as = |token: &str, target: &str, extra: &[(&str, &str)]| {
+        let mut h = vec![("Authorization", token)];
         h.extend_from_slice(extra);
         request("GET", target, &host, &h, None)
     };
+    let get = |target: &str, extra: &[(&str, &str)]| get_as(&auth, target, extra);
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("the read", get(&path, &[]), 200),
         (
@@ -1123,17 +1131,7 @@ fn reads_on_a_kept_connection_are_answered_as_on_a_new_one() {
             get(&format!("{path}?colour=red"), &[]),
             400,
         ),
-        (
-            "a wrong token",
-            request(
-                "GET",
-                &path,
-                &host,
-                &[("Authorization", "Bearer nope")],
-                None,
-            ),
-            401,
-        ),
+        ("a wrong token", get_as("Bearer nope", &path, &[]), 401),
         (
             "a foreign Origin",
             get(&path, &[("Origin", "http://elsewhere.example")]),
@@ -1191,16 +1189,7 @@ fn reads_on_a_kept_connection_are_answered_as_on_a_new_one() {
 #[test]
 fn requests_are_answered_at_once_while_the_only_handler_is_held() {
     let dir = TestDir::new("hsheld");
-    let api = Api::start(
-        &dir,
-        &format!("threads = 1\n\n{}", seat(&json!([]), &[])),
-        0,
-    );
-    let body = json!({"harness": "fake", "worktree": api.wt});
-    let sid = api.create(&uuid7(0, 1), &body).json()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (api, sid) = with_idle_session(&dir, "threads = 1\n");
     let host = api.addr.to_string();
     let auth = format!("Bearer {}", api.token);
     let path = format!("/sessions/{sid}");
@@ -1235,31 +1224,13 @@ fn requests_are_answered_at_once_while_the_only_handler_is_held() {
     // requests are answered meanwhile. (Refusals and a preflight: whether
     // a read is answered at once also depends on its snapshot being
     // current, which a timer of the daemon's may end at any moment.)
+    let get_as = |token: &str, target: &str| {
+        request("GET", target, &host, &[("Authorization", token)], None)
+    };
     let refusals = [
-        (
-            request(
-                "GET",
-                &path,
-                &host,
-                &[("Authorization", "Bearer nope")],
-                None,
-            ),
-            401,
-        ),
-        (
-            request(
-                "GET",
-                &format!("{path}?tail=many"),
-                &host,
-                &[("Authorization", &auth)],
-                None,
-            ),
-            400,
-        ),
-        (
-            request("GET", "/nowhere", &host, &[("Authorization", &auth)], None),
-            404,
-        ),
+        (get_as("Bearer nope", &path), 401),
+        (get_as(&auth, &format!("{path}?tail=many")), 400),
+        (get_as(&auth, "/nowhere"), 404),
         (request("OPTIONS", &path, &host, &[], None), 204),
     ];
     for (req, status) in &refusals {
