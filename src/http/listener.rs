@@ -56,8 +56,9 @@
 //! handlers, 8 clients on a core of their own still got 0.53-0.88 of a
 //! bare tiny_http handler: every request woke a handler from its wait on
 //! its one connection, a context switch and a timer per request, while
-//! four other connections waited for a handler). On a connection that
-//! has been answered before (so its caller class is known), the poller
+//! four other connections waited for a handler). The poller parses each
+//! whole head it reads. On a connection whose caller class is known (an
+//! earlier request on it needed it, as every session read does), it then
 //! itself answers a bodiless request whose answer needs no waiting, the
 //! way an event loop serves a static file: a refusal the checks make
 //! before the operation, or an operation with an at-once form
@@ -69,8 +70,11 @@
 //! the reactor, a stream) goes to a handler with its parsed head
 //! ([`Staged::Head`]); an answer the socket does not take whole goes to a
 //! handler to finish ([`Staged::Unsent`]), so the poller never waits on a
-//! peer. Keep-alive reads then cost one poll wake-up for all the
-//! connections that have a request, and no handler at all.
+//! peer. A connection a handler gives back with a whole head buffered is
+//! read the same way. Keep-alive reads then cost one poll wake-up for all
+//! the connections that have a request, and, past each connection's
+//! first request and the handler's turn that follows it, no handler
+//! thread.
 //!
 //! Every open connection, idle, being served or streaming, holds one slot of
 //! `http.max_connections` until its socket is closed.
@@ -91,12 +95,12 @@
 //! and method), so no one without the token makes the daemon buffer one;
 //! the rest are answered without their body and closed, as before.
 //!
-//! Why this shape rather than the poller parsing every head: a bodiless
-//! request (the keep-alive GET) takes exactly the path it took before,
-//! poller to handler, with its head parsed once, on the handler; only a
-//! request whose body has not all arrived with its head pays one more
-//! hop back to the poller. Small bodies mostly arrive in the head's
-//! segment and pay none.
+//! Why a body is first taken on the handler rather than by the poller
+//! before it hands the request over: a request whose body arrived with
+//! its head (small bodies mostly do) goes from the poller to a handler
+//! once, its head parsed once (by the poller, which hands it over in
+//! [`Staged::Head`]) and its body taken from the buffer; only a request
+//! whose body has not all arrived pays one more hop back to the poller.
 //!
 //! Memory: the poller keeps only the decoded body (the decoder consumes
 //! chunk framing as it reads), so a connection holds at most its body's
@@ -141,10 +145,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Shared;
 use super::body::{BodyError, Decoder, Framing};
 use super::problem::{Code, Problem};
 use super::wire::{self, Head, Reader, Response};
+use super::{InFlight, Shared};
 use crate::limits;
 
 /// One open connection and the slot it holds.
@@ -194,14 +198,23 @@ pub enum Staged {
     /// The rest of an answer made at once that the socket did not take
     /// without blocking: a handler writes it, then closes the connection
     /// unless `keep`.
-    Unsent { bytes: Vec<u8>, keep: bool },
+    Unsent {
+        bytes: Vec<u8>,
+        keep: bool,
+        in_flight: InFlight,
+    },
 }
 
 /// What the poller's attempt to answer a buffered request at once came to.
 pub enum AtOnce {
-    /// Answered: the response's bytes, and whether the connection stays
-    /// open after them.
-    Answered(Vec<u8>, bool),
+    /// Answered: the response's bytes, whether the connection stays open
+    /// after them, and the request's count in flight, held until the
+    /// last byte is written.
+    Answered {
+        bytes: Vec<u8>,
+        keep: bool,
+        in_flight: InFlight,
+    },
     /// It needs a handler thread; here is its head.
     Handler(Head),
     /// Nothing to answer: close.
@@ -516,11 +529,15 @@ impl Poller {
                     Token(t) => self.readable(t),
                 }
             }
+            // Connections handlers gave back. One with a whole head
+            // buffered (its handler's turn ended) is read as if the head
+            // had just arrived: answered at once when it can be.
             while let Ok(mut conn) = self.back_rx.try_recv() {
-                if conn.staged.is_none() && conn.r.head_ready() {
-                    self.dispatch(conn)
-                } else {
-                    self.park(conn)
+                let ready = conn.staged.is_none() && conn.r.head_ready();
+                if let Some(t) = self.park(conn) {
+                    if ready {
+                        self.readable(t);
+                    }
                 }
             }
             let now = Instant::now();
@@ -560,7 +577,11 @@ impl Poller {
                 }
                 answered += 1;
                 match at_once(shared, &mut p.conn) {
-                    AtOnce::Answered(bytes, keep) => match write_now(p.conn.stream(), &bytes) {
+                    AtOnce::Answered {
+                        bytes,
+                        keep,
+                        in_flight,
+                    } => match write_now(p.conn.stream(), &bytes) {
                         Ok(n) if n == bytes.len() && keep => {
                             p.in_head = false;
                             p.deadline =
@@ -570,7 +591,11 @@ impl Poller {
                         Ok(n) if n == bytes.len() => break Read::Gone,
                         Ok(n) => {
                             let bytes = bytes[n..].to_vec();
-                            p.conn.staged = Some(Staged::Unsent { bytes, keep });
+                            p.conn.staged = Some(Staged::Unsent {
+                                bytes,
+                                keep,
+                                in_flight,
+                            });
                             break Read::Ready;
                         }
                         Err(_) => break Read::Gone,
@@ -768,10 +793,11 @@ impl Poller {
     }
 
     /// Watches a connection until a whole head is buffered or its time
-    /// ends. Its socket is non-blocking while parked.
-    fn park(&mut self, conn: Conn) {
+    /// ends. Its socket is non-blocking while parked. Returns its token,
+    /// or `None` when it was closed instead.
+    fn park(&mut self, conn: Conn) -> Option<usize> {
         if self.stop.load(Ordering::Acquire) || conn.stream().set_nonblocking(true).is_err() {
-            return;
+            return None;
         }
         let t = self.next;
         self.next = if self.next == usize::MAX {
@@ -815,6 +841,7 @@ impl Poller {
                 self.read_body(t);
             }
         }
+        self.idle.contains_key(&t).then_some(t)
     }
 
     fn dispatch(&mut self, conn: Conn) {

@@ -415,23 +415,29 @@ pub fn reactor_send<T: Send + 'static>(
     }
 }
 
-/// Counts a request in flight; a stop waits until none is.
-struct InFlight<'a>(&'a Shared);
+/// Counts a request in flight, until its answer is written; a stop waits
+/// until none is. It travels with an answer the poller made at once
+/// (src/http/listener.rs, "Reads answered at once") to whichever thread
+/// writes its last byte.
+pub struct InFlight(Arc<Shared>);
 
-impl<'a> InFlight<'a> {
-    fn new(s: &'a Shared) -> InFlight<'a> {
+impl InFlight {
+    fn new(s: &Arc<Shared>) -> InFlight {
         s.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(s)
+        InFlight(s.clone())
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
             && self.0.stopping.load(Ordering::Acquire)
         {
-            // The reactor waits for the last answer before it exits.
-            self.0.inbox.run(|_| {});
+            // The reactor waits for the last answer before it exits: wake
+            // it. Never blocking, since the poller may be the one dropping
+            // this: when the inbox is full the reactor has work queued and
+            // checks again after it.
+            self.0.inbox.try_run(|_| {});
         }
     }
 }
@@ -454,8 +460,13 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
             }
             // The end of an answer made at once that the socket could
             // not take then.
-            Some(listener::Staged::Unsent { bytes, keep }) => {
+            Some(listener::Staged::Unsent {
+                bytes,
+                keep,
+                in_flight,
+            }) => {
                 let written = conn.stream().write_all(&bytes);
+                drop(in_flight);
                 if written.is_err() || !keep {
                     return None;
                 }
@@ -518,14 +529,18 @@ fn at_once(shared: &Arc<Shared>, conn: &mut Conn) -> listener::AtOnce {
         Ok(h) => h,
         Err(HeadError::Bad(p)) => {
             let r = with_common(Response::problem(&p), None);
-            return listener::AtOnce::Answered(wire::response_bytes(&r, false, true), false);
+            return listener::AtOnce::Answered {
+                bytes: wire::response_bytes(&r, false, true),
+                keep: false,
+                in_flight: InFlight::new(shared),
+            };
         }
         Err(HeadError::Closed) | Err(HeadError::Io(_)) => return listener::AtOnce::Close,
     };
     if conn.class.get().is_none() || !matches!(Framing::of(&head), Ok(Framing::None)) {
         return listener::AtOnce::Handler(head);
     }
-    let _guard = InFlight::new(shared);
+    let in_flight = InFlight::new(shared);
     let mut origin = None;
     let outcome = match checked(shared, conn, &head, None, &mut origin) {
         Ok(Checked::Preflight(r)) => Outcome::Done(r),
@@ -539,9 +554,11 @@ fn at_once(shared: &Arc<Shared>, conn: &mut Conn) -> listener::AtOnce {
         Err(p) => Outcome::Replied(Err(p)),
     };
     match response_of(shared, &head, true, outcome, origin) {
-        Ok((response, keep)) => {
-            listener::AtOnce::Answered(wire::response_bytes(&response, false, !keep), keep)
-        }
+        Ok((response, keep)) => listener::AtOnce::Answered {
+            bytes: wire::response_bytes(&response, false, !keep),
+            keep,
+            in_flight,
+        },
         // Only Reply::Stream starts one, and no at-once form answers it.
         Err(_) => listener::AtOnce::Close,
     }

@@ -23,8 +23,9 @@
 //! reaches from the session core to inputs, approvals, creations and
 //! watch cursors), so a field added to it later cannot be left stale. It
 //! costs a busy daemon the cache, not correctness; an idle session read
-//! by many clients, the case issue 11 measures, is served by the poller
-//! alone (src/http/listener.rs, "Reads answered at once"). Entries are made only by reads that change nothing
+//! by many clients, the case issue 11 measures, is served by the poller,
+//! past each connection's first read, without the reactor or a handler
+//! thread (src/http/listener.rs, "Reads answered at once"). Entries are made only by reads that change nothing
 //! ([`crate::reactor::Msg::Read`]), or that count their change (a watch
 //! topic a read starts) before the entry is made.
 //!
