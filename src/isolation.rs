@@ -151,12 +151,10 @@ pub fn probe_later(
     inbox: crate::reactor::Inbox,
     done: impl FnOnce(&mut crate::daemon::Daemon, Probe) + Send + 'static,
 ) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("isolation-probe".into())
-        .spawn(move || {
-            let r = probe();
-            inbox.run(move |d| done(d, r));
-        })?;
+    crate::probe_thread::spawn("isolation-probe", move || {
+        let r = probe();
+        inbox.run(move |d| done(d, r));
+    })?;
     Ok(())
 }
 

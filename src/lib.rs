@@ -25,6 +25,7 @@ pub mod limits;
 pub mod lock;
 pub mod notify;
 pub mod plugins;
+pub mod probe_thread;
 pub mod procs;
 pub mod reactor;
 pub mod secret_file;

@@ -585,6 +585,11 @@ pub const TRANSCRIPT_SUBS_PER_CONN: usize = 64;
 /// long line gives the memory back once the line is consumed.
 pub const LINE_BUFFER_IDLE_KEEP: usize = 16 * 1024;
 
+/// The nice value of the start-up probe threads and the programs they run
+/// (src/probe_thread.rs): below the reactor, which answers the first
+/// requests ("start to ready", issue 2), yet a share of a busy core.
+pub const PROBE_NICE: i32 = 10;
+
 /// Seat probes: how long `command --version` may run before the seat is
 /// degraded ("bounded", issue 3).
 pub const SEAT_PROBE_TIMEOUT_MS: u64 = 5_000;

@@ -136,13 +136,11 @@ fn start(d: &mut Daemon, job: Job) {
         Job::ProbeSeats(job) => {
             let inbox = d.inbox.clone();
             let path_var = crate::isolation::search_path();
-            let spawned = std::thread::Builder::new()
-                .name("seat-probe".into())
-                .spawn(move || {
-                    seats::run_probe(job, &path_var, |r| {
-                        inbox.send(Msg::Report(Report::Seats(Box::new(r))));
-                    })
-                });
+            let spawned = crate::probe_thread::spawn("seat-probe", move || {
+                seats::run_probe(job, &path_var, |r| {
+                    inbox.send(Msg::Report(Report::Seats(Box::new(r))));
+                })
+            });
             if let Err(e) = spawned {
                 crate::warn!(
                     "unable to start the seat probe thread: {}",

@@ -147,14 +147,12 @@ impl Routes {
             })
             .collect();
         let probed = inbox.clone();
-        let started = std::thread::Builder::new()
-            .name("wakelock-probe".into())
-            .spawn(move || {
-                let ok = crate::tmux::wakelock::probe();
-                probed.send(Msg::Run(Box::new(move |d: &mut Daemon| {
-                    wakelock_probed(d, ok)
-                })));
-            });
+        let started = crate::probe_thread::spawn("wakelock-probe", move || {
+            let ok = crate::tmux::wakelock::probe();
+            probed.send(Msg::Run(Box::new(move |d: &mut Daemon| {
+                wakelock_probed(d, ok)
+            })));
+        });
         if let Err(e) = started {
             crate::warn!(
                 "unable to start the wakelock probe: {}; no wakelock is served",
