@@ -484,12 +484,7 @@ fn serve(shared: &Arc<Shared>, mut conn: Conn) -> Option<Conn> {
                     Ok(h) => h,
                     Err(HeadError::Closed) | Err(HeadError::Io(_)) => return None,
                     Err(HeadError::Bad(p)) => {
-                        let _ = wire::write_response(
-                            &mut conn.stream(),
-                            &with_common(Response::problem(&p), None),
-                            false,
-                            true,
-                        );
+                        let _ = conn.stream().write_all(&bad_head(&p));
                         return None;
                     }
                 };
@@ -528,9 +523,8 @@ fn at_once(shared: &Arc<Shared>, conn: &mut Conn) -> listener::AtOnce {
     let head = match conn.r.read_head() {
         Ok(h) => h,
         Err(HeadError::Bad(p)) => {
-            let r = with_common(Response::problem(&p), None);
             return listener::AtOnce::Answered {
-                bytes: wire::response_bytes(&r, false, true),
+                bytes: bad_head(&p),
                 keep: false,
                 in_flight: InFlight::new(shared),
             };
@@ -562,6 +556,12 @@ fn at_once(shared: &Arc<Shared>, conn: &mut Conn) -> listener::AtOnce {
         // Only Reply::Stream starts one, and no at-once form answers it.
         Err(_) => listener::AtOnce::Close,
     }
+}
+
+/// The answer to bytes that cannot be a request head (400), after which
+/// the connection is closed.
+fn bad_head(p: &Problem) -> Vec<u8> {
+    wire::response_bytes(&with_common(Response::problem(p), None), false, true)
 }
 
 type StreamTask = Box<dyn FnOnce(&mut TcpStream) -> sse::End + Send>;

@@ -1276,14 +1276,14 @@ impl Lanes {
     }
 }
 
-/// The seat that judges: the lane's verifier, except that a second opinion
-/// goes to a ready seat of a third family when there is one (issue 5).
 /// A lane's record the ledger refused: the daemon says so and goes on with
 /// the lane in memory.
 fn record_refused(lane: &str, e: &WriteError) {
     crate::error!("lane {lane}: the ledger refused its record: {e:?}");
 }
 
+/// The seat that judges: the lane's verifier, except that a second opinion
+/// goes to a ready seat of a third family when there is one (issue 5).
 fn pick_verifier(cx: &Cx, l: &Lane, second: bool) -> SeatRef {
     if second {
         if let Some(s) = cx.other_ready_seat(None, &[l.builder.family, l.verifier.family]) {
