@@ -36,8 +36,10 @@ next_id = 0
 events = []
 dropped = 0
 answers = {}
-# What cmd_set stores under each key (and cmd_get's responder answers).
+# What cmd_set stores first under each key (and cmd_get's responder answers).
 VALUE = "v" * 100
+# What cmd_set last stored under each key.
+stored = {}
 
 
 def send_line(b, out=stdout):
@@ -142,7 +144,6 @@ def cmd_get(n, gap_ms, responder=None):
 
 
 def cmd_set(n, k):
-    value = VALUE
     t0 = time.perf_counter_ns()
     sent = 0
     inflight = []
@@ -150,7 +151,14 @@ def cmd_set(n, k):
     while sent < n or inflight:
         while sent < n and len(inflight) < k:
             rid = new_id()
-            send({"id": rid, "method": "storage.set", "params": {"key": "k%d" % (sent % 16), "value": value}})
+            key = "k%d" % (sent % 16)
+            # Never the value the key holds: SQLite writes and syncs nothing
+            # when a row is replaced by the same bytes, so such a set would
+            # time a commit that is not one. A key's first value is VALUE,
+            # which cmd_get's responder answers.
+            value = VALUE if key not in stored else "%08d" % next_id + VALUE[8:]
+            stored[key] = value
+            send({"id": rid, "method": "storage.set", "params": {"key": key, "value": value}})
             inflight.append(rid)
             sent += 1
         a = wait(inflight.pop(0))

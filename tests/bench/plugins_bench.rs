@@ -22,7 +22,14 @@
 //!   three are timed alike).
 //! - `plugin_storage_set_vs_fdatasync`: durable `storage.set`s a second,
 //!   one at a time from one plugin, against a loop appending a line and
-//!   fdatasync-ing it in the state directory; ratio >= 0.8.
+//!   fdatasync-ing it in the state directory; ratio >= 0.8. The loop runs
+//!   on core 0 like the daemon and the plugin: on this VM a sync waited
+//!   for from core 0 takes about 1.5 times one from core 1, which takes the
+//!   disk's interrupts, so the same loop on core 1 (`fdatasync_core_1_per_s`)
+//!   is not the same disk seen from the same place. Each set stores a value
+//!   its key does not hold: until issue 11's last stop the plugin stored the
+//!   same bytes again, which SQLite does not write, so 48 of the 64 sets of
+//!   a round were commits without an fsync.
 //! - `plugin_storage_set_16_in_flight`: the same with 16 in flight, against
 //!   one at a time; ratio >= 4 (group commit).
 //! - `plugin_event_delivery`: the `turn.end`s of real turns (4 sessions of
@@ -341,8 +348,8 @@ fn measure(py: &Path) -> Result<(), String> {
     }
 
     if util::selected(SET) || util::selected(SET16) {
-        let (mut one, mut sixteen, mut base, mut failed) =
-            (Vec::new(), Vec::new(), Vec::new(), 0usize);
+        let (mut one, mut sixteen, mut base, mut other, mut failed) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0usize);
         for i in 0..rounds.min(9) {
             eprintln!("bench: {SET} round {}/{rounds}", i + 1);
             // Fresh plugins each round: each has its full burst of 200.
@@ -355,7 +362,10 @@ fn measure(py: &Path) -> Result<(), String> {
                     Ok(SETS as f64 / (ns / 1e9))
                 };
             one.push(rate(&mut c, 1 + 2 * i, 1, &mut failed)?);
-            base.push(fdatasync_rate(&dirs.state, SETS)?);
+            base.push(util::on_cpu(0, || fdatasync_rate(&dirs.state, SETS))?);
+            if util::placements().len() > 1 {
+                other.push(util::on_cpu(1, || fdatasync_rate(&dirs.state, SETS))?);
+            }
             sixteen.push(rate(&mut c, 2 + 2 * i, 16, &mut failed)?);
         }
         let r = one.len();
@@ -370,7 +380,7 @@ fn measure(py: &Path) -> Result<(), String> {
                 placement: None,
                 value: v1,
                 baseline: Some(b),
-                baseline_of: "a loop appending a 101-byte line and fdatasync-ing it, in the state directory",
+                baseline_of: "a loop appending a 101-byte line and fdatasync-ing it, in the state directory, on core 0 like the daemon",
                 ratio: Some(v1 / b),
                 better: "higher",
                 goal: json!("ratio >= 0.8"),
@@ -382,7 +392,13 @@ fn measure(py: &Path) -> Result<(), String> {
                     ("failed_sets", json!(failed)),
                     ("value_spread", util::round3(util::spread(&one))),
                     ("baseline_spread", util::round3(util::spread(&base))),
-                ],
+                ]
+                .into_iter()
+                // Measured only where core 1 may be used.
+                .chain((!other.is_empty()).then(|| {
+                    ("fdatasync_core_1_per_s", util::round3(util::median(&other)))
+                }))
+                .collect(),
             }
             .emit();
         }
