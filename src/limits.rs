@@ -64,6 +64,12 @@ pub const LEDGER_QUEUE: usize = 1024;
 /// queued batch up to this many operations per fsync.
 pub const LEDGER_GROUP_MAX_OPS: usize = 8192;
 
+/// Zeros the writer adds to the end of the WAL at a time, while its queue is
+/// empty, until the WAL holds as many frames as SQLite lets it reach before
+/// a checkpoint (see `ledger::writer`): one step is one write and one
+/// fdatasync, so a batch that arrives during it waits for this much at most.
+pub const LEDGER_WAL_PRESIZE_STEP: u64 = 256 * 1024;
+
 /// Read requests queued to the ledger reader thread.
 pub const LEDGER_READ_QUEUE: usize = 256;
 

@@ -10,11 +10,20 @@
 //! The writer assigns `seq`: it owns the only write connection, so it alone
 //! knows the last committed seq of each stream. A failed batch or commit
 //! forgets the seqs it had taken, so seq never has a gap or a duplicate.
+//!
+//! While its queue is empty after a start, it writes zeros past the end of
+//! the WAL until the file is as long as the WAL gets before SQLite's
+//! automatic checkpoint lets it start again from the top ([`Presize`]).
+//! Until then every commit appended to the file, and an fsync that has to
+//! allocate the file's new blocks took 1.2 to 1.6 times one that only
+//! overwrites (issue 11, the durable storage.set figure).
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params};
 use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
 
 use crate::limits;
 
@@ -116,7 +125,24 @@ pub fn run(
     let mut seqs = Seqs {
         last: HashMap::new(),
     };
-    while let Ok(first) = rx.recv() {
+    let mut presize = Presize::of(&conn);
+    loop {
+        let first = match presize.as_mut() {
+            Some(p) => match rx.try_recv() {
+                Ok(b) => b,
+                Err(TryRecvError::Empty) => {
+                    if !p.step() {
+                        presize = None;
+                    }
+                    continue;
+                }
+                Err(TryRecvError::Disconnected) => break,
+            },
+            None => match rx.recv() {
+                Ok(b) => b,
+                Err(_) => break,
+            },
+        };
         let mut group = vec![first];
         let mut ops = group[0].ops.len();
         while ops < limits::LEDGER_GROUP_MAX_OPS {
@@ -135,6 +161,83 @@ pub fn run(
     // the database so the next start does not replay it.
     if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
         crate::warn!("ledger checkpoint at stop failed: {}", cause(&e));
+    }
+}
+
+/// The WAL's file, lengthened with zeros a step at a time.
+///
+/// Writing there is safe for SQLite: only bytes past the file's current end
+/// are written, on the thread that owns the only write connection and
+/// between its transactions, so no frame of SQLite's is touched; and SQLite
+/// reads a WAL only up to the first frame whose salt and checksum do not
+/// follow from the header, which a zeroed frame never does (it leaves stale
+/// frames past the end of the log after every restart for the same reason).
+/// SQLite locks the database and `-shm` files, never the `-wal`, so closing
+/// this descriptor releases no lock of SQLite's.
+struct Presize {
+    file: std::fs::File,
+    path: PathBuf,
+    /// 32-byte header and `wal_autocheckpoint` frames of a page and its
+    /// 24-byte frame header.
+    target: u64,
+}
+
+impl Presize {
+    /// None for a database in memory, and when the WAL cannot be opened
+    /// (the writer then runs as it did, appending).
+    fn of(conn: &Connection) -> Option<Presize> {
+        let db = conn.path().filter(|p| !p.is_empty())?;
+        let pragma = |name: &str| -> Option<u64> {
+            let v: i64 = conn
+                .query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                .ok()?;
+            u64::try_from(v).ok()
+        };
+        let (page, frames) = (pragma("page_size")?, pragma("wal_autocheckpoint")?);
+        let path = PathBuf::from(format!("{db}-wal"));
+        match std::fs::OpenOptions::new().write(true).open(&path) {
+            Ok(file) => Some(Presize {
+                file,
+                path,
+                target: 32 + frames * (page + 24),
+            }),
+            Err(e) => {
+                crate::warn!(
+                    "unable to open ledger wal at {} to presize it: {}",
+                    path.display(),
+                    crate::errors::io_cause(&e)
+                );
+                None
+            }
+        }
+    }
+
+    /// Adds one step of zeros; false once the WAL is long enough or a write
+    /// failed (logged: the ledger works as before, only slower to commit).
+    fn step(&mut self) -> bool {
+        let r = (|| -> std::io::Result<bool> {
+            let len = self.file.metadata()?.len();
+            if len >= self.target {
+                return Ok(false);
+            }
+            let n = (self.target - len).min(limits::LEDGER_WAL_PRESIZE_STEP);
+            self.file.seek(SeekFrom::Start(len))?;
+            // Through io::copy's buffer on the stack: a heap buffer this
+            // size stayed in the writer thread's arena, resident at idle.
+            std::io::copy(&mut std::io::repeat(0).take(n), &mut self.file)?;
+            // Allocated on disk, not only in the page cache: an fsync of
+            // SQLite's would otherwise still allocate them.
+            self.file.sync_data()?;
+            Ok(len + n < self.target)
+        })();
+        r.unwrap_or_else(|e| {
+            crate::warn!(
+                "unable to presize ledger wal at {}: {}",
+                self.path.display(),
+                crate::errors::io_cause(&e)
+            );
+            false
+        })
     }
 }
 
@@ -326,5 +429,65 @@ mod tests {
         );
         assert_eq!(seq_of(&out[0]), vec![("a".into(), 4)]);
         assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 5));
+    }
+
+    fn wal_len(dir: &std::path::Path) -> u64 {
+        std::fs::metadata(dir.join("l.sqlite3-wal")).unwrap().len()
+    }
+
+    #[test]
+    fn a_presized_wal_is_overwritten_not_grown_and_reads_back_after_a_crash() {
+        let dir = crate::testutil::TempDir::new("presize");
+        let mut conn = open(dir.path());
+        let mut seqs = Seqs {
+            last: HashMap::new(),
+        };
+        let commit = |conn: &mut Connection, seqs: &mut Seqs, ticket: u64| {
+            let out = commit_group(
+                conn,
+                seqs,
+                &[Batch {
+                    ticket,
+                    ops: vec![ev("a")],
+                }],
+            );
+            assert!(out[0].result.is_ok(), "{:?}", out[0].result);
+        };
+        commit(&mut conn, &mut seqs, 1);
+        let before = wal_len(dir.path());
+        let mut p = Presize::of(&conn).unwrap();
+        assert_eq!(p.target, 32 + 1000 * (4096 + 24));
+        assert!(before < p.target, "{before}");
+        let mut steps = 1;
+        while p.step() {
+            steps += 1;
+        }
+        assert_eq!(wal_len(dir.path()), p.target);
+        assert_eq!(
+            steps,
+            (p.target - before).div_ceil(limits::LEDGER_WAL_PRESIZE_STEP)
+        );
+        // Commits go into the zeros: the file does not grow.
+        for t in 2..=50 {
+            commit(&mut conn, &mut seqs, t);
+        }
+        assert_eq!(wal_len(dir.path()), p.target);
+        // The files as a crash leaves them (the connection still open, the
+        // WAL not checkpointed) read back every commit and nothing of the
+        // zeros after them.
+        let image = crate::testutil::TempDir::new("presize-image");
+        for f in ["l.sqlite3", "l.sqlite3-wal"] {
+            std::fs::copy(dir.path().join(f), image.path().join(f)).unwrap();
+        }
+        let back = Connection::open(image.path().join("l.sqlite3")).unwrap();
+        crate::ledger::quick_check(&back).unwrap();
+        assert_eq!(crate::ledger::counts(&back).unwrap(), (1, 50));
+        assert_eq!(crate::ledger::stream_last_seq(&back, "a").unwrap(), 50);
+    }
+
+    #[test]
+    fn a_database_in_memory_is_not_presized() {
+        let conn = Connection::open_in_memory().unwrap();
+        assert!(Presize::of(&conn).is_none());
     }
 }
