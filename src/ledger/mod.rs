@@ -1,11 +1,13 @@
 //! The ledger: one SQLite database in the state directory holding every event
 //! and record of the daemon (DESIGN.md, "Ledger"; issue 2, "The ledger").
 //!
-//! Two threads touch the file. The `ledger-writer` thread owns the only
-//! read-write connection and commits everything queued to it in one
-//! transaction per fsync (group commit): nothing is acknowledged before it is
-//! committed. The `ledger-reader` thread owns a read connection and runs
-//! queries the reactor hands it, so that no page read blocks the reactor.
+//! Two threads of the ledger touch the file. The `ledger-writer` thread owns
+//! the read-write connection that writes events and records, and commits
+//! everything queued to it in one transaction per fsync (group commit):
+//! nothing is acknowledged before it is committed. The `ledger-reader`
+//! thread owns a read connection and runs queries the reactor hands it, so
+//! that no page read blocks the reactor. (The gateway's token store keeps a
+//! read-write connection of its own, for its one table.)
 //! Every connection runs in WAL mode with `synchronous=FULL`, set and read
 //! back, because NORMAL can lose acknowledged commits on power loss.
 //!

@@ -7,13 +7,13 @@
 //! fail the others. After COMMIT returns, fsync included, it reports every
 //! batch's outcome at once; only then may anything be acknowledged.
 //!
-//! The writer assigns `seq`: it owns the only write connection, so it alone
-//! knows the last committed seq of each stream. A failed batch or commit
+//! The writer assigns `seq`: it owns the only connection that writes
+//! events, so it alone knows the last committed seq of each stream. A failed batch or commit
 //! forgets the seqs it had taken, so seq never has a gap or a duplicate.
 //!
 //! While its queue is empty after a start, it writes zeros past the end of
 //! the WAL until the file is as long as the WAL gets before SQLite's
-//! automatic checkpoint lets it start again from the top ([`Presize`]).
+//! automatic checkpoint starts the log again from the top ([`Presize`]).
 //! Until then every commit appended to the file, and an fsync that has to
 //! allocate the file's new blocks took 1.2 to 1.6 times one that only
 //! overwrites (issue 11, the durable storage.set figure).
@@ -90,6 +90,7 @@ pub struct Committed {
     pub result: Result<Vec<Appended>, WriteError>,
 }
 
+#[derive(Default)]
 struct Seqs {
     last: HashMap<String, i64>,
 }
@@ -122,16 +123,14 @@ pub fn run(
     rx: Receiver<Batch>,
     on_commit: Box<dyn Fn(Vec<Committed>) + Send>,
 ) {
-    let mut seqs = Seqs {
-        last: HashMap::new(),
-    };
+    let mut seqs = Seqs::default();
     let mut presize = Presize::of(&conn);
     loop {
         let first = match presize.as_mut() {
             Some(p) => match rx.try_recv() {
                 Ok(b) => b,
                 Err(TryRecvError::Empty) => {
-                    if !p.step() {
+                    if !p.step(&mut conn) {
                         presize = None;
                     }
                     continue;
@@ -166,25 +165,34 @@ pub fn run(
 
 /// The WAL's file, lengthened with zeros a step at a time.
 ///
-/// Writing there is safe for SQLite: only bytes past the file's current end
-/// are written, on the thread that owns the only write connection and
-/// between its transactions, so no frame of SQLite's is touched; and SQLite
-/// reads a WAL only up to the first frame whose salt and checksum do not
-/// follow from the header, which a zeroed frame never does (it leaves stale
-/// frames past the end of the log after every restart for the same reason).
-/// SQLite locks the database and `-shm` files, never the `-wal`, so closing
-/// this descriptor releases no lock of SQLite's.
+/// Writing there is safe for SQLite:
+/// - Each step holds SQLite's write lock (an empty `BEGIN IMMEDIATE`
+///   transaction on the writer's connection), so no connection can be
+///   writing frames while it runs. The writer's is not the only write
+///   connection: the gateway's token store has its own, and an operator may
+///   open the file too. Without the lock, a frame committed between reading
+///   the file's length and writing the zeros would be zeroed.
+/// - Under the lock every committed frame lies before the file's end, and
+///   only bytes past the end are written.
+/// - SQLite reads a WAL only up to the first frame whose salt and checksum
+///   do not follow from the header, which a zeroed frame never does; a
+///   zeroed header is an empty WAL, whose next commit writes the header
+///   anew. SQLite leaves stale frames past the end of the log after every
+///   restart for the same reason.
+/// - SQLite locks the database and `-shm` files, never the `-wal`, so
+///   closing this descriptor releases no lock of SQLite's.
 struct Presize {
     file: std::fs::File,
     path: PathBuf,
     /// 32-byte header and `wal_autocheckpoint` frames of a page and its
-    /// 24-byte frame header.
+    /// 24-byte frame header, at most `LEDGER_WAL_PRESIZE_MAX`.
     target: u64,
 }
 
 impl Presize {
-    /// None for a database in memory, and when the WAL cannot be opened
-    /// (the writer then runs as it did, appending).
+    /// None (the writer then runs as it did, appending) for a database in
+    /// memory, when the automatic checkpoint is off, when a pragma cannot be
+    /// read, and when the WAL cannot be opened (logged).
     fn of(conn: &Connection) -> Option<Presize> {
         let db = conn.path().filter(|p| !p.is_empty())?;
         let pragma = |name: &str| -> Option<u64> {
@@ -194,13 +202,18 @@ impl Presize {
             u64::try_from(v).ok()
         };
         let (page, frames) = (pragma("page_size")?, pragma("wal_autocheckpoint")?);
+        if frames == 0 {
+            return None;
+        }
+        let target = frames
+            .checked_mul(page + 24)
+            .and_then(|b| b.checked_add(32))
+            .map_or(limits::LEDGER_WAL_PRESIZE_MAX, |b| {
+                b.min(limits::LEDGER_WAL_PRESIZE_MAX)
+            });
         let path = PathBuf::from(format!("{db}-wal"));
         match std::fs::OpenOptions::new().write(true).open(&path) {
-            Ok(file) => Some(Presize {
-                file,
-                path,
-                target: 32 + frames * (page + 24),
-            }),
+            Ok(file) => Some(Presize { file, path, target }),
             Err(e) => {
                 crate::warn!(
                     "unable to open ledger wal at {} to presize it: {}",
@@ -212,9 +225,23 @@ impl Presize {
         }
     }
 
-    /// Adds one step of zeros; false once the WAL is long enough or a write
-    /// failed (logged: the ledger works as before, only slower to commit).
-    fn step(&mut self) -> bool {
+    /// Adds one step of zeros on `conn`'s write lock; false once the WAL is
+    /// long enough, or when the lock or a write failed (logged: the ledger
+    /// works as before, only slower to commit).
+    fn step(&mut self, conn: &mut Connection) -> bool {
+        // Waits for another writer as a commit of ours would (the busy
+        // timeout); a transaction that changes nothing writes no frame.
+        let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            Err(e) => {
+                crate::warn!(
+                    "unable to presize ledger wal at {}: {}",
+                    self.path.display(),
+                    cause(&e)
+                );
+                return false;
+            }
+        };
         let r = (|| -> std::io::Result<bool> {
             let len = self.file.metadata()?.len();
             if len >= self.target {
@@ -230,6 +257,9 @@ impl Presize {
             self.file.sync_data()?;
             Ok(len + n < self.target)
         })();
+        // Ends the empty transaction whatever happened; dropping it would
+        // roll back, which for no change is the same.
+        let _ = tx.commit();
         r.unwrap_or_else(|e| {
             crate::warn!(
                 "unable to presize ledger wal at {}: {}",
@@ -379,9 +409,7 @@ mod tests {
     fn seq_rises_per_stream_and_a_failed_batch_leaves_no_gap() {
         let dir = crate::testutil::TempDir::new("writer");
         let mut conn = open(dir.path());
-        let mut seqs = Seqs {
-            last: HashMap::new(),
-        };
+        let mut seqs = Seqs::default();
         let bad = Op::Exec {
             sql: "INSERT INTO no_such_table VALUES (1)",
             params: vec![],
@@ -416,9 +444,7 @@ mod tests {
         assert!(matches!(out[1].result, Err(WriteError::Failed(_))));
         assert_eq!(seq_of(&out[2]), vec![("a".into(), 3)]);
         // A fresh writer continues from the committed seq.
-        let mut fresh = Seqs {
-            last: HashMap::new(),
-        };
+        let mut fresh = Seqs::default();
         let out = commit_group(
             &mut conn,
             &mut fresh,
@@ -439,9 +465,7 @@ mod tests {
     fn a_presized_wal_is_overwritten_not_grown_and_reads_back_after_a_crash() {
         let dir = crate::testutil::TempDir::new("presize");
         let mut conn = open(dir.path());
-        let mut seqs = Seqs {
-            last: HashMap::new(),
-        };
+        let mut seqs = Seqs::default();
         let commit = |conn: &mut Connection, seqs: &mut Seqs, ticket: u64| {
             let out = commit_group(
                 conn,
@@ -454,12 +478,16 @@ mod tests {
             assert!(out[0].result.is_ok(), "{:?}", out[0].result);
         };
         commit(&mut conn, &mut seqs, 1);
+        // As after a clean stop: every frame in the database and the WAL
+        // empty, so the zeros start at its header.
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
         let before = wal_len(dir.path());
+        assert_eq!(before, 0);
         let mut p = Presize::of(&conn).unwrap();
         assert_eq!(p.target, 32 + 1000 * (4096 + 24));
-        assert!(before < p.target, "{before}");
         let mut steps = 1;
-        while p.step() {
+        while p.step(&mut conn) {
             steps += 1;
         }
         assert_eq!(wal_len(dir.path()), p.target);
@@ -483,6 +511,36 @@ mod tests {
         crate::ledger::quick_check(&back).unwrap();
         assert_eq!(crate::ledger::counts(&back).unwrap(), (1, 50));
         assert_eq!(crate::ledger::stream_last_seq(&back, "a").unwrap(), 50);
+    }
+
+    #[test]
+    fn a_step_writes_nothing_while_another_connection_holds_the_write_lock() {
+        let dir = crate::testutil::TempDir::new("presize-lock");
+        let mut conn = open(dir.path());
+        let mut p = Presize::of(&conn).unwrap();
+        let before = wal_len(dir.path());
+        // Another connection (the gateway's, an operator's) in the middle of
+        // a write: its frames may be going in at the file's end.
+        let other = Connection::open(dir.path().join("l.sqlite3")).unwrap();
+        other
+            .execute_batch(
+                "BEGIN IMMEDIATE; INSERT INTO streams (stream, last_seq) VALUES ('x', 7)",
+            )
+            .unwrap();
+        conn.busy_timeout(std::time::Duration::ZERO).unwrap();
+        assert!(!p.step(&mut conn));
+        assert_eq!(wal_len(dir.path()), before);
+        other.execute_batch("COMMIT").unwrap();
+        // Once it is done, a step goes on after its frames.
+        let mut p = Presize::of(&conn).unwrap();
+        let committed = wal_len(dir.path());
+        assert!(committed > before);
+        assert!(p.step(&mut conn));
+        assert_eq!(
+            wal_len(dir.path()),
+            committed + limits::LEDGER_WAL_PRESIZE_STEP
+        );
+        assert_eq!(crate::ledger::stream_last_seq(&conn, "x").unwrap(), 7);
     }
 
     #[test]

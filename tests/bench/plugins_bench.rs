@@ -26,7 +26,10 @@
 //!   on core 0 like the daemon and the plugin: on this VM a sync waited
 //!   for from core 0 takes about 1.5 times one from core 1, which takes the
 //!   disk's interrupts, so the same loop on core 1 (`fdatasync_core_1_per_s`)
-//!   is not the same disk seen from the same place. Each set stores a value
+//!   is not the same disk seen from the same place. The same loop writing
+//!   over a file of that length instead (`fdatasync_overwrite_per_s`,
+//!   `ratio_to_overwrite`) is what the daemon's commits into its presized
+//!   WAL do: no sync changes a size or allocates. Each set stores a value
 //!   its key does not hold: until issue 11's last stop the plugin stored the
 //!   same bytes again, which SQLite does not write, so 48 of the 64 sets of
 //!   a round were commits without an fsync.
@@ -185,18 +188,31 @@ fn ts_ms(ts: &str) -> Option<f64> {
     Some((((days * 24 + h) * 60 + mi) * 60 + s) as f64 * 1000.0 + ms as f64)
 }
 
-fn fdatasync_rate(dir: &Path, n: usize) -> Result<f64, String> {
+/// fdatasyncs a second of `n` 101-byte lines appended to a new file in
+/// `dir`, each synced; with `overwrite`, written over a file of that length
+/// made and synced first, so that no sync changes the file's size or
+/// blocks (what the daemon's commits into its presized WAL do).
+fn fdatasync_rate(dir: &Path, n: usize, overwrite: bool) -> Result<f64, String> {
+    use std::os::unix::fs::FileExt;
     let p = dir.join("fdatasync-bench.txt");
+    let _ = std::fs::remove_file(&p);
     let mut f = std::fs::OpenOptions::new()
         .create(true)
-        .append(true)
+        .read(true)
+        .write(true)
         .mode(0o600)
         .open(&p)
         .map_err(|e| e.to_string())?;
     let line = format!("{}\n", "v".repeat(100));
+    if overwrite {
+        f.write_all(&line.repeat(n).into_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| e.to_string())?;
+    }
     let t0 = Instant::now();
-    for _ in 0..n {
-        f.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        f.write_all_at(line.as_bytes(), (i * line.len()) as u64)
+            .map_err(|e| e.to_string())?;
         f.sync_data().map_err(|e| e.to_string())?;
     }
     let r = n as f64 / t0.elapsed().as_secs_f64();
@@ -348,8 +364,14 @@ fn measure(py: &Path) -> Result<(), String> {
     }
 
     if util::selected(SET) || util::selected(SET16) {
-        let (mut one, mut sixteen, mut base, mut other, mut failed) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0usize);
+        let (mut one, mut sixteen, mut base, mut over, mut other, mut failed) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            0usize,
+        );
         for i in 0..rounds.min(9) {
             eprintln!("bench: {SET} round {}/{rounds}", i + 1);
             // Fresh plugins each round: each has its full burst of 200.
@@ -362,9 +384,14 @@ fn measure(py: &Path) -> Result<(), String> {
                     Ok(SETS as f64 / (ns / 1e9))
                 };
             one.push(rate(&mut c, 1 + 2 * i, 1, &mut failed)?);
-            base.push(util::on_cpu(0, || fdatasync_rate(&dirs.state, SETS))?);
+            base.push(util::on_cpu(0, || {
+                fdatasync_rate(&dirs.state, SETS, false)
+            })?);
+            over.push(util::on_cpu(0, || fdatasync_rate(&dirs.state, SETS, true))?);
             if util::placements().len() > 1 {
-                other.push(util::on_cpu(1, || fdatasync_rate(&dirs.state, SETS))?);
+                other.push(util::on_cpu(1, || {
+                    fdatasync_rate(&dirs.state, SETS, false)
+                })?);
             }
             sixteen.push(rate(&mut c, 2 + 2 * i, 16, &mut failed)?);
         }
@@ -392,6 +419,16 @@ fn measure(py: &Path) -> Result<(), String> {
                     ("failed_sets", json!(failed)),
                     ("value_spread", util::round3(util::spread(&one))),
                     ("baseline_spread", util::round3(util::spread(&base))),
+                    // The same loop writing over a file's blocks, as the
+                    // daemon's commits do once the WAL is presized.
+                    (
+                        "fdatasync_overwrite_per_s",
+                        util::round3(util::median(&over)),
+                    ),
+                    (
+                        "ratio_to_overwrite",
+                        util::round3(v1 / util::median(&over)),
+                    ),
                 ]
                 .into_iter()
                 // Measured only where core 1 may be used.
