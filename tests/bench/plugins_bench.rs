@@ -195,9 +195,9 @@ fn ts_ms(ts: &str) -> Option<f64> {
 fn fdatasync_rate(dir: &Path, n: usize, overwrite: bool) -> Result<f64, String> {
     use std::os::unix::fs::FileExt;
     let p = dir.join("fdatasync-bench.txt");
-    let _ = std::fs::remove_file(&p);
     let mut f = std::fs::OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .mode(0o600)
