@@ -83,6 +83,16 @@ pub fn run() {
     };
     let coverage = share(&startup, &listed);
     let request_coverage = share(&request, &first);
+    // What a figure below its goal misses, so that a run that read low can
+    // be told from one where the list went stale.
+    for (name, ran, of) in [
+        ("start-up", &startup, &listed),
+        ("request-path", &request, &first),
+    ] {
+        for f in ran.iter().filter(|f| !of.contains(*f)) {
+            eprintln!("bench: {FIGURE}: {name} function not in its block: {f}");
+        }
+    }
     let write = std::env::var("BENCH_LINK_ORDER").as_deref() == Ok("write");
     if write {
         let mut text = format!("{HEADER}{REQUEST_BLOCK}\n");
