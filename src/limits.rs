@@ -72,6 +72,11 @@ pub const LEDGER_GROUP_MAX_OPS: usize = 8192;
 /// the same file, larger ones a longer wait.
 pub const LEDGER_WAL_PRESIZE_STEP: u64 = 256 * 1024;
 
+/// How long the writer's queue stays empty before it presizes the WAL: the
+/// daemon's first requests after a start come well within it (ready in
+/// about 4 ms here), so the zeros do not take a pinned core from them.
+pub const LEDGER_WAL_PRESIZE_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The longest WAL the writer presizes: SQLite's automatic checkpoint
 /// starts the log again after `wal_autocheckpoint` frames (1000 by default:
 /// 4,120,032 bytes with 4096-byte pages). A ledger made with larger pages
