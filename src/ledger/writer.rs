@@ -16,10 +16,9 @@
 //! start, it writes zeros past the end of the WAL, step after step while
 //! the queue stays empty, until the file is as long as the WAL gets before
 //! SQLite's automatic checkpoint starts the log again from the top
-//! ([`Presize`]).
-//! Until then every commit appended to the file, and an fsync that has to
-//! allocate the file's new blocks took 1.2 to 1.6 times one that only
-//! overwrites (issue 11, the durable storage.set figure).
+//! ([`Presize`]). Until then every commit appended to the file, and an
+//! fsync that has to allocate the file's new blocks took 1.2 to 1.6 times
+//! one that only overwrites (issue 11, the durable storage.set figure).
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::types::Value;
