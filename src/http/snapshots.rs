@@ -25,9 +25,10 @@
 //! costs a busy daemon the cache, not correctness; an idle session read
 //! by many clients, the case issue 11 measures, is served by the poller,
 //! past each connection's first read, without the reactor or a handler
-//! thread (src/http/listener.rs, "Reads answered at once"). Entries are made only by reads that change nothing
-//! ([`crate::reactor::Msg::Read`]), or that count their change (a watch
-//! topic a read starts) before the entry is made.
+//! thread (src/http/listener.rs, "Reads answered at once"). Entries are
+//! made only by reads that change nothing ([`crate::reactor::Msg::Read`]),
+//! or that count their change (a watch topic a read starts) before the
+//! entry is made.
 //!
 //! Bounded by `limits::HTTP_SNAPSHOTS` entries: a full map drops the
 //! entries that are no longer current, and if all are, is emptied.

@@ -238,45 +238,43 @@ impl Presize {
     /// long enough, or when the lock or a write failed (logged: the ledger
     /// works as before, only slower to commit).
     fn step(&mut self, conn: &mut Connection) -> bool {
-        // Waits for another writer as a commit of ours would (the busy
-        // timeout); a transaction that changes nothing writes no frame.
-        let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
-            Ok(tx) => tx,
-            Err(e) => {
-                crate::warn!(
-                    "unable to presize ledger wal at {}: {}",
-                    self.path.display(),
-                    cause(&e)
-                );
-                return false;
-            }
-        };
-        let r = (|| -> std::io::Result<bool> {
-            let len = self.file.metadata()?.len();
-            if len >= self.target {
-                return Ok(false);
-            }
-            let n = (self.target - len).min(limits::LEDGER_WAL_PRESIZE_STEP);
-            self.file.seek(SeekFrom::Start(len))?;
-            // Through io::copy's buffer on the stack: a heap buffer this
-            // size stayed in the writer thread's arena, resident at idle.
-            std::io::copy(&mut std::io::repeat(0).take(n), &mut self.file)?;
-            // Allocated on disk, not only in the page cache: an fsync of
-            // SQLite's would otherwise still allocate them.
-            self.file.sync_data()?;
-            Ok(len + n < self.target)
+        let r = (|| -> Result<bool, String> {
+            // Waits for another writer as a commit of ours would (the busy
+            // timeout); a transaction that changes nothing writes no frame.
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| cause(&e))?;
+            let grown = self.grow().map_err(|e| crate::errors::io_cause(&e));
+            // Ends the empty transaction whatever happened; dropping it
+            // would roll back, which for no change is the same.
+            let _ = tx.commit();
+            grown
         })();
-        // Ends the empty transaction whatever happened; dropping it would
-        // roll back, which for no change is the same.
-        let _ = tx.commit();
         r.unwrap_or_else(|e| {
             crate::warn!(
-                "unable to presize ledger wal at {}: {}",
-                self.path.display(),
-                crate::errors::io_cause(&e)
+                "unable to presize ledger wal at {}: {e}",
+                self.path.display()
             );
             false
         })
+    }
+
+    /// Writes one step of zeros at the file's end and syncs them; false
+    /// once the file is long enough.
+    fn grow(&mut self) -> std::io::Result<bool> {
+        let len = self.file.metadata()?.len();
+        if len >= self.target {
+            return Ok(false);
+        }
+        let n = (self.target - len).min(limits::LEDGER_WAL_PRESIZE_STEP);
+        self.file.seek(SeekFrom::Start(len))?;
+        // Through io::copy's buffer on the stack: a heap buffer this size
+        // stayed in the writer thread's arena, resident at idle.
+        std::io::copy(&mut std::io::repeat(0).take(n), &mut self.file)?;
+        // Allocated on disk, not only in the page cache: an fsync of
+        // SQLite's would otherwise still allocate them.
+        self.file.sync_data()?;
+        Ok(len + n < self.target)
     }
 }
 
