@@ -22,10 +22,12 @@
 //! holds, so a turn costs O(total bytes). This is simpler than keeping the
 //! text in memory and switching shapes past a size: one shape, one read
 //! path, and nothing to convert when an entry grows. Chunks are not
-//! written one by one either: [`Transcript::push`] buffers the text of the
-//! last entry and [`Transcript::flush`], run once per round (all lines of
-//! one wake-up of the agent's pipe), writes it as the row's first text or
-//! as one part, so a round costs one statement however many chunks it had.
+//! written one by one either: [`Transcript::push`] notes where the last
+//! entry's text stood when the round began, and [`Transcript::flush`], run
+//! once per round (all lines of one wake-up of the agent's pipe), writes
+//! what the cached entry gained since as the row's first text or as one
+//! part, so a round costs one statement however many chunks it had, and a
+//! chunk is copied once, into the cached entry.
 //!
 //! Deltas: a delta cuts the client's list at `from_index` and appends
 //! `entries` (seed 004); it has no way to append to an entry's text, so a
@@ -73,14 +75,18 @@ impl Delta {
     }
 }
 
-/// Text of the last entry not yet handed to the ledger.
+/// Text of the last entry not yet handed to the ledger: its cached
+/// entry's text from byte `from` on. The entry stays cached until the text
+/// is written (the cache drops entries only in [`Transcript::flush`], after
+/// it writes the pending text), and its text only grows, so `from` stays a
+/// boundary inside it.
 #[derive(Debug)]
 struct Pending {
     idx: usize,
     /// The entry's row is not written yet (its kind and timestamp): the text
     /// goes into its INSERT. Otherwise the text is the entry's next part.
     row: Option<(&'static str, String)>,
-    text: String,
+    from: usize,
 }
 
 #[derive(Default, Debug)]
@@ -92,7 +98,7 @@ pub struct Transcript {
     cache: Vec<Map<String, Value>>,
     /// Tool call id -> entry index, for the running turn.
     tools: HashMap<String, usize>,
-    /// Text pushed since the last flush, for the last entry.
+    /// Where the text of the last entry not yet written starts.
     pending: Option<Pending>,
     /// The next part number of the last entry (its row is part 0).
     next_part: i64,
@@ -180,19 +186,18 @@ impl Transcript {
         if m.get("kind").and_then(Value::as_str) != Some(kind) || idx + 1 != cached_last {
             return false;
         }
-        if let Some(Value::String(s)) = m.get_mut("text") {
-            s.push_str(text);
-        }
-        match &mut self.pending {
-            Some(p) if p.idx == idx => p.text.push_str(text),
-            _ => {
-                self.write_pending(sid, ops);
-                self.pending = Some(Pending {
-                    idx,
-                    row: None,
-                    text: text.to_string(),
-                });
-            }
+        let Some(Value::String(s)) = m.get_mut("text") else {
+            return false;
+        };
+        let from = s.len();
+        s.push_str(text);
+        if self.pending.as_ref().is_none_or(|p| p.idx != idx) {
+            self.write_pending(sid, ops);
+            self.pending = Some(Pending {
+                idx,
+                row: None,
+                from,
+            });
         }
         self.touched(idx);
         true
@@ -276,13 +281,13 @@ impl Transcript {
             status.as_deref(),
             input.as_deref(),
         );
-        if let (Some((k, _)), Some(t)) = (text_kind(entry), &text) {
+        if let (Some((k, _)), Some(_)) = (text_kind(entry), &text) {
             // A text entry is written at the flush, with the text of every
             // chunk of this round.
             self.pending = Some(Pending {
                 idx,
                 row: Some((k, ts.to_string())),
-                text: t.clone(),
+                from: 0,
             });
             self.next_part = 1;
         } else {
@@ -320,6 +325,13 @@ impl Transcript {
     /// Writes the buffered text of the last entry: its row, or one part.
     fn write_pending(&mut self, sid: &str, ops: &mut Vec<Op>) {
         let Some(p) = self.pending.take() else { return };
+        let text = p
+            .idx
+            .checked_sub(self.cache_start)
+            .and_then(|pos| self.cache.get(pos))
+            .and_then(|m| m.get("text")?.as_str()?.get(p.from..))
+            .unwrap_or_default()
+            .to_string();
         match p.row {
             Some((kind, ts)) => ops.push(Op::Exec {
                 sql: INSERT,
@@ -328,7 +340,7 @@ impl Transcript {
                     Sql::Integer(p.idx as i64),
                     Sql::Text(kind.into()),
                     Sql::Text(ts),
-                    Sql::Text(p.text),
+                    Sql::Text(text),
                     Sql::Null,
                     Sql::Null,
                     Sql::Null,
@@ -344,7 +356,7 @@ impl Transcript {
                         Sql::Text(sid.into()),
                         Sql::Integer(p.idx as i64),
                         Sql::Integer(self.next_part),
-                        Sql::Text(p.text),
+                        Sql::Text(text),
                     ],
                 });
                 self.next_part += 1;
