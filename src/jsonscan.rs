@@ -11,6 +11,14 @@
 //! backslash or a control character and builds what it reads; these lines
 //! are mostly one long string (a relayed `body`, a chunk's `text`), which
 //! this scan skips sixteen bytes at a time.
+//!
+//! The same holds for the line the daemon writes most: a
+//! `transcript.delta`, mostly the growing entry's text. [`write_array`]
+//! writes values as serde_json's compact form does, byte for byte (the
+//! test below holds the two to each other), copying each string in runs
+//! between the bytes it must escape.
+
+use serde_json::Value;
 
 /// Nesting the scan follows before it leaves the line to serde (whose
 /// limit is 128).
@@ -301,9 +309,123 @@ fn special_bytes(s: &[u8], ascii: &mut bool) -> Option<usize> {
     at
 }
 
+/// Writes `items` as a JSON array, as `serde_json::to_writer` would.
+pub fn write_array(out: &mut Vec<u8>, items: &[Value]) {
+    out.push(b'[');
+    for (i, v) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_value(out, v);
+    }
+    out.push(b']');
+}
+
+fn write_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        // Numbers are rare in an entry and serde's own form is the one to
+        // match; writing to a Vec cannot fail.
+        Value::Number(n) => {
+            let _ = serde_json::to_writer(&mut *out, n);
+        }
+        Value::String(s) => write_str(out, s),
+        Value::Array(a) => write_array(out, a),
+        Value::Object(m) => {
+            out.push(b'{');
+            for (i, (k, v)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, k);
+                out.push(b':');
+                write_value(out, v);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// A string, quoted and escaped as serde_json escapes it: the short forms
+/// for `"`, `\\`, and the five control characters that have one, `\u00xx`
+/// (lowercase) for the other control characters, everything else as is.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let b = s.as_bytes();
+    out.reserve(b.len() + 2);
+    out.push(b'"');
+    let mut i = 0;
+    // `special` also notes whether it passed a byte past ASCII; a writer
+    // has no use for that.
+    let mut ascii = true;
+    while let Some(n) = special(&b[i..], &mut ascii) {
+        let at = i + n;
+        out.extend_from_slice(&b[i..at]);
+        let c = b[at];
+        match c {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0C => out.extend_from_slice(b"\\f"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(c >> 4)],
+                HEX[usize::from(c & 0xF)],
+            ]),
+        }
+        i = at + 1;
+    }
+    out.extend_from_slice(&b[i..]);
+    out.push(b'"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_writer_writes_what_serde_json_writes() {
+        let mut every_byte = String::new();
+        for c in 0u8..0x80 {
+            every_byte.push(char::from(c));
+        }
+        let long: String = "a\"b\\c\u{1}\u{e9}\u{20ac}\u{1F600}x".repeat(40);
+        let entries = [
+            serde_json::json!({"id": "e0", "kind": "text", "text": every_byte, "timestamp": "2026-12-02T19:00:00.000Z"}),
+            serde_json::json!({"text": long, "n": -12, "f": 1.5, "big": u64::MAX, "t": true, "no": false, "z": null}),
+            serde_json::json!([[], {}, [1, [2, {"a": [""]}]], "\u{7f}/<>"]),
+            serde_json::json!(""),
+        ];
+        for n in 0..=entries.len() {
+            let mut ours = Vec::new();
+            write_array(&mut ours, &entries[..n]);
+            let theirs = serde_json::to_vec(&entries[..n]).unwrap();
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                String::from_utf8(theirs).unwrap()
+            );
+        }
+        // Every place of an escape in a string long enough for the wide
+        // loop, and the runs between.
+        for at in 0..130 {
+            for c in ['"', '\\', '\n', '\u{0}', '\u{1f}', '\u{8}', '\u{c}'] {
+                let mut s = "y".repeat(130);
+                s.insert(at, c);
+                let v = [Value::String(s)];
+                let mut ours = Vec::new();
+                write_array(&mut ours, &v);
+                assert_eq!(ours, serde_json::to_vec(&v).unwrap(), "{at} {c:?}");
+            }
+        }
+    }
 
     #[test]
     fn the_string_scans_find_the_first_special_byte_at_any_place() {

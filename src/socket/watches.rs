@@ -242,12 +242,12 @@ pub fn flush_deltas(d: &mut Daemon) {
             d.socket.watches.tsubs.remove(&sid);
             continue;
         }
-        // Written straight into one buffer (serde_json's io path), not
-        // through `Display`'s formatter adapter: the growing entry is most
-        // of a busy session's bytes.
+        // Written straight into one buffer by the JSON writer that copies
+        // strings in runs: the growing entry is most of a busy session's
+        // bytes.
         let mut tail = Vec::with_capacity(64);
         tail.extend_from_slice(format!(",\"from_index\":{},\"entries\":", delta.from).as_bytes());
-        let _ = serde_json::to_writer(&mut tail, &delta.entries);
+        crate::jsonscan::write_array(&mut tail, &delta.entries);
         tail.extend_from_slice(b"}}\n");
         let mut gone = Vec::new();
         for (who, sub_id) in subs {
