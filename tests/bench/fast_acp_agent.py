@@ -6,7 +6,12 @@ and, for every session/prompt, writes FAST_CHUNKS agent_message_chunk
 session/update lines as fast as it can, FAST_BATCH lines per write (no
 flush per line), then answers the prompt end_turn. Each chunk's text is
 `[<seq>@<wall clock ns>]` followed by FAST_PAD 'x's, so a reader of the
-daemon's output can tell the delay from the agent's line. With FAST_RATE
+daemon's output can tell the delay from the agent's line. The lines of
+one write share one stamp, taken when the write is put together: they
+leave together. The lines are built from pieces made once, so that the
+agent's own work stays small beside the daemon's on the core they share
+(formatting each line whole, with a clock read each, took 1.4 us a chunk,
+as much as the daemon's reactor; now 0.7). With FAST_RATE
 set (chunks a second), each write of FAST_BATCH lines first waits for its
 time at that rate, and its lines are stamped after the wait: a load below
 what readers can take. Without prompts it only waits on stdin: an idle
@@ -47,20 +52,19 @@ def pace(lines):
 
 def stream():
     global seq
-    head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s","update":' % session
+    pre = ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s","update":'
+           '{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[' % session)
+    post = ']%s"}}}}\n' % PAD
     left = CHUNKS
     while left:
         n = min(BATCH, left)
         left -= n
         if RATE:
             pace(n)
-        buf = []
-        for _ in range(n):
-            seq += 1
-            buf.append('%s{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"[%d@%d]%s"}}}}\n'
-                       % (head, seq, time.time_ns(), PAD))
-        out.write("".join(buf).encode())
+        at = "@%d" % time.time_ns()
+        out.write("".join([pre + str(i) + at + post for i in range(seq + 1, seq + n + 1)]).encode())
         out.flush()
+        seq += n
 
 
 for raw in sys.stdin.buffer:
