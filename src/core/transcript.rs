@@ -22,12 +22,13 @@
 //! holds, so a turn costs O(total bytes). This is simpler than keeping the
 //! text in memory and switching shapes past a size: one shape, one read
 //! path, and nothing to convert when an entry grows. Chunks are not
-//! written one by one either: [`Transcript::push`] notes where the last
-//! entry's text stood when the round began, and [`Transcript::flush`], run
-//! once per round (all lines of one wake-up of the agent's pipe), writes
-//! what the cached entry gained since as the row's first text or as one
-//! part, so a round costs one statement however many chunks it had, and a
-//! chunk is copied once, into the cached entry.
+//! written one by one either: the first chunk of a round notes where the
+//! cached entry's text stood (0 for an entry the round started), and
+//! [`Transcript::flush`], run once per round (all lines of one wake-up of
+//! the agent's pipe), writes what the entry gained since as the row's
+//! first text or as one part, so a round costs one statement however many
+//! chunks it had. A chunk is appended to the cached entry only; the round's
+//! text is copied out of it once, at its final size.
 //!
 //! Deltas: a delta cuts the client's list at `from_index` and appends
 //! `entries` (seed 004); it has no way to append to an entry's text, so a
@@ -98,7 +99,8 @@ pub struct Transcript {
     cache: Vec<Map<String, Value>>,
     /// Tool call id -> entry index, for the running turn.
     tools: HashMap<String, usize>,
-    /// Where the text of the last entry not yet written starts.
+    /// The last entry's text not yet written: where it starts, and the
+    /// entry's kind and timestamp while its row is not written either.
     pending: Option<Pending>,
     /// The next part number of the last entry (its row is part 0).
     next_part: i64,
@@ -322,16 +324,28 @@ impl Transcript {
         }
     }
 
-    /// Writes the buffered text of the last entry: its row, or one part.
+    /// Writes the pending text of the last entry: its row, or one part.
     fn write_pending(&mut self, sid: &str, ops: &mut Vec<Op>) {
         let Some(p) = self.pending.take() else { return };
-        let text = p
+        let cached = p
             .idx
             .checked_sub(self.cache_start)
             .and_then(|pos| self.cache.get(pos))
-            .and_then(|m| m.get("text")?.as_str()?.get(p.from..))
-            .unwrap_or_default()
-            .to_string();
+            .and_then(|m| m.get("text")?.as_str()?.get(p.from..));
+        let text = match cached {
+            Some(t) => t.to_string(),
+            // Cannot happen while `Pending`'s invariant holds; if it broke,
+            // the row or part is still written, so the entry keeps its
+            // index, and the log says which text went missing.
+            None => {
+                debug_assert!(false, "pending text of e{} is not cached", p.idx);
+                crate::warn!(
+                    "session {sid}: the text of transcript entry e{} was not cached when written",
+                    p.idx
+                );
+                String::new()
+            }
+        };
         match p.row {
             Some((kind, ts)) => ops.push(Op::Exec {
                 sql: INSERT,
@@ -364,7 +378,7 @@ impl Transcript {
         }
     }
 
-    /// Ends a round: writes the buffered text to `ops` and returns the
+    /// Ends a round: writes the pending text to `ops` and returns the
     /// round's delta (the entries from the first one it changed, as they
     /// are now), then lets go of a finished turn and of entries past the
     /// cache bound.
