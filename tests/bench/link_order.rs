@@ -83,8 +83,8 @@ pub fn run() {
     };
     let coverage = share(&startup, &listed);
     let request_coverage = share(&request, &first);
-    // What a figure below its goal misses, so that a run that read low can
-    // be told from one where the list went stale.
+    // Every function the list misses, in every run, so that a run that
+    // read low can be told from one where the list went stale.
     for (name, ran, of) in [
         ("start-up", &startup, &listed),
         ("request-path", &request, &first),
