@@ -23,6 +23,12 @@
 //! for room all the time wakes the reactor each time the child reads a
 //! line the daemon wrote, in the middle of the child's answer (issue 11,
 //! the `storage.get` round trip).
+//!
+//! What the reactor writes to a child during one wake-up is queued and
+//! written at its end ([`Children::flush_queued`]), as the socket's replies
+//! are: the answers to the sets of one group commit reach a plugin in one
+//! write, not one system call and one wake-up of the plugin each (issue 11,
+//! `storage.set` with 16 in flight).
 
 use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
@@ -132,6 +138,8 @@ struct Child {
     out: Vec<u8>,
     out_pos: usize,
     close_stdin_when_flushed: bool,
+    /// Whether the child is in [`Children::unflushed`].
+    flush_queued: bool,
     /// Whether stdin is registered for writable readiness: only while its
     /// queue holds bytes (module comment).
     stdin_watched: bool,
@@ -160,6 +168,9 @@ pub struct Children {
     read_buf: Vec<u8>,
     /// The last [`Outputs`] handed back, filled by the next readiness.
     spare: Outputs,
+    /// Children written to in this wake-up, each once, in the order of
+    /// their first write.
+    unflushed: Vec<ChildId>,
 }
 
 /// How a child ended, from waitpid.
@@ -282,6 +293,7 @@ impl Children {
                 out: Vec::new(),
                 out_pos: 0,
                 close_stdin_when_flushed: false,
+                flush_queued: false,
                 stdin_watched: false,
                 limits,
                 exited: false,
@@ -494,15 +506,11 @@ impl Children {
         Ok(())
     }
 
-    /// Queues bytes for the child's stdin and writes what the pipe takes.
-    /// Err(Full) when the child is not reading and the queue is at its
-    /// bound; Err(Closed) when its stdin is gone.
-    pub fn write(
-        &mut self,
-        registry: &Registry,
-        id: ChildId,
-        bytes: &[u8],
-    ) -> Result<(), WriteRefused> {
+    /// Queues bytes for the child's stdin, to be written at the end of this
+    /// wake-up ([`Children::flush_queued`]). Err(Full) when the child is not
+    /// reading and the queue is at its bound; Err(Closed) when its stdin is
+    /// gone.
+    pub fn write(&mut self, id: ChildId, bytes: &[u8]) -> Result<(), WriteRefused> {
         let child = self.map.get_mut(&id).ok_or(WriteRefused::Closed)?;
         if child.stdin.is_none() || child.close_stdin_when_flushed {
             return Err(WriteRefused::Closed);
@@ -511,11 +519,45 @@ impl Children {
             return Err(WriteRefused::Full);
         }
         child.out.extend_from_slice(bytes);
-        if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err() {
-            Self::drop_stdin(&mut self.by_token, registry, child);
-            return Err(WriteRefused::Closed);
+        // A child watched for room is written when the pipe has it.
+        if !child.stdin_watched && !child.flush_queued {
+            child.flush_queued = true;
+            self.unflushed.push(id);
         }
         Ok(())
+    }
+
+    /// Writes what this wake-up queued to each child, as much as its pipe
+    /// takes, watching for room where bytes are left, and closes a stdin
+    /// whose close waited for its queue. The children whose stdin could
+    /// not be written come back with [`Output::StdinClosed`], as from a
+    /// readiness.
+    pub fn flush_queued(&mut self, registry: &Registry) -> Vec<(ChildId, Outputs)> {
+        let mut closed = Vec::new();
+        for id in std::mem::take(&mut self.unflushed) {
+            let Some(child) = self.map.get_mut(&id) else {
+                continue;
+            };
+            child.flush_queued = false;
+            if child.stdin.is_none() {
+                // Closed since the write, and reported where it closed.
+                continue;
+            }
+            if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err() {
+                Self::drop_stdin(&mut self.by_token, registry, child);
+                let mut out = Outputs::default();
+                out.items.push(Item::StdinClosed);
+                closed.push((id, out));
+            } else if child.close_stdin_when_flushed && child.out_pos >= child.out.len() {
+                Self::drop_stdin(&mut self.by_token, registry, child);
+            }
+        }
+        closed
+    }
+
+    /// Whether bytes wait for [`Children::flush_queued`].
+    pub fn has_unflushed(&self) -> bool {
+        !self.unflushed.is_empty()
     }
 
     /// Closes the child's stdin once what is queued has been written: the
@@ -754,7 +796,8 @@ mod tests {
             "read x; echo \"got $x\"; echo second; printf 'abcdefghijkl' >&2; printf partial",
         ]);
         let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
-        ch.write(poll.registry(), id, b"hello\n").unwrap();
+        ch.write(id, b"hello\n").unwrap();
+        assert!(ch.flush_queued(poll.registry()).is_empty());
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
         assert_eq!(
             got,
@@ -778,6 +821,48 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn writes_of_one_wake_up_leave_at_its_end_and_a_closed_stdin_is_told() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "read a; read b; echo \"$a $b\"; exec 0<&-; echo closed",
+        ]);
+        let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
+        ch.write(id, b"one\n").unwrap();
+        ch.write(id, b"two\n").unwrap();
+        // Queued, not written, until the wake-up ends.
+        assert_eq!(ch.queued(id), 8);
+        assert!(ch.has_unflushed());
+        assert!(ch.flush_queued(poll.registry()).is_empty());
+        assert_eq!(ch.queued(id), 0);
+        assert!(!ch.has_unflushed());
+        let got = collect(&mut poll, &mut ch, |g| {
+            g.contains(&Got::Line(b"closed".to_vec()))
+        });
+        assert_eq!(
+            got,
+            vec![
+                Got::Line(b"one two".to_vec()),
+                Got::Line(b"closed".to_vec())
+            ]
+        );
+        // The child closed its stdin before saying so: the next flush
+        // finds no reader and tells the owner once.
+        ch.write(id, b"three\n").unwrap();
+        let closed: Vec<(ChildId, Vec<Got>)> = ch
+            .flush_queued(poll.registry())
+            .into_iter()
+            .map(|(c, out)| (c, out.iter().map(Got::from).collect()))
+            .collect();
+        assert_eq!(closed, vec![(id, vec![Got::StdinClosed])]);
+        assert_eq!(ch.write(id, b"four\n"), Err(WriteRefused::Closed));
+        assert!(ch.flush_queued(poll.registry()).is_empty());
     }
 
     #[test]

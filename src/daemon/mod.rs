@@ -362,9 +362,26 @@ impl Daemon {
                 }
             }
             // Once per wake-up: every batch committed in it sends one merged
-            // transcript delta per subscriber.
+            // transcript delta per subscriber, and what it wrote to each
+            // connection and child leaves in one write.
             crate::socket::watches::flush_deltas(self);
+            self.flush_written();
+        }
+    }
+
+    /// Writes what this wake-up queued to children and connections. A
+    /// child found closed is told to its owner, which may write more, so
+    /// this repeats until nothing is queued; each child's stdin closes at
+    /// most once, so it ends.
+    fn flush_written(&mut self) {
+        loop {
+            for (id, out) in self.children.flush_queued(self.reactor.poll.registry()) {
+                self.on_child_output(id, out);
+            }
             self.flush_dirty();
+            if !self.children.has_unflushed() {
+                break;
+            }
         }
     }
 

@@ -198,7 +198,7 @@ pub(super) fn apply(d: &mut Daemon, e: Effect) {
             with(d, |h, cx| h.spawned(&plugin, started, cx));
         }
         Effect::Write { child, bytes } => {
-            let written = d.children.write(d.reactor.poll.registry(), child, &bytes);
+            let written = d.children.write(child, &bytes);
             if let Err(WriteRefused::Full) = written {
                 with(d, |h, _| h.write_refused(child));
             }
