@@ -3,9 +3,12 @@
 //!
 //! It blocks for one batch, then takes every batch already queued (up to
 //! `LEDGER_GROUP_MAX_OPS` operations) and applies them in one transaction,
-//! each batch inside its own savepoint so that one failing batch does not
-//! fail the others. After COMMIT returns, fsync included, it reports every
-//! batch's outcome at once; only then may anything be acknowledged.
+//! so that one failing batch does not fail the others: a batch of several
+//! operations inside its own savepoint, one of a single statement without
+//! (a failed statement leaves nothing of itself). Where SQLite ends the
+//! transaction itself (it may on an I/O error, a full disk or no memory),
+//! the whole group fails. After COMMIT returns, fsync included, it reports
+//! every batch's outcome at once; only then may anything be acknowledged.
 //!
 //! The writer assigns `seq`: it owns the only connection that writes
 //! events, so it alone knows the last committed seq of each stream. A
@@ -279,19 +282,30 @@ impl Presize {
 }
 
 fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<Committed> {
-    let before = seqs.last.clone();
+    // The seq each stream this group touches had before it: what a failed
+    // group puts back, and what tells which `streams` rows to write.
+    let mut before: HashMap<String, i64> = HashMap::new();
     let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
     };
     let mut outcomes: Vec<Result<Vec<Appended>, WriteError>> = Vec::with_capacity(group.len());
     for batch in group {
-        let snapshot = seqs.last.clone();
+        // A batch of one statement needs no savepoint: a statement that
+        // fails leaves nothing of itself behind, or SQLite ends the whole
+        // transaction, which is checked below. A savepoint costs two
+        // statements and a copy of every page the batch changes.
+        let own = batch.ops.len() > 1;
+        // The seq each stream this batch touches had before it.
+        let mut undo: Vec<(&str, i64)> = Vec::new();
         let applied = (|| -> rusqlite::Result<Vec<Appended>> {
-            // Prepared once and kept: execute_batch would parse the
-            // statement again for every batch, and a round of an agent's
-            // streamed chunks is one batch (issue 11, the fan-out figure).
-            tx.prepare_cached("SAVEPOINT batch")?.execute([])?;
+            if own {
+                // Prepared once and kept: execute_batch would parse the
+                // statement again for every batch, and a round of an
+                // agent's streamed chunks is one batch (issue 11, the
+                // fan-out figure).
+                tx.prepare_cached("SAVEPOINT batch")?.execute([])?;
+            }
             let mut appended = Vec::new();
             for op in &batch.ops {
                 match op {
@@ -301,9 +315,16 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
                         ts,
                         data,
                     } => {
-                        let seq = seqs.last(&tx, stream)? + 1;
+                        let last = seqs.last(&tx, stream)?;
+                        let seq = last + 1;
                         tx.prepare_cached("INSERT INTO events (stream, seq, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
                             .execute(params![stream, seq, kind, ts, data])?;
+                        if !undo.iter().any(|(s, _)| *s == stream) {
+                            undo.push((stream, last));
+                        }
+                        if !before.contains_key(stream) {
+                            before.insert(stream.clone(), last);
+                        }
                         seqs.last.insert(stream.clone(), seq);
                         appended.push(Appended {
                             stream: stream.clone(),
@@ -319,40 +340,52 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
                     }
                 }
             }
-            tx.prepare_cached("RELEASE batch")?.execute([])?;
+            if own {
+                tx.prepare_cached("RELEASE batch")?.execute([])?;
+            }
             Ok(appended)
         })();
         match applied {
             Ok(a) => outcomes.push(Ok(a)),
+            Err(e) if tx.is_autocommit() => {
+                // SQLite rolled the transaction back (it may, on an I/O
+                // error, a full disk or no memory): nothing of the group is
+                // written, and a statement run now would commit on its own.
+                drop(tx);
+                restore(seqs, &before);
+                return fail_all(group, &e);
+            }
             Err(e) => {
-                let _ = tx.execute_batch("ROLLBACK TO batch; RELEASE batch");
-                seqs.last = snapshot;
+                if own {
+                    let _ = tx.execute_batch("ROLLBACK TO batch; RELEASE batch");
+                }
+                for (stream, last) in undo {
+                    seqs.last.insert(stream.to_string(), last);
+                }
                 outcomes.push(Err(WriteError::Failed(cause(&e))));
             }
         }
     }
-    // The last seq of each stream this group touched, written once per group.
-    let touched: Vec<(String, i64)> = seqs
-        .last
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    for (stream, last) in &touched {
+    // The last seq of each stream this group moved, written once per group.
+    for (stream, last) in &before {
+        let now = seqs.last.get(stream).copied().unwrap_or(*last);
+        if now == *last {
+            continue;
+        }
         let r = tx
             .prepare_cached(
                 "INSERT INTO streams (stream, last_seq) VALUES (?1, ?2)
                  ON CONFLICT (stream) DO UPDATE SET last_seq = excluded.last_seq",
             )
-            .and_then(|mut s| s.execute(params![stream, last]));
+            .and_then(|mut s| s.execute(params![stream, now]));
         if let Err(e) = r {
             drop(tx);
-            seqs.last = before;
+            restore(seqs, &before);
             return fail_all(group, &e);
         }
     }
     if let Err(e) = tx.commit() {
-        seqs.last = before;
+        restore(seqs, &before);
         return fail_all(group, &e);
     }
     group
@@ -363,6 +396,13 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
             result,
         })
         .collect()
+}
+
+/// Puts back the seqs a group that was not committed had taken.
+fn restore(seqs: &mut Seqs, before: &HashMap<String, i64>) {
+    for (stream, last) in before {
+        seqs.last.insert(stream.clone(), *last);
+    }
 }
 
 fn cause(e: &rusqlite::Error) -> String {
@@ -462,6 +502,82 @@ mod tests {
         );
         assert_eq!(seq_of(&out[0]), vec![("a".into(), 4)]);
         assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 5));
+    }
+
+    fn streams(conn: &Connection) -> Vec<(String, i64)> {
+        let mut st = conn
+            .prepare("SELECT stream, last_seq FROM streams ORDER BY stream")
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_batch_of_one_statement_leaves_nothing_of_itself_and_the_group_goes_on() {
+        let dir = crate::testutil::TempDir::new("writer-one");
+        let mut conn = open(dir.path());
+        let mut seqs = Seqs::default();
+        let one = |ticket, op| Batch {
+            ticket,
+            ops: vec![op],
+        };
+        let out = commit_group(&mut conn, &mut seqs, &[one(1, ev("a")), one(2, ev("b"))]);
+        assert!(out.iter().all(|c| c.result.is_ok()));
+        // Without a savepoint of its own, this batch's statement renames
+        // `a` and then fails on `b`: SQLite undoes the statement whole.
+        let rename = Op::Exec {
+            sql: "UPDATE streams SET stream = 'x'",
+            params: vec![],
+        };
+        let out = commit_group(
+            &mut conn,
+            &mut seqs,
+            &[one(3, ev("a")), one(4, rename), one(5, ev("b"))],
+        );
+        assert!(out[0].result.is_ok());
+        assert!(matches!(out[1].result, Err(WriteError::Failed(_))));
+        assert!(out[2].result.is_ok());
+        assert_eq!(streams(&conn), vec![("a".into(), 2), ("b".into(), 2)]);
+        assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 4));
+    }
+
+    #[test]
+    fn a_transaction_sqlite_ended_fails_the_whole_group_and_gives_back_its_seqs() {
+        let dir = crate::testutil::TempDir::new("writer-rollback");
+        let mut conn = open(dir.path());
+        let mut seqs = Seqs::default();
+        let one = |ticket, op| Batch {
+            ticket,
+            ops: vec![op],
+        };
+        let out = commit_group(&mut conn, &mut seqs, &[one(1, ev("a"))]);
+        assert!(out[0].result.is_ok());
+        // A conflict resolved by ROLLBACK ends the transaction, as an I/O
+        // error or a full disk may: a batch run after it would commit on
+        // its own, outside the group.
+        let ends = Op::Exec {
+            sql: "INSERT OR ROLLBACK INTO streams (stream, last_seq) VALUES ('a', 0)",
+            params: vec![],
+        };
+        let out = commit_group(
+            &mut conn,
+            &mut seqs,
+            &[
+                one(2, ev("a")),
+                one(3, ends),
+                one(4, ev("a")),
+                one(5, ev("c")),
+            ],
+        );
+        assert_eq!(out.len(), 4);
+        assert!(out.iter().all(|c| c.result.is_err()), "{out:?}");
+        assert_eq!(crate::ledger::counts(&conn).unwrap(), (1, 1));
+        assert_eq!(streams(&conn), vec![("a".into(), 1)]);
+        // The seqs the failed group took are free again.
+        let out = commit_group(&mut conn, &mut seqs, &[one(6, ev("a"))]);
+        assert_eq!(out[0].result.as_ref().unwrap()[0].seq, 2);
     }
 
     fn wal_len(dir: &std::path::Path) -> u64 {
