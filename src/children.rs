@@ -39,6 +39,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use crate::errors::io_cause;
+use crate::limits;
 use crate::procs::{Owner, Roots};
 use crate::reactor::IdMap;
 use crate::socket::framing::LineBuffer;
@@ -168,8 +169,9 @@ pub struct Children {
     read_buf: Vec<u8>,
     /// The last [`Outputs`] handed back, filled by the next readiness.
     spare: Outputs,
-    /// Children written to in this wake-up, each once, in the order of
-    /// their first write.
+    /// Children with bytes for [`Children::flush_queued`], each once, in the
+    /// order of their first write of this wake-up (a child watched for room
+    /// is written by its readiness instead).
     unflushed: Vec<ChildId>,
 }
 
@@ -349,9 +351,7 @@ impl Children {
         let mut out = std::mem::take(&mut self.spare);
         match pipe {
             Pipe::Stdin => {
-                if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err()
-                {
-                    Self::drop_stdin(&mut self.by_token, registry, child);
+                if Self::send_queued(&mut self.by_token, registry, child).is_err() {
                     out.items.push(Item::StdinClosed);
                 }
             }
@@ -488,6 +488,24 @@ impl Children {
         Ok(())
     }
 
+    /// Writes what the pipe takes of the child's queue, watches for room
+    /// where bytes are left, and closes a stdin whose close waited for its
+    /// queue. Err when the pipe could not be written: its stdin is dropped.
+    fn send_queued(
+        by_token: &mut IdMap<Token, (ChildId, Pipe)>,
+        registry: &Registry,
+        child: &mut Child,
+    ) -> Result<(), ()> {
+        if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err() {
+            Self::drop_stdin(by_token, registry, child);
+            return Err(());
+        }
+        if child.close_stdin_when_flushed && child.out_pos >= child.out.len() {
+            Self::drop_stdin(by_token, registry, child);
+        }
+        Ok(())
+    }
+
     fn flush_child(child: &mut Child) -> Result<(), ()> {
         let Some((s, _)) = &mut child.stdin else {
             return Err(());
@@ -507,10 +525,15 @@ impl Children {
     }
 
     /// Queues bytes for the child's stdin, to be written at the end of this
-    /// wake-up ([`Children::flush_queued`]). Err(Full) when the child is not
-    /// reading and the queue is at its bound; Err(Closed) when its stdin is
-    /// gone.
-    pub fn write(&mut self, id: ChildId, bytes: &[u8]) -> Result<(), WriteRefused> {
+    /// wake-up ([`Children::flush_queued`]), or at once when more than a
+    /// pipe holds waits. Err(Full) when the child is not reading and the
+    /// queue is at its bound; Err(Closed) when its stdin is gone.
+    pub fn write(
+        &mut self,
+        registry: &Registry,
+        id: ChildId,
+        bytes: &[u8],
+    ) -> Result<(), WriteRefused> {
         let child = self.map.get_mut(&id).ok_or(WriteRefused::Closed)?;
         if child.stdin.is_none() || child.close_stdin_when_flushed {
             return Err(WriteRefused::Closed);
@@ -519,8 +542,17 @@ impl Children {
             return Err(WriteRefused::Full);
         }
         child.out.extend_from_slice(bytes);
-        // A child watched for room is written when the pipe has it.
-        if !child.stdin_watched && !child.flush_queued {
+        if child.stdin_watched {
+            // The pipe is full: its readiness writes the rest.
+            return Ok(());
+        }
+        if child.out.len() - child.out_pos >= limits::CHILD_STDIN_WRITE_THROUGH_BYTES {
+            // Written now, so that the queue's bound measures a child that
+            // does not read, not the size of one wake-up's output.
+            return Self::send_queued(&mut self.by_token, registry, child)
+                .map_err(|()| WriteRefused::Closed);
+        }
+        if !child.flush_queued {
             child.flush_queued = true;
             self.unflushed.push(id);
         }
@@ -543,13 +575,10 @@ impl Children {
                 // Closed since the write, and reported where it closed.
                 continue;
             }
-            if Self::flush_child(child).is_err() || Self::watch_stdin(registry, child).is_err() {
-                Self::drop_stdin(&mut self.by_token, registry, child);
+            if Self::send_queued(&mut self.by_token, registry, child).is_err() {
                 let mut out = Outputs::default();
                 out.items.push(Item::StdinClosed);
                 closed.push((id, out));
-            } else if child.close_stdin_when_flushed && child.out_pos >= child.out.len() {
-                Self::drop_stdin(&mut self.by_token, registry, child);
             }
         }
         closed
@@ -561,24 +590,20 @@ impl Children {
     }
 
     /// Closes the child's stdin once what is queued has been written: the
-    /// signal to a well-behaved child that no more input comes.
+    /// signal to a well-behaved child that no more input comes. What this
+    /// wake-up queued is written first, as it was written before the close
+    /// (a stop's SIGTERM follows at once).
     pub fn close_stdin(&mut self, registry: &Registry, id: ChildId) {
         let Some(child) = self.map.get_mut(&id) else {
             return;
         };
-        if child.out_pos >= child.out.len() {
-            Self::drop_stdin(&mut self.by_token, registry, child);
-        } else {
-            child.close_stdin_when_flushed = true;
+        if child.stdin.is_none() {
+            return;
         }
-    }
-
-    /// Whether the child's stdin queue is empty and, if asked to, closed.
-    pub fn finish_pending_close(&mut self, registry: &Registry, id: ChildId) {
-        if let Some(child) = self.map.get_mut(&id) {
-            if child.close_stdin_when_flushed && child.out_pos >= child.out.len() {
-                Self::drop_stdin(&mut self.by_token, registry, child);
-            }
+        child.close_stdin_when_flushed = true;
+        // A watched stdin closes when its readiness has written the rest.
+        if !child.stdin_watched {
+            let _ = Self::send_queued(&mut self.by_token, registry, child);
         }
     }
 
@@ -725,12 +750,22 @@ mod tests {
         roots: &mut Roots,
         cmd: Command,
     ) -> (ChildId, libc::pid_t) {
+        spawn_with(poll, ch, roots, cmd, limits())
+    }
+
+    fn spawn_with(
+        poll: &Poll,
+        ch: &mut Children,
+        roots: &mut Roots,
+        cmd: Command,
+        limits: PipeLimits,
+    ) -> (ChildId, libc::pid_t) {
         ch.spawn(
             poll.registry(),
             roots,
             cmd,
             Owner::Plugin("t".into()),
-            limits(),
+            limits,
         )
         .unwrap()
     }
@@ -796,7 +831,7 @@ mod tests {
             "read x; echo \"got $x\"; echo second; printf 'abcdefghijkl' >&2; printf partial",
         ]);
         let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
-        ch.write(id, b"hello\n").unwrap();
+        ch.write(poll.registry(), id, b"hello\n").unwrap();
         assert!(ch.flush_queued(poll.registry()).is_empty());
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
         assert_eq!(
@@ -834,8 +869,8 @@ mod tests {
             "read a; read b; echo \"$a $b\"; exec 0<&-; echo closed",
         ]);
         let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
-        ch.write(id, b"one\n").unwrap();
-        ch.write(id, b"two\n").unwrap();
+        ch.write(poll.registry(), id, b"one\n").unwrap();
+        ch.write(poll.registry(), id, b"two\n").unwrap();
         // Queued, not written, until the wake-up ends.
         assert_eq!(ch.queued(id), 8);
         assert!(ch.has_unflushed());
@@ -845,24 +880,91 @@ mod tests {
         let got = collect(&mut poll, &mut ch, |g| {
             g.contains(&Got::Line(b"closed".to_vec()))
         });
+        // The close of stdout may come in the same readiness.
         assert_eq!(
-            got,
-            vec![
+            got[..2],
+            [
                 Got::Line(b"one two".to_vec()),
                 Got::Line(b"closed".to_vec())
             ]
         );
         // The child closed its stdin before saying so: the next flush
         // finds no reader and tells the owner once.
-        ch.write(id, b"three\n").unwrap();
+        ch.write(poll.registry(), id, b"three\n").unwrap();
         let closed: Vec<(ChildId, Vec<Got>)> = ch
             .flush_queued(poll.registry())
             .into_iter()
             .map(|(c, out)| (c, out.iter().map(Got::from).collect()))
             .collect();
         assert_eq!(closed, vec![(id, vec![Got::StdinClosed])]);
-        assert_eq!(ch.write(id, b"four\n"), Err(WriteRefused::Closed));
+        assert_eq!(
+            ch.write(poll.registry(), id, b"four\n"),
+            Err(WriteRefused::Closed)
+        );
         assert!(ch.flush_queued(poll.registry()).is_empty());
+    }
+
+    #[test]
+    fn a_close_after_a_write_of_the_same_wake_up_sends_the_write_first() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "cat; echo eof"]);
+        let (id, _) = spawn(&poll, &mut ch, &mut roots, cmd);
+        ch.write(poll.registry(), id, b"last\n").unwrap();
+        ch.close_stdin(poll.registry(), id);
+        assert_eq!(ch.queued(id), 0);
+        assert_eq!(
+            ch.write(poll.registry(), id, b"late\n"),
+            Err(WriteRefused::Closed)
+        );
+        assert!(ch.flush_queued(poll.registry()).is_empty());
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
+        assert_eq!(
+            got,
+            vec![
+                Got::Line(b"last".to_vec()),
+                Got::Line(b"eof".to_vec()),
+                Got::StdoutClosed
+            ]
+        );
+    }
+
+    #[test]
+    fn more_than_a_pipe_holds_is_written_at_once_and_the_rest_on_readiness() {
+        let mut poll = Poll::new().unwrap();
+        let mut ch = Children::default();
+        let mut roots = Roots::default();
+        let mut cmd = Command::new("wc");
+        cmd.arg("-c");
+        let mut limits = limits();
+        limits.max_queued = 1 << 20;
+        let (id, _) = spawn_with(&poll, &mut ch, &mut roots, cmd, limits);
+        let chunk = vec![b'x'; crate::limits::CHILD_STDIN_WRITE_THROUGH_BYTES / 4];
+        for _ in 0..3 {
+            ch.write(poll.registry(), id, &chunk).unwrap();
+        }
+        assert_eq!(ch.queued(id), 3 * chunk.len());
+        // The fourth makes a pipe's worth: written at once, as much as the
+        // empty pipe takes, before the wake-up ends.
+        ch.write(poll.registry(), id, &chunk).unwrap();
+        assert!(ch.queued(id) < 4 * chunk.len());
+        for _ in 0..12 {
+            ch.write(poll.registry(), id, &chunk).unwrap();
+        }
+        assert!(ch.flush_queued(poll.registry()).is_empty());
+        // Whatever the pipe did not take goes on its readiness, then the
+        // close.
+        ch.close_stdin(poll.registry(), id);
+        let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
+        assert_eq!(
+            got,
+            vec![
+                Got::Line(format!("{}", 16 * chunk.len()).into_bytes()),
+                Got::StdoutClosed
+            ]
+        );
     }
 
     #[test]

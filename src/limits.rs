@@ -302,6 +302,14 @@ pub const PLUGIN_EVENT_QUEUE_BYTES: usize = 1024 * 1024;
 pub const PLUGIN_STDIN_QUEUE_BYTES: usize =
     PLUGIN_EVENT_QUEUE_BYTES + (PLUGIN_MAX_UNANSWERED + 8) * (PLUGIN_MAX_LINE + 1);
 
+/// "Since Linux 2.6.11, the pipe capacity is 16 pages (i.e., 65,536 bytes
+/// in a system with a page size of 4096 bytes)." (pipe(7)) What a wake-up
+/// writes to one child (agent or plugin) leaves in one write at its end
+/// (children.rs) until this much waits; past it, it is written at once, so
+/// that the stdin bounds above count what the child has not read, not the
+/// size of one wake-up's output.
+pub const CHILD_STDIN_WRITE_THROUGH_BYTES: usize = 64 * 1024;
+
 /// "Sent every 30 seconds." (seed 000, ping) The default of
 /// `plugins.ping_interval_ms`.
 pub const PLUGIN_PING_INTERVAL_MS: u64 = 30_000;

@@ -288,6 +288,11 @@ impl Daemon {
     fn run(&mut self) {
         let mut events = Events::with_capacity(256);
         loop {
+            // Written before the loop started, or in a wake-up whose poll
+            // failed.
+            if self.children.has_unflushed() {
+                self.flush_written();
+            }
             let mut timeout = self.reactor.poll_timeout();
             if let Some(deadline) = self.stopping {
                 if self.drained() || Instant::now() >= deadline {
@@ -370,9 +375,9 @@ impl Daemon {
     }
 
     /// Writes what this wake-up queued to children and connections. A
-    /// child found closed is told to its owner, which may write more, so
-    /// this repeats until nothing is queued; each child's stdin closes at
-    /// most once, so it ends.
+    /// child found closed is told to its owner, and anything that queues is
+    /// written too: this repeats until nothing is queued, and ends because
+    /// each child's stdin closes at most once.
     fn flush_written(&mut self) {
         loop {
             for (id, out) in self.children.flush_queued(self.reactor.poll.registry()) {

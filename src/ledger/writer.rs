@@ -43,6 +43,9 @@ pub enum Op {
         data: String,
     },
     /// Runs one statement of a record table (a session row, a storage key).
+    /// A batch of one runs without a savepoint of its own, so the statement
+    /// must leave nothing of itself when it fails: no `OR FAIL` conflict
+    /// resolution, which keeps the rows changed before the failing one.
     Exec {
         sql: &'static str,
         params: Vec<Value>,
@@ -345,26 +348,31 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
             }
             Ok(appended)
         })();
-        match applied {
-            Ok(a) => outcomes.push(Ok(a)),
-            Err(e) if tx.is_autocommit() => {
-                // SQLite rolled the transaction back (it may, on an I/O
-                // error, a full disk or no memory): nothing of the group is
-                // written, and a statement run now would commit on its own.
-                drop(tx);
-                restore(seqs, &before);
-                return fail_all(group, &e);
+        let e = match applied {
+            Ok(a) => {
+                outcomes.push(Ok(a));
+                continue;
             }
-            Err(e) => {
-                if own {
-                    let _ = tx.execute_batch("ROLLBACK TO batch; RELEASE batch");
-                }
-                for (stream, last) in undo {
-                    seqs.last.insert(stream.to_string(), last);
-                }
-                outcomes.push(Err(WriteError::Failed(cause(&e))));
-            }
+            Err(e) => e,
+        };
+        // The group goes on only where the failure was the batch's own and
+        // its changes are undone. SQLite may end the transaction itself on
+        // an I/O error, a full disk or no memory, and advises a rollback
+        // after those even where it did not; a statement run after the
+        // transaction ended would commit on its own.
+        let kept = !ends_group(&e)
+            && !tx.is_autocommit()
+            && (!own || tx.execute_batch("ROLLBACK TO batch; RELEASE batch").is_ok())
+            && !tx.is_autocommit();
+        if !kept {
+            drop(tx);
+            restore(seqs, &before);
+            return fail_all(group, &e);
         }
+        for (stream, last) in undo {
+            seqs.last.insert(stream.to_string(), last);
+        }
+        outcomes.push(Err(WriteError::Failed(cause(&e))));
     }
     // The last seq of each stream this group moved, written once per group.
     for (stream, last) in &before {
@@ -396,6 +404,18 @@ fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<
             result,
         })
         .collect()
+}
+
+/// Whether an error fails the whole group: those after which SQLite may
+/// have rolled the transaction back, and advises a rollback where it did not
+/// (sqlite.org/lang_transaction.html, "Response To Errors Within A
+/// Transaction").
+fn ends_group(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode::{DatabaseBusy, DiskFull, OutOfMemory, SystemIoFailure};
+    matches!(
+        e.sqlite_error_code(),
+        Some(DiskFull | SystemIoFailure | OutOfMemory | DatabaseBusy)
+    )
 }
 
 /// Puts back the seqs a group that was not committed had taken.
@@ -504,6 +524,11 @@ mod tests {
         assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 5));
     }
 
+    fn events(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap()
+    }
+
     fn streams(conn: &Connection) -> Vec<(String, i64)> {
         let mut st = conn
             .prepare("SELECT stream, last_seq FROM streams ORDER BY stream")
@@ -540,7 +565,7 @@ mod tests {
         assert!(matches!(out[1].result, Err(WriteError::Failed(_))));
         assert!(out[2].result.is_ok());
         assert_eq!(streams(&conn), vec![("a".into(), 2), ("b".into(), 2)]);
-        assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 4));
+        assert_eq!(events(&conn), 4);
     }
 
     #[test]
@@ -573,8 +598,8 @@ mod tests {
         );
         assert_eq!(out.len(), 4);
         assert!(out.iter().all(|c| c.result.is_err()), "{out:?}");
-        assert_eq!(crate::ledger::counts(&conn).unwrap(), (1, 1));
         assert_eq!(streams(&conn), vec![("a".into(), 1)]);
+        assert_eq!(events(&conn), 1);
         // The seqs the failed group took are free again.
         let out = commit_group(&mut conn, &mut seqs, &[one(6, ev("a"))]);
         assert_eq!(out[0].result.as_ref().unwrap()[0].seq, 2);

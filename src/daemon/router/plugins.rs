@@ -129,8 +129,6 @@ pub fn isolation_known(d: &mut Daemon, probe: &crate::isolation::Probe) {
 
 /// A plugin child's pipes produced `out` (or drained its stdin queue).
 pub fn on_output(d: &mut Daemon, child: ChildId, out: &Outputs) {
-    d.children
-        .finish_pending_close(d.reactor.poll.registry(), child);
     with(d, |h, cx| h.on_output(child, out, cx));
 }
 
@@ -198,7 +196,7 @@ pub(super) fn apply(d: &mut Daemon, e: Effect) {
             with(d, |h, cx| h.spawned(&plugin, started, cx));
         }
         Effect::Write { child, bytes } => {
-            let written = d.children.write(child, &bytes);
+            let written = d.children.write(d.reactor.poll.registry(), child, &bytes);
             if let Err(WriteRefused::Full) = written {
                 with(d, |h, _| h.write_refused(child));
             }

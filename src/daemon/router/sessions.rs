@@ -99,7 +99,7 @@ fn run(d: &mut Daemon, round: &mut Round, effects: Vec<Effect>) {
             Effect::Record(op) => round.ops.push(op),
             Effect::Write { sid, child, lines } => {
                 for line in &lines {
-                    match d.children.write(child, line) {
+                    match d.children.write(d.reactor.poll.registry(), child, line) {
                         Ok(()) => {}
                         Err(WriteRefused::Closed) => break,
                         Err(WriteRefused::Full) => {
