@@ -798,6 +798,16 @@ mod tests {
         }
     }
 
+    /// `lines`, then the close of stdout.
+    fn lines_then_closed(lines: &[&str]) -> Vec<Got> {
+        let mut v: Vec<Got> = lines
+            .iter()
+            .map(|l| Got::Line(l.as_bytes().to_vec()))
+            .collect();
+        v.push(Got::StdoutClosed);
+        v
+    }
+
     /// Polls until `done` says the collected output is complete.
     fn collect(poll: &mut Poll, ch: &mut Children, done: impl Fn(&[Got]) -> bool) -> Vec<Got> {
         let mut events = Events::with_capacity(16);
@@ -834,15 +844,7 @@ mod tests {
         ch.write(poll.registry(), id, b"hello\n").unwrap();
         assert!(ch.flush_queued(poll.registry()).is_empty());
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
-        assert_eq!(
-            got,
-            vec![
-                Got::Line(b"got hello".to_vec()),
-                Got::Line(b"second".to_vec()),
-                Got::Line(b"partial".to_vec()),
-                Got::StdoutClosed
-            ]
-        );
+        assert_eq!(got, lines_then_closed(&["got hello", "second", "partial"]));
         // stderr may still be arriving; wait for its close via the tail.
         while ch.stderr_tail(id) != b"efghijkl" {
             let mut events = Events::with_capacity(4);
@@ -921,14 +923,7 @@ mod tests {
         );
         assert!(ch.flush_queued(poll.registry()).is_empty());
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
-        assert_eq!(
-            got,
-            vec![
-                Got::Line(b"last".to_vec()),
-                Got::Line(b"eof".to_vec()),
-                Got::StdoutClosed
-            ]
-        );
+        assert_eq!(got, lines_then_closed(&["last", "eof"]));
     }
 
     #[test]
@@ -1049,15 +1044,7 @@ mod tests {
         ]);
         let (_, _) = spawn(&poll, &mut ch, &mut roots, cmd);
         let got = collect(&mut poll, &mut ch, |g| g.contains(&Got::StdoutClosed));
-        assert_eq!(
-            got,
-            vec![
-                Got::Line(b"one".to_vec()),
-                Got::Line(b"two".to_vec()),
-                Got::Line(b"three".to_vec()),
-                Got::StdoutClosed
-            ]
-        );
+        assert_eq!(got, lines_then_closed(&["one", "two", "three"]));
     }
 
     #[test]

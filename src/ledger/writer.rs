@@ -524,6 +524,14 @@ mod tests {
         assert_eq!(crate::ledger::counts(&conn).unwrap(), (2, 5));
     }
 
+    /// A batch of one operation.
+    fn one(ticket: u64, op: Op) -> Batch {
+        Batch {
+            ticket,
+            ops: vec![op],
+        }
+    }
+
     fn events(conn: &Connection) -> i64 {
         conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap()
@@ -544,10 +552,6 @@ mod tests {
         let dir = crate::testutil::TempDir::new("writer-one");
         let mut conn = open(dir.path());
         let mut seqs = Seqs::default();
-        let one = |ticket, op| Batch {
-            ticket,
-            ops: vec![op],
-        };
         let out = commit_group(&mut conn, &mut seqs, &[one(1, ev("a")), one(2, ev("b"))]);
         assert!(out.iter().all(|c| c.result.is_ok()));
         // Without a savepoint of its own, this batch's statement renames
@@ -573,10 +577,6 @@ mod tests {
         let dir = crate::testutil::TempDir::new("writer-rollback");
         let mut conn = open(dir.path());
         let mut seqs = Seqs::default();
-        let one = |ticket, op| Batch {
-            ticket,
-            ops: vec![op],
-        };
         let out = commit_group(&mut conn, &mut seqs, &[one(1, ev("a"))]);
         assert!(out[0].result.is_ok());
         // A conflict resolved by ROLLBACK ends the transaction, as an I/O
