@@ -566,7 +566,10 @@ impl Children {
     /// readiness.
     pub fn flush_queued(&mut self, registry: &Registry) -> Vec<(ChildId, Outputs)> {
         let mut closed = Vec::new();
-        for id in std::mem::take(&mut self.unflushed) {
+        // Taken and given back with its capacity: a list left empty by
+        // `take` would allocate again on the next wake-up's first write.
+        let mut ids = std::mem::take(&mut self.unflushed);
+        for &id in &ids {
             let Some(child) = self.map.get_mut(&id) else {
                 continue;
             };
@@ -581,6 +584,8 @@ impl Children {
                 closed.push((id, out));
             }
         }
+        ids.clear();
+        self.unflushed = ids;
         closed
     }
 
