@@ -242,6 +242,12 @@ pub fn is_storage_key(s: &str) -> bool {
     }) && s.bytes().next().is_some_and(ok)
 }
 
+/// A storage value: at most 16,384 characters.
+pub fn is_storage_value(s: &str) -> bool {
+    s.len() <= limits::PLUGIN_STORAGE_VALUE_MAX_CHARS
+        || s.chars().count() <= limits::PLUGIN_STORAGE_VALUE_MAX_CHARS
+}
+
 /// tasks.create's repo: at most 4,096 characters, matching
 /// `^(?:/(?!/)|[A-Za-z]:[\\/])[^\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]*$`.
 pub fn is_task_repo(s: &str) -> bool {
@@ -394,7 +400,7 @@ impl Call {
                 let m = Members::new(params, &["key", "value"])?;
                 let key = storage_key(&m)?;
                 let value = m.str("value")?;
-                if value.chars().count() > limits::PLUGIN_STORAGE_VALUE_MAX_CHARS {
+                if !is_storage_value(value) {
                     return Err(bad("value must be at most 16384 characters"));
                 }
                 Ok(Call::StorageSet {
