@@ -60,6 +60,13 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 /// new writes with `ledger-busy` rather than buffering without bound.
 pub const LEDGER_QUEUE: usize = 1024;
 
+/// Statements the ledger writer keeps prepared. Each record table's
+/// statement is prepared once and kept, as are the writer's own (BEGIN,
+/// COMMIT, a batch's savepoint, the event and stream inserts): about 35 in
+/// all, where rusqlite keeps 16 and would parse the least recently used
+/// again whenever a workload mixes more kinds of write than that.
+pub const LEDGER_WRITER_STATEMENTS: usize = 64;
+
 /// Operations committed in one transaction at most: group commit takes every
 /// queued batch up to this many operations per fsync.
 pub const LEDGER_GROUP_MAX_OPS: usize = 8192;

@@ -131,6 +131,7 @@ pub fn run(
     rx: Receiver<Batch>,
     on_commit: Box<dyn Fn(Vec<Committed>) + Send>,
 ) {
+    conn.set_prepared_statement_cache_capacity(limits::LEDGER_WRITER_STATEMENTS);
     let mut seqs = Seqs::default();
     let mut presize = Presize::of(&conn);
     loop {
@@ -284,11 +285,61 @@ impl Presize {
     }
 }
 
+/// The write transaction of a group, begun and ended with statements
+/// prepared once and kept: rusqlite's `Transaction` runs its BEGIN and
+/// COMMIT through `execute_batch`, which parses them again for every group
+/// (a set committed alone: 21,500 instructions of the writer's, 18,900
+/// with these kept). Dropped without a
+/// commit, or after a COMMIT that failed, it rolls back what is still open,
+/// as `Transaction` does.
+struct Tx<'c> {
+    conn: &'c Connection,
+    committed: bool,
+}
+
+impl<'c> Tx<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Tx<'c>> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Tx {
+            conn,
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.committed && !self.conn.is_autocommit() {
+            let rolled_back = self
+                .conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut s| s.execute([]));
+            if let Err(e) = rolled_back {
+                crate::warn!("ledger rollback failed: {}", cause(&e));
+            }
+        }
+    }
+}
+
 fn commit_group(conn: &mut Connection, seqs: &mut Seqs, group: &[Batch]) -> Vec<Committed> {
     // The seq each stream this group touches had before it: what a failed
     // group puts back, and what tells which `streams` rows to write.
     let mut before: HashMap<String, i64> = HashMap::new();
-    let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+    let tx = match Tx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
     };
@@ -470,6 +521,44 @@ mod tests {
             ts: "t".into(),
             data: "{}".into(),
         }
+    }
+
+    #[test]
+    fn a_transaction_not_committed_is_rolled_back_and_one_committed_is_kept() {
+        let dir = crate::testutil::TempDir::new("writer");
+        let conn = open(dir.path());
+        let set = |tx: &Tx, v: &str| {
+            tx.execute(
+                "INSERT OR REPLACE INTO plugin_storage (plugin, key, value) VALUES ('p', 'k', ?1)",
+                [v],
+            )
+            .unwrap()
+        };
+        let stored = || -> Option<String> {
+            conn.query_row("SELECT value FROM plugin_storage", [], |r| r.get(0))
+                .ok()
+        };
+        let tx = Tx::begin(&conn).unwrap();
+        set(&tx, "dropped");
+        drop(tx);
+        assert!(conn.is_autocommit());
+        assert_eq!(stored(), None);
+        // Twice: the second time each statement comes from the cache.
+        for v in ["kept", "kept again"] {
+            let tx = Tx::begin(&conn).unwrap();
+            set(&tx, v);
+            tx.commit().unwrap();
+            assert!(conn.is_autocommit());
+            assert_eq!(stored().as_deref(), Some(v));
+        }
+        // A transaction another connection holds the write lock against
+        // fails to begin and leaves nothing open.
+        let other = Connection::open(dir.path().join("l.sqlite3")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        conn.busy_timeout(std::time::Duration::ZERO).unwrap();
+        assert!(Tx::begin(&conn).is_err());
+        assert!(conn.is_autocommit());
+        other.execute_batch("ROLLBACK").unwrap();
     }
 
     #[test]
