@@ -62,8 +62,8 @@ pub const LEDGER_QUEUE: usize = 1024;
 
 /// Statements the ledger writer keeps prepared. Each record table's
 /// statement is prepared once and kept, as are the writer's own (BEGIN,
-/// COMMIT, a batch's savepoint, the event and stream inserts): about 35 in
-/// all, where rusqlite keeps 16 and would parse the least recently used
+/// COMMIT, ROLLBACK, a batch's SAVEPOINT and RELEASE, the event and stream
+/// inserts): about 35 in all, where rusqlite keeps 16 and would parse the least recently used
 /// again whenever a workload mixes more kinds of write than that.
 pub const LEDGER_WRITER_STATEMENTS: usize = 64;
 

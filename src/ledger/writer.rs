@@ -543,7 +543,7 @@ mod tests {
         drop(tx);
         assert!(conn.is_autocommit());
         assert_eq!(stored(), None);
-        // Twice: the second time each statement comes from the cache.
+        // Twice: the second time BEGIN and COMMIT come from the cache.
         for v in ["kept", "kept again"] {
             let tx = Tx::begin(&conn).unwrap();
             set(&tx, v);
@@ -559,6 +559,29 @@ mod tests {
         assert!(Tx::begin(&conn).is_err());
         assert!(conn.is_autocommit());
         other.execute_batch("ROLLBACK").unwrap();
+        // A COMMIT that fails leaves the transaction open; the guard rolls
+        // it back. A deferred foreign key broken at COMMIT is such a
+        // failure.
+        conn.execute_batch(
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let tx = Tx::begin(&conn).unwrap();
+        set(&tx, "never");
+        tx.execute("INSERT INTO child (p) VALUES (7)", []).unwrap();
+        assert!(tx.commit().is_err());
+        assert!(conn.is_autocommit());
+        assert_eq!(stored().as_deref(), Some("kept again"));
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM child", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0);
+        // And the next begins as before.
+        let tx = Tx::begin(&conn).unwrap();
+        set(&tx, "after");
+        tx.commit().unwrap();
+        assert_eq!(stored().as_deref(), Some("after"));
     }
 
     #[test]
