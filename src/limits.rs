@@ -63,8 +63,9 @@ pub const LEDGER_QUEUE: usize = 1024;
 /// Statements the ledger writer keeps prepared. Each record table's
 /// statement is prepared once and kept, as are the writer's own (BEGIN,
 /// COMMIT, ROLLBACK, a batch's SAVEPOINT and RELEASE, the event and stream
-/// inserts): about 35 in all, where rusqlite keeps 16 and would parse the least recently used
-/// again whenever a workload mixes more kinds of write than that.
+/// inserts): about 35 in all, where rusqlite keeps 16 and would parse the
+/// least recently used again whenever a workload mixes more kinds of write
+/// than that.
 pub const LEDGER_WRITER_STATEMENTS: usize = 64;
 
 /// Operations committed in one transaction at most: group commit takes every

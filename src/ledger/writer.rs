@@ -144,7 +144,7 @@ pub fn run(
                 Ok(b) => b,
                 Err(RecvTimeoutError::Timeout) => {
                     while rx.is_empty() {
-                        if !p.step(&mut conn) {
+                        if !p.step(&conn) {
                             presize = None;
                             break;
                         }
@@ -244,13 +244,11 @@ impl Presize {
     /// Adds one step of zeros on `conn`'s write lock; false once the WAL is
     /// long enough, or when the lock or a write failed (logged: the ledger
     /// works as before, only slower to commit).
-    fn step(&mut self, conn: &mut Connection) -> bool {
+    fn step(&mut self, conn: &Connection) -> bool {
         let r = (|| -> Result<bool, String> {
             // Waits for another writer as a commit of ours would (the busy
             // timeout); a transaction that changes nothing writes no frame.
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| cause(&e))?;
+            let tx = Tx::begin(conn).map_err(|e| cause(&e))?;
             let grown = self.grow().map_err(|e| crate::errors::io_cause(&e));
             // Ends the empty transaction whatever happened; dropping it
             // would roll back, which for no change is the same.
@@ -289,9 +287,9 @@ impl Presize {
 /// prepared once and kept: rusqlite's `Transaction` runs its BEGIN and
 /// COMMIT through `execute_batch`, which parses them again for every group
 /// (a set committed alone: 21,500 instructions of the writer's, 18,900
-/// with these kept). Dropped without a
-/// commit, or after a COMMIT that failed, it rolls back what is still open,
-/// as `Transaction` does.
+/// with these kept). Dropped without a commit, or after a COMMIT that
+/// failed, it rolls back what is still open, as `Transaction` does. The
+/// presizing steps take the write lock through it too.
 struct Tx<'c> {
     conn: &'c Connection,
     committed: bool,
@@ -747,7 +745,7 @@ mod tests {
         let mut p = Presize::of(&conn).unwrap();
         assert_eq!(p.target, 32 + 1000 * (4096 + 24));
         let mut steps = 1;
-        while p.step(&mut conn) {
+        while p.step(&conn) {
             steps += 1;
         }
         assert_eq!(wal_len(dir.path()), p.target);
@@ -776,7 +774,7 @@ mod tests {
     #[test]
     fn a_step_writes_nothing_while_another_connection_holds_the_write_lock() {
         let dir = crate::testutil::TempDir::new("presize-lock");
-        let mut conn = open(dir.path());
+        let conn = open(dir.path());
         let mut p = Presize::of(&conn).unwrap();
         let before = wal_len(dir.path());
         // Another connection (the gateway's, an operator's) in the middle of
@@ -788,14 +786,14 @@ mod tests {
             )
             .unwrap();
         conn.busy_timeout(std::time::Duration::ZERO).unwrap();
-        assert!(!p.step(&mut conn));
+        assert!(!p.step(&conn));
         assert_eq!(wal_len(dir.path()), before);
         other.execute_batch("COMMIT").unwrap();
         // Once it is done, a step goes on after its frames.
         let mut p = Presize::of(&conn).unwrap();
         let committed = wal_len(dir.path());
         assert!(committed > before);
-        assert!(p.step(&mut conn));
+        assert!(p.step(&conn));
         assert_eq!(
             wal_len(dir.path()),
             committed + limits::LEDGER_WAL_PRESIZE_STEP
