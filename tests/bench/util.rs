@@ -216,14 +216,23 @@ fn allowed_cpus() -> Vec<usize> {
 }
 
 fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: as above; pid 0 is the calling thread.
+    set_task_affinity(0, cpus)
+}
+
+/// Puts thread `tid` (of any process this one may change) on `cpu` alone.
+pub fn pin_task(tid: i32, cpu: usize) -> std::io::Result<()> {
+    set_task_affinity(tid, &[cpu])
+}
+
+fn set_task_affinity(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: as above; tid 0 is the calling thread.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
         for &c in cpus {
             libc::CPU_SET(c, &mut set);
         }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+        if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
