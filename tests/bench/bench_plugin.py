@@ -12,8 +12,12 @@ clock ns) and its `ts`. Commands (input: space-separated numbers):
                     the three after a pause of GAP_MS; writes
                     "get_ns echo_ns [responder_ns]" lines to get.txt and
                     answers "ok", or how the two answers differed
-  set N K           N storage.set calls with K in flight; answers the
-                    elapsed ns
+  set N K [COMMITTER CPU]
+                    N storage.set calls with K in flight; answers the
+                    elapsed ns and the failed calls. Given the path of a
+                    committer, the same calls go to that child instead,
+                    put on core CPU and sent and read through the same
+                    buffered streams and functions as the daemon's
   count             events seen and dropped so far: "seen dropped"
   dump              writes "ts arrival_ns" per event to events.txt, clears
                     them; answers the count
@@ -47,8 +51,8 @@ def send_line(b, out=stdout):
     out.flush()
 
 
-def send(msg):
-    send_line((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+def send(msg, out=stdout):
+    send_line((json.dumps(msg, separators=(",", ":")) + "\n").encode(), out)
 
 
 def note(msg):
@@ -143,7 +147,14 @@ def cmd_get(n, gap_ms, responder=None):
     return mismatch or "ok"
 
 
-def cmd_set(n, k):
+def cmd_set(n, k, committer=None, cpu=None):
+    out, inp, child = stdout, stdin, None
+    if committer:
+        child = subprocess.Popen([committer], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        os.sched_setaffinity(child.pid, {cpu})
+        out, inp = io.BufferedWriter(child.stdin), io.BufferedReader(child.stdout)
+        if inp.readline() != b"ready\n":
+            return "the committer did not start"
     t0 = time.perf_counter_ns()
     sent = 0
     inflight = []
@@ -158,13 +169,17 @@ def cmd_set(n, k):
             # which cmd_get's responder answers.
             value = VALUE if key not in stored else "%08d" % next_id + VALUE[8:]
             stored[key] = value
-            send({"id": rid, "method": "storage.set", "params": {"key": key, "value": value}})
+            send({"id": rid, "method": "storage.set", "params": {"key": key, "value": value}}, out)
             inflight.append(rid)
             sent += 1
-        a = wait(inflight.pop(0))
+        a = wait(inflight.pop(0), inp)
         if "error" in a:
             failed += 1
-    return "%d %d" % (time.perf_counter_ns() - t0, failed)
+    took = time.perf_counter_ns() - t0
+    if child is not None:
+        out.close()
+        child.wait()
+    return "%d %d" % (took, failed)
 
 
 def handle(msg):
@@ -187,7 +202,7 @@ def handle(msg):
         if c == "get":
             text = cmd_get(int(args[0]), float(args[1]), args[2] if len(args) > 2 else None)
         elif c == "set":
-            text = cmd_set(int(args[0]), int(args[1]))
+            text = cmd_set(int(args[0]), int(args[1]), *(args[2:3] + [int(a) for a in args[3:4]]))
         elif c == "count":
             text = "%d %d" % (len(events), dropped)
         elif c == "dump":
