@@ -74,7 +74,9 @@ def note(msg):
 def read(inp=stdin):
     line = inp.readline()
     if not line:
-        sys.exit(0)
+        if inp is stdin:
+            sys.exit(0)
+        raise EOFError("the child closed its output")
     return json.loads(line)
 
 
@@ -148,13 +150,28 @@ def cmd_get(n, gap_ms, responder=None):
 
 
 def cmd_set(n, k, committer=None, cpu=None):
-    out, inp, child = stdout, stdin, None
-    if committer:
+    """Answers "elapsed_ns failed", or why the committer could not answer."""
+    if committer is None:
+        return sets(n, k, stdout, stdin)
+    try:
         child = subprocess.Popen([committer], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    except OSError as e:
+        return "the committer did not start: %s" % e
+    try:
         os.sched_setaffinity(child.pid, {cpu})
         out, inp = io.BufferedWriter(child.stdin), io.BufferedReader(child.stdout)
         if inp.readline() != b"ready\n":
-            return "the committer did not start"
+            raise EOFError("it did not say ready")
+        return sets(n, k, out, inp)
+    except (OSError, EOFError, ValueError) as e:
+        child.kill()
+        return "the committer failed (exit %s): %s" % (child.wait(), e)
+    finally:
+        child.stdin.close()
+        child.wait()
+
+
+def sets(n, k, out, inp):
     t0 = time.perf_counter_ns()
     sent = 0
     inflight = []
@@ -175,11 +192,7 @@ def cmd_set(n, k, committer=None, cpu=None):
         a = wait(inflight.pop(0), inp)
         if "error" in a:
             failed += 1
-    took = time.perf_counter_ns() - t0
-    if child is not None:
-        out.close()
-        child.wait()
-    return "%d %d" % (took, failed)
+    return "%d %d" % (time.perf_counter_ns() - t0, failed)
 
 
 def handle(msg):

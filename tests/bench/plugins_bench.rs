@@ -23,7 +23,7 @@
 //! - `plugin_storage_set_vs_fdatasync`: durable `storage.set`s a second,
 //!   one at a time from one plugin, against a loop appending a line and
 //!   fdatasync-ing it in the state directory; ratio >= 0.8. The loop runs
-//!   on core 0 like the daemon and the plugin: on this VM a sync waited
+//!   on core 0 like the daemon: on this VM a sync waited
 //!   for from core 0 takes about 1.5 times one from core 1, which takes the
 //!   disk's interrupts, so the same loop on core 1 (`fdatasync_core_1_per_s`)
 //!   is not the same disk seen from the same place. The same loop writing
@@ -37,19 +37,21 @@
 //!   one at a time; ratio >= 4 (group commit).
 //!   Both set figures are given for each placement: `pinned` times the
 //!   plugin on core 0 with the daemon, where it starts (its mask is the
-//!   daemon's); `spread` then moves the same plugins to core 1, as the
-//!   clients of the other figures are. Pinned, the 16-in-flight round is
-//!   bound by the one core's CPU, about half of it the Python plugin's own:
-//!   it runs until it has sent all 16 requests, so its work does not
-//!   overlap the daemon's or the fsync.
-//!   Each rate is also taken with a C committer ([`COMMITTER_C`]) in the
-//!   daemon's place, from the same plugin in the same round, the daemon or
-//!   the committer first in turn (`c_committer_per_s`,
-//!   `ratio_to_c_committer`): the least any program answering a set once it
-//!   is on disk must do, with group commit. Its own 16-in-flight ratio
-//!   (`c_committer_ratio`) is what the placement allows: a daemon that
-//!   answers one set at a time faster raises the figure's baseline, and so
-//!   lowers the figure.
+//!   daemon's); `spread` moves the same plugins to core 1, as the clients
+//!   of the other figures are. Each plugin runs once in each, the
+//!   placement that goes first changing from round to round. Pinned, the
+//!   16-in-flight round is bound by the one core's CPU, about half of it
+//!   the Python plugin's own: it runs until it has sent all 16 requests,
+//!   so its work does not overlap the daemon's or the fsync.
+//!   Each rate is also taken with a C committer ([`COMMITTER_C`]) on the
+//!   daemon's core in its place, from the same plugin in the same round,
+//!   the daemon or the committer going first in turn: the least any
+//!   program answering a set once it is on disk must do, with group
+//!   commit (`c_committer_per_s`, `ratio_to_c_committer`,
+//!   `c_committer_spread`; `c_committer_skipped` says why there are none).
+//!   Its own 16-in-flight ratio (`c_committer_ratio`) is what the
+//!   placement allows: a daemon that answers one set at a time faster
+//!   raises the figure's baseline, and so lowers the figure.
 //! - `plugin_event_delivery`: the `turn.end`s of real turns (4 sessions of
 //!   fast_acp_agent.py, one chunk a turn, prompts kept queued) delivered to
 //!   20 subscribed plugins: deliveries a second; and the delay from the
@@ -175,34 +177,46 @@ fn command(c: &mut Rpc, n: usize, cmd: &str, input: &str) -> Result<String, Stri
 
 /// Puts every thread of the processes working in `work` (the plugin and
 /// the sandbox around it) on `cpu`. They start on core 0 with the daemon,
-/// whose mask they inherit.
+/// whose mask they inherit. Fails unless the plugin itself (a process that
+/// is not bubblewrap) was moved.
 fn move_plugin(work: &Path, cpu: usize) -> Result<(), String> {
-    // The kernel gives a cwd with every link resolved.
-    let work = std::fs::canonicalize(work).map_err(|e| e.to_string())?;
-    let mut moved = 0;
+    // A process outside the sandbox shows its cwd with every link
+    // resolved, one inside it as the sandbox binds it: the path as given.
+    let real = std::fs::canonicalize(work).map_err(|e| e.to_string())?;
+    let mut plugin = false;
     for e in std::fs::read_dir("/proc").map_err(|e| e.to_string())? {
         let e = e.map_err(|e| e.to_string())?;
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+        let pid = e.file_name();
+        if pid.to_str().is_none_or(|p| p.parse::<i32>().is_err()) {
+            continue;
+        }
+        // A process that is gone, or not ours to read, is not the plugin.
+        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else {
             continue;
         };
-        // A process that is gone, or not ours to read, is not the plugin.
-        if std::fs::read_link(e.path().join("cwd")).ok().as_deref() != Some(work.as_path()) {
+        if cwd != work && cwd != real {
             continue;
         }
-        for t in std::fs::read_dir(e.path().join("task")).map_err(|e| e.to_string())? {
-            let tid = t
-                .map_err(|e| e.to_string())?
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<i32>().ok())
-                .ok_or_else(|| format!("a task of {pid} that is not a number"))?;
-            util::pin_task(tid, cpu)
-                .map_err(|e| format!("unable to move {tid} to core {cpu}: {e}"))?;
-            moved += 1;
+        let Ok(tasks) = std::fs::read_dir(e.path().join("task")) else {
+            continue;
+        };
+        let mut moved = false;
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else {
+                continue;
+            };
+            match util::pin_task(tid, cpu) {
+                Ok(()) => moved = true,
+                // The thread ended since the listing.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(format!("unable to move {tid} to core {cpu}: {e}")),
+            }
         }
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        plugin |= moved && comm.trim() != "bwrap";
     }
-    if moved == 0 {
-        return Err(format!("no process works in {}", work.display()));
+    if !plugin {
+        return Err(format!("no plugin process works in {}", work.display()));
     }
     Ok(())
 }
@@ -413,69 +427,86 @@ fn measure(py: &Path) -> Result<(), String> {
     }
 
     if util::selected(SET) || util::selected(SET16) {
-        // Per placement: rates one at a time and 16 in flight.
         let places = util::placements();
-        let (mut one, mut sixteen) = (
-            vec![Vec::new(); places.len()],
-            vec![Vec::new(); places.len()],
-        );
-        // The same rates with the C committer in the daemon's place.
-        let (mut c_one, mut c_sixteen) = (
-            vec![Vec::new(); places.len()],
-            vec![Vec::new(); places.len()],
-        );
-        let (mut base, mut over, mut other, mut failed) =
-            (Vec::new(), Vec::new(), Vec::new(), 0usize);
-        let committer = compile_c(tmp.path(), COMMITTER_C, &tmp.path().join("committer"));
+        let per_place = || vec![Vec::new(); places.len()];
+        // Rates per placement, one at a time and 16 in flight, of the
+        // daemon and of the C committer in its place; failed sets.
+        let (mut one, mut sixteen, mut c_one, mut c_sixteen) =
+            (per_place(), per_place(), per_place(), per_place());
+        let mut failed = vec![0usize; places.len()];
+        let (mut base, mut over, mut other) = (Vec::new(), Vec::new(), Vec::new());
+        // Until a run of it fails: then the figures say why, and the
+        // daemon's rounds go on without it.
+        let mut committer = compile_c(tmp.path(), COMMITTER_C, &tmp.path().join("committer"));
         for i in 0..rounds.min(9) {
             eprintln!("bench: {SET} round {}/{rounds}", i + 1);
             // Fresh plugins each round, one for each rate, each used once
             // in each placement: 129 requests of its burst of 200. The
             // committer's calls are the plugin's own, and use none of it.
             let (p1, p16) = (1 + 2 * i, 2 + 2 * i);
-            let mut via = String::new();
             if let Ok(bin) = &committer {
                 // Where the plugins' sandboxes let them run it.
-                for n in [p1, p16] {
-                    std::fs::copy(bin, work(n).join("committer"))
-                        .map_err(|e| format!("copy the committer: {e}"))?;
+                let copied = [p1, p16]
+                    .iter()
+                    .try_for_each(|&n| std::fs::copy(bin, work(n).join("committer")).map(drop));
+                if let Err(e) = copied {
+                    committer = Err(format!("unable to copy the committer: {e}"));
                 }
-                via = "./committer".into();
             }
-            // The daemon and the committer in turn, each first in every
-            // other round: a plugin's second run finds its interpreter warm.
-            let mut rate = |c: &mut Rpc,
-                            n: usize,
-                            k: usize,
-                            at: usize,
-                            daemon: &mut Vec<Vec<f64>>,
-                            stand_in: &mut Vec<Vec<f64>>|
-             -> Result<(), String> {
-                let server = places[at].server_cpu();
-                let mut runs = vec![(String::new(), &mut daemon[at])];
-                if !via.is_empty() {
-                    runs.push((format!(" {via} {server}"), &mut stand_in[at]));
-                }
-                if i % 2 == 1 {
-                    runs.reverse();
-                }
-                for (to, out) in runs {
-                    let t = command(c, n, "set", &format!("{SETS} {k}{to}"))?;
-                    let mut it = t.split_whitespace().filter_map(|x| x.parse::<f64>().ok());
-                    let ns = it
-                        .next()
-                        .ok_or_else(|| format!("the plugin answered {t:?}"))?;
-                    failed += it.next().unwrap_or(0.0) as usize;
-                    out.push(SETS as f64 / (ns / 1e9));
-                }
-                Ok(())
-            };
-            for (at, place) in places.iter().enumerate() {
+            // Which placement and which of the daemon and the committer go
+            // first change from round to round: a plugin's second run finds
+            // its interpreter warm and its keys there.
+            let mut order: Vec<usize> = (0..places.len()).collect();
+            if i % 2 == 1 {
+                order.reverse();
+            }
+            let committer_first = (i / 2) % 2 == 1;
+            for at in order {
+                let place = places[at];
                 for n in [p1, p16] {
                     move_plugin(&work(n), place.client_cpu())?;
                 }
-                rate(&mut c, p1, 1, at, &mut one, &mut c_one)?;
-                if at == 0 {
+                let mut rate = |c: &mut Rpc,
+                                n: usize,
+                                k: usize,
+                                daemon: &mut Vec<Vec<f64>>,
+                                stand_in: &mut Vec<Vec<f64>>|
+                 -> Result<(), String> {
+                    let mut runs = vec![false];
+                    if committer.is_ok() {
+                        runs.insert(usize::from(!committer_first), true);
+                    }
+                    for via in runs {
+                        let to = if via {
+                            format!(" ./committer {}", place.server_cpu())
+                        } else {
+                            String::new()
+                        };
+                        let t = command(c, n, "set", &format!("{SETS} {k}{to}"))?;
+                        let mut it = t.split_whitespace();
+                        let answer = (
+                            it.next().and_then(|x| x.parse::<f64>().ok()),
+                            it.next().and_then(|x| x.parse::<usize>().ok()),
+                            it.next(),
+                        );
+                        match answer {
+                            (Some(ns), Some(f), None) => {
+                                (if via {
+                                    &mut stand_in[at]
+                                } else {
+                                    &mut daemon[at]
+                                })
+                                .push(SETS as f64 / (ns / 1e9));
+                                failed[at] += f;
+                            }
+                            _ if via => committer = Err(t),
+                            _ => return Err(format!("the plugin answered {t:?}")),
+                        }
+                    }
+                    Ok(())
+                };
+                rate(&mut c, p1, 1, &mut one, &mut c_one)?;
+                if matches!(place, util::Placement::Pinned) {
                     base.push(util::on_cpu(0, || {
                         fdatasync_rate(&dirs.state, SETS, false)
                     })?);
@@ -486,7 +517,7 @@ fn measure(py: &Path) -> Result<(), String> {
                         })?);
                     }
                 }
-                rate(&mut c, p16, 16, at, &mut sixteen, &mut c_sixteen)?;
+                rate(&mut c, p16, 16, &mut sixteen, &mut c_sixteen)?;
             }
         }
         let r = base.len();
@@ -524,7 +555,7 @@ fn measure(py: &Path) -> Result<(), String> {
                     rounds: r,
                     extra: vec![
                         ("sets_per_round", json!(SETS)),
-                        ("failed_sets", json!(failed)),
+                        ("failed_sets", json!(failed[at])),
                         ("value_spread", util::round3(util::spread(&one[at]))),
                         ("baseline_spread", util::round3(util::spread(&base))),
                         // The same loop writing over a file's blocks, as the
@@ -829,13 +860,17 @@ int main(int argc, char **argv) {
 /// program must do to answer a set after it is on disk, with group commit.
 /// The whole lines of each read are written over a presized file (as the
 /// daemon's commits go into its presized WAL) and synced once, then all
-/// answered in one write, as the daemon answers `{"key":...}`. It says
-/// `ready` once its file is made, before the plugin starts its clock.
+/// answered in one write, with the daemon's answer to the plugin's sets
+/// (`{"key":...,"bytes":...}`, the value being written without escapes).
+/// It says `ready` once its file is made, before the plugin starts its
+/// clock, and exits on anything it cannot answer, which the plugin reports.
 const COMMITTER_C: &str = r#"#define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+/* The string member `name` of the one line `l` (NUL-terminated). */
 static const char *field(const char *l, const char *name, int *len) {
     const char *p = strstr(l, name), *q = p ? strchr(p + strlen(name), '"') : NULL;
     if (!q) return NULL;
@@ -843,32 +878,40 @@ static const char *field(const char *l, const char *name, int *len) {
     return p + strlen(name);
 }
 int main(void) {
-    static char in[1 << 16], out[1 << 16], zero[1 << 16];
+    static char in[1 << 16], out[1 << 17], zero[1 << 16];
     int fd = open("committer.dat", O_RDWR | O_CREAT | O_TRUNC, 0600);
     size_t have = 0, at = 0;
     ssize_t r;
     if (fd < 0 || write(fd, zero, sizeof zero) != sizeof zero || fsync(fd)) return 1;
     if (write(1, "ready\n", 6) != 6) return 1;
-    while ((r = read(0, in + have, sizeof in - 1 - have)) > 0) {
+    for (;;) {
+        if (have == sizeof in - 1) return 2; /* a line longer than the buffer */
+        r = read(0, in + have, sizeof in - 1 - have);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r < 0;
         have += r;
-        in[have] = 0;
         char *end = memrchr(in, '\n', have);
         if (!end) continue;
         size_t whole = end + 1 - in, o = 0;
+        if (memchr(in, 0, whole)) return 3;
         if (at + whole > sizeof zero) at = 0;
-        if (pwrite(fd, in, whole, at) != (ssize_t)whole || fdatasync(fd)) return 1;
+        if (pwrite(fd, in, whole, at) != (ssize_t)whole || fdatasync(fd)) return 4;
         at += whole;
-        for (char *l = in; l < in + whole; l = strchr(l, '\n') + 1) {
-            int il, kl;
+        for (char *l = in; l < in + whole;) {
+            char *nl = strchr(l, '\n');
+            *nl = 0;
+            int il, kl, vl, n;
             const char *id = field(l, "\"id\":\"", &il), *key = field(l, "\"key\":\"", &kl);
-            if (id && key)
-                o += snprintf(out + o, sizeof out - o, "{\"id\":\"%.*s\",\"result\":{\"key\":\"%.*s\"}}\n", il, id, kl, key);
+            if (!id || !key || !field(l, "\"value\":\"", &vl)) return 5;
+            n = snprintf(out + o, sizeof out - o, "{\"id\":\"%.*s\",\"result\":{\"key\":\"%.*s\",\"bytes\":%d}}\n", il, id, kl, key, vl);
+            if (n < 0 || (size_t)n >= sizeof out - o) return 6;
+            o += n;
+            l = nl + 1;
         }
-        if (write(1, out, o) != (ssize_t)o) return 1;
+        if (write(1, out, o) != (ssize_t)o) return 7;
         memmove(in, in + whole, have - whole);
         have -= whole;
     }
-    return 0;
 }
 "#;
 

@@ -225,7 +225,10 @@ pub fn pin_task(tid: i32, cpu: usize) -> std::io::Result<()> {
 }
 
 fn set_task_affinity(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: as above; tid 0 is the calling thread.
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and CPU_SET writes
+    // inside it (it panics, rather than writing past it, on a CPU beyond
+    // its size); sched_setaffinity reads at most the size given. `tid` only
+    // names the target (0: the calling thread), which the kernel checks.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
