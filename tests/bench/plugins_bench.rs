@@ -491,13 +491,15 @@ fn measure(py: &Path) -> Result<(), String> {
                         );
                         match answer {
                             (Some(ns), Some(f), None) => {
-                                (if via {
-                                    &mut stand_in[at]
+                                let rate = SETS as f64 / (ns / 1e9);
+                                if via {
+                                    stand_in[at].push(rate);
                                 } else {
-                                    &mut daemon[at]
-                                })
-                                .push(SETS as f64 / (ns / 1e9));
-                                failed[at] += f;
+                                    // The daemon's refusals (the committer
+                                    // refuses none).
+                                    failed[at] += f;
+                                    daemon[at].push(rate);
+                                }
                             }
                             _ if via => committer = Err(t),
                             _ => return Err(format!("the plugin answered {t:?}")),
