@@ -425,14 +425,7 @@ fn cpu(pid: i32) -> Result<Cpu, String> {
 
 /// Whether any process has `pid` as its parent (zombies included).
 fn has_children(pid: i32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let Some(p) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
+    for p in util::numbered(Path::new("/proc")) {
         let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
             continue;
         };

@@ -184,27 +184,17 @@ fn move_plugin(work: &Path, cpu: usize) -> Result<(), String> {
     // resolved, one inside it as the sandbox binds it: the path as given.
     let real = std::fs::canonicalize(work).map_err(|e| e.to_string())?;
     let mut plugin = false;
-    for e in std::fs::read_dir("/proc").map_err(|e| e.to_string())? {
-        let e = e.map_err(|e| e.to_string())?;
-        let pid = e.file_name();
-        if pid.to_str().is_none_or(|p| p.parse::<i32>().is_err()) {
-            continue;
-        }
+    for pid in util::numbered(Path::new("/proc")) {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
         // A process that is gone, or not ours to read, is not the plugin.
-        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else {
+        let Ok(cwd) = std::fs::read_link(proc.join("cwd")) else {
             continue;
         };
         if cwd != work && cwd != real {
             continue;
         }
-        let Ok(tasks) = std::fs::read_dir(e.path().join("task")) else {
-            continue;
-        };
         let mut moved = false;
-        for t in tasks.flatten() {
-            let Some(tid) = t.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else {
-                continue;
-            };
+        for tid in util::numbered(&proc.join("task")) {
             match util::pin_task(tid, cpu) {
                 Ok(()) => moved = true,
                 // The thread ended since the listing.
@@ -212,13 +202,24 @@ fn move_plugin(work: &Path, cpu: usize) -> Result<(), String> {
                 Err(e) => return Err(format!("unable to move {tid} to core {cpu}: {e}")),
             }
         }
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let comm = std::fs::read_to_string(proc.join("comm")).unwrap_or_default();
         plugin |= moved && comm.trim() != "bwrap";
     }
     if !plugin {
         return Err(format!("no plugin process works in {}", work.display()));
     }
     Ok(())
+}
+
+/// The sets a second and the failed sets of a `set` command's answer,
+/// "ELAPSED_NS FAILED"; None for anything else (why the committer failed).
+fn set_answer(text: &str) -> Option<(f64, usize)> {
+    let mut it = text.split_whitespace();
+    let ns = it.next()?.parse::<f64>().ok()?;
+    let failed = it.next()?.parse().ok()?;
+    it.next()
+        .is_none()
+        .then(|| (SETS as f64 / (ns / 1e9), failed))
 }
 
 fn settled_rss(pid: i32) -> f64 {
@@ -483,26 +484,16 @@ fn measure(py: &Path) -> Result<(), String> {
                             String::new()
                         };
                         let t = command(c, n, "set", &format!("{SETS} {k}{to}"))?;
-                        let mut it = t.split_whitespace();
-                        let answer = (
-                            it.next().and_then(|x| x.parse::<f64>().ok()),
-                            it.next().and_then(|x| x.parse::<usize>().ok()),
-                            it.next(),
-                        );
-                        match answer {
-                            (Some(ns), Some(f), None) => {
-                                let rate = SETS as f64 / (ns / 1e9);
-                                if via {
-                                    stand_in[at].push(rate);
-                                } else {
-                                    // The daemon's refusals (the committer
-                                    // refuses none).
-                                    failed[at] += f;
-                                    daemon[at].push(rate);
-                                }
+                        match (set_answer(&t), via) {
+                            (Some((rate, _)), true) => stand_in[at].push(rate),
+                            // The daemon's refusals (the committer refuses
+                            // none).
+                            (Some((rate, refused)), false) => {
+                                failed[at] += refused;
+                                daemon[at].push(rate);
                             }
-                            _ if via => committer = Err(t),
-                            _ => return Err(format!("the plugin answered {t:?}")),
+                            (None, true) => committer = Err(t),
+                            (None, false) => return Err(format!("the plugin answered {t:?}")),
                         }
                     }
                     Ok(())

@@ -242,6 +242,18 @@ fn set_task_affinity(tid: i32, cpus: &[usize]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The numbered entries of `dir`: the processes of /proc, the threads of
+/// /proc/PID/task; none when it cannot be read (a process gone since).
+pub fn numbered(dir: &Path) -> Vec<i32> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Runs `f` with the calling thread on `cpu`, then puts its mask back.
 /// Threads `f` starts inherit the CPU.
 pub fn on_cpu<T>(cpu: usize, f: impl FnOnce() -> T) -> T {
